@@ -1,0 +1,56 @@
+//! Errors of the storage layer. Every error that can be caused by bytes from outside (a
+//! file, a peer, a minion) is a value here, never a panic.
+
+use std::path::PathBuf;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("minion id {id:?} refused: {why}")]
+    InvalidId { id: String, why: String },
+
+    #[error("path {path:?} refused: {why}")]
+    InvalidPath { path: String, why: String },
+
+    #[error("bad record at byte offset {offset}: {why}")]
+    BadRecord { offset: u64, why: String },
+
+    #[error("corrupt log: {0}")]
+    CorruptLog(String),
+
+    #[error("corrupt view {path}: {why}")]
+    CorruptView { path: PathBuf, why: String },
+
+    #[error("{0}")]
+    Invalid(String),
+
+    #[error("{context}: {source}")]
+    Io { context: String, source: std::io::Error },
+
+    #[error("raft-engine: {0}")]
+    RaftEngine(#[from] raft_engine::Error),
+
+    #[error("raft: {0}")]
+    Raft(#[from] raft::Error),
+
+    #[error("rocksdb: {0}")]
+    Rocks(#[from] rocksdb::Error),
+}
+
+impl Error {
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io { context: context.into(), source }
+    }
+}
+
+/// Adds a description of what was being done to an I/O error.
+pub trait IoContext<T> {
+    fn ctx(self, what: impl FnOnce() -> String) -> Result<T>;
+}
+
+impl<T> IoContext<T> for std::io::Result<T> {
+    fn ctx(self, what: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|e| Error::io(what(), e))
+    }
+}

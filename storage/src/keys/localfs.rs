@@ -1,0 +1,246 @@
+//! The `localfs_key` view: Salt's classic pki tree (`key-storage.md` §1).
+//!
+//! ```text
+//! <pki_dir>/minions/<id>            accepted   (file content = the pub text, mode 0600)
+//! <pki_dir>/minions_pre/<id>        pending
+//! <pki_dir>/minions_rejected/<id>   rejected
+//! <pki_dir>/minions_denied/<id>     the first denied key of the id
+//! <pki_dir>/<name>                  master keys (mode 0400)
+//! ```
+//!
+//! Writes go to a temp file in the target directory (mode 0600), are fsynced, get the
+//! record's timestamp as mtime, and are renamed into place; the directory is fsynced too.
+//! The reference does no fsync; its readers see the same bytes. Before writing a state,
+//! the id's file is removed from the other state directories, as the reference does, so
+//! an id is never in two state directories after a Halite write.
+//!
+//! Reading follows the reference: regular files only (symlinks and other types are
+//! ignored), fetch precedence rejected > pending > accepted, `.key_cache` and invalid
+//! ids skipped, and in `salt-key` listings names beginning with `.` are skipped for the
+//! state banks (not for the denied bank).
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, UNIX_EPOCH};
+
+use super::{BankState, KeyEntry, KeyView};
+use crate::error::{Error, IoContext, Result};
+use crate::id::{validate_minion_id, validate_relative_path};
+use crate::mmap_cache::tempfile_in;
+
+pub const DENIED_DIR: &str = "minions_denied";
+pub const AUTOSIGN_DIR: &str = "minions_autosign";
+const STATE_DIRS: [BankState; 3] = [BankState::Accepted, BankState::Pending, BankState::Rejected];
+
+pub struct LocalfsKeys {
+    root: PathBuf,
+}
+
+impl LocalfsKeys {
+    /// Opens the tree at `pki_dir`. Nothing is created until the first write.
+    pub fn open(pki_dir: &Path) -> Result<Self> {
+        Ok(LocalfsKeys { root: pki_dir.to_path_buf() })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Creates the pki dir and its sub-directories as a master does at start (0755
+    /// sub-directories, the pki dir itself 0700 unless it is already 0700 or 0750).
+    pub fn ensure_layout(&self) -> Result<()> {
+        for d in ["minions", "minions_pre", "minions_rejected", DENIED_DIR, AUTOSIGN_DIR] {
+            let p = self.root.join(d);
+            fs::create_dir_all(&p).ctx(|| format!("creating {}", p.display()))?;
+        }
+        let meta = fs::metadata(&self.root).ctx(|| format!("stat {}", self.root.display()))?;
+        let mode = meta.permissions().mode() & 0o7777;
+        if mode != 0o700 && mode != 0o750 {
+            fs::set_permissions(&self.root, fs::Permissions::from_mode(0o700)).ctx(|| format!("chmod {}", self.root.display()))?;
+        }
+        Ok(())
+    }
+
+    fn remove_regular(&self, p: &Path) -> Result<bool> {
+        match fs::symlink_metadata(p) {
+            Ok(m) if m.file_type().is_file() || m.file_type().is_symlink() => {
+                fs::remove_file(p).ctx(|| format!("removing {}", p.display()))?;
+                Ok(true)
+            }
+            Ok(_) => Err(Error::Invalid(format!("{} is not a regular file; refusing to touch it", p.display()))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(Error::io(format!("stat {}", p.display()), e)),
+        }
+    }
+
+    fn write_file(&self, dir: &Path, name: &str, data: &[u8], mode: u32, mtime_ns: Option<u64>) -> Result<()> {
+        fs::create_dir_all(dir).ctx(|| format!("creating {}", dir.display()))?;
+        let target = dir.join(name);
+        if target.parent() != Some(dir) {
+            return Err(Error::InvalidPath { path: name.to_string(), why: "it would land outside its directory".into() });
+        }
+        let (tmp, mut f) = tempfile_in(dir, ".halite-tmp-")?;
+        let res = (|| -> Result<()> {
+            f.write_all(data).ctx(|| format!("writing {}", tmp.display()))?;
+            if let Some(ns) = mtime_ns {
+                f.set_modified(UNIX_EPOCH + Duration::from_nanos(ns)).ctx(|| format!("setting mtime of {}", tmp.display()))?;
+            }
+            f.set_permissions(fs::Permissions::from_mode(mode)).ctx(|| format!("chmod {}", tmp.display()))?;
+            f.sync_all().ctx(|| format!("syncing {}", tmp.display()))?;
+            fs::rename(&tmp, &target).ctx(|| format!("renaming to {}", target.display()))?;
+            Ok(())
+        })();
+        if res.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        res?;
+        sync_dir(dir)
+    }
+
+    fn read_regular(p: &Path) -> Result<Option<Vec<u8>>> {
+        match fs::symlink_metadata(p) {
+            Ok(m) if m.file_type().is_file() => Ok(Some(fs::read(p).ctx(|| format!("reading {}", p.display()))?)),
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(format!("stat {}", p.display()), e)),
+        }
+    }
+
+    /// Regular files of a directory whose names are valid ids, in directory order.
+    fn scan(dir: &Path, skip_dot: bool) -> Result<Vec<(String, PathBuf)>> {
+        let rd = match fs::read_dir(dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io(format!("listing {}", dir.display()), e)),
+        };
+        let mut out = Vec::new();
+        for ent in rd {
+            let ent = ent.ctx(|| format!("listing {}", dir.display()))?;
+            let Ok(name) = ent.file_name().into_string() else { continue };
+            if name == ".key_cache" || (skip_dot && name.starts_with('.')) || validate_minion_id(&name).is_err() {
+                continue;
+            }
+            let ft = ent.file_type().ctx(|| format!("stat {}", ent.path().display()))?;
+            if !ft.is_file() {
+                continue;
+            }
+            out.push((name, ent.path()));
+        }
+        Ok(out)
+    }
+}
+
+/// fsyncs a directory so a rename in it is durable.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|d| d.sync_all()).ctx(|| format!("syncing directory {}", dir.display()))
+}
+
+impl KeyView for LocalfsKeys {
+    fn driver(&self) -> &'static str {
+        "localfs_key"
+    }
+
+    fn set_key(&mut self, id: &str, state: BankState, pub_key: &[u8], mtime_ns: u64) -> Result<()> {
+        validate_minion_id(id)?;
+        for s in STATE_DIRS {
+            if s != state {
+                self.remove_regular(&self.root.join(s.dir_name()).join(id))?;
+            }
+        }
+        self.write_file(&self.root.join(state.dir_name()), id, pub_key, 0o600, Some(mtime_ns))
+    }
+
+    fn remove_key(&mut self, id: &str) -> Result<bool> {
+        validate_minion_id(id)?;
+        let mut any = false;
+        for s in STATE_DIRS {
+            any |= self.remove_regular(&self.root.join(s.dir_name()).join(id))?;
+        }
+        Ok(any)
+    }
+
+    fn set_denied(&mut self, id: &str, pub_key: &[u8], mtime_ns: u64) -> Result<()> {
+        validate_minion_id(id)?;
+        self.write_file(&self.root.join(DENIED_DIR), id, pub_key, 0o600, Some(mtime_ns))
+    }
+
+    fn remove_denied(&mut self, id: &str) -> Result<bool> {
+        validate_minion_id(id)?;
+        self.remove_regular(&self.root.join(DENIED_DIR).join(id))
+    }
+
+    fn set_master_key(&mut self, name: &str, data: &[u8]) -> Result<()> {
+        validate_relative_path(name)?;
+        let target = self.root.join(name);
+        let dir = target.parent().map(Path::to_path_buf).unwrap_or_else(|| self.root.clone());
+        let file = target.file_name().and_then(|f| f.to_str()).ok_or_else(|| Error::InvalidPath { path: name.into(), why: "no file name".into() })?;
+        self.write_file(&dir, file, data, 0o400, None)
+    }
+
+    fn get_key(&self, id: &str) -> Result<Option<KeyEntry>> {
+        validate_minion_id(id)?;
+        if id == ".key_cache" {
+            return Err(Error::Invalid("`.key_cache` is not a minion id".into()));
+        }
+        for s in [BankState::Rejected, BankState::Pending, BankState::Accepted] {
+            if let Some(data) = Self::read_regular(&self.root.join(s.dir_name()).join(id))? {
+                return Ok(Some(KeyEntry { id: id.to_string(), state: s, pub_key: data }));
+            }
+        }
+        Ok(None)
+    }
+
+    fn get_denied(&self, id: &str) -> Result<Option<Vec<u8>>> {
+        validate_minion_id(id)?;
+        Self::read_regular(&self.root.join(DENIED_DIR).join(id))
+    }
+
+    fn get_master_key(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        validate_relative_path(name)?;
+        Self::read_regular(&self.root.join(name))
+    }
+
+    fn entries(&self) -> Result<(Vec<KeyEntry>, Vec<(String, Vec<u8>)>)> {
+        // Scan in the reference's list_all order; later states overwrite earlier ones,
+        // giving rejected > pending > accepted.
+        let mut by_id: std::collections::BTreeMap<String, KeyEntry> = Default::default();
+        let mut order = Vec::new();
+        for s in [BankState::Accepted, BankState::Pending, BankState::Rejected] {
+            for (id, path) in Self::scan(&self.root.join(s.dir_name()), true)? {
+                let Some(data) = Self::read_regular(&path)? else { continue };
+                if !by_id.contains_key(&id) {
+                    order.push(id.clone());
+                }
+                by_id.insert(id.clone(), KeyEntry { id, state: s, pub_key: data });
+            }
+        }
+        let keys = order.into_iter().filter_map(|id| by_id.remove(&id)).collect();
+        let mut denied = Vec::new();
+        for (id, path) in Self::scan(&self.root.join(DENIED_DIR), false)? {
+            if let Some(data) = Self::read_regular(&path)? {
+                denied.push((id, data));
+            }
+        }
+        Ok((keys, denied))
+    }
+
+    fn clear(&mut self) -> Result<()> {
+        for d in ["minions", "minions_pre", "minions_rejected", DENIED_DIR] {
+            let p = self.root.join(d);
+            match fs::remove_dir_all(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(format!("removing {}", p.display()), e)),
+            }
+            fs::create_dir_all(&p).ctx(|| format!("creating {}", p.display()))?;
+        }
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        // Every write is already fsynced with its directory.
+        Ok(())
+    }
+}

@@ -1,0 +1,184 @@
+//! Key views: the minion-key banks written in a layout Salt's own tools read.
+//!
+//! The state machine holds the truth; a key view is an export of it that Salt 3008.5's
+//! `salt-key` (and Halite's, with the master stopped) can read. Two drivers implement
+//! [`KeyView`], selected by the master option `keys.cache_driver`:
+//!
+//! * [`localfs::LocalfsKeys`]: the classic `pki_dir/minions*` tree (`key-storage.md` §1);
+//! * [`mmap::MmapKeys`]: the `.mmap_*.idx` files (`key-storage.md` §3–4).
+
+pub mod localfs;
+pub mod mmap;
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::error::Result;
+use crate::format::KeyState;
+
+pub use crate::mmap_cache::Geometry;
+
+/// A key bank state: the three states a `keys` entry can have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BankState {
+    Accepted,
+    Pending,
+    Rejected,
+}
+
+impl BankState {
+    pub fn from_key_state(s: KeyState) -> Option<Self> {
+        match s {
+            KeyState::Accepted => Some(BankState::Accepted),
+            KeyState::Pending => Some(BankState::Pending),
+            KeyState::Rejected => Some(BankState::Rejected),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BankState::Accepted => "accepted",
+            BankState::Pending => "pending",
+            BankState::Rejected => "rejected",
+        }
+    }
+
+    /// The state byte of the `mmap_key` value encoding.
+    pub fn mmap_byte(self) -> u8 {
+        match self {
+            BankState::Accepted => 1,
+            BankState::Pending => 2,
+            BankState::Rejected => 3,
+        }
+    }
+
+    pub fn from_mmap_byte(b: u8) -> Option<Self> {
+        match b {
+            1 => Some(BankState::Accepted),
+            2 => Some(BankState::Pending),
+            3 => Some(BankState::Rejected),
+            _ => None,
+        }
+    }
+
+    /// The localfs_key directory of the state.
+    pub fn dir_name(self) -> &'static str {
+        match self {
+            BankState::Accepted => "minions",
+            BankState::Pending => "minions_pre",
+            BankState::Rejected => "minions_rejected",
+        }
+    }
+}
+
+/// One entry of the `keys` bank.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyEntry {
+    pub id: String,
+    pub state: BankState,
+    pub pub_key: Vec<u8>,
+}
+
+/// What `salt-key -L` prints: the four buckets, each sorted case-insensitively (ties keep
+/// their order), exactly as `salt.key.Key.list_keys` builds them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct KeyListing {
+    pub minions_pre: Vec<String>,
+    pub minions_rejected: Vec<String>,
+    pub minions: Vec<String>,
+    pub minions_denied: Vec<String>,
+}
+
+impl KeyListing {
+    /// Builds the listing from bank entries and denied ids. An id found more than once in
+    /// the same bucket is listed once.
+    pub fn build(entries: impl IntoIterator<Item = (String, BankState)>, denied: impl IntoIterator<Item = String>) -> Self {
+        let mut l = KeyListing::default();
+        for (id, st) in entries {
+            match st {
+                BankState::Accepted => l.minions.push(id),
+                BankState::Pending => l.minions_pre.push(id),
+                BankState::Rejected => l.minions_rejected.push(id),
+            }
+        }
+        l.minions_denied.extend(denied);
+        for v in [&mut l.minions_pre, &mut l.minions_rejected, &mut l.minions, &mut l.minions_denied] {
+            salt_sort(v);
+            v.dedup();
+        }
+        l
+    }
+
+    pub fn total(&self) -> usize {
+        self.minions_pre.len() + self.minions_rejected.len() + self.minions.len() + self.minions_denied.len()
+    }
+}
+
+/// Python's `sorted(ids, key=lambda s: s.lower())`: stable, by lowercase.
+pub fn salt_sort(v: &mut [String]) {
+    v.sort_by_cached_key(|s| s.to_lowercase());
+}
+
+/// A key view driver. Mutations follow the semantics of the state machine's key banks;
+/// readers give the reference's answers for the same files.
+pub trait KeyView: Send {
+    /// Driver name as in `keys.cache_driver`.
+    fn driver(&self) -> &'static str;
+    /// Sets the `keys` entry of `id` (replacing any other state).
+    fn set_key(&mut self, id: &str, state: BankState, pub_key: &[u8], mtime_ns: u64) -> Result<()>;
+    /// Removes the `keys` entry of `id`. Returns whether one existed.
+    fn remove_key(&mut self, id: &str) -> Result<bool>;
+    /// Sets the denied key of `id`.
+    fn set_denied(&mut self, id: &str, pub_key: &[u8], mtime_ns: u64) -> Result<()>;
+    /// Removes the denied key of `id`.
+    fn remove_denied(&mut self, id: &str) -> Result<bool>;
+    /// Stores a master key file (`master.pem`, `master.pub`, ...).
+    fn set_master_key(&mut self, name: &str, data: &[u8]) -> Result<()>;
+    /// Reads the `keys` entry of `id` with the reference's precedence.
+    fn get_key(&self, id: &str) -> Result<Option<KeyEntry>>;
+    /// Reads the denied key of `id`.
+    fn get_denied(&self, id: &str) -> Result<Option<Vec<u8>>>;
+    /// Reads a master key file.
+    fn get_master_key(&self, name: &str) -> Result<Option<Vec<u8>>>;
+    /// All `keys` entries (with their pubs) and all denied entries.
+    fn entries(&self) -> Result<(Vec<KeyEntry>, Vec<(String, Vec<u8>)>)>;
+    /// The `salt-key -L` listing.
+    fn list(&self) -> Result<KeyListing> {
+        let (keys, denied) = self.entries()?;
+        Ok(KeyListing::build(keys.into_iter().map(|e| (e.id, e.state)), denied.into_iter().map(|d| d.0)))
+    }
+    /// Removes the minion-key part of the view (not master keys), for a rebuild.
+    fn clear(&mut self) -> Result<()>;
+    /// Makes every change so far durable.
+    fn sync(&mut self) -> Result<()>;
+}
+
+/// Which driver, and its settings, from the master config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyDriver {
+    Localfs,
+    Mmap(Geometry),
+}
+
+/// Opens the configured key view over `pki_dir`.
+pub fn open_view(driver: &KeyDriver, pki_dir: &Path) -> Result<Box<dyn KeyView>> {
+    Ok(match driver {
+        KeyDriver::Localfs => Box::new(localfs::LocalfsKeys::open(pki_dir)?),
+        KeyDriver::Mmap(geo) => Box::new(mmap::MmapKeys::open(pki_dir, *geo)?),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn salt_sort_is_case_insensitive_and_stable() {
+        let mut v: Vec<String> = ["acc-01", "Mixed_Case-01", "web01", "ACC-00", "b"].iter().map(|s| s.to_string()).collect();
+        salt_sort(&mut v);
+        assert_eq!(v, ["ACC-00", "acc-01", "b", "Mixed_Case-01", "web01"]);
+    }
+}

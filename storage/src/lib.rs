@@ -1,0 +1,35 @@
+//! Halite's storage: the log-centred core.
+//!
+//! Every state change is a [`format::Record`]. Records are raft entries in the
+//! [`log::RaftLog`] (raft-engine), applied in order to the [`state::StateMachine`]
+//! (RocksDB), and mirrored into [`views::Views`]: the key view Salt's tools read
+//! ([`keys::localfs`] or [`keys::mmap`], byte-compatible with Salt 3008.5) and the
+//! materialised roots trees ([`roots`]). This crate knows nothing of networks.
+//!
+//! | module        | owns                                                      |
+//! |---------------|-----------------------------------------------------------|
+//! | [`format`]    | the record byte format (header, CRC, payload schemas)     |
+//! | [`id`]        | minion id and relative path validation                    |
+//! | [`log`]       | raft-engine storage behind raft-rs's `Storage` trait      |
+//! | [`tail`]      | torn-tail detection and repair before the log opens       |
+//! | [`state`]     | the RocksDB state machine, apply, snapshots               |
+//! | [`mmap_cache`]| the MmapCache file engine (Salt's `mmap_cache.py` format) |
+//! | [`keys`]      | key view drivers `localfs_key` and `mmap_key`             |
+//! | [`roots`]     | the roots materialiser                                    |
+//! | [`views`]     | applying effects to views, rebuilding them                |
+//! | [`import`]    | reading outside trees (localfs pki, shared cluster dirs) into records |
+
+pub mod error;
+pub mod format;
+pub mod id;
+pub mod import;
+pub mod keys;
+pub mod log;
+pub mod mmap_cache;
+pub mod roots;
+pub mod state;
+pub mod tail;
+pub mod views;
+
+pub use error::{Error, Result};
+pub use format::{KeyState, Record, RecordKind};

@@ -1,0 +1,508 @@
+//! The state machine: committed records applied, in log order, to RocksDB.
+//!
+//! Column families (keys and values are documented in docs/formats.md):
+//!
+//! | cf        | key                         | value                                          |
+//! |-----------|-----------------------------|------------------------------------------------|
+//! | `meta`    | `applied_index`             | u64 BE: the last applied log index              |
+//! | `keys`    | minion id                   | u8 state (1 acc, 2 pend, 3 rej), u64 BE time_ns, pub bytes |
+//! | `denied`  | minion id                   | u64 BE time_ns, pub bytes (the first denied key) |
+//! | `jobs`    | jid                         | the `JobPublished` payload (msgpack)            |
+//! | `returns` | jid, NUL, minion id         | the `JobReturn` payload (msgpack)               |
+//! | `grains`  | minion id                   | the `GrainsReport` payload (msgpack)            |
+//! | `roots`   | tree, NUL, saltenv, NUL, path | `RootsMeta` (msgpack)                         |
+//! | `chunks`  | roots key, NUL, u32 BE chunk | chunk bytes                                    |
+//! | `aes`     | u64 BE generation           | the `AesKeyRotation` payload (msgpack)          |
+//! | `imports` | u64 BE log index            | the `ImportMarker` payload (msgpack)            |
+//!
+//! Applying is deterministic and idempotent: a batch of records and the new applied index
+//! are one atomic RocksDB write, and entries at or below the applied index are skipped.
+//! RocksDB's own WAL is not fsynced per batch: the log is the durable copy, and after a
+//! crash whatever RocksDB lost is applied again from it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rocksdb::{checkpoint::Checkpoint, ColumnFamily, IteratorMode, Options, WriteBatch, WriteOptions, DB};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::format::{KeyState, Record, RootsTree, ROOTS_CHUNK_LEN};
+use crate::keys::{BankState, KeyEntry};
+
+pub const CF_META: &str = "meta";
+pub const CF_KEYS: &str = "keys";
+pub const CF_DENIED: &str = "denied";
+pub const CF_JOBS: &str = "jobs";
+pub const CF_RETURNS: &str = "returns";
+pub const CF_GRAINS: &str = "grains";
+pub const CF_ROOTS: &str = "roots";
+pub const CF_CHUNKS: &str = "chunks";
+pub const CF_AES: &str = "aes";
+pub const CF_IMPORTS: &str = "imports";
+pub const ALL_CFS: [&str; 10] = [CF_META, CF_KEYS, CF_DENIED, CF_JOBS, CF_RETURNS, CF_GRAINS, CF_ROOTS, CF_CHUNKS, CF_AES, CF_IMPORTS];
+const APPLIED_INDEX: &[u8] = b"applied_index";
+
+/// What applying a record changed that a view must mirror.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    KeySet { id: String, state: BankState, pub_key: Vec<u8>, time_ns: u64 },
+    KeyRemoved { id: String },
+    DeniedSet { id: String, pub_key: Vec<u8>, time_ns: u64 },
+    DeniedRemoved { id: String },
+    /// A roots file is complete (all chunks, checksum verified) and can be written.
+    RootsWritten { tree: RootsTree, saltenv: String, path: String },
+    RootsRemoved { tree: RootsTree, saltenv: String, path: String },
+}
+
+/// Metadata of one file of a roots tree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RootsMeta {
+    pub mode: u32,
+    #[serde(with = "serde_bytes")]
+    pub sha256: Vec<u8>,
+    pub size: u64,
+    pub chunks: u32,
+    /// Chunks received so far (they arrive in order).
+    pub received: u32,
+    /// All chunks arrived and their sha256 matched.
+    pub complete: bool,
+}
+
+/// A key as the state machine holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredKey {
+    pub state: BankState,
+    pub time_ns: u64,
+    pub pub_key: Vec<u8>,
+}
+
+pub struct StateMachine {
+    db: Arc<DB>,
+    path: PathBuf,
+}
+
+fn roots_key(tree: RootsTree, env: &str, path: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(env.len() + path.len() + 8);
+    k.extend_from_slice(tree.as_str().as_bytes());
+    k.push(0);
+    k.extend_from_slice(env.as_bytes());
+    k.push(0);
+    k.extend_from_slice(path.as_bytes());
+    k
+}
+
+fn chunk_key(rk: &[u8], chunk: u32) -> Vec<u8> {
+    let mut k = rk.to_vec();
+    k.push(0);
+    k.extend_from_slice(&chunk.to_be_bytes());
+    k
+}
+
+fn to_msgpack<T: Serialize>(v: &T) -> Result<Vec<u8>> {
+    rmp_serde::to_vec_named(v).map_err(|e| Error::Invalid(format!("encoding state value: {e}")))
+}
+
+fn from_msgpack<'a, T: Deserialize<'a>>(what: &str, b: &'a [u8]) -> Result<T> {
+    rmp_serde::from_slice(b).map_err(|e| Error::Invalid(format!("state machine value for {what} is damaged: {e}")))
+}
+
+impl StateMachine {
+    /// Opens (or creates) the state machine at `path`.
+    pub fn open(path: &Path) -> Result<Self> {
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.create_missing_column_families(true);
+        opts.set_max_background_jobs(2);
+        let db = DB::open_cf(&opts, path, ALL_CFS)?;
+        Ok(StateMachine { db: Arc::new(db), path: path.to_path_buf() })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn cf(&self, name: &str) -> Result<&ColumnFamily> {
+        self.db.cf_handle(name).ok_or_else(|| Error::Invalid(format!("column family {name} missing")))
+    }
+
+    pub fn applied_index(&self) -> Result<u64> {
+        match self.db.get_cf(self.cf(CF_META)?, APPLIED_INDEX)? {
+            None => Ok(0),
+            Some(v) if v.len() == 8 => Ok(u64::from_be_bytes(v[..8].try_into().unwrap_or([0; 8]))),
+            Some(_) => Err(Error::Invalid("applied_index in the state machine is damaged".into())),
+        }
+    }
+
+    /// Applies committed records in log order. Records at or below the applied index are
+    /// skipped. Returns what the views must do. With `bulk`, RocksDB's WAL is skipped
+    /// (replay then flushes once at the end via [`StateMachine::flush`]).
+    pub fn apply(&self, entries: &[(u64, Record)], bulk: bool) -> Result<Vec<Effect>> {
+        let applied = self.applied_index()?;
+        let mut batch = WriteBatch::default();
+        let mut effects = Vec::new();
+        let mut last = applied;
+        // Changes earlier in this batch that later records of the batch must see.
+        let mut overlay = Overlay::default();
+        for (index, rec) in entries {
+            if *index <= last {
+                continue;
+            }
+            self.apply_one(*index, rec, &mut batch, &mut effects, &mut overlay)?;
+            last = *index;
+        }
+        if last == applied {
+            return Ok(effects);
+        }
+        batch.put_cf(self.cf(CF_META)?, APPLIED_INDEX, last.to_be_bytes());
+        let mut wo = WriteOptions::default();
+        wo.disable_wal(bulk);
+        self.db.write_opt(batch, &wo)?;
+        Ok(effects)
+    }
+
+    /// Moves the applied index forward over entries that carry no record (raft's own
+    /// empty and configuration entries).
+    pub fn advance_applied(&self, index: u64) -> Result<()> {
+        if index > self.applied_index()? {
+            self.db.put_cf(self.cf(CF_META)?, APPLIED_INDEX, index.to_be_bytes())?;
+        }
+        Ok(())
+    }
+
+    fn apply_one(&self, index: u64, rec: &Record, b: &mut WriteBatch, fx: &mut Vec<Effect>, ov: &mut Overlay) -> Result<()> {
+        match rec {
+            Record::KeySet(k) => match k.state {
+                KeyState::Accepted | KeyState::Pending | KeyState::Rejected => {
+                    let state = BankState::from_key_state(k.state).ok_or_else(|| Error::Invalid("bad key state".into()))?;
+                    let mut v = Vec::with_capacity(9 + k.pub_key.len());
+                    v.push(state.mmap_byte());
+                    v.extend_from_slice(&k.time_ns.to_be_bytes());
+                    v.extend_from_slice(&k.pub_key);
+                    b.put_cf(self.cf(CF_KEYS)?, k.id.as_bytes(), v);
+                    ov.keys.insert(k.id.clone(), true);
+                    fx.push(Effect::KeySet { id: k.id.clone(), state, pub_key: k.pub_key.clone(), time_ns: k.time_ns });
+                }
+                KeyState::Deleted => {
+                    let exists = match ov.keys.get(&k.id) {
+                        Some(e) => *e,
+                        None => self.db.get_pinned_cf(self.cf(CF_KEYS)?, k.id.as_bytes())?.is_some(),
+                    };
+                    if exists {
+                        b.delete_cf(self.cf(CF_KEYS)?, k.id.as_bytes());
+                        ov.keys.insert(k.id.clone(), false);
+                        fx.push(Effect::KeyRemoved { id: k.id.clone() });
+                    }
+                }
+                KeyState::Denied => {
+                    // Only the first denied key of an id is kept (Salt's rule).
+                    let exists = match ov.denied.get(&k.id) {
+                        Some(e) => *e,
+                        None => self.db.get_pinned_cf(self.cf(CF_DENIED)?, k.id.as_bytes())?.is_some(),
+                    };
+                    if !exists {
+                        let mut v = Vec::with_capacity(8 + k.pub_key.len());
+                        v.extend_from_slice(&k.time_ns.to_be_bytes());
+                        v.extend_from_slice(&k.pub_key);
+                        b.put_cf(self.cf(CF_DENIED)?, k.id.as_bytes(), v);
+                        ov.denied.insert(k.id.clone(), true);
+                        fx.push(Effect::DeniedSet { id: k.id.clone(), pub_key: k.pub_key.clone(), time_ns: k.time_ns });
+                    }
+                }
+                KeyState::DeniedCleared => {
+                    let exists = match ov.denied.get(&k.id) {
+                        Some(e) => *e,
+                        None => self.db.get_pinned_cf(self.cf(CF_DENIED)?, k.id.as_bytes())?.is_some(),
+                    };
+                    if exists {
+                        b.delete_cf(self.cf(CF_DENIED)?, k.id.as_bytes());
+                        ov.denied.insert(k.id.clone(), false);
+                        fx.push(Effect::DeniedRemoved { id: k.id.clone() });
+                    }
+                }
+            },
+            Record::JobPublished(j) => b.put_cf(self.cf(CF_JOBS)?, j.jid.as_bytes(), to_msgpack(j)?),
+            Record::JobReturn(r) => {
+                let mut k = r.jid.as_bytes().to_vec();
+                k.push(0);
+                k.extend_from_slice(r.id.as_bytes());
+                b.put_cf(self.cf(CF_RETURNS)?, k, to_msgpack(r)?);
+            }
+            Record::GrainsReport(g) => b.put_cf(self.cf(CF_GRAINS)?, g.id.as_bytes(), to_msgpack(g)?),
+            Record::RootsBlob(blob) => {
+                let rk = roots_key(blob.tree, &blob.saltenv, &blob.path);
+                let prev = match ov.roots.get(&rk) {
+                    Some(m) => m.clone(),
+                    None => match self.db.get_cf(self.cf(CF_ROOTS)?, &rk)? {
+                        Some(v) => Some(from_msgpack::<RootsMeta>("roots", &v)?),
+                        None => None,
+                    },
+                };
+                let mut meta = if blob.chunk == 0 {
+                    // Chunk 0 starts a new version of the file; drop chunks of the old one.
+                    if let Some(p) = &prev {
+                        for c in blob.chunks..p.chunks {
+                            b.delete_cf(self.cf(CF_CHUNKS)?, chunk_key(&rk, c));
+                        }
+                    }
+                    RootsMeta { mode: blob.mode, sha256: blob.sha256.clone(), size: blob.size, chunks: blob.chunks, received: 0, complete: false }
+                } else {
+                    match prev {
+                        Some(p) if !p.complete && p.sha256 == blob.sha256 && p.received == blob.chunk && p.chunks == blob.chunks => p,
+                        _ => {
+                            tracing::error!(index, path = %blob.path, chunk = blob.chunk, "roots chunk out of order or for another version; ignored");
+                            return Ok(());
+                        }
+                    }
+                };
+                b.put_cf(self.cf(CF_CHUNKS)?, chunk_key(&rk, blob.chunk), &blob.data);
+                ov.chunks.insert(chunk_key(&rk, blob.chunk), blob.data.clone());
+                meta.received += 1;
+                if meta.received == meta.chunks {
+                    let mut h = Sha256::new();
+                    for c in 0..meta.chunks {
+                        let ck = chunk_key(&rk, c);
+                        match ov.chunks.get(&ck) {
+                            Some(d) => h.update(d),
+                            None => match self.db.get_pinned_cf(self.cf(CF_CHUNKS)?, &ck)? {
+                                Some(d) => h.update(&d),
+                                None => return Err(Error::Invalid(format!("roots chunk {c} of {} missing", blob.path))),
+                            },
+                        }
+                    }
+                    if h.finalize().as_slice() == meta.sha256.as_slice() {
+                        meta.complete = true;
+                        fx.push(Effect::RootsWritten { tree: blob.tree, saltenv: blob.saltenv.clone(), path: blob.path.clone() });
+                    } else {
+                        tracing::error!(index, path = %blob.path, "roots file does not match its sha256; not materialised");
+                    }
+                }
+                b.put_cf(self.cf(CF_ROOTS)?, &rk, to_msgpack(&meta)?);
+                ov.roots.insert(rk, Some(meta));
+            }
+            Record::RootsTombstone(t) => {
+                let rk = roots_key(t.tree, &t.saltenv, &t.path);
+                let prev = match ov.roots.get(&rk) {
+                    Some(m) => m.clone(),
+                    None => match self.db.get_cf(self.cf(CF_ROOTS)?, &rk)? {
+                        Some(v) => Some(from_msgpack::<RootsMeta>("roots", &v)?),
+                        None => None,
+                    },
+                };
+                if let Some(p) = prev {
+                    for c in 0..p.chunks {
+                        b.delete_cf(self.cf(CF_CHUNKS)?, chunk_key(&rk, c));
+                    }
+                    b.delete_cf(self.cf(CF_ROOTS)?, &rk);
+                    ov.roots.insert(rk, None);
+                }
+                fx.push(Effect::RootsRemoved { tree: t.tree, saltenv: t.saltenv.clone(), path: t.path.clone() });
+            }
+            Record::AesKeyRotation(a) => b.put_cf(self.cf(CF_AES)?, a.generation.to_be_bytes(), to_msgpack(a)?),
+            Record::ImportMarker(m) => b.put_cf(self.cf(CF_IMPORTS)?, index.to_be_bytes(), to_msgpack(m)?),
+        }
+        Ok(())
+    }
+
+    /// Flushes memtables to disk (after a bulk apply).
+    pub fn flush(&self) -> Result<()> {
+        for cf in ALL_CFS {
+            self.db.flush_cf(self.cf(cf)?)?;
+        }
+        Ok(())
+    }
+
+    fn decode_key(id: &[u8], v: &[u8]) -> Result<StoredKey> {
+        if v.len() < 9 {
+            return Err(Error::Invalid(format!("key entry of {:?} is damaged", String::from_utf8_lossy(id))));
+        }
+        let state = BankState::from_mmap_byte(v[0]).ok_or_else(|| Error::Invalid(format!("key entry of {:?} has state byte {}", String::from_utf8_lossy(id), v[0])))?;
+        Ok(StoredKey { state, time_ns: u64::from_be_bytes(v[1..9].try_into().unwrap_or([0; 8])), pub_key: v[9..].to_vec() })
+    }
+
+    pub fn get_key(&self, id: &str) -> Result<Option<StoredKey>> {
+        match self.db.get_cf(self.cf(CF_KEYS)?, id.as_bytes())? {
+            None => Ok(None),
+            Some(v) => Self::decode_key(id.as_bytes(), &v).map(Some),
+        }
+    }
+
+    /// The first denied key of `id` and its time.
+    pub fn get_denied(&self, id: &str) -> Result<Option<(u64, Vec<u8>)>> {
+        match self.db.get_cf(self.cf(CF_DENIED)?, id.as_bytes())? {
+            None => Ok(None),
+            Some(v) if v.len() >= 8 => Ok(Some((u64::from_be_bytes(v[..8].try_into().unwrap_or([0; 8])), v[8..].to_vec()))),
+            Some(_) => Err(Error::Invalid(format!("denied entry of {id:?} is damaged"))),
+        }
+    }
+
+    /// Every key, sorted by id bytes.
+    pub fn keys(&self) -> Result<Vec<(String, StoredKey)>> {
+        let mut out = Vec::new();
+        for item in self.db.iterator_cf(self.cf(CF_KEYS)?, IteratorMode::Start) {
+            let (k, v) = item?;
+            let id = String::from_utf8(k.to_vec()).map_err(|_| Error::Invalid("non-UTF-8 id in the state machine".into()))?;
+            let sk = Self::decode_key(&k, &v)?;
+            out.push((id, sk));
+        }
+        Ok(out)
+    }
+
+    /// Every denied key, sorted by id bytes: (id, time_ns, pub).
+    pub fn denied(&self) -> Result<Vec<(String, u64, Vec<u8>)>> {
+        let mut out = Vec::new();
+        for item in self.db.iterator_cf(self.cf(CF_DENIED)?, IteratorMode::Start) {
+            let (k, v) = item?;
+            let id = String::from_utf8(k.to_vec()).map_err(|_| Error::Invalid("non-UTF-8 id in the state machine".into()))?;
+            if v.len() < 8 {
+                return Err(Error::Invalid(format!("denied entry of {id:?} is damaged")));
+            }
+            out.push((id, u64::from_be_bytes(v[..8].try_into().unwrap_or([0; 8])), v[8..].to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Key entries as the views hold them.
+    pub fn key_entries(&self) -> Result<Vec<KeyEntry>> {
+        Ok(self.keys()?.into_iter().map(|(id, k)| KeyEntry { id, state: k.state, pub_key: k.pub_key }).collect())
+    }
+
+    /// Every complete roots file: (tree, saltenv, path, meta).
+    pub fn roots_files(&self) -> Result<Vec<(RootsTree, String, String, RootsMeta)>> {
+        let mut out = Vec::new();
+        for item in self.db.iterator_cf(self.cf(CF_ROOTS)?, IteratorMode::Start) {
+            let (k, v) = item?;
+            let meta: RootsMeta = from_msgpack("roots", &v)?;
+            if !meta.complete {
+                continue;
+            }
+            let mut parts = k.splitn(3, |b| *b == 0);
+            let (Some(t), Some(e), Some(p)) = (parts.next(), parts.next(), parts.next()) else {
+                return Err(Error::Invalid("damaged roots key in the state machine".into()));
+            };
+            let tree = match t {
+                b"file" => RootsTree::File,
+                b"pillar" => RootsTree::Pillar,
+                _ => return Err(Error::Invalid("unknown roots tree in the state machine".into())),
+            };
+            let s = |b: &[u8]| String::from_utf8(b.to_vec()).map_err(|_| Error::Invalid("non-UTF-8 roots key".into()));
+            out.push((tree, s(e)?, s(p)?, meta));
+        }
+        Ok(out)
+    }
+
+    /// The metadata and content of one complete roots file.
+    pub fn roots_file(&self, tree: RootsTree, env: &str, path: &str) -> Result<Option<(RootsMeta, Vec<u8>)>> {
+        let rk = roots_key(tree, env, path);
+        let Some(v) = self.db.get_cf(self.cf(CF_ROOTS)?, &rk)? else { return Ok(None) };
+        let meta: RootsMeta = from_msgpack("roots", &v)?;
+        if !meta.complete {
+            return Ok(None);
+        }
+        let mut data = Vec::with_capacity(meta.size as usize);
+        for c in 0..meta.chunks {
+            match self.db.get_pinned_cf(self.cf(CF_CHUNKS)?, chunk_key(&rk, c))? {
+                Some(d) => data.extend_from_slice(&d),
+                None => return Err(Error::Invalid(format!("roots file {path}: chunk {c} missing"))),
+            }
+        }
+        if data.len() as u64 != meta.size || Sha256::digest(&data).as_slice() != meta.sha256.as_slice() {
+            return Err(Error::Invalid(format!("roots file {path} in the state machine does not match its sha256")));
+        }
+        Ok(Some((meta, data)))
+    }
+
+    /// Number of entries in a column family (for status output and tests).
+    pub fn count(&self, cf: &str) -> Result<u64> {
+        let mut n = 0;
+        for item in self.db.iterator_cf(self.cf(cf)?, IteratorMode::Start) {
+            item?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Raw iteration over a column family (for dumps and jobs queries).
+    pub fn scan(&self, cf: &str, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut out = Vec::new();
+        let mode = IteratorMode::From(prefix, rocksdb::Direction::Forward);
+        for item in self.db.iterator_cf(self.cf(cf)?, mode) {
+            let (k, v) = item?;
+            if !k.starts_with(prefix) {
+                break;
+            }
+            out.push((k.to_vec(), v.to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Writes a consistent snapshot (a RocksDB checkpoint, which carries the applied
+    /// index) into `dir`, which must not exist. Returns the applied index it holds.
+    pub fn checkpoint(&self, dir: &Path) -> Result<u64> {
+        self.db.flush_wal(true)?;
+        let idx = self.applied_index()?;
+        Checkpoint::new(&self.db)?.create_checkpoint(dir)?;
+        Ok(idx)
+    }
+
+    /// Replaces the state machine at `path` with a copy of the checkpoint at `snapshot`.
+    /// The state machine at `path` must be closed.
+    pub fn restore(snapshot: &Path, path: &Path) -> Result<()> {
+        let tmp = path.with_extension("restore-tmp");
+        let _ = std::fs::remove_dir_all(&tmp);
+        copy_dir(snapshot, &tmp)?;
+        if path.exists() {
+            std::fs::remove_dir_all(path).map_err(|e| Error::io(format!("removing {}", path.display()), e))?;
+        }
+        std::fs::rename(&tmp, path).map_err(|e| Error::io(format!("renaming {} to {}", tmp.display(), path.display()), e))?;
+        Ok(())
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to).map_err(|e| Error::io(format!("creating {}", to.display()), e))?;
+    let rd = std::fs::read_dir(from).map_err(|e| Error::io(format!("listing {}", from.display()), e))?;
+    for ent in rd {
+        let ent = ent.map_err(|e| Error::io(format!("listing {}", from.display()), e))?;
+        let dst = to.join(ent.file_name());
+        if ent.path().is_dir() {
+            copy_dir(&ent.path(), &dst)?;
+        } else {
+            std::fs::copy(ent.path(), &dst).map_err(|e| Error::io(format!("copying {}", ent.path().display()), e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Changes made earlier in the same apply batch, which later records must see.
+#[derive(Default)]
+struct Overlay {
+    keys: std::collections::HashMap<String, bool>,
+    denied: std::collections::HashMap<String, bool>,
+    roots: std::collections::HashMap<Vec<u8>, Option<RootsMeta>>,
+    chunks: std::collections::HashMap<Vec<u8>, Vec<u8>>,
+}
+
+/// Splits file content into roots blob records (what `sync_roots` and imports propose).
+pub fn roots_records(tree: RootsTree, saltenv: &str, path: &str, mode: u32, content: &[u8]) -> Vec<Record> {
+    let sha = Sha256::digest(content).to_vec();
+    let chunks = content.len().div_ceil(ROOTS_CHUNK_LEN).max(1) as u32;
+    (0..chunks)
+        .map(|c| {
+            let start = c as usize * ROOTS_CHUNK_LEN;
+            let end = (start + ROOTS_CHUNK_LEN).min(content.len());
+            Record::RootsBlob(crate::format::RootsBlob {
+                tree,
+                saltenv: saltenv.to_string(),
+                path: path.to_string(),
+                mode,
+                sha256: sha.clone(),
+                size: content.len() as u64,
+                chunk: c,
+                chunks,
+                data: content[start..end].to_vec(),
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,132 @@
+//! Views: everything derived from the state machine that lives outside it — the key view
+//! (`localfs_key` or `mmap_key`) and the roots trees.
+//!
+//! Views are disposable. The applier mirrors each batch's [`Effect`]s into them and then
+//! records the index they reflect (`views_index` in the state machine's `meta` family);
+//! if a crash leaves them behind the state machine, the next start rebuilds them from it.
+
+use crate::error::Result;
+use crate::keys::{KeyView, KeyEntry};
+use crate::roots::RootsMaterialiser;
+use crate::state::{Effect, StateMachine};
+
+pub struct Views {
+    pub keys: Box<dyn KeyView>,
+    pub roots: RootsMaterialiser,
+}
+
+/// Counts of a key-view rebuild.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RebuildCounts {
+    pub accepted: u64,
+    pub pending: u64,
+    pub rejected: u64,
+    pub denied: u64,
+    /// Entries the view could not hold (e.g. ids longer than `mmap_key_id_size`).
+    pub refused: u64,
+}
+
+impl Views {
+    pub fn new(keys: Box<dyn KeyView>, roots: RootsMaterialiser) -> Self {
+        Views { keys, roots }
+    }
+
+    /// Mirrors one applied batch. A view entry that cannot be written (an id too long for
+    /// the mmap geometry) is logged and skipped: the state machine still holds it.
+    pub fn apply(&mut self, sm: &StateMachine, effects: &[Effect]) -> Result<()> {
+        for fx in effects {
+            let r = match fx {
+                Effect::KeySet { id, state, pub_key, time_ns } => self.keys.set_key(id, *state, pub_key, *time_ns),
+                Effect::KeyRemoved { id } => self.keys.remove_key(id).map(|_| ()),
+                Effect::DeniedSet { id, pub_key, time_ns } => self.keys.set_denied(id, pub_key, *time_ns),
+                Effect::DeniedRemoved { id } => self.keys.remove_denied(id).map(|_| ()),
+                Effect::RootsWritten { tree, saltenv, path } => self.roots.materialise(sm, *tree, saltenv, path),
+                Effect::RootsRemoved { tree, saltenv, path } => self.roots.remove(*tree, saltenv, path),
+            };
+            if let Err(e) = r {
+                match e {
+                    crate::error::Error::Invalid(_) | crate::error::Error::InvalidId { .. } | crate::error::Error::InvalidPath { .. } => {
+                        tracing::error!(driver = self.keys.driver(), "view not updated: {e}");
+                    }
+                    other => return Err(other),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn sync(&mut self) -> Result<()> {
+        self.keys.sync()
+    }
+
+    /// Deletes the key view and writes it again from the state machine, in id order, so
+    /// that the same state always gives the same bytes.
+    pub fn rebuild_keys(&mut self, sm: &StateMachine, mut progress: impl FnMut(u64, u64)) -> Result<RebuildCounts> {
+        self.keys.clear()?;
+        let keys = sm.keys()?;
+        let denied = sm.denied()?;
+        let total = (keys.len() + denied.len()) as u64;
+        let mut c = RebuildCounts::default();
+        let mut done = 0;
+        for (id, k) in keys {
+            match self.keys.set_key(&id, k.state, &k.pub_key, k.time_ns) {
+                Ok(()) => match k.state {
+                    crate::keys::BankState::Accepted => c.accepted += 1,
+                    crate::keys::BankState::Pending => c.pending += 1,
+                    crate::keys::BankState::Rejected => c.rejected += 1,
+                },
+                Err(e) => {
+                    tracing::error!("{e}");
+                    c.refused += 1;
+                }
+            }
+            done += 1;
+            if done % 1024 == 0 {
+                progress(done, total);
+            }
+        }
+        for (id, t, pub_key) in denied {
+            match self.keys.set_denied(&id, &pub_key, t) {
+                Ok(()) => c.denied += 1,
+                Err(e) => {
+                    tracing::error!("{e}");
+                    c.refused += 1;
+                }
+            }
+            done += 1;
+        }
+        progress(done, total);
+        self.keys.sync()?;
+        Ok(c)
+    }
+
+    /// Compares the key view with the state machine; returns the differences (empty when
+    /// the view is faithful).
+    pub fn diff_keys(&self, sm: &StateMachine) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        let (view_keys, view_denied) = self.keys.entries()?;
+        let mut vk: std::collections::BTreeMap<String, KeyEntry> = view_keys.into_iter().map(|e| (e.id.clone(), e)).collect();
+        for e in sm.key_entries()? {
+            match vk.remove(&e.id) {
+                None => out.push(format!("{}: {} in the state machine, missing from the view", e.id, e.state.as_str())),
+                Some(v) if v != e => out.push(format!("{}: view has {} with a {}-byte key, state machine {} with {} bytes", e.id, v.state.as_str(), v.pub_key.len(), e.state.as_str(), e.pub_key.len())),
+                _ => {}
+            }
+        }
+        for id in vk.keys() {
+            out.push(format!("{id}: in the view, not in the state machine"));
+        }
+        let mut vd: std::collections::BTreeMap<String, Vec<u8>> = view_denied.into_iter().collect();
+        for (id, _, p) in sm.denied()? {
+            match vd.remove(&id) {
+                None => out.push(format!("{id}: denied in the state machine, missing from the view")),
+                Some(v) if v != p => out.push(format!("{id}: denied key differs between view and state machine")),
+                _ => {}
+            }
+        }
+        for id in vd.keys() {
+            out.push(format!("{id}: denied in the view, not in the state machine"));
+        }
+        Ok(out)
+    }
+}
