@@ -33,3 +33,6 @@ pub mod views;
 
 pub use error::{Error, Result};
 pub use format::{KeyState, Record, RecordKind};
+
+#[cfg(test)]
+mod vectors_tests;

@@ -5,6 +5,7 @@
 //! | cf        | key                         | value                                          |
 //! |-----------|-----------------------------|------------------------------------------------|
 //! | `meta`    | `applied_index`             | u64 BE: the last applied log index              |
+//! | `meta`    | `views_index`               | u64 BE: the index the views reflect             |
 //! | `keys`    | minion id                   | u8 state (1 acc, 2 pend, 3 rej), u64 BE time_ns, pub bytes |
 //! | `denied`  | minion id                   | u64 BE time_ns, pub bytes (the first denied key) |
 //! | `jobs`    | jid                         | the `JobPublished` payload (msgpack)            |
@@ -43,6 +44,7 @@ pub const CF_AES: &str = "aes";
 pub const CF_IMPORTS: &str = "imports";
 pub const ALL_CFS: [&str; 10] = [CF_META, CF_KEYS, CF_DENIED, CF_JOBS, CF_RETURNS, CF_GRAINS, CF_ROOTS, CF_CHUNKS, CF_AES, CF_IMPORTS];
 const APPLIED_INDEX: &[u8] = b"applied_index";
+const VIEWS_INDEX: &[u8] = b"views_index";
 
 /// What applying a record changed that a view must mirror.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,6 +162,20 @@ impl StateMachine {
         wo.disable_wal(bulk);
         self.db.write_opt(batch, &wo)?;
         Ok(effects)
+    }
+
+    /// The index the views reflect (set by the applier after the views are synced).
+    pub fn views_index(&self) -> Result<u64> {
+        match self.db.get_cf(self.cf(CF_META)?, VIEWS_INDEX)? {
+            None => Ok(0),
+            Some(v) if v.len() == 8 => Ok(u64::from_be_bytes(v[..8].try_into().unwrap_or([0; 8]))),
+            Some(_) => Err(Error::Invalid("views_index in the state machine is damaged".into())),
+        }
+    }
+
+    pub fn set_views_index(&self, index: u64) -> Result<()> {
+        self.db.put_cf(self.cf(CF_META)?, VIEWS_INDEX, index.to_be_bytes())?;
+        Ok(())
     }
 
     /// Moves the applied index forward over entries that carry no record (raft's own
