@@ -121,6 +121,7 @@ impl Node {
             log.append(&[], None, Some(&cs), true)?;
             tracing::info!(id = cfg.id, "new log: bootstrapped as the only voter");
         }
+        log.check_all()?;
         let applied = sm.applied_index()?;
         let last = Storage::last_index(&log)?;
         if applied > last {

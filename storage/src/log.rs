@@ -194,6 +194,31 @@ impl RaftLog {
         Ok(())
     }
 
+    /// Reads every entry and checks every record's checksum; the first failure is a
+    /// [`Error::CorruptLog`] naming the entry and the recovery tool. Start-up runs this
+    /// so that a master never serves from a damaged log.
+    pub fn check_all(&self) -> Result<u64> {
+        let mut n = 0;
+        let first = self.first_entry_index().unwrap_or(1);
+        self.for_each_record(first, None, |index, rec| match rec {
+            Ok(_) => {
+                n += 1;
+                Ok(())
+            }
+            Err(e) => Err(Error::CorruptLog(format!(
+                "entry {index} of the log in {} is damaged: {e}. Refusing to start; run `halite-ctl verify` to see the damage",
+                self.dir.display()
+            ))),
+        })
+        .map_err(|e| match e {
+            Error::CorruptLog(m) if !m.contains("halite-ctl") => Error::CorruptLog(format!(
+                "{m}. Refusing to start; run `halite-ctl verify` to see the damage"
+            )),
+            other => other,
+        })?;
+        Ok(n)
+    }
+
     pub fn sync(&self) -> Result<()> {
         self.engine.sync()?;
         Ok(())

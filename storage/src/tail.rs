@@ -72,8 +72,13 @@ pub fn newest_log_file(dir: &Path) -> Result<Option<PathBuf>> {
 
 /// Checks the newest log file of `dir` and cuts a torn tail; see the module docs.
 pub fn repair_torn_tail(dir: &Path) -> Result<TailState> {
+    check_tail(dir, true)
+}
+
+/// Like [`repair_torn_tail`], but with `repair` unset it only reports what it would cut.
+pub fn check_tail(dir: &Path, repair: bool) -> Result<TailState> {
     let Some(path) = newest_log_file(dir)? else { return Ok(TailState::Clean) };
-    let mut f = OpenOptions::new().read(true).write(true).open(&path).ctx(|| format!("opening {}", path.display()))?;
+    let mut f = OpenOptions::new().read(true).write(repair).open(&path).ctx(|| format!("opening {}", path.display()))?;
     let size = f.metadata().ctx(|| format!("stat {}", path.display()))?.len();
     let header_len = match file_header_len(&mut f, size)? {
         Some(h) => h,
@@ -81,8 +86,7 @@ pub fn repair_torn_tail(dir: &Path) -> Result<TailState> {
             // A file whose header never made it to disk holds no batch at all.
             if all_zero_from(&mut f, 0, size)? {
                 tracing::warn!(file = %path.display(), "log file with an empty header: truncating it to zero length");
-                f.set_len(0).ctx(|| format!("truncating {}", path.display()))?;
-                f.sync_all().ctx(|| format!("syncing {}", path.display()))?;
+                cut(&mut f, &path, 0, repair)?;
                 return Ok(TailState::ZerosCut { file: path, at: 0 });
             }
             return Err(corrupt(&path, 0, "the file header is damaged"));
@@ -101,13 +105,13 @@ pub fn repair_torn_tail(dir: &Path) -> Result<TailState> {
                 let mut footer = [0u8; 8];
                 read_at(&mut f, end - 8, &mut footer)?;
                 if footer == [0u8; 8] {
-                    cut(&mut f, &path, ls)?;
+                    cut(&mut f, &path, ls, repair)?;
                     tracing::warn!(file = %path.display(), at = ls, bytes = end - ls,
                         "torn tail: cutting an unfinished last log batch (it was never acknowledged)");
                     return Ok(TailState::TornCut { file: path, at: ls, bytes: end - ls });
                 }
             }
-            cut(&mut f, &path, end)?;
+            cut(&mut f, &path, end, repair)?;
             tracing::debug!(file = %path.display(), at = end, "cut zero padding after the last log batch");
             Ok(TailState::ZerosCut { file: path, at: end })
         }
@@ -122,7 +126,7 @@ pub fn repair_torn_tail(dir: &Path) -> Result<TailState> {
             if !torn {
                 return Err(corrupt(&path, end, "bytes after the last whole batch are not a torn write"));
             }
-            cut(&mut f, &path, end)?;
+            cut(&mut f, &path, end, repair)?;
             tracing::warn!(file = %path.display(), at = end, bytes = nz_end - end,
                 "torn tail: cutting an unfinished last log batch (it was never acknowledged)");
             Ok(TailState::TornCut { file: path, at: end, bytes: nz_end - end })
@@ -130,7 +134,10 @@ pub fn repair_torn_tail(dir: &Path) -> Result<TailState> {
     }
 }
 
-fn cut(f: &mut File, path: &Path, at: u64) -> Result<()> {
+fn cut(f: &mut File, path: &Path, at: u64, repair: bool) -> Result<()> {
+    if !repair {
+        return Ok(());
+    }
     f.set_len(at).ctx(|| format!("truncating {}", path.display()))?;
     f.sync_all().ctx(|| format!("syncing {}", path.display()))
 }

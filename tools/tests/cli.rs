@@ -1,1 +1,317 @@
+//! End-to-end tests of the tools: real binaries, real files, real crashes. The one test
+//! binary of the tools crate (builds are the slow part here).
 
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use halite_storage::keys::mmap::MmapKeys;
+use halite_storage::keys::{Geometry, KeyView};
+
+const SALT_KEY: &str = env!("CARGO_BIN_EXE_salt-key");
+const SALT_RUN: &str = env!("CARGO_BIN_EXE_salt-run");
+const CTL: &str = env!("CARGO_BIN_EXE_halite-ctl");
+
+fn vectors() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/salt-3008.5")
+}
+
+/// A temp root with a config dir, pki dir and data dir.
+struct Env {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+}
+
+impl Env {
+    fn new(driver: &str, extra: &str) -> Env {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
+        std::fs::create_dir_all(root.join("conf")).unwrap();
+        std::fs::create_dir_all(root.join("pki")).unwrap();
+        let cfg = format!(
+            "root_dir: {r}\npki_dir: {r}/pki\ncachedir: {r}/cache\nsock_dir: {r}/sock\nhalite_data_dir: {r}/data\nlog_file: {r}/log\n\
+             keys.cache_driver: {driver}\n{size}mmap_key_slot_size: 96\nmmap_key_id_size: 64\nmmap_key_max_segment_bytes: 2048\n{extra}",
+            r = root.display(),
+            size = if extra.contains("mmap_key_size") { "" } else { "mmap_key_size: 32\n" }
+        );
+        std::fs::write(root.join("conf/master"), cfg).unwrap();
+        Env { _tmp: tmp, root }
+    }
+
+    fn conf(&self) -> String {
+        self.root.join("conf").display().to_string()
+    }
+
+    fn pki(&self) -> PathBuf {
+        self.root.join("pki")
+    }
+
+    fn set_driver(&self, driver: &str) {
+        let p = self.root.join("conf/master");
+        let s = std::fs::read_to_string(&p).unwrap();
+        let s = s.lines().map(|l| if l.starts_with("keys.cache_driver:") { format!("keys.cache_driver: {driver}") } else { l.to_string() }).collect::<Vec<_>>().join("\n");
+        std::fs::write(p, s + "\n").unwrap();
+    }
+
+    fn run(&self, bin: &str, args: &[&str]) -> Output {
+        let conf = self.conf();
+        let mut full = vec!["-c", conf.as_str()];
+        full.extend_from_slice(args);
+        Command::new(bin).args(&full).stdin(Stdio::null()).output().unwrap()
+    }
+
+    fn ok(&self, bin: &str, args: &[&str]) -> String {
+        let o = self.run(bin, args);
+        assert!(o.status.success(), "{bin} {args:?} failed: {}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    }
+
+    fn listing(&self) -> Value {
+        serde_json::from_str(&self.ok(SALT_KEY, &["-L", "--out", "json"])).unwrap()
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.path().is_dir() {
+            copy_dir(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), &dst).unwrap();
+            let mut p = std::fs::metadata(&dst).unwrap().permissions();
+            #[allow(clippy::permissions_set_readonly_false)]
+            p.set_readonly(false);
+            std::fs::set_permissions(&dst, p).unwrap();
+        }
+    }
+}
+
+fn expected_listing() -> Value {
+    serde_json::from_slice(&std::fs::read(vectors().join("mmap_key/salt_key_list_keys.json")).unwrap()).unwrap()
+}
+
+fn fake_pub(i: usize) -> String {
+    format!("-----BEGIN PUBLIC KEY-----\nMIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEA{i:08}\n-----END PUBLIC KEY-----")
+}
+
+#[test]
+fn salt_key_lists_reference_vectors_with_both_drivers() {
+    for (driver, tree) in [("mmap_key", "mmap_key/pki"), ("localfs_key", "localfs_key/pki")] {
+        let env = Env::new(driver, "");
+        copy_dir(&vectors().join(tree), &env.pki());
+        assert_eq!(env.listing(), expected_listing(), "{driver}");
+        let text = env.ok(SALT_KEY, &["-L"]);
+        assert!(text.starts_with("Accepted Keys:\nMixed_Case-01\nacc-01"), "{text}");
+        assert!(text.contains("Denied Keys:\nacc-02\nden-only-01\nUnaccepted Keys:\npend-01\npend-02\nRejected Keys:\nrej-01\nrej-02"), "{text}");
+        let one: Value = serde_json::from_str(&env.ok(SALT_KEY, &["-l", "rej", "--out", "json"])).unwrap();
+        assert_eq!(one, serde_json::json!({"minions_rejected": ["rej-01", "rej-02"]}));
+        // Fingerprints hash the exact stored bytes (salt-key -f).
+        let f = env.ok(SALT_KEY, &["-f", "acc-03", "--out", "json"]);
+        let f: Value = serde_json::from_str(&f).unwrap();
+        let fp = f["minions"]["acc-03"].as_str().unwrap();
+        assert_eq!(fp.len(), 95, "{fp}");
+        // A listing reads and never writes.
+        assert!(!env.root.join("data").exists());
+    }
+}
+
+#[test]
+fn migrate_to_mmap_offline_keeps_keys_and_master_key_and_is_idempotent() {
+    let env = Env::new("localfs_key", "");
+    copy_dir(&vectors().join("localfs_key/pki"), &env.pki());
+    std::fs::write(env.pki().join("master.pem"), "-----BEGIN RSA PRIVATE KEY-----\nSECRET\n-----END RSA PRIVATE KEY-----\n").unwrap();
+    std::fs::write(env.pki().join("master.pub"), "-----BEGIN PUBLIC KEY-----\nPUBLIC\n-----END PUBLIC KEY-----\n").unwrap();
+    let dry = env.ok(SALT_RUN, &["pki.migrate_to_mmap", "test=True"]);
+    assert_eq!(dry, "PKI migration dry-run (no changes written):\n  Accepted: 5\n  Pending:  2\n  Rejected: 2\n  Denied:   2\n  Total:    11\n");
+    assert!(!env.pki().join(".mmap_keys.idx").exists(), "a dry run writes nothing");
+    let out = env.ok(SALT_RUN, &["pki.migrate_to_mmap"]);
+    assert_eq!(out, "PKI keys migrated to mmap_key backend successfully.\n  Accepted: 5\n  Pending:  2\n  Rejected: 2\n  Denied:   2\n  Total:    11\n");
+    let records = env.ok(CTL, &["dump", "--kind", "key_set"]).lines().count();
+    assert_eq!(records, 11);
+    // Idempotent: a second run proposes nothing new.
+    assert_eq!(env.ok(SALT_RUN, &["pki.migrate_to_mmap"]), out);
+    assert_eq!(env.ok(CTL, &["dump", "--kind", "key_set"]).lines().count(), 11);
+    env.set_driver("mmap_key");
+    assert_eq!(env.listing(), expected_listing());
+    let geo = Geometry { size: 32, slot_size: 96, key_size: 64, max_segment_bytes: 2048 };
+    let view = MmapKeys::open(&env.pki(), geo).unwrap();
+    assert_eq!(view.get_master_key("master.pem").unwrap().unwrap(), std::fs::read(env.pki().join("master.pem")).unwrap());
+    assert_eq!(view.get_master_key("master.pub").unwrap().unwrap(), std::fs::read(env.pki().join("master.pub")).unwrap());
+    for id in ["acc-03", "rej-02", "Mixed_Case-01"] {
+        let dir = if id.starts_with("rej") { "minions_rejected" } else { "minions" };
+        assert_eq!(view.get_key(id).unwrap().unwrap().pub_key, std::fs::read(env.pki().join(dir).join(id)).unwrap(), "{id} bytes kept exactly");
+    }
+    let v = env.ok(CTL, &["verify", "--views"]);
+    assert!(v.ends_with("OK\n"), "{v}");
+}
+
+#[test]
+fn salt_key_changes_go_through_the_log() {
+    let env = Env::new("localfs_key", "");
+    let pre = env.pki().join("minions_pre");
+    std::fs::create_dir_all(&pre).unwrap();
+    for (i, id) in ["web01", "web02", "db01"].iter().enumerate() {
+        std::fs::write(pre.join(id), fake_pub(i)).unwrap();
+    }
+    std::fs::write(pre.join("bogus"), "not a key").unwrap();
+    let out = env.ok(SALT_KEY, &["-a", "web*", "-y"]);
+    assert!(out.contains("The following keys are going to be accepted:\nUnaccepted Keys:\nweb01\nweb02\n"), "{out}");
+    assert!(out.contains("Key for minion web01 accepted.\nKey for minion web02 accepted."), "{out}");
+    assert!(env.pki().join("minions/web01").exists() && !pre.join("web01").exists());
+    assert_eq!(std::fs::read_to_string(env.pki().join("minions/web02")).unwrap(), fake_pub(1), "bytes kept");
+    // The prompt defaults to yes for accept; stdin is empty here.
+    let out = env.ok(SALT_KEY, &["-r", "db01"]);
+    assert!(out.contains("Proceed? [n/Y] Key for minion db01 rejected."), "{out}");
+    // Delete defaults to no.
+    let out = env.ok(SALT_KEY, &["-d", "web01"]);
+    assert!(!out.contains("Key for minion web01 deleted."), "{out}");
+    let out = env.ok(SALT_KEY, &["-d", "web01", "-y"]);
+    assert!(out.contains("Key for minion web01 deleted."), "{out}");
+    let out = env.ok(SALT_KEY, &["-a", "nomatch*", "-y"]);
+    assert_eq!(out.trim(), "The key glob 'nomatch*' does not match any unaccepted keys.");
+    let o = env.run(SALT_KEY, &["-a", "bogus", "-y"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("Unable to accept invalid key for bogus."));
+    let l = env.listing();
+    assert_eq!(l["minions"], serde_json::json!(["web02"]));
+    assert_eq!(l["minions_rejected"], serde_json::json!(["db01"]));
+    assert_eq!(l["minions_pre"], serde_json::json!(["bogus"]));
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(env.pki().join("minions/web02")).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
+    // The log holds the adoption import and each change.
+    let dump = env.ok(CTL, &["dump", "--json"]);
+    let kinds: Vec<String> = dump.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()["kind"].as_str().unwrap().to_string()).collect();
+    assert_eq!(kinds.first().map(String::as_str), Some("import_marker"));
+    assert_eq!(kinds.iter().filter(|k| *k == "key_set").count(), 4 + 2 + 1 + 1);
+    // Replay and rebuild give the same listing.
+    env.ok(CTL, &["replay"]);
+    assert_eq!(env.listing(), l);
+    std::fs::remove_dir_all(env.pki().join("minions")).unwrap();
+    env.ok(CTL, &["rebuild-views"]);
+    assert_eq!(env.listing(), l);
+    assert!(env.ok(CTL, &["verify", "--views"]).ends_with("OK\n"));
+}
+
+/// Finds `needle` in the newest log file.
+fn find_in_log(env: &Env, needle: &[u8]) -> (PathBuf, usize) {
+    let dir = env.root.join("data/log");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "raftlog")).collect();
+    files.sort();
+    let f = files.pop().unwrap();
+    let b = std::fs::read(&f).unwrap();
+    let at = b.windows(needle.len()).position(|w| w == needle).expect("needle in log");
+    (f, at)
+}
+
+#[test]
+fn corrupt_log_is_named_by_verify_and_refused_at_start() {
+    let env = Env::new("localfs_key", "");
+    let pre = env.pki().join("minions_pre");
+    std::fs::create_dir_all(&pre).unwrap();
+    std::fs::write(pre.join("corrupt-me-01"), fake_pub(7)).unwrap();
+    env.ok(SALT_KEY, &["-a", "corrupt-me-01", "-y"]);
+    for i in 0..5 {
+        std::fs::write(pre.join(format!("later-{i}")), fake_pub(100 + i)).unwrap();
+        // Each accept is its own batch, so the damaged one is in the middle.
+        env.ok(SALT_KEY, &["-a", &format!("later-{i}"), "-y"]);
+    }
+    assert!(env.ok(CTL, &["verify"]).ends_with("OK\n"));
+    let (file, at) = find_in_log(&env, b"corrupt-me-01");
+    let mut b = std::fs::read(&file).unwrap();
+    b[at + 3] ^= 0x20;
+    std::fs::write(&file, &b).unwrap();
+    let o = env.run(CTL, &["verify"]);
+    assert!(!o.status.success());
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("BAD: entry ") && out.contains("checksum"), "{out}");
+    // Anything that starts the node refuses, naming the tool.
+    let o = env.run(SALT_KEY, &["-A", "-y"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("halite-ctl verify"), "{err}");
+}
+
+#[test]
+fn torn_tail_is_cut_and_logged() {
+    let env = Env::new("localfs_key", "");
+    let pre = env.pki().join("minions_pre");
+    std::fs::create_dir_all(&pre).unwrap();
+    std::fs::write(pre.join("m1"), fake_pub(1)).unwrap();
+    env.ok(SALT_KEY, &["-a", "m1", "-y"]);
+    let dir = env.root.join("data/log");
+    let f = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).find(|p| p.extension().is_some_and(|x| x == "raftlog")).unwrap();
+    let good = std::fs::read(&f).unwrap();
+    // A half-written batch: a header claiming 4 KiB, 100 bytes of it, then preallocated zeros.
+    let mut torn = good.clone();
+    let mut hdr = Vec::new();
+    hdr.extend_from_slice(&((4096u64 << 8) | 0).to_be_bytes());
+    hdr.extend_from_slice(&32u64.to_be_bytes());
+    torn.extend_from_slice(&hdr);
+    torn.extend_from_slice(&[0xAB; 84]);
+    std::fs::write(&f, &torn).unwrap();
+    let o = env.run(SALT_KEY, &["-L", "--out", "json"]);
+    assert!(o.status.success());
+    std::fs::write(pre.join("m2"), fake_pub(2)).unwrap();
+    let o = env.run(SALT_KEY, &["-a", "m2", "-y", "--log-level", "warning"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("torn tail"), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(env.listing()["minions"], serde_json::json!(["m1", "m2"]));
+    assert!(env.ok(CTL, &["verify", "--views"]).ends_with("OK\n"));
+}
+
+fn kill_at(mut child: std::process::Child, after: Duration) -> bool {
+    std::thread::sleep(after);
+    let finished = child.try_wait().unwrap().is_some();
+    if !finished {
+        // SAFETY: signalling our own child by PID.
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGKILL);
+        }
+    }
+    let _ = child.wait();
+    !finished
+}
+
+#[test]
+fn kill_9_during_migration_and_replay_loses_nothing() {
+    let env = Env::new("localfs_key", "mmap_key_size: 65536\n");
+    let pre = env.pki().join("minions_pre");
+    let acc = env.pki().join("minions");
+    std::fs::create_dir_all(&pre).unwrap();
+    std::fs::create_dir_all(&acc).unwrap();
+    let n = 20_000;
+    for i in 0..n {
+        let dir = if i % 3 == 0 { &acc } else { &pre };
+        std::fs::write(dir.join(format!("minion-{i:05}")), fake_pub(i)).unwrap();
+    }
+    let conf = env.conf();
+    let mut killed = 0;
+    for delay_ms in [40u64, 150, 400] {
+        let child = Command::new(SALT_RUN).args(["-c", &conf, "pki.migrate_to_mmap"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        if kill_at(child, Duration::from_millis(delay_ms)) {
+            killed += 1;
+        }
+    }
+    let out = env.ok(SALT_RUN, &["pki.migrate_to_mmap"]);
+    assert!(out.contains(&format!("Accepted: {}", halite_tools::common::thousands((n as u64).div_ceil(3)))), "{out}");
+    env.set_driver("mmap_key");
+    let l = env.listing();
+    assert_eq!(l["minions"].as_array().unwrap().len(), n.div_ceil(3));
+    assert_eq!(l["minions_pre"].as_array().unwrap().len(), n - n.div_ceil(3));
+    assert!(env.ok(CTL, &["verify", "--views"]).ends_with("OK\n"));
+    // kill -9 during a replay (apply): the old state stays usable, a rerun finishes.
+    for delay_ms in [30u64, 120] {
+        let child = Command::new(CTL).args(["-c", &conf, "replay"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        if kill_at(child, Duration::from_millis(delay_ms)) {
+            killed += 1;
+        }
+    }
+    env.ok(CTL, &["replay"]);
+    assert_eq!(env.listing(), l);
+    assert!(env.ok(CTL, &["verify", "--views"]).ends_with("OK\n"));
+    // The test is only meaningful if at least one kill landed mid-operation.
+    assert!(killed > 0, "no kill landed while a child was running");
+}

@@ -1,0 +1,414 @@
+//! The master configuration, read as Salt reads it.
+//!
+//! `-c CONFIG_DIR` names a directory holding the file `master`; the files matched by
+//! `default_include` (`master.d/*.conf` unless set otherwise) and then `include` are read
+//! after it, in name order, each overriding earlier keys. Defaults are Salt's. When
+//! `root_dir` is not `/`, every path option that does not already lie under it gets it
+//! prepended, as Salt's `prepend_root_dir` does.
+//!
+//! Options Halite does not use are kept (in [`MasterConfig::raw`]) and logged at debug,
+//! so one file can serve a Python master and a Halite master. A value of the wrong type
+//! or out of range stops start-up with an error naming the option and the file.
+//!
+//! Halite's own options (not in Salt):
+//!
+//! | option            | default              | meaning                                       |
+//! |-------------------|----------------------|-----------------------------------------------|
+//! | `halite_data_dir` | `/var/lib/salt/halite` | the log (`log/`) and state machine (`state/`) |
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_yaml::{Mapping, Value};
+
+use halite_storage::keys::{Geometry, KeyDriver};
+use halite_storage::roots::RootsDirs;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: not valid YAML: {msg}")]
+    Yaml { path: PathBuf, msg: String },
+    #[error("{path}: the top level must be a mapping of options")]
+    NotMapping { path: PathBuf },
+    #[error("option `{key}` (from {path}): {why}")]
+    Invalid { key: String, path: String, why: String },
+}
+
+pub type Result<T, E = ConfigError> = std::result::Result<T, E>;
+
+/// Options Halite reads, with Salt's names and defaults.
+#[derive(Debug, Clone)]
+pub struct MasterConfig {
+    pub config_dir: PathBuf,
+    pub id: String,
+    pub root_dir: PathBuf,
+    pub interface: String,
+    pub ipv6: bool,
+    pub publish_port: u16,
+    pub ret_port: u16,
+    pub pki_dir: PathBuf,
+    pub cachedir: PathBuf,
+    pub sock_dir: PathBuf,
+    pub pidfile: PathBuf,
+    pub log_file: String,
+    pub log_level: String,
+    pub log_level_logfile: Option<String>,
+    pub file_roots: BTreeMap<String, Vec<PathBuf>>,
+    pub pillar_roots: BTreeMap<String, Vec<PathBuf>>,
+    pub auto_accept: bool,
+    pub open_mode: bool,
+    pub autosign_file: Option<PathBuf>,
+    pub autoreject_file: Option<PathBuf>,
+    pub keep_jobs_seconds: u64,
+    pub publish_session: u64,
+    pub timeout: u64,
+    pub key_driver: KeyDriver,
+    pub cluster_id: Option<String>,
+    pub cluster_peers: Vec<String>,
+    pub cluster_pki_dir: Option<PathBuf>,
+    pub cluster_pool_port: u16,
+    pub cluster_secret: Option<String>,
+    pub cluster_isolated_filesystem: bool,
+    pub halite_data_dir: PathBuf,
+    /// Every option as read (after includes), for the ones Halite does not model.
+    pub raw: Mapping,
+    /// Which file each option came from.
+    pub origin: BTreeMap<String, PathBuf>,
+}
+
+/// Options Halite understands; others are accepted and logged at debug.
+const KNOWN: &[&str] = &[
+    "id", "root_dir", "interface", "ipv6", "publish_port", "ret_port", "pki_dir", "cachedir", "sock_dir", "pidfile",
+    "log_file", "log_level", "log_level_logfile", "file_roots", "pillar_roots", "auto_accept", "open_mode",
+    "autosign_file", "autoreject_file", "keep_jobs_seconds", "keep_jobs", "publish_session", "timeout",
+    "keys.cache_driver", "mmap_key_size", "mmap_key_slot_size", "mmap_key_id_size", "mmap_key_max_segment_bytes",
+    "mmap_cache_max_segment_bytes", "cluster_id", "cluster_peers", "cluster_pki_dir", "cluster_pool_port",
+    "cluster_secret", "cluster_isolated_filesystem", "halite_data_dir", "default_include", "include", "user",
+];
+
+fn read_yaml(path: &Path) -> Result<Mapping> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+    if text.trim().is_empty() {
+        return Ok(Mapping::new());
+    }
+    let v: Value = serde_yaml::from_str(&text).map_err(|e| ConfigError::Yaml { path: path.to_path_buf(), msg: e.to_string() })?;
+    match v {
+        Value::Mapping(m) => Ok(m),
+        Value::Null => Ok(Mapping::new()),
+        _ => Err(ConfigError::NotMapping { path: path.to_path_buf() }),
+    }
+}
+
+/// Expands a simple glob (`*` and `?` in the last component) relative to `base`.
+fn glob_files(base: &Path, pattern: &str) -> Vec<PathBuf> {
+    let p = if Path::new(pattern).is_absolute() { PathBuf::from(pattern) } else { base.join(pattern) };
+    let (Some(dir), Some(pat)) = (p.parent(), p.file_name().and_then(|f| f.to_str())) else { return Vec::new() };
+    if !pat.contains(['*', '?']) {
+        return if p.is_file() { vec![p] } else { Vec::new() };
+    }
+    let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut out: Vec<PathBuf> = rd
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_str().is_some_and(|n| crate::glob::fnmatch(pat, n)))
+        .map(|e| e.path())
+        .filter(|p| p.is_file())
+        .collect();
+    out.sort();
+    out
+}
+
+impl MasterConfig {
+    /// Reads `<config_dir>/master` and its includes. A missing `master` file means all
+    /// defaults (as with Salt).
+    pub fn load(config_dir: &Path) -> Result<Self> {
+        let main = config_dir.join("master");
+        let mut raw = Mapping::new();
+        let mut origin = BTreeMap::new();
+        let mut merge = |m: Mapping, from: &Path, raw: &mut Mapping| {
+            for (k, v) in m {
+                if let Some(ks) = k.as_str() {
+                    origin.insert(ks.to_string(), from.to_path_buf());
+                }
+                raw.insert(k, v);
+            }
+        };
+        let first = if main.exists() { read_yaml(&main)? } else { Mapping::new() };
+        let default_include = first.get("default_include").and_then(Value::as_str).unwrap_or("master.d/*.conf").to_string();
+        let include: Vec<String> = match first.get("include") {
+            Some(Value::String(s)) => vec![s.clone()],
+            Some(Value::Sequence(s)) => s.iter().filter_map(|v| v.as_str().map(String::from)).collect(),
+            _ => Vec::new(),
+        };
+        merge(first, &main, &mut raw);
+        for pat in std::iter::once(default_include).chain(include) {
+            for f in glob_files(config_dir, &pat) {
+                let m = read_yaml(&f)?;
+                merge(m, &f, &mut raw);
+            }
+        }
+        Self::from_mapping(config_dir, raw, origin)
+    }
+
+    /// Builds the config from an already merged mapping.
+    pub fn from_mapping(config_dir: &Path, raw: Mapping, origin: BTreeMap<String, PathBuf>) -> Result<Self> {
+        let r = Reader { raw: &raw, origin: &origin, dir: config_dir };
+        for (k, _) in raw.iter() {
+            if let Some(k) = k.as_str() {
+                if !KNOWN.contains(&k) {
+                    tracing::debug!(option = k, "option not used by Halite; kept");
+                }
+            }
+        }
+        let root_dir = PathBuf::from(r.string("root_dir", "/")?);
+        let cluster_id = r.opt_string("cluster_id")?;
+        let size = r.uint("mmap_key_size", 1_000_000)?;
+        let slot_size = r.uint("mmap_key_slot_size", 96)? as usize;
+        let key_size = r.uint("mmap_key_id_size", 64)? as usize;
+        let seg = match raw.get("mmap_key_max_segment_bytes") {
+            Some(_) => r.uint("mmap_key_max_segment_bytes", 1 << 30)?,
+            None => r.uint("mmap_cache_max_segment_bytes", 1 << 30)?,
+        };
+        let driver = match r.string("keys.cache_driver", "localfs_key")?.as_str() {
+            "localfs_key" => KeyDriver::Localfs,
+            "mmap_key" => {
+                let geo = Geometry { size, slot_size, key_size, max_segment_bytes: seg };
+                geo.validate().map_err(|e| r.invalid("mmap_key_slot_size", e.to_string()))?;
+                KeyDriver::Mmap(geo)
+            }
+            other => return Err(r.invalid("keys.cache_driver", format!("unknown driver {other:?}; Halite supports localfs_key and mmap_key"))),
+        };
+        let default_id = format!("{}_master", hostname());
+        let keep_jobs_seconds = match raw.get("keep_jobs_seconds") {
+            Some(_) => r.uint("keep_jobs_seconds", 86400)?,
+            None => r.uint("keep_jobs", 24)? * 3600,
+        };
+        let mut c = MasterConfig {
+            config_dir: config_dir.to_path_buf(),
+            id: r.string("id", &default_id)?,
+            interface: r.string("interface", "0.0.0.0")?,
+            ipv6: r.boolean("ipv6", false)?,
+            publish_port: r.port("publish_port", 4505)?,
+            ret_port: r.port("ret_port", 4506)?,
+            pki_dir: PathBuf::from(r.string("pki_dir", "/etc/salt/pki/master")?),
+            cachedir: PathBuf::from(r.string("cachedir", "/var/cache/salt/master")?),
+            sock_dir: PathBuf::from(r.string("sock_dir", "/var/run/salt/master")?),
+            pidfile: PathBuf::from(r.string("pidfile", "/var/run/salt-master.pid")?),
+            log_file: r.string("log_file", "/var/log/salt/master")?,
+            log_level: r.string("log_level", "warning")?,
+            log_level_logfile: r.opt_string("log_level_logfile")?,
+            file_roots: r.roots("file_roots", &["/srv/salt", "/srv/spm/salt"])?,
+            pillar_roots: r.roots("pillar_roots", &["/srv/pillar", "/srv/spm/pillar"])?,
+            auto_accept: r.boolean("auto_accept", false)?,
+            open_mode: r.boolean("open_mode", false)?,
+            autosign_file: r.opt_string("autosign_file")?.map(PathBuf::from),
+            autoreject_file: r.opt_string("autoreject_file")?.map(PathBuf::from),
+            keep_jobs_seconds,
+            publish_session: r.uint("publish_session", 86400)?,
+            timeout: r.uint("timeout", 5)?,
+            key_driver: driver,
+            cluster_peers: r.string_list("cluster_peers")?,
+            cluster_pki_dir: r.opt_string("cluster_pki_dir")?.map(PathBuf::from),
+            cluster_pool_port: r.port("cluster_pool_port", 4520)?,
+            cluster_secret: r.opt_string("cluster_secret")?,
+            cluster_isolated_filesystem: r.boolean("cluster_isolated_filesystem", false)?,
+            cluster_id,
+            halite_data_dir: PathBuf::from(r.string("halite_data_dir", "/var/lib/salt/halite")?),
+            root_dir,
+            raw: raw.clone(),
+            origin: origin.clone(),
+        };
+        if !["garbage", "trace", "debug", "info", "warning", "warn", "error", "critical", "quiet", "all", "profile"].contains(&c.log_level.as_str()) {
+            return Err(r.invalid("log_level", format!("unknown level {:?}", c.log_level)));
+        }
+        c.apply_root_dir();
+        Ok(c)
+    }
+
+    fn apply_root_dir(&mut self) {
+        if self.root_dir == Path::new("/") {
+            return;
+        }
+        let root = self.root_dir.clone();
+        let fix = |p: &mut PathBuf| {
+            if !p.starts_with(&root) {
+                let rel = p.strip_prefix("/").unwrap_or(p).to_path_buf();
+                *p = root.join(rel);
+            }
+        };
+        for p in [&mut self.pki_dir, &mut self.cachedir, &mut self.sock_dir, &mut self.pidfile, &mut self.halite_data_dir] {
+            fix(p);
+        }
+        for p in [&mut self.autosign_file, &mut self.autoreject_file, &mut self.cluster_pki_dir].into_iter().flatten() {
+            fix(p);
+        }
+        if self.log_file.starts_with('/') || !self.log_file.contains("://") {
+            let mut p = PathBuf::from(&self.log_file);
+            fix(&mut p);
+            self.log_file = p.to_string_lossy().into_owned();
+        }
+    }
+
+    /// The directory holding minion keys: `cluster_pki_dir` in cluster mode (when set),
+    /// else `pki_dir`.
+    pub fn keys_dir(&self) -> &Path {
+        match (&self.cluster_id, &self.cluster_pki_dir) {
+            (Some(_), Some(d)) => d,
+            _ => &self.pki_dir,
+        }
+    }
+
+    /// Where each saltenv is materialised: the first directory listed for it.
+    pub fn roots_dirs(&self) -> RootsDirs {
+        let first = |m: &BTreeMap<String, Vec<PathBuf>>| m.iter().filter_map(|(k, v)| v.first().map(|d| (k.clone(), d.clone()))).collect();
+        RootsDirs { file: first(&self.file_roots), pillar: first(&self.pillar_roots) }
+    }
+
+    /// The mmap geometry from the config, whichever driver is selected.
+    pub fn mmap_geometry(&self) -> Geometry {
+        let r = Reader { raw: &self.raw, origin: &self.origin, dir: &self.config_dir };
+        let seg = match self.raw.get("mmap_key_max_segment_bytes") {
+            Some(_) => r.uint("mmap_key_max_segment_bytes", 1 << 30).unwrap_or(1 << 30),
+            None => r.uint("mmap_cache_max_segment_bytes", 1 << 30).unwrap_or(1 << 30),
+        };
+        Geometry {
+            size: r.uint("mmap_key_size", 1_000_000).unwrap_or(1_000_000),
+            slot_size: r.uint("mmap_key_slot_size", 96).unwrap_or(96) as usize,
+            key_size: r.uint("mmap_key_id_size", 64).unwrap_or(64) as usize,
+            max_segment_bytes: seg,
+        }
+    }
+}
+
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_else(|_| "localhost".into())
+}
+
+struct Reader<'a> {
+    raw: &'a Mapping,
+    origin: &'a BTreeMap<String, PathBuf>,
+    dir: &'a Path,
+}
+
+impl Reader<'_> {
+    fn invalid(&self, key: &str, why: String) -> ConfigError {
+        let path = self.origin.get(key).map(|p| p.display().to_string()).unwrap_or_else(|| self.dir.join("master").display().to_string());
+        ConfigError::Invalid { key: key.to_string(), path, why }
+    }
+
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.raw.get(key).filter(|v| !v.is_null())
+    }
+
+    fn string(&self, key: &str, default: &str) -> Result<String> {
+        Ok(self.opt_string(key)?.unwrap_or_else(|| default.to_string()))
+    }
+
+    fn opt_string(&self, key: &str) -> Result<Option<String>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(Value::Number(n)) => Ok(Some(n.to_string())),
+            Some(_) => Err(self.invalid(key, "expected a string".into())),
+        }
+    }
+
+    fn uint(&self, key: &str, default: u64) -> Result<u64> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(Value::Number(n)) => n.as_u64().ok_or_else(|| self.invalid(key, format!("expected a non-negative integer, got {n}"))),
+            Some(Value::String(s)) => s.trim().parse().map_err(|_| self.invalid(key, format!("expected a non-negative integer, got {s:?}"))),
+            Some(_) => Err(self.invalid(key, "expected a non-negative integer".into())),
+        }
+    }
+
+    fn port(&self, key: &str, default: u16) -> Result<u16> {
+        let v = self.uint(key, default as u64)?;
+        if v == 0 || v > 65535 {
+            return Err(self.invalid(key, format!("{v} is not a TCP port")));
+        }
+        Ok(v as u16)
+    }
+
+    fn boolean(&self, key: &str, default: bool) -> Result<bool> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(Value::String(s)) => match s.to_ascii_lowercase().as_str() {
+                "true" | "yes" | "on" | "1" => Ok(true),
+                "false" | "no" | "off" | "0" => Ok(false),
+                _ => Err(self.invalid(key, format!("expected True or False, got {s:?}"))),
+            },
+            Some(Value::Number(n)) if n.as_u64() == Some(0) || n.as_u64() == Some(1) => Ok(n.as_u64() == Some(1)),
+            Some(_) => Err(self.invalid(key, "expected True or False".into())),
+        }
+    }
+
+    fn string_list(&self, key: &str) -> Result<Vec<String>> {
+        match self.get(key) {
+            None => Ok(Vec::new()),
+            Some(Value::String(s)) => Ok(vec![s.clone()]),
+            Some(Value::Sequence(s)) => s.iter().map(|v| v.as_str().map(String::from).ok_or_else(|| self.invalid(key, "expected a list of strings".into()))).collect(),
+            Some(_) => Err(self.invalid(key, "expected a list of strings".into())),
+        }
+    }
+
+    fn roots(&self, key: &str, default: &[&str]) -> Result<BTreeMap<String, Vec<PathBuf>>> {
+        match self.get(key) {
+            None => Ok([("base".to_string(), default.iter().map(PathBuf::from).collect())].into_iter().collect()),
+            Some(Value::Mapping(m)) => {
+                let mut out = BTreeMap::new();
+                for (env, dirs) in m {
+                    let env = env.as_str().ok_or_else(|| self.invalid(key, "saltenv names must be strings".into()))?;
+                    halite_storage::id::validate_saltenv(env).map_err(|e| self.invalid(key, e.to_string()))?;
+                    let list = match dirs {
+                        Value::String(s) => vec![PathBuf::from(s)],
+                        Value::Sequence(s) => s
+                            .iter()
+                            .map(|d| d.as_str().map(PathBuf::from).ok_or_else(|| self.invalid(key, format!("saltenv {env}: directories must be strings"))))
+                            .collect::<Result<Vec<_>>>()?,
+                        _ => return Err(self.invalid(key, format!("saltenv {env}: expected a list of directories"))),
+                    };
+                    out.insert(env.to_string(), list);
+                }
+                Ok(out)
+            }
+            Some(_) => Err(self.invalid(key, "expected a mapping of saltenv to directories".into())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_includes_root_dir_and_errors() {
+        let d = tempfile::tempdir().unwrap();
+        let c = MasterConfig::load(d.path()).unwrap();
+        assert_eq!(c.pki_dir, PathBuf::from("/etc/salt/pki/master"));
+        assert_eq!(c.key_driver, KeyDriver::Localfs);
+        assert_eq!(c.file_roots["base"][0], PathBuf::from("/srv/salt"));
+
+        std::fs::write(d.path().join("master"), "root_dir: /tmp/hr\nunknown_option: 3\nret_port: 14506\n").unwrap();
+        std::fs::create_dir(d.path().join("master.d")).unwrap();
+        std::fs::write(d.path().join("master.d/10-keys.conf"), "keys.cache_driver: mmap_key\nmmap_key_size: 64\n").unwrap();
+        std::fs::write(d.path().join("master.d/20-roots.conf"), "file_roots:\n  base: [/tmp/hr/srv/salt]\n  dev: relative/dir\n").unwrap();
+        let c = MasterConfig::load(d.path()).unwrap();
+        assert_eq!(c.pki_dir, PathBuf::from("/tmp/hr/etc/salt/pki/master"));
+        assert_eq!(c.ret_port, 14506);
+        assert_eq!(c.key_driver, KeyDriver::Mmap(Geometry { size: 64, ..Geometry::default() }));
+        assert_eq!(c.file_roots["base"][0], PathBuf::from("/tmp/hr/srv/salt"));
+        assert!(c.raw.contains_key("unknown_option"));
+
+        std::fs::write(d.path().join("master.d/30-bad.conf"), "publish_port: seventy\n").unwrap();
+        let e = MasterConfig::load(d.path()).unwrap_err().to_string();
+        assert!(e.contains("publish_port") && e.contains("30-bad.conf"), "{e}");
+        std::fs::write(d.path().join("master.d/30-bad.conf"), "keys.cache_driver: redis\n").unwrap();
+        let e = MasterConfig::load(d.path()).unwrap_err().to_string();
+        assert!(e.contains("keys.cache_driver") && e.contains("30-bad.conf"), "{e}");
+        std::fs::write(d.path().join("master.d/30-bad.conf"), "file_roots: {'..': [/x]}\n").unwrap();
+        assert!(MasterConfig::load(d.path()).is_err());
+    }
+}

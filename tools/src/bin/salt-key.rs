@@ -1,0 +1,162 @@
+//! `salt-key`: manage minion keys, with Salt's flags and output.
+//!
+//! Listing (`-L`, `-l`) and fingerprints (`-f`, `-F`) read the configured key view, so
+//! they work with the master stopped. Accept, reject and delete are committed through
+//! the log (the master must be stopped for now; with it running they will go through its
+//! admin socket).
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+
+use clap::Parser;
+use serde_json::Value;
+
+use halite_tools::common::{init_logging, load_config, run, Failure, Result};
+use halite_tools::keys::{self, Cmd, Include};
+use halite_tools::output::{listing_value, render, Out};
+
+#[derive(Parser, Debug)]
+#[command(name = "salt-key", about = "Manage Salt minion keys (Halite)", version)]
+struct Args {
+    /// The Salt configuration directory.
+    #[arg(short = 'c', long = "config-dir", default_value = "/etc/salt")]
+    config_dir: PathBuf,
+    /// List all public keys.
+    #[arg(short = 'L', long = "list-all")]
+    list_all: bool,
+    /// List keys in one state: pre/un/unaccepted, acc/accepted, rej/rejected, den/denied, all.
+    #[arg(short = 'l', long = "list", value_name = "ARG")]
+    list: Option<String>,
+    /// Accept the keys matching the glob (pending; see --include-rejected/--include-denied).
+    #[arg(short = 'a', long = "accept", value_name = "GLOB")]
+    accept: Option<String>,
+    /// Accept all pending keys.
+    #[arg(short = 'A', long = "accept-all")]
+    accept_all: bool,
+    /// Reject the keys matching the glob.
+    #[arg(short = 'r', long = "reject", value_name = "GLOB")]
+    reject: Option<String>,
+    /// Reject all pending keys.
+    #[arg(short = 'R', long = "reject-all")]
+    reject_all: bool,
+    /// Delete the keys matching the glob.
+    #[arg(short = 'd', long = "delete", value_name = "GLOB")]
+    delete: Option<String>,
+    /// Delete all keys.
+    #[arg(short = 'D', long = "delete-all")]
+    delete_all: bool,
+    /// Print the fingerprints of the keys matching the glob.
+    #[arg(short = 'f', long = "finger", value_name = "GLOB")]
+    finger: Option<String>,
+    /// Print all fingerprints.
+    #[arg(short = 'F', long = "finger-all")]
+    finger_all: bool,
+    /// Answer yes to every question.
+    #[arg(short = 'y', long = "yes")]
+    yes: bool,
+    #[arg(long = "include-accepted")]
+    include_accepted: bool,
+    #[arg(long = "include-rejected")]
+    include_rejected: bool,
+    #[arg(long = "include-denied")]
+    include_denied: bool,
+    #[arg(long = "include-all")]
+    include_all: bool,
+    /// Output format.
+    #[arg(long = "out", value_enum)]
+    out: Option<Out>,
+    #[arg(long = "no-color")]
+    no_color: bool,
+    #[arg(short = 'q', long = "quiet")]
+    quiet: bool,
+    /// Log level for messages on stderr.
+    #[arg(long = "log-level", default_value = "warning")]
+    log_level: String,
+}
+
+fn main() {
+    let args = Args::parse();
+    init_logging(&args.log_level);
+    run(|| real_main(args))
+}
+
+fn print(v: &Value, args: &Args) {
+    let color = !args.no_color && std::io::stdout().is_terminal();
+    let s = render(v, args.out.unwrap_or(Out::Key), color);
+    if !s.is_empty() {
+        println!("{s}");
+    }
+}
+
+fn real_main(args: Args) -> Result<()> {
+    let cfg = load_config(&args.config_dir)?;
+    let change = [
+        (args.accept.clone(), Cmd::Accept),
+        (args.accept_all.then(|| "*".to_string()), Cmd::Accept),
+        (args.reject.clone(), Cmd::Reject),
+        (args.reject_all.then(|| "*".to_string()), Cmd::Reject),
+        (args.delete.clone(), Cmd::Delete),
+        (args.delete_all.then(|| "*".to_string()), Cmd::Delete),
+    ]
+    .into_iter()
+    .find_map(|(m, c)| m.map(|m| (m, c)));
+    if let Some((pattern, cmd)) = change {
+        return change_keys(&args, &cfg, cmd, &pattern);
+    }
+    if let Some(g) = args.finger.clone().or(args.finger_all.then(|| "*".to_string())) {
+        print(&keys::fingers(&cfg, &g)?, &args);
+        return Ok(());
+    }
+    let listing = keys::listing(&cfg)?;
+    let v = match &args.list {
+        Some(arg) => keys::list_status(&listing, arg)?,
+        None => listing_value(&listing),
+    };
+    print(&v, &args);
+    Ok(())
+}
+
+fn change_keys(args: &Args, cfg: &halite_master::MasterConfig, cmd: Cmd, pattern: &str) -> Result<()> {
+    let inc = Include {
+        accepted: cmd == Cmd::Reject && (args.include_all || args.include_accepted),
+        rejected: cmd == Cmd::Accept && (args.include_all || args.include_rejected),
+        denied: args.include_denied,
+    };
+    let node = keys::open_node(cfg)?;
+    let listing = keys::state_listing(&node)?;
+    let selected = keys::select(&listing, cmd, pattern, inc);
+    if selected.is_empty() {
+        let mut st = vec!["unaccepted"];
+        if inc.accepted {
+            st.push("accepted");
+        }
+        if inc.rejected {
+            st.push("rejected");
+        }
+        if inc.denied {
+            st.push("denied");
+        }
+        let s = if st.len() == 1 { st[0].to_string() } else { format!("{} or {}", st[..st.len() - 1].join(", "), st[st.len() - 1]) };
+        println!("The key glob '{pattern}' does not match any {s} keys.");
+        return Ok(());
+    }
+    println!("The following keys are going to be {}ed:", cmd.verb().trim_end_matches('e'));
+    print(&Value::Object(selected.clone()), args);
+    if !args.yes {
+        let (prompt, default_yes) = if cmd == Cmd::Delete { ("Proceed? [N/y] ", false) } else { ("Proceed? [n/Y] ", true) };
+        print!("{prompt}");
+        std::io::stdout().flush().map_err(Failure::from)?;
+        let mut line = String::new();
+        std::io::stdin().lock().read_line(&mut line).map_err(Failure::from)?;
+        let ans = line.trim().to_lowercase();
+        let yes = if ans.is_empty() { default_yes } else { ans.starts_with('y') };
+        if !yes {
+            return Ok(());
+        }
+    }
+    let done = keys::apply(&node, cmd, &selected)?;
+    for id in done {
+        println!("Key for minion {id} {}ed.", cmd.verb().trim_end_matches('e'));
+    }
+    Ok(())
+}

@@ -1,0 +1,420 @@
+//! `halite-ctl`: the recovery tool (like raft-engine's `ctl`). Every command works on a
+//! stopped master's data directory.
+//!
+//! * `dump`: records as text or JSON lines, by index range and kind;
+//! * `verify`: every checksum — the log files' framing and batch checksums, every entry
+//!   block, every record's CRC — then the state machine against the log and the key view
+//!   against the state machine; names the first bad record and where it is;
+//! * `replay`: rebuilds the state machine from the log, then the views;
+//! * `rebuild-views`: rebuilds the key view and roots trees from the state machine;
+//! * `import-shared`: imports a shared-filesystem cluster tree as records.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use halite_master::{store, MasterConfig};
+use halite_replication::DataDir;
+use halite_storage::format::{now_ns, ImportMarker, ImportPhase, Record, RecordKind, RootsTree};
+use halite_storage::import::{read_job_cache, read_localfs_pki, read_roots_dir};
+use halite_storage::log::RaftLog;
+use halite_storage::state::StateMachine;
+use halite_storage::tail::{check_tail, TailState};
+
+use crate::common::{Failure, Progress, Result};
+
+/// One record as a JSON object for `dump --json`.
+pub fn record_json(index: u64, r: &Record) -> Value {
+    let text = |b: &[u8]| match std::str::from_utf8(b) {
+        Ok(s) => Value::String(s.to_string()),
+        Err(_) => Value::String(format!("<{} bytes, not UTF-8>", b.len())),
+    };
+    let msgpack = |b: &[u8]| -> Value {
+        if b.is_empty() {
+            return Value::Null;
+        }
+        let mut rd = b;
+        match rmpv::decode::read_value(&mut rd) {
+            Ok(v) => serde_json::to_value(&v).unwrap_or(Value::Null),
+            Err(_) => Value::String(format!("<{} bytes, not msgpack>", b.len())),
+        }
+    };
+    let body = match r {
+        Record::KeySet(k) => json!({"id": k.id, "state": k.state.as_str(), "pub": text(&k.pub_key), "time_ns": k.time_ns}),
+        Record::JobPublished(j) => json!({"jid": j.jid, "minions": j.minions, "load": msgpack(&j.load), "time_ns": j.time_ns}),
+        Record::JobReturn(j) => json!({"jid": j.jid, "id": j.id, "load": msgpack(&j.load), "time_ns": j.time_ns}),
+        Record::GrainsReport(g) => json!({"id": g.id, "grains": msgpack(&g.grains), "time_ns": g.time_ns}),
+        Record::RootsBlob(b) => json!({"tree": b.tree.as_str(), "saltenv": b.saltenv, "path": b.path, "mode": format!("{:o}", b.mode), "sha256": hex::encode(&b.sha256), "size": b.size, "chunk": b.chunk, "chunks": b.chunks, "bytes": b.data.len()}),
+        Record::RootsTombstone(t) => json!({"tree": t.tree.as_str(), "saltenv": t.saltenv, "path": t.path}),
+        Record::AesKeyRotation(a) => json!({"generation": a.generation, "key_bytes": a.key.len(), "time_ns": a.time_ns}),
+        Record::ImportMarker(m) => json!({"source": m.source, "phase": format!("{:?}", m.phase).to_lowercase(), "counts": m.counts, "time_ns": m.time_ns}),
+    };
+    json!({"index": index, "kind": r.kind().name(), "record": body})
+}
+
+/// One record as a line of text for `dump`.
+pub fn record_text(index: u64, r: &Record) -> String {
+    let v = record_json(index, r);
+    let mut parts = vec![format!("{index:>10}"), format!("{:<16}", r.kind().name())];
+    if let Some(m) = v["record"].as_object() {
+        for (k, x) in m {
+            let s = match x {
+                Value::String(s) if k == "pub" => format!("<{} bytes>", s.len()),
+                Value::String(s) => s.clone(),
+                Value::Object(_) | Value::Array(_) if x.to_string().len() > 120 => format!("<{} chars of json>", x.to_string().len()),
+                other => other.to_string(),
+            };
+            parts.push(format!("{k}={s}"));
+        }
+    }
+    parts.join(" ")
+}
+
+/// `dump`: prints records in `[from, to]` (optionally of one kind).
+pub fn dump(log_dir: &Path, from: u64, to: Option<u64>, kind: Option<RecordKind>, as_json: bool, out: &mut dyn std::io::Write) -> Result<u64> {
+    let log = RaftLog::open(log_dir)?;
+    let mut n = 0;
+    log.for_each_record(from, to.map(|t| t + 1), |index, rec| {
+        let rec = rec.map_err(|e| halite_storage::Error::CorruptLog(format!("entry {index}: {e}")))?;
+        if kind.is_some_and(|k| k != rec.kind()) {
+            return Ok(());
+        }
+        let line = if as_json { record_json(index, &rec).to_string() } else { record_text(index, &rec) };
+        writeln!(out, "{line}").map_err(|e| halite_storage::Error::io("writing output", e))?;
+        n += 1;
+        Ok(())
+    })?;
+    Ok(n)
+}
+
+/// What `verify` found.
+#[derive(Debug, Default)]
+pub struct VerifyReport {
+    pub problems: Vec<String>,
+    pub notes: Vec<String>,
+    pub entries: u64,
+    pub records: u64,
+}
+
+/// Log files in a raft-engine dir, oldest first.
+fn log_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| Failure::from(format!("listing {}: {e}", dir.display())))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "raftlog" || x == "rewrite"))
+        .collect();
+    v.sort();
+    Ok(v)
+}
+
+/// Offsets where the batches of a raft-engine file start (read from the framing).
+fn batch_offsets(path: &Path) -> Result<Vec<u64>> {
+    let b = std::fs::read(path)?;
+    let magic = b"RAFT-LOG-FILE-HEADER-9986AB3E47F320B394C8E84916EB0ED5";
+    if b.len() < magic.len() + 8 || &b[..magic.len()] != magic {
+        return Ok(Vec::new());
+    }
+    let ver = u64::from_be_bytes(b[magic.len()..magic.len() + 8].try_into().unwrap_or([0; 8]));
+    let mut at = magic.len() + 8 + if ver >= 2 { 8 } else { 0 };
+    let mut out = Vec::new();
+    while at + 16 <= b.len() {
+        let len = (u64::from_be_bytes(b[at..at + 8].try_into().unwrap_or([0; 8])) >> 8) as usize;
+        if len < 16 || at + len > b.len() {
+            break;
+        }
+        out.push(at as u64);
+        at += len;
+    }
+    Ok(out)
+}
+
+/// Whether raft-engine reads every batch (item checksums) of a file cleanly.
+fn file_items_ok(path: &Path) -> std::result::Result<usize, String> {
+    let reader = raft_engine::Engine::dump(path).map_err(|e| e.to_string())?;
+    let mut n = 0;
+    for item in reader {
+        item.map_err(|e| e.to_string())?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// Finds the first batch of `path` that raft-engine refuses, by reading growing
+/// prefixes of the file (binary search over batch boundaries).
+fn first_bad_batch(path: &Path) -> Result<Option<u64>> {
+    let offs = batch_offsets(path)?;
+    let data = std::fs::read(path)?;
+    let tmp = tempfile::tempdir()?;
+    let copy = tmp.path().join(path.file_name().unwrap_or_default());
+    let prefix_ok = |k: usize| -> Result<bool> {
+        let end = offs.get(k).copied().unwrap_or(data.len() as u64) as usize;
+        std::fs::write(&copy, &data[..end])?;
+        Ok(file_items_ok(&copy).is_ok())
+    };
+    // Invariant: prefix ending before batch lo is fine; prefix ending before batch hi is not.
+    let (mut lo, mut hi) = (0usize, offs.len());
+    if prefix_ok(hi)? {
+        return Ok(None);
+    }
+    while hi - lo > 1 {
+        let mid = (lo + hi) / 2;
+        if prefix_ok(mid)? {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(offs.get(hi - 1).copied())
+}
+
+/// `verify`: checks the log (and with `views`, the key view), reporting the first bad
+/// record. Cuts a torn tail exactly as start-up would, and says so.
+pub fn verify(cfg: &MasterConfig, check_views: bool) -> Result<VerifyReport> {
+    let data = store::data_dir(cfg);
+    let log_dir = data.log();
+    let mut rep = VerifyReport::default();
+    if !log_dir.exists() {
+        rep.problems.push(format!("no log at {}", log_dir.display()));
+        return Ok(rep);
+    }
+    match check_tail(&log_dir, false) {
+        Ok(TailState::Clean) => {}
+        Ok(TailState::ZerosCut { .. }) => rep.notes.push("zero padding after the last batch (normal after a crash); start-up cuts it".into()),
+        Ok(TailState::TornCut { file, at, bytes }) => rep.notes.push(format!("torn tail: {bytes} bytes of an unfinished batch at {}:{at} (never acknowledged); start-up cuts it", file.display())),
+        Err(e) => rep.problems.push(e.to_string()),
+    }
+    for f in log_files(&log_dir)? {
+        if let Err(e) = file_items_ok(&f) {
+            let at = first_bad_batch(&f)?.map(|o| format!(" (first bad batch at byte offset {o})")).unwrap_or_default();
+            rep.problems.push(format!("{}: {e}{at}", f.display()));
+        }
+    }
+    if !rep.problems.is_empty() {
+        rep.problems.push(format!("the log cannot be opened safely; entries after the damage may be lost. Keep a copy of {} before repairing", log_dir.display()));
+        return Ok(rep);
+    }
+    let log = match RaftLog::open(&log_dir) {
+        Ok(l) => l,
+        Err(e) => {
+            rep.problems.push(e.to_string());
+            return Ok(rep);
+        }
+    };
+    let first = log.first_entry_index().unwrap_or(1);
+    let last = log.last_entry_index().unwrap_or(0);
+    let mut at = first;
+    while at <= last {
+        let hi = (at + 4096).min(last + 1);
+        match log.read_entries(at, hi, None) {
+            Ok(es) => {
+                for e in es {
+                    rep.entries += 1;
+                    if e.data.is_empty() {
+                        continue;
+                    }
+                    match Record::decode(&e.data) {
+                        Ok(_) => rep.records += 1,
+                        Err(err) => {
+                            rep.problems.push(format!("entry {}: {err}", e.index));
+                            return Ok(rep);
+                        }
+                    }
+                }
+            }
+            Err(_) => {
+                // Narrow down to the first unreadable entry.
+                for i in at..hi {
+                    if let Err(e) = log.read_entries(i, i + 1, None) {
+                        rep.problems.push(format!("entry {i}: its block in the log fails its checksum: {e}"));
+                        return Ok(rep);
+                    }
+                }
+            }
+        }
+        at = hi;
+    }
+    drop(log);
+    let state = data.state();
+    if state.exists() {
+        let sm = StateMachine::open(&state)?;
+        let applied = sm.applied_index()?;
+        if applied > last {
+            rep.problems.push(format!("the state machine applied index {applied} is past the end of the log ({last}): committed entries are missing"));
+        }
+        rep.notes.push(format!("log entries {first}..={last}, state machine applied {applied}, views at {}", sm.views_index()?));
+        if check_views {
+            let views = store::views(cfg, store::key_view(cfg)?);
+            for d in views.diff_keys(&sm)? {
+                rep.problems.push(format!("key view ({}): {d}", views.keys.driver()));
+            }
+        }
+    }
+    Ok(rep)
+}
+
+/// `replay`: a new state machine from the whole log, then new views. Returns the number
+/// of records applied.
+pub fn replay(cfg: &MasterConfig) -> Result<u64> {
+    let data = store::data_dir(cfg);
+    let log = RaftLog::open(&data.log())?;
+    let first = log.first_entry_index().unwrap_or(1);
+    if first > 1 {
+        return Err(Failure::new(format!("the log starts at entry {first} (compacted); replay needs a snapshot, which this build does not take yet"), 1));
+    }
+    let last = log.last_entry_index().unwrap_or(0);
+    let state = data.state();
+    let fresh = state.with_extension("replay");
+    let _ = std::fs::remove_dir_all(&fresh);
+    let sm = StateMachine::open(&fresh)?;
+    let mut progress = Progress::new("replaying the log", last);
+    let mut batch = Vec::with_capacity(65536);
+    let mut n = 0u64;
+    let mut last_seen = 0;
+    log.for_each_record(first, None, |index, rec| {
+        let rec = rec.map_err(|e| halite_storage::Error::CorruptLog(format!("entry {index}: {e}. Run `halite-ctl verify`")))?;
+        batch.push((index, rec));
+        last_seen = index;
+        if batch.len() == 65536 {
+            sm.apply(&batch, true)?;
+            n += batch.len() as u64;
+            batch.clear();
+            progress.set(index);
+        }
+        Ok(())
+    })?;
+    sm.apply(&batch, true)?;
+    n += batch.len() as u64;
+    sm.advance_applied(last.max(last_seen))?;
+    sm.flush()?;
+    progress.set(last);
+    progress.finish();
+    drop(sm);
+    let old = state.with_extension(format!("old-{}", now_ns()));
+    if state.exists() {
+        std::fs::rename(&state, &old)?;
+    }
+    std::fs::rename(&fresh, &state)?;
+    let sm = StateMachine::open(&state)?;
+    rebuild_views_with(cfg, &sm)?;
+    let _ = std::fs::remove_dir_all(&old);
+    Ok(n)
+}
+
+/// Counts printed by `rebuild-views`.
+pub fn rebuild_views(cfg: &MasterConfig) -> Result<String> {
+    let sm = StateMachine::open(&store::data_dir(cfg).state())?;
+    rebuild_views_with(cfg, &sm)
+}
+
+fn rebuild_views_with(cfg: &MasterConfig, sm: &StateMachine) -> Result<String> {
+    let mut views = store::views(cfg, store::key_view(cfg)?);
+    let total = (sm.count("keys")? + sm.count("denied")?).max(1);
+    let mut p = Progress::new("rebuilding the key view", total);
+    let c = views.rebuild_keys(sm, |d, _| p.set(d))?;
+    p.finish();
+    let roots = views.roots.rebuild(sm)?;
+    sm.set_views_index(sm.applied_index()?)?;
+    Ok(format!(
+        "Key view ({}) rebuilt in {}:\n  Accepted: {}\n  Pending:  {}\n  Rejected: {}\n  Denied:   {}\n  Refused:  {}\nRoots files written: {roots}",
+        views.keys.driver(),
+        cfg.keys_dir().display(),
+        c.accepted,
+        c.pending,
+        c.rejected,
+        c.denied,
+        c.refused
+    ))
+}
+
+/// Where `import-shared` reads from.
+#[derive(Debug, Clone)]
+pub struct SharedTree {
+    pub pki_dir: PathBuf,
+    pub cachedir: Option<PathBuf>,
+    pub file_roots: BTreeMap<String, Vec<PathBuf>>,
+    pub pillar_roots: BTreeMap<String, Vec<PathBuf>>,
+}
+
+impl SharedTree {
+    /// The shared tree a (shared-filesystem) cluster config describes.
+    pub fn from_config(cfg: &MasterConfig) -> Self {
+        SharedTree {
+            pki_dir: cfg.cluster_pki_dir.clone().unwrap_or_else(|| cfg.pki_dir.clone()),
+            cachedir: Some(cfg.cachedir.clone()),
+            file_roots: cfg.file_roots.clone(),
+            pillar_roots: cfg.pillar_roots.clone(),
+        }
+    }
+}
+
+/// `import-shared`: the shared tree becomes records (between import markers), proposed
+/// through this node's log and applied to its state and views. Returns counts.
+pub fn import_shared(cfg: &MasterConfig, tree: &SharedTree) -> Result<BTreeMap<String, u64>> {
+    let mut recs = Vec::new();
+    let (keys, kc) = read_localfs_pki(&tree.pki_dir)?;
+    recs.extend(keys);
+    let mut counts: BTreeMap<String, u64> = kc.as_map();
+    if let Some(c) = &tree.cachedir {
+        read_job_cache(c, &mut recs, &mut counts)?;
+    }
+    for (t, roots) in [(RootsTree::File, &tree.file_roots), (RootsTree::Pillar, &tree.pillar_roots)] {
+        for (env, dirs) in roots {
+            // Salt searches an env's dirs in order: the first dir holding a path wins.
+            let mut seen = std::collections::HashSet::new();
+            for d in dirs {
+                let mut these = Vec::new();
+                read_roots_dir(t, env, d, &mut these, &mut counts)?;
+                for r in these {
+                    if let Record::RootsBlob(b) = &r {
+                        if b.chunk == 0 && !seen.insert(b.path.clone()) {
+                            continue;
+                        }
+                        if b.chunk > 0 && !seen.contains(&b.path) {
+                            continue;
+                        }
+                    }
+                    recs.push(r);
+                }
+            }
+        }
+    }
+    let node = store::start_node(cfg, store::views(cfg, store::key_view(cfg)?)).map_err(crate::pki::in_use(cfg))?;
+    let source = format!("shared:{}", tree.pki_dir.display());
+    let total = recs.len() as u64;
+    let mut p = Progress::new("importing the shared tree", total);
+    node.propose(&[Record::ImportMarker(ImportMarker { source: source.clone(), phase: ImportPhase::Begin, counts: BTreeMap::new(), time_ns: now_ns() })])?;
+    let mut done = 0;
+    let mut group = Vec::new();
+    let mut group_bytes = 0usize;
+    for r in recs {
+        let size = match &r {
+            Record::RootsBlob(b) => b.data.len(),
+            Record::JobPublished(j) => j.load.len(),
+            Record::JobReturn(j) => j.load.len(),
+            _ => 512,
+        };
+        group_bytes += size;
+        group.push(r);
+        if group.len() >= 4096 || group_bytes >= 32 << 20 {
+            node.propose(&group)?;
+            done += group.len() as u64;
+            p.set(done);
+            group.clear();
+            group_bytes = 0;
+        }
+    }
+    node.propose(&group)?;
+    done += group.len() as u64;
+    p.set(done);
+    node.propose(&[Record::ImportMarker(ImportMarker { source, phase: ImportPhase::End, counts: counts.clone(), time_ns: now_ns() })])?;
+    p.finish();
+    Ok(counts)
+}
+
+/// Opens a state machine read-only-ish for status printing.
+pub fn open_state(data: &DataDir) -> Result<Arc<StateMachine>> {
+    Ok(Arc::new(StateMachine::open(&data.state())?))
+}
