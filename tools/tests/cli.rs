@@ -315,3 +315,57 @@ fn kill_9_during_migration_and_replay_loses_nothing() {
     // The test is only meaningful if at least one kill landed mid-operation.
     assert!(killed > 0, "no kill landed while a child was running");
 }
+
+/// The reference venv (scripts/setup-reference.sh).
+fn reference_venv() -> PathBuf {
+    let p = std::env::var_os("HALITE_SALT_VENV").map(PathBuf::from).unwrap_or_else(|| {
+        let cache = std::env::var_os("HALITE_CACHE").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/halite"));
+        cache.join("venv-salt-3008.5")
+    });
+    assert!(p.join(".halite-ready").exists(), "the reference Salt 3008.5 venv is missing at {}: run scripts/setup-reference.sh (the README test command does)", p.display());
+    p
+}
+
+#[test]
+fn reference_salt_reads_what_halite_writes() {
+    let venv = reference_venv();
+    let env = Env::new("localfs_key", "user: root\n");
+    copy_dir(&vectors().join("localfs_key/pki"), &env.pki());
+    std::fs::write(env.pki().join("master.pem"), "-----BEGIN RSA PRIVATE KEY-----\nSECRET\n-----END RSA PRIVATE KEY-----\n").unwrap();
+    std::fs::write(env.pki().join("master.pub"), "-----BEGIN PUBLIC KEY-----\nPUBLIC\n-----END PUBLIC KEY-----\n").unwrap();
+    // Halite changes the localfs tree through its log...
+    env.ok(SALT_KEY, &["-a", "pend-01", "-y"]);
+    env.ok(SALT_KEY, &["-d", "rej-01", "-y"]);
+    let reference = |args: &[&str]| -> String {
+        let conf = env.conf();
+        let mut full = vec!["-c", conf.as_str()];
+        full.extend_from_slice(args);
+        let o = Command::new(venv.join("bin/salt-key")).args(&full).stdin(Stdio::null()).output().unwrap();
+        assert!(o.status.success(), "reference salt-key {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    // ...and the reference's salt-key prints exactly what Halite's prints.
+    let ours = env.ok(SALT_KEY, &["-L", "--out", "json"]);
+    assert_eq!(reference(&["-L", "--out", "json"]), ours);
+    assert_eq!(reference(&["-f", "acc-03", "--out", "json"]), env.ok(SALT_KEY, &["-f", "acc-03", "--out", "json"]));
+    // Migrated to mmap_key, the reference reads the same listing and the same master key.
+    env.ok(SALT_RUN, &["pki.migrate_to_mmap"]);
+    env.set_driver("mmap_key");
+    for d in ["minions", "minions_pre", "minions_rejected", "minions_denied"] {
+        std::fs::remove_dir_all(env.pki().join(d)).unwrap();
+    }
+    let ours_mmap = env.ok(SALT_KEY, &["-L", "--out", "json"]);
+    assert_eq!(ours_mmap, ours);
+    assert_eq!(reference(&["-L", "--out", "json"]), ours);
+    assert_eq!(reference(&["-f", "acc-03", "--out", "json"]), env.ok(SALT_KEY, &["-f", "acc-03", "--out", "json"]));
+    let script = format!(
+        "import salt.config, salt.cache, sys\n\
+         opts = salt.config.master_config('{conf}/master')\n\
+         c = salt.cache.Cache(opts, driver=opts['keys.cache_driver'])\n\
+         sys.stdout.write(c.fetch('master_keys', 'master.pem'))\n",
+        conf = env.conf()
+    );
+    let o = Command::new(venv.join("bin/python")).arg("-c").arg(script).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.stdout, std::fs::read(env.pki().join("master.pem")).unwrap());
+}

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Runs every test: installs the system packages and the reference Salt 3008.5 (venv),
+# then the whole workspace's tests. The build cache lives outside the clone
+# ($HALITE_CACHE/target, default ~/.cache/halite/target) so repeated runs reuse it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export HALITE_CACHE="${HALITE_CACHE:-$HOME/.cache/halite}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HALITE_CACHE/target}"
+scripts/setup.sh
+export HALITE_SALT_VENV="$(scripts/setup-reference.sh)"
+cargo test --workspace --locked "$@"
