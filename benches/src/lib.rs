@@ -1,1 +1,25 @@
+//! Helpers shared by Halite's benchmarks (criterion benches in `benches/` and the
+//! `halite-bench` binary).
 
+use std::path::Path;
+
+use halite_storage::keys::BankState;
+use halite_storage::mmap_cache::{Geometry, MmapWriter};
+
+/// A 450-byte SPKI-shaped public key, unique per `i`.
+pub fn fake_pub(i: u64) -> String {
+    let body: String = format!("{i:016}").repeat(24).chars().take(392).collect();
+    let lines: Vec<&str> = body.as_bytes().chunks(64).map(|c| std::str::from_utf8(c).unwrap_or("")).collect();
+    format!("-----BEGIN PUBLIC KEY-----\n{}\n-----END PUBLIC KEY-----", lines.join("\n"))
+}
+
+/// Fills an mmap_key `keys` bank with `n` accepted keys `minion-00000000`...
+pub fn fill_mmap(path: &Path, geo: Geometry, n: u64) {
+    let mut w = MmapWriter::open(path, geo, false).expect("open mmap");
+    for i in 0..n {
+        let mut v = vec![BankState::Accepted.mmap_byte()];
+        v.extend_from_slice(fake_pub(i).as_bytes());
+        assert!(w.put(format!("minion-{i:08}").as_bytes(), &v, 1).expect("put"));
+    }
+    w.finish().expect("finish");
+}

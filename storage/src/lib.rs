@@ -36,3 +36,6 @@ pub use format::{KeyState, Record, RecordKind};
 
 #[cfg(test)]
 mod vectors_tests;
+
+#[cfg(test)]
+mod state_tests;

@@ -366,18 +366,29 @@ pub fn import_shared(cfg: &MasterConfig, tree: &SharedTree) -> Result<BTreeMap<S
             let mut seen = std::collections::HashSet::new();
             for d in dirs {
                 let mut these = Vec::new();
-                read_roots_dir(t, env, d, &mut these, &mut counts)?;
+                let mut scratch = BTreeMap::new();
+                read_roots_dir(t, env, d, &mut these, &mut scratch)?;
+                *counts.entry("skipped".into()).or_default() += scratch.get("skipped").copied().unwrap_or(0);
+                // Paths an earlier dir of this env already provided are shadowed.
+                let fresh: std::collections::HashSet<String> = these
+                    .iter()
+                    .filter_map(|r| match r {
+                        Record::RootsBlob(b) if b.chunk == 0 && !seen.contains(&b.path) => Some(b.path.clone()),
+                        _ => None,
+                    })
+                    .collect();
                 for r in these {
                     if let Record::RootsBlob(b) = &r {
-                        if b.chunk == 0 && !seen.insert(b.path.clone()) {
+                        if !fresh.contains(&b.path) {
                             continue;
                         }
-                        if b.chunk > 0 && !seen.contains(&b.path) {
-                            continue;
+                        if b.chunk == 0 {
+                            *counts.entry(format!("{}_roots", t.as_str())).or_default() += 1;
                         }
                     }
                     recs.push(r);
                 }
+                seen.extend(fresh);
             }
         }
     }

@@ -369,3 +369,67 @@ fn reference_salt_reads_what_halite_writes() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(o.stdout, std::fs::read(env.pki().join("master.pem")).unwrap());
 }
+
+fn msgpack(v: &rmpv::Value) -> Vec<u8> {
+    let mut b = Vec::new();
+    rmpv::encode::write_value(&mut b, v).unwrap();
+    b
+}
+
+#[test]
+fn import_shared_tree_becomes_records_and_local_views() {
+    let local = tempfile::tempdir().unwrap();
+    let l = local.path().display().to_string();
+    let env = Env::new("localfs_key", &format!("file_roots:\n  base: [{l}/srv/salt]\npillar_roots:\n  base: [{l}/srv/pillar]\n"));
+    let shared = tempfile::tempdir().unwrap();
+    let s = shared.path();
+    // Shared cluster pki dir.
+    std::fs::create_dir_all(s.join("pki/minions")).unwrap();
+    std::fs::create_dir_all(s.join("pki/minions_pre")).unwrap();
+    std::fs::write(s.join("pki/minions/web01"), fake_pub(1)).unwrap();
+    std::fs::write(s.join("pki/minions_pre/web02"), fake_pub(2)).unwrap();
+    // Shared job cache (Salt's local_cache layout).
+    let jd = s.join("cache/jobs/ab/cdef0123");
+    std::fs::create_dir_all(jd.join("web01")).unwrap();
+    std::fs::write(jd.join("jid"), "20261122024512345678").unwrap();
+    std::fs::write(jd.join(".load.p"), msgpack(&rmpv::Value::Map(vec![("fun".into(), "test.ping".into())]))).unwrap();
+    std::fs::write(jd.join(".minions.p"), msgpack(&rmpv::Value::Array(vec!["web01".into()]))).unwrap();
+    std::fs::write(jd.join("web01/return.p"), msgpack(&rmpv::Value::Map(vec![("return".into(), true.into()), ("retcode".into(), 0.into())]))).unwrap();
+    // Shared roots: two dirs for base; the first one holding a path wins, as Salt searches.
+    std::fs::create_dir_all(s.join("salt1/web")).unwrap();
+    std::fs::create_dir_all(s.join("salt2")).unwrap();
+    std::fs::create_dir_all(s.join("pillar")).unwrap();
+    std::fs::write(s.join("salt1/top.sls"), "base:\n  '*':\n    - web\n").unwrap();
+    std::fs::write(s.join("salt1/web/init.sls"), "nginx:\n  pkg.installed\n").unwrap();
+    std::fs::write(s.join("salt2/top.sls"), "shadowed\n").unwrap();
+    std::fs::write(s.join("salt2/extra.sls"), "extra\n").unwrap();
+    std::fs::write(s.join("pillar/top.sls"), "base:\n  '*':\n    - common\n").unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", s.join("salt1/escape")).unwrap();
+    let out = env.ok(CTL, &[
+        "import-shared",
+        "--pki-dir", &s.join("pki").display().to_string(),
+        "--cachedir", &s.join("cache").display().to_string(),
+        "--file-root", &format!("base={}", s.join("salt1").display()),
+        "--file-root", &format!("base={}", s.join("salt2").display()),
+        "--pillar-root", &format!("base={}", s.join("pillar").display()),
+    ]);
+    assert!(out.contains("file_roots: 3") && out.contains("pillar_roots: 1") && out.contains("jobs: 1") && out.contains("returns: 1"), "{out}");
+    assert!(out.contains("skipped: 1"), "the symlink is not imported: {out}");
+    let lr = local.path();
+    assert_eq!(std::fs::read_to_string(lr.join("srv/salt/top.sls")).unwrap(), "base:\n  '*':\n    - web\n");
+    assert_eq!(std::fs::read_to_string(lr.join("srv/salt/web/init.sls")).unwrap(), "nginx:\n  pkg.installed\n");
+    assert_eq!(std::fs::read_to_string(lr.join("srv/salt/extra.sls")).unwrap(), "extra\n");
+    assert_eq!(std::fs::read_to_string(lr.join("srv/pillar/top.sls")).unwrap(), "base:\n  '*':\n    - common\n");
+    assert!(!lr.join("srv/salt/escape").exists());
+    let dump = env.ok(CTL, &["dump", "--json", "--kind", "job_return"]);
+    let v: Value = serde_json::from_str(dump.trim()).unwrap();
+    assert_eq!(v["record"]["jid"], "20261122024512345678");
+    assert_eq!(v["record"]["load"]["return"], true);
+    let l = env.listing();
+    assert_eq!(l["minions"], serde_json::json!(["web01"]));
+    assert_eq!(l["minions_pre"], serde_json::json!(["web02"]));
+    // The roots trees are views: delete them, rebuild, same bytes.
+    std::fs::remove_dir_all(lr.join("srv")).unwrap();
+    env.ok(CTL, &["rebuild-views"]);
+    assert_eq!(std::fs::read_to_string(lr.join("srv/salt/web/init.sls")).unwrap(), "nginx:\n  pkg.installed\n");
+}

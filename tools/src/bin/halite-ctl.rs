@@ -55,6 +55,12 @@ enum Cmd {
         pki_dir: Option<PathBuf>,
         #[arg(long)]
         cachedir: Option<PathBuf>,
+        /// A shared file_roots directory, `ENV=DIR` (repeatable; replaces the config's).
+        #[arg(long = "file-root", value_name = "ENV=DIR")]
+        file_roots: Vec<String>,
+        /// A shared pillar_roots directory, `ENV=DIR` (repeatable; replaces the config's).
+        #[arg(long = "pillar-root", value_name = "ENV=DIR")]
+        pillar_roots: Vec<String>,
     },
 }
 
@@ -96,8 +102,22 @@ fn real_main(args: Args) -> Result<()> {
             println!("Replayed {n} records; views rebuilt.");
         }
         Cmd::RebuildViews => println!("{}", ctl::rebuild_views(&cfg)?),
-        Cmd::ImportShared { pki_dir, cachedir } => {
+        Cmd::ImportShared { pki_dir, cachedir, file_roots, pillar_roots } => {
             let mut tree = ctl::SharedTree::from_config(&cfg);
+            let parse = |list: &[String]| -> Result<std::collections::BTreeMap<String, Vec<PathBuf>>> {
+                let mut m: std::collections::BTreeMap<String, Vec<PathBuf>> = Default::default();
+                for s in list {
+                    let (env, dir) = s.split_once('=').ok_or_else(|| Failure::new(format!("expected ENV=DIR, got {s:?}"), 2))?;
+                    m.entry(env.to_string()).or_default().push(PathBuf::from(dir));
+                }
+                Ok(m)
+            };
+            if !file_roots.is_empty() {
+                tree.file_roots = parse(&file_roots)?;
+            }
+            if !pillar_roots.is_empty() {
+                tree.pillar_roots = parse(&pillar_roots)?;
+            }
             if let Some(p) = pki_dir {
                 tree.pki_dir = p;
             }

@@ -1,0 +1,174 @@
+//! State machine, roots materialiser and view rebuild tests (real RocksDB, real files).
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use crate::format::{KeySet, KeyState, Record, RootsTombstone, RootsTree, ROOTS_CHUNK_LEN};
+use crate::keys::localfs::LocalfsKeys;
+use crate::keys::mmap::MmapKeys;
+use crate::keys::{BankState, Geometry};
+use crate::roots::{RootsDirs, RootsMaterialiser};
+use crate::state::{roots_records, Effect, StateMachine};
+use crate::views::Views;
+
+fn key(id: &str, state: KeyState, t: u64) -> Record {
+    Record::KeySet(KeySet { id: id.into(), state, pub_key: format!("PUB {id}").into_bytes(), time_ns: t })
+}
+
+fn numbered(recs: Vec<Record>, from: u64) -> Vec<(u64, Record)> {
+    recs.into_iter().enumerate().map(|(i, r)| (from + i as u64, r)).collect()
+}
+
+#[test]
+fn apply_is_idempotent_and_follows_salt_key_rules() {
+    let d = tempfile::tempdir().unwrap();
+    let sm = StateMachine::open(&d.path().join("s")).unwrap();
+    let recs = numbered(
+        vec![
+            key("a", KeyState::Pending, 1),
+            key("a", KeyState::Accepted, 2),
+            key("a", KeyState::Denied, 3),
+            Record::KeySet(KeySet { id: "a".into(), state: KeyState::Denied, pub_key: b"SECOND".to_vec(), time_ns: 4 }),
+            key("b", KeyState::Rejected, 5),
+            key("b", KeyState::Deleted, 6),
+            key("c", KeyState::Deleted, 7),
+        ],
+        1,
+    );
+    let fx = sm.apply(&recs, false).unwrap();
+    assert_eq!(sm.applied_index().unwrap(), 7);
+    // Only the first denied key is kept; deleting an absent key has no effect.
+    assert_eq!(sm.get_denied("a").unwrap().unwrap().1, b"PUB a");
+    assert_eq!(fx.iter().filter(|f| matches!(f, Effect::DeniedSet { .. })).count(), 1);
+    assert_eq!(fx.iter().filter(|f| matches!(f, Effect::KeyRemoved { .. })).count(), 1);
+    assert_eq!(sm.get_key("a").unwrap().unwrap().state, BankState::Accepted);
+    assert!(sm.get_key("b").unwrap().is_none());
+    // Re-applying the same indexes changes nothing and yields no effects.
+    assert!(sm.apply(&recs, false).unwrap().is_empty());
+    assert_eq!(sm.count("keys").unwrap(), 1);
+    // A snapshot restores the same state and applied index.
+    let snap = d.path().join("snap");
+    assert_eq!(sm.checkpoint(&snap).unwrap(), 7);
+    sm.apply(&numbered(vec![key("z", KeyState::Pending, 8)], 8), false).unwrap();
+    drop(sm);
+    StateMachine::restore(&snap, &d.path().join("s")).unwrap();
+    let sm = StateMachine::open(&d.path().join("s")).unwrap();
+    assert_eq!(sm.applied_index().unwrap(), 7);
+    assert!(sm.get_key("z").unwrap().is_none());
+    assert!(sm.get_key("a").unwrap().is_some());
+}
+
+fn tree_bytes(dir: &Path) -> Vec<(String, Vec<u8>, u32)> {
+    let mut out = Vec::new();
+    fn walk(root: &Path, d: &Path, out: &mut Vec<(String, Vec<u8>, u32)>) {
+        let mut ents: Vec<_> = std::fs::read_dir(d).unwrap().map(|e| e.unwrap()).collect();
+        ents.sort_by_key(|e| e.file_name());
+        for e in ents {
+            let p = e.path();
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else {
+                let m = std::fs::metadata(&p).unwrap().permissions().mode() & 0o7777;
+                out.push((p.strip_prefix(root).unwrap().display().to_string(), std::fs::read(&p).unwrap(), m));
+            }
+        }
+    }
+    walk(dir, dir, &mut out);
+    out
+}
+
+#[test]
+fn roots_are_materialised_checked_and_removed() {
+    let d = tempfile::tempdir().unwrap();
+    let sm = StateMachine::open(&d.path().join("s")).unwrap();
+    let file_root = d.path().join("srv/salt");
+    let mut dirs = RootsDirs::default();
+    dirs.file.insert("base".into(), file_root.clone());
+    dirs.pillar.insert("base".into(), d.path().join("srv/pillar"));
+    let mut views = Views::new(Box::new(LocalfsKeys::open(&d.path().join("pki")).unwrap()), RootsMaterialiser::new(dirs.clone()));
+    let big: Vec<u8> = (0..(ROOTS_CHUNK_LEN * 2 + 123)).map(|i| (i % 251) as u8).collect();
+    let mut recs = roots_records(RootsTree::File, "base", "big/blob.bin", 0o640, &big);
+    assert_eq!(recs.len(), 3);
+    recs.extend(roots_records(RootsTree::File, "base", "top.sls", 0o644, b"base:\n  '*':\n    - web\n"));
+    recs.extend(roots_records(RootsTree::File, "base", "empty", 0o600, b""));
+    recs.extend(roots_records(RootsTree::Pillar, "base", "top.sls", 0o644, b"base: {}\n"));
+    recs.extend(roots_records(RootsTree::File, "dev", "nowhere.sls", 0o644, b"x"));
+    let fx = sm.apply(&numbered(recs, 1), false).unwrap();
+    views.apply(&sm, &fx).unwrap();
+    assert_eq!(std::fs::read(file_root.join("big/blob.bin")).unwrap(), big);
+    assert_eq!(std::fs::metadata(file_root.join("big/blob.bin")).unwrap().permissions().mode() & 0o777, 0o640);
+    assert_eq!(std::fs::read(file_root.join("empty")).unwrap(), b"");
+    assert_eq!(std::fs::read(d.path().join("srv/pillar/top.sls")).unwrap(), b"base: {}\n");
+    // A file whose chunks do not match its sha256 is never materialised.
+    let mut bad = roots_records(RootsTree::File, "base", "bad.sls", 0o644, b"original");
+    if let Record::RootsBlob(b) = &mut bad[0] {
+        b.data = b"tampered".to_vec();
+    }
+    let fx = sm.apply(&numbered(bad, 100), false).unwrap();
+    views.apply(&sm, &fx).unwrap();
+    assert!(!file_root.join("bad.sls").exists());
+    // Tombstones delete.
+    let fx = sm.apply(&numbered(vec![Record::RootsTombstone(RootsTombstone { tree: RootsTree::File, saltenv: "base".into(), path: "top.sls".into() })], 200), false).unwrap();
+    views.apply(&sm, &fx).unwrap();
+    assert!(!file_root.join("top.sls").exists());
+    // Deleting the tree and rebuilding gives the same bytes and modes.
+    let before = tree_bytes(&file_root);
+    std::fs::remove_dir_all(&file_root).unwrap();
+    assert_eq!(views.roots.rebuild(&sm).unwrap(), 4, "base: 2 files, pillar: 1, dev (no dir configured): 1");
+    assert_eq!(tree_bytes(&file_root), before);
+    // A symlink planted in the tree is never written through.
+    let outside = d.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, file_root.join("link")).unwrap();
+    let m = RootsMaterialiser::new(dirs);
+    assert!(m.write(RootsTree::File, "base", "link/evil.sls", 0o644, b"x").is_err());
+    assert!(!outside.join("evil.sls").exists());
+    assert!(m.write(RootsTree::File, "base", "../escape", 0o644, b"x").is_err());
+}
+
+#[test]
+fn rebuilt_views_are_deterministic() {
+    let d = tempfile::tempdir().unwrap();
+    let sm = StateMachine::open(&d.path().join("s")).unwrap();
+    let mut recs = Vec::new();
+    for i in 0..200 {
+        let st = [KeyState::Accepted, KeyState::Pending, KeyState::Rejected][i % 3];
+        recs.push(key(&format!("m{i:03}"), st, 1000 + i as u64));
+    }
+    recs.push(key("m001", KeyState::Denied, 5));
+    recs.push(key("m002", KeyState::Deleted, 6));
+    sm.apply(&numbered(recs, 1), false).unwrap();
+    let geo = Geometry { size: 512, slot_size: 96, key_size: 64, max_segment_bytes: 8192 };
+    let snapshot = |dir: &Path| -> Vec<(String, Vec<u8>)> {
+        let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .filter(|e| !e.file_name().to_string_lossy().ends_with(".lock"))
+            .map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap()))
+            .collect();
+        v.sort();
+        v
+    };
+    let pki = d.path().join("pki");
+    let mut views = Views::new(Box::new(MmapKeys::open(&pki, geo).unwrap()), RootsMaterialiser::new(RootsDirs::default()));
+    let c = views.rebuild_keys(&sm, |_, _| {}).unwrap();
+    assert_eq!((c.accepted, c.pending, c.rejected, c.denied), (67, 67, 65, 1));
+    let first = snapshot(&pki);
+    views.rebuild_keys(&sm, |_, _| {}).unwrap();
+    assert_eq!(snapshot(&pki), first, "same state, same bytes");
+    assert!(views.diff_keys(&sm).unwrap().is_empty());
+    // A flipped byte in the heap is found by the view check.
+    let heap = pki.join(".mmap_keys.idx.heap");
+    let mut b = std::fs::read(&heap).unwrap();
+    b[100] ^= 1;
+    std::fs::write(&heap, b).unwrap();
+    let diff = views.diff_keys(&sm).unwrap();
+    assert_eq!(diff.len(), 1, "{diff:?}");
+    // localfs: the same state gives files with the record times as mtimes.
+    let lpki = d.path().join("lpki");
+    let mut lviews = Views::new(Box::new(LocalfsKeys::open(&lpki).unwrap()), RootsMaterialiser::new(RootsDirs::default()));
+    lviews.rebuild_keys(&sm, |_, _| {}).unwrap();
+    let m = std::fs::metadata(lpki.join("minions/m000")).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::mtime_nsec(&m), 1000);
+    assert!(lviews.diff_keys(&sm).unwrap().is_empty());
+}
