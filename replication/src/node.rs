@@ -9,7 +9,9 @@
 //! 3. take raft's `Ready`: append its entries and hard state to the log in **one**
 //!    raft-engine write with **one** fsync, send its messages (none with one voter);
 //! 4. apply newly committed entries to the state machine and the views, in order;
-//! 5. answer every caller whose last record is now applied.
+//! 5. answer every caller whose last record is now applied;
+//! 6. every second under load (or when idle), make the views durable and record the
+//!    index they reflect; after a crash the entries touched since are resynced.
 //!
 //! So N callers arriving together cost one fsync, and nobody is answered before their
 //! record is durable in the log of a majority (with one voter: this node's log).
@@ -29,7 +31,7 @@ use raft::{Config as RaftConfig, RawNode, StateRole, Storage};
 
 use halite_storage::log::RaftLog;
 use halite_storage::state::StateMachine;
-use halite_storage::views::Views;
+use halite_storage::views::{Touched, Views};
 use halite_storage::{Error as StorageError, Record};
 
 /// Errors a proposer can get.
@@ -48,6 +50,9 @@ pub enum NodeError {
 }
 
 pub type Result<T, E = NodeError> = std::result::Result<T, E>;
+
+/// How often views are made durable while proposals keep arriving.
+pub const VIEWS_SYNC_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Settings of a node.
 #[derive(Debug, Clone)]
@@ -130,10 +135,25 @@ impl Node {
             ))
             .into());
         }
-        if sm.views_index()? < applied {
-            tracing::warn!(applied, views = sm.views_index()?, "views are behind the state machine (interrupted apply): rebuilding them");
-            views.rebuild_keys(&sm, |_, _| {})?;
-            views.roots.rebuild(&sm)?;
+        let views_at = sm.views_index()?;
+        if views_at < applied {
+            // The views missed the end of what was applied (a crash between apply and
+            // the views' periodic sync): bring the touched entries up to date from the
+            // state machine, or rebuild everything if the log no longer has those records.
+            let first = log.first_entry_index().unwrap_or(1);
+            if views_at + 1 >= first {
+                let mut touched = Touched::default();
+                log.for_each_record(views_at + 1, Some(applied + 1), |_, r| {
+                    touched.add(&r?);
+                    Ok(())
+                })?;
+                tracing::warn!(views_at, applied, entries = touched.len(), "views behind the state machine: resyncing the entries touched since");
+                views.resync(&sm, &touched)?;
+            } else {
+                tracing::warn!(views_at, applied, "views behind the state machine and the log is compacted: rebuilding them");
+                views.rebuild_keys(&sm, |_, _| {})?;
+                views.roots.rebuild(&sm)?;
+            }
             sm.set_views_index(applied)?;
         }
         let logger = slog::Logger::root(crate::logging::TracingDrain, slog::o!());
@@ -159,7 +179,7 @@ impl Node {
         let thread = std::thread::Builder::new()
             .name(format!("raft-node-{}", cfg.id))
             .spawn(move || {
-                let mut d = Driver { raw, log, sm: sm2, views, cfg, waiting: BTreeMap::new() };
+                let mut d = Driver { raw, log, sm: sm2, views, cfg, waiting: BTreeMap::new(), views_dirty_to: None, views_synced_at: Instant::now() };
                 if let Err(e) = d.run(rx) {
                     tracing::error!("raft node stopped: {e}");
                     d.fail_all(&e.to_string());
@@ -213,6 +233,9 @@ struct Driver {
     cfg: NodeConfig,
     /// Last index of each waiting proposal → its reply channel.
     waiting: BTreeMap<u64, Sender<Result<u64>>>,
+    /// Highest index applied to the views but not yet synced, and when they last were.
+    views_dirty_to: Option<u64>,
+    views_synced_at: Instant,
 }
 
 impl Driver {
@@ -222,8 +245,15 @@ impl Driver {
             let timeout = next_tick.saturating_duration_since(Instant::now());
             let first = match rx.recv_timeout(timeout) {
                 Ok(m) => Some(m),
-                Err(RecvTimeoutError::Timeout) => None,
-                Err(RecvTimeoutError::Disconnected) => return Ok(()),
+                Err(RecvTimeoutError::Timeout) => {
+                    // Idle: make the views durable now.
+                    self.sync_views(true)?;
+                    None
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.sync_views(true)?;
+                    return Ok(());
+                }
             };
             let mut group = Vec::new();
             let mut stop = false;
@@ -252,7 +282,9 @@ impl Driver {
                 next_tick = Instant::now() + self.cfg.tick;
             }
             self.on_ready()?;
+            self.sync_views(false)?;
             if stop {
+                self.sync_views(true)?;
                 self.fail_all("the node is stopping");
                 return Ok(());
             }
@@ -326,15 +358,29 @@ impl Driver {
         }
         let fx = self.sm.apply(&batch, false)?;
         self.views.apply(&self.sm, &fx)?;
-        self.views.sync()?;
         self.sm.advance_applied(last)?;
-        self.sm.set_views_index(last)?;
+        self.views_dirty_to = Some(last);
         let done: Vec<u64> = self.waiting.range(..=last).map(|(k, _)| *k).collect();
         for k in done {
             if let Some(tx) = self.waiting.remove(&k) {
                 let _ = tx.send(Ok(k));
             }
         }
+        Ok(())
+    }
+
+    /// Makes the views durable and records the index they reflect, at most every
+    /// [`VIEWS_SYNC_INTERVAL`] under load (views are rebuilt from the state machine, so
+    /// their durability never holds up an answer), or now with `force`.
+    fn sync_views(&mut self, force: bool) -> Result<()> {
+        let Some(to) = self.views_dirty_to else { return Ok(()) };
+        if !force && self.views_synced_at.elapsed() < VIEWS_SYNC_INTERVAL {
+            return Ok(());
+        }
+        self.views.sync()?;
+        self.sm.set_views_index(to)?;
+        self.views_dirty_to = None;
+        self.views_synced_at = Instant::now();
         Ok(())
     }
 
@@ -402,14 +448,15 @@ mod tests {
     }
 
     #[test]
-    fn views_behind_are_rebuilt_at_start() {
+    fn views_behind_are_resynced_at_start() {
         let dir = tempfile::tempdir().unwrap();
         let data = DataDir::new(&dir.path().join("data"));
         let pki = dir.path().join("pki");
         let node = Node::start(&data, views(&pki), NodeConfig::default()).unwrap();
         node.propose(&[key("a", KeyState::Accepted), key("b", KeyState::Rejected)]).unwrap();
-        node.state().set_views_index(0).unwrap();
         drop(node);
+        // As if the process died before the views were synced.
+        StateMachine::open(&data.state()).unwrap().set_views_index(0).unwrap();
         // Lose the view entirely.
         for f in std::fs::read_dir(&pki).unwrap() {
             std::fs::remove_file(f.unwrap().path()).unwrap();

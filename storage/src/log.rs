@@ -57,7 +57,8 @@ pub fn engine_config(dir: &Path) -> Config {
         prefill_for_recycle: false,
         target_file_size: ReadableSize::mb(128),
         purge_threshold: ReadableSize::gb(2),
-        batch_compression_threshold: ReadableSize::kb(8),
+        // Records are mostly base64 keys and msgpack: not worth lz4's CPU on the hot path.
+        batch_compression_threshold: ReadableSize(0),
         ..Default::default()
     }
 }

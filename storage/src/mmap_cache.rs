@@ -404,6 +404,11 @@ pub struct MmapWriter {
     roster: File,
     roster_entries: Vec<u32>,
     durable: bool,
+    /// Byte range of the index written since the last flush (lo, hi), if any.
+    dirty_index: Option<(usize, usize)>,
+    /// Heap segments written since the last flush.
+    dirty_segments: std::collections::BTreeSet<usize>,
+    roster_dirty: bool,
     _lock: FlockGuard,
 }
 
@@ -419,8 +424,17 @@ impl MmapWriter {
         let f = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).ctx(|| format!("opening {}", path.display()))?;
         let len = f.metadata().ctx(|| format!("stat {}", path.display()))?.len();
         if len == 0 {
-            // The reference writes real zeros; a sparse file reads back the same bytes.
-            f.set_len(geo.index_len()).ctx(|| format!("sizing {}", path.display()))?;
+            // Real zeros, as the reference writes: a sparse file would make every first
+            // write to a page allocate filesystem blocks inside a page fault.
+            let chunk = vec![0u8; 1 << 20];
+            let mut left = geo.index_len();
+            let mut at = 0u64;
+            while left > 0 {
+                let n = left.min(chunk.len() as u64) as usize;
+                f.write_all_at(&chunk[..n], at).ctx(|| format!("sizing {}", path.display()))?;
+                at += n as u64;
+                left -= n as u64;
+            }
             f.sync_all().ctx(|| format!("syncing {}", path.display()))?;
         } else if len != geo.index_len() {
             return Err(Error::CorruptView {
@@ -443,7 +457,21 @@ impl MmapWriter {
         let roster_path = suffixed(path, ".roster");
         let roster_entries = read_roster(&roster_path)?;
         let roster = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&roster_path).ctx(|| format!("opening {}", roster_path.display()))?;
-        let mut w = MmapWriter { path: path.to_path_buf(), geo, index, _index_file: f, segments, seg_sizes, roster, roster_entries, durable, _lock: lock };
+        let mut w = MmapWriter {
+            path: path.to_path_buf(),
+            geo,
+            index,
+            _index_file: f,
+            segments,
+            seg_sizes,
+            roster,
+            roster_entries,
+            durable,
+            dirty_index: Some((0, 1)),
+            dirty_segments: Default::default(),
+            roster_dirty: false,
+            _lock: lock,
+        };
         w.recover_roster()?;
         Ok(w)
     }
@@ -452,7 +480,35 @@ impl MmapWriter {
         read_header(&self.index)
     }
 
+    fn mark(&mut self, lo: usize, hi: usize) {
+        self.dirty_index = Some(match self.dirty_index {
+            None => (lo, hi),
+            Some((a, b)) => (a.min(lo), b.max(hi)),
+        });
+    }
+
+    fn mark_slot(&mut self, n: u64) {
+        let lo = n as usize * self.geo.slot_size;
+        self.mark(lo, lo + self.geo.slot_size);
+    }
+
+    /// Makes every change so far durable (heap segments, roster, then the written part of
+    /// the index), keeping the writer (and its lock) open.
+    pub fn flush(&mut self) -> Result<()> {
+        for i in std::mem::take(&mut self.dirty_segments) {
+            self.segments[i].sync_data().ctx(|| format!("syncing heap of {}", self.path.display()))?;
+        }
+        if std::mem::take(&mut self.roster_dirty) {
+            self.roster.sync_data().ctx(|| format!("syncing roster of {}", self.path.display()))?;
+        }
+        if let Some((lo, hi)) = self.dirty_index.take() {
+            self.index.flush_range(lo, hi - lo).ctx(|| format!("syncing {}", self.path.display()))?;
+        }
+        Ok(())
+    }
+
     fn set_header(&mut self, h: HeaderInfo) {
+        self.mark(0, 25);
         self.index[0] = HEADER_MAGIC;
         self.index[1..9].copy_from_slice(&h.occupied.to_le_bytes());
         self.index[9..17].copy_from_slice(&h.deleted.to_le_bytes());
@@ -550,12 +606,15 @@ impl MmapWriter {
         self.segments[active].write_all_at(&rec, off).ctx(|| format!("writing heap of {}", self.path.display()))?;
         if self.durable {
             self.segments[active].sync_data().ctx(|| format!("syncing heap of {}", self.path.display()))?;
+        } else {
+            self.dirty_segments.insert(active);
         }
         self.seg_sizes[active] += rec.len() as u64;
         Ok((active as u16, off))
     }
 
     fn write_slot_fields(&mut self, n: u64, key: &[u8], seg: u16, off: u64, len: u32, mtime_ns: u64) {
+        self.mark_slot(n);
         let k = self.geo.key_size;
         let base = n as usize * self.geo.slot_size;
         let b = &mut self.index[base..base + self.geo.slot_size];
@@ -604,9 +663,10 @@ impl MmapWriter {
         }
         h.high_water_mark = h.high_water_mark.max(n);
         self.set_header(h);
-        let end = self.roster.metadata().ctx(|| "stat roster".to_string())?.len() / 4 * 4;
+        let end = self.roster_entries.len() as u64 * 4;
         self.roster.write_all_at(&(n as u32).to_le_bytes(), end).ctx(|| format!("writing roster of {}", self.path.display()))?;
         self.roster_entries.push(n as u32);
+        self.roster_dirty = true;
         if self.durable {
             self.roster.sync_data().ctx(|| format!("syncing roster of {}", self.path.display()))?;
             self.index.flush().ctx(|| format!("syncing {}", self.path.display()))?;
@@ -625,6 +685,8 @@ impl MmapWriter {
                 f.write_all_at(&rec, s.offset).ctx(|| format!("overwriting heap of {}", self.path.display()))?;
                 if self.durable {
                     f.sync_data().ctx(|| format!("syncing heap of {}", self.path.display()))?;
+                } else {
+                    self.dirty_segments.insert(s.segment as usize);
                 }
             }
             (s.segment, s.offset)
@@ -642,6 +704,7 @@ impl MmapWriter {
     /// Deletes `key`: the slot becomes DELETED and its roster entry is tombstoned in place.
     pub fn delete(&mut self, key: &[u8]) -> Result<bool> {
         let Some(n) = find_slot(&self.index, &self.geo, key) else { return Ok(false) };
+        self.mark_slot(n);
         self.index[n as usize * self.geo.slot_size] = STATUS_DELETED;
         let mut h = self.header();
         h.occupied = h.occupied.saturating_sub(1);
@@ -650,6 +713,7 @@ impl MmapWriter {
         if let Some(pos) = self.roster_entries.iter().position(|&e| e == n as u32) {
             self.roster_entries[pos] = ROSTER_TOMBSTONE;
             self.roster.write_all_at(&ROSTER_TOMBSTONE.to_le_bytes(), pos as u64 * 4).ctx(|| format!("writing roster of {}", self.path.display()))?;
+            self.roster_dirty = true;
         }
         if self.durable {
             self.roster.sync_data().ctx(|| format!("syncing roster of {}", self.path.display()))?;
@@ -662,14 +726,9 @@ impl MmapWriter {
         live_slots(&self.path, &self.index, &self.geo)
     }
 
-    /// Syncs every file (heap segments, roster, index) and releases the lock.
-    pub fn finish(self) -> Result<()> {
-        for s in &self.segments {
-            s.sync_data().ctx(|| format!("syncing heap of {}", self.path.display()))?;
-        }
-        self.roster.sync_data().ctx(|| format!("syncing roster of {}", self.path.display()))?;
-        self.index.flush().ctx(|| format!("syncing {}", self.path.display()))?;
-        Ok(())
+    /// Syncs every change (heap segments, roster, index) and releases the lock.
+    pub fn finish(mut self) -> Result<()> {
+        self.flush()
     }
 }
 

@@ -5,7 +5,10 @@
 //! records the index they reflect (`views_index` in the state machine's `meta` family);
 //! if a crash leaves them behind the state machine, the next start rebuilds them from it.
 
+use std::collections::BTreeSet;
+
 use crate::error::Result;
+use crate::format::{KeyState, Record, RootsTree};
 use crate::keys::{KeyView, KeyEntry};
 use crate::roots::RootsMaterialiser;
 use crate::state::{Effect, StateMachine};
@@ -26,7 +29,73 @@ pub struct RebuildCounts {
     pub refused: u64,
 }
 
+/// What a run of records touched, so that a view left behind by a crash can be brought
+/// up to date from the state machine without a full rebuild.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Touched {
+    pub key_ids: BTreeSet<String>,
+    pub denied_ids: BTreeSet<String>,
+    pub roots: BTreeSet<(RootsTree, String, String)>,
+}
+
+impl Touched {
+    pub fn add(&mut self, r: &Record) {
+        match r {
+            Record::KeySet(k) => match k.state {
+                KeyState::Denied | KeyState::DeniedCleared => {
+                    self.denied_ids.insert(k.id.clone());
+                }
+                _ => {
+                    self.key_ids.insert(k.id.clone());
+                }
+            },
+            Record::RootsBlob(b) => {
+                self.roots.insert((b.tree, b.saltenv.clone(), b.path.clone()));
+            }
+            Record::RootsTombstone(t) => {
+                self.roots.insert((t.tree, t.saltenv.clone(), t.path.clone()));
+            }
+            _ => {}
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.key_ids.len() + self.denied_ids.len() + self.roots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 impl Views {
+    /// Makes the view entries of everything in `touched` equal to the state machine's.
+    pub fn resync(&mut self, sm: &StateMachine, touched: &Touched) -> Result<()> {
+        for id in &touched.key_ids {
+            match sm.get_key(id)? {
+                Some(k) => self.keys.set_key(id, k.state, &k.pub_key, k.time_ns)?,
+                None => {
+                    self.keys.remove_key(id)?;
+                }
+            }
+        }
+        for id in &touched.denied_ids {
+            match sm.get_denied(id)? {
+                Some((t, p)) => self.keys.set_denied(id, &p, t)?,
+                None => {
+                    self.keys.remove_denied(id)?;
+                }
+            }
+        }
+        for (tree, env, path) in &touched.roots {
+            match sm.roots_file(*tree, env, path)? {
+                Some((meta, data)) => self.roots.write(*tree, env, path, meta.mode, &data)?,
+                None => self.roots.remove(*tree, env, path)?,
+            }
+        }
+        self.keys.sync()
+    }
+
     pub fn new(keys: Box<dyn KeyView>, roots: RootsMaterialiser) -> Self {
         Views { keys, roots }
     }

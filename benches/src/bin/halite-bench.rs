@@ -22,6 +22,8 @@ use halite_benches::fake_pub;
 use halite_replication::{DataDir, Node, NodeConfig};
 use halite_storage::format::{KeySet, KeyState, Record};
 use halite_storage::keys::localfs::LocalfsKeys;
+use halite_storage::keys::mmap::MmapKeys;
+use halite_storage::keys::Geometry;
 use halite_storage::log::RaftLog;
 use halite_storage::roots::{RootsDirs, RootsMaterialiser};
 use halite_storage::state::StateMachine;
@@ -42,6 +44,12 @@ enum Cmd {
         /// Concurrent proposers per group size run (each proposes groups of that size).
         #[arg(long, default_value_t = 1)]
         threads: u64,
+        /// Key view the node applies to: mmap or localfs.
+        #[arg(long, default_value = "mmap")]
+        view: String,
+        /// Group sizes to run.
+        #[arg(long, value_delimiter = ',', default_value = "1,16,256")]
+        groups: Vec<u64>,
     },
     Apply {
         #[arg(long, default_value_t = 1_000_000)]
@@ -69,26 +77,32 @@ fn small(i: u64) -> Record {
     Record::KeySet(KeySet { id: format!("m{i}"), state: KeyState::Deleted, pub_key: Vec::new(), time_ns: i })
 }
 
-fn null_views(dir: &Path) -> Views {
-    Views::new(Box::new(LocalfsKeys::open(&dir.join("pki")).expect("view")), RootsMaterialiser::new(RootsDirs::default()))
+fn views(dir: &Path, kind: &str) -> Views {
+    let keys: Box<dyn halite_storage::keys::KeyView> = match kind {
+        "localfs" => Box::new(LocalfsKeys::open(&dir.join("pki")).expect("view")),
+        _ => Box::new(MmapKeys::open(&dir.join("pki"), Geometry { size: 1_000_000, slot_size: 96, key_size: 64, max_segment_bytes: 1 << 30 }).expect("view")),
+    };
+    Views::new(keys, RootsMaterialiser::new(RootsDirs::default()))
 }
 
 fn main() {
     let args = Args::parse();
     match args.cmd {
-        Cmd::Commit { total, threads } => commit(total, threads),
+        Cmd::Commit { total, threads, view, groups } => commit(total, threads, &view, &groups),
         Cmd::Apply { total } => apply(total),
         Cmd::Replay { total } => replay(total),
         Cmd::Migrate { keys, reference } => migrate(keys, reference),
     }
 }
 
-fn commit(total: u64, threads: u64) {
-    println!("| group size | proposers | records | seconds | committed records/s | fsyncs/s |");
-    println!("|---|---|---|---|---|---|");
-    for group in [1u64, 16, 256] {
+fn commit(total: u64, threads: u64, view: &str, groups: &[u64]) {
+    println!("| view | group size | proposers | records | seconds | committed records/s | groups/s |");
+    println!("|---|---|---|---|---|---|---|");
+    for &group in groups {
         let dir = tempfile::tempdir().expect("tmp");
-        let node = Arc::new(Node::start(&DataDir::new(&dir.path().join("data")), null_views(dir.path()), NodeConfig::default()).expect("node"));
+        let node = Arc::new(Node::start(&DataDir::new(&dir.path().join("data")), views(dir.path(), view), NodeConfig::default()).expect("node"));
+        // Warm up: the first key creates the view's files (a 96 MB zero-filled index).
+        node.propose(&[key(u64::MAX / 2)]).expect("warm-up");
         let n = if group == 1 { total.min(20_000) } else { total };
         let per = n / threads;
         let t = Instant::now();
@@ -110,7 +124,7 @@ fn commit(total: u64, threads: u64) {
         }
         let s = t.elapsed().as_secs_f64();
         let calls = (n as f64 / group as f64).ceil();
-        println!("| {group} | {threads} | {n} | {s:.2} | {:.0} | {:.0} |", n as f64 / s, calls / s);
+        println!("| {view} | {group} | {threads} | {n} | {s:.2} | {:.0} | {:.0} |", n as f64 / s, calls / s);
     }
 }
 
@@ -133,7 +147,7 @@ fn replay(total: u64) {
     let dir = tempfile::tempdir().expect("tmp");
     let data = DataDir::new(&dir.path().join("data"));
     {
-        let node = Node::start(&data, null_views(dir.path()), NodeConfig::default()).expect("node");
+        let node = Node::start(&data, views(dir.path(), "mmap"), NodeConfig::default()).expect("node");
         let mut i = 0;
         let t = Instant::now();
         while i < total {

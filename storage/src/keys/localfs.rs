@@ -8,9 +8,12 @@
 //! <pki_dir>/<name>                  master keys (mode 0400)
 //! ```
 //!
-//! Writes go to a temp file in the target directory (mode 0600), are fsynced, get the
-//! record's timestamp as mtime, and are renamed into place; the directory is fsynced too.
-//! The reference does no fsync; its readers see the same bytes. Before writing a state,
+//! Writes go to a temp file in the target directory (mode 0600), get the record's
+//! timestamp as mtime, and are renamed into place, so a reader never sees a half-written
+//! key. Durability is per batch: [`KeyView::sync`] flushes the filesystem (`syncfs`)
+//! once, before the applier records that the view is up to date; a crash before that
+//! makes the next start rebuild the view from the state machine. (The reference does no
+//! fsync at all.) Before writing a state,
 //! the id's file is removed from the other state directories, as the reference does, so
 //! an id is never in two state directories after a Halite write.
 //!
@@ -36,12 +39,14 @@ const STATE_DIRS: [BankState; 3] = [BankState::Accepted, BankState::Pending, Ban
 
 pub struct LocalfsKeys {
     root: PathBuf,
+    /// Written since the last sync.
+    dirty: bool,
 }
 
 impl LocalfsKeys {
     /// Opens the tree at `pki_dir`. Nothing is created until the first write.
     pub fn open(pki_dir: &Path) -> Result<Self> {
-        Ok(LocalfsKeys { root: pki_dir.to_path_buf() })
+        Ok(LocalfsKeys { root: pki_dir.to_path_buf(), dirty: false })
     }
 
     pub fn root(&self) -> &Path {
@@ -63,10 +68,11 @@ impl LocalfsKeys {
         Ok(())
     }
 
-    fn remove_regular(&self, p: &Path) -> Result<bool> {
+    fn remove_regular(&mut self, p: &Path) -> Result<bool> {
         match fs::symlink_metadata(p) {
             Ok(m) if m.file_type().is_file() || m.file_type().is_symlink() => {
                 fs::remove_file(p).ctx(|| format!("removing {}", p.display()))?;
+                self.dirty = true;
                 Ok(true)
             }
             Ok(_) => Err(Error::Invalid(format!("{} is not a regular file; refusing to touch it", p.display()))),
@@ -75,7 +81,7 @@ impl LocalfsKeys {
         }
     }
 
-    fn write_file(&self, dir: &Path, name: &str, data: &[u8], mode: u32, mtime_ns: Option<u64>) -> Result<()> {
+    fn write_file(&mut self, dir: &Path, name: &str, data: &[u8], mode: u32, mtime_ns: Option<u64>) -> Result<()> {
         fs::create_dir_all(dir).ctx(|| format!("creating {}", dir.display()))?;
         let target = dir.join(name);
         if target.parent() != Some(dir) {
@@ -88,15 +94,14 @@ impl LocalfsKeys {
                 f.set_modified(UNIX_EPOCH + Duration::from_nanos(ns)).ctx(|| format!("setting mtime of {}", tmp.display()))?;
             }
             f.set_permissions(fs::Permissions::from_mode(mode)).ctx(|| format!("chmod {}", tmp.display()))?;
-            f.sync_all().ctx(|| format!("syncing {}", tmp.display()))?;
             fs::rename(&tmp, &target).ctx(|| format!("renaming to {}", target.display()))?;
             Ok(())
         })();
         if res.is_err() {
             let _ = fs::remove_file(&tmp);
         }
-        res?;
-        sync_dir(dir)
+        self.dirty = true;
+        res
     }
 
     fn read_regular(p: &Path) -> Result<Option<Vec<u8>>> {
@@ -130,6 +135,18 @@ impl LocalfsKeys {
         }
         Ok(out)
     }
+}
+
+/// Flushes every dirty page of the filesystem holding `path` (one call for a whole batch
+/// of renames, instead of an fsync per file and directory).
+pub fn syncfs(path: &Path) -> Result<()> {
+    let f = File::open(path).ctx(|| format!("opening {}", path.display()))?;
+    // SAFETY: syncfs on a valid descriptor we own.
+    let rc = unsafe { libc::syncfs(std::os::unix::io::AsRawFd::as_raw_fd(&f)) };
+    if rc != 0 {
+        return Err(Error::io(format!("syncfs {}", path.display()), std::io::Error::last_os_error()));
+    }
+    Ok(())
 }
 
 /// fsyncs a directory so a rename in it is durable.
@@ -240,7 +257,10 @@ impl KeyView for LocalfsKeys {
     }
 
     fn sync(&mut self) -> Result<()> {
-        // Every write is already fsynced with its directory.
+        if self.dirty {
+            syncfs(&self.root)?;
+            self.dirty = false;
+        }
         Ok(())
     }
 }

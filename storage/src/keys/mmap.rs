@@ -6,8 +6,9 @@
 //! | `denied_keys` | `.mmap_denied.idx`   | pub text of the first denied key        |
 //! | `master_keys` | `.mmap_master.idx`   | the key file's bytes                    |
 //!
-//! Writers hold each bank's flock only between the first change and the next
-//! [`KeyView::sync`], so Salt's own `salt-key` can still write between Halite's batches.
+//! A bank's writer is opened at its first change and kept (with its flock) until the view
+//! is dropped; [`KeyView::sync`] makes the changes so far durable. Readers, Halite's or
+//! Salt's own `salt-key`, never need the lock.
 
 use std::path::{Path, PathBuf};
 
@@ -204,10 +205,8 @@ impl KeyView for MmapKeys {
     }
 
     fn sync(&mut self) -> Result<()> {
-        for w in self.writers.iter_mut() {
-            if let Some(w) = w.take() {
-                w.finish()?;
-            }
+        for w in self.writers.iter_mut().flatten() {
+            w.flush()?;
         }
         Ok(())
     }
