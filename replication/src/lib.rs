@@ -5,4 +5,4 @@
 pub mod logging;
 pub mod node;
 
-pub use node::{DataDir, Node, NodeConfig, NodeError};
+pub use node::{DataDir, Node, NodeConfig, NodeError, Pending};

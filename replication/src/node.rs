@@ -103,6 +103,18 @@ enum Msg {
     Stop,
 }
 
+/// A proposal in flight.
+pub struct Pending {
+    rx: Receiver<Result<u64>>,
+}
+
+impl Pending {
+    /// Waits until the records are committed and applied; returns the last one's index.
+    pub fn wait(self) -> Result<u64> {
+        self.rx.recv().map_err(|_| NodeError::Stopped("node thread dropped the request".into()))?
+    }
+}
+
 /// A running node. Dropping it stops the driver thread after the current group.
 pub struct Node {
     tx: Sender<Msg>,
@@ -197,13 +209,20 @@ impl Node {
     /// Proposes records and waits until all are committed and applied. Returns the log
     /// index of the last one. Records are validated and encoded before anything is sent.
     pub fn propose(&self, records: &[Record]) -> Result<u64> {
+        self.propose_async(records)?.wait()
+    }
+
+    /// Proposes records without waiting: the returned [`Pending`] answers once they are
+    /// committed and applied. A caller with much to write keeps several groups in flight.
+    pub fn propose_async(&self, records: &[Record]) -> Result<Pending> {
         let data = records.iter().map(|r| r.encode().map_err(|e| NodeError::Refused(e.to_string()))).collect::<Result<Vec<_>>>()?;
-        if data.is_empty() {
-            return self.sm.applied_index().map_err(Into::into);
-        }
         let (reply, rx) = mpsc::channel();
+        if data.is_empty() {
+            let _ = reply.send(self.sm.applied_index().map_err(Into::into));
+            return Ok(Pending { rx });
+        }
         self.tx.send(Msg::Propose(Proposal { data, reply })).map_err(|_| NodeError::Stopped("node thread is gone".into()))?;
-        rx.recv().map_err(|_| NodeError::Stopped("node thread dropped the request".into()))?
+        Ok(Pending { rx })
     }
 
     /// Stops the driver thread after the group in progress.

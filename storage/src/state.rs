@@ -18,8 +18,9 @@
 //!
 //! Applying is deterministic and idempotent: a batch of records and the new applied index
 //! are one atomic RocksDB write, and entries at or below the applied index are skipped.
-//! RocksDB's own WAL is not fsynced per batch: the log is the durable copy, and after a
-//! crash whatever RocksDB lost is applied again from it.
+//! RocksDB's WAL is off: the log is the durable copy, memtables of all column families
+//! are flushed together (`atomic_flush`), and after a crash whatever RocksDB had not
+//! flushed is applied again from the log. A checkpoint flushes first.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -117,6 +118,9 @@ impl StateMachine {
         opts.create_if_missing(true);
         opts.create_missing_column_families(true);
         opts.set_max_background_jobs(2);
+        // No WAL (the raft log is the durable copy), so column families must be flushed
+        // together to stay consistent with `applied_index`.
+        opts.set_atomic_flush(true);
         let db = DB::open_cf(&opts, path, ALL_CFS)?;
         Ok(StateMachine { db: Arc::new(db), path: path.to_path_buf() })
     }
@@ -158,9 +162,8 @@ impl StateMachine {
             return Ok(effects);
         }
         batch.put_cf(self.cf(CF_META)?, APPLIED_INDEX, last.to_be_bytes());
-        let mut wo = WriteOptions::default();
-        wo.disable_wal(bulk);
-        self.db.write_opt(batch, &wo)?;
+        let _ = bulk;
+        self.db.write_opt(batch, &no_wal())?;
         Ok(effects)
     }
 
@@ -174,7 +177,7 @@ impl StateMachine {
     }
 
     pub fn set_views_index(&self, index: u64) -> Result<()> {
-        self.db.put_cf(self.cf(CF_META)?, VIEWS_INDEX, index.to_be_bytes())?;
+        self.db.put_cf_opt(self.cf(CF_META)?, VIEWS_INDEX, index.to_be_bytes(), &no_wal())?;
         Ok(())
     }
 
@@ -182,7 +185,7 @@ impl StateMachine {
     /// empty and configuration entries).
     pub fn advance_applied(&self, index: u64) -> Result<()> {
         if index > self.applied_index()? {
-            self.db.put_cf(self.cf(CF_META)?, APPLIED_INDEX, index.to_be_bytes())?;
+            self.db.put_cf_opt(self.cf(CF_META)?, APPLIED_INDEX, index.to_be_bytes(), &no_wal())?;
         }
         Ok(())
     }
@@ -322,8 +325,11 @@ impl StateMachine {
     }
 
     /// Flushes memtables to disk (after a bulk apply).
+    /// Flushes memtables to disk, the `meta` family (with `applied_index`) last; since
+    /// applying is idempotent per record, a crash between two families only means some
+    /// records are applied again.
     pub fn flush(&self) -> Result<()> {
-        for cf in ALL_CFS {
+        for cf in ALL_CFS.iter().filter(|c| **c != CF_META).chain(std::iter::once(&CF_META)) {
             self.db.flush_cf(self.cf(cf)?)?;
         }
         Ok(())
@@ -456,7 +462,7 @@ impl StateMachine {
     /// Writes a consistent snapshot (a RocksDB checkpoint, which carries the applied
     /// index) into `dir`, which must not exist. Returns the applied index it holds.
     pub fn checkpoint(&self, dir: &Path) -> Result<u64> {
-        self.db.flush_wal(true)?;
+        self.flush()?;
         let idx = self.applied_index()?;
         Checkpoint::new(&self.db)?.create_checkpoint(dir)?;
         Ok(idx)
@@ -474,6 +480,13 @@ impl StateMachine {
         std::fs::rename(&tmp, path).map_err(|e| Error::io(format!("renaming {} to {}", tmp.display(), path.display()), e))?;
         Ok(())
     }
+}
+
+/// Writes skip RocksDB's WAL: whatever a crash loses is applied again from the log.
+fn no_wal() -> WriteOptions {
+    let mut wo = WriteOptions::default();
+    wo.disable_wal(true);
+    wo
 }
 
 fn copy_dir(from: &Path, to: &Path) -> Result<()> {

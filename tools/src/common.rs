@@ -56,6 +56,11 @@ pub fn load_config(dir: &Path) -> Result<MasterConfig> {
 
 /// Runs a tool's main, printing a failure and exiting with its code.
 pub fn run(f: impl FnOnce() -> Result<()>) -> ! {
+    // Like any Unix filter: `salt-key -L | head` ends quietly instead of panicking.
+    // SAFETY: setting the default disposition of SIGPIPE before any thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     match f() {
         Ok(()) => std::process::exit(0),
         Err(e) => {

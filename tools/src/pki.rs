@@ -92,8 +92,12 @@ pub fn migrate_offline(cfg: &MasterConfig, dry_run: bool) -> Result<String> {
     let mmap = KeyDriver::Mmap(geo);
     let (records, counts) = read_localfs_pki(&pki_dir)?;
     let records = collapse(records);
+    // Whether the mmap view or the state machine held keys before this run: only then can
+    // they differ after it (otherwise the view holds exactly what this run applied).
+    let view_existed = pki_dir.join(halite_storage::keys::mmap::KEYS_INDEX).exists() || pki_dir.join(halite_storage::keys::mmap::DENIED_INDEX).exists();
     let views = store::views(cfg, store::key_view_of(cfg, &mmap)?);
     let node = store::start_node(cfg, views).map_err(in_use(cfg))?;
+    let state_had_keys = node.state().count("keys")? + node.state().count("denied")? > 0;
     let mut todo = Vec::with_capacity(records.len());
     for r in records {
         if let Record::KeySet(k) = &r {
@@ -107,10 +111,22 @@ pub fn migrate_offline(cfg: &MasterConfig, dry_run: bool) -> Result<String> {
     if !todo.is_empty() {
         let mut progress = Progress::new("migrating keys into the log", todo.len() as u64);
         node.propose(&[Record::ImportMarker(ImportMarker { source: source.clone(), phase: ImportPhase::Begin, counts: BTreeMap::new(), time_ns: now_ns() })])?;
+        // Keep a few groups in flight so the node never waits for this thread.
+        let mut in_flight = std::collections::VecDeque::new();
         let mut done = 0u64;
         for chunk in todo.chunks(4096) {
-            node.propose(chunk)?;
-            done += chunk.len() as u64;
+            in_flight.push_back((node.propose_async(chunk)?, chunk.len() as u64));
+            if in_flight.len() >= 4 {
+                if let Some((p, n)) = in_flight.pop_front() {
+                    p.wait()?;
+                    done += n;
+                    progress.set(done);
+                }
+            }
+        }
+        for (p, n) in in_flight {
+            p.wait()?;
+            done += n;
             progress.set(done);
         }
         node.propose(&[Record::ImportMarker(ImportMarker { source, phase: ImportPhase::End, counts: counts.as_map(), time_ns: now_ns() })])?;
@@ -121,7 +137,7 @@ pub fn migrate_offline(cfg: &MasterConfig, dry_run: bool) -> Result<String> {
     // The mmap view must hold exactly the state machine (it may have been written by
     // the reference before, or miss keys the log had already).
     let mut views = store::views(cfg, store::key_view_of(cfg, &mmap)?);
-    let diff = views.diff_keys(&sm)?;
+    let diff = if view_existed || state_had_keys { views.diff_keys(&sm)? } else { Vec::new() };
     if !diff.is_empty() {
         tracing::info!(differences = diff.len(), "mmap_key view differs from the state machine; rebuilding it");
         let total = (sm.count("keys")? + sm.count("denied")?).max(1);

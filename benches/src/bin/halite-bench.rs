@@ -204,6 +204,8 @@ fn make_tree(root: &Path, keys: u64) -> PathBuf {
     }
     let conf = root.join("conf");
     std::fs::create_dir_all(&conf).expect("mkdir");
+    // The reference's runner client writes job files under cachedir/proc.
+    std::fs::create_dir_all(root.join("cache/proc")).expect("mkdir");
     let r = root.display();
     // Salt's default mmap geometry (1,000,000 slots) fits 100k keys as Salt sizes it.
     std::fs::write(
