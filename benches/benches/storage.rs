@@ -1,7 +1,8 @@
 //! Criterion benchmarks of the storage core. Run: `cargo bench -p halite-benches --bench storage`.
 //!
 //! * record encode / decode (a key-set record with a 450-byte SPKI key);
-//! * mmap_key lookup and insert at 10k, 100k and 1M keys (table sized 2× the keys);
+//! * mmap_key lookup, in-place state change and insert (bulk build) at 10k, 100k and 1M
+//!   keys (table sized 2× the keys);
 //! * `salt-key -L` listing with each driver at 10k keys.
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
@@ -28,41 +29,65 @@ fn mmap(c: &mut Criterion) {
     let mut g = c.benchmark_group("mmap_key");
     g.throughput(Throughput::Elements(1));
     g.sample_size(20);
+    let value = |state: BankState, i: u64| {
+        let mut v = vec![state.mmap_byte()];
+        v.extend_from_slice(fake_pub(i).as_bytes());
+        v
+    };
     for n in [10_000u64, 100_000, 1_000_000] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(".mmap_keys.idx");
         let geo = Geometry { size: 2 * n + 1, slot_size: 96, key_size: 64, max_segment_bytes: 1 << 30 };
         fill_mmap(&path, geo, n);
+        // Keys are formatted outside the timed part.
+        let keys: Vec<String> = (0..4096u64).map(|i| format!("minion-{:08}", (i * 7919) % n)).collect();
         let r = MmapReader::open(&path, geo).unwrap().unwrap();
-        let mut i = 0u64;
-        g.bench_with_input(BenchmarkId::new("lookup", n), &n, |b, &n| {
+        let mut i = 0usize;
+        g.bench_with_input(BenchmarkId::new("lookup", n), &n, |b, _| {
             b.iter(|| {
-                i = (i + 7919) % n;
-                let k = format!("minion-{i:08}");
-                black_box(r.get(k.as_bytes()).unwrap().unwrap());
+                i = (i + 1) % keys.len();
+                black_box(r.get(keys[i].as_bytes()).unwrap().unwrap());
             })
         });
+        drop(r);
+        // What every key state change is: same length, overwritten in place.
         let mut w = MmapWriter::open(&path, geo, false).unwrap();
-        let v = {
-            let mut v = vec![BankState::Pending.mmap_byte()];
-            v.extend_from_slice(fake_pub(0).as_bytes());
-            v
-        };
-        let mut j = 0u64;
-        g.bench_with_input(BenchmarkId::new("insert", n), &n, |b, _| {
-            b.iter_batched(
-                || {
-                    j += 1;
-                    format!("new-{j:010}")
-                },
-                |k| {
-                    w.put(k.as_bytes(), &v, 1).unwrap();
-                    w.delete(k.as_bytes()).unwrap();
-                },
-                BatchSize::SmallInput,
-            )
+        let mut j = 0usize;
+        let vals = [value(BankState::Accepted, 0), value(BankState::Rejected, 0)];
+        g.bench_with_input(BenchmarkId::new("state_change", n), &n, |b, _| {
+            b.iter(|| {
+                j += 1;
+                w.put(keys[j % keys.len()].as_bytes(), &vals[j % 2], 1).unwrap();
+            })
         });
         drop(w);
+    }
+    g.finish();
+    // Inserting fresh keys: building a table of n keys (what a migration or a rebuild does),
+    // reported per key.
+    let mut g = c.benchmark_group("mmap_key_insert");
+    g.sample_size(10);
+    for n in [10_000u64, 100_000, 1_000_000] {
+        g.throughput(Throughput::Elements(n));
+        let vals: Vec<Vec<u8>> = (0..1024).map(|i| value(BankState::Pending, i)).collect();
+        let keys: Vec<String> = (0..n).map(|i| format!("minion-{i:08}")).collect();
+        g.bench_with_input(BenchmarkId::new("build", n), &n, |b, &n| {
+            b.iter_batched(
+                || {
+                    let dir = tempfile::tempdir().unwrap();
+                    let geo = Geometry { size: 2 * n + 1, slot_size: 96, key_size: 64, max_segment_bytes: 1 << 30 };
+                    let w = MmapWriter::open(&dir.path().join(".mmap_keys.idx"), geo, false).unwrap();
+                    (dir, w)
+                },
+                |(dir, mut w)| {
+                    for (i, k) in keys.iter().enumerate() {
+                        w.put(k.as_bytes(), &vals[i % vals.len()], 1).unwrap();
+                    }
+                    (dir, w)
+                },
+                BatchSize::PerIteration,
+            )
+        });
     }
     g.finish();
 }

@@ -134,6 +134,9 @@ pub struct MmapReader {
     geo: Geometry,
     index: Mmap,
     segments: Vec<File>,
+    /// Read-only maps of the heap segments as they were at open (records appended later
+    /// are read with pread).
+    maps: Vec<Option<Mmap>>,
 }
 
 impl MmapReader {
@@ -162,7 +165,16 @@ impl MmapReader {
         // access is bounds-checked against the length verified above.
         let index = unsafe { Mmap::map(&f) }.ctx(|| format!("mapping {}", path.display()))?;
         let segments = open_segments(path, false)?;
-        Ok(Some(MmapReader { path: path.to_path_buf(), geo, index, segments }))
+        let maps = segments
+            .iter()
+            .map(|f| match f.metadata() {
+                // SAFETY: read-only shared map; a concurrent in-place overwrite can only
+                // produce a torn value, which the record checksum catches.
+                Ok(m) if m.len() > 0 => unsafe { Mmap::map(f) }.ok(),
+                _ => None,
+            })
+            .collect();
+        Ok(Some(MmapReader { path: path.to_path_buf(), geo, index, segments, maps }))
     }
 
     pub fn path(&self) -> &Path {
@@ -185,14 +197,22 @@ impl MmapReader {
     /// Reads the value of `key`. `Ok(None)` if absent; a checksum mismatch is an error
     /// naming the file and slot (callers that want the reference's "absent" can map it).
     pub fn get(&self, key: &[u8]) -> Result<Option<Value>> {
-        match self.find(key) {
+        match find_slot(&self.index, &self.geo, key) {
             None => Ok(None),
-            Some(s) => self.read_value(&s).map(Some),
+            Some(n) => self.read_value(&read_slot_meta(&self.index, &self.geo, n)).map(Some),
         }
     }
 
     /// Reads and checks the heap record a slot points to.
     pub fn read_value(&self, s: &Slot) -> Result<Value> {
+        if s.length > 0 {
+            if let Some(Some(map)) = self.maps.get(s.segment as usize) {
+                let (start, end) = (s.offset as usize, s.offset as usize + 8 + s.length as usize);
+                if end <= map.len() {
+                    return check_record(&self.path, s, &map[start..end]);
+                }
+            }
+        }
         read_record(&self.path, &self.segments, s)
     }
 
@@ -270,6 +290,15 @@ fn read_slot(index: &[u8], geo: &Geometry, n: u64) -> Slot {
     }
 }
 
+/// A slot's pointer fields without copying its key (the hot lookup path).
+fn read_slot_meta(index: &[u8], geo: &Geometry, n: u64) -> Slot {
+    let base = n as usize * geo.slot_size;
+    let k = geo.key_size;
+    let b = &index[base..base + geo.slot_size];
+    let ptr = u64_at(b, 1 + k);
+    Slot { slot: n, status: b[0], key: Vec::new(), segment: (ptr >> SEG_SHIFT) as u16, offset: ptr & OFF_MASK, length: u32_at(b, 9 + k), mtime_ns: u64_at(b, 13 + k) }
+}
+
 fn slot_key_eq(index: &[u8], geo: &Geometry, n: u64, key: &[u8]) -> bool {
     let base = n as usize * geo.slot_size + 1;
     let stored = &index[base..base + geo.key_size];
@@ -311,13 +340,27 @@ fn read_record(path: &Path, segments: &[File], s: &Slot) -> Result<Value> {
     if got < buf.len() {
         return Err(corrupt(format!("record at segment {} offset {} is cut short ({got} of {} bytes)", s.segment, s.offset, buf.len())));
     }
-    let digest = u64_at(&buf, 0);
-    let value = buf.split_off(8);
-    let actual = xxh3_64(&value);
+    check_record(path, s, &buf)
+}
+
+/// Checks a record's digest and returns its value.
+fn check_record(path: &Path, s: &Slot, rec: &[u8]) -> Result<Value> {
+    let digest = u64_at(rec, 0);
+    let value = &rec[8..];
+    let actual = xxh3_64(value);
     if digest != actual {
-        return Err(corrupt(format!("checksum mismatch at segment {} offset {}: stored {digest:016x}, computed {actual:016x}", s.segment, s.offset)));
+        return Err(Error::CorruptView {
+            path: path.to_path_buf(),
+            why: format!(
+                "slot {} ({:?}): checksum mismatch at segment {} offset {}: stored {digest:016x}, computed {actual:016x}",
+                s.slot,
+                String::from_utf8_lossy(&s.key),
+                s.segment,
+                s.offset
+            ),
+        });
     }
-    Ok(value)
+    Ok(value.to_vec())
 }
 
 fn read_roster(p: &Path) -> Result<Vec<u32>> {
@@ -403,6 +446,8 @@ pub struct MmapWriter {
     seg_sizes: Vec<u64>,
     roster: File,
     roster_entries: Vec<u32>,
+    /// Slot → position of its live roster entry (built on first delete).
+    roster_pos: Option<std::collections::HashMap<u32, usize>>,
     durable: bool,
     /// Byte range of the index written since the last flush (lo, hi), if any.
     dirty_index: Option<(usize, usize)>,
@@ -466,6 +511,7 @@ impl MmapWriter {
             seg_sizes,
             roster,
             roster_entries,
+            roster_pos: None,
             durable,
             dirty_index: Some((0, 1)),
             dirty_segments: Default::default(),
@@ -552,6 +598,7 @@ impl MmapWriter {
         std::fs::rename(&tmp.0, &roster_path).ctx(|| format!("renaming over {}", roster_path.display()))?;
         self.roster = OpenOptions::new().read(true).write(true).open(&roster_path).ctx(|| format!("opening {}", roster_path.display()))?;
         self.roster_entries = slots;
+        self.roster_pos = None;
         self.index.flush().ctx(|| format!("syncing {}", self.path.display()))?;
         Ok(())
     }
@@ -665,6 +712,9 @@ impl MmapWriter {
         self.set_header(h);
         let end = self.roster_entries.len() as u64 * 4;
         self.roster.write_all_at(&(n as u32).to_le_bytes(), end).ctx(|| format!("writing roster of {}", self.path.display()))?;
+        if let Some(pos) = &mut self.roster_pos {
+            pos.insert(n as u32, self.roster_entries.len());
+        }
         self.roster_entries.push(n as u32);
         self.roster_dirty = true;
         if self.durable {
@@ -710,7 +760,16 @@ impl MmapWriter {
         h.occupied = h.occupied.saturating_sub(1);
         h.deleted += 1;
         self.set_header(h);
-        if let Some(pos) = self.roster_entries.iter().position(|&e| e == n as u32) {
+        let positions = self.roster_pos.get_or_insert_with(|| {
+            let mut m = std::collections::HashMap::with_capacity(self.roster_entries.len());
+            for (i, &e) in self.roster_entries.iter().enumerate() {
+                if e != ROSTER_TOMBSTONE {
+                    m.entry(e).or_insert(i);
+                }
+            }
+            m
+        });
+        if let Some(pos) = positions.remove(&(n as u32)) {
             self.roster_entries[pos] = ROSTER_TOMBSTONE;
             self.roster.write_all_at(&ROSTER_TOMBSTONE.to_le_bytes(), pos as u64 * 4).ctx(|| format!("writing roster of {}", self.path.display()))?;
             self.roster_dirty = true;

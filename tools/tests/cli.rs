@@ -147,6 +147,19 @@ fn migrate_to_mmap_offline_keeps_keys_and_master_key_and_is_idempotent() {
     }
     let v = env.ok(CTL, &["verify", "--views"]);
     assert!(v.ends_with("OK\n"), "{v}");
+    // A flipped byte in the view: verify --views names the damaged key.
+    let slot = halite_storage::mmap_cache::MmapReader::open(&env.pki().join(".mmap_keys.idx"), geo).unwrap().unwrap().find(b"pend-01").unwrap();
+    let heap = env.pki().join(if slot.segment == 0 { ".mmap_keys.idx.heap".to_string() } else { format!(".mmap_keys.idx.heap.{}", slot.segment) });
+    let mut b = std::fs::read(&heap).unwrap();
+    b[slot.offset as usize + 20] ^= 0x01;
+    std::fs::write(&heap, b).unwrap();
+    let o = env.run(CTL, &["verify", "--views"]);
+    assert!(!o.status.success());
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("BAD: key view (mmap_key): pend-01"), "{out}");
+    // rebuild-views repairs it.
+    env.ok(CTL, &["rebuild-views"]);
+    assert!(env.ok(CTL, &["verify", "--views"]).ends_with("OK\n"));
 }
 
 #[test]
