@@ -265,6 +265,14 @@ impl MasterConfig {
         RootsDirs { file: first(&self.file_roots), pillar: first(&self.pillar_roots) }
     }
 
+    /// `keys.cache_driver` as written in the config.
+    pub fn key_driver_name(&self) -> &'static str {
+        match self.key_driver {
+            KeyDriver::Localfs => "localfs_key",
+            KeyDriver::Mmap(_) => "mmap_key",
+        }
+    }
+
     /// The mmap geometry from the config, whichever driver is selected.
     pub fn mmap_geometry(&self) -> Geometry {
         let r = Reader { raw: &self.raw, origin: &self.origin, dir: &self.config_dir };

@@ -1,11 +1,32 @@
-//! The Halite master. This crate owns the Salt master configuration and, with the
-//! single-master work, the Salt payload and crypto, the ZeroMQ servers, the request
-//! handlers and the `salt-master` daemon. Today it provides what the offline tools need:
-//! [`config`] (Salt's config files, defaults and `root_dir` rule), [`glob`] (fnmatch), and
-//! [`store`] (opening the log, state machine and views a config describes).
+//! The Halite master: Salt's master configuration, payloads and crypto, the request
+//! handlers, job publishing, the admin socket and the `salt-master` daemon.
+//!
+//! | module       | owns |
+//! |--------------|------|
+//! | [`config`]   | Salt's config files, defaults and `root_dir` rule |
+//! | [`crypto`]   | RSA (OpenSSL), X9.31, the Crypticle |
+//! | [`payload`]  | msgpack as Python minions write it |
+//! | [`auth`]     | the `_auth` decision (I/O-free) |
+//! | [`handlers`] | request decoding, checks, dispatch, reply encryption (I/O-free) |
+//! | [`jobs`]     | jids, expected minions, publish envelopes |
+//! | [`keyops`]   | salt-key selection and key records |
+//! | [`masterkeys`], [`sessions`] | the master key pair, per-minion session keys |
+//! | [`admin`]    | the local admin socket protocol |
+//! | [`server`]   | the daemon: sockets and wiring |
+//! | [`store`]    | opening the storage a config describes |
 
+pub mod admin;
+pub mod auth;
 pub mod config;
+pub mod crypto;
 pub mod glob;
+pub mod handlers;
+pub mod jobs;
+pub mod keyops;
+pub mod masterkeys;
+pub mod payload;
+pub mod server;
+pub mod sessions;
 pub mod store;
 
 pub use config::MasterConfig;

@@ -70,6 +70,13 @@ impl RaftLog {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating log dir {}", dir.display()), e))?;
         crate::tail::repair_torn_tail(dir)?;
         let engine = Engine::open(engine_config(dir)).map_err(|e| {
+            let msg = e.to_string();
+            if msg.contains("Failed to lock file") {
+                return Error::Invalid(format!(
+                    "the log in {} is in use by another process (is salt-master running?)",
+                    dir.display()
+                ));
+            }
             Error::CorruptLog(format!(
                 "cannot open the log in {}: {e}. Run `halite-ctl verify --log {}` to find the damaged record",
                 dir.display(),

@@ -435,6 +435,26 @@ impl StateMachine {
         Ok(Some((meta, data)))
     }
 
+    /// The returns stored for a job.
+    pub fn job_returns(&self, jid: &str) -> Result<Vec<crate::format::JobReturn>> {
+        let mut prefix = jid.as_bytes().to_vec();
+        prefix.push(0);
+        self.scan(CF_RETURNS, &prefix)?.into_iter().map(|(_, v)| from_msgpack("returns", &v)).collect()
+    }
+
+    /// A published job.
+    pub fn job(&self, jid: &str) -> Result<Option<crate::format::JobPublished>> {
+        match self.db.get_cf(self.cf(CF_JOBS)?, jid.as_bytes())? {
+            Some(v) => Ok(Some(from_msgpack("jobs", &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Every published job, in jid order.
+    pub fn jobs(&self) -> Result<Vec<crate::format::JobPublished>> {
+        self.scan(CF_JOBS, b"")?.into_iter().map(|(_, v)| from_msgpack("jobs", &v)).collect()
+    }
+
     /// Number of entries in a column family (for status output and tests).
     pub fn count(&self, cf: &str) -> Result<u64> {
         let mut n = 0;

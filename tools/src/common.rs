@@ -64,7 +64,9 @@ pub fn run(f: impl FnOnce() -> Result<()>) -> ! {
     match f() {
         Ok(()) => std::process::exit(0),
         Err(e) => {
-            eprintln!("{}", e.msg);
+            if !e.msg.is_empty() {
+                eprintln!("{}", e.msg);
+            }
             std::process::exit(e.code)
         }
     }

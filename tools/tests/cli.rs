@@ -446,3 +446,185 @@ fn import_shared_tree_becomes_records_and_local_views() {
     env.ok(CTL, &["rebuild-views"]);
     assert_eq!(std::fs::read_to_string(lr.join("srv/salt/web/init.sls")).unwrap(), "nginx:\n  pkg.installed\n");
 }
+
+// ---------------------------------------------------------------------------------------
+// The daemon with a real salt-minion 3008.5.
+
+/// A child process stopped by PID when dropped (SIGTERM, then SIGKILL).
+struct Proc {
+    child: std::process::Child,
+    name: &'static str,
+}
+
+impl Proc {
+    fn stop(&mut self) {
+        let pid = self.child.id() as i32;
+        // SAFETY: signalling our own child by PID.
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+        }
+        for _ in 0..50 {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        eprintln!("{} needed SIGKILL", self.name);
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The workspace's other binaries (built by `cargo test --workspace`), next to ours.
+fn sibling_bin(name: &str) -> PathBuf {
+    let p = Path::new(SALT_KEY).parent().unwrap().join(name);
+    assert!(p.exists(), "{} is not built: run the workspace tests (scripts/test.sh)", p.display());
+    p
+}
+
+fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(secs) {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    panic!("timed out after {secs}s waiting for {what}");
+}
+
+fn start_master(env: &Env) -> Proc {
+    let log = std::fs::File::create(env.root.join("master.out")).unwrap();
+    let child = Command::new(sibling_bin("salt-master"))
+        .args(["-c", &env.conf(), "-l", "info"])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let p = Proc { child, name: "salt-master" };
+    let sock = env.root.join("sock/halite-admin.sock");
+    wait_for("the master's admin socket", 30, || std::os::unix::net::UnixStream::connect(&sock).is_ok());
+    p
+}
+
+#[test]
+fn real_minion_auth_accept_jobs_bad_input_and_restart() {
+    let venv = reference_venv();
+    let ret = free_port();
+    let publish = free_port();
+    let env = Env::new("localfs_key", &format!("interface: 127.0.0.1\nret_port: {ret}\npublish_port: {publish}\npidfile: {}/master.pid\n", "@ROOT@"));
+    // Env's config does not know @ROOT@; patch it in.
+    let conf_path = env.root.join("conf/master");
+    let text = std::fs::read_to_string(&conf_path).unwrap().replace("@ROOT@", &env.root.display().to_string());
+    std::fs::write(&conf_path, text).unwrap();
+    let mut master = start_master(&env);
+    let mroot = env.root.join("minion");
+    std::fs::create_dir_all(mroot.join("conf")).unwrap();
+    let r = mroot.display();
+    std::fs::write(
+        mroot.join("conf/minion"),
+        format!(
+            "id: m1\nmaster: 127.0.0.1\nmaster_port: {ret}\nroot_dir: {r}\npki_dir: {r}/pki\ncachedir: {r}/cache\nsock_dir: {r}/sock\n\
+             pidfile: {r}/minion.pid\nlog_file: {r}/minion.log\nacceptance_wait_time: 1\nrandom_reauth_delay: 0\nmultiprocessing: False\n\
+             user: root\nauth_timeout: 3\n"
+        ),
+    )
+    .unwrap();
+    let mlog = std::fs::File::create(env.root.join("minion.out")).unwrap();
+    let _minion = Proc {
+        child: Command::new(venv.join("bin/salt-minion"))
+            .args(["-c", &mroot.join("conf").display().to_string(), "-l", "info"])
+            .stdin(Stdio::null())
+            .stdout(mlog.try_clone().unwrap())
+            .stderr(mlog)
+            .spawn()
+            .unwrap(),
+        name: "salt-minion",
+    };
+    // The new key arrives as pending, committed through the log into the view.
+    wait_for("m1 to be pending", 60, || env.listing()["minions_pre"] == serde_json::json!(["m1"]));
+    assert_eq!(std::fs::read(env.pki().join("minions_pre/m1")).unwrap(), {
+        let p = std::fs::read_to_string(mroot.join("pki/minion.pub")).unwrap();
+        p.trim().as_bytes().to_vec()
+    });
+    // Accept through the running master's admin socket.
+    let out = env.ok(SALT_KEY, &["-a", "m1", "-y"]);
+    assert!(out.contains("Key for minion m1 accepted."), "{out}");
+    let salt = sibling_bin("salt");
+    let ping = |t: &str| -> Option<Value> {
+        let o = Command::new(&salt).args(["-c", &env.conf(), "m1", "test.ping", "--out", "json", "-t", t]).output().unwrap();
+        serde_json::from_slice(&o.stdout).ok()
+    };
+    wait_for("test.ping to answer", 90, || ping("3") == Some(serde_json::json!({"m1": true})));
+    let o = Command::new(&salt).args(["-c", &env.conf(), "*", "cmd.run", "echo hi", "--out", "json"]).output().unwrap();
+    assert_eq!(serde_json::from_slice::<Value>(&o.stdout).unwrap(), serde_json::json!({"m1": "hi"}));
+    let o = Command::new(&salt).args(["-c", &env.conf(), "m1", "test.arg", "1", "two", "kw=True", "--out", "json"]).output().unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["m1"]["args"], serde_json::json!([1, "two"]), "{v}");
+    assert_eq!(v["m1"]["kwargs"]["kw"], serde_json::json!(true), "{v}");
+
+    // Bad input through the real wire: every request gets a refusal, nothing is written,
+    // and the master keeps serving.
+    let script = format!(
+        r#"
+import zmq, msgpack
+ctx = zmq.Context()
+def ask(frame):
+    s = ctx.socket(zmq.REQ); s.setsockopt(zmq.LINGER, 0); s.setsockopt(zmq.RCVTIMEO, 5000)
+    s.connect("tcp://127.0.0.1:{ret}"); s.send(frame)
+    r = msgpack.unpackb(s.recv(), raw=False, strict_map_key=False); s.close(); return r
+bad = [
+    b"\xc1\xc1 not msgpack",
+    msgpack.packb({{"enc": "rot13", "load": {{}}, "version": 3}}),
+    msgpack.packb({{"enc": "clear", "load": {{"cmd": "_auth", "id": "m1"}}, "version": 2}}),
+    msgpack.packb({{"enc": "aes", "load": b"x" * 64, "version": 3, "id": "../../etc"}}),
+    msgpack.packb({{"enc": "aes", "load": b"x" * 64, "version": 3, "id": "m1"}}),
+    msgpack.packb({{"enc": "aes", "load": b"x" * 64, "version": 3, "id": "nobody"}}),
+    msgpack.packb([1, 2, 3]),
+]
+for b in bad:
+    assert ask(b) == "bad load", b
+for cmd in ["_send_pub", "_prep_auth_info", "wheel", "runner", "publish"]:
+    r = ask(msgpack.packb({{"enc": "clear", "load": {{"cmd": cmd, "fun": "key.delete", "match": "*"}}, "version": 3}}))
+    assert r == {{}}, (cmd, r)
+r = ask(msgpack.packb({{"enc": "clear", "load": {{"cmd": "_auth", "id": "../evil", "pub": "x", "nonce": "0" * 32}}, "version": 3}}))
+assert isinstance(r, dict) and "sig" in r, r
+r = ask(msgpack.packb({{"enc": "clear", "load": {{"cmd": "ping"}}, "version": 3}}))
+assert r == {{"cmd": "ping"}}, r
+for i in range(300):
+    assert ask(b"\x92" * 3) == "bad load"
+print("ok")
+"#
+    );
+    let o = Command::new(venv.join("bin/python")).arg("-c").arg(script).output().unwrap();
+    assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(env.listing()["minions"], serde_json::json!(["m1"]), "bad input changed no key");
+    assert_eq!(ping("10"), Some(serde_json::json!({"m1": true})), "good minions still served");
+
+    // A restarted master: the minion re-authenticates and jobs work again.
+    master.stop();
+    drop(master);
+    let mut master = start_master(&env);
+    wait_for("test.ping after a master restart", 120, || ping("3") == Some(serde_json::json!({"m1": true})));
+    // The log belongs to the running master: offline tools say so.
+    let o = env.run(CTL, &["dump"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("in use by another process"), "{}", String::from_utf8_lossy(&o.stderr));
+    master.stop();
+    // Everything went through the log.
+    let dump = env.ok(CTL, &["dump", "--json"]);
+    let kinds: Vec<String> = dump.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()["kind"].as_str().unwrap().to_string()).collect();
+    for k in ["key_set", "grains_report", "job_published", "job_return"] {
+        assert!(kinds.iter().any(|x| x == k), "no {k} record in the log");
+    }
+}

@@ -2,14 +2,15 @@
 //!
 //! Listing (`-L`, `-l`) and fingerprints (`-f`, `-F`) read the configured key view, so
 //! they work with the master stopped. Accept, reject and delete are committed through
-//! the log (the master must be stopped for now; with it running they will go through its
-//! admin socket).
+//! the log: via the running master's admin socket, or directly when it is stopped.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 
 use clap::Parser;
-use serde_json::Value;
+use serde_json::{json, Value};
+
+use halite_master::admin::AdminClient;
 
 use halite_tools::common::{init_logging, load_config, run, Failure, Result};
 use halite_tools::keys::{self, Cmd, Include};
@@ -122,9 +123,21 @@ fn change_keys(args: &Args, cfg: &halite_master::MasterConfig, cmd: Cmd, pattern
         rejected: cmd == Cmd::Accept && (args.include_all || args.include_rejected),
         denied: args.include_denied,
     };
-    let node = keys::open_node(cfg)?;
-    let listing = keys::state_listing(&node)?;
-    let selected = keys::select(&listing, cmd, pattern, inc);
+    // With the master running, changes go through its admin socket; otherwise through
+    // the log directly.
+    let mut admin = AdminClient::connect(&cfg.sock_dir);
+    let node = if admin.is_none() { Some(keys::open_node(cfg)?) } else { None };
+    let selected = match (&mut admin, &node) {
+        (Some(a), _) => {
+            let v = a.call(&json!({
+                "cmd": "key.select", "action": cmd.verb(), "match": pattern,
+                "include_accepted": inc.accepted, "include_rejected": inc.rejected, "include_denied": inc.denied,
+            }))?;
+            v["selected"].as_object().cloned().unwrap_or_default()
+        }
+        (None, Some(node)) => keys::select(&keys::state_listing(node.state())?, cmd, pattern, inc),
+        (None, None) => return Err(Failure::new("no master and no log", 1)),
+    };
     if selected.is_empty() {
         let mut st = vec!["unaccepted"];
         if inc.accepted {
@@ -154,7 +167,14 @@ fn change_keys(args: &Args, cfg: &halite_master::MasterConfig, cmd: Cmd, pattern
             return Ok(());
         }
     }
-    let done = keys::apply(&node, cmd, &selected)?;
+    let done: Vec<String> = match (&mut admin, &node) {
+        (Some(a), _) => {
+            let v = a.call(&json!({ "cmd": "key.apply", "action": cmd.verb(), "selected": selected }))?;
+            v["done"].as_array().into_iter().flatten().filter_map(|x| x.as_str().map(String::from)).collect()
+        }
+        (None, Some(node)) => keys::apply(node, cmd, &selected)?,
+        (None, None) => Vec::new(),
+    };
     for id in done {
         println!("Key for minion {id} {}ed.", cmd.verb().trim_end_matches('e'));
     }

@@ -1,0 +1,71 @@
+//! `salt-master -c CONFIG_DIR [-l LEVEL] [-d]`: the Halite master daemon.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use clap::Parser;
+
+#[derive(Parser, Debug)]
+#[command(name = "salt-master", about = "The Halite Salt master", version)]
+struct Args {
+    /// The Salt configuration directory (holding `master` and `master.d/`).
+    #[arg(short = 'c', long = "config-dir", default_value = "/etc/salt")]
+    config_dir: PathBuf,
+    /// Console log level (garbage, trace, debug, info, warning, error, critical, quiet).
+    #[arg(short = 'l', long = "log-level")]
+    log_level: Option<String>,
+    /// Run in the background.
+    #[arg(short = 'd', long = "daemon")]
+    daemon: bool,
+}
+
+fn level(l: &str) -> &'static str {
+    match l {
+        "garbage" | "trace" | "all" => "trace",
+        "debug" | "profile" => "debug",
+        "info" => "info",
+        "warning" | "warn" => "warn",
+        "error" | "critical" => "error",
+        "quiet" => "off",
+        _ => "warn",
+    }
+}
+
+fn main() {
+    let args = Args::parse();
+    let cfg = match halite_master::MasterConfig::load(&args.config_dir) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("Error: {e}");
+            std::process::exit(2);
+        }
+    };
+    let lvl = level(args.log_level.as_deref().unwrap_or(&cfg.log_level));
+    let filter = std::env::var("HALITE_LOG").unwrap_or_else(|_| format!("{lvl},raft=warn"));
+    if args.daemon {
+        // SAFETY: daemon(3) before any thread exists; it forks and detaches.
+        if unsafe { libc::daemon(0, 0) } != 0 {
+            eprintln!("Error: cannot daemonize: {}", std::io::Error::last_os_error());
+            std::process::exit(1);
+        }
+    }
+    let log_to_file = args.daemon || !std::io::stderr().is_terminal();
+    let file = if log_to_file && !cfg.log_file.contains("://") {
+        if let Some(d) = std::path::Path::new(&cfg.log_file).parent() {
+            let _ = std::fs::create_dir_all(d);
+        }
+        std::fs::OpenOptions::new().create(true).append(true).open(&cfg.log_file).ok()
+    } else {
+        None
+    };
+    let builder = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::new(filter)).with_target(false);
+    match file {
+        Some(f) if args.daemon => builder.with_ansi(false).with_writer(std::sync::Mutex::new(f)).init(),
+        _ => builder.with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal()).init(),
+    }
+    if let Err(e) = halite_master::server::run(cfg) {
+        tracing::error!("{e}");
+        eprintln!("Error: {e}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,256 @@
+//! Minion requests on the request port (spec §4 and §7): decode, check, dispatch,
+//! encrypt the reply. I/O-free: [`handle`] maps a request body and the master's read
+//! state to the reply body and the records that must be committed before it is sent.
+//!
+//! Every failure of decoding, crypto or validation is answered with the string
+//! `"bad load"` (which makes a stock minion re-authenticate) and logged; nothing is
+//! written for it.
+
+use std::sync::Arc;
+
+use rmpv::Value;
+
+use halite_storage::format::{now_ns, GrainsReport, JobReturn, Record};
+use halite_storage::id::validate_minion_id;
+use halite_storage::keys::BankState;
+use halite_storage::state::StateMachine;
+
+use crate::auth::{self, AuthContext};
+use crate::config::MasterConfig;
+use crate::crypto::{Crypticle, EncAlgo, PublicKey, SigAlgo, PICKLE};
+use crate::masterkeys::MasterKeys;
+use crate::payload::{self, bin, encode, get, get_text, map, take};
+use crate::sessions::Sessions;
+
+/// The master's state a handler reads.
+pub struct Core {
+    pub cfg: MasterConfig,
+    pub keys: MasterKeys,
+    /// The publish (AES) key, handed to minions at auth.
+    pub aes: std::sync::RwLock<Crypticle>,
+    pub sessions: Sessions,
+    pub sm: Arc<StateMachine>,
+    /// Largest request body accepted, in bytes.
+    pub max_request: usize,
+}
+
+/// What handling a request produced.
+#[derive(Debug)]
+pub struct Handled {
+    /// The msgpack reply body.
+    pub reply: Vec<u8>,
+    /// Records to commit before the reply is sent.
+    pub records: Vec<Record>,
+    /// For the log: the command and the minion.
+    pub cmd: String,
+    pub id: String,
+}
+
+fn bad_load(why: impl std::fmt::Display, cmd: &str, id: &str) -> Handled {
+    tracing::warn!(cmd, id, "refusing a request: {why}");
+    Handled { reply: encode(&Value::from("bad load")), records: vec![], cmd: cmd.to_string(), id: id.to_string() }
+}
+
+/// Handles one request body.
+pub fn handle(core: &Core, body: &[u8]) -> Handled {
+    if body.len() > core.max_request {
+        return bad_load(format!("request of {} bytes exceeds the {}-byte limit", body.len(), core.max_request), "?", "?");
+    }
+    let env = match payload::decode(body) {
+        Ok(v @ Value::Map(_)) => v,
+        Ok(_) => return bad_load("the envelope is not a map", "?", "?"),
+        Err(e) => return bad_load(e, "?", "?"),
+    };
+    let (Some(enc), Some(load)) = (get_text(&env, "enc"), get(&env, "load")) else {
+        return bad_load("the envelope lacks enc or load", "?", "?");
+    };
+    let version = get(&env, "version").and_then(Value::as_i64).unwrap_or(0);
+    if version < 3 {
+        return bad_load(format!("protocol version {version} is below the minimum 3"), "?", "?");
+    }
+    match enc {
+        "clear" => handle_clear(core, load),
+        "aes" => handle_aes(core, &env, load),
+        other => bad_load(format!("unknown enc {other:?}"), "?", "?"),
+    }
+}
+
+fn handle_clear(core: &Core, load: &Value) -> Handled {
+    let cmd = get_text(load, "cmd").unwrap_or("").to_string();
+    match cmd.as_str() {
+        "_auth" => {
+            let id = get_text(load, "id").unwrap_or("");
+            let stored = if validate_minion_id(id).is_ok() { core.sm.get_key(id).ok().flatten() } else { None };
+            let aes = core.aes.read().unwrap_or_else(|p| p.into_inner()).clone();
+            let ctx = AuthContext { cfg: &core.cfg, keys: &core.keys, aes: &aes };
+            let out = auth::decide(load, stored.as_ref(), &ctx, |id| core.sessions.get(id));
+            tracing::info!(id = %out.id, act = out.act, "salt/auth");
+            Handled { reply: encode(&out.reply), records: out.records, cmd, id: out.id }
+        }
+        "ping" => Handled { reply: encode(load), records: vec![], cmd, id: String::new() },
+        // Everything else on the clear channel: the reference's CLI-facing commands
+        // (publish, runner, wheel, ...) and the internal ones behind CVE-2020-11651
+        // (_send_pub, _prep_auth_info). Halite serves none of them to the network.
+        _ => {
+            tracing::warn!(cmd = %cmd.escape_debug(), "clear command refused");
+            Handled { reply: encode(&Value::Map(vec![])), records: vec![], cmd, id: String::new() }
+        }
+    }
+}
+
+fn handle_aes(core: &Core, env: &Value, load: &Value) -> Handled {
+    let id = get_text(env, "id").unwrap_or("").to_string();
+    if let Err(e) = validate_minion_id(&id) {
+        return bad_load(e, "aes", &id);
+    }
+    let Some(ct) = payload::bytes(load) else { return bad_load("the load is not a byte string", "aes", &id) };
+    let session = core.sessions.get(&id);
+    let plain = match session.decrypt(ct) {
+        Ok(p) => p,
+        Err(_) => return bad_load("the load does not decrypt with the session key", "aes", &id),
+    };
+    let Some(msg) = plain.strip_prefix(PICKLE) else { return bad_load("no pickle:: prefix", "aes", &id) };
+    let mut inner = match payload::decode(msg) {
+        Ok(v @ Value::Map(_)) => v,
+        _ => return bad_load("the decrypted load is not a map", "aes", &id),
+    };
+    let cmd = get_text(&inner, "cmd").unwrap_or("").to_string();
+    let nonce = take(&mut inner, "nonce").and_then(|n| payload::text(&n).map(String::from)).unwrap_or_default();
+    if nonce.len() != 32 || !nonce.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return bad_load("missing or malformed nonce", &cmd, &id);
+    }
+    if get_text(&inner, "id") != Some(id.as_str()) {
+        return bad_load("inner id differs from the envelope id", &cmd, &id);
+    }
+    let Some(tok) = take(&mut inner, "tok") else { return bad_load("no tok", &cmd, &id) };
+    let stored = match core.sm.get_key(&id) {
+        Ok(Some(k)) if k.state == BankState::Accepted => k,
+        _ => return bad_load("the minion's key is not accepted", &cmd, &id),
+    };
+    let minion_pub = match PublicKey::from_pem(&stored.pub_key) {
+        Ok(k) => k,
+        Err(e) => return bad_load(format!("the accepted key does not parse: {e}"), &cmd, &id),
+    };
+    if payload::bytes(&tok).and_then(|t| minion_pub.x931_recover(t)).as_deref() != Some(b"salt") {
+        return bad_load("bad tok", &cmd, &id);
+    }
+    let enc = EncAlgo::parse(get_text(env, "enc_algo").unwrap_or("OAEP-SHA1")).unwrap_or(EncAlgo::OaepSha1);
+    let sig = SigAlgo::parse(get_text(env, "sig_algo").unwrap_or("PKCS1v15-SHA1")).unwrap_or(SigAlgo::Pkcs1v15Sha1);
+    let req = AesRequest { core, id: &id, inner: &inner, nonce: &nonce, minion_pub: &minion_pub, enc, sig };
+    let (result, records) = match dispatch(&req, &cmd) {
+        Ok(Answer::Encrypted(v, r)) => (v, r),
+        Ok(Answer::Private(v, r)) => return Handled { reply: encode(&v), records: r, cmd, id },
+        Err(e) => return bad_load(e, &cmd, &id),
+    };
+    let mut plain = Vec::with_capacity(64);
+    plain.extend_from_slice(PICKLE);
+    plain.extend_from_slice(nonce.as_bytes());
+    plain.extend_from_slice(&encode(&result));
+    match session.encrypt(&plain) {
+        Ok(ct) => Handled { reply: encode(&bin(ct)), records, cmd, id },
+        Err(e) => bad_load(format!("cannot encrypt the reply: {e}"), &cmd, &id),
+    }
+}
+
+struct AesRequest<'a> {
+    core: &'a Core,
+    id: &'a str,
+    inner: &'a Value,
+    nonce: &'a str,
+    minion_pub: &'a PublicKey,
+    enc: EncAlgo,
+    sig: SigAlgo,
+}
+
+enum Answer {
+    /// Session-encrypted with the nonce (the normal reply).
+    Encrypted(Value, Vec<Record>),
+    /// Sent as is (the pillar's own encryption).
+    Private(Value, Vec<Record>),
+}
+
+fn dispatch(r: &AesRequest, cmd: &str) -> Result<Answer, String> {
+    let none = |v: Value| Ok(Answer::Encrypted(v, vec![]));
+    match cmd {
+        "_pillar" => pillar(r),
+        "_return" => {
+            let jid = get_text(r.inner, "jid").unwrap_or("");
+            if jid == "nocache" || jid == "req" || jid.is_empty() {
+                tracing::debug!(id = r.id, jid, "return not stored");
+                return none(Value::Nil);
+            }
+            let rec = Record::JobReturn(JobReturn { jid: jid.to_string(), id: r.id.to_string(), load: encode(r.inner), time_ns: now_ns() });
+            if let Err(e) = rec.validate() {
+                return Err(format!("return refused: {e}"));
+            }
+            Ok(Answer::Encrypted(Value::Nil, vec![rec]))
+        }
+        "_minion_event" => {
+            tracing::debug!(id = r.id, tag = get_text(r.inner, "tag").unwrap_or(""), "minion event");
+            none(Value::Nil)
+        }
+        "_register_resources" => none(Value::Boolean(true)),
+        "_master_opts" => none(master_opts(&r.core.cfg, get(r.inner, "env_only").and_then(Value::as_bool).unwrap_or(false))),
+        "_master_tops" => none(Value::Map(vec![])),
+        "_file_envs" => none(Value::Array(r.core.cfg.file_roots.keys().map(|k| Value::from(k.as_str())).collect())),
+        "_file_list" | "_file_list_emptydirs" | "_dir_list" => none(Value::Array(vec![])),
+        "_symlink_list" => none(Value::Map(vec![])),
+        "_file_hash" => none(Value::from("")),
+        "_file_find" => none(map([("path", Value::from("")), ("rel", Value::from(""))])),
+        "_serve_file" => none(map([("data", Value::from("")), ("dest", Value::from(""))])),
+        "_mine" | "_mine_delete" | "_mine_flush" => none(Value::Boolean(true)),
+        "_mine_get" => none(Value::Map(vec![])),
+        other => {
+            tracing::debug!(cmd = %other.escape_debug(), id = r.id, "unknown command");
+            none(Value::Map(vec![]))
+        }
+    }
+}
+
+/// `_pillar`: records the minion's grains and answers with the pillar, privately
+/// encrypted (spec §7.2). Pillar compilation from `pillar_roots` comes with the pillar
+/// work; until then the pillar is empty (a map, as the minion requires).
+fn pillar(r: &AesRequest) -> Result<Answer, String> {
+    let grains = get(r.inner, "grains").cloned().unwrap_or(Value::Map(vec![]));
+    let rec = Record::GrainsReport(GrainsReport { id: r.id.to_string(), grains: encode(&grains), time_ns: now_ns() });
+    let pillar = Value::Map(vec![]);
+    let k = Crypticle::generate();
+    let enc_k = r.minion_pub.encrypt_oaep(k.key_string().as_bytes(), r.enc).map_err(|e| e.to_string())?;
+    let data = encode(&map([("key", bin(enc_k.clone())), ("pillar", pillar), ("nonce", Value::from(r.nonce))]));
+    let sig = r.core.keys.private.sign(&data, r.sig).map_err(|e| e.to_string())?;
+    let mut plain = PICKLE.to_vec();
+    plain.extend_from_slice(&encode(&map([("data", bin(data)), ("sig", bin(sig))])));
+    let blob = k.encrypt(&plain).map_err(|e| e.to_string())?;
+    Ok(Answer::Private(map([("key", bin(enc_k)), ("pillar", bin(blob))]), vec![rec]))
+}
+
+/// `_master_opts` (spec §7.4).
+pub fn master_opts(cfg: &MasterConfig, env_only: bool) -> Value {
+    let roots = Value::Map(cfg.file_roots.keys().map(|k| (Value::from(k.as_str()), Value::Array(vec![]))).collect());
+    let mut m = vec![
+        (Value::from("file_roots"), roots),
+        (Value::from("top_file_merging_strategy"), Value::from("merge")),
+        (Value::from("env_order"), Value::Array(vec![])),
+        (Value::from("default_top"), Value::from("base")),
+    ];
+    if !env_only {
+        for (k, v) in [
+            ("renderer", Value::from("jinja|yaml")),
+            ("failhard", Value::Boolean(false)),
+            ("state_top", Value::from("top.sls")),
+            ("state_top_saltenv", Value::Nil),
+            ("nodegroups", Value::Map(vec![])),
+            ("state_auto_order", Value::Boolean(true)),
+            ("state_events", Value::Boolean(false)),
+            ("state_aggregate", Value::Boolean(false)),
+            ("jinja_env", Value::Map(vec![])),
+            ("jinja_sls_env", Value::Map(vec![])),
+            ("jinja_lstrip_blocks", Value::Boolean(false)),
+            ("jinja_trim_blocks", Value::Boolean(false)),
+        ] {
+            m.push((Value::from(k), v));
+        }
+    }
+    Value::Map(m)
+}
+

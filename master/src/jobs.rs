@@ -1,0 +1,105 @@
+//! Jobs: jids, expected minions, publish envelopes, returns (spec §8–9).
+
+use rmpv::Value;
+
+use halite_storage::keys::BankState;
+use halite_storage::state::StateMachine;
+
+use crate::crypto::{Crypticle, PrivateKey, SigAlgo, PICKLE};
+use crate::glob::fnmatch;
+use crate::payload::{self, bin, encode};
+
+/// A new jid: the UTC time as `YYYYMMDDhhmmssffffff` (20 digits).
+pub fn new_jid() -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let secs = now.as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
+    let (y, m, d) = civil_from_days(days);
+    format!("{y:04}{m:02}{d:02}{:02}{:02}{:02}{:06}", rem / 3600, rem % 3600 / 60, rem % 60, now.subsec_micros())
+}
+
+/// Days since 1970-01-01 to a (year, month, day) in the proleptic Gregorian calendar.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// The minions a target is expected to reach, from the accepted keys (best effort: the
+/// minions decide for themselves). `glob` and `list` are resolved here; other target
+/// types fall back to every accepted minion until grain and compound matching land.
+pub fn expected_minions(sm: &StateMachine, tgt: &serde_json::Value, tgt_type: &str) -> halite_storage::Result<(Vec<String>, Vec<String>)> {
+    let accepted: Vec<String> = sm.keys()?.into_iter().filter(|(_, k)| k.state == BankState::Accepted).map(|(id, _)| id).collect();
+    let mut missing = Vec::new();
+    let hit: Vec<String> = match tgt_type {
+        "glob" => {
+            let pat = tgt.as_str().unwrap_or("");
+            accepted.into_iter().filter(|id| fnmatch(pat, id)).collect()
+        }
+        "list" => {
+            let wanted: Vec<String> = match tgt {
+                serde_json::Value::Array(a) => a.iter().filter_map(|v| v.as_str().map(String::from)).collect(),
+                serde_json::Value::String(s) => s.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect(),
+                _ => Vec::new(),
+            };
+            let mut out = Vec::new();
+            for w in wanted {
+                if accepted.contains(&w) {
+                    out.push(w);
+                } else {
+                    missing.push(w);
+                }
+            }
+            out
+        }
+        _ => accepted,
+    };
+    Ok((hit, missing))
+}
+
+/// Publishes jobs: serial numbers and the envelope (spec §8.2).
+pub struct Publisher {
+    aes: Crypticle,
+    serial: u64,
+}
+
+impl Publisher {
+    pub fn new(aes: Crypticle) -> Self {
+        Publisher { aes, serial: 0 }
+    }
+
+    /// The envelope frame for a publish load (a msgpack map without `serial`).
+    pub fn envelope(&mut self, load: &Value, key: &PrivateKey, sig_algo: SigAlgo) -> Result<Vec<u8>, crate::crypto::CryptoError> {
+        self.serial += 1;
+        let mut plain_map = match load {
+            Value::Map(m) => m.clone(),
+            _ => Vec::new(),
+        };
+        plain_map.push((Value::from("serial"), Value::from(self.serial)));
+        let mut plain = PICKLE.to_vec();
+        plain.extend_from_slice(&encode(&Value::Map(plain_map)));
+        let ct = self.aes.encrypt(&plain)?;
+        let sig = key.sign(&ct, sig_algo)?;
+        Ok(encode(&payload::map([("enc", Value::from("aes")), ("load", bin(ct)), ("sig_algo", Value::from(sig_algo.name())), ("sig", bin(sig))])))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn jid_shape_and_calendar() {
+        let j = super::new_jid();
+        assert_eq!(j.len(), 20);
+        assert!(j.starts_with("20"));
+        assert_eq!(super::civil_from_days(0), (1970, 1, 1));
+        assert_eq!(super::civil_from_days(20_779), (2026, 11, 22));
+        assert_eq!(super::civil_from_days(11_016), (2000, 2, 29));
+    }
+}

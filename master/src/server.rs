@@ -1,0 +1,289 @@
+//! The `salt-master` daemon: binds the publish (4505) and request (4506) ports and the
+//! admin socket, and wires them to the handlers, the node and the publisher.
+//!
+//! Each request is handled on the blocking pool (RSA and AES are CPU work); records it
+//! produced are committed through the node (group commit with everything else in flight)
+//! before its reply is sent, so an acknowledged key change or return is durable.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{json, Value as J};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+use zeromq::{Socket, SocketRecv, SocketSend, ZmqMessage};
+
+use halite_replication::Node;
+use halite_storage::format::{now_ns, JobPublished, Record};
+use halite_storage::keys::localfs::LocalfsKeys;
+
+use crate::admin;
+use crate::config::MasterConfig;
+use crate::crypto::{Crypticle, SigAlgo};
+use crate::handlers::{self, Core};
+use crate::jobs::{self, Publisher};
+use crate::keyops::{self, Cmd, Include};
+use crate::masterkeys;
+use crate::payload;
+use crate::sessions::Sessions;
+use crate::store;
+
+/// The running master's shared state.
+pub struct Master {
+    pub core: Arc<Core>,
+    pub node: Arc<Node>,
+    publisher: Mutex<Publisher>,
+    pub_tx: mpsc::UnboundedSender<Vec<u8>>,
+}
+
+fn endpoint(interface: &str, port: u16) -> String {
+    if interface.contains(':') {
+        format!("tcp://[{interface}]:{port}")
+    } else {
+        format!("tcp://{interface}:{port}")
+    }
+}
+
+fn mkdir_private(p: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(p).map_err(|e| format!("creating {}: {e}", p.display()))?;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700)).map_err(|e| format!("chmod {}: {e}", p.display()))
+}
+
+/// Starts the master and serves until SIGINT or SIGTERM.
+pub fn run(cfg: MasterConfig) -> Result<(), String> {
+    let started = std::time::Instant::now();
+    std::fs::create_dir_all(&cfg.cachedir).map_err(|e| format!("creating {}: {e}", cfg.cachedir.display()))?;
+    mkdir_private(&cfg.sock_dir)?;
+    if matches!(cfg.key_driver, halite_storage::keys::KeyDriver::Localfs) {
+        LocalfsKeys::open(cfg.keys_dir()).and_then(|v| v.ensure_layout()).map_err(|e| e.to_string())?;
+    } else {
+        mkdir_private(cfg.keys_dir())?;
+    }
+    let keys = {
+        let mut view = store::key_view(&cfg).map_err(|e| e.to_string())?;
+        masterkeys::load_or_create(&cfg, &mut *view).map_err(|e| e.to_string())?
+    };
+    let node = Arc::new(store::start_node_adopting(&cfg).map_err(|e| e.to_string())?);
+    let aes = Crypticle::generate();
+    let core = Arc::new(Core {
+        sessions: Sessions::new(cfg.cachedir.join("sessions"), std::time::Duration::from_secs(cfg.publish_session.max(1))),
+        sm: node.state().clone(),
+        aes: std::sync::RwLock::new(aes.clone()),
+        keys,
+        max_request: 64 << 20,
+        cfg,
+    });
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| e.to_string())?;
+    rt.block_on(serve(core, node, aes, started))
+}
+
+async fn serve(core: Arc<Core>, node: Arc<Node>, aes: Crypticle, started: std::time::Instant) -> Result<(), String> {
+    let cfg = &core.cfg;
+    let mut router = zeromq::RouterSocket::new();
+    let ret_ep = endpoint(&cfg.interface, cfg.ret_port);
+    router.bind(&ret_ep).await.map_err(|e| format!("binding {ret_ep}: {e}"))?;
+    let mut publisher_sock = zeromq::PubSocket::new();
+    let pub_ep = endpoint(&cfg.interface, cfg.publish_port);
+    publisher_sock.bind(&pub_ep).await.map_err(|e| format!("binding {pub_ep}: {e}"))?;
+    let sock_path = admin::socket_path(&cfg.sock_dir);
+    let _ = std::fs::remove_file(&sock_path);
+    let admin_listener = tokio::net::UnixListener::bind(&sock_path).map_err(|e| format!("binding {}: {e}", sock_path.display()))?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&sock_path, std::fs::Permissions::from_mode(0o600));
+    }
+    write_pidfile(&cfg.pidfile);
+    let (pub_tx, mut pub_rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let master = Arc::new(Master { core: core.clone(), node, publisher: Mutex::new(Publisher::new(aes)), pub_tx });
+    tracing::info!(ret = %ret_ep, publish = %pub_ep, admin = %sock_path.display(), ms = started.elapsed().as_millis() as u64, "salt-master serving");
+
+    tokio::spawn(async move {
+        while let Some(frame) = pub_rx.recv().await {
+            if let Err(e) = publisher_sock.send(ZmqMessage::from(frame)).await {
+                tracing::error!("publish failed: {e}");
+            }
+        }
+    });
+    let m2 = master.clone();
+    tokio::spawn(async move {
+        loop {
+            match admin_listener.accept().await {
+                Ok((stream, _)) => {
+                    tokio::spawn(admin_connection(m2.clone(), stream));
+                }
+                Err(e) => tracing::error!("admin socket: {e}"),
+            }
+        }
+    });
+    let (send, mut recv) = router.split();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| e.to_string())?;
+    loop {
+        tokio::select! {
+            msg = recv.recv() => match msg {
+                Ok(msg) => {
+                    tokio::spawn(request(master.clone(), send.clone(), msg));
+                }
+                Err(e) => tracing::warn!("request socket: {e}"),
+            },
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+        }
+    }
+    tracing::info!("salt-master stopping");
+    let _ = std::fs::remove_file(&sock_path);
+    let _ = std::fs::remove_file(&master.core.cfg.pidfile);
+    Ok(())
+}
+
+fn write_pidfile(p: &std::path::Path) {
+    if let Some(d) = p.parent() {
+        let _ = std::fs::create_dir_all(d);
+    }
+    if let Err(e) = std::fs::write(p, format!("{}\n", std::process::id())) {
+        tracing::warn!(pidfile = %p.display(), "cannot write the pidfile: {e}");
+    }
+}
+
+/// One request: handle, commit what it produced, reply on its own routing envelope.
+async fn request(master: Arc<Master>, mut send: zeromq::RouterSendHalf, msg: ZmqMessage) {
+    let mut frames = msg.into_vec();
+    let Some(body) = frames.pop() else { return };
+    let core = master.core.clone();
+    let handled = match tokio::task::spawn_blocking(move || handlers::handle(&core, &body)).await {
+        Ok(h) => h,
+        Err(e) => {
+            tracing::error!("request handler panicked: {e}");
+            return;
+        }
+    };
+    let mut reply = handled.reply;
+    if !handled.records.is_empty() {
+        let node = master.node.clone();
+        let records = handled.records;
+        let committed = tokio::task::spawn_blocking(move || node.propose(&records)).await;
+        if !matches!(committed, Ok(Ok(_))) {
+            tracing::error!(cmd = %handled.cmd, id = %handled.id, "records not committed: {committed:?}; answering bad load");
+            reply = payload::encode(&rmpv::Value::from("bad load"));
+        }
+    }
+    frames.push(reply.into());
+    match ZmqMessage::try_from(frames) {
+        Ok(m) => {
+            if let Err(e) = send.send(m).await {
+                tracing::debug!("reply not delivered: {e}");
+            }
+        }
+        Err(e) => tracing::warn!("cannot build a reply: {e}"),
+    }
+}
+
+async fn admin_connection(master: Arc<Master>, stream: tokio::net::UnixStream) {
+    let (rd, mut wr) = stream.into_split();
+    let mut lines = BufReader::new(rd).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let m = master.clone();
+        let answer = match serde_json::from_str::<J>(&line) {
+            Ok(req) => tokio::task::spawn_blocking(move || admin_request(&m, &req)).await.unwrap_or_else(admin::error),
+            Err(e) => admin::error(format!("bad request: {e}")),
+        };
+        let mut out = answer.to_string();
+        out.push('\n');
+        if wr.write_all(out.as_bytes()).await.is_err() {
+            break;
+        }
+    }
+}
+
+fn admin_request(m: &Master, req: &J) -> J {
+    match admin_request_inner(m, req) {
+        Ok(v) => v,
+        Err(e) => admin::error(e),
+    }
+}
+
+fn action(req: &J) -> Result<Cmd, String> {
+    match req.get("action").and_then(J::as_str) {
+        Some("accept") => Ok(Cmd::Accept),
+        Some("reject") => Ok(Cmd::Reject),
+        Some("delete") => Ok(Cmd::Delete),
+        other => Err(format!("unknown key action {other:?}")),
+    }
+}
+
+fn admin_request_inner(m: &Master, req: &J) -> Result<J, String> {
+    let sm = &m.core.sm;
+    let flag = |k: &str| req.get(k).and_then(J::as_bool).unwrap_or(false);
+    match req.get("cmd").and_then(J::as_str).unwrap_or("") {
+        "key.list" => {
+            let l = keyops::state_listing(sm).map_err(|e| e.to_string())?;
+            Ok(json!({ "listing": { "minions_pre": l.minions_pre, "minions_rejected": l.minions_rejected, "minions": l.minions, "minions_denied": l.minions_denied } }))
+        }
+        "key.select" => {
+            let cmd = action(req)?;
+            let inc = Include { accepted: flag("include_accepted"), rejected: flag("include_rejected"), denied: flag("include_denied") };
+            let l = keyops::state_listing(sm).map_err(|e| e.to_string())?;
+            let pattern = req.get("match").and_then(J::as_str).unwrap_or("");
+            Ok(json!({ "selected": keyops::select(&l, cmd, pattern, inc) }))
+        }
+        "key.apply" => {
+            let cmd = action(req)?;
+            let selected = req.get("selected").and_then(J::as_object).cloned().unwrap_or_default();
+            let done = keyops::apply(&m.node, cmd, &selected).map_err(|e| e.to_string())?;
+            Ok(json!({ "done": done }))
+        }
+        "publish" => publish(m, req),
+        "job.returns" => {
+            let jid = req.get("jid").and_then(J::as_str).ok_or("no jid")?;
+            let mut out = serde_json::Map::new();
+            for r in sm.job_returns(jid).map_err(|e| e.to_string())? {
+                let load = payload::decode(&r.load).map(|v| payload::to_json(&v)).unwrap_or(J::Null);
+                out.insert(r.id, load);
+            }
+            Ok(json!({ "returns": out }))
+        }
+        "job.list" => {
+            let mut out = serde_json::Map::new();
+            for j in sm.jobs().map_err(|e| e.to_string())? {
+                let load = payload::decode(&j.load).map(|v| payload::to_json(&v)).unwrap_or(J::Null);
+                out.insert(j.jid.clone(), json!({ "load": load, "minions": j.minions }));
+            }
+            Ok(json!({ "jobs": out }))
+        }
+        other => Err(format!("unknown admin command {other:?}")),
+    }
+}
+
+/// Publishes a job: commit it, then send it on the publish port.
+fn publish(m: &Master, req: &J) -> Result<J, String> {
+    let fun = req.get("fun").and_then(J::as_str).ok_or("no fun")?.to_string();
+    let tgt = req.get("tgt").cloned().unwrap_or(J::String("*".into()));
+    let tgt_type = req.get("tgt_type").and_then(J::as_str).unwrap_or("glob").to_string();
+    let mut args: Vec<J> = req.get("arg").and_then(J::as_array).cloned().unwrap_or_default();
+    if let Some(kw) = req.get("kwarg").and_then(J::as_object) {
+        if !kw.is_empty() {
+            let mut k = kw.clone();
+            k.insert("__kwarg__".into(), J::Bool(true));
+            args.push(J::Object(k));
+        }
+    }
+    let jid = jobs::new_jid();
+    let (minions, missing) = jobs::expected_minions(&m.core.sm, &tgt, &tgt_type).map_err(|e| e.to_string())?;
+    let load = payload::from_json(&json!({
+        "fun": fun, "arg": args, "tgt": tgt, "jid": jid, "ret": "", "tgt_type": tgt_type, "user": "root",
+    }));
+    let rec = Record::JobPublished(JobPublished { jid: jid.clone(), load: payload::encode(&load), minions: minions.clone(), time_ns: now_ns() });
+    m.node.propose(&[rec]).map_err(|e| e.to_string())?;
+    let frame = {
+        let mut p = m.publisher.lock().unwrap_or_else(|p| p.into_inner());
+        p.envelope(&load, &m.core.keys.private, SigAlgo::Pkcs1v15Sha1).map_err(|e| e.to_string())?
+    };
+    m.pub_tx.send(frame).map_err(|_| "the publisher stopped".to_string())?;
+    tracing::info!(jid = %jid, fun = %fun, minions = minions.len(), "published");
+    Ok(json!({ "jid": jid, "minions": minions, "missing": missing }))
+}
+
+/// Where the pidfile of a config lives (for tools and tests).
+pub fn pidfile(cfg: &MasterConfig) -> PathBuf {
+    cfg.pidfile.clone()
+}

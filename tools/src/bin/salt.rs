@@ -1,0 +1,149 @@
+//! `salt`: publish a job through the running master and print the returns.
+//!
+//! `salt [-c DIR] TARGET FUN [ARG ...] [-L|-E|-G|-P|-C] [-t SECONDS] [--async]
+//! [--out json|yaml|nested]`. Arguments are parsed as Salt parses them: `key=value` becomes
+//! a keyword argument, every value is YAML-typed (`1` is an int, `True` a bool).
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use serde_json::{json, Map, Value};
+
+use halite_master::admin::AdminClient;
+use halite_tools::common::{init_logging, load_config, run, Failure, Result};
+use halite_tools::output::{render, Out};
+
+#[derive(Parser, Debug)]
+#[command(name = "salt", about = "Publish Salt jobs through a Halite master", version)]
+struct Args {
+    #[arg(short = 'c', long = "config-dir", default_value = "/etc/salt")]
+    config_dir: PathBuf,
+    /// The target is a list of ids (comma-separated).
+    #[arg(short = 'L', long = "list")]
+    list: bool,
+    /// The target is a regular expression.
+    #[arg(short = 'E', long = "pcre")]
+    pcre: bool,
+    /// The target is a grain glob `key:value`.
+    #[arg(short = 'G', long = "grain")]
+    grain: bool,
+    /// The target is a grain regex `key:regex`.
+    #[arg(short = 'P', long = "grain-pcre")]
+    grain_pcre: bool,
+    /// The target is a compound expression.
+    #[arg(short = 'C', long = "compound")]
+    compound: bool,
+    /// Seconds to wait for returns.
+    #[arg(short = 't', long = "timeout")]
+    timeout: Option<u64>,
+    /// Print the jid and return without waiting.
+    #[arg(long = "async")]
+    asynchronous: bool,
+    /// Print each minion's return as it arrives (accepted for compatibility).
+    #[arg(long = "static")]
+    static_: bool,
+    #[arg(long = "out", value_enum)]
+    out: Option<Out>,
+    #[arg(long = "log-level", default_value = "warning")]
+    log_level: String,
+    target: String,
+    fun: String,
+    args: Vec<String>,
+}
+
+fn main() {
+    let args = Args::parse();
+    init_logging(&args.log_level);
+    run(|| real_main(args))
+}
+
+/// YAML-types a CLI value the way Salt does (`1` → int, `True` → bool, `[a]` → list).
+fn yaml_value(s: &str) -> Value {
+    match serde_yaml::from_str::<serde_yaml::Value>(s) {
+        Ok(serde_yaml::Value::String(_)) | Err(_) => Value::String(s.to_string()),
+        Ok(v) => serde_json::to_value(v).unwrap_or(Value::String(s.to_string())),
+    }
+}
+
+/// Splits Salt CLI arguments into positional args and keyword args.
+pub fn parse_args(raw: &[String]) -> (Vec<Value>, Map<String, Value>) {
+    let mut args = Vec::new();
+    let mut kwargs = Map::new();
+    for a in raw {
+        match a.split_once('=') {
+            Some((k, v)) if !k.is_empty() && k.chars().all(|c| c.is_alphanumeric() || c == '_') => {
+                kwargs.insert(k.to_string(), yaml_value(v));
+            }
+            _ => args.push(yaml_value(a)),
+        }
+    }
+    (args, kwargs)
+}
+
+fn real_main(a: Args) -> Result<()> {
+    let cfg = load_config(&a.config_dir)?;
+    let mut client = AdminClient::connect(&cfg.sock_dir)
+        .ok_or_else(|| Failure::new(format!("Salt request timed out. The master is not responding (no admin socket in {}).", cfg.sock_dir.display()), 2))?;
+    let tgt_type = if a.list {
+        "list"
+    } else if a.pcre {
+        "pcre"
+    } else if a.grain {
+        "grain"
+    } else if a.grain_pcre {
+        "grain_pcre"
+    } else if a.compound {
+        "compound"
+    } else {
+        "glob"
+    };
+    let tgt = if a.list { Value::Array(a.target.split(',').map(|s| Value::String(s.trim().to_string())).collect()) } else { Value::String(a.target.clone()) };
+    let (args, kwargs) = parse_args(&a.args);
+    let pubd = client.call(&json!({ "cmd": "publish", "tgt": tgt, "tgt_type": tgt_type, "fun": a.fun, "arg": args, "kwarg": kwargs }))?;
+    let jid = pubd["jid"].as_str().unwrap_or("").to_string();
+    if a.asynchronous {
+        println!("Executed command with job ID: {jid}");
+        return Ok(());
+    }
+    let expected: Vec<String> = pubd["minions"].as_array().into_iter().flatten().filter_map(|v| v.as_str().map(String::from)).collect();
+    if expected.is_empty() {
+        return Err(Failure::new("No minions matched the target. No command was sent, no jid was assigned.", 2));
+    }
+    let timeout = Duration::from_secs(a.timeout.unwrap_or(cfg.timeout));
+    let start = Instant::now();
+    let mut returns = Map::new();
+    loop {
+        let r = client.call(&json!({ "cmd": "job.returns", "jid": jid }))?;
+        if let Some(m) = r["returns"].as_object() {
+            returns = m.clone();
+        }
+        if expected.iter().all(|m| returns.contains_key(m)) || start.elapsed() >= timeout {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut out = Map::new();
+    let mut failed = false;
+    for m in &expected {
+        match returns.get(m) {
+            Some(load) => {
+                if load.get("retcode").and_then(Value::as_i64).unwrap_or(0) != 0 || load.get("success") == Some(&Value::Bool(false)) {
+                    failed = true;
+                }
+                out.insert(m.clone(), load.get("return").cloned().unwrap_or(Value::Null));
+            }
+            None => {
+                failed = true;
+                out.insert(m.clone(), Value::String("Minion did not return. [No response]".into()));
+            }
+        }
+    }
+    let color = std::io::stdout().is_terminal();
+    println!("{}", render(&Value::Object(out), a.out.unwrap_or(Out::Nested), color));
+    if failed {
+        return Err(Failure::new("", 1));
+    }
+    Ok(())
+}
