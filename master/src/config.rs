@@ -289,6 +289,19 @@ impl MasterConfig {
     }
 }
 
+/// Maps Salt's log level names to a `tracing` filter level.
+pub fn tracing_level(salt_level: &str) -> &'static str {
+    match salt_level {
+        "garbage" | "trace" | "all" => "trace",
+        "debug" | "profile" => "debug",
+        "info" => "info",
+        "warning" | "warn" => "warn",
+        "error" | "critical" => "error",
+        "quiet" => "off",
+        _ => "warn",
+    }
+}
+
 pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_else(|_| "localhost".into())
 }

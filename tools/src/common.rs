@@ -31,15 +31,7 @@ pub type Result<T, E = Failure> = std::result::Result<T, E>;
 /// Logs to stderr at `level` (Salt's names: garbage, trace, debug, info, warning, error,
 /// critical, quiet). `HALITE_LOG` overrides it with a tracing filter.
 pub fn init_logging(level: &str) {
-    let lvl = match level {
-        "garbage" | "trace" | "all" => "trace",
-        "debug" | "profile" => "debug",
-        "info" => "info",
-        "warning" | "warn" => "warn",
-        "error" | "critical" => "error",
-        "quiet" => "off",
-        _ => "warn",
-    };
+    let lvl = halite_master::config::tracing_level(level);
     let filter = std::env::var("HALITE_LOG").unwrap_or_else(|_| format!("{lvl},raft=warn"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))

@@ -19,18 +19,6 @@ struct Args {
     daemon: bool,
 }
 
-fn level(l: &str) -> &'static str {
-    match l {
-        "garbage" | "trace" | "all" => "trace",
-        "debug" | "profile" => "debug",
-        "info" => "info",
-        "warning" | "warn" => "warn",
-        "error" | "critical" => "error",
-        "quiet" => "off",
-        _ => "warn",
-    }
-}
-
 fn main() {
     let args = Args::parse();
     let cfg = match halite_master::MasterConfig::load(&args.config_dir) {
@@ -40,7 +28,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let lvl = level(args.log_level.as_deref().unwrap_or(&cfg.log_level));
+    let lvl = halite_master::config::tracing_level(args.log_level.as_deref().unwrap_or(&cfg.log_level));
     let filter = std::env::var("HALITE_LOG").unwrap_or_else(|_| format!("{lvl},raft=warn"));
     if args.daemon {
         // SAFETY: daemon(3) before any thread exists; it forks and detaches.
