@@ -75,6 +75,12 @@ impl Publisher {
         Publisher { aes, serial: 0 }
     }
 
+    /// Switches to a new AES key; serials start again from zero for it (spec §8.2).
+    pub fn rotate(&mut self, aes: Crypticle) {
+        self.aes = aes;
+        self.serial = 0;
+    }
+
     /// The envelope frame for a publish load (a msgpack map without `serial`).
     pub fn envelope(&mut self, load: &Value, key: &PrivateKey, sig_algo: SigAlgo) -> Result<Vec<u8>, crate::crypto::CryptoError> {
         self.serial += 1;

@@ -136,6 +136,23 @@ async fn serve(core: Arc<Core>, node: Arc<Node>, aes: Crypticle, started: std::t
     Ok(())
 }
 
+/// Salt's `rotate_aes_key` (default True): deleting or rejecting a key replaces the
+/// publish key, so the minion that lost its key stops understanding publishes.
+fn rotate_aes_key(cfg: &MasterConfig) -> bool {
+    !matches!(cfg.raw.get("rotate_aes_key"), Some(serde_yaml::Value::Bool(false)))
+}
+
+impl Master {
+    /// Replaces the publish AES key. Connected minions learn the new one by
+    /// re-authenticating when a publish fails to decrypt (spec §10).
+    pub fn rotate_aes(&self) {
+        let aes = Crypticle::generate();
+        *self.core.aes.write().unwrap_or_else(|p| p.into_inner()) = aes.clone();
+        self.publisher.lock().unwrap_or_else(|p| p.into_inner()).rotate(aes);
+        tracing::info!("publish AES key rotated");
+    }
+}
+
 fn write_pidfile(p: &std::path::Path) {
     if let Some(d) = p.parent() {
         let _ = std::fs::create_dir_all(d);
@@ -230,6 +247,9 @@ fn admin_request_inner(m: &Master, req: &J) -> Result<J, String> {
             let cmd = action(req)?;
             let selected = req.get("selected").and_then(J::as_object).cloned().unwrap_or_default();
             let done = keyops::apply(&m.node, cmd, &selected).map_err(|e| e.to_string())?;
+            if cmd != Cmd::Accept && !done.is_empty() && rotate_aes_key(&m.core.cfg) {
+                m.rotate_aes();
+            }
             Ok(json!({ "done": done }))
         }
         "publish" => publish(m, req),

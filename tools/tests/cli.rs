@@ -617,6 +617,18 @@ print("ok")
     drop(master);
     let mut master = start_master(&env);
     wait_for("test.ping after a master restart", 120, || ping("3") == Some(serde_json::json!({"m1": true})));
+    // Deleting the key rotates the publish key: the next publish does not decrypt for the
+    // minion, which re-authenticates and is pending again, and the job never runs there.
+    let out = env.ok(SALT_KEY, &["-d", "m1", "-y"]);
+    assert!(out.contains("Key for minion m1 deleted."), "{out}");
+    let o = Command::new(&salt).args(["-c", &env.conf(), "*", "test.ping", "--async"]).output().unwrap();
+    let jid = String::from_utf8_lossy(&o.stdout).trim().rsplit(' ').next().unwrap_or("").to_string();
+    assert_eq!(jid.len(), 20, "{}", String::from_utf8_lossy(&o.stdout));
+    wait_for("the deleted minion to re-authenticate as pending", 60, || env.listing()["minions_pre"] == serde_json::json!(["m1"]));
+    std::thread::sleep(Duration::from_secs(2));
+    let minion_log = std::fs::read_to_string(env.root.join("minion.out")).unwrap();
+    assert!(minion_log.contains("Executing command 'test.ping' with jid") || minion_log.contains("Executing command test.ping with jid"), "the minion logs the jobs it runs");
+    assert!(!minion_log.contains(&jid), "the minion ran a job published after its key was deleted:\n{minion_log}");
     // The log belongs to the running master: offline tools say so.
     let o = env.run(CTL, &["dump"]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("in use by another process"), "{}", String::from_utf8_lossy(&o.stderr));
@@ -627,4 +639,6 @@ print("ok")
     for k in ["key_set", "grains_report", "job_published", "job_return"] {
         assert!(kinds.iter().any(|x| x == k), "no {k} record in the log");
     }
+    let returns = env.ok(CTL, &["dump", "--json", "--kind", "job_return"]);
+    assert!(!returns.contains(&jid), "the deleted minion ran a job published after the rotation");
 }
