@@ -18,6 +18,7 @@ use halite_storage::state::StateMachine;
 use crate::auth::{self, AuthContext};
 use crate::config::MasterConfig;
 use crate::crypto::{Crypticle, EncAlgo, PublicKey, SigAlgo, PICKLE};
+use crate::fileserver;
 use crate::masterkeys::MasterKeys;
 use crate::payload::{self, bin, encode, get, get_text, map, take};
 use crate::sessions::Sessions;
@@ -193,11 +194,29 @@ fn dispatch(r: &AesRequest, cmd: &str) -> Result<Answer, String> {
         "_master_opts" => none(master_opts(&r.core.cfg, get(r.inner, "env_only").and_then(Value::as_bool).unwrap_or(false))),
         "_master_tops" => none(Value::Map(vec![])),
         "_file_envs" => none(Value::Array(r.core.cfg.file_roots.keys().map(|k| Value::from(k.as_str())).collect())),
-        "_file_list" | "_file_list_emptydirs" | "_dir_list" => none(Value::Array(vec![])),
-        "_symlink_list" => none(Value::Map(vec![])),
-        "_file_hash" => none(Value::from("")),
-        "_file_find" => none(map([("path", Value::from("")), ("rel", Value::from(""))])),
-        "_serve_file" => none(map([("data", Value::from("")), ("dest", Value::from(""))])),
+        "_file_list" | "_file_list_emptydirs" | "_dir_list" | "_symlink_list" => {
+            let l = fileserver::list(&r.core.cfg, saltenv(r));
+            let prefix = get_text(r.inner, "prefix").unwrap_or("");
+            none(match cmd {
+                "_file_list" => fileserver::with_prefix(&l.files, prefix),
+                "_file_list_emptydirs" => fileserver::with_prefix(&l.empty_dirs, prefix),
+                "_dir_list" => fileserver::with_prefix(&l.dirs, prefix),
+                _ => Value::Map(
+                    l.links
+                        .iter()
+                        .filter(|(k, _)| k.starts_with(prefix.trim_matches('/')))
+                        .map(|(k, v)| (Value::from(k.as_str()), Value::from(v.as_str())))
+                        .collect(),
+                ),
+            })
+        }
+        "_file_hash" => none(fileserver::file_hash(&r.core.cfg, get_text(r.inner, "path").unwrap_or(""), saltenv(r))),
+        "_file_hash_and_stat" => none(fileserver::file_hash_and_stat(&r.core.cfg, get_text(r.inner, "path").unwrap_or(""), saltenv(r))),
+        "_file_find" => none(fileserver::file_find(&r.core.cfg, get_text(r.inner, "path").unwrap_or(""), saltenv(r))),
+        "_serve_file" => {
+            let loc = get(r.inner, "loc").and_then(Value::as_u64).unwrap_or(0);
+            none(fileserver::serve_file(&r.core.cfg, get_text(r.inner, "path").unwrap_or(""), saltenv(r), loc))
+        }
         "_mine" | "_mine_delete" | "_mine_flush" => none(Value::Boolean(true)),
         "_mine_get" => none(Value::Map(vec![])),
         other => {
@@ -205,6 +224,11 @@ fn dispatch(r: &AesRequest, cmd: &str) -> Result<Answer, String> {
             none(Value::Map(vec![]))
         }
     }
+}
+
+/// The request's saltenv (Salt's default `base`).
+fn saltenv<'a>(r: &'a AesRequest) -> &'a str {
+    get_text(r.inner, "saltenv").unwrap_or("base")
 }
 
 /// `_pillar`: records the minion's grains and answers with the pillar, privately

@@ -8,6 +8,7 @@
 //! | [`payload`]  | msgpack as Python minions write it |
 //! | [`auth`]     | the `_auth` decision (I/O-free) |
 //! | [`handlers`] | request decoding, checks, dispatch, reply encryption (I/O-free) |
+//! | [`fileserver`] | the `roots` file server over `file_roots` |
 //! | [`jobs`]     | jids, expected minions, publish envelopes |
 //! | [`keyops`]   | salt-key selection and key records |
 //! | [`masterkeys`], [`sessions`] | the master key pair, per-minion session keys |
@@ -19,6 +20,7 @@ pub mod admin;
 pub mod auth;
 pub mod config;
 pub mod crypto;
+pub mod fileserver;
 pub mod glob;
 pub mod handlers;
 pub mod jobs;

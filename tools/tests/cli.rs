@@ -523,10 +523,17 @@ fn real_minion_auth_accept_jobs_bad_input_and_restart() {
     let venv = reference_venv();
     let ret = free_port();
     let publish = free_port();
-    let env = Env::new("localfs_key", &format!("interface: 127.0.0.1\nret_port: {ret}\npublish_port: {publish}\npidfile: {}/master.pid\n", "@ROOT@"));
+    let env = Env::new(
+        "localfs_key",
+        "interface: 127.0.0.1\nret_port: @RET@\npublish_port: @PUB@\npidfile: @ROOT@/master.pid\nfile_roots:\n  base:\n    - @ROOT@/srv/salt\n",
+    );
     // Env's config does not know @ROOT@; patch it in.
     let conf_path = env.root.join("conf/master");
-    let text = std::fs::read_to_string(&conf_path).unwrap().replace("@ROOT@", &env.root.display().to_string());
+    let text = std::fs::read_to_string(&conf_path)
+        .unwrap()
+        .replace("@ROOT@", &env.root.display().to_string())
+        .replace("@RET@", &ret.to_string())
+        .replace("@PUB@", &publish.to_string());
     std::fs::write(&conf_path, text).unwrap();
     let mut master = start_master(&env);
     let mroot = env.root.join("minion");
@@ -573,6 +580,31 @@ fn real_minion_auth_accept_jobs_bad_input_and_restart() {
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["m1"]["args"], serde_json::json!([1, "two"]), "{v}");
     assert_eq!(v["m1"]["kwargs"]["kw"], serde_json::json!(true), "{v}");
+
+    // The file server: state.apply of a Jinja sls with file.managed from salt://.
+    let srv = env.root.join("srv/salt");
+    std::fs::create_dir_all(srv.join("files")).unwrap();
+    let target = env.root.join("managed.txt");
+    std::fs::write(
+        srv.join("web.sls"),
+        format!(
+            "{{% set who = grains['id'] %}}\n{t}:\n  file.managed:\n    - source: salt://files/motd.txt\n    - template: jinja\n    - context:\n        greeting: hello from {{{{ who }}}}\n",
+            t = target.display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(srv.join("files/motd.txt"), "{{ greeting }}\n").unwrap();
+    let o = Command::new(&salt).args(["-c", &env.conf(), "m1", "state.apply", "web", "--out", "json", "-t", "60"]).output().unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    assert!(o.status.success(), "state.apply failed: {v}\n{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "hello from m1\n");
+    let o = Command::new(&salt).args(["-c", &env.conf(), "m1", "cp.list_master", "--out", "json"]).output().unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["m1"], serde_json::json!(["files/motd.txt", "web.sls"]));
+    let copy = env.root.join("copy.sls");
+    let o = Command::new(&salt).args(["-c", &env.conf(), "m1", "cp.get_file", "salt://web.sls", &copy.display().to_string(), "--out", "json"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    assert_eq!(std::fs::read(&copy).unwrap(), std::fs::read(srv.join("web.sls")).unwrap());
 
     // Bad input through the real wire: every request gets a refusal, nothing is written,
     // and the master keeps serving.
