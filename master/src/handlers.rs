@@ -231,13 +231,16 @@ fn saltenv<'a>(r: &'a AesRequest) -> &'a str {
     get_text(r.inner, "saltenv").unwrap_or("base")
 }
 
-/// `_pillar`: records the minion's grains and answers with the pillar, privately
-/// encrypted (spec §7.2). Pillar compilation from `pillar_roots` comes with the pillar
-/// work; until then the pillar is empty (a map, as the minion requires).
+/// `_pillar`: records the minion's grains and answers with its pillar (compiled from
+/// `pillar_roots`), privately encrypted (spec §7.2).
 fn pillar(r: &AesRequest) -> Result<Answer, String> {
     let grains = get(r.inner, "grains").cloned().unwrap_or(Value::Map(vec![]));
     let rec = Record::GrainsReport(GrainsReport { id: r.id.to_string(), grains: encode(&grains), time_ns: now_ns() });
-    let pillar = Value::Map(vec![]);
+    let mut grains_json = payload::to_json(&grains);
+    if let Some(m) = grains_json.as_object_mut() {
+        m.insert("id".into(), serde_json::Value::String(r.id.to_string()));
+    }
+    let pillar = payload::from_json(&crate::pillar::compile(&r.core.cfg, r.id, &grains_json));
     let k = Crypticle::generate();
     let enc_k = r.minion_pub.encrypt_oaep(k.key_string().as_bytes(), r.enc).map_err(|e| e.to_string())?;
     let data = encode(&map([("key", bin(enc_k.clone())), ("pillar", pillar), ("nonce", Value::from(r.nonce))]));

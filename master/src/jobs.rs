@@ -32,9 +32,9 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
-/// The minions a target is expected to reach, from the accepted keys (best effort: the
-/// minions decide for themselves). `glob` and `list` are resolved here; other target
-/// types fall back to every accepted minion until grain and compound matching land.
+/// The minions a target is expected to reach, from the accepted keys and the grains they
+/// reported (best effort: the minions decide for themselves), and the listed ids that are
+/// not accepted.
 pub fn expected_minions(sm: &StateMachine, tgt: &serde_json::Value, tgt_type: &str) -> halite_storage::Result<(Vec<String>, Vec<String>)> {
     let accepted: Vec<String> = sm.keys()?.into_iter().filter(|(_, k)| k.state == BankState::Accepted).map(|(id, _)| id).collect();
     let mut missing = Vec::new();
@@ -59,7 +59,28 @@ pub fn expected_minions(sm: &StateMachine, tgt: &serde_json::Value, tgt_type: &s
             }
             out
         }
-        _ => accepted,
+        other => {
+            let empty = serde_json::Value::Object(Default::default());
+            let pattern = match tgt {
+                serde_json::Value::String(s) => s.clone(),
+                v => v.to_string(),
+            };
+            let mut out = Vec::new();
+            for id in accepted {
+                // Grain-based targets need the grains the minion reported (Salt's rule:
+                // minions without cached grains are not expected).
+                let grains = match sm.grains(&id)? {
+                    Some(g) => crate::payload::decode(&g).map(|v| crate::payload::to_json(&v)).unwrap_or(empty.clone()),
+                    None if other.starts_with("grain") || other == "compound" => empty.clone(),
+                    None => empty.clone(),
+                };
+                let subject = crate::matcher::Subject { id: &id, grains: &grains, pillar: &empty };
+                if crate::matcher::matches(&subject, &pattern, other) {
+                    out.push(id);
+                }
+            }
+            out
+        }
     };
     Ok((hit, missing))
 }

@@ -10,6 +10,8 @@
 //! | [`handlers`] | request decoding, checks, dispatch, reply encryption (I/O-free) |
 //! | [`fileserver`] | the `roots` file server over `file_roots` |
 //! | [`jobs`]     | jids, expected minions, publish envelopes |
+//! | [`matcher`]  | Salt's target matchers (glob, list, pcre, grain, pillar, compound) |
+//! | [`pillar`]   | pillar compilation from `pillar_roots` (Jinja + YAML, top matching, merge) |
 //! | [`keyops`]   | salt-key selection and key records |
 //! | [`masterkeys`], [`sessions`] | the master key pair, per-minion session keys |
 //! | [`admin`]    | the local admin socket protocol |
@@ -26,7 +28,9 @@ pub mod handlers;
 pub mod jobs;
 pub mod keyops;
 pub mod masterkeys;
+pub mod matcher;
 pub mod payload;
+pub mod pillar;
 pub mod server;
 pub mod sessions;
 pub mod store;

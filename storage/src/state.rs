@@ -435,6 +435,14 @@ impl StateMachine {
         Ok(Some((meta, data)))
     }
 
+    /// The grains a minion last reported (msgpack).
+    pub fn grains(&self, id: &str) -> Result<Option<Vec<u8>>> {
+        match self.db.get_cf(self.cf(CF_GRAINS)?, id.as_bytes())? {
+            Some(v) => Ok(Some(from_msgpack::<crate::format::GrainsReport>("grains", &v)?.grains)),
+            None => Ok(None),
+        }
+    }
+
     /// The returns stored for a job.
     pub fn job_returns(&self, jid: &str) -> Result<Vec<crate::format::JobReturn>> {
         let mut prefix = jid.as_bytes().to_vec();

@@ -525,7 +525,7 @@ fn real_minion_auth_accept_jobs_bad_input_and_restart() {
     let publish = free_port();
     let env = Env::new(
         "localfs_key",
-        "interface: 127.0.0.1\nret_port: @RET@\npublish_port: @PUB@\npidfile: @ROOT@/master.pid\nfile_roots:\n  base:\n    - @ROOT@/srv/salt\n",
+        "interface: 127.0.0.1\nret_port: @RET@\npublish_port: @PUB@\npidfile: @ROOT@/master.pid\nfile_roots:\n  base:\n    - @ROOT@/srv/salt\npillar_roots:\n  base:\n    - @ROOT@/srv/pillar\n",
     );
     // Env's config does not know @ROOT@; patch it in.
     let conf_path = env.root.join("conf/master");
@@ -605,6 +605,24 @@ fn real_minion_auth_accept_jobs_bad_input_and_restart() {
     let o = Command::new(&salt).args(["-c", &env.conf(), "m1", "cp.get_file", "salt://web.sls", &copy.display().to_string(), "--out", "json"]).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
     assert_eq!(std::fs::read(&copy).unwrap(), std::fs::read(srv.join("web.sls")).unwrap());
+
+    // Pillar: top.sls matching, Jinja with grains and salt['grains.get'], YAML, merge.
+    let pil = env.root.join("srv/pillar");
+    std::fs::create_dir_all(&pil).unwrap();
+    std::fs::write(pil.join("top.sls"), "base:\n  '*':\n    - common\n  'kernel:Linux':\n    - match: grain\n    - linux\n  'nomatch*':\n    - secret\n").unwrap();
+    std::fs::write(pil.join("common.sls"), "greeting: hello {{ grains['id'] }}\nsettings:\n  a: 1\n").unwrap();
+    std::fs::write(pil.join("linux.sls"), "settings:\n  kernel: {{ salt['grains.get']('kernel') }}\n").unwrap();
+    std::fs::write(pil.join("secret.sls"), "password: not-for-m1\n").unwrap();
+    let o = Command::new(&salt).args(["-c", &env.conf(), "m1", "pillar.items", "unmask=True", "--out", "json"]).output().unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["m1"], serde_json::json!({"greeting": "hello m1", "settings": {"a": 1, "kernel": "Linux"}}), "{v}");
+    // Targeting from the grains the minion reported (a grains record in the log).
+    for (flag, tgt) in [("-G", "kernel:Linux"), ("-E", "m[0-9]"), ("-C", "G@kernel:Linux and m*"), ("-L", "m1,nosuch")] {
+        let o = Command::new(&salt).args(["-c", &env.conf(), flag, tgt, "test.ping", "--out", "json"]).output().unwrap();
+        assert_eq!(serde_json::from_slice::<Value>(&o.stdout).ok(), Some(serde_json::json!({"m1": true})), "{flag} {tgt}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    let o = Command::new(&salt).args(["-c", &env.conf(), "-G", "kernel:Windows", "test.ping"]).output().unwrap();
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("No minions matched"));
 
     // Bad input through the real wire: every request gets a refusal, nothing is written,
     // and the master keeps serving.
