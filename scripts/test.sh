@@ -8,4 +8,7 @@ export HALITE_CACHE="${HALITE_CACHE:-$HOME/.cache/halite}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HALITE_CACHE/target}"
 scripts/setup.sh
 export HALITE_SALT_VENV="$(scripts/setup-reference.sh)"
+# The end-to-end tests run every binary of the workspace (salt-master is in another
+# package than the tests), so build them all first.
+cargo build --workspace --bins --locked
 cargo test --workspace --locked "$@"
