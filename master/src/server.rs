@@ -270,6 +270,18 @@ fn admin_request_inner(m: &Master, req: &J) -> Result<J, String> {
             }
             Ok(json!({ "jobs": out }))
         }
+        "runner" => {
+            let ret = match req.get("fun").and_then(J::as_str).unwrap_or("") {
+                "jobs.list_jobs" => crate::runners::list_jobs(sm).map_err(|e| e.to_string())?,
+                "jobs.lookup_jid" => crate::runners::lookup_jid(sm, req.get("jid").and_then(J::as_str).ok_or("jobs.lookup_jid needs a jid")?).map_err(|e| e.to_string())?,
+                "cluster.members" => {
+                    let (term, voters, learners) = m.node.membership().map_err(|e| e.to_string())?;
+                    crate::runners::cluster_members(&node_id(&m.core.cfg), term, &voters, &learners)
+                }
+                other => return Err(format!("'{other}' is not available.")),
+            };
+            Ok(json!({ "return": ret }))
+        }
         other => Err(format!("unknown admin command {other:?}")),
     }
 }
@@ -289,6 +301,9 @@ fn publish(m: &Master, req: &J) -> Result<J, String> {
     }
     let jid = jobs::new_jid();
     let (minions, missing) = jobs::expected_minions(&m.core.sm, &tgt, &tgt_type).map_err(|e| e.to_string())?;
+    if minions.is_empty() {
+        return Err("No minions matched the target. No command was sent, no jid was assigned.".into());
+    }
     let load = payload::from_json(&json!({
         "fun": fun, "arg": args, "tgt": tgt, "jid": jid, "ret": "", "tgt_type": tgt_type, "user": "root",
     }));
@@ -301,6 +316,15 @@ fn publish(m: &Master, req: &J) -> Result<J, String> {
     m.pub_tx.send(frame).map_err(|_| "the publisher stopped".to_string())?;
     tracing::info!(jid = %jid, fun = %fun, minions = minions.len(), "published");
     Ok(json!({ "jid": jid, "minions": minions, "missing": missing }))
+}
+
+/// The node id Salt's cluster runners report: `id`, falling back to `interface`.
+pub fn node_id(cfg: &MasterConfig) -> String {
+    if cfg.id.is_empty() {
+        cfg.interface.clone()
+    } else {
+        cfg.id.clone()
+    }
 }
 
 /// Where the pidfile of a config lives (for tools and tests).

@@ -120,6 +120,7 @@ pub struct Node {
     tx: Sender<Msg>,
     thread: Option<JoinHandle<()>>,
     sm: Arc<StateMachine>,
+    log: RaftLog,
 }
 
 impl Node {
@@ -188,6 +189,7 @@ impl Node {
         }
         let (tx, rx) = mpsc::channel();
         let sm2 = sm.clone();
+        let log2 = log.clone();
         let thread = std::thread::Builder::new()
             .name(format!("raft-node-{}", cfg.id))
             .spawn(move || {
@@ -198,12 +200,19 @@ impl Node {
                 }
             })
             .map_err(|e| NodeError::Stopped(format!("cannot start the node thread: {e}")))?;
-        Ok(Node { tx, thread: Some(thread), sm })
+        Ok(Node { tx, thread: Some(thread), sm, log: log2 })
     }
 
     /// The state machine, for reads.
     pub fn state(&self) -> &Arc<StateMachine> {
         &self.sm
+    }
+
+    /// The raft term and the voters and learners of the group, as last persisted.
+    pub fn membership(&self) -> Result<(u64, Vec<u64>, Vec<u64>)> {
+        let hs = self.log.hard_state()?;
+        let cs = self.log.conf_state()?;
+        Ok((hs.term, cs.voters, cs.learners))
     }
 
     /// Proposes records and waits until all are committed and applied. Returns the log

@@ -624,6 +624,20 @@ fn real_minion_auth_accept_jobs_bad_input_and_restart() {
     let o = Command::new(&salt).args(["-c", &env.conf(), "-G", "kernel:Windows", "test.ping"]).output().unwrap();
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("No minions matched"));
 
+    // Runners through the running master.
+    let jobs: Value = serde_json::from_str(&env.ok(SALT_RUN, &["jobs.list_jobs", "--out", "json"])).unwrap();
+    let (ping_jid, ping_job) = jobs.as_object().unwrap().iter().rev().find(|(_, j)| j["Function"] == "test.ping").expect("a test.ping job");
+    assert_eq!(ping_job["User"], "root");
+    assert!(ping_job["StartTime"].as_str().unwrap().starts_with("20"), "{ping_job}");
+    let looked: Value = serde_json::from_str(&env.ok(SALT_RUN, &["jobs.lookup_jid", ping_jid, "--out", "json"])).unwrap();
+    assert_eq!(looked, serde_json::json!({"m1": true}));
+    let members: Value = serde_json::from_str(&env.ok(SALT_RUN, &["cluster.members", "--out", "json"])).unwrap();
+    assert_eq!(members["voter_count"], 1);
+    assert_eq!(members["voters"], serde_json::json!([members["node_id"].clone()]));
+
+    let ghost_pub = env.root.join("ghost.pub");
+    std::fs::write(&ghost_pub, halite_master::crypto::PrivateKey::generate(2048).unwrap().public_pem().unwrap()).unwrap();
+    let ghost = ghost_pub.display();
     // Bad input through the real wire: every request gets a refusal, nothing is written,
     // and the master keeps serving.
     let script = format!(
@@ -652,6 +666,11 @@ r = ask(msgpack.packb({{"enc": "clear", "load": {{"cmd": "_auth", "id": "../evil
 assert isinstance(r, dict) and "sig" in r, r
 r = ask(msgpack.packb({{"enc": "clear", "load": {{"cmd": "ping"}}, "version": 3}}))
 assert r == {{"cmd": "ping"}}, r
+# A second minion key, registered by a real _auth: it becomes pending.
+ghost = open("{ghost}").read()
+r = ask(msgpack.packb({{"enc": "clear", "load": {{"cmd": "_auth", "id": "ghost", "pub": ghost, "nonce": "1" * 32,
+    "enc_algo": "OAEP-SHA1", "sig_algo": "PKCS1v15-SHA1"}}, "version": 3}}))
+assert msgpack.unpackb(r["load"], raw=False)["ret"] is True, r
 for i in range(300):
     assert ask(b"\x92" * 3) == "bad load"
 print("ok")
@@ -659,7 +678,13 @@ print("ok")
     );
     let o = Command::new(venv.join("bin/python")).arg("-c").arg(script).output().unwrap();
     assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    assert_eq!(env.listing()["minions"], serde_json::json!(["m1"]), "bad input changed no key");
+    assert_eq!(env.listing()["minions_pre"], serde_json::json!(["ghost"]));
+    env.ok(SALT_KEY, &["-a", "ghost", "-y"]);
+    let status: Value = serde_json::from_str(&env.ok(SALT_RUN, &["manage.status", "-t", "5", "--out", "json"])).unwrap();
+    assert_eq!(status, serde_json::json!({"up": ["m1"], "down": ["ghost"]}));
+    assert_eq!(env.ok(SALT_RUN, &["manage.down", "-t", "5", "--out", "json"]).trim(), "[\n    \"ghost\"\n]");
+    assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(env.listing()["minions"], serde_json::json!(["ghost", "m1"]), "bad input changed no key");
     assert_eq!(ping("10"), Some(serde_json::json!({"m1": true})), "good minions still served");
 
     // A restarted master: the minion re-authenticates and jobs work again.
@@ -689,6 +714,11 @@ print("ok")
     for k in ["key_set", "grains_report", "job_published", "job_return"] {
         assert!(kinds.iter().any(|x| x == k), "no {k} record in the log");
     }
+    // Offline runners read the data dir.
+    let offline: Value = serde_json::from_str(&env.ok(SALT_RUN, &["jobs.lookup_jid", ping_jid, "--out", "json"])).unwrap();
+    assert_eq!(offline, serde_json::json!({"m1": true}));
+    let members: Value = serde_json::from_str(&env.ok(SALT_RUN, &["cluster.members", "--out", "json"])).unwrap();
+    assert_eq!(members["voter_count"], 1);
     let returns = env.ok(CTL, &["dump", "--json", "--kind", "job_return"]);
     assert!(!returns.contains(&jid), "the deleted minion ran a job published after the rotation");
 }

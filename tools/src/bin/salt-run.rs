@@ -1,11 +1,20 @@
-//! `salt-run`: runners. With the master stopped: `pki.status` and
-//! `pki.migrate_to_mmap [test=True|dry_run=True]`.
+//! `salt-run`: runners. Through the running master's admin socket: `jobs.list_jobs`,
+//! `jobs.lookup_jid JID`, `manage.up`, `manage.down`, `manage.status`, `cluster.members`.
+//! With the master stopped: `pki.status`, `pki.migrate_to_mmap [test=True]`,
+//! `jobs.list_jobs`, `jobs.lookup_jid`, `cluster.members` (read from the data dir).
 
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use clap::Parser;
+use serde_json::{json, Value};
 
+use halite_master::admin::AdminClient;
+use halite_master::{runners, store};
 use halite_tools::common::{init_logging, load_config, run, Failure, Result};
+use halite_tools::output::{render, Out};
 use halite_tools::pki;
 
 #[derive(Parser, Debug)]
@@ -15,6 +24,11 @@ struct Args {
     config_dir: PathBuf,
     #[arg(short = 'l', long = "log-level", default_value = "warning")]
     log_level: String,
+    /// Seconds manage.* wait for minions to answer.
+    #[arg(short = 't', long = "timeout")]
+    timeout: Option<u64>,
+    #[arg(long = "out", value_enum)]
+    out: Option<Out>,
     /// Runner function, e.g. pki.migrate_to_mmap.
     fun: String,
     /// Arguments; `key=value` are keyword arguments.
@@ -38,29 +52,96 @@ fn truthy(v: &str) -> Result<bool> {
 
 fn real_main(a: Args) -> Result<()> {
     let cfg = load_config(&a.config_dir)?;
-    let mut kwargs = std::collections::BTreeMap::new();
+    let mut kwargs = BTreeMap::new();
+    let mut positional = Vec::new();
     for x in &a.args {
         match x.split_once('=') {
             Some((k, v)) => {
                 kwargs.insert(k.to_string(), v.to_string());
             }
-            None => return Err(Failure::new(format!("{}: unexpected positional argument {x:?}", a.fun), 2)),
+            None => positional.push(x.clone()),
         }
     }
-    let dry = |kw: &std::collections::BTreeMap<String, String>| -> Result<bool> {
+    let dry = || -> Result<bool> {
         let mut d = false;
         for k in ["test", "dry_run"] {
-            if let Some(v) = kw.get(k) {
+            if let Some(v) = kwargs.get(k) {
                 d |= truthy(v)?;
             }
         }
         Ok(d)
     };
-    let out = match a.fun.as_str() {
-        "pki.status" => pki::status(&cfg),
-        "pki.migrate_to_mmap" => pki::migrate_offline(&cfg, dry(&kwargs)?)?,
+    let jid = || positional.first().cloned().or_else(|| kwargs.get("jid").cloned()).ok_or_else(|| Failure::new(format!("{} needs a jid", a.fun), 2));
+    let mut admin = AdminClient::connect(&cfg.sock_dir);
+    let ret: Value = match a.fun.as_str() {
+        "pki.status" => Value::String(pki::status(&cfg)),
+        "pki.migrate_to_mmap" => {
+            if admin.is_some() && !dry()? {
+                return Err(Failure::new("pki.migrate_to_mmap: stop salt-master first (the online migration is not available yet)", 1));
+            }
+            Value::String(pki::migrate_offline(&cfg, dry()?)?)
+        }
+        "jobs.list_jobs" | "jobs.lookup_jid" | "cluster.members" => match &mut admin {
+            Some(c) => {
+                let mut req = json!({ "cmd": "runner", "fun": a.fun });
+                if a.fun == "jobs.lookup_jid" {
+                    req["jid"] = Value::String(jid()?);
+                }
+                c.call(&req)?["return"].clone()
+            }
+            None => offline_runner(&cfg, &a.fun, if a.fun == "jobs.lookup_jid" { Some(jid()?) } else { None })?,
+        },
+        "manage.status" | "manage.up" | "manage.down" => {
+            let c = admin.as_mut().ok_or_else(|| Failure::new(format!("{}: the master is not running", a.fun), 1))?;
+            let (up, down) = manage(c, Duration::from_secs(a.timeout.unwrap_or(cfg.timeout)))?;
+            match a.fun.as_str() {
+                "manage.up" => json!(up),
+                "manage.down" => json!(down),
+                _ => json!({ "up": up, "down": down }),
+            }
+        }
         other => return Err(Failure::new(format!("'{other}' is not available."), 1)),
     };
-    println!("{out}");
+    match (&ret, a.out) {
+        (Value::String(s), None) => println!("{s}"),
+        (v, out) => println!("{}", render(v, out.unwrap_or(Out::Nested), std::io::stdout().is_terminal())),
+    }
     Ok(())
+}
+
+/// Runners read from a stopped master's data directory.
+fn offline_runner(cfg: &halite_master::MasterConfig, fun: &str, jid: Option<String>) -> Result<Value> {
+    let data = store::data_dir(cfg);
+    if fun == "cluster.members" {
+        let log = halite_storage::log::RaftLog::open(&data.log())?;
+        let (hs, cs) = (log.hard_state()?, log.conf_state()?);
+        return Ok(runners::cluster_members(&halite_master::server::node_id(cfg), hs.term, &cs.voters, &cs.learners));
+    }
+    let sm = halite_storage::state::StateMachine::open(&data.state())?;
+    Ok(match jid {
+        Some(j) => runners::lookup_jid(&sm, &j)?,
+        None => runners::list_jobs(&sm)?,
+    })
+}
+
+/// Pings every accepted minion; returns (up, down), each sorted.
+fn manage(c: &mut AdminClient, timeout: Duration) -> Result<(Vec<String>, Vec<String>)> {
+    let l = c.call(&json!({ "cmd": "key.list" }))?;
+    let accepted: Vec<String> = l["listing"]["minions"].as_array().into_iter().flatten().filter_map(|v| v.as_str().map(String::from)).collect();
+    if accepted.is_empty() {
+        return Ok((vec![], vec![]));
+    }
+    let p = c.call(&json!({ "cmd": "publish", "tgt": "*", "tgt_type": "glob", "fun": "test.ping", "arg": [] }))?;
+    let jid = p["jid"].as_str().unwrap_or("").to_string();
+    let start = Instant::now();
+    let mut returned = serde_json::Map::new();
+    while start.elapsed() < timeout {
+        returned = c.call(&json!({ "cmd": "job.returns", "jid": jid }))?["returns"].as_object().cloned().unwrap_or_default();
+        if accepted.iter().all(|m| returned.contains_key(m)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (up, down): (Vec<String>, Vec<String>) = accepted.into_iter().partition(|m| returned.contains_key(m));
+    Ok((up, down))
 }

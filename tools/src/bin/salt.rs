@@ -101,7 +101,9 @@ fn real_main(a: Args) -> Result<()> {
     };
     let tgt = if a.list { Value::Array(a.target.split(',').map(|s| Value::String(s.trim().to_string())).collect()) } else { Value::String(a.target.clone()) };
     let (args, kwargs) = parse_args(&a.args);
-    let pubd = client.call(&json!({ "cmd": "publish", "tgt": tgt, "tgt_type": tgt_type, "fun": a.fun, "arg": args, "kwarg": kwargs }))?;
+    let pubd = client
+        .call(&json!({ "cmd": "publish", "tgt": tgt, "tgt_type": tgt_type, "fun": a.fun, "arg": args, "kwarg": kwargs }))
+        .map_err(|e| Failure::new(e, 2))?;
     let jid = pubd["jid"].as_str().unwrap_or("").to_string();
     if a.asynchronous {
         println!("Executed command with job ID: {jid}");
