@@ -722,3 +722,84 @@ print("ok")
     let returns = env.ok(CTL, &["dump", "--json", "--kind", "job_return"]);
     assert!(!returns.contains(&jid), "the deleted minion ran a job published after the rotation");
 }
+
+/// Writes a minion config and starts the minion.
+fn start_minion(venv: &Path, root: &Path, id: &str, extra: &str) -> Proc {
+    let r = root.join(id);
+    std::fs::create_dir_all(r.join("conf")).unwrap();
+    let rd = r.display();
+    std::fs::write(
+        r.join("conf/minion"),
+        format!(
+            "id: {id}\nroot_dir: {rd}\npki_dir: {rd}/pki\ncachedir: {rd}/cache\nsock_dir: {rd}/sock\npidfile: {rd}/minion.pid\n\
+             log_file: {rd}/minion.log\nacceptance_wait_time: 1\nrandom_reauth_delay: 0\nmultiprocessing: False\nuser: root\nauth_timeout: 3\n{extra}"
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(r.join("out.log")).unwrap();
+    Proc {
+        child: Command::new(venv.join("bin/salt-minion"))
+            .args(["-c", &r.join("conf").display().to_string(), "-l", "info"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+        name: "salt-minion",
+    }
+}
+
+fn ping_via(env: &Env, id: &str, timeout: &str) -> bool {
+    let o = Command::new(sibling_bin("salt")).args(["-c", &env.conf(), id, "test.ping", "--out", "json", "-t", timeout]).output().unwrap();
+    serde_json::from_slice::<Value>(&o.stdout).ok() == Some(serde_json::json!({ id: true }))
+}
+
+#[test]
+fn two_masters_hot_multi_master_and_failover_with_failback() {
+    let venv = reference_venv();
+    // Same ports on two loopback addresses, as two hosts would have.
+    let (ret, publish) = loop {
+        let (a, b) = (free_port(), free_port());
+        if std::net::TcpListener::bind(("127.0.0.2", a)).is_ok() && std::net::TcpListener::bind(("127.0.0.2", b)).is_ok() {
+            break (a, b);
+        }
+    };
+    let cfg = |addr: &str| format!("interface: {addr}\nret_port: {ret}\npublish_port: {publish}\nauto_accept: True\n");
+    let e1 = Env::new("localfs_key", &cfg("127.0.0.1"));
+    let e2 = Env::new("mmap_key", &format!("{}mmap_key_size: 1024\n", cfg("127.0.0.2")));
+    let mut m1 = start_master(&e1);
+    // Both masters present the same key pair (Salt's rule for multi-master and failover).
+    for f in std::fs::read_dir(e1.pki()).unwrap() {
+        let f = f.unwrap();
+        let name = f.file_name().into_string().unwrap();
+        if (name.ends_with(".pem") || name.ends_with(".pub")) && !name.starts_with("master.") {
+            std::fs::copy(f.path(), e2.pki().join(&name)).unwrap();
+        }
+    }
+    let mut m2 = start_master(&e2);
+    let minions = tempfile::tempdir().unwrap();
+    let masters = "master:\n  - 127.0.0.1\n  - 127.0.0.2\n";
+    let _hot = start_minion(&venv, minions.path(), "hot1", &format!("{masters}master_port: {ret}\n"));
+    let _fo = start_minion(
+        &venv,
+        minions.path(),
+        "fo1",
+        &format!("{masters}master_port: {ret}\npublish_port: {publish}\nmaster_type: failover\nmaster_alive_interval: 2\nmaster_failback: True\nmaster_failback_interval: 2\n"),
+    );
+    // Hot: both masters can publish to the minion and get its return.
+    wait_for("hot1 via master 1", 90, || ping_via(&e1, "hot1", "3"));
+    wait_for("hot1 via master 2", 90, || ping_via(&e2, "hot1", "3"));
+    // Failover: the minion serves the first master; when it stops, it moves to the second.
+    wait_for("fo1 via master 1", 90, || ping_via(&e1, "fo1", "3"));
+    let keys2 = e2.listing();
+    assert!(!keys2.to_string().contains("fo1"), "a failover minion talks to one master at a time: {keys2}");
+    m1.stop();
+    wait_for("fo1 to fail over to master 2", 120, || ping_via(&e2, "fo1", "3"));
+    // Failback: master 1 returns (answering the minion's clear ping) and the minion goes back.
+    drop(m1);
+    let _m1 = start_master(&e1);
+    wait_for("fo1 to fail back to master 1", 120, || ping_via(&e1, "fo1", "3"));
+    // The hot minion reconnected to the restarted master as well.
+    wait_for("hot1 via the restarted master 1", 90, || ping_via(&e1, "hot1", "3"));
+    m2.stop();
+}
