@@ -64,9 +64,10 @@ fn ret(value: Value, nonce: &Value, ctx: &AuthContext, sig: SigAlgo) -> Value {
 }
 
 /// Decides an `_auth` request. `stored` is the id's entry in the keys bank and
-/// `denied_exists` whether it already has a denied key. `session` yields the id's
-/// session key (only called on accept).
-pub fn decide(load: &Value, stored: Option<&StoredKey>, ctx: &AuthContext, session: impl FnOnce(&str) -> Crypticle) -> AuthOutcome {
+/// `denied_exists` whether it already has a denied key (only the first is kept, so no
+/// further denied record is written). `session` yields the id's session key (only
+/// called on accept).
+pub fn decide(load: &Value, stored: Option<&StoredKey>, denied_exists: bool, ctx: &AuthContext, session: impl FnOnce(&str) -> Crypticle) -> AuthOutcome {
     let id = get_text(load, "id").unwrap_or("").to_string();
     let nonce = get(load, "nonce").cloned().unwrap_or(Value::Nil);
     let out = |reply, records, act| AuthOutcome { reply, records, act, id: id.clone() };
@@ -90,6 +91,7 @@ pub fn decide(load: &Value, stored: Option<&StoredKey>, ctx: &AuthContext, sessi
     };
     let same = |k: &StoredKey| clean_key(&k.pub_key) == clean_key(&presented);
     let key = |state: KeyState| Record::KeySet(KeySet { id: id.clone(), state, pub_key: presented.clone(), time_ns: now_ns() });
+    let deny = || if denied_exists { vec![] } else { vec![key(KeyState::Denied)] };
     let auto_reject = listed_in(ctx.cfg.autoreject_file.as_deref(), &id);
     let auto_sign = ctx.cfg.auto_accept || listed_in(ctx.cfg.autosign_file.as_deref(), &id) || consume_autosign_stub(ctx.cfg, &id);
     let refuse = |act| (ret(Value::Boolean(false), &nonce, ctx, sig), act);
@@ -102,7 +104,7 @@ pub fn decide(load: &Value, stored: Option<&StoredKey>, ctx: &AuthContext, sessi
         match stored {
             Some(k) if k.state == BankState::Rejected => (vec![], Err(refuse("reject"))),
             Some(k) if k.state == BankState::Accepted && same(k) => (vec![], Ok(())),
-            Some(k) if k.state == BankState::Accepted => (vec![key(KeyState::Denied)], Err(refuse("denied"))),
+            Some(k) if k.state == BankState::Accepted => (deny(), Err(refuse("denied"))),
             None if auto_reject => (vec![key(KeyState::Rejected)], Err(refuse("reject"))),
             None if auto_sign => (vec![key(KeyState::Accepted)], Ok(())),
             None => (vec![key(KeyState::Pending)], Err((ret(Value::Boolean(true), &nonce, ctx, sig), "pend"))),
@@ -110,7 +112,7 @@ pub fn decide(load: &Value, stored: Option<&StoredKey>, ctx: &AuthContext, sessi
                 let rec = Record::KeySet(KeySet { id: id.clone(), state: KeyState::Rejected, pub_key: k.pub_key.clone(), time_ns: now_ns() });
                 (vec![rec], Err(refuse("reject")))
             }
-            Some(k) if !same(k) => (vec![key(KeyState::Denied)], Err(refuse("denied"))),
+            Some(k) if !same(k) => (deny(), Err(refuse("denied"))),
             Some(_) if auto_sign => (vec![key(KeyState::Accepted)], Ok(())),
             Some(_) => (vec![], Err((ret(Value::Boolean(true), &nonce, ctx, sig), "pend"))),
         }
@@ -156,5 +158,120 @@ fn consume_autosign_stub(cfg: &MasterConfig, id: &str) -> bool {
     match std::fs::symlink_metadata(&stub) {
         Ok(m) if m.is_file() => std::fs::remove_file(&stub).is_ok(),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crypto::PrivateKey;
+    use crate::payload::decode;
+
+    struct Fixture {
+        cfg: MasterConfig,
+        keys: MasterKeys,
+        aes: Crypticle,
+        minion: PrivateKey,
+    }
+
+    fn fixture() -> Fixture {
+        let d = std::env::temp_dir();
+        let cfg = MasterConfig::from_mapping(&d, Default::default(), Default::default()).unwrap();
+        let private = PrivateKey::generate(2048).unwrap();
+        let pub_clean = clean_key(&private.public_pem().unwrap());
+        Fixture { cfg, keys: MasterKeys { private, pub_clean }, aes: Crypticle::generate(), minion: PrivateKey::generate(2048).unwrap() }
+    }
+
+    fn load(id: &str, minion: &PrivateKey, extra: Vec<(Value, Value)>) -> Value {
+        let mut m = vec![
+            (Value::from("cmd"), Value::from("_auth")),
+            (Value::from("id"), Value::from(id)),
+            (Value::from("nonce"), Value::from("0123456789abcdef0123456789abcdef")),
+            (Value::from("enc_algo"), Value::from("OAEP-SHA1")),
+            (Value::from("sig_algo"), Value::from("PKCS1v15-SHA1")),
+            (Value::from("pub"), Value::from(String::from_utf8(minion.public_pem().unwrap()).unwrap())),
+        ];
+        m.extend(extra);
+        Value::Map(m)
+    }
+
+    fn stored(state: BankState, k: &PrivateKey) -> StoredKey {
+        StoredKey { state, time_ns: 1, pub_key: clean_key(&k.public_pem().unwrap()) }
+    }
+
+    /// Verifies the outer signature and returns the inner load.
+    fn inner(f: &Fixture, reply: &Value) -> Value {
+        let load = get_bytes(reply, "load").expect("signed reply");
+        let sig = get_bytes(reply, "sig").unwrap();
+        assert!(f.keys.private.public_key().unwrap().verify(load, sig, SigAlgo::Pkcs1v15Sha1).unwrap());
+        decode(load).unwrap()
+    }
+
+    fn state_of(r: &[Record]) -> Vec<KeyState> {
+        r.iter().map(|r| if let Record::KeySet(k) = r { k.state } else { panic!() }).collect()
+    }
+
+    #[test]
+    fn decision_table() {
+        let f = fixture();
+        let ctx = AuthContext { cfg: &f.cfg, keys: &f.keys, aes: &f.aes };
+        let other = PrivateKey::generate(2048).unwrap();
+        let sess = Crypticle::generate();
+        let l = load("m1", &f.minion, vec![]);
+        // New key: pending, recorded.
+        let o = decide(&l, None, false, &ctx, |_| sess.clone());
+        assert_eq!((o.act, state_of(&o.records)), ("pend", vec![KeyState::Pending]));
+        assert_eq!(get(&inner(&f, &o.reply), "ret"), Some(&Value::Boolean(true)));
+        assert_eq!(get_text(&inner(&f, &o.reply), "nonce"), Some("0123456789abcdef0123456789abcdef"));
+        // Still pending: nothing written.
+        let o = decide(&l, Some(&stored(BankState::Pending, &f.minion)), false, &ctx, |_| sess.clone());
+        assert_eq!((o.act, o.records.len()), ("pend", 0));
+        // Another key for a pending or accepted id: denied, recorded once.
+        for st in [BankState::Pending, BankState::Accepted] {
+            let o = decide(&l, Some(&stored(st, &other)), false, &ctx, |_| sess.clone());
+            assert_eq!((o.act, state_of(&o.records)), ("denied", vec![KeyState::Denied]));
+            assert_eq!(get(&inner(&f, &o.reply), "ret"), Some(&Value::Boolean(false)));
+            let o = decide(&l, Some(&stored(st, &other)), true, &ctx, |_| sess.clone());
+            assert_eq!((o.act, o.records.len()), ("denied", 0));
+        }
+        // Rejected stays rejected.
+        let o = decide(&l, Some(&stored(BankState::Rejected, &f.minion)), false, &ctx, |_| sess.clone());
+        assert_eq!((o.act, o.records.len()), ("reject", 0));
+        // Accepted: keys the minion can decrypt, the X9.31 sig of the AES key, the token echoed.
+        let token = f.keys.private.public_key().unwrap().encrypt_oaep(b"minion-token", EncAlgo::OaepSha1).unwrap();
+        let l2 = load("m1", &f.minion, vec![(Value::from("token"), bin(token))]);
+        let o = decide(&l2, Some(&stored(BankState::Accepted, &f.minion)), false, &ctx, |_| sess.clone());
+        assert_eq!((o.act, o.records.len()), ("accept", 0));
+        let i = inner(&f, &o.reply);
+        assert_eq!(get_text(&i, "pub_key").unwrap().as_bytes(), &f.keys.pub_clean[..]);
+        assert_eq!(f.minion.decrypt_oaep(get_bytes(&i, "aes").unwrap(), EncAlgo::OaepSha1).unwrap(), f.aes.key_string().as_bytes());
+        assert_eq!(f.minion.decrypt_oaep(get_bytes(&i, "session").unwrap(), EncAlgo::OaepSha1).unwrap(), sess.key_string().as_bytes());
+        assert_eq!(f.minion.decrypt_oaep(get_bytes(&i, "token").unwrap(), EncAlgo::OaepSha1).unwrap(), b"minion-token");
+        let sig = f.keys.private.public_key().unwrap().x931_recover(get_bytes(&i, "sig").unwrap()).unwrap();
+        assert_eq!(sig, sha256_hex(f.aes.key_string().as_bytes()).as_bytes());
+        // auto_accept: a new key is accepted and recorded.
+        let mut cfg = f.cfg.clone();
+        cfg.auto_accept = true;
+        let ctx2 = AuthContext { cfg: &cfg, keys: &f.keys, aes: &f.aes };
+        let o = decide(&l, None, false, &ctx2, |_| sess.clone());
+        assert_eq!((o.act, state_of(&o.records)), ("accept", vec![KeyState::Accepted]));
+        // Refusals that write nothing.
+        for bad in [load("../x", &f.minion, vec![]), load("a/b", &f.minion, vec![])] {
+            let o = decide(&bad, None, false, &ctx, |_| sess.clone());
+            assert_eq!((o.act, o.records.len()), ("error", 0));
+        }
+        let garbage = Value::Map(vec![(Value::from("id"), Value::from("m2")), (Value::from("pub"), Value::from("not a key"))]);
+        assert_eq!(decide(&garbage, None, false, &ctx, |_| sess.clone()).records.len(), 0);
+        let mut bad_algo = load("m1", &f.minion, vec![]);
+        if let Value::Map(m) = &mut bad_algo {
+            for (k, v) in m.iter_mut() {
+                if k.as_str() == Some("enc_algo") {
+                    *v = Value::from("ROT13");
+                }
+            }
+        }
+        let o = decide(&bad_algo, None, false, &ctx, |_| sess.clone());
+        assert_eq!(get(get(&o.reply, "load").unwrap(), "ret"), Some(&Value::from("bad enc algo")));
+        assert_eq!(o.records.len(), 0);
     }
 }

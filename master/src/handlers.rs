@@ -81,10 +81,12 @@ fn handle_clear(core: &Core, load: &Value) -> Handled {
     match cmd.as_str() {
         "_auth" => {
             let id = get_text(load, "id").unwrap_or("");
-            let stored = if validate_minion_id(id).is_ok() { core.sm.get_key(id).ok().flatten() } else { None };
+            let valid = validate_minion_id(id).is_ok();
+            let stored = if valid { core.sm.get_key(id).ok().flatten() } else { None };
+            let denied_exists = valid && core.sm.get_denied(id).ok().flatten().is_some();
             let aes = core.aes.read().unwrap_or_else(|p| p.into_inner()).clone();
             let ctx = AuthContext { cfg: &core.cfg, keys: &core.keys, aes: &aes };
-            let out = auth::decide(load, stored.as_ref(), &ctx, |id| core.sessions.get(id));
+            let out = auth::decide(load, stored.as_ref(), denied_exists, &ctx, |id| core.sessions.get(id));
             tracing::info!(id = %out.id, act = out.act, "salt/auth");
             Handled { reply: encode(&out.reply), records: out.records, cmd, id: out.id }
         }

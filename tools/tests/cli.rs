@@ -536,29 +536,8 @@ fn real_minion_auth_accept_jobs_bad_input_and_restart() {
         .replace("@PUB@", &publish.to_string());
     std::fs::write(&conf_path, text).unwrap();
     let mut master = start_master(&env);
-    let mroot = env.root.join("minion");
-    std::fs::create_dir_all(mroot.join("conf")).unwrap();
-    let r = mroot.display();
-    std::fs::write(
-        mroot.join("conf/minion"),
-        format!(
-            "id: m1\nmaster: 127.0.0.1\nmaster_port: {ret}\nroot_dir: {r}\npki_dir: {r}/pki\ncachedir: {r}/cache\nsock_dir: {r}/sock\n\
-             pidfile: {r}/minion.pid\nlog_file: {r}/minion.log\nacceptance_wait_time: 1\nrandom_reauth_delay: 0\nmultiprocessing: False\n\
-             user: root\nauth_timeout: 3\n"
-        ),
-    )
-    .unwrap();
-    let mlog = std::fs::File::create(env.root.join("minion.out")).unwrap();
-    let _minion = Proc {
-        child: Command::new(venv.join("bin/salt-minion"))
-            .args(["-c", &mroot.join("conf").display().to_string(), "-l", "info"])
-            .stdin(Stdio::null())
-            .stdout(mlog.try_clone().unwrap())
-            .stderr(mlog)
-            .spawn()
-            .unwrap(),
-        name: "salt-minion",
-    };
+    let _minion = start_minion(&venv, &env.root, "m1", &format!("master: 127.0.0.1\nmaster_port: {ret}\n"));
+    let mroot = env.root.join("m1");
     // The new key arrives as pending, committed through the log into the view.
     wait_for("m1 to be pending", 60, || env.listing()["minions_pre"] == serde_json::json!(["m1"]));
     assert_eq!(std::fs::read(env.pki().join("minions_pre/m1")).unwrap(), {
@@ -701,7 +680,7 @@ print("ok")
     assert_eq!(jid.len(), 20, "{}", String::from_utf8_lossy(&o.stdout));
     wait_for("the deleted minion to re-authenticate as pending", 60, || env.listing()["minions_pre"] == serde_json::json!(["m1"]));
     std::thread::sleep(Duration::from_secs(2));
-    let minion_log = std::fs::read_to_string(env.root.join("minion.out")).unwrap();
+    let minion_log = std::fs::read_to_string(mroot.join("out.log")).unwrap();
     assert!(minion_log.contains("Executing command 'test.ping' with jid") || minion_log.contains("Executing command test.ping with jid"), "the minion logs the jobs it runs");
     assert!(!minion_log.contains(&jid), "the minion ran a job published after its key was deleted:\n{minion_log}");
     // The log belongs to the running master: offline tools say so.
