@@ -14,6 +14,7 @@
 //! | [`pillar`]   | pillar compilation from `pillar_roots` (Jinja + YAML, top matching, merge) |
 //! | [`keyops`]   | salt-key selection and key records |
 //! | [`masterkeys`], [`sessions`] | the master key pair, per-minion session keys |
+//! | [`pki`]      | `pki.status`, `pki.migrate_to_mmap` (offline and online) |
 //! | [`runners`]  | `jobs.*` and `cluster.members` results |
 //! | [`admin`]    | the local admin socket protocol |
 //! | [`server`]   | the daemon: sockets and wiring |
@@ -32,6 +33,7 @@ pub mod masterkeys;
 pub mod matcher;
 pub mod payload;
 pub mod pillar;
+pub mod pki;
 pub mod runners;
 pub mod server;
 pub mod sessions;

@@ -274,6 +274,7 @@ fn admin_request_inner(m: &Master, req: &J) -> Result<J, String> {
             let ret = match req.get("fun").and_then(J::as_str).unwrap_or("") {
                 "jobs.list_jobs" => crate::runners::list_jobs(sm).map_err(|e| e.to_string())?,
                 "jobs.lookup_jid" => crate::runners::lookup_jid(sm, req.get("jid").and_then(J::as_str).ok_or("jobs.lookup_jid needs a jid")?).map_err(|e| e.to_string())?,
+                "pki.migrate_to_mmap" => J::String(crate::pki::migrate_online(&m.core.cfg, &m.node)?),
                 "cluster.members" => {
                     let (term, voters, learners) = m.node.membership().map_err(|e| e.to_string())?;
                     crate::runners::cluster_members(&node_id(&m.core.cfg), term, &voters, &learners)

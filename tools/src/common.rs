@@ -64,18 +64,7 @@ pub fn run(f: impl FnOnce() -> Result<()>) -> ! {
     }
 }
 
-/// Groups a count with thousands separators, as the reference's `{:,}` does.
-pub fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
+pub use halite_master::pki::thousands;
 
 /// Progress of a long operation: a bar on a terminal, log lines otherwise.
 pub struct Progress {
@@ -118,13 +107,4 @@ impl Progress {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn thousands() {
-        assert_eq!(super::thousands(0), "0");
-        assert_eq!(super::thousands(999), "999");
-        assert_eq!(super::thousands(1000), "1,000");
-        assert_eq!(super::thousands(1234567), "1,234,567");
-    }
-}
+

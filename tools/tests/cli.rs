@@ -617,6 +617,16 @@ fn real_minion_auth_accept_jobs_bad_input_and_restart() {
     let ghost_pub = env.root.join("ghost.pub");
     std::fs::write(&ghost_pub, halite_master::crypto::PrivateKey::generate(2048).unwrap().public_pem().unwrap()).unwrap();
     let ghost = ghost_pub.display();
+    // pki.migrate_to_mmap online, through the running master's log.
+    let out = env.ok(SALT_RUN, &["pki.migrate_to_mmap"]);
+    assert!(out.starts_with("PKI keys migrated to mmap_key backend successfully.\n  Accepted: 1\n"), "{out}");
+    let geo = Geometry { size: 32, slot_size: 96, key_size: 64, max_segment_bytes: 2048 };
+    let mm = MmapKeys::open(&env.pki(), geo).unwrap();
+    assert_eq!(mm.list().unwrap().minions, vec!["m1".to_string()]);
+    let mid = std::fs::read_dir(env.pki()).unwrap().filter_map(|e| e.ok()?.file_name().into_string().ok()).find(|n| n.ends_with(".pem") && n != "master.pem").unwrap();
+    assert_eq!(mm.get_master_key(&mid).unwrap().unwrap(), std::fs::read(env.pki().join(&mid)).unwrap());
+    drop(mm);
+
     // Bad input through the real wire: every request gets a refusal, nothing is written,
     // and the master keeps serving.
     let script = format!(

@@ -1,7 +1,7 @@
 //! `salt-run`: runners. Through the running master's admin socket: `jobs.list_jobs`,
 //! `jobs.lookup_jid JID`, `manage.up`, `manage.down`, `manage.status`, `cluster.members`.
-//! With the master stopped: `pki.status`, `pki.migrate_to_mmap [test=True]`,
-//! `jobs.list_jobs`, `jobs.lookup_jid`, `cluster.members` (read from the data dir).
+//! `pki.migrate_to_mmap` goes through the running master's log, or, with the master
+//! stopped, through the data dir directly (as do `jobs.*` and `cluster.members`).
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
@@ -75,12 +75,11 @@ fn real_main(a: Args) -> Result<()> {
     let mut admin = AdminClient::connect(&cfg.sock_dir);
     let ret: Value = match a.fun.as_str() {
         "pki.status" => Value::String(pki::status(&cfg)),
-        "pki.migrate_to_mmap" => {
-            if admin.is_some() && !dry()? {
-                return Err(Failure::new("pki.migrate_to_mmap: stop salt-master first (the online migration is not available yet)", 1));
-            }
-            Value::String(pki::migrate_offline(&cfg, dry()?)?)
-        }
+        "pki.migrate_to_mmap" => match &mut admin {
+            // Online: through the running master's log.
+            Some(c) if !dry()? => c.call(&json!({ "cmd": "runner", "fun": "pki.migrate_to_mmap" }))?["return"].clone(),
+            _ => Value::String(pki::migrate_offline(&cfg, dry()?)?),
+        },
         "jobs.list_jobs" | "jobs.lookup_jid" | "cluster.members" => match &mut admin {
             Some(c) => {
                 let mut req = json!({ "cmd": "runner", "fun": a.fun });
