@@ -11,6 +11,8 @@
 //! | `publish` | `tgt`, `tgt_type`, `fun`, `arg` (list), `kwarg` (map) | `{"jid", "minions", "missing"}` |
 //! | `job.returns` | `jid` | `{"returns": {id: return load}}` |
 //! | `job.list` | | `{"jobs": {jid: {fun, tgt, minions}}}` |
+//! | `runner` | `fun` (jobs.list_jobs, jobs.lookup_jid + `jid`, cluster.members, pki.migrate_to_mmap) | `{"return": ...}` |
+//! | `events.watch` | | from then on, one `{"tag", "data"}` line per event on the master bus |
 //!
 //! Failures answer `{"error": "..."}`.
 
@@ -52,6 +54,16 @@ impl AdminClient {
             return Err(e.to_string());
         }
         Ok(v)
+    }
+}
+
+impl AdminClient {
+    /// Turns this connection into an event stream: yields `{"tag", "data"}` objects until
+    /// the master goes away.
+    pub fn watch(mut self) -> Result<impl Iterator<Item = J>, String> {
+        use std::io::{BufRead, Write};
+        self.stream.get_mut().write_all(b"{\"cmd\":\"events.watch\"}\n").map_err(|e| format!("admin socket: {e}"))?;
+        Ok(self.stream.lines().map_while(Result::ok).filter_map(|l| serde_json::from_str(&l).ok()))
     }
 }
 

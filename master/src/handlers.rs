@@ -18,6 +18,7 @@ use halite_storage::state::StateMachine;
 use crate::auth::{self, AuthContext};
 use crate::config::MasterConfig;
 use crate::crypto::{Crypticle, EncAlgo, PublicKey, SigAlgo, PICKLE};
+use crate::events::{event, Event};
 use crate::fileserver;
 use crate::masterkeys::MasterKeys;
 use crate::payload::{self, bin, encode, get, get_text, map, take};
@@ -42,6 +43,8 @@ pub struct Handled {
     pub reply: Vec<u8>,
     /// Records to commit before the reply is sent.
     pub records: Vec<Record>,
+    /// Events to fire once the records are committed.
+    pub events: Vec<Event>,
     /// For the log: the command and the minion.
     pub cmd: String,
     pub id: String,
@@ -49,7 +52,7 @@ pub struct Handled {
 
 fn bad_load(why: impl std::fmt::Display, cmd: &str, id: &str) -> Handled {
     tracing::warn!(cmd, id, "refusing a request: {why}");
-    Handled { reply: encode(&Value::from("bad load")), records: vec![], cmd: cmd.to_string(), id: id.to_string() }
+    Handled { reply: encode(&Value::from("bad load")), records: vec![], events: vec![], cmd: cmd.to_string(), id: id.to_string() }
 }
 
 /// Handles one request body.
@@ -88,15 +91,24 @@ fn handle_clear(core: &Core, load: &Value) -> Handled {
             let ctx = AuthContext { cfg: &core.cfg, keys: &core.keys, aes: &aes };
             let out = auth::decide(load, stored.as_ref(), denied_exists, &ctx, |id| core.sessions.get(id));
             tracing::info!(id = %out.id, act = out.act, "salt/auth");
-            Handled { reply: encode(&out.reply), records: out.records, cmd, id: out.id }
+            let ev = event(
+                "salt/auth",
+                serde_json::json!({
+                    "result": out.act == "accept" || out.act == "pend",
+                    "act": out.act,
+                    "id": out.id,
+                    "pub": get_text(load, "pub").unwrap_or("").trim(),
+                }),
+            );
+            Handled { reply: encode(&out.reply), records: out.records, events: vec![ev], cmd, id: out.id }
         }
-        "ping" => Handled { reply: encode(load), records: vec![], cmd, id: String::new() },
+        "ping" => Handled { reply: encode(load), records: vec![], events: vec![], cmd, id: String::new() },
         // Everything else on the clear channel: the reference's CLI-facing commands
         // (publish, runner, wheel, ...) and the internal ones behind CVE-2020-11651
         // (_send_pub, _prep_auth_info). Halite serves none of them to the network.
         _ => {
             tracing::warn!(cmd = %cmd.escape_debug(), "clear command refused");
-            Handled { reply: encode(&Value::Map(vec![])), records: vec![], cmd, id: String::new() }
+            Handled { reply: encode(&Value::Map(vec![])), records: vec![], events: vec![], cmd, id: String::new() }
         }
     }
 }
@@ -140,9 +152,10 @@ fn handle_aes(core: &Core, env: &Value, load: &Value) -> Handled {
     let enc = EncAlgo::parse(get_text(env, "enc_algo").unwrap_or("OAEP-SHA1")).unwrap_or(EncAlgo::OaepSha1);
     let sig = SigAlgo::parse(get_text(env, "sig_algo").unwrap_or("PKCS1v15-SHA1")).unwrap_or(SigAlgo::Pkcs1v15Sha1);
     let req = AesRequest { core, id: &id, inner: &inner, nonce: &nonce, minion_pub: &minion_pub, enc, sig };
-    let (result, records) = match dispatch(&req, &cmd) {
+    let mut events = Vec::new();
+    let (result, records) = match dispatch(&req, &cmd, &mut events) {
         Ok(Answer::Encrypted(v, r)) => (v, r),
-        Ok(Answer::Private(v, r)) => return Handled { reply: encode(&v), records: r, cmd, id },
+        Ok(Answer::Private(v, r)) => return Handled { reply: encode(&v), records: r, events, cmd, id },
         Err(e) => return bad_load(e, &cmd, &id),
     };
     let mut plain = Vec::with_capacity(64);
@@ -150,7 +163,7 @@ fn handle_aes(core: &Core, env: &Value, load: &Value) -> Handled {
     plain.extend_from_slice(nonce.as_bytes());
     plain.extend_from_slice(&encode(&result));
     match session.encrypt(&plain) {
-        Ok(ct) => Handled { reply: encode(&bin(ct)), records, cmd, id },
+        Ok(ct) => Handled { reply: encode(&bin(ct)), records, events, cmd, id },
         Err(e) => bad_load(format!("cannot encrypt the reply: {e}"), &cmd, &id),
     }
 }
@@ -172,10 +185,13 @@ enum Answer {
     Private(Value, Vec<Record>),
 }
 
-fn dispatch(r: &AesRequest, cmd: &str) -> Result<Answer, String> {
+fn dispatch(r: &AesRequest, cmd: &str, events: &mut Vec<Event>) -> Result<Answer, String> {
     let none = |v: Value| Ok(Answer::Encrypted(v, vec![]));
     match cmd {
-        "_pillar" => pillar(r),
+        "_pillar" => {
+            events.push(event(format!("minion/refresh/{}", r.id), serde_json::json!({ "Minion data cache refresh": r.id })));
+            pillar(r)
+        }
         "_return" => {
             let jid = get_text(r.inner, "jid").unwrap_or("");
             if jid == "nocache" || jid == "req" || jid.is_empty() {
@@ -186,10 +202,11 @@ fn dispatch(r: &AesRequest, cmd: &str) -> Result<Answer, String> {
             if let Err(e) = rec.validate() {
                 return Err(format!("return refused: {e}"));
             }
+            events.push(event(format!("salt/job/{jid}/ret/{}", r.id), payload::to_json(r.inner)));
             Ok(Answer::Encrypted(Value::Nil, vec![rec]))
         }
         "_minion_event" => {
-            tracing::debug!(id = r.id, tag = get_text(r.inner, "tag").unwrap_or(""), "minion event");
+            minion_events(r, events);
             none(Value::Nil)
         }
         "_register_resources" => none(Value::Boolean(true)),
@@ -224,6 +241,35 @@ fn dispatch(r: &AesRequest, cmd: &str) -> Result<Answer, String> {
         other => {
             tracing::debug!(cmd = %other.escape_debug(), id = r.id, "unknown command");
             none(Value::Map(vec![]))
+        }
+    }
+}
+
+/// `_minion_event`: a single `tag` + `data` fires the whole load under that tag; an
+/// `events` list fires each `data` under its `tag` (blacklisted tags dropped); with a
+/// `pretag` each is also fired as `<pretag>/<tag>`.
+fn minion_events(r: &AesRequest, events: &mut Vec<Event>) {
+    let pretag = get_text(r.inner, "pretag").map(String::from);
+    let fire = |tag: &str, data: serde_json::Value, events: &mut Vec<Event>| {
+        if tag.is_empty() || tag.len() > 1024 {
+            return;
+        }
+        if let Some(p) = &pretag {
+            events.push(event(format!("{p}/{tag}"), data.clone()));
+        }
+        events.push(event(tag, data));
+    };
+    if let Some(tag) = get_text(r.inner, "tag") {
+        fire(tag, payload::to_json(r.inner), events);
+    }
+    if let Some(Value::Array(list)) = get(r.inner, "events") {
+        for e in list.iter().take(1000) {
+            let Some(tag) = get_text(e, "tag") else { continue };
+            if crate::events::blacklisted(tag) {
+                tracing::warn!(id = r.id, tag, "minion event with a reserved tag dropped");
+                continue;
+            }
+            fire(tag, get(e, "data").map(payload::to_json).unwrap_or(serde_json::Value::Null), events);
         }
     }
 }

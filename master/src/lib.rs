@@ -16,6 +16,7 @@
 //! | [`masterkeys`], [`sessions`] | the master key pair, per-minion session keys |
 //! | [`pki`]      | `pki.status`, `pki.migrate_to_mmap` (offline and online) |
 //! | [`runners`]  | `jobs.*` and `cluster.members` results |
+//! | [`events`]   | the master event bus |
 //! | [`admin`]    | the local admin socket protocol |
 //! | [`server`]   | the daemon: sockets and wiring |
 //! | [`store`]    | opening the storage a config describes |
@@ -24,6 +25,7 @@ pub mod admin;
 pub mod auth;
 pub mod config;
 pub mod crypto;
+pub mod events;
 pub mod fileserver;
 pub mod glob;
 pub mod handlers;

@@ -20,6 +20,7 @@ use halite_storage::keys::localfs::LocalfsKeys;
 use crate::admin;
 use crate::config::MasterConfig;
 use crate::crypto::{Crypticle, SigAlgo};
+use crate::events::EventBus;
 use crate::handlers::{self, Core};
 use crate::jobs::{self, Publisher};
 use crate::keyops::{self, Cmd, Include};
@@ -32,6 +33,7 @@ use crate::store;
 pub struct Master {
     pub core: Arc<Core>,
     pub node: Arc<Node>,
+    pub events: EventBus,
     publisher: Mutex<Publisher>,
     pub_tx: mpsc::UnboundedSender<Vec<u8>>,
 }
@@ -95,7 +97,7 @@ async fn serve(core: Arc<Core>, node: Arc<Node>, aes: Crypticle, started: std::t
     }
     write_pidfile(&cfg.pidfile);
     let (pub_tx, mut pub_rx) = mpsc::unbounded_channel::<Vec<u8>>();
-    let master = Arc::new(Master { core: core.clone(), node, publisher: Mutex::new(Publisher::new(aes)), pub_tx });
+    let master = Arc::new(Master { core: core.clone(), node, events: EventBus::default(), publisher: Mutex::new(Publisher::new(aes)), pub_tx });
     tracing::info!(ret = %ret_ep, publish = %pub_ep, admin = %sock_path.display(), ms = started.elapsed().as_millis() as u64, "salt-master serving");
 
     tokio::spawn(async move {
@@ -175,6 +177,7 @@ async fn request(master: Arc<Master>, mut send: zeromq::RouterSendHalf, msg: Zmq
         }
     };
     let mut reply = handled.reply;
+    let mut committed_ok = true;
     if !handled.records.is_empty() {
         let node = master.node.clone();
         let records = handled.records;
@@ -182,6 +185,12 @@ async fn request(master: Arc<Master>, mut send: zeromq::RouterSendHalf, msg: Zmq
         if !matches!(committed, Ok(Ok(_))) {
             tracing::error!(cmd = %handled.cmd, id = %handled.id, "records not committed: {committed:?}; answering bad load");
             reply = payload::encode(&rmpv::Value::from("bad load"));
+            committed_ok = false;
+        }
+    }
+    if committed_ok {
+        for e in handled.events {
+            master.events.fire(e);
         }
     }
     frames.push(reply.into());
@@ -199,6 +208,23 @@ async fn admin_connection(master: Arc<Master>, stream: tokio::net::UnixStream) {
     let (rd, mut wr) = stream.into_split();
     let mut lines = BufReader::new(rd).lines();
     while let Ok(Some(line)) = lines.next_line().await {
+        if serde_json::from_str::<J>(&line).ok().and_then(|r| r.get("cmd").and_then(J::as_str).map(String::from)).as_deref() == Some("events.watch") {
+            // From here on the connection streams events, one JSON object per line.
+            let mut rx = master.events.subscribe();
+            loop {
+                match rx.recv().await {
+                    Ok(e) => {
+                        let mut out = json!({ "tag": e.tag, "data": e.data }).to_string();
+                        out.push('\n');
+                        if wr.write_all(out.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => tracing::warn!(n, "an event watcher fell behind; events dropped"),
+                    Err(_) => return,
+                }
+            }
+        }
         let m = master.clone();
         let answer = match serde_json::from_str::<J>(&line) {
             Ok(req) => tokio::task::spawn_blocking(move || admin_request(&m, &req)).await.unwrap_or_else(admin::error),
@@ -247,6 +273,14 @@ fn admin_request_inner(m: &Master, req: &J) -> Result<J, String> {
             let cmd = action(req)?;
             let selected = req.get("selected").and_then(J::as_object).cloned().unwrap_or_default();
             let done = keyops::apply(&m.node, cmd, &selected).map_err(|e| e.to_string())?;
+            let act = match cmd {
+                Cmd::Accept => "accept",
+                Cmd::Reject => "reject",
+                Cmd::Delete => "delete",
+            };
+            for id in &done {
+                m.events.fire(crate::events::event("salt/key", json!({ "result": true, "act": act, "id": id })));
+            }
             if cmd != Cmd::Accept && !done.is_empty() && rotate_aes_key(&m.core.cfg) {
                 m.rotate_aes();
             }
@@ -315,6 +349,10 @@ fn publish(m: &Master, req: &J) -> Result<J, String> {
         p.envelope(&load, &m.core.keys.private, SigAlgo::Pkcs1v15Sha1).map_err(|e| e.to_string())?
     };
     m.pub_tx.send(frame).map_err(|_| "the publisher stopped".to_string())?;
+    m.events.fire(crate::events::event(
+        format!("salt/job/{jid}/new"),
+        json!({ "jid": jid, "tgt_type": tgt_type, "tgt": tgt, "user": "root", "fun": fun, "arg": payload::to_json(crate::payload::get(&load, "arg").unwrap_or(&rmpv::Value::Nil)), "minions": minions, "missing": missing }),
+    ));
     tracing::info!(jid = %jid, fun = %fun, minions = minions.len(), "published");
     Ok(json!({ "jid": jid, "minions": minions, "missing": missing }))
 }

@@ -603,6 +603,47 @@ fn real_minion_auth_accept_jobs_bad_input_and_restart() {
     let o = Command::new(&salt).args(["-c", &env.conf(), "-G", "kernel:Windows", "test.ping"]).output().unwrap();
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("No minions matched"));
 
+    // The event bus: `salt-run state.event` streams job, minion and auth events.
+    let watcher = Command::new(SALT_RUN)
+        .args(["-c", &env.conf(), "state.event", "tagmatch=*"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut watcher = Proc { child: watcher, name: "salt-run state.event" };
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let so = watcher.child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(so).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let o = Command::new(&salt).args(["-c", &env.conf(), "m1", "event.send", "my/custom/tag", "{\"x\": 1}", "--out", "json"]).output().unwrap();
+    assert_eq!(serde_json::from_slice::<Value>(&o.stdout).unwrap(), serde_json::json!({"m1": true}));
+    let mut out = String::new();
+    let want = |out: &str| {
+        let tags: Vec<&str> = out.lines().map(|l| l.split('\t').next().unwrap_or("")).collect();
+        tags.iter().any(|t| t.starts_with("salt/job/") && t.ends_with("/new"))
+            && tags.iter().any(|t| t.starts_with("salt/job/") && t.ends_with("/ret/m1"))
+            && tags.contains(&"my/custom/tag")
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !want(&out) && std::time::Instant::now() < deadline {
+        if let Ok(l) = rx.recv_timeout(Duration::from_millis(200)) {
+            out.push_str(&l);
+            out.push('\n');
+        }
+    }
+    watcher.stop();
+    assert!(want(&out), "events seen:\n{out}");
+    let custom = out.lines().find(|l| l.starts_with("my/custom/tag\t")).unwrap();
+    let data: Value = serde_json::from_str(custom.split_once('\t').unwrap().1).unwrap();
+    assert_eq!(data["data"]["x"], 1, "{data}");
+
     // Runners through the running master.
     let jobs: Value = serde_json::from_str(&env.ok(SALT_RUN, &["jobs.list_jobs", "--out", "json"])).unwrap();
     let (ping_jid, ping_job) = jobs.as_object().unwrap().iter().rev().find(|(_, j)| j["Function"] == "test.ping").expect("a test.ping job");

@@ -99,6 +99,28 @@ fn real_main(a: Args) -> Result<()> {
                 _ => json!({ "up": up, "down": down }),
             }
         }
+        "state.event" => {
+            // Salt's `state.event tagmatch='*' count=-1`: `tag<TAB>json` per event.
+            let c = admin.take().ok_or_else(|| Failure::new("state.event: the master is not running", 1))?;
+            let tagmatch = kwargs.get("tagmatch").cloned().or_else(|| positional.first().cloned()).unwrap_or_else(|| "*".into());
+            let mut count: i64 = kwargs.get("count").and_then(|c| c.parse().ok()).unwrap_or(-1);
+            use std::io::Write;
+            let stdout = std::io::stdout();
+            for e in c.watch()? {
+                let tag = e["tag"].as_str().unwrap_or("");
+                if !halite_master::glob::fnmatch(&tagmatch, tag) {
+                    continue;
+                }
+                let mut lock = stdout.lock();
+                let _ = writeln!(lock, "{tag}\t{}", e["data"]);
+                let _ = lock.flush();
+                count -= 1;
+                if count == 0 {
+                    break;
+                }
+            }
+            return Ok(());
+        }
         other => return Err(Failure::new(format!("'{other}' is not available."), 1)),
     };
     match (&ret, a.out) {
