@@ -35,7 +35,8 @@ pub struct AuthContext<'a> {
 }
 
 /// Whether `id` matches a line of an autosign/autoreject file (`#` comments skipped; each
-/// line is a shell glob). Files writable by group or others are ignored, as Salt does.
+/// line is a shell glob or an anchored regex). Files writable by group or others are
+/// ignored, as Salt does.
 pub fn listed_in(path: Option<&std::path::Path>, id: &str) -> bool {
     let Some(path) = path else { return false };
     let Ok(meta) = std::fs::metadata(path) else { return false };
@@ -45,7 +46,28 @@ pub fn listed_in(path: Option<&std::path::Path>, id: &str) -> bool {
         return false;
     }
     let Ok(text) = std::fs::read_to_string(path) else { return false };
-    text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).any(|l| l == id || fnmatch(l, id))
+    text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).any(|l| line_matches(l, id))
+}
+
+/// Salt's autosign line rule: a shell glob, or failing that an anchored regex.
+fn line_matches(line: &str, value: &str) -> bool {
+    line == value || fnmatch(line, value) || regex::Regex::new(&format!("^(?:{line})$")).map(|r| r.is_match(value)).unwrap_or(false)
+}
+
+/// `autosign_grains_dir`: the minion's `autosign_grains` value for a grain file named
+/// like the grain matches one of its lines.
+pub fn autosign_by_grains(dir: Option<&std::path::Path>, load: &Value) -> bool {
+    let (Some(dir), Some(Value::Map(grains))) = (dir, get(load, "autosign_grains")) else { return false };
+    for (k, v) in grains.iter().take(64) {
+        let (Some(name), Some(val)) = (crate::payload::text(k), crate::payload::text(v)) else { continue };
+        if halite_storage::id::validate_minion_id(name).is_err() {
+            continue;
+        }
+        if listed_in(Some(&dir.join(name)), val) {
+            return true;
+        }
+    }
+    false
 }
 
 fn signed(inner: Value, ctx: &AuthContext, sig: SigAlgo) -> Value {
@@ -93,7 +115,10 @@ pub fn decide(load: &Value, stored: Option<&StoredKey>, denied_exists: bool, ctx
     let key = |state: KeyState| Record::KeySet(KeySet { id: id.clone(), state, pub_key: presented.clone(), time_ns: now_ns() });
     let deny = || if denied_exists { vec![] } else { vec![key(KeyState::Denied)] };
     let auto_reject = listed_in(ctx.cfg.autoreject_file.as_deref(), &id);
-    let auto_sign = ctx.cfg.auto_accept || listed_in(ctx.cfg.autosign_file.as_deref(), &id) || consume_autosign_stub(ctx.cfg, &id);
+    let auto_sign = ctx.cfg.auto_accept
+        || listed_in(ctx.cfg.autosign_file.as_deref(), &id)
+        || autosign_by_grains(ctx.cfg.autosign_grains_dir.as_deref(), load)
+        || consume_autosign_stub(ctx.cfg, &id);
     let refuse = |act| (ret(Value::Boolean(false), &nonce, ctx, sig), act);
     let (records, verdict): (Vec<Record>, Result<(), (Value, &'static str)>) = if ctx.cfg.open_mode {
         match stored {
@@ -273,5 +298,30 @@ mod tests {
         let o = decide(&bad_algo, None, false, &ctx, |_| sess.clone());
         assert_eq!(get(get(&o.reply, "load").unwrap(), "ret"), Some(&Value::from("bad enc algo")));
         assert_eq!(o.records.len(), 0);
+    }
+
+    #[test]
+    fn autosign_files_and_grains() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("autosign.conf");
+        std::fs::write(&f, "# comment\nweb*\ndb[0-9]+\\.example\\.com\n").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(listed_in(Some(&f), "web01"));
+        assert!(listed_in(Some(&f), "db12.example.com"), "regex lines");
+        assert!(!listed_in(Some(&f), "db12.example.org"));
+        assert!(!listed_in(Some(&f), "# comment"));
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert!(!listed_in(Some(&f), "web01"), "a world-writable file is ignored");
+        let gd = d.path().join("grains");
+        std::fs::create_dir_all(&gd).unwrap();
+        std::fs::write(gd.join("uuid"), "1234-abcd\n").unwrap();
+        std::fs::set_permissions(gd.join("uuid"), std::fs::Permissions::from_mode(0o644)).unwrap();
+        let load = Value::Map(vec![(Value::from("autosign_grains"), Value::Map(vec![(Value::from("uuid"), Value::from("1234-abcd"))]))]);
+        assert!(autosign_by_grains(Some(&gd), &load));
+        let other = Value::Map(vec![(Value::from("autosign_grains"), Value::Map(vec![(Value::from("uuid"), Value::from("nope"))]))]);
+        assert!(!autosign_by_grains(Some(&gd), &other));
+        let escape = Value::Map(vec![(Value::from("autosign_grains"), Value::Map(vec![(Value::from("../uuid"), Value::from("1234-abcd"))]))]);
+        assert!(!autosign_by_grains(Some(&gd), &escape));
     }
 }

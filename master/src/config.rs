@@ -61,6 +61,7 @@ pub struct MasterConfig {
     pub open_mode: bool,
     pub autosign_file: Option<PathBuf>,
     pub autoreject_file: Option<PathBuf>,
+    pub autosign_grains_dir: Option<PathBuf>,
     pub keep_jobs_seconds: u64,
     pub publish_session: u64,
     pub timeout: u64,
@@ -82,7 +83,7 @@ pub struct MasterConfig {
 const KNOWN: &[&str] = &[
     "id", "root_dir", "interface", "ipv6", "publish_port", "ret_port", "pki_dir", "cachedir", "sock_dir", "pidfile",
     "log_file", "log_level", "log_level_logfile", "file_roots", "pillar_roots", "auto_accept", "open_mode",
-    "autosign_file", "autoreject_file", "keep_jobs_seconds", "keep_jobs", "publish_session", "timeout",
+    "autosign_file", "autoreject_file", "autosign_grains_dir", "keep_jobs_seconds", "keep_jobs", "publish_session", "timeout",
     "keys.cache_driver", "mmap_key_size", "mmap_key_slot_size", "mmap_key_id_size", "mmap_key_max_segment_bytes",
     "mmap_cache_max_segment_bytes", "cluster_id", "cluster_peers", "cluster_pki_dir", "cluster_pool_port",
     "cluster_secret", "cluster_isolated_filesystem", "halite_data_dir", "default_include", "include", "user",
@@ -204,6 +205,7 @@ impl MasterConfig {
             open_mode: r.boolean("open_mode", false)?,
             autosign_file: r.opt_string("autosign_file")?.map(PathBuf::from),
             autoreject_file: r.opt_string("autoreject_file")?.map(PathBuf::from),
+            autosign_grains_dir: r.opt_string("autosign_grains_dir")?.map(PathBuf::from),
             keep_jobs_seconds,
             publish_session: r.uint("publish_session", 86400)?,
             timeout: r.uint("timeout", 5)?,
@@ -240,7 +242,7 @@ impl MasterConfig {
         for p in [&mut self.pki_dir, &mut self.cachedir, &mut self.sock_dir, &mut self.pidfile, &mut self.halite_data_dir] {
             fix(p);
         }
-        for p in [&mut self.autosign_file, &mut self.autoreject_file, &mut self.cluster_pki_dir].into_iter().flatten() {
+        for p in [&mut self.autosign_file, &mut self.autoreject_file, &mut self.autosign_grains_dir, &mut self.cluster_pki_dir].into_iter().flatten() {
             fix(p);
         }
         if self.log_file.starts_with('/') || !self.log_file.contains("://") {

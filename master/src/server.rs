@@ -29,6 +29,9 @@ use crate::payload;
 use crate::sessions::Sessions;
 use crate::store;
 
+/// Requests handled at once; more wait in the socket's queue.
+pub const MAX_IN_FLIGHT: usize = 1024;
+
 /// The running master's shared state.
 pub struct Master {
     pub core: Arc<Core>,
@@ -119,12 +122,23 @@ async fn serve(core: Arc<Core>, node: Arc<Node>, aes: Crypticle, started: std::t
         }
     });
     let (send, mut recv) = router.split();
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| e.to_string())?;
     loop {
         tokio::select! {
             msg = recv.recv() => match msg {
                 Ok(msg) => {
-                    tokio::spawn(request(master.clone(), send.clone(), msg));
+                    // Bounded: a flood of requests queues here instead of spawning without
+                    // limit; each request holds its permit until it has been answered.
+                    let permit = match in_flight.clone().acquire_owned().await {
+                        Ok(p) => p,
+                        Err(_) => break,
+                    };
+                    let (m, s) = (master.clone(), send.clone());
+                    tokio::spawn(async move {
+                        request(m, s, msg).await;
+                        drop(permit);
+                    });
                 }
                 Err(e) => tracing::warn!("request socket: {e}"),
             },
