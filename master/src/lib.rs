@@ -18,6 +18,7 @@
 //! | [`runners`]  | `jobs.*` and `cluster.members` results |
 //! | [`events`]   | the master event bus |
 //! | [`admin`]    | the local admin socket protocol |
+//! | [`listen`]   | TCP listeners with Salt's keepalive and backlog |
 //! | [`server`]   | the daemon: sockets and wiring |
 //! | [`store`]    | opening the storage a config describes |
 
@@ -31,6 +32,7 @@ pub mod glob;
 pub mod handlers;
 pub mod jobs;
 pub mod keyops;
+pub mod listen;
 pub mod masterkeys;
 pub mod matcher;
 pub mod payload;

@@ -87,10 +87,14 @@ async fn serve(core: Arc<Core>, node: Arc<Node>, aes: Crypticle, started: std::t
     let cfg = &core.cfg;
     let mut router = zeromq::RouterSocket::new();
     let ret_ep = endpoint(&cfg.interface, cfg.ret_port);
-    router.bind(&ret_ep).await.map_err(|e| format!("binding {ret_ep}: {e}"))?;
+    let ret_listener = crate::listen::bind(&cfg.interface, cfg.ret_port, cfg.ipv6, crate::listen::ListenOptions::request(crate::listen::backlog(cfg)))
+        .map_err(|e| format!("binding {ret_ep}: {e}"))?;
+    router.bind_listener(ret_listener).await.map_err(|e| format!("binding {ret_ep}: {e}"))?;
     let mut publisher_sock = zeromq::PubSocket::new();
     let pub_ep = endpoint(&cfg.interface, cfg.publish_port);
-    publisher_sock.bind(&pub_ep).await.map_err(|e| format!("binding {pub_ep}: {e}"))?;
+    let pub_listener = crate::listen::bind(&cfg.interface, cfg.publish_port, cfg.ipv6, crate::listen::ListenOptions::publish(cfg))
+        .map_err(|e| format!("binding {pub_ep}: {e}"))?;
+    publisher_sock.bind_listener(pub_listener).await.map_err(|e| format!("binding {pub_ep}: {e}"))?;
     let sock_path = admin::socket_path(&cfg.sock_dir);
     let _ = std::fs::remove_file(&sock_path);
     let admin_listener = tokio::net::UnixListener::bind(&sock_path).map_err(|e| format!("binding {}: {e}", sock_path.display()))?;
