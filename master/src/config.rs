@@ -15,6 +15,7 @@
 //! | option            | default              | meaning                                       |
 //! |-------------------|----------------------|-----------------------------------------------|
 //! | `halite_data_dir` | `/var/lib/salt/halite` | the log (`log/`) and state machine (`state/`) |
+//! | `halite_max_request_bytes` | 67108864 (64 MiB) | largest request accepted on `ret_port`; larger ones get `"bad load"` |
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -73,6 +74,8 @@ pub struct MasterConfig {
     pub cluster_secret: Option<String>,
     pub cluster_isolated_filesystem: bool,
     pub halite_data_dir: PathBuf,
+    /// Largest request body accepted on the request port, in bytes.
+    pub halite_max_request_bytes: usize,
     /// Every option as read (after includes), for the ones Halite does not model.
     pub raw: Mapping,
     /// Which file each option came from.
@@ -86,7 +89,7 @@ const KNOWN: &[&str] = &[
     "autosign_file", "autoreject_file", "autosign_grains_dir", "keep_jobs_seconds", "keep_jobs", "publish_session", "timeout",
     "keys.cache_driver", "mmap_key_size", "mmap_key_slot_size", "mmap_key_id_size", "mmap_key_max_segment_bytes",
     "mmap_cache_max_segment_bytes", "cluster_id", "cluster_peers", "cluster_pki_dir", "cluster_pool_port",
-    "cluster_secret", "cluster_isolated_filesystem", "halite_data_dir", "default_include", "include", "user",
+    "cluster_secret", "cluster_isolated_filesystem", "halite_data_dir", "halite_max_request_bytes", "default_include", "include", "user",
     "zmq_backlog", "tcp_keepalive", "tcp_keepalive_idle", "tcp_keepalive_cnt", "tcp_keepalive_intvl", "rotate_aes_key",
 ];
 
@@ -218,6 +221,7 @@ impl MasterConfig {
             cluster_isolated_filesystem: r.boolean("cluster_isolated_filesystem", false)?,
             cluster_id,
             halite_data_dir: PathBuf::from(r.string("halite_data_dir", "/var/lib/salt/halite")?),
+            halite_max_request_bytes: r.uint("halite_max_request_bytes", 64 << 20)?.max(4096) as usize,
             root_dir,
             raw: raw.clone(),
             origin: origin.clone(),

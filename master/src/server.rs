@@ -76,7 +76,7 @@ pub fn run(cfg: MasterConfig) -> Result<(), String> {
         sm: node.state().clone(),
         aes: std::sync::RwLock::new(aes.clone()),
         keys,
-        max_request: 64 << 20,
+        max_request: cfg.halite_max_request_bytes,
         cfg,
     });
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| e.to_string())?;

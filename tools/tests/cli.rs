@@ -525,7 +525,7 @@ fn real_minion_auth_accept_jobs_bad_input_and_restart() {
     let publish = free_port();
     let env = Env::new(
         "localfs_key",
-        "interface: 127.0.0.1\nret_port: @RET@\npublish_port: @PUB@\npidfile: @ROOT@/master.pid\nfile_roots:\n  base:\n    - @ROOT@/srv/salt\npillar_roots:\n  base:\n    - @ROOT@/srv/pillar\n",
+        "interface: 127.0.0.1\nret_port: @RET@\npublish_port: @PUB@\npidfile: @ROOT@/master.pid\nhalite_max_request_bytes: 65536\nfile_roots:\n  base:\n    - @ROOT@/srv/salt\npillar_roots:\n  base:\n    - @ROOT@/srv/pillar\n",
     );
     // Env's config does not know @ROOT@; patch it in.
     let conf_path = env.root.join("conf/master");
@@ -686,6 +686,8 @@ bad = [
     msgpack.packb({{"enc": "aes", "load": b"x" * 64, "version": 3, "id": "m1"}}),
     msgpack.packb({{"enc": "aes", "load": b"x" * 64, "version": 3, "id": "nobody"}}),
     msgpack.packb([1, 2, 3]),
+    # Over the 64 KiB limit: a ping that would otherwise be echoed.
+    msgpack.packb({{"enc": "clear", "load": {{"cmd": "ping", "pad": "x" * 100000}}, "version": 3}}),
 ]
 for b in bad:
     assert ask(b) == "bad load", b
