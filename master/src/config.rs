@@ -296,6 +296,15 @@ impl MasterConfig {
     }
 }
 
+/// Salt's truthy and falsy strings (`True`, `yes`, `on`, `1` / `False`, `no`, `off`, `0`, `None`).
+pub fn parse_bool(s: &str) -> Option<bool> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "true" | "yes" | "on" | "1" => Some(true),
+        "false" | "no" | "off" | "0" | "none" => Some(false),
+        _ => None,
+    }
+}
+
 /// Maps Salt's log level names to a `tracing` filter level.
 pub fn tracing_level(salt_level: &str) -> &'static str {
     match salt_level {
@@ -363,11 +372,7 @@ impl Reader<'_> {
         match self.get(key) {
             None => Ok(default),
             Some(Value::Bool(b)) => Ok(*b),
-            Some(Value::String(s)) => match s.to_ascii_lowercase().as_str() {
-                "true" | "yes" | "on" | "1" => Ok(true),
-                "false" | "no" | "off" | "0" => Ok(false),
-                _ => Err(self.invalid(key, format!("expected True or False, got {s:?}"))),
-            },
+            Some(Value::String(s)) => parse_bool(s).ok_or_else(|| self.invalid(key, format!("expected True or False, got {s:?}"))),
             Some(Value::Number(n)) if n.as_u64() == Some(0) || n.as_u64() == Some(1) => Ok(n.as_u64() == Some(1)),
             Some(_) => Err(self.invalid(key, "expected True or False".into())),
         }

@@ -67,11 +67,10 @@ pub fn expected_minions(sm: &StateMachine, tgt: &serde_json::Value, tgt_type: &s
             };
             let mut out = Vec::new();
             for id in accepted {
-                // Grain-based targets need the grains the minion reported (Salt's rule:
-                // minions without cached grains are not expected).
+                // Grain-based targets match the grains the minion reported; a minion that
+                // reported none matches no grain expression (Salt's rule).
                 let grains = match sm.grains(&id)? {
                     Some(g) => crate::payload::decode(&g).map(|v| crate::payload::to_json(&v)).unwrap_or(empty.clone()),
-                    None if other.starts_with("grain") || other == "compound" => empty.clone(),
                     None => empty.clone(),
                 };
                 let subject = crate::matcher::Subject { id: &id, grains: &grains, pillar: &empty };

@@ -5,7 +5,6 @@
 //! produced are committed through the node (group commit with everything else in flight)
 //! before its reply is sent, so an acknowledged key change or return is durable.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value as J};
@@ -382,9 +381,4 @@ pub fn node_id(cfg: &MasterConfig) -> String {
     } else {
         cfg.id.clone()
     }
-}
-
-/// Where the pidfile of a config lives (for tools and tests).
-pub fn pidfile(cfg: &MasterConfig) -> PathBuf {
-    cfg.pidfile.clone()
 }

@@ -384,7 +384,7 @@ impl Driver {
                 }
             }
         }
-        let fx = self.sm.apply(&batch, false)?;
+        let fx = self.sm.apply(&batch)?;
         self.views.apply(&self.sm, &fx)?;
         self.sm.advance_applied(last)?;
         self.views_dirty_to = Some(last);

@@ -142,9 +142,9 @@ impl StateMachine {
     }
 
     /// Applies committed records in log order. Records at or below the applied index are
-    /// skipped. Returns what the views must do. With `bulk`, RocksDB's WAL is skipped
-    /// (replay then flushes once at the end via [`StateMachine::flush`]).
-    pub fn apply(&self, entries: &[(u64, Record)], bulk: bool) -> Result<Vec<Effect>> {
+    /// skipped. Returns what the views must do. (RocksDB's WAL is never written; see the
+    /// module docs. A bulk replay calls [`StateMachine::flush`] once at the end.)
+    pub fn apply(&self, entries: &[(u64, Record)]) -> Result<Vec<Effect>> {
         let applied = self.applied_index()?;
         let mut batch = WriteBatch::default();
         let mut effects = Vec::new();
@@ -162,7 +162,6 @@ impl StateMachine {
             return Ok(effects);
         }
         batch.put_cf(self.cf(CF_META)?, APPLIED_INDEX, last.to_be_bytes());
-        let _ = bulk;
         self.db.write_opt(batch, &no_wal())?;
         Ok(effects)
     }

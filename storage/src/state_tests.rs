@@ -35,7 +35,7 @@ fn apply_is_idempotent_and_follows_salt_key_rules() {
         ],
         1,
     );
-    let fx = sm.apply(&recs, false).unwrap();
+    let fx = sm.apply(&recs).unwrap();
     assert_eq!(sm.applied_index().unwrap(), 7);
     // Only the first denied key is kept; deleting an absent key has no effect.
     assert_eq!(sm.get_denied("a").unwrap().unwrap().1, b"PUB a");
@@ -44,12 +44,12 @@ fn apply_is_idempotent_and_follows_salt_key_rules() {
     assert_eq!(sm.get_key("a").unwrap().unwrap().state, BankState::Accepted);
     assert!(sm.get_key("b").unwrap().is_none());
     // Re-applying the same indexes changes nothing and yields no effects.
-    assert!(sm.apply(&recs, false).unwrap().is_empty());
+    assert!(sm.apply(&recs).unwrap().is_empty());
     assert_eq!(sm.count("keys").unwrap(), 1);
     // A snapshot restores the same state and applied index.
     let snap = d.path().join("snap");
     assert_eq!(sm.checkpoint(&snap).unwrap(), 7);
-    sm.apply(&numbered(vec![key("z", KeyState::Pending, 8)], 8), false).unwrap();
+    sm.apply(&numbered(vec![key("z", KeyState::Pending, 8)], 8)).unwrap();
     drop(sm);
     StateMachine::restore(&snap, &d.path().join("s")).unwrap();
     let sm = StateMachine::open(&d.path().join("s")).unwrap();
@@ -93,7 +93,7 @@ fn roots_are_materialised_checked_and_removed() {
     recs.extend(roots_records(RootsTree::File, "base", "empty", 0o600, b""));
     recs.extend(roots_records(RootsTree::Pillar, "base", "top.sls", 0o644, b"base: {}\n"));
     recs.extend(roots_records(RootsTree::File, "dev", "nowhere.sls", 0o644, b"x"));
-    let fx = sm.apply(&numbered(recs, 1), false).unwrap();
+    let fx = sm.apply(&numbered(recs, 1)).unwrap();
     views.apply(&sm, &fx).unwrap();
     assert_eq!(std::fs::read(file_root.join("big/blob.bin")).unwrap(), big);
     assert_eq!(std::fs::metadata(file_root.join("big/blob.bin")).unwrap().permissions().mode() & 0o777, 0o640);
@@ -104,11 +104,11 @@ fn roots_are_materialised_checked_and_removed() {
     if let Record::RootsBlob(b) = &mut bad[0] {
         b.data = b"tampered".to_vec();
     }
-    let fx = sm.apply(&numbered(bad, 100), false).unwrap();
+    let fx = sm.apply(&numbered(bad, 100)).unwrap();
     views.apply(&sm, &fx).unwrap();
     assert!(!file_root.join("bad.sls").exists());
     // Tombstones delete.
-    let fx = sm.apply(&numbered(vec![Record::RootsTombstone(RootsTombstone { tree: RootsTree::File, saltenv: "base".into(), path: "top.sls".into() })], 200), false).unwrap();
+    let fx = sm.apply(&numbered(vec![Record::RootsTombstone(RootsTombstone { tree: RootsTree::File, saltenv: "base".into(), path: "top.sls".into() })], 200)).unwrap();
     views.apply(&sm, &fx).unwrap();
     assert!(!file_root.join("top.sls").exists());
     // Deleting the tree and rebuilding gives the same bytes and modes.
@@ -137,7 +137,7 @@ fn rebuilt_views_are_deterministic() {
     }
     recs.push(key("m001", KeyState::Denied, 5));
     recs.push(key("m002", KeyState::Deleted, 6));
-    sm.apply(&numbered(recs, 1), false).unwrap();
+    sm.apply(&numbered(recs, 1)).unwrap();
     let geo = Geometry { size: 512, slot_size: 96, key_size: 64, max_segment_bytes: 8192 };
     let snapshot = |dir: &Path| -> Vec<(String, Vec<u8>)> {
         let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)

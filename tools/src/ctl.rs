@@ -11,12 +11,10 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use serde_json::{json, Value};
 
 use halite_master::{store, MasterConfig};
-use halite_replication::DataDir;
 use halite_storage::format::{now_ns, ImportMarker, ImportPhase, Record, RecordKind, RootsTree};
 use halite_storage::import::{read_job_cache, read_localfs_pki, read_roots_dir};
 use halite_storage::log::RaftLog;
@@ -278,14 +276,14 @@ pub fn replay(cfg: &MasterConfig) -> Result<u64> {
         batch.push((index, rec));
         last_seen = index;
         if batch.len() == 65536 {
-            sm.apply(&batch, true)?;
+            sm.apply(&batch)?;
             n += batch.len() as u64;
             batch.clear();
             progress.set(index);
         }
         Ok(())
     })?;
-    sm.apply(&batch, true)?;
+    sm.apply(&batch)?;
     n += batch.len() as u64;
     sm.advance_applied(last.max(last_seen))?;
     sm.flush()?;
@@ -423,9 +421,4 @@ pub fn import_shared(cfg: &MasterConfig, tree: &SharedTree) -> Result<BTreeMap<S
     node.propose(&[Record::ImportMarker(ImportMarker { source, phase: ImportPhase::End, counts: counts.clone(), time_ns: now_ns() })])?;
     p.finish();
     Ok(counts)
-}
-
-/// Opens a state machine read-only-ish for status printing.
-pub fn open_state(data: &DataDir) -> Result<Arc<StateMachine>> {
-    Ok(Arc::new(StateMachine::open(&data.state())?))
 }

@@ -8,7 +8,7 @@ use halite_storage::keys::KeyDriver;
 
 use crate::common::{Failure, Progress, Result};
 
-pub use halite_master::pki::{dry_run_counts, status};
+pub use halite_master::pki::status;
 
 /// `pki.migrate_to_mmap` with the master stopped.
 pub fn migrate_offline(cfg: &MasterConfig, dry_run: bool) -> Result<String> {

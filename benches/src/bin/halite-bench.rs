@@ -136,7 +136,7 @@ fn apply(total: u64) {
     let mut i = 1;
     while i <= total {
         let recs: Vec<(u64, Record)> = (i..(i + batch).min(total + 1)).map(|j| (j, key(j))).collect();
-        sm.apply(&recs, false).expect("apply");
+        sm.apply(&recs).expect("apply");
         i += batch;
     }
     let s = t.elapsed().as_secs_f64();
@@ -165,14 +165,14 @@ fn replay(total: u64) {
     log.for_each_record(1, None, |index, rec| {
         batch.push((index, rec?));
         if batch.len() == 65536 {
-            sm.apply(&batch, true)?;
+            sm.apply(&batch)?;
             n += batch.len() as u64;
             batch.clear();
         }
         Ok(())
     })
     .expect("replay");
-    sm.apply(&batch, true).expect("apply");
+    sm.apply(&batch).expect("apply");
     n += batch.len() as u64;
     sm.flush().expect("flush");
     let s = t.elapsed().as_secs_f64();
@@ -223,29 +223,25 @@ fn set_mmap(conf: &Path) {
 }
 
 fn migrate(keys: u64, reference: Option<PathBuf>) {
-    let bin = std::env::current_exe().expect("exe").parent().expect("dir").to_path_buf();
+    let halite = std::env::current_exe().expect("exe").parent().expect("dir").to_path_buf();
     println!("| implementation | operation | keys | seconds |");
     println!("|---|---|---|---|");
-    let dir = tempfile::tempdir().expect("tmp");
-    let conf = make_tree(dir.path(), keys);
-    let c = conf.display().to_string();
-    let s = time_cmd(Command::new(bin.join("salt-key")).args(["-c", &c, "-L", "--out", "json"]));
-    println!("| Halite | salt-key -L (localfs_key) | {keys} | {s:.3} |");
-    let s = time_cmd(Command::new(bin.join("salt-run")).args(["-c", &c, "pki.migrate_to_mmap"]));
-    println!("| Halite | pki.migrate_to_mmap | {keys} | {s:.3} |");
-    set_mmap(&conf);
-    let s = time_cmd(Command::new(bin.join("salt-key")).args(["-c", &c, "-L", "--out", "json"]));
-    println!("| Halite | salt-key -L (mmap_key) | {keys} | {s:.3} |");
+    let mut runs = vec![("Halite", halite)];
     if let Some(venv) = reference {
-        let rdir = tempfile::tempdir().expect("tmp");
-        let rconf = make_tree(rdir.path(), keys);
-        let rc = rconf.display().to_string();
-        let s = time_cmd(Command::new(venv.join("bin/salt-key")).args(["-c", &rc, "-L", "--out", "json"]));
-        println!("| Salt 3008.5 | salt-key -L (localfs_key) | {keys} | {s:.3} |");
-        let s = time_cmd(Command::new(venv.join("bin/salt-run")).args(["-c", &rc, "pki.migrate_to_mmap"]));
-        println!("| Salt 3008.5 | pki.migrate_to_mmap | {keys} | {s:.3} |");
-        set_mmap(&rconf);
-        let s = time_cmd(Command::new(venv.join("bin/salt-key")).args(["-c", &rc, "-L", "--out", "json"]));
-        println!("| Salt 3008.5 | salt-key -L (mmap_key) | {keys} | {s:.3} |");
+        runs.push(("Salt 3008.5", venv.join("bin")));
+    }
+    for (name, bin) in runs {
+        // Each implementation gets its own copy of the same tree.
+        let dir = tempfile::tempdir().expect("tmp");
+        let conf = make_tree(dir.path(), keys);
+        let c = conf.display().to_string();
+        let step = |label: &str, tool: &str, args: &[&str]| {
+            let s = time_cmd(Command::new(bin.join(tool)).arg("-c").arg(&c).args(args));
+            println!("| {name} | {label} | {keys} | {s:.3} |");
+        };
+        step("salt-key -L (localfs_key)", "salt-key", &["-L", "--out", "json"]);
+        step("pki.migrate_to_mmap", "salt-run", &["pki.migrate_to_mmap"]);
+        set_mmap(&conf);
+        step("salt-key -L (mmap_key)", "salt-key", &["-L", "--out", "json"]);
     }
 }

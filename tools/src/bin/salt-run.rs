@@ -43,11 +43,7 @@ fn main() {
 
 /// Salt's truthy strings for a keyword like `test=True`.
 fn truthy(v: &str) -> Result<bool> {
-    match v.to_ascii_lowercase().as_str() {
-        "true" | "yes" | "on" | "1" => Ok(true),
-        "false" | "no" | "off" | "0" | "none" => Ok(false),
-        other => Err(Failure::new(format!("expected True or False, got {other:?}"), 2)),
-    }
+    halite_master::config::parse_bool(v).ok_or_else(|| Failure::new(format!("expected True or False, got {v:?}"), 2))
 }
 
 fn real_main(a: Args) -> Result<()> {
