@@ -12,9 +12,9 @@ use halite_storage::keys::BankState;
 use halite_storage::state::StoredKey;
 
 use crate::config::MasterConfig;
-use crate::crypto::{clean_key, sha256_hex, Crypticle, EncAlgo, PublicKey, SigAlgo};
+use crate::crypto::{clean_key, Crypticle, EncAlgo, PublicKey, SigAlgo};
 use crate::glob::fnmatch;
-use crate::masterkeys::MasterKeys;
+use crate::masterkeys::{MasterKeys, PublishKey};
 use crate::payload::{bin, encode, get, get_bytes, get_text, map};
 
 /// What the auth path decided, for the reply, the log and the `salt/auth` event.
@@ -31,7 +31,10 @@ pub struct AuthOutcome {
 pub struct AuthContext<'a> {
     pub cfg: &'a MasterConfig,
     pub keys: &'a MasterKeys,
-    pub aes: &'a Crypticle,
+    pub aes: &'a PublishKey,
+    /// `max_minions` is reached and the requesting id is not among the minions counted:
+    /// the answer is `full` whatever the key's state.
+    pub full: bool,
 }
 
 /// Whether `id` matches a line of an autosign/autoreject file (`#` comments skipped; each
@@ -103,6 +106,10 @@ pub fn decide(load: &Value, stored: Option<&StoredKey>, denied_exists: bool, ctx
         tracing::warn!("auth refused: {e}");
         return out(ret(Value::Boolean(false), &nonce, ctx, sig), vec![], "error");
     }
+    if ctx.full {
+        tracing::warn!(id = %id, max_minions = ctx.cfg.max_minions, "auth refused: max_minions reached");
+        return out(ret(Value::from("full"), &nonce, ctx, sig), vec![], "full");
+    }
     let presented = get_bytes(load, "pub").map(|p| String::from_utf8_lossy(p).trim().as_bytes().to_vec()).unwrap_or_default();
     let minion_pub = match PublicKey::from_pem(&presented) {
         Ok(k) if !presented.is_empty() => k,
@@ -148,14 +155,10 @@ pub fn decide(load: &Value, stored: Option<&StoredKey>, denied_exists: bool, ctx
     // Accepted: hand over the publish key and this minion's session key.
     let session = session(&id);
     let enc_to_minion = |data: &[u8]| minion_pub.encrypt_oaep(data, enc);
-    let (aes_ct, session_ct, x931) = match (
-        enc_to_minion(ctx.aes.key_string().as_bytes()),
-        enc_to_minion(session.key_string().as_bytes()),
-        ctx.keys.private.x931_sign(sha256_hex(ctx.aes.key_string().as_bytes()).as_bytes()),
-    ) {
-        (Ok(a), Ok(s), Ok(x)) => (a, s, x),
-        (a, s, x) => {
-            tracing::error!(id = %id, "auth: encryption failed: {:?} {:?} {:?}", a.err(), s.err(), x.err());
+    let (aes_ct, session_ct) = match (enc_to_minion(ctx.aes.aes.key_string().as_bytes()), enc_to_minion(session.key_string().as_bytes())) {
+        (Ok(a), Ok(s)) => (a, s),
+        (a, s) => {
+            tracing::error!(id = %id, "auth: encryption failed: {:?} {:?}", a.err(), s.err());
             return out(Value::from("bad load"), vec![], "error");
         }
     };
@@ -172,7 +175,7 @@ pub fn decide(load: &Value, stored: Option<&StoredKey>, denied_exists: bool, ctx
             Err(e) => tracing::warn!(id = %id, "auth: the minion's token does not decrypt with this master's key: {e}"),
         }
     }
-    inner.push((Value::from("sig"), bin(x931)));
+    inner.push((Value::from("sig"), bin(ctx.aes.sig.clone())));
     inner.push((Value::from("nonce"), nonce.clone()));
     out(signed(Value::Map(inner), ctx, sig), records, "accept")
 }
@@ -189,13 +192,13 @@ fn consume_autosign_stub(cfg: &MasterConfig, id: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crypto::PrivateKey;
+    use crate::crypto::{sha256_hex, PrivateKey};
     use crate::payload::decode;
 
     struct Fixture {
         cfg: MasterConfig,
         keys: MasterKeys,
-        aes: Crypticle,
+        aes: PublishKey,
         minion: PrivateKey,
     }
 
@@ -204,7 +207,9 @@ mod tests {
         let cfg = MasterConfig::from_mapping(&d, Default::default(), Default::default()).unwrap();
         let private = PrivateKey::generate(2048).unwrap();
         let pub_clean = clean_key(&private.public_pem().unwrap());
-        Fixture { cfg, keys: MasterKeys { private, pub_clean }, aes: Crypticle::generate(), minion: PrivateKey::generate(2048).unwrap() }
+        let keys = MasterKeys { private, pub_clean };
+        let aes = PublishKey::new(Crypticle::generate(), &keys).unwrap();
+        Fixture { cfg, keys, aes, minion: PrivateKey::generate(2048).unwrap() }
     }
 
     fn load(id: &str, minion: &PrivateKey, extra: Vec<(Value, Value)>) -> Value {
@@ -239,7 +244,7 @@ mod tests {
     #[test]
     fn decision_table() {
         let f = fixture();
-        let ctx = AuthContext { cfg: &f.cfg, keys: &f.keys, aes: &f.aes };
+        let ctx = AuthContext { cfg: &f.cfg, keys: &f.keys, aes: &f.aes, full: false };
         let other = PrivateKey::generate(2048).unwrap();
         let sess = Crypticle::generate();
         let l = load("m1", &f.minion, vec![]);
@@ -269,17 +274,24 @@ mod tests {
         assert_eq!((o.act, o.records.len()), ("accept", 0));
         let i = inner(&f, &o.reply);
         assert_eq!(get_text(&i, "pub_key").unwrap().as_bytes(), &f.keys.pub_clean[..]);
-        assert_eq!(f.minion.decrypt_oaep(get_bytes(&i, "aes").unwrap(), EncAlgo::OaepSha1).unwrap(), f.aes.key_string().as_bytes());
+        assert_eq!(f.minion.decrypt_oaep(get_bytes(&i, "aes").unwrap(), EncAlgo::OaepSha1).unwrap(), f.aes.aes.key_string().as_bytes());
         assert_eq!(f.minion.decrypt_oaep(get_bytes(&i, "session").unwrap(), EncAlgo::OaepSha1).unwrap(), sess.key_string().as_bytes());
         assert_eq!(f.minion.decrypt_oaep(get_bytes(&i, "token").unwrap(), EncAlgo::OaepSha1).unwrap(), b"minion-token");
         let sig = f.keys.private.public_key().unwrap().x931_recover(get_bytes(&i, "sig").unwrap()).unwrap();
-        assert_eq!(sig, sha256_hex(f.aes.key_string().as_bytes()).as_bytes());
+        assert_eq!(sig, sha256_hex(f.aes.aes.key_string().as_bytes()).as_bytes());
         // auto_accept: a new key is accepted and recorded.
         let mut cfg = f.cfg.clone();
         cfg.auto_accept = true;
-        let ctx2 = AuthContext { cfg: &cfg, keys: &f.keys, aes: &f.aes };
+        let ctx2 = AuthContext { cfg: &cfg, keys: &f.keys, aes: &f.aes, full: false };
         let o = decide(&l, None, false, &ctx2, |_| sess.clone());
         assert_eq!((o.act, state_of(&o.records)), ("accept", vec![KeyState::Accepted]));
+        // max_minions reached: "full", signed, nothing written, even for an accepted key.
+        let full = AuthContext { full: true, ..ctx2 };
+        for st in [None, Some(stored(BankState::Accepted, &f.minion))] {
+            let o = decide(&l, st.as_ref(), false, &full, |_| sess.clone());
+            assert_eq!((o.act, o.records.len()), ("full", 0));
+            assert_eq!(get_text(&inner(&f, &o.reply), "ret"), Some("full"));
+        }
         // Refusals that write nothing.
         for bad in [load("../x", &f.minion, vec![]), load("a/b", &f.minion, vec![])] {
             let o = decide(&bad, None, false, &ctx, |_| sess.clone());

@@ -8,6 +8,7 @@
 //! advisory (RUSTSEC-2023-0071).
 
 use base64::Engine as _;
+use openssl::bn::BigNum;
 use openssl::hash::MessageDigest;
 use openssl::pkey::{PKey, Private, Public};
 use openssl::rsa::{Padding, Rsa};
@@ -42,6 +43,12 @@ impl EncAlgo {
             "OAEP-SHA1" => Some(EncAlgo::OaepSha1),
             "OAEP-SHA224" => Some(EncAlgo::OaepSha224),
             _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            EncAlgo::OaepSha1 => "OAEP-SHA1",
+            EncAlgo::OaepSha224 => "OAEP-SHA224",
         }
     }
     fn md(self) -> MessageDigest {
@@ -152,7 +159,16 @@ pub struct PublicKey {
 
 impl PublicKey {
     /// Reads SPKI (`BEGIN PUBLIC KEY`) or PKCS#1 (`BEGIN RSA PUBLIC KEY`) PEM.
+    ///
+    /// RSA keys are read by [`rsa_pem_components`] and built from their modulus and
+    /// exponent: OpenSSL 3's generic decoder costs about as much as an RSA private-key
+    /// operation (~0.4 ms here), and a key is parsed on every sign-in. Anything that
+    /// parser does not take (another algorithm, odd encodings) goes to OpenSSL's.
     pub fn from_pem(pem: &[u8]) -> Result<Self> {
+        if let Some((n, e)) = rsa_pem_components(pem) {
+            let rsa = Rsa::from_public_components(BigNum::from_slice(&n)?, BigNum::from_slice(&e)?)?;
+            return Ok(PublicKey { pkey: PKey::from_rsa(rsa)? });
+        }
         let text = String::from_utf8_lossy(pem);
         if text.contains("BEGIN RSA PUBLIC KEY") {
             let rsa = Rsa::public_key_from_pem_pkcs1(pem)?;
@@ -189,6 +205,70 @@ impl PublicKey {
         out.truncate(n);
         Some(out)
     }
+}
+
+/// One DER element: `(tag, contents, rest)`. Definite lengths of at most 4 bytes only.
+fn der(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = input.split_first()?;
+    let (&first, mut rest) = rest.split_first()?;
+    let len = if first < 0x80 {
+        first as usize
+    } else {
+        let n = (first & 0x7f) as usize;
+        if n == 0 || n > 4 || rest.len() < n {
+            return None;
+        }
+        let len = rest[..n].iter().fold(0usize, |acc, &b| acc << 8 | b as usize);
+        rest = &rest[n..];
+        len
+    };
+    (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
+}
+
+/// `RSAPublicKey ::= SEQUENCE { modulus INTEGER, publicExponent INTEGER }` → (n, e),
+/// big-endian magnitudes (a sign-padding zero byte is kept; BigNum ignores it).
+fn rsa_public_key_der(input: &[u8]) -> Option<(&[u8], &[u8])> {
+    const INTEGER: u8 = 0x02;
+    let (0x30, seq, []) = der(input)? else { return None };
+    let (INTEGER, n, rest) = der(seq)? else { return None };
+    let (INTEGER, e, []) = der(rest)? else { return None };
+    // Positive integers only.
+    (!n.is_empty() && !e.is_empty() && n[0] & 0x80 == 0 && e[0] & 0x80 == 0).then_some((n, e))
+}
+
+/// The modulus and exponent (big-endian) of an RSA public key in PEM: SPKI
+/// (`PUBLIC KEY` with algorithm rsaEncryption) or PKCS#1 (`RSA PUBLIC KEY`). `None` for
+/// anything else, including trailing garbage.
+pub fn rsa_pem_components(pem: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+    const RSA_ENCRYPTION: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01];
+    let text = std::str::from_utf8(pem).ok()?.trim();
+    let (spki, body) = if let Some(b) = text.strip_prefix("-----BEGIN PUBLIC KEY-----") {
+        (true, b.strip_suffix("-----END PUBLIC KEY-----")?)
+    } else if let Some(b) = text.strip_prefix("-----BEGIN RSA PUBLIC KEY-----") {
+        (false, b.strip_suffix("-----END RSA PUBLIC KEY-----")?)
+    } else {
+        return None;
+    };
+    let b64: String = body.split_ascii_whitespace().collect();
+    if b64.len() > 16 * 1024 {
+        return None;
+    }
+    let bytes = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
+    let pkcs1 = if spki {
+        let (0x30, seq, []) = der(&bytes)? else { return None };
+        let (0x30, alg, rest) = der(seq)? else { return None };
+        let (0x06, oid, params) = der(alg)? else { return None };
+        if oid != RSA_ENCRYPTION || !(params.is_empty() || params == [0x05, 0x00]) {
+            return None;
+        }
+        let (0x03, bits, []) = der(rest)? else { return None };
+        let (0, key) = bits.split_first()? else { return None };
+        key
+    } else {
+        &bytes[..]
+    };
+    let (n, e) = rsa_public_key_der(pkcs1)?;
+    Some((n.to_vec(), e.to_vec()))
 }
 
 /// Salt's authenticated symmetric cipher: AES-192-CBC with a random IV, then
@@ -273,6 +353,53 @@ pub fn sha256_hex(data: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fast_public_key_parser_agrees_with_openssl() {
+        let k = PrivateKey::generate(2048).unwrap();
+        let spki = k.public_pem().unwrap();
+        let pkcs1 = k.pkey.rsa().unwrap().public_key_to_pem_pkcs1().unwrap();
+        let reference = k.pkey.rsa().unwrap();
+        for pem in [&spki, &pkcs1] {
+            let (n, e) = rsa_pem_components(pem).expect("parsed");
+            assert_eq!(BigNum::from_slice(&n).unwrap(), *reference.n().to_owned().unwrap());
+            assert_eq!(BigNum::from_slice(&e).unwrap(), *reference.e().to_owned().unwrap());
+            // Keys built from the components work both ways with the private key.
+            let p = PublicKey::from_pem(pem).unwrap();
+            assert_eq!(k.decrypt_oaep(&p.encrypt_oaep(b"x", EncAlgo::OaepSha1).unwrap(), EncAlgo::OaepSha1).unwrap(), b"x");
+            assert_eq!(p.x931_recover(&k.x931_sign(b"salt").unwrap()).unwrap(), b"salt");
+        }
+        // clean_key form (no trailing newline) and CRLF line ends parse too.
+        assert!(rsa_pem_components(&clean_key(&spki)).is_some());
+        assert!(rsa_pem_components(String::from_utf8(spki.clone()).unwrap().replace('\n', "\r\n").as_bytes()).is_some());
+        // Anything damaged is refused by the fast path and by OpenSSL.
+        let text = String::from_utf8(spki.clone()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let truncated = [&lines[..3], &lines[lines.len() - 1..]].concat().join("\n");
+        for bad in [truncated.as_str(), "-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----", "not a key", ""] {
+            assert!(rsa_pem_components(bad.as_bytes()).is_none(), "{bad}");
+            assert!(PublicKey::from_pem(bad.as_bytes()).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn der_reader_never_panics_on_garbage() {
+        let mut seed = 0x2545F4914F6CDD1Du64;
+        for len in 0..400 {
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    seed as u8
+                })
+                .collect();
+            let _ = der(&bytes);
+            let _ = rsa_public_key_der(&bytes);
+            let pem = format!("-----BEGIN PUBLIC KEY-----\n{}\n-----END PUBLIC KEY-----", base64::engine::general_purpose::STANDARD.encode(&bytes));
+            let _ = rsa_pem_components(pem.as_bytes());
+        }
+    }
 
     #[test]
     fn rsa_round_trips() {

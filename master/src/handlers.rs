@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use rmpv::Value;
 
-use halite_storage::format::{now_ns, GrainsReport, JobReturn, Record};
+use halite_storage::format::{now_ns, GrainsReport, JobPublished, JobReturn, Record};
 use halite_storage::id::validate_minion_id;
 use halite_storage::keys::BankState;
 use halite_storage::state::StateMachine;
@@ -20,7 +20,7 @@ use crate::config::MasterConfig;
 use crate::crypto::{Crypticle, EncAlgo, PublicKey, SigAlgo, PICKLE};
 use crate::events::{event, Event};
 use crate::fileserver;
-use crate::masterkeys::MasterKeys;
+use crate::masterkeys::{MasterKeys, PublishKey};
 use crate::payload::{self, bin, encode, get, get_text, map, take};
 use crate::sessions::Sessions;
 
@@ -29,8 +29,11 @@ pub struct Core {
     pub cfg: MasterConfig,
     pub keys: MasterKeys,
     /// The publish (AES) key, handed to minions at auth.
-    pub aes: std::sync::RwLock<Crypticle>,
+    pub aes: std::sync::RwLock<Arc<PublishKey>>,
     pub sessions: Sessions,
+    /// Minions counted against `max_minions`: accepted at sign-in since this master
+    /// started, until their key is rejected or deleted.
+    pub signed_in: std::sync::Mutex<std::collections::HashSet<String>>,
     pub sm: Arc<StateMachine>,
     /// Largest request body accepted, in bytes.
     pub max_request: usize,
@@ -88,8 +91,26 @@ fn handle_clear(core: &Core, load: &Value) -> Handled {
             let stored = if valid { core.sm.get_key(id).ok().flatten() } else { None };
             let denied_exists = valid && core.sm.get_denied(id).ok().flatten().is_some();
             let aes = core.aes.read().unwrap_or_else(|p| p.into_inner()).clone();
-            let ctx = AuthContext { cfg: &core.cfg, keys: &core.keys, aes: &aes };
+            // max_minions: a new id reserves its place before the (slow) decision, so
+            // concurrent sign-ins cannot overshoot; the place is given back unless it
+            // ends in an accept.
+            let (full, reserved) = if core.cfg.max_minions > 0 && valid {
+                let mut s = core.signed_in.lock().unwrap_or_else(|p| p.into_inner());
+                if s.contains(id) {
+                    (false, false)
+                } else if s.len() as u64 >= core.cfg.max_minions {
+                    (true, false)
+                } else {
+                    (false, s.insert(id.to_string()))
+                }
+            } else {
+                (false, false)
+            };
+            let ctx = AuthContext { cfg: &core.cfg, keys: &core.keys, aes: &aes, full };
             let out = auth::decide(load, stored.as_ref(), denied_exists, &ctx, |id| core.sessions.get(id));
+            if reserved && out.act != "accept" {
+                core.signed_in.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+            }
             tracing::info!(id = %out.id, act = out.act, "salt/auth");
             let ev = event(
                 "salt/auth",
@@ -194,16 +215,36 @@ fn dispatch(r: &AesRequest, cmd: &str, events: &mut Vec<Event>) -> Result<Answer
         }
         "_return" => {
             let jid = get_text(r.inner, "jid").unwrap_or("");
-            if jid == "nocache" || jid == "req" || jid.is_empty() {
+            if jid == "nocache" || jid.is_empty() {
                 tracing::debug!(id = r.id, jid, "return not stored");
                 return none(Value::Nil);
             }
-            let rec = Record::JobReturn(JobReturn { jid: jid.to_string(), id: r.id.to_string(), load: encode(r.inner), time_ns: now_ns() });
-            if let Err(e) = rec.validate() {
-                return Err(format!("return refused: {e}"));
+            let mut recs = Vec::with_capacity(2);
+            let mut load = r.inner.clone();
+            let jid = if jid == "req" {
+                // A job the minion ran on its own (the scheduler, salt-call with
+                // return_job): it gets a jid here and a load targeting just that minion.
+                let jid = crate::jobs::new_jid();
+                let fun_args = get(&load, "arg").or_else(|| get(&load, "fun_args")).cloned().unwrap_or(Value::Array(vec![]));
+                for (k, v) in [("arg", fun_args), ("tgt_type", Value::from("glob")), ("tgt", Value::from(r.id)), ("jid", Value::from(jid.as_str()))] {
+                    take(&mut load, k);
+                    if let Value::Map(m) = &mut load {
+                        m.push((Value::from(k), v));
+                    }
+                }
+                recs.push(Record::JobPublished(JobPublished { jid: jid.clone(), load: encode(&load), minions: vec![r.id.to_string()], time_ns: now_ns() }));
+                jid
+            } else {
+                jid.to_string()
+            };
+            recs.push(Record::JobReturn(JobReturn { jid: jid.clone(), id: r.id.to_string(), load: encode(&load), time_ns: now_ns() }));
+            for rec in &recs {
+                if let Err(e) = rec.validate() {
+                    return Err(format!("return refused: {e}"));
+                }
             }
-            events.push(event(format!("salt/job/{jid}/ret/{}", r.id), payload::to_json(r.inner)));
-            Ok(Answer::Encrypted(Value::Nil, vec![rec]))
+            events.push(event(format!("salt/job/{jid}/ret/{}", r.id), payload::to_json(&load)));
+            Ok(Answer::Encrypted(Value::Nil, recs))
         }
         "_minion_event" => {
             minion_events(r, events);

@@ -11,11 +11,46 @@ use crate::payload::{self, bin, encode};
 
 /// A new jid: the UTC time as `YYYYMMDDhhmmssffffff` (20 digits).
 pub fn new_jid() -> String {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let secs = now.as_secs() as i64;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    // Strictly increasing within the process: two jobs in the same microsecond (a burst
+    // of scheduled-job returns, say) still get distinct jids.
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_micros() as u64;
+    let mut prev = LAST.load(Ordering::Relaxed);
+    let micros = loop {
+        let next = now.max(prev + 1);
+        match LAST.compare_exchange_weak(prev, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => break next,
+            Err(p) => prev = p,
+        }
+    };
+    jid_at(micros)
+}
+
+/// The jid of an instant, in microseconds since the epoch (UTC).
+pub fn jid_at(micros: u64) -> String {
+    let secs = (micros / 1_000_000) as i64;
     let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
     let (y, m, d) = civil_from_days(days);
-    format!("{y:04}{m:02}{d:02}{:02}{:02}{:02}{:06}", rem / 3600, rem % 3600 / 60, rem % 60, now.subsec_micros())
+    format!("{y:04}{m:02}{d:02}{:02}{:02}{:02}{:06}", rem / 3600, rem % 3600 / 60, rem % 60, micros % 1_000_000)
+}
+
+/// The `JobsExpired` record due now, if the job cache holds anything older than
+/// `keep_jobs_seconds` (0 keeps jobs forever, as in Salt).
+pub fn expiry_due(sm: &halite_storage::state::StateMachine, keep_jobs_seconds: u64) -> Option<halite_storage::format::Record> {
+    if keep_jobs_seconds == 0 {
+        return None;
+    }
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_micros() as u64;
+    let cutoff = jid_at(now.saturating_sub(keep_jobs_seconds.saturating_mul(1_000_000)));
+    match sm.has_job_before(&cutoff) {
+        Ok(true) => Some(halite_storage::format::Record::JobsExpired(halite_storage::format::JobsExpired { before_jid: cutoff, time_ns: halite_storage::format::now_ns() })),
+        Ok(false) => None,
+        Err(e) => {
+            tracing::error!("job cache expiry: cannot read the job cache: {e}");
+            None
+        }
+    }
 }
 
 /// Days since 1970-01-01 to a (year, month, day) in the proleptic Gregorian calendar.

@@ -23,13 +23,16 @@ use crate::events::EventBus;
 use crate::handlers::{self, Core};
 use crate::jobs::{self, Publisher};
 use crate::keyops::{self, Cmd, Include};
-use crate::masterkeys;
+use crate::masterkeys::{self, PublishKey};
 use crate::payload;
 use crate::sessions::Sessions;
 use crate::store;
 
 /// Requests handled at once; more wait in the socket's queue.
 pub const MAX_IN_FLIGHT: usize = 1024;
+
+/// Threads that run request handlers and admin commands (tokio's blocking pool).
+const MAX_BLOCKING_THREADS: usize = 16;
 
 /// The running master's shared state.
 pub struct Master {
@@ -70,15 +73,24 @@ pub fn run(cfg: MasterConfig) -> Result<(), String> {
     };
     let node = Arc::new(store::start_node_adopting(&cfg).map_err(|e| e.to_string())?);
     let aes = Crypticle::generate();
+    let publish_key = PublishKey::new(aes.clone(), &keys).map_err(|e| e.to_string())?;
     let core = Arc::new(Core {
         sessions: Sessions::new(cfg.cachedir.join("sessions"), std::time::Duration::from_secs(cfg.publish_session.max(1))),
         sm: node.state().clone(),
-        aes: std::sync::RwLock::new(aes.clone()),
+        aes: std::sync::RwLock::new(Arc::new(publish_key)),
+        signed_in: Default::default(),
         keys,
         max_request: cfg.halite_max_request_bytes,
         cfg,
     });
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| e.to_string())?;
+    // Request handlers run on the blocking pool (RSA, pillar rendering, file reads): a few
+    // threads per core keep the CPU busy; more only add stacks and allocator arenas.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(MAX_BLOCKING_THREADS)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
     rt.block_on(serve(core, node, aes, started))
 }
 
@@ -124,6 +136,23 @@ async fn serve(core: Arc<Core>, node: Arc<Node>, aes: Crypticle, started: std::t
             }
         }
     });
+    // Salt's maintenance loop: every `loop_interval` seconds, expire the job cache.
+    let m3 = master.clone();
+    tokio::spawn(async move {
+        let every = std::time::Duration::from_secs(loop_interval(&m3.core.cfg));
+        loop {
+            tokio::time::sleep(every).await;
+            let Some(rec) = jobs::expiry_due(&m3.core.sm, m3.core.cfg.keep_jobs_seconds) else { continue };
+            let node = m3.node.clone();
+            match node.propose_async(std::slice::from_ref(&rec)) {
+                Ok(p) => match p.committed().await {
+                    Ok(_) => tracing::info!(?rec, "job cache expired"),
+                    Err(e) => tracing::warn!("job cache expiry not committed: {e}"),
+                },
+                Err(e) => tracing::warn!("job cache expiry not proposed: {e}"),
+            }
+        }
+    });
     let (send, mut recv) = router.split();
     let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| e.to_string())?;
@@ -155,6 +184,11 @@ async fn serve(core: Arc<Core>, node: Arc<Node>, aes: Crypticle, started: std::t
     Ok(())
 }
 
+/// Salt's `loop_interval` (seconds between maintenance rounds, default 60).
+fn loop_interval(cfg: &MasterConfig) -> u64 {
+    cfg.raw.get("loop_interval").and_then(serde_yaml::Value::as_u64).unwrap_or(60).max(1)
+}
+
 /// Salt's `rotate_aes_key` (default True): deleting or rejecting a key replaces the
 /// publish key, so the minion that lost its key stops understanding publishes.
 fn rotate_aes_key(cfg: &MasterConfig) -> bool {
@@ -166,8 +200,19 @@ impl Master {
     /// re-authenticating when a publish fails to decrypt (spec §10).
     pub fn rotate_aes(&self) {
         let aes = Crypticle::generate();
-        *self.core.aes.write().unwrap_or_else(|p| p.into_inner()) = aes.clone();
-        self.publisher.lock().unwrap_or_else(|p| p.into_inner()).rotate(aes);
+        let key = match PublishKey::new(aes.clone(), &self.core.keys) {
+            Ok(k) => k,
+            Err(e) => {
+                tracing::error!("publish AES key not rotated: {e}");
+                return;
+            }
+        };
+        // Publisher first: from here on publishes use the new key, and a minion that
+        // re-authenticates because of one gets the same key from `_auth`.
+        let mut publisher = self.publisher.lock().unwrap_or_else(|p| p.into_inner());
+        publisher.rotate(aes);
+        *self.core.aes.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(key);
+        drop(publisher);
         tracing::info!("publish AES key rotated");
     }
 }
@@ -196,10 +241,13 @@ async fn request(master: Arc<Master>, mut send: zeromq::RouterSendHalf, msg: Zmq
     let mut reply = handled.reply;
     let mut committed_ok = true;
     if !handled.records.is_empty() {
-        let node = master.node.clone();
-        let records = handled.records;
-        let committed = tokio::task::spawn_blocking(move || node.propose(&records)).await;
-        if !matches!(committed, Ok(Ok(_))) {
+        // Awaited, not waited for on a thread: hundreds of sign-ins share one group commit
+        // without holding hundreds of blocking threads.
+        let committed = match master.node.propose_async(&handled.records) {
+            Ok(pending) => pending.committed().await,
+            Err(e) => Err(e),
+        };
+        if committed.is_err() {
             tracing::error!(cmd = %handled.cmd, id = %handled.id, "records not committed: {committed:?}; answering bad load");
             reply = payload::encode(&rmpv::Value::from("bad load"));
             committed_ok = false;
@@ -297,6 +345,12 @@ fn admin_request_inner(m: &Master, req: &J) -> Result<J, String> {
             };
             for id in &done {
                 m.events.fire(crate::events::event("salt/key", json!({ "result": true, "act": act, "id": id })));
+            }
+            if cmd != Cmd::Accept {
+                let mut s = m.core.signed_in.lock().unwrap_or_else(|p| p.into_inner());
+                for id in &done {
+                    s.remove(id);
+                }
             }
             if cmd != Cmd::Accept && !done.is_empty() && rotate_aes_key(&m.core.cfg) {
                 m.rotate_aes();

@@ -93,9 +93,13 @@ impl DataDir {
     }
 }
 
+/// Where a proposal's outcome goes: a one-shot channel a thread can block on and a task
+/// can await.
+type Reply = tokio::sync::oneshot::Sender<Result<u64>>;
+
 struct Proposal {
     data: Vec<Vec<u8>>,
-    reply: Sender<Result<u64>>,
+    reply: Reply,
 }
 
 enum Msg {
@@ -105,13 +109,19 @@ enum Msg {
 
 /// A proposal in flight.
 pub struct Pending {
-    rx: Receiver<Result<u64>>,
+    rx: tokio::sync::oneshot::Receiver<Result<u64>>,
 }
 
 impl Pending {
-    /// Waits until the records are committed and applied; returns the last one's index.
+    /// Blocks until the records are committed and applied; returns the last one's index.
+    /// (Not from inside an async task: use [`Pending::committed`] there.)
     pub fn wait(self) -> Result<u64> {
-        self.rx.recv().map_err(|_| NodeError::Stopped("node thread dropped the request".into()))?
+        self.rx.blocking_recv().map_err(|_| NodeError::Stopped("node thread dropped the request".into()))?
+    }
+
+    /// [`Pending::wait`] for async callers: no thread is held while the group commits.
+    pub async fn committed(self) -> Result<u64> {
+        self.rx.await.map_err(|_| NodeError::Stopped("node thread dropped the request".into()))?
     }
 }
 
@@ -134,8 +144,7 @@ impl Node {
 
     pub fn start_with(log: RaftLog, sm: Arc<StateMachine>, mut views: Views, cfg: NodeConfig) -> Result<Node> {
         if log.is_new()? {
-            let mut cs = ConfState::default();
-            cs.voters = vec![cfg.id];
+            let cs = ConfState { voters: vec![cfg.id], ..Default::default() };
             log.append(&[], None, Some(&cs), true)?;
             tracing::info!(id = cfg.id, "new log: bootstrapped as the only voter");
         }
@@ -225,7 +234,7 @@ impl Node {
     /// committed and applied. A caller with much to write keeps several groups in flight.
     pub fn propose_async(&self, records: &[Record]) -> Result<Pending> {
         let data = records.iter().map(|r| r.encode().map_err(|e| NodeError::Refused(e.to_string()))).collect::<Result<Vec<_>>>()?;
-        let (reply, rx) = mpsc::channel();
+        let (reply, rx) = tokio::sync::oneshot::channel();
         if data.is_empty() {
             let _ = reply.send(self.sm.applied_index().map_err(Into::into));
             return Ok(Pending { rx });
@@ -260,7 +269,7 @@ struct Driver {
     views: Views,
     cfg: NodeConfig,
     /// Last index of each waiting proposal → its reply channel.
-    waiting: BTreeMap<u64, Sender<Result<u64>>>,
+    waiting: BTreeMap<u64, Reply>,
     /// Highest index applied to the views but not yet synced, and when they last were.
     views_dirty_to: Option<u64>,
     views_synced_at: Instant,

@@ -55,10 +55,11 @@ pub enum RecordKind {
     RootsTombstone = 6,
     AesKeyRotation = 7,
     ImportMarker = 8,
+    JobsExpired = 9,
 }
 
 impl RecordKind {
-    pub const ALL: [RecordKind; 8] = [
+    pub const ALL: [RecordKind; 9] = [
         RecordKind::KeySet,
         RecordKind::JobPublished,
         RecordKind::JobReturn,
@@ -67,6 +68,7 @@ impl RecordKind {
         RecordKind::RootsTombstone,
         RecordKind::AesKeyRotation,
         RecordKind::ImportMarker,
+        RecordKind::JobsExpired,
     ];
 
     pub fn from_u8(b: u8) -> Option<Self> {
@@ -84,6 +86,7 @@ impl RecordKind {
             RecordKind::RootsTombstone => "roots_tombstone",
             RecordKind::AesKeyRotation => "aes_key_rotation",
             RecordKind::ImportMarker => "import_marker",
+            RecordKind::JobsExpired => "jobs_expired",
         }
     }
 
@@ -238,6 +241,16 @@ pub struct ImportMarker {
     pub time_ns: u64,
 }
 
+/// The job cache's expiry (`keep_jobs_seconds`): every job whose jid sorts before
+/// `before_jid`, and all its returns, is removed. The cutoff is decided once, by the
+/// master that proposes the record, so every replica removes exactly the same jobs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobsExpired {
+    /// A 20-digit jid (`YYYYMMDDhhmmssffffff`, UTC): the first one kept.
+    pub before_jid: String,
+    pub time_ns: u64,
+}
+
 /// One state change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
@@ -250,6 +263,7 @@ pub enum Record {
     RootsTombstone(RootsTombstone),
     AesKeyRotation(AesKeyRotation),
     ImportMarker(ImportMarker),
+    JobsExpired(JobsExpired),
 }
 
 fn check_jid(jid: &str) -> Result<()> {
@@ -270,6 +284,7 @@ impl Record {
             Record::RootsTombstone(_) => RecordKind::RootsTombstone,
             Record::AesKeyRotation(_) => RecordKind::AesKeyRotation,
             Record::ImportMarker(_) => RecordKind::ImportMarker,
+            Record::JobsExpired(_) => RecordKind::JobsExpired,
         }
     }
 
@@ -339,6 +354,11 @@ impl Record {
             Record::ImportMarker(m) => {
                 if m.source.len() > 4096 {
                     return Err(Error::Invalid("import marker source longer than 4096 bytes".into()));
+                }
+            }
+            Record::JobsExpired(e) => {
+                if e.before_jid.len() != 20 || !e.before_jid.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(Error::Invalid(format!("jobs expiry cutoff {:?} is not a 20-digit jid", e.before_jid.escape_debug().to_string())));
                 }
             }
         }
@@ -444,6 +464,7 @@ fn decode_payload(kind: RecordKind, payload: &[u8]) -> std::result::Result<Recor
         RecordKind::RootsTombstone => Record::RootsTombstone(de(payload)?),
         RecordKind::AesKeyRotation => Record::AesKeyRotation(de(payload)?),
         RecordKind::ImportMarker => Record::ImportMarker(de(payload)?),
+        RecordKind::JobsExpired => Record::JobsExpired(de(payload)?),
     })
 }
 
@@ -473,6 +494,7 @@ mod tests {
             Record::RootsTombstone(RootsTombstone { tree: RootsTree::Pillar, saltenv: "base".into(), path: "a/b.sls".into() }),
             Record::AesKeyRotation(AesKeyRotation { generation: 2, key: vec![1; 56], time_ns: 6 }),
             Record::ImportMarker(ImportMarker { source: "localfs_key:/x".into(), phase: ImportPhase::End, counts, time_ns: 7 }),
+            Record::JobsExpired(JobsExpired { before_jid: "20261121021944123456".into(), time_ns: 8 }),
         ]
     }
 

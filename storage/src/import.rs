@@ -221,7 +221,7 @@ pub fn read_job_cache(cachedir: &Path, out: &mut Vec<Record>, counts: &mut BTree
         for jd in jdirs {
             let jid_path = jd.join("jid");
             let Ok(meta) = fs::symlink_metadata(&jid_path) else { continue };
-            let jid = match read_bounded(&jid_path, &meta, 1024).map(|b| String::from_utf8(b)) {
+            let jid = match read_bounded(&jid_path, &meta, 1024).map(String::from_utf8) {
                 Ok(Ok(s)) => s.trim().to_string(),
                 _ => {
                     *counts.entry("skipped".into()).or_default() += 1;

@@ -324,11 +324,7 @@ mod tests {
     use super::*;
 
     fn entry(index: u64, term: u64, data: &[u8]) -> Entry {
-        let mut e = Entry::default();
-        e.index = index;
-        e.term = term;
-        e.data = data.to_vec().into();
-        e
+        Entry { index, term, data: data.to_vec().into(), ..Default::default() }
     }
 
     #[test]
@@ -336,11 +332,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = RaftLog::open(dir.path()).unwrap();
         assert!(log.is_new().unwrap());
-        let mut hs = HardState::default();
-        hs.term = 1;
-        hs.commit = 3;
-        let mut cs = ConfState::default();
-        cs.voters = vec![1];
+        let hs = HardState { term: 1, commit: 3, ..Default::default() };
+        let cs = ConfState { voters: vec![1], ..Default::default() };
         log.append(&[entry(1, 1, b"a"), entry(2, 1, b"b"), entry(3, 1, b"c")], Some(&hs), Some(&cs), true).unwrap();
         drop(log);
         let log = RaftLog::open(dir.path()).unwrap();

@@ -164,6 +164,7 @@ impl MmapReader {
         // underneath, which can only produce torn values that the checksums catch. Every
         // access is bounds-checked against the length verified above.
         let index = unsafe { Mmap::map(&f) }.ctx(|| format!("mapping {}", path.display()))?;
+        random_access(&index);
         let segments = open_segments(path, false)?;
         let maps = segments
             .iter()
@@ -407,6 +408,15 @@ fn live_slots(path: &Path, index: &[u8], geo: &Geometry) -> Result<Vec<Slot>> {
     Ok(out)
 }
 
+/// Slots are hashed, so index access is random: no readahead into the mapping (which
+/// would make every probe fault in, and count as resident, a window of neighbours).
+fn random_access(map: &[u8]) {
+    // SAFETY: advice on a live mapping we own; it changes no memory contents.
+    unsafe {
+        libc::madvise(map.as_ptr() as *mut libc::c_void, map.len(), libc::MADV_RANDOM);
+    }
+}
+
 /// Takes BSD `flock(LOCK_EX)` on `P.lock` (the lock the reference's writers use).
 struct FlockGuard {
     file: File,
@@ -470,15 +480,17 @@ impl MmapWriter {
         let len = f.metadata().ctx(|| format!("stat {}", path.display()))?.len();
         if len == 0 {
             // Real zeros, as the reference writes: a sparse file would make every first
-            // write to a page allocate filesystem blocks inside a page fault.
-            let chunk = vec![0u8; 1 << 20];
-            let mut left = geo.index_len();
+            // write to a page allocate filesystem blocks inside a page fault. Written one
+            // page per call: the page cache keeps a write's size as its folio size, and a
+            // fault on a shared mapping maps the whole folio, so megabyte writes would
+            // make each touched slot cost a resident megabyte of the mapping.
+            let page = vec![0u8; 4096];
+            let total = geo.index_len();
             let mut at = 0u64;
-            while left > 0 {
-                let n = left.min(chunk.len() as u64) as usize;
-                f.write_all_at(&chunk[..n], at).ctx(|| format!("sizing {}", path.display()))?;
+            while at < total {
+                let n = (total - at).min(page.len() as u64) as usize;
+                f.write_all_at(&page[..n], at).ctx(|| format!("sizing {}", path.display()))?;
                 at += n as u64;
-                left -= n as u64;
             }
             f.sync_all().ctx(|| format!("syncing {}", path.display()))?;
         } else if len != geo.index_len() {
@@ -490,6 +502,7 @@ impl MmapWriter {
         // SAFETY: shared writable mapping of a file whose length was just checked; the
         // flock held for the writer's life keeps other (reference) writers out.
         let mut index = unsafe { MmapMut::map_mut(&f) }.ctx(|| format!("mapping {}", path.display()))?;
+        random_access(&index);
         if index[0] != HEADER_MAGIC {
             index[0] = HEADER_MAGIC;
         }

@@ -319,6 +319,14 @@ impl StateMachine {
             }
             Record::AesKeyRotation(a) => b.put_cf(self.cf(CF_AES)?, a.generation.to_be_bytes(), to_msgpack(a)?),
             Record::ImportMarker(m) => b.put_cf(self.cf(CF_IMPORTS)?, index.to_be_bytes(), to_msgpack(m)?),
+            Record::JobsExpired(e) => {
+                // Returns are keyed `jid NUL id`, so one range covers the jobs' returns
+                // too. Only jids from the digits range are touched.
+                const FIRST: &[u8] = b"0";
+                let before = e.before_jid.as_bytes();
+                b.delete_range_cf(self.cf(CF_JOBS)?, FIRST, before);
+                b.delete_range_cf(self.cf(CF_RETURNS)?, FIRST, before);
+            }
         }
         Ok(())
     }
@@ -473,6 +481,16 @@ impl StateMachine {
     }
 
     /// Raw iteration over a column family (for dumps and jobs queries).
+    /// Whether the job cache holds a job whose jid sorts before `jid` (what a
+    /// [`Record::JobsExpired`] with that cutoff would remove).
+    pub fn has_job_before(&self, jid: &str) -> Result<bool> {
+        let mode = IteratorMode::From(b"0", rocksdb::Direction::Forward);
+        match self.db.iterator_cf(self.cf(CF_JOBS)?, mode).next() {
+            Some(item) => Ok(item?.0.as_ref() < jid.as_bytes()),
+            None => Ok(false),
+        }
+    }
+
     pub fn scan(&self, cf: &str, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let mut out = Vec::new();
         let mode = IteratorMode::From(prefix, rocksdb::Direction::Forward);

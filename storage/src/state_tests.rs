@@ -172,3 +172,26 @@ fn rebuilt_views_are_deterministic() {
     assert_eq!(std::os::unix::fs::MetadataExt::mtime_nsec(&m), 1000);
     assert!(lviews.diff_keys(&sm).unwrap().is_empty());
 }
+
+#[test]
+fn jobs_expire_by_cutoff_with_their_returns_and_nothing_else() {
+    use crate::format::{JobPublished, JobReturn, JobsExpired};
+    let d = tempfile::tempdir().unwrap();
+    let sm = StateMachine::open(&d.path().join("s")).unwrap();
+    let job = |jid: &str| Record::JobPublished(JobPublished { jid: jid.into(), load: vec![0x80], minions: vec!["m1".into()], time_ns: 1 });
+    let ret = |jid: &str, id: &str| Record::JobReturn(JobReturn { jid: jid.into(), id: id.into(), load: vec![0xc3], time_ns: 1 });
+    let (old, edge, new) = ("20261120000000000001", "20261121000000000000", "20261122000000000002");
+    sm.apply(&numbered(vec![job(old), ret(old, "m1"), ret(old, "m2"), job(edge), ret(edge, "m1"), job(new), ret(new, "m1"), job("custom-jid"), key("m1", KeyState::Accepted, 1)], 1)).unwrap();
+    assert!(sm.has_job_before(edge).unwrap());
+    assert!(!sm.has_job_before(old).unwrap());
+    let expiry = Record::JobsExpired(JobsExpired { before_jid: edge.into(), time_ns: 2 });
+    sm.apply(&numbered(vec![expiry.clone()], 10)).unwrap();
+    let left: Vec<String> = sm.jobs().unwrap().into_iter().map(|j| j.jid).collect();
+    assert_eq!(left, vec![edge.to_string(), new.to_string(), "custom-jid".to_string()], "the cutoff jid itself is kept");
+    assert!(sm.job_returns(old).unwrap().is_empty());
+    assert_eq!(sm.job_returns(edge).unwrap().len(), 1);
+    assert!(sm.get_key("m1").unwrap().is_some(), "keys are untouched");
+    assert!(!sm.has_job_before(edge).unwrap());
+    // A cutoff that is not a 20-digit jid never reaches the log.
+    assert!(Record::JobsExpired(JobsExpired { before_jid: "9".into(), time_ns: 3 }).encode().is_err());
+}

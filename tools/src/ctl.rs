@@ -48,6 +48,7 @@ pub fn record_json(index: u64, r: &Record) -> Value {
         Record::RootsTombstone(t) => json!({"tree": t.tree.as_str(), "saltenv": t.saltenv, "path": t.path}),
         Record::AesKeyRotation(a) => json!({"generation": a.generation, "key_bytes": a.key.len(), "time_ns": a.time_ns}),
         Record::ImportMarker(m) => json!({"source": m.source, "phase": format!("{:?}", m.phase).to_lowercase(), "counts": m.counts, "time_ns": m.time_ns}),
+        Record::JobsExpired(e) => json!({"before_jid": e.before_jid, "time_ns": e.time_ns}),
     };
     json!({"index": index, "kind": r.kind().name(), "record": body})
 }

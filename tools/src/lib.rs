@@ -1,4 +1,5 @@
-//! Halite's operator tools: `salt-key`, `salt-run` and the recovery tool `halite-ctl`.
+//! Halite's operator tools: `salt`, `salt-key`, `salt-run`, the recovery tool `halite-ctl`
+//! and the load generator `halite-swarm`.
 //! Each binary in `src/bin/` is a thin command-line layer over these modules.
 
 pub mod common;
@@ -6,3 +7,4 @@ pub mod ctl;
 pub mod keys;
 pub mod output;
 pub mod pki;
+pub mod swarm;

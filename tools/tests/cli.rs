@@ -260,7 +260,8 @@ fn torn_tail_is_cut_and_logged() {
     // A half-written batch: a header claiming 4 KiB, 100 bytes of it, then preallocated zeros.
     let mut torn = good.clone();
     let mut hdr = Vec::new();
-    hdr.extend_from_slice(&((4096u64 << 8) | 0).to_be_bytes());
+    // Length 4096 in the high bytes, compression type 0 (none) in the low byte.
+    hdr.extend_from_slice(&(4096u64 << 8).to_be_bytes());
     hdr.extend_from_slice(&32u64.to_be_bytes());
     torn.extend_from_slice(&hdr);
     torn.extend_from_slice(&[0xAB; 84]);
@@ -527,16 +528,11 @@ fn real_minion_auth_accept_jobs_bad_input_and_restart() {
         "localfs_key",
         "interface: 127.0.0.1\nret_port: @RET@\npublish_port: @PUB@\npidfile: @ROOT@/master.pid\nhalite_max_request_bytes: 65536\nfile_roots:\n  base:\n    - @ROOT@/srv/salt\npillar_roots:\n  base:\n    - @ROOT@/srv/pillar\n",
     );
-    // Env's config does not know @ROOT@; patch it in.
-    let conf_path = env.root.join("conf/master");
-    let text = std::fs::read_to_string(&conf_path)
-        .unwrap()
-        .replace("@ROOT@", &env.root.display().to_string())
-        .replace("@RET@", &ret.to_string())
-        .replace("@PUB@", &publish.to_string());
-    std::fs::write(&conf_path, text).unwrap();
+    patch_conf(&env, ret, publish);
     let mut master = start_master(&env);
-    let _minion = start_minion(&venv, &env.root, "m1", &format!("master: 127.0.0.1\nmaster_port: {ret}\n"));
+    // The minion also runs a scheduled job that returns to the master (jid "req").
+    let schedule = "schedule:\n  heartbeat:\n    function: test.echo\n    args: [beat]\n    seconds: 10\n    return_job: True\n";
+    let _minion = start_minion(&venv, &env.root, "m1", &format!("master: 127.0.0.1\nmaster_port: {ret}\n{schedule}"));
     let mroot = env.root.join("m1");
     // The new key arrives as pending, committed through the log into the view.
     wait_for("m1 to be pending", 60, || env.listing()["minions_pre"] == serde_json::json!(["m1"]));
@@ -596,10 +592,16 @@ fn real_minion_auth_accept_jobs_bad_input_and_restart() {
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["m1"], serde_json::json!({"greeting": "hello m1", "settings": {"a": 1, "kernel": "Linux"}}), "{v}");
     // Targeting from the grains the minion reported (a grains record in the log).
-    for (flag, tgt) in [("-G", "kernel:Linux"), ("-E", "m[0-9]"), ("-C", "G@kernel:Linux and m*"), ("-L", "m1,nosuch")] {
+    for (flag, tgt) in [("-G", "kernel:Linux"), ("-E", "m[0-9]"), ("-C", "G@kernel:Linux and m*")] {
         let o = Command::new(&salt).args(["-c", &env.conf(), flag, tgt, "test.ping", "--out", "json"]).output().unwrap();
         assert_eq!(serde_json::from_slice::<Value>(&o.stdout).ok(), Some(serde_json::json!({"m1": true})), "{flag} {tgt}: {}", String::from_utf8_lossy(&o.stderr));
     }
+    // A listed id without an accepted key is reported as not returning (and fails the run).
+    let o = Command::new(&salt).args(["-c", &env.conf(), "-L", "m1,nosuch", "test.ping", "--out", "json"]).output().unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["m1"], true, "{v}");
+    assert!(v["nosuch"].as_str().unwrap_or("").starts_with("Minion did not return. [No response]"), "{v}");
+    assert!(!o.status.success());
     let o = Command::new(&salt).args(["-c", &env.conf(), "-G", "kernel:Windows", "test.ping"]).output().unwrap();
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("No minions matched"));
 
@@ -651,6 +653,18 @@ fn real_minion_auth_accept_jobs_bad_input_and_restart() {
     assert!(ping_job["StartTime"].as_str().unwrap().starts_with("20"), "{ping_job}");
     let looked: Value = serde_json::from_str(&env.ok(SALT_RUN, &["jobs.lookup_jid", ping_jid, "--out", "json"])).unwrap();
     assert_eq!(looked, serde_json::json!({"m1": true}));
+    // The scheduled job's return got a jid and a load targeting the minion.
+    let mut scheduled = None;
+    wait_for("the scheduled job in the job cache", 60, || {
+        let jobs: Value = serde_json::from_str(&env.ok(SALT_RUN, &["jobs.list_jobs", "--out", "json"])).unwrap();
+        scheduled = jobs.as_object().unwrap().iter().find(|(_, j)| j["Function"] == "test.echo").map(|(jid, j)| (jid.clone(), j.clone()));
+        scheduled.is_some()
+    });
+    let (sjid, sjob) = scheduled.unwrap();
+    assert_eq!((sjob["Target"].as_str(), sjob["Target-type"].as_str()), (Some("m1"), Some("glob")), "{sjob}");
+    assert!(sjid.len() == 20 && sjid.bytes().all(|b| b.is_ascii_digit()), "{sjid}");
+    let looked: Value = serde_json::from_str(&env.ok(SALT_RUN, &["jobs.lookup_jid", &sjid, "--out", "json"])).unwrap();
+    assert_eq!(looked, serde_json::json!({"m1": "beat"}));
     let members: Value = serde_json::from_str(&env.ok(SALT_RUN, &["cluster.members", "--out", "json"])).unwrap();
     assert_eq!(members["voter_count"], 1);
     assert_eq!(members["voters"], serde_json::json!([members["node_id"].clone()]));
@@ -859,4 +873,88 @@ fn two_masters_hot_multi_master_and_failover_with_failback() {
     // The hot minion reconnected to the restarted master as well.
     wait_for("hot1 via the restarted master 1", 90, || ping_via(&e1, "hot1", "3"));
     m2.stop();
+}
+
+/// Replaces `@ROOT@`, `@RET@` and `@PUB@` in the env's master config.
+fn patch_conf(env: &Env, ret: u16, publish: u16) {
+    let conf_path = env.root.join("conf/master");
+    let text = std::fs::read_to_string(&conf_path)
+        .unwrap()
+        .replace("@ROOT@", &env.root.display().to_string())
+        .replace("@RET@", &ret.to_string())
+        .replace("@PUB@", &publish.to_string());
+    std::fs::write(&conf_path, text).unwrap();
+}
+
+/// Runs `halite-swarm` until its `ready` line; returns the process and the lines read.
+fn start_swarm(env: &Env, ret: u16, count: usize, jobs: Option<usize>) -> (Proc, Vec<Value>) {
+    use std::io::BufRead;
+    let mut args = vec!["--port".to_string(), ret.to_string(), "--count".into(), count.to_string(), "--key-dir".into(), env.root.join("swarm-keys").display().to_string(), "--auth-timeout".into(), "10".into()];
+    if let Some(j) = jobs {
+        args.extend(["--jobs".to_string(), j.to_string()]);
+    }
+    let log = std::fs::File::create(env.root.join(format!("swarm-{}.log", ret))).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_halite-swarm")).args(&args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log).spawn().unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let proc = Proc { child, name: "halite-swarm" };
+    let mut lines = Vec::new();
+    loop {
+        let mut l = String::new();
+        assert!(out.read_line(&mut l).unwrap() > 0, "halite-swarm ended early: {lines:?}");
+        let v: Value = serde_json::from_str(&l).unwrap();
+        let done = v["event"] == "ready";
+        lines.push(v);
+        if done {
+            break;
+        }
+    }
+    // Keep reading (and dropping) later lines so the swarm never blocks on a full pipe.
+    std::thread::spawn(move || for _ in out.lines() {});
+    (proc, lines)
+}
+
+#[test]
+fn swarm_of_simulated_minions_max_minions_and_job_expiry() {
+    let (ret, publish) = (free_port(), free_port());
+    let env = Env::new(
+        "localfs_key",
+        "interface: 127.0.0.1\nret_port: @RET@\npublish_port: @PUB@\npidfile: @ROOT@/master.pid\nauto_accept: True\nmax_minions: 4\nkeep_jobs_seconds: 3\nloop_interval: 1\n",
+    );
+    patch_conf(&env, ret, publish);
+    let mut master = start_master(&env);
+    // Six minions sign in at once; max_minions lets four in and answers "full" to two.
+    let (mut swarm, lines) = start_swarm(&env, ret, 6, None);
+    let auth = lines.iter().find(|l| l["event"] == "authenticated").unwrap();
+    assert_eq!(auth["count"], 4, "{auth}");
+    assert_eq!(auth["failed"], serde_json::json!({"the master is full (max_minions)": 2}), "{auth}");
+    let accepted: Vec<String> = env.listing()["minions"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+    assert_eq!(accepted.len(), 4, "refused minions leave no key: {accepted:?}");
+    // The signed-in ones answer jobs over the real protocol.
+    let salt = sibling_bin("salt");
+    let o = Command::new(&salt).args(["-c", &env.conf(), "*", "test.echo", "hello", "--out", "json", "-t", "20"]).output().unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v.as_object().unwrap().len(), 4, "{v}");
+    assert!(v.as_object().unwrap().iter().all(|(id, r)| accepted.contains(id) && r == "hello"), "{v}");
+    let o = Command::new(&salt).args(["-c", &env.conf(), "*", "test.ping", "--out", "json"]).output().unwrap();
+    assert!(o.status.success());
+    let jobs: Value = serde_json::from_str(&env.ok(SALT_RUN, &["jobs.list_jobs", "--out", "json"])).unwrap();
+    assert_eq!(jobs.as_object().unwrap().len(), 2, "{jobs}");
+    // keep_jobs_seconds: the maintenance loop expires them (a jobs_expired record).
+    wait_for("the job cache to expire", 30, || {
+        let jobs: Value = serde_json::from_str(&env.ok(SALT_RUN, &["jobs.list_jobs", "--out", "json"])).unwrap();
+        jobs.as_object().is_some_and(|m| m.is_empty())
+    });
+    swarm.stop();
+    // Deleting a key frees its place: the same six try again, four get in, the three
+    // still accepted among them.
+    env.ok(SALT_KEY, &["-d", &accepted[0], "-y"]);
+    let (mut swarm, lines) = start_swarm(&env, ret, 6, Some(0));
+    let auth = lines.iter().find(|l| l["event"] == "authenticated").unwrap();
+    assert_eq!((auth["count"].as_u64(), auth["failed"].as_object().map(|m| m.len())), (Some(4), Some(1)), "{auth}");
+    let now: Vec<String> = env.listing()["minions"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+    assert!(accepted[1..].iter().all(|id| now.contains(id)), "{now:?}");
+    swarm.stop();
+    master.stop();
+    let expired = env.ok(CTL, &["dump", "--json", "--kind", "jobs_expired"]);
+    assert!(!expired.trim().is_empty(), "no jobs_expired record in the log");
 }

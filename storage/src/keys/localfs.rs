@@ -28,7 +28,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
 
-use super::{BankState, KeyEntry, KeyView};
+use super::{DeniedEntry, BankState, KeyEntry, KeyView};
 use crate::error::{Error, IoContext, Result};
 use crate::id::{validate_minion_id, validate_relative_path};
 use crate::mmap_cache::tempfile_in;
@@ -219,7 +219,7 @@ impl KeyView for LocalfsKeys {
         Self::read_regular(&self.root.join(name))
     }
 
-    fn entries(&self) -> Result<(Vec<KeyEntry>, Vec<(String, Vec<u8>)>)> {
+    fn entries(&self) -> Result<(Vec<KeyEntry>, Vec<DeniedEntry>)> {
         // Scan in the reference's list_all order; later states overwrite earlier ones,
         // giving rejected > pending > accepted.
         let mut by_id: std::collections::BTreeMap<String, KeyEntry> = Default::default();

@@ -12,7 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{BankState, KeyEntry, KeyView};
+use super::{DeniedEntry, BankState, KeyEntry, KeyView};
 use crate::error::{Error, Result};
 use crate::id::{validate_minion_id, validate_relative_path};
 use crate::mmap_cache::{remove_files, Geometry, MmapReader, MmapWriter, Slot};
@@ -79,7 +79,8 @@ impl MmapKeys {
     fn live(&self, bank: Bank) -> Result<Vec<(String, Vec<u8>)>> {
         let path = self.path(bank);
         let reader;
-        let (slots, read): (Vec<Slot>, Box<dyn Fn(&Slot) -> Result<Vec<u8>> + '_>) = match &self.writers[bank as usize] {
+        type ReadSlot<'a> = Box<dyn Fn(&Slot) -> Result<Vec<u8>> + 'a>;
+        let (slots, read): (Vec<Slot>, ReadSlot<'_>) = match &self.writers[bank as usize] {
             Some(w) => (w.live_slots()?, Box::new(move |s: &Slot| w.get(&s.key).map(|v| v.unwrap_or_default()))),
             None => match MmapReader::open(&path, self.geo)? {
                 None => return Ok(Vec::new()),
@@ -184,7 +185,7 @@ impl KeyView for MmapKeys {
         Ok(self.get(Bank::Master, name.as_bytes())?.map(strip_trailing_nul))
     }
 
-    fn entries(&self) -> Result<(Vec<KeyEntry>, Vec<(String, Vec<u8>)>)> {
+    fn entries(&self) -> Result<(Vec<KeyEntry>, Vec<DeniedEntry>)> {
         let mut keys = Vec::new();
         for (id, v) in self.live(Bank::Keys)? {
             match decode_key_value(&id, &v) {

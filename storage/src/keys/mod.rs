@@ -122,6 +122,9 @@ pub fn salt_sort(v: &mut [String]) {
     v.sort_by_cached_key(|s| s.to_lowercase());
 }
 
+/// A denied key: the minion id and the public key bytes.
+pub type DeniedEntry = (String, Vec<u8>);
+
 /// A key view driver. Mutations follow the semantics of the state machine's key banks;
 /// readers give the reference's answers for the same files.
 pub trait KeyView: Send {
@@ -144,7 +147,7 @@ pub trait KeyView: Send {
     /// Reads a master key file.
     fn get_master_key(&self, name: &str) -> Result<Option<Vec<u8>>>;
     /// All `keys` entries (with their pubs) and all denied entries.
-    fn entries(&self) -> Result<(Vec<KeyEntry>, Vec<(String, Vec<u8>)>)>;
+    fn entries(&self) -> Result<(Vec<KeyEntry>, Vec<DeniedEntry>)>;
     /// The `salt-key -L` listing.
     fn list(&self) -> Result<KeyListing> {
         let (keys, denied) = self.entries()?;

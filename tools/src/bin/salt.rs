@@ -82,6 +82,12 @@ pub fn parse_args(raw: &[String]) -> (Vec<Value>, Map<String, Value>) {
     (args, kwargs)
 }
 
+/// The line for a minion that did not return (its prefix is what Salt prints, and what
+/// operators' scripts look for).
+fn no_return(jid: &str) -> String {
+    format!("Minion did not return. [No response]\nLook up the job's returns later with: salt-run jobs.lookup_jid {jid}")
+}
+
 fn real_main(a: Args) -> Result<()> {
     let cfg = load_config(&a.config_dir)?;
     let mut client = AdminClient::connect(&cfg.sock_dir)
@@ -138,9 +144,15 @@ fn real_main(a: Args) -> Result<()> {
             }
             None => {
                 failed = true;
-                out.insert(m.clone(), Value::String("Minion did not return. [No response]".into()));
+                out.insert(m.clone(), Value::String(no_return(&jid)));
             }
         }
+    }
+    // Listed ids the master has no accepted key for: published to nobody, reported as
+    // not returning, as Salt does.
+    for m in pubd["missing"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+        failed = true;
+        out.insert(m.to_string(), Value::String(no_return(&jid)));
     }
     let color = std::io::stdout().is_terminal();
     println!("{}", render(&Value::Object(out), a.out.unwrap_or(Out::Nested), color));

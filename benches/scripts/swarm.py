@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""Halite and the reference salt-master 3008.5 side by side under a minion swarm.
+
+For each master and each swarm size (default 50, 200, 500) this script:
+
+1. starts the master on a fresh state directory with ``auto_accept: True``;
+2. runs ``halite-swarm --count N --master-pid PID``: every minion signs in at once
+   (wall time until the last accept reply, CPU time of the master's process tree),
+   subscribes, and answers ``test.ping``;
+3. runs ``salt '*' test.ping`` through each master's own CLI (5 runs, median), and for
+   the reference also through its in-process ``LocalClient`` (5 runs, median);
+4. reads the master tree's RSS and PSS with all minions connected;
+5. stops the master and measures a cold start with the N accepted keys: process start
+   to the first answered clear ``ping`` on the request port.
+
+Run it with the reference venv's Python (it needs pyzmq, and salt for LocalClient):
+
+    ~/.cache/halite/venv-salt-3008.5/bin/python benches/scripts/swarm.py \
+        [--sizes 50,200,500] [--out docs/bench-data/swarm.json]
+
+Release binaries are expected in $CARGO_TARGET_DIR/release (default
+~/.cache/halite/target/release): ``cargo build --release -p halite-master -p halite-tools``.
+Every process started here is stopped by PID, children included.
+"""
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import zmq
+import msgpack
+
+HOME = os.path.expanduser("~")
+BIN = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(HOME, ".cache/halite/target")), "release")
+VENV = os.environ.get("HALITE_SALT_VENV", os.path.join(HOME, ".cache/halite/venv-salt-3008.5"))
+
+
+def tree(pid):
+    """pid and its live descendants."""
+    children = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                rest = f.read().rsplit(")", 1)[1].split()
+            children.setdefault(int(rest[1]), []).append(int(d))
+        except (OSError, IndexError):
+            pass
+    out, i = [pid], 0
+    while i < len(out):
+        out.extend(children.get(out[i], []))
+        i += 1
+    return out
+
+
+def memory(pid):
+    rss = pss = 0
+    for p in tree(pid):
+        try:
+            for line in open(f"/proc/{p}/smaps_rollup"):
+                if line.startswith("Rss:"):
+                    rss += int(line.split()[1])
+                elif line.startswith("Pss:"):
+                    pss += int(line.split()[1])
+        except OSError:
+            pass
+    return rss, pss
+
+
+def stop(proc):
+    """SIGTERM the process tree, SIGKILL what is left after 10 s."""
+    pids = tree(proc.pid)
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        pass
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
+def ping_answered(port, timeout_ms=200):
+    """A clear `ping` on the request port is answered. A plain TCP connect is tried
+    first (every millisecond), so ZeroMQ's reconnect interval does not blur the time."""
+    import socket
+
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.05).close()
+    except OSError:
+        time.sleep(0.001)
+        return False
+    ctx = zmq.Context.instance()
+    s = ctx.socket(zmq.REQ)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(f"tcp://127.0.0.1:{port}")
+    try:
+        s.send(msgpack.packb({"enc": "clear", "load": {"cmd": "ping"}, "version": 3}))
+        return s.poll(timeout_ms * 25) != 0
+    finally:
+        s.close()
+
+
+class Master:
+    def __init__(self, kind, root, port):
+        self.kind, self.root, self.ret, self.pub = kind, root, port, port - 1
+        self.conf = os.path.join(root, "conf")
+        os.makedirs(self.conf, exist_ok=True)
+        state = os.path.join(root, "state")
+        with open(os.path.join(self.conf, "master"), "w") as f:
+            f.write(
+                f"root_dir: {state}\ninterface: 127.0.0.1\npublish_port: {self.pub}\nret_port: {self.ret}\n"
+                f"auto_accept: True\nuser: root\nlog_level: warning\nhalite_data_dir: {state}/halite\n"
+                f"pidfile: {state}/master.pid\n"
+            )
+        self.proc = None
+
+    def start(self):
+        exe = os.path.join(BIN, "salt-master") if self.kind == "halite" else os.path.join(VENV, "bin/salt-master")
+        log = open(os.path.join(self.root, "master.log"), "a")
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen([exe, "-c", self.conf, "-l", "warning"], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        while not ping_answered(self.ret):
+            if self.proc.poll() is not None:
+                sys.exit(f"{self.kind} master exited; see {self.root}/master.log")
+            if time.monotonic() - t0 > 120:
+                sys.exit(f"{self.kind} master not serving after 120 s")
+        return time.monotonic() - t0
+
+    def stop(self):
+        if self.proc:
+            stop(self.proc)
+            self.proc = None
+
+    def cli_ping(self, n):
+        exe = os.path.join(BIN, "salt") if self.kind == "halite" else os.path.join(VENV, "bin/salt")
+        times = []
+        for _ in range(5):
+            t0 = time.monotonic()
+            out = subprocess.run([exe, "-c", self.conf, "*", "test.ping", "--out", "json", "-t", "60"], capture_output=True, text=True).stdout
+            times.append(time.monotonic() - t0)
+            got = out.count("true")
+            if got != n:
+                print(f"  warning: {self.kind} CLI saw {got}/{n} returns", file=sys.stderr)
+        return statistics.median(times)
+
+    def local_client_ping(self, n):
+        import salt.client
+
+        client = salt.client.LocalClient(c_path=os.path.join(self.conf, "master"))
+        times = []
+        for _ in range(5):
+            t0 = time.monotonic()
+            ret = client.cmd("*", "test.ping", timeout=60)
+            times.append(time.monotonic() - t0)
+            if len(ret) != n:
+                print(f"  warning: LocalClient saw {len(ret)}/{n} returns", file=sys.stderr)
+        return statistics.median(times)
+
+
+def run_one(kind, n, port, keydir):
+    root = tempfile.mkdtemp(prefix=f"swarm-{kind}-{n}-")
+    m = Master(kind, root, port)
+    row = {"master": kind, "minions": n}
+    row["cold_start_empty_s"] = m.start()
+    swarm = subprocess.Popen(
+        [os.path.join(BIN, "halite-swarm"), "--port", str(port), "--count", str(n), "--key-dir", keydir, "--master-pid", str(m.proc.pid), "--auth-timeout", "60"],
+        stdout=subprocess.PIPE, stderr=open(os.path.join(root, "swarm.log"), "w"), text=True,
+    )
+    try:
+        for line in swarm.stdout:
+            ev = json.loads(line)
+            if ev["event"] == "authenticated":
+                row["auth_s"] = ev["seconds"]
+                row["auth_master_cpu_s"] = ev["master_cpu_seconds"]
+                row["auth_failed"] = sum(ev["failed"].values())
+                row["processes"] = ev["master_processes"]
+            elif ev["event"] == "ready":
+                row["ready"] = ev["count"]
+                break
+        row["cli_ping_s"] = m.cli_ping(n)
+        if kind == "reference":
+            row["local_client_ping_s"] = m.local_client_ping(n)
+        rss, pss = memory(m.proc.pid)
+        row["rss_mib"], row["pss_mib"] = rss / 1024, pss / 1024
+    finally:
+        stop(swarm)
+        m.stop()
+    row["cold_start_with_keys_s"] = m.start()
+    m.stop()
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="50,200,500")
+    ap.add_argument("--masters", default="halite,reference")
+    ap.add_argument("--keys", default=os.path.join(HOME, ".cache/halite/swarm-keys"))
+    ap.add_argument("--out", default="docs/bench-data/swarm.json")
+    a = ap.parse_args()
+    rows = []
+    port = 28506
+    for n in [int(x) for x in a.sizes.split(",")]:
+        for kind in a.masters.split(","):
+            port += 10
+            row = run_one(kind, n, port, a.keys)
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump({"date": time.strftime("%Y-%m-%d"), "cores": os.cpu_count(), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+//! `halite-swarm`: simulated minions for the end-to-end benchmarks (see
+//! `halite_tools::swarm`). JSON lines on stdout, logs on stderr.
+//!
+//! ```text
+//! halite-swarm --master 127.0.0.1 --port 4506 --count 500 --master-pid $(cat master.pid)
+//! ```
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+use halite_tools::common::{init_logging, run, Failure};
+use halite_tools::swarm::{self, Options};
+
+#[derive(Parser, Debug)]
+#[command(name = "halite-swarm", about = "Many simulated salt-minions in one process, for load tests", version)]
+struct Args {
+    /// The master's address.
+    #[arg(long, default_value = "127.0.0.1")]
+    master: String,
+    /// The master's request port (`ret_port`).
+    #[arg(long, default_value_t = 4506)]
+    port: u16,
+    /// How many minions.
+    #[arg(long, default_value_t = 50)]
+    count: usize,
+    /// Minion ids are PREFIX0, PREFIX1, ...
+    #[arg(long, default_value = "swarm-")]
+    prefix: String,
+    /// Where the minion key pairs are cached (default: ~/.cache/halite/swarm-keys).
+    #[arg(long)]
+    key_dir: Option<PathBuf>,
+    /// The master's PID: report the CPU time and memory of its process tree.
+    #[arg(long)]
+    master_pid: Option<u32>,
+    /// Seconds to wait for an `_auth` reply before resending (salt-minion: 5).
+    #[arg(long, default_value_t = 5)]
+    auth_timeout: u64,
+    /// `_auth` sends per sign-in before giving up (salt-minion: 7).
+    #[arg(long, default_value_t = 7)]
+    auth_tries: u32,
+    /// Seconds between sign-ins while the key is pending (salt-minion: 10).
+    #[arg(long, default_value_t = 10)]
+    acceptance_wait: u64,
+    /// Exit after this many publishes were answered by every minion.
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Worker threads (default: one per core).
+    #[arg(long)]
+    threads: Option<usize>,
+    #[arg(long = "log-level", default_value = "warning")]
+    log_level: String,
+}
+
+fn main() {
+    let args = Args::parse();
+    init_logging(&args.log_level);
+    run(|| {
+        let key_dir = match args.key_dir {
+            Some(d) => d,
+            None => PathBuf::from(std::env::var_os("HOME").ok_or_else(|| Failure::new("HOME is not set; pass --key-dir", 2))?).join(".cache/halite/swarm-keys"),
+        };
+        let opts = Options {
+            master: args.master,
+            ret_port: args.port,
+            count: args.count,
+            prefix: args.prefix,
+            key_dir,
+            master_pid: args.master_pid,
+            auth_timeout: Duration::from_secs(args.auth_timeout.max(1)),
+            auth_tries: args.auth_tries.max(1),
+            acceptance_wait: Duration::from_secs(args.acceptance_wait),
+            jobs: args.jobs,
+        };
+        let mut rt = tokio::runtime::Builder::new_multi_thread();
+        if let Some(t) = args.threads {
+            rt.worker_threads(t.max(1));
+        }
+        let rt = rt.enable_all().build().map_err(|e| Failure::new(e.to_string(), 1))?;
+        rt.block_on(swarm::run(opts))
+    })
+}

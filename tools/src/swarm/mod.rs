@@ -1,0 +1,393 @@
+//! `halite-swarm`: many light simulated minions in one process, speaking the real
+//! protocol to a master (Halite or the reference), for the end-to-end benchmarks.
+//!
+//! Phases, each reported as one JSON line on stdout:
+//!
+//! 1. `keys`: one RSA-2048 key pair per minion, cached in `--key-dir` (`<n>.pem`) so
+//!    later runs skip the generation;
+//! 2. `authenticated`: every minion signs in at once, as a fleet does after a master
+//!    start, with salt-minion's timeouts and retries; wall time until the last accept
+//!    reply is in, and (with `--master-pid`) the CPU time the master's process tree spent
+//!    meanwhile. Replies are checked (signatures, nonce, the publish key's X9.31 `sig`)
+//!    after that, so the swarm's RSA work does not skew the master's numbers;
+//! 3. `ready`: each minion subscribed to the publish port with a return socket open,
+//!    plus the master tree's memory (RSS and PSS) with them all connected;
+//! 4. `job`, once per publish: seconds from the first minion receiving it to the last
+//!    return acknowledged by the master, and how many minions returned.
+//!
+//! The swarm stops on SIGINT/SIGTERM or after `--jobs N` publishes.
+
+pub mod minion;
+pub mod procstat;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio::sync::mpsc;
+use zeromq::{Socket, SocketRecv, SocketSend, ZmqMessage};
+
+use halite_master::crypto::{PrivateKey, PublicKey};
+
+use crate::common::{Failure, Progress, Result};
+use minion::{AesReply, Creds, Identity, MinionError};
+
+/// How the swarm runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub master: String,
+    pub ret_port: u16,
+    pub count: usize,
+    pub prefix: String,
+    pub key_dir: PathBuf,
+    pub master_pid: Option<u32>,
+    /// salt-minion's `auth_timeout` (5 s) and `auth_tries` (7).
+    pub auth_timeout: Duration,
+    pub auth_tries: u32,
+    /// salt-minion's `acceptance_wait_time` (10 s) between sign-ins while pending.
+    pub acceptance_wait: Duration,
+    /// Stop after this many publishes have been answered by every minion.
+    pub jobs: Option<usize>,
+}
+
+fn emit(v: serde_json::Value) {
+    println!("{v}");
+}
+
+/// Loads `count` cached key pairs from `dir`, generating (on every core) the missing ones.
+pub fn load_keys(dir: &Path, count: usize) -> Result<(Vec<PrivateKey>, usize)> {
+    std::fs::create_dir_all(dir).map_err(|e| Failure::new(format!("creating {}: {e}", dir.display()), 1))?;
+    let mut keys: Vec<Option<PrivateKey>> = (0..count).map(|i| std::fs::read(dir.join(format!("{i}.pem"))).ok().and_then(|p| PrivateKey::from_pem(&p).ok())).collect();
+    let missing: Vec<usize> = keys.iter().enumerate().filter(|(_, k)| k.is_none()).map(|(i, _)| i).collect();
+    if !missing.is_empty() {
+        let progress = Mutex::new(Progress::new("generating minion keys", missing.len() as u64));
+        let done = std::sync::atomic::AtomicU64::new(0);
+        let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+        let made: Vec<(usize, std::result::Result<PrivateKey, String>)> = std::thread::scope(|s| {
+            let handles: Vec<_> = missing
+                .chunks(missing.len().div_ceil(threads))
+                .map(|chunk| {
+                    let (progress, done) = (&progress, &done);
+                    s.spawn(move || {
+                        chunk
+                            .iter()
+                            .map(|&i| {
+                                let k = PrivateKey::generate(2048).and_then(|k| {
+                                    let pem = k.to_pem()?;
+                                    Ok((k, pem))
+                                });
+                                let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                                progress.lock().unwrap_or_else(|p| p.into_inner()).set(n);
+                                (i, k.map_err(|e| e.to_string()).and_then(|(k, pem)| write_key(dir, i, &pem).map(|_| k)))
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
+        });
+        progress.into_inner().unwrap_or_else(|p| p.into_inner()).finish();
+        for (i, k) in made {
+            keys[i] = Some(k.map_err(|e| Failure::new(format!("minion key {i}: {e}"), 1))?);
+        }
+    }
+    let keys: Option<Vec<PrivateKey>> = keys.into_iter().collect();
+    Ok((keys.ok_or_else(|| Failure::new("a minion key could not be generated", 1))?, missing.len()))
+}
+
+fn write_key(dir: &Path, i: usize, pem: &[u8]) -> std::result::Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = dir.join(format!(".{i}.pem.tmp"));
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp).map_err(|e| e.to_string())?;
+    f.write_all(pem).map_err(|e| e.to_string())?;
+    std::fs::rename(&tmp, dir.join(format!("{i}.pem"))).map_err(|e| e.to_string())
+}
+
+/// One `_auth` exchange with salt-minion's retry rule: the same payload resent on each
+/// timeout, up to `auth_tries` sends. Returns the nonce and the raw reply.
+async fn auth_exchange(opts: &Options, endpoint: &str, me: &Identity, cached: Option<&PublicKey>) -> std::result::Result<(String, Vec<u8>), MinionError> {
+    let nonce = {
+        let mut b = [0u8; 16];
+        rand::Rng::fill(&mut rand::thread_rng(), &mut b);
+        hex::encode(b)
+    };
+    let body = minion::auth_request(me, &nonce, cached)?;
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match minion::request_once(endpoint, body.clone(), opts.auth_timeout, "_auth").await {
+            Ok(r) => return Ok((nonce, r)),
+            Err(MinionError::Timeout(..)) if tries < opts.auth_tries => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Signs in: exchanges until the key is no longer pending (`acceptance_wait` between
+/// tries, as salt-minion does), then checks the reply.
+async fn sign_in(opts: &Options, endpoint: &str, me: &Identity, cached: Option<&PublicKey>) -> std::result::Result<Creds, MinionError> {
+    loop {
+        let (nonce, reply) = auth_exchange(opts, endpoint, me, cached).await?;
+        match minion::auth_reply(me, &nonce, &reply, cached) {
+            Err(MinionError::Pending) => tokio::time::sleep(opts.acceptance_wait).await,
+            other => return other,
+        }
+    }
+}
+
+/// Per-publish bookkeeping across the swarm.
+struct JobTrack {
+    first_seen: Instant,
+    evaluated: usize,
+    matched: usize,
+    returned: usize,
+    failed: usize,
+}
+
+struct Swarm {
+    opts: Options,
+    endpoint: String,
+    jobs: Mutex<HashMap<String, JobTrack>>,
+    members: usize,
+    finished: mpsc::UnboundedSender<()>,
+}
+
+impl Swarm {
+    fn seen(&self, jid: &str, matched: bool) {
+        let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        let j = jobs.entry(jid.to_string()).or_insert_with(|| JobTrack { first_seen: Instant::now(), evaluated: 0, matched: 0, returned: 0, failed: 0 });
+        if matched {
+            j.matched += 1;
+        } else {
+            j.evaluated += 1;
+        }
+        self.maybe_done(&mut jobs, jid);
+    }
+
+    fn returned(&self, jid: &str, ok: bool) {
+        let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(j) = jobs.get_mut(jid) {
+            j.evaluated += 1;
+            if ok {
+                j.returned += 1;
+            } else {
+                j.failed += 1;
+            }
+        }
+        self.maybe_done(&mut jobs, jid);
+    }
+
+    fn maybe_done(&self, jobs: &mut HashMap<String, JobTrack>, jid: &str) {
+        if let Some(j) = jobs.get(jid) {
+            if j.evaluated == self.members {
+                emit(json!({"event": "job", "jid": jid, "matched": j.matched, "returned": j.returned, "failed": j.failed,
+                    "seconds": j.first_seen.elapsed().as_secs_f64()}));
+                let _ = self.finished.send(());
+            }
+        }
+    }
+}
+
+/// One minion after sign-in: subscribe, then answer publishes until the process ends.
+async fn live(swarm: Arc<Swarm>, me: Identity, mut creds: Creds, ready: mpsc::UnboundedSender<std::result::Result<(), String>>) {
+    let pub_ep = format!("tcp://{}:{}", swarm.opts.master, creds.publish_port);
+    let mut sub = zeromq::SubSocket::new();
+    let subscribed = async {
+        sub.connect(&pub_ep).await.map_err(|e| e.to_string())?;
+        sub.subscribe("").await.map_err(|e| e.to_string())
+    }
+    .await;
+    let mut req = zeromq::ReqSocket::new();
+    let connected = req.connect(&swarm.endpoint).await.map_err(|e| e.to_string());
+    let _ = ready.send(subscribed.and(connected));
+    let mut last_serial = 0i64;
+    loop {
+        let frame = match sub.recv().await {
+            Ok(m) => m.into_vec().pop().map(|b| b.to_vec()).unwrap_or_default(),
+            Err(e) => {
+                tracing::warn!(id = %me.id, "publish socket: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let job = match minion::publish(&me.id, &creds.aes, &mut last_serial, &frame) {
+            Ok(j) => j,
+            Err(minion::PublishKeyChanged) => {
+                // The publish key rotated: sign in again (with our token) and retry.
+                match sign_in(&swarm.opts, &swarm.endpoint, &me, Some(&creds.master_pub)).await {
+                    Ok(c) => {
+                        creds = c;
+                        last_serial = 0;
+                        minion::publish(&me.id, &creds.aes, &mut last_serial, &frame).unwrap_or(None)
+                    }
+                    Err(e) => {
+                        tracing::warn!(id = %me.id, "re-auth after a publish key change failed: {e}");
+                        None
+                    }
+                }
+            }
+        };
+        let Some(job) = job else { continue };
+        swarm.seen(&job.jid, job.matched);
+        if !job.matched {
+            continue;
+        }
+        let ok = match send_return(&swarm, &me, &mut creds, &mut req, &job).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(id = %me.id, jid = %job.jid, "return not delivered: {e}");
+                false
+            }
+        };
+        swarm.returned(&job.jid, ok);
+    }
+}
+
+/// Sends a `_return` (salt-minion: 3 tries, a fresh socket after a timeout, a new
+/// sign-in and one resend after `"bad load"`).
+async fn send_return(swarm: &Swarm, me: &Identity, creds: &mut Creds, req: &mut zeromq::ReqSocket, job: &minion::Job) -> std::result::Result<(), MinionError> {
+    let timeout = Duration::from_secs(10);
+    let mut reauthed = false;
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let (body, nonce) = minion::aes_request(me, &creds.session, minion::return_load(job))?;
+        req.send(ZmqMessage::from(body)).await.map_err(|e| MinionError::Transport(e.to_string()))?;
+        let reply = match tokio::time::timeout(timeout, req.recv()).await {
+            Ok(Ok(m)) => m.into_vec().pop().map(|b| b.to_vec()).unwrap_or_default(),
+            Ok(Err(e)) => return Err(MinionError::Transport(e.to_string())),
+            Err(_) => {
+                *req = zeromq::ReqSocket::new();
+                req.connect(&swarm.endpoint).await.map_err(|e| MinionError::Transport(e.to_string()))?;
+                if tries >= 3 {
+                    return Err(MinionError::Timeout("_return", timeout));
+                }
+                continue;
+            }
+        };
+        match minion::aes_reply(&creds.session, &nonce, &reply)? {
+            AesReply::Value(_) => return Ok(()),
+            AesReply::BadLoad if !reauthed => {
+                reauthed = true;
+                *creds = sign_in(&swarm.opts, &swarm.endpoint, me, Some(&creds.master_pub)).await?;
+            }
+            AesReply::BadLoad => return Err(MinionError::BadReply("bad load after a fresh sign-in".into())),
+        }
+    }
+}
+
+/// Runs the swarm to completion (see the module docs).
+pub async fn run(opts: Options) -> Result<()> {
+    let started = Instant::now();
+    let (keys, generated) = tokio::task::block_in_place(|| load_keys(&opts.key_dir, opts.count))?;
+    let ids: Vec<Identity> = tokio::task::block_in_place(|| {
+        keys.into_iter().enumerate().map(|(i, k)| Identity::new(format!("{}{i}", opts.prefix), k)).collect::<std::result::Result<Vec<_>, _>>()
+    })
+    .map_err(|e| Failure::new(e, 1))?;
+    emit(json!({"event": "keys", "count": ids.len(), "generated": generated, "seconds": started.elapsed().as_secs_f64()}));
+
+    let endpoint = format!("tcp://{}:{}", opts.master, opts.ret_port);
+    let before = opts.master_pid.map(procstat::tree_stats);
+    let t0 = Instant::now();
+    // Round one: every minion sends `_auth` at once. Replies are only collected here and
+    // checked afterwards, so the swarm's own RSA work (two private-key decryptions per
+    // minion) does not compete with the master for the CPU while it is being measured.
+    let mut tasks = tokio::task::JoinSet::new();
+    for me in ids {
+        let (opts, endpoint) = (opts.clone(), endpoint.clone());
+        tasks.spawn(async move {
+            let r = auth_exchange(&opts, &endpoint, &me, None).await;
+            (me, r, t0.elapsed())
+        });
+    }
+    let mut replies = Vec::new();
+    let mut failures: HashMap<String, usize> = HashMap::new();
+    let mut last = Duration::ZERO;
+    while let Some(j) = tasks.join_next().await {
+        let Ok((me, r, at)) = j else { continue };
+        match r {
+            Ok(reply) => {
+                last = last.max(at);
+                replies.push((me, reply));
+            }
+            Err(e) => *failures.entry(e.to_string()).or_default() += 1,
+        }
+    }
+    let after = opts.master_pid.map(procstat::tree_stats);
+    let mut signed_in = Vec::new();
+    let mut pending = tokio::task::JoinSet::new();
+    for (me, (nonce, reply)) in replies {
+        match tokio::task::block_in_place(|| minion::auth_reply(&me, &nonce, &reply, None)) {
+            Ok(c) => signed_in.push((me, c)),
+            Err(MinionError::Pending) => {
+                let (opts, endpoint) = (opts.clone(), endpoint.clone());
+                pending.spawn(async move {
+                    tokio::time::sleep(opts.acceptance_wait).await;
+                    let r = sign_in(&opts, &endpoint, &me, None).await;
+                    (me, r)
+                });
+            }
+            Err(e) => *failures.entry(e.to_string()).or_default() += 1,
+        }
+    }
+    let waited = !pending.is_empty();
+    while let Some(j) = pending.join_next().await {
+        let Ok((me, r)) = j else { continue };
+        match r {
+            Ok(c) => signed_in.push((me, c)),
+            Err(e) => *failures.entry(e.to_string()).or_default() += 1,
+        }
+    }
+    if waited {
+        last = t0.elapsed();
+    }
+    let master_cpu = before.zip(after).map(|(b, a)| a.cpu_seconds - b.cpu_seconds);
+    emit(json!({"event": "authenticated", "count": signed_in.len(), "failed": failures, "seconds": last.as_secs_f64(), "waited_for_acceptance": waited,
+        "master_cpu_seconds": master_cpu, "master_processes": after.map(|a| a.processes)}));
+    if signed_in.is_empty() {
+        return Err(Failure::new("no minion could sign in", 1));
+    }
+
+    let (finished_tx, mut finished_rx) = mpsc::unbounded_channel();
+    let swarm = Arc::new(Swarm { opts: opts.clone(), endpoint, jobs: Mutex::new(HashMap::new()), members: signed_in.len(), finished: finished_tx });
+    let (ready_tx, mut ready_rx) = mpsc::unbounded_channel();
+    let n = signed_in.len();
+    for (me, creds) in signed_in {
+        tokio::spawn(live(swarm.clone(), me, creds, ready_tx.clone()));
+    }
+    let mut bad = 0;
+    for _ in 0..n {
+        match ready_rx.recv().await {
+            Some(Ok(())) => {}
+            Some(Err(e)) => {
+                bad += 1;
+                tracing::warn!("a minion could not connect: {e}");
+            }
+            None => break,
+        }
+    }
+    // Let the subscriptions reach the publisher before anyone publishes ("slow joiner").
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mem = opts.master_pid.map(procstat::tree_stats);
+    emit(json!({"event": "ready", "count": n - bad, "failed": bad,
+        "master_rss_kib": mem.map(|m| m.rss_kib), "master_pss_kib": mem.map(|m| m.pss_kib)}));
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| Failure::new(e.to_string(), 1))?;
+    let mut done = 0usize;
+    while opts.jobs != Some(0) {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+            f = finished_rx.recv() => {
+                if f.is_none() { break; }
+                done += 1;
+                if opts.jobs.is_some_and(|j| done >= j) { break; }
+            }
+        }
+    }
+    emit(json!({"event": "done", "jobs": done}));
+    Ok(())
+}
