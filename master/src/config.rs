@@ -64,6 +64,8 @@ pub struct MasterConfig {
     pub autoreject_file: Option<PathBuf>,
     pub autosign_grains_dir: Option<PathBuf>,
     pub keep_jobs_seconds: u64,
+    /// Salt's `request_server_ttl`: AES requests whose `ts` is older are refused (0: off).
+    pub request_server_ttl: u64,
     /// Most minions signed in at once (0: no limit); new ones beyond get `full`.
     pub max_minions: u64,
     pub publish_session: u64,
@@ -92,7 +94,7 @@ const KNOWN: &[&str] = &[
     "keys.cache_driver", "mmap_key_size", "mmap_key_slot_size", "mmap_key_id_size", "mmap_key_max_segment_bytes",
     "mmap_cache_max_segment_bytes", "cluster_id", "cluster_peers", "cluster_pki_dir", "cluster_pool_port",
     "cluster_secret", "cluster_isolated_filesystem", "halite_data_dir", "halite_max_request_bytes", "default_include", "include", "user",
-    "zmq_backlog", "max_minions", "loop_interval", "tcp_keepalive", "tcp_keepalive_idle", "tcp_keepalive_cnt", "tcp_keepalive_intvl", "rotate_aes_key",
+    "zmq_backlog", "max_minions", "loop_interval", "request_server_ttl", "tcp_keepalive", "tcp_keepalive_idle", "tcp_keepalive_cnt", "tcp_keepalive_intvl", "rotate_aes_key",
 ];
 
 fn read_yaml(path: &Path) -> Result<Mapping> {
@@ -214,6 +216,7 @@ impl MasterConfig {
             autosign_grains_dir: r.opt_string("autosign_grains_dir")?.map(PathBuf::from),
             keep_jobs_seconds,
             max_minions: r.uint("max_minions", 0)?,
+            request_server_ttl: r.uint("request_server_ttl", 0)?,
             publish_session: r.uint("publish_session", 86400)?,
             timeout: r.uint("timeout", 5)?,
             key_driver: driver,

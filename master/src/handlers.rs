@@ -31,6 +31,8 @@ pub struct Core {
     /// The publish (AES) key, handed to minions at auth.
     pub aes: std::sync::RwLock<Arc<PublishKey>>,
     pub sessions: Sessions,
+    /// Nonces of side-effecting requests already applied (replay protection).
+    pub nonces: std::sync::Mutex<crate::replay::Nonces>,
     /// Minions counted against `max_minions`: accepted at sign-in since this master
     /// started, until their key is rejected or deleted.
     pub signed_in: std::sync::Mutex<std::collections::HashSet<String>>,
@@ -51,11 +53,14 @@ pub struct Handled {
     /// For the log: the command and the minion.
     pub cmd: String,
     pub id: String,
+    /// The nonce of an authenticated AES request, remembered (see [`crate::replay`]) once
+    /// its records are committed.
+    pub nonce: Option<String>,
 }
 
 fn bad_load(why: impl std::fmt::Display, cmd: &str, id: &str) -> Handled {
     tracing::warn!(cmd, id, "refusing a request: {why}");
-    Handled { reply: encode(&Value::from("bad load")), records: vec![], events: vec![], cmd: cmd.to_string(), id: id.to_string() }
+    Handled { reply: encode(&Value::from("bad load")), records: vec![], events: vec![], cmd: cmd.to_string(), id: id.to_string(), nonce: None }
 }
 
 /// Handles one request body.
@@ -121,15 +126,15 @@ fn handle_clear(core: &Core, load: &Value) -> Handled {
                     "pub": get_text(load, "pub").unwrap_or("").trim(),
                 }),
             );
-            Handled { reply: encode(&out.reply), records: out.records, events: vec![ev], cmd, id: out.id }
+            Handled { reply: encode(&out.reply), records: out.records, events: vec![ev], cmd, id: out.id, nonce: None }
         }
-        "ping" => Handled { reply: encode(load), records: vec![], events: vec![], cmd, id: String::new() },
+        "ping" => Handled { reply: encode(load), records: vec![], events: vec![], cmd, id: String::new(), nonce: None },
         // Everything else on the clear channel: the reference's CLI-facing commands
         // (publish, runner, wheel, ...) and the internal ones behind CVE-2020-11651
         // (_send_pub, _prep_auth_info). Halite serves none of them to the network.
         _ => {
             tracing::warn!(cmd = %cmd.escape_debug(), "clear command refused");
-            Handled { reply: encode(&Value::Map(vec![])), records: vec![], events: vec![], cmd, id: String::new() }
+            Handled { reply: encode(&Value::Map(vec![])), records: vec![], events: vec![], cmd, id: String::new(), nonce: None }
         }
     }
 }
@@ -170,21 +175,41 @@ fn handle_aes(core: &Core, env: &Value, load: &Value) -> Handled {
     if payload::bytes(&tok).and_then(|t| minion_pub.x931_recover(t)).as_deref() != Some(b"salt") {
         return bad_load("bad tok", &cmd, &id);
     }
+    // Salt's request_server_ttl: refuse requests older than that many seconds.
+    if core.cfg.request_server_ttl > 0 {
+        let ts = get(&inner, "ts").and_then(Value::as_i64).unwrap_or(0);
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
+        if now.saturating_sub(ts) > core.cfg.request_server_ttl as i64 {
+            return bad_load(format!("stale request: ts {ts} is {}s old (request_server_ttl {})", now.saturating_sub(ts), core.cfg.request_server_ttl), &cmd, &id);
+        }
+    }
+    let replayed = core.nonces.lock().unwrap_or_else(|p| p.into_inner()).seen(&id, &nonce);
     let enc = EncAlgo::parse(get_text(env, "enc_algo").unwrap_or("OAEP-SHA1")).unwrap_or(EncAlgo::OaepSha1);
     let sig = SigAlgo::parse(get_text(env, "sig_algo").unwrap_or("PKCS1v15-SHA1")).unwrap_or(SigAlgo::Pkcs1v15Sha1);
     let req = AesRequest { core, id: &id, inner: &inner, nonce: &nonce, minion_pub: &minion_pub, enc, sig };
     let mut events = Vec::new();
-    let (result, records) = match dispatch(&req, &cmd, &mut events) {
-        Ok(Answer::Encrypted(v, r)) => (v, r),
-        Ok(Answer::Private(v, r)) => return Handled { reply: encode(&v), records: r, events, cmd, id },
+    let (result, mut records, private) = match dispatch(&req, &cmd, &mut events) {
+        Ok(Answer::Encrypted(v, r)) => (v, r, false),
+        Ok(Answer::Private(v, r)) => (v, r, true),
         Err(e) => return bad_load(e, &cmd, &id),
     };
+    if replayed && !(records.is_empty() && events.is_empty()) {
+        // Answered (a minion resending after a lost reply needs it), but the first
+        // copy's effects are the only ones.
+        tracing::info!(cmd = %cmd, id = %id, nonce = %nonce, "replayed request: answered, nothing written");
+        records.clear();
+        events.clear();
+    }
+    let nonce_kept = Some(nonce.clone());
+    if private {
+        return Handled { reply: encode(&result), records, events, cmd, id, nonce: nonce_kept };
+    }
     let mut plain = Vec::with_capacity(64);
     plain.extend_from_slice(PICKLE);
     plain.extend_from_slice(nonce.as_bytes());
     plain.extend_from_slice(&encode(&result));
     match session.encrypt(&plain) {
-        Ok(ct) => Handled { reply: encode(&bin(ct)), records, events, cmd, id },
+        Ok(ct) => Handled { reply: encode(&bin(ct)), records, events, cmd, id, nonce: nonce_kept },
         Err(e) => bad_load(format!("cannot encrypt the reply: {e}"), &cmd, &id),
     }
 }

@@ -15,6 +15,7 @@
 //! | [`keyops`]   | salt-key selection and key records |
 //! | [`masterkeys`], [`sessions`] | the master key pair, per-minion session keys |
 //! | [`pki`]      | `pki.status`, `pki.migrate_to_mmap` (offline and online) |
+//! | [`replay`]   | nonces of applied requests (replays answered, not re-applied) |
 //! | [`runners`]  | `jobs.*` and `cluster.members` results |
 //! | [`events`]   | the master event bus |
 //! | [`admin`]    | the local admin socket protocol |
@@ -38,6 +39,7 @@ pub mod matcher;
 pub mod payload;
 pub mod pillar;
 pub mod pki;
+pub mod replay;
 pub mod runners;
 pub mod server;
 pub mod sessions;

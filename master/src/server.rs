@@ -31,6 +31,11 @@ use crate::store;
 /// Requests handled at once; more wait in the socket's queue.
 pub const MAX_IN_FLIGHT: usize = 1024;
 
+/// How long, without `request_server_ttl`, a side-effecting request's nonce is kept,
+/// and how many are kept at most (about 150 bytes each).
+const REPLAY_WINDOW_SECS: u64 = 900;
+const REPLAY_CAPACITY: usize = 65_536;
+
 /// Threads that run request handlers and admin commands (tokio's blocking pool).
 const MAX_BLOCKING_THREADS: usize = 16;
 
@@ -79,6 +84,10 @@ pub fn run(cfg: MasterConfig) -> Result<(), String> {
         sm: node.state().clone(),
         aes: std::sync::RwLock::new(Arc::new(publish_key)),
         signed_in: Default::default(),
+        nonces: std::sync::Mutex::new(crate::replay::Nonces::new(
+            std::time::Duration::from_secs(if cfg.request_server_ttl > 0 { cfg.request_server_ttl } else { REPLAY_WINDOW_SECS }),
+            REPLAY_CAPACITY,
+        )),
         keys,
         max_request: cfg.halite_max_request_bytes,
         cfg,
@@ -240,6 +249,7 @@ async fn request(master: Arc<Master>, mut send: zeromq::RouterSendHalf, msg: Zmq
     };
     let mut reply = handled.reply;
     let mut committed_ok = true;
+    let had_records = !handled.records.is_empty();
     if !handled.records.is_empty() {
         // Awaited, not waited for on a thread: hundreds of sign-ins share one group commit
         // without holding hundreds of blocking threads.
@@ -254,6 +264,11 @@ async fn request(master: Arc<Master>, mut send: zeromq::RouterSendHalf, msg: Zmq
         }
     }
     if committed_ok {
+        if let Some(nonce) = &handled.nonce {
+            if had_records || !handled.events.is_empty() {
+                master.core.nonces.lock().unwrap_or_else(|p| p.into_inner()).remember(&handled.id, nonce);
+            }
+        }
         for e in handled.events {
             master.events.fire(e);
         }

@@ -918,7 +918,7 @@ fn swarm_of_simulated_minions_max_minions_and_job_expiry() {
     let (ret, publish) = (free_port(), free_port());
     let env = Env::new(
         "localfs_key",
-        "interface: 127.0.0.1\nret_port: @RET@\npublish_port: @PUB@\npidfile: @ROOT@/master.pid\nauto_accept: True\nmax_minions: 4\nkeep_jobs_seconds: 3\nloop_interval: 1\n",
+        "interface: 127.0.0.1\nret_port: @RET@\npublish_port: @PUB@\npidfile: @ROOT@/master.pid\nauto_accept: True\nmax_minions: 4\nkeep_jobs_seconds: 3\nloop_interval: 1\nrequest_server_ttl: 600\n",
     );
     patch_conf(&env, ret, publish);
     let mut master = start_master(&env);
@@ -945,6 +945,25 @@ fn swarm_of_simulated_minions_max_minions_and_job_expiry() {
         jobs.as_object().is_some_and(|m| m.is_empty())
     });
     swarm.stop();
+    // Replayed and stale requests, sent by hand as one of the signed-in minions.
+    use halite_tools::swarm::minion::{self, AesReply, Identity, Job};
+    let idx: usize = accepted[1].strip_prefix("swarm-").unwrap().parse().unwrap();
+    let key = halite_master::crypto::PrivateKey::from_pem(&std::fs::read(env.root.join(format!("swarm-keys/{idx}.pem"))).unwrap()).unwrap();
+    let me = Identity::new(accepted[1].clone(), key).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let ep = format!("tcp://127.0.0.1:{ret}");
+    let send = |body: Vec<u8>| rt.block_on(minion::request_once(&ep, body, Duration::from_secs(10), "test")).unwrap();
+    let auth_nonce = "0123456789abcdef0123456789abcdef";
+    let creds = minion::auth_reply(&me, auth_nonce, &send(minion::auth_request(&me, auth_nonce, None).unwrap()), None).unwrap();
+    let job = |jid: &str| Job { jid: jid.into(), fun: "test.ping".into(), arg: vec![], user: None, matched: true };
+    let (body, nonce) = minion::aes_request(&me, &creds.session, minion::return_load(&job("20260101000000000001"))).unwrap();
+    for _ in 0..3 {
+        let reply = send(body.clone());
+        assert!(matches!(minion::aes_reply(&creds.session, &nonce, &reply).unwrap(), AesReply::Value(_)), "a replay is still answered");
+    }
+    let hour_ago = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64 - 3600;
+    let (body, nonce) = minion::aes_request_at(&me, &creds.session, minion::return_load(&job("20260101000000000002")), hour_ago).unwrap();
+    assert!(matches!(minion::aes_reply(&creds.session, &nonce, &send(body)).unwrap(), AesReply::BadLoad), "a stale request is refused");
     // Deleting a key frees its place: the same six try again, four get in, the three
     // still accepted among them.
     env.ok(SALT_KEY, &["-d", &accepted[0], "-y"]);
@@ -957,4 +976,7 @@ fn swarm_of_simulated_minions_max_minions_and_job_expiry() {
     master.stop();
     let expired = env.ok(CTL, &["dump", "--json", "--kind", "jobs_expired"]);
     assert!(!expired.trim().is_empty(), "no jobs_expired record in the log");
+    let returns = env.ok(CTL, &["dump", "--json", "--kind", "job_return"]);
+    assert_eq!(returns.lines().filter(|l| l.contains("20260101000000000001")).count(), 1, "the replays wrote nothing");
+    assert!(!returns.contains("20260101000000000002"), "the stale request wrote nothing");
 }

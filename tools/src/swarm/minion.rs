@@ -169,11 +169,16 @@ fn ret_of(inner: &Value) -> MinionError {
 
 /// Encrypts an AES request (`inner` gets `nonce`, `ts`, `tok`, `id`). Returns the body
 /// and the nonce the reply must carry.
-pub fn aes_request(me: &Identity, session: &Crypticle, mut inner: Vec<(Value, Value)>) -> Result<(Vec<u8>, String)> {
+pub fn aes_request(me: &Identity, session: &Crypticle, inner: Vec<(Value, Value)>) -> Result<(Vec<u8>, String)> {
+    aes_request_at(me, session, inner, now_secs())
+}
+
+/// [`aes_request`] with a given `ts` (Unix seconds), for tests of stale requests.
+pub fn aes_request_at(me: &Identity, session: &Crypticle, mut inner: Vec<(Value, Value)>, ts: i64) -> Result<(Vec<u8>, String)> {
     let n = nonce();
     inner.push((Value::from("id"), Value::from(me.id.as_str())));
     inner.push((Value::from("nonce"), Value::from(n.as_str())));
-    inner.push((Value::from("ts"), Value::from(now_secs())));
+    inner.push((Value::from("ts"), Value::from(ts)));
     inner.push((Value::from("tok"), bin(me.tok.clone())));
     let mut plain = PICKLE.to_vec();
     plain.extend(payload::encode(&Value::Map(inner)));
