@@ -980,3 +980,56 @@ fn swarm_of_simulated_minions_max_minions_and_job_expiry() {
     assert_eq!(returns.lines().filter(|l| l.contains("20260101000000000001")).count(), 1, "the replays wrote nothing");
     assert!(!returns.contains("20260101000000000002"), "the stale request wrote nothing");
 }
+
+#[test]
+fn real_minions_autosign_session_rotation_reject_and_denied() {
+    let venv = reference_venv();
+    let (ret, publish) = (free_port(), free_port());
+    let env = Env::new(
+        "localfs_key",
+        "interface: 127.0.0.1\nret_port: @RET@\npublish_port: @PUB@\npidfile: @ROOT@/master.pid\nautosign_file: @ROOT@/autosign.conf\npublish_session: 4\n",
+    );
+    patch_conf(&env, ret, publish);
+    let autosign = env.root.join("autosign.conf");
+    std::fs::write(&autosign, "# minions named auto-* sign in without salt-key\nauto-*\n").unwrap();
+    std::fs::set_permissions(&autosign, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let mut master = start_master(&env);
+    let master_cfg = format!("master: 127.0.0.1\nmaster_port: {ret}\n");
+    // autosign_file: accepted without an operator.
+    let _auto = start_minion(&venv, &env.root, "auto-1", &master_cfg);
+    wait_for("auto-1 to answer test.ping", 90, || ping_via(&env, "auto-1", "3"));
+    assert_eq!(env.listing()["minions"], serde_json::json!(["auto-1"]));
+    // publish_session: the session key is replaced after 4 s; the minion's next request
+    // with the old one gets "bad load", it signs in again and its job still returns.
+    let session_file = env.root.join("cache/sessions/auto-1");
+    let first = std::fs::read(&session_file).unwrap();
+    std::thread::sleep(Duration::from_secs(5));
+    wait_for("test.ping after the session key rotated", 60, || ping_via(&env, "auto-1", "5"));
+    assert_ne!(std::fs::read(&session_file).unwrap(), first, "the session key was rotated");
+    // The same id with another key pair: denied, the first denied key kept, the
+    // accepted minion unaffected.
+    let impostor_root = env.root.join("impostor");
+    std::fs::create_dir_all(&impostor_root).unwrap();
+    let mut impostor = start_minion(&venv, &impostor_root, "auto-1", &master_cfg);
+    wait_for("the impostor's key to be denied", 60, || env.listing()["minions_denied"] == serde_json::json!(["auto-1"]));
+    let denied = std::fs::read_to_string(env.pki().join("minions_denied/auto-1")).unwrap();
+    let impostor_pub = std::fs::read_to_string(impostor_root.join("auto-1/pki/minion.pub")).unwrap();
+    assert_eq!(denied.trim(), impostor_pub.trim());
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(std::fs::read_to_string(env.pki().join("minions_denied/auto-1")).unwrap(), denied, "the first denied key is kept");
+    impostor.stop();
+    assert!(ping_via(&env, "auto-1", "10"), "the accepted minion still works");
+    // Reject: a pending minion rejected by the operator is told so and gives up.
+    let _rej = start_minion(&venv, &env.root, "rej-1", &master_cfg);
+    wait_for("rej-1 to be pending", 60, || env.listing()["minions_pre"] == serde_json::json!(["rej-1"]));
+    let out = env.ok(SALT_KEY, &["-r", "rej-1", "-y"]);
+    assert!(out.contains("rej-1"), "{out}");
+    assert_eq!(env.listing()["minions_rejected"], serde_json::json!(["rej-1"]));
+    let rej_log = env.root.join("rej-1/out.log");
+    wait_for("rej-1 to log its rejection", 60, || std::fs::read_to_string(&rej_log).unwrap_or_default().contains("has rejected this minion's public key"));
+    let master_log = std::fs::read_to_string(env.root.join("master.out")).unwrap();
+    for act in ["pend", "accept", "denied", "reject"] {
+        assert!(master_log.contains(&format!("act=\"{act}\"")) || master_log.contains(&format!("act={act}")), "no salt/auth act {act} in the master log");
+    }
+    master.stop();
+}
