@@ -918,9 +918,14 @@ fn swarm_of_simulated_minions_max_minions_and_job_expiry() {
     let (ret, publish) = (free_port(), free_port());
     let env = Env::new(
         "localfs_key",
-        "interface: 127.0.0.1\nret_port: @RET@\npublish_port: @PUB@\npidfile: @ROOT@/master.pid\nauto_accept: True\nmax_minions: 4\nkeep_jobs_seconds: 3\nloop_interval: 1\nrequest_server_ttl: 600\n",
+        "interface: 127.0.0.1\nret_port: @RET@\npublish_port: @PUB@\npidfile: @ROOT@/master.pid\nauto_accept: True\nmax_minions: 4\nkeep_jobs_seconds: 3\nloop_interval: 1\nrequest_server_ttl: 600\nfile_roots:\n  base:\n    - @ROOT@/srv\n",
     );
     patch_conf(&env, ret, publish);
+    let srv = env.root.join("srv");
+    std::fs::create_dir_all(srv.join("sub")).unwrap();
+    std::fs::write(srv.join("ok.txt"), "inside\n").unwrap();
+    std::fs::write(env.root.join("outside.txt"), "secret\n").unwrap();
+    std::os::unix::fs::symlink(env.root.join("outside.txt"), srv.join("escape.txt")).unwrap();
     let mut master = start_master(&env);
     // Six minions sign in at once; max_minions lets four in and answers "full" to two.
     let (mut swarm, lines) = start_swarm(&env, ret, 6, None);
@@ -964,6 +969,29 @@ fn swarm_of_simulated_minions_max_minions_and_job_expiry() {
     let hour_ago = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64 - 3600;
     let (body, nonce) = minion::aes_request_at(&me, &creds.session, minion::return_load(&job("20260101000000000002")), hour_ago).unwrap();
     assert!(matches!(minion::aes_reply(&creds.session, &nonce, &send(body)).unwrap(), AesReply::BadLoad), "a stale request is refused");
+    // The file server over the wire, as an authenticated minion: paths that leave the
+    // roots (.., absolute, a saltenv of .., a symlink pointing out) are not served.
+    let ask = |cmd: &str, path: &str, saltenv: &str| -> rmpv::Value {
+        let load = vec![
+            (rmpv::Value::from("cmd"), rmpv::Value::from(cmd)),
+            (rmpv::Value::from("path"), rmpv::Value::from(path)),
+            (rmpv::Value::from("saltenv"), rmpv::Value::from(saltenv)),
+            (rmpv::Value::from("loc"), rmpv::Value::from(0)),
+        ];
+        let (body, nonce) = minion::aes_request(&me, &creds.session, load).unwrap();
+        match minion::aes_reply(&creds.session, &nonce, &send(body)).unwrap() {
+            AesReply::Value(v) => v,
+            AesReply::BadLoad => panic!("{cmd} {path}: bad load"),
+        }
+    };
+    let data = |v: &rmpv::Value| halite_master::payload::get_bytes(v, "data").map(|b| String::from_utf8_lossy(b).into_owned());
+    assert_eq!(data(&ask("_serve_file", "ok.txt", "base")).as_deref(), Some("inside\n"));
+    assert!(halite_master::payload::get_text(&ask("_file_hash", "ok.txt", "base"), "hsum").is_some());
+    let outside = env.root.join("outside.txt").display().to_string();
+    for (path, saltenv) in [("../outside.txt", "base"), ("sub/../../outside.txt", "base"), (outside.as_str(), "base"), ("ok.txt", ".."), ("escape.txt", "base")] {
+        assert_eq!(data(&ask("_serve_file", path, saltenv)).as_deref(), Some(""), "{path} in {saltenv} was served");
+        assert_eq!(ask("_file_hash", path, saltenv), rmpv::Value::from(""), "{path} in {saltenv} was hashed");
+    }
     // Deleting a key frees its place: the same six try again, four get in, the three
     // still accepted among them.
     env.ok(SALT_KEY, &["-d", &accepted[0], "-y"]);
