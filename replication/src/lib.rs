@@ -1,8 +1,10 @@
 //! Halite's replication: the raft-rs node that turns proposals into committed, applied
-//! records. Today it runs one voter; the cluster work adds the peer transport on
-//! `cluster_pool_port`, the join handshake, learners and the HashRing here.
+//! records, alone or with peers over the sealed TCP transport on `cluster_pool_port`.
+//! The join handshake, learners and the HashRing come next.
 
 pub mod logging;
 pub mod node;
+pub mod transport;
 
-pub use node::{DataDir, Node, NodeConfig, NodeError, Pending};
+pub use node::{DataDir, Inbox, Mailbox, Node, NodeConfig, NodeError, Pending};
+pub use transport::{ClusterKey, Outbox, TcpTransport};

@@ -16,31 +16,41 @@
 //! So N callers arriving together cost one fsync, and nobody is answered before their
 //! record is durable in the log of a majority (with one voter: this node's log).
 //!
-//! Nothing here assumes one node: membership comes from the log's conf state; the
-//! cluster work adds a transport for `Ready` messages and conf-change proposals.
+//! With peers ([`Node::start_peered`]) the same loop also steps the raft messages that
+//! arrive in its [`Mailbox`] and hands the ones raft produces to an [`Outbox`] (the TCP
+//! transport). Any node takes proposals: a follower's are forwarded by raft to the
+//! leader. A proposal is recognised when it is applied by the context of its last entry
+//! (this node's id and a sequence number), not by its index, since a leader change can
+//! replace an uncommitted index with another node's entry; one that is not applied
+//! within [`NodeConfig::propose_timeout`] is answered with [`NodeError::Timeout`] (every
+//! record kind applies idempotently, so retrying is safe).
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use raft::eraftpb::{ConfState, Entry, EntryType};
-use raft::{Config as RaftConfig, RawNode, StateRole, Storage};
+use raft::eraftpb::{ConfState, Entry, EntryType, Message};
+use raft::{Config as RaftConfig, RawNode, Storage};
 
 use halite_storage::log::RaftLog;
 use halite_storage::state::StateMachine;
 use halite_storage::views::{Touched, Views};
 use halite_storage::{Error as StorageError, Record};
 
+use crate::transport::Outbox;
+
 /// Errors a proposer can get.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
     #[error("record refused: {0}")]
     Refused(String),
-    #[error("not the leader; retry on the leader")]
+    #[error("no leader is known yet; retry shortly")]
     NotLeader,
+    #[error("not committed within {0:?} (a leader change or lost quorum); retry")]
+    Timeout(Duration),
     #[error("the node has stopped: {0}")]
     Stopped(String),
     #[error(transparent)]
@@ -65,11 +75,24 @@ pub struct NodeConfig {
     pub heartbeat_tick: usize,
     /// Most records proposed in one group.
     pub max_batch: usize,
+    /// The voters a new log starts with (all founding members, this node included);
+    /// empty means this node alone.
+    pub voters: Vec<u64>,
+    /// How long a proposal may wait to be applied.
+    pub propose_timeout: Duration,
 }
 
 impl Default for NodeConfig {
     fn default() -> Self {
-        NodeConfig { id: 1, tick: Duration::from_millis(100), election_tick: 10, heartbeat_tick: 3, max_batch: 8192 }
+        NodeConfig {
+            id: 1,
+            tick: Duration::from_millis(100),
+            election_tick: 10,
+            heartbeat_tick: 3,
+            max_batch: 8192,
+            voters: Vec::new(),
+            propose_timeout: Duration::from_secs(10),
+        }
     }
 }
 
@@ -104,7 +127,27 @@ struct Proposal {
 
 enum Msg {
     Propose(Proposal),
+    Raft(Box<Message>),
     Stop,
+}
+
+/// Hands raft messages received from peers to a node.
+#[derive(Clone)]
+pub struct Inbox(Sender<Msg>);
+
+impl Inbox {
+    pub fn deliver(&self, m: Message) {
+        let _ = self.0.send(Msg::Raft(Box::new(m)));
+    }
+}
+
+/// The receiving end of a node's inbox, given to [`Node::start_peered`].
+pub struct Mailbox(Sender<Msg>, Receiver<Msg>);
+
+/// A node's message channel, made before the node so the transport can deliver to it.
+pub fn mailbox() -> (Inbox, Mailbox) {
+    let (tx, rx) = mpsc::channel();
+    (Inbox(tx.clone()), Mailbox(tx, rx))
 }
 
 /// A proposal in flight.
@@ -131,6 +174,8 @@ pub struct Node {
     thread: Option<JoinHandle<()>>,
     sm: Arc<StateMachine>,
     log: RaftLog,
+    /// The leader this node last knew (0: none).
+    leader: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Node {
@@ -142,11 +187,30 @@ impl Node {
         Self::start_with(log, sm, views, cfg)
     }
 
-    pub fn start_with(log: RaftLog, sm: Arc<StateMachine>, mut views: Views, cfg: NodeConfig) -> Result<Node> {
+    pub fn start_with(log: RaftLog, sm: Arc<StateMachine>, views: Views, cfg: NodeConfig) -> Result<Node> {
+        let (_, mailbox) = mailbox();
+        Self::start_inner(log, sm, views, cfg, None, mailbox)
+    }
+
+    /// Starts a node that talks to peers: messages arrive through `mailbox` (fed by the
+    /// transport's [`Inbox`]) and leave through `outbox`.
+    pub fn start_peered(data: &DataDir, views: Views, cfg: NodeConfig, outbox: Arc<dyn Outbox>, mailbox: Mailbox) -> Result<Node> {
+        let log = RaftLog::open(&data.log())?;
+        let sm = Arc::new(StateMachine::open(&data.state())?);
+        Self::start_inner(log, sm, views, cfg, Some(outbox), mailbox)
+    }
+
+    fn start_inner(log: RaftLog, sm: Arc<StateMachine>, mut views: Views, cfg: NodeConfig, outbox: Option<Arc<dyn Outbox>>, mailbox: Mailbox) -> Result<Node> {
         if log.is_new()? {
-            let cs = ConfState { voters: vec![cfg.id], ..Default::default() };
+            let mut voters = if cfg.voters.is_empty() { vec![cfg.id] } else { cfg.voters.clone() };
+            if !voters.contains(&cfg.id) {
+                voters.push(cfg.id);
+            }
+            voters.sort_unstable();
+            voters.dedup();
+            let cs = ConfState { voters: voters.clone(), ..Default::default() };
             log.append(&[], None, Some(&cs), true)?;
-            tracing::info!(id = cfg.id, "new log: bootstrapped as the only voter");
+            tracing::info!(id = cfg.id, ?voters, "new log: bootstrapped with its founding voters");
         }
         log.check_all()?;
         let applied = sm.applied_index()?;
@@ -196,20 +260,42 @@ impl Node {
         if voters == vec![cfg.id] {
             raw.campaign()?;
         }
-        let (tx, rx) = mpsc::channel();
+        let Mailbox(tx, rx) = mailbox;
         let sm2 = sm.clone();
         let log2 = log.clone();
+        let leader = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let leader2 = leader.clone();
         let thread = std::thread::Builder::new()
             .name(format!("raft-node-{}", cfg.id))
             .spawn(move || {
-                let mut d = Driver { raw, log, sm: sm2, views, cfg, waiting: BTreeMap::new(), views_dirty_to: None, views_synced_at: Instant::now() };
+                let mut d = Driver {
+                    raw,
+                    log,
+                    sm: sm2,
+                    views,
+                    cfg,
+                    outbox,
+                    seq: 0,
+                    waiting: HashMap::new(),
+                    views_dirty_to: None,
+                    views_synced_at: Instant::now(),
+                    leader: leader2,
+                };
                 if let Err(e) = d.run(rx) {
                     tracing::error!("raft node stopped: {e}");
                     d.fail_all(&e.to_string());
                 }
             })
             .map_err(|e| NodeError::Stopped(format!("cannot start the node thread: {e}")))?;
-        Ok(Node { tx, thread: Some(thread), sm, log: log2 })
+        Ok(Node { tx, thread: Some(thread), sm, log: log2, leader })
+    }
+
+    /// The leader this node last knew of (`None` while there is none).
+    pub fn leader(&self) -> Option<u64> {
+        match self.leader.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => None,
+            id => Some(id),
+        }
     }
 
     /// The state machine, for reads.
@@ -268,8 +354,12 @@ struct Driver {
     sm: Arc<StateMachine>,
     views: Views,
     cfg: NodeConfig,
-    /// Last index of each waiting proposal → its reply channel.
-    waiting: BTreeMap<u64, Reply>,
+    outbox: Option<Arc<dyn Outbox>>,
+    /// Sequence number of this node's last proposal (carried in its entries' context).
+    seq: u64,
+    /// Waiting proposals by sequence number: reply channel and when it was proposed.
+    waiting: HashMap<u64, (Reply, Instant)>,
+    leader: Arc<std::sync::atomic::AtomicU64>,
     /// Highest index applied to the views but not yet synced, and when they last were.
     views_dirty_to: Option<u64>,
     views_synced_at: Instant,
@@ -295,10 +385,16 @@ impl Driver {
             let mut group = Vec::new();
             let mut stop = false;
             let mut n = 0;
-            let push = |m: Msg, group: &mut Vec<Proposal>, stop: &mut bool, n: &mut usize| match m {
+            let raw = &mut self.raw;
+            let mut push = |m: Msg, group: &mut Vec<Proposal>, stop: &mut bool, n: &mut usize| match m {
                 Msg::Propose(p) => {
                     *n += p.data.len();
                     group.push(p);
+                }
+                Msg::Raft(m) => {
+                    if let Err(e) = raw.step(*m) {
+                        tracing::debug!("raft message not stepped: {e}");
+                    }
                 }
                 Msg::Stop => *stop = true,
             };
@@ -317,6 +413,7 @@ impl Driver {
             if Instant::now() >= next_tick {
                 self.raw.tick();
                 next_tick = Instant::now() + self.cfg.tick;
+                self.expire_waiting();
             }
             self.on_ready()?;
             self.sync_views(false)?;
@@ -329,23 +426,50 @@ impl Driver {
     }
 
     fn propose(&mut self, p: Proposal) {
-        if self.raw.raft.state != StateRole::Leader {
+        if self.raw.raft.leader_id == raft::INVALID_ID {
             let _ = p.reply.send(Err(NodeError::NotLeader));
             return;
         }
-        let before = self.raw.raft.raft_log.last_index();
-        for d in p.data {
-            if let Err(e) = self.raw.propose(Vec::new(), d) {
-                // Entries proposed before the failure stay in the log (raft cannot take
+        self.seq += 1;
+        let mut ctx = Vec::with_capacity(16);
+        ctx.extend_from_slice(&self.cfg.id.to_be_bytes());
+        ctx.extend_from_slice(&self.seq.to_be_bytes());
+        let n = p.data.len();
+        for (i, d) in p.data.into_iter().enumerate() {
+            let context = if i + 1 == n { ctx.clone() } else { Vec::new() };
+            if let Err(e) = self.raw.propose(context, d) {
+                // Entries proposed before the failure may still commit (raft cannot take
                 // them back); the caller learns the request failed and may retry, which
                 // is safe because every record kind applies idempotently.
-                let _ = p.reply.send(Err(e.into()));
+                let _ = p.reply.send(Err(match e {
+                    raft::Error::ProposalDropped => NodeError::NotLeader,
+                    e => e.into(),
+                }));
                 return;
             }
         }
-        let last = self.raw.raft.raft_log.last_index();
-        debug_assert!(last > before);
-        self.waiting.insert(last, p.reply);
+        self.waiting.insert(self.seq, (p.reply, Instant::now()));
+    }
+
+    /// Answers proposals that were not applied in time.
+    fn expire_waiting(&mut self) {
+        let limit = self.cfg.propose_timeout;
+        let late: Vec<u64> = self.waiting.iter().filter(|(_, (_, at))| at.elapsed() > limit).map(|(k, _)| *k).collect();
+        for k in late {
+            if let Some((tx, _)) = self.waiting.remove(&k) {
+                let _ = tx.send(Err(NodeError::Timeout(limit)));
+            }
+        }
+    }
+
+    fn send(&self, msgs: Vec<Message>) {
+        if msgs.is_empty() {
+            return;
+        }
+        match &self.outbox {
+            Some(o) => o.send(msgs),
+            None => tracing::debug!(n = msgs.len(), "dropping raft messages (no peers)"),
+        }
     }
 
     fn on_ready(&mut self) -> Result<()> {
@@ -353,23 +477,26 @@ impl Driver {
             return Ok(());
         }
         let mut rd = self.raw.ready();
-        if !rd.messages().is_empty() {
-            // No transport yet: a single voter never has peers to talk to.
-            tracing::debug!(n = rd.messages().len(), "dropping raft messages (no peers)");
+        if let Some(ss) = rd.ss() {
+            let leader = if ss.leader_id == raft::INVALID_ID { 0 } else { ss.leader_id };
+            self.leader.store(leader, std::sync::atomic::Ordering::Relaxed);
+            tracing::info!(id = self.cfg.id, leader, role = ?ss.raft_state, "raft role changed");
         }
+        self.send(rd.take_messages());
         if !rd.snapshot().is_empty() {
-            return Err(NodeError::Stopped("received a snapshot, which a single node cannot get".into()));
+            // Logs are not compacted yet, so a peer always catches up from entries.
+            return Err(NodeError::Stopped("received a snapshot; snapshot transfer is not supported yet".into()));
         }
         self.apply(rd.take_committed_entries())?;
         self.log.append(rd.entries(), rd.hs(), None, rd.must_sync())?;
-        let _ = rd.take_persisted_messages();
+        self.send(rd.take_persisted_messages());
         let mut light = self.raw.advance(rd);
         if let Some(commit) = light.commit_index() {
             let mut hs = self.log.hard_state()?;
             hs.commit = commit;
             self.log.append(&[], Some(&hs), None, false)?;
         }
-        let _ = light.take_messages();
+        self.send(light.take_messages());
         self.apply(light.take_committed_entries())?;
         self.raw.advance_apply();
         Ok(())
@@ -378,7 +505,13 @@ impl Driver {
     fn apply(&mut self, entries: Vec<Entry>) -> Result<()> {
         let Some(last) = entries.last().map(|e| e.index) else { return Ok(()) };
         let mut batch = Vec::with_capacity(entries.len());
+        let mut ours = Vec::new();
         for e in entries {
+            if e.context.len() == 16 && e.context[..8] == self.cfg.id.to_be_bytes() {
+                let mut seq = [0u8; 8];
+                seq.copy_from_slice(&e.context[8..]);
+                ours.push((u64::from_be_bytes(seq), e.index));
+            }
             match e.get_entry_type() {
                 EntryType::EntryNormal if e.data.is_empty() => {}
                 EntryType::EntryNormal => {
@@ -397,10 +530,9 @@ impl Driver {
         self.views.apply(&self.sm, &fx)?;
         self.sm.advance_applied(last)?;
         self.views_dirty_to = Some(last);
-        let done: Vec<u64> = self.waiting.range(..=last).map(|(k, _)| *k).collect();
-        for k in done {
-            if let Some(tx) = self.waiting.remove(&k) {
-                let _ = tx.send(Ok(k));
+        for (seq, index) in ours {
+            if let Some((tx, _)) = self.waiting.remove(&seq) {
+                let _ = tx.send(Ok(index));
             }
         }
         Ok(())
@@ -422,7 +554,7 @@ impl Driver {
     }
 
     fn fail_all(&mut self, why: &str) {
-        for (_, tx) in std::mem::take(&mut self.waiting) {
+        for (_, (tx, _)) in std::mem::take(&mut self.waiting) {
             let _ = tx.send(Err(NodeError::Stopped(why.to_string())));
         }
     }
@@ -503,5 +635,85 @@ mod tests {
         let v = MmapKeys::open(&pki, geo()).unwrap();
         assert_eq!(v.list().unwrap().minions, vec!["a".to_string()]);
         assert_eq!(v.list().unwrap().minions_rejected, vec!["b".to_string()]);
+    }
+
+    /// A founding member of a three-node group on 127.0.0.`id` with the sealed transport.
+    fn member(root: &Path, id: u64, addrs: &HashMap<u64, std::net::SocketAddr>, secret: &str) -> (Node, Arc<crate::TcpTransport>) {
+        let (inbox, mb) = mailbox();
+        let peers = addrs.iter().filter(|(k, _)| **k != id).map(|(k, v)| (*k, *v)).collect();
+        let t = crate::TcpTransport::start(id, addrs[&id], peers, crate::ClusterKey::from_secret(secret), Arc::new(move |m| inbox.deliver(m))).unwrap();
+        let dir = root.join(format!("n{id}"));
+        let cfg = NodeConfig { id, voters: vec![1, 2, 3], ..Default::default() };
+        let node = Node::start_peered(&DataDir::new(&dir.join("data")), views(&dir.join("pki")), cfg, t.clone(), mb).unwrap();
+        (node, t)
+    }
+
+    fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+        let end = Instant::now() + Duration::from_secs(secs);
+        while Instant::now() < end {
+            if f() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("timed out waiting for {what}");
+    }
+
+    /// Proposes on `node`, retrying while no leader is known or the leader changes.
+    fn propose_retrying(node: &Node, recs: &[Record]) -> u64 {
+        let end = Instant::now() + Duration::from_secs(20);
+        loop {
+            match node.propose(recs) {
+                Ok(i) => return i,
+                Err(NodeError::NotLeader | NodeError::Timeout(_)) if Instant::now() < end => std::thread::sleep(Duration::from_millis(100)),
+                Err(e) => panic!("proposal failed: {e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn three_nodes_over_tcp_elect_replicate_fail_over_and_catch_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let addrs: HashMap<u64, std::net::SocketAddr> = (1..=3u64)
+            .map(|i| {
+                let ip = format!("127.0.0.{i}");
+                let port = std::net::TcpListener::bind((ip.as_str(), 0)).unwrap().local_addr().unwrap().port();
+                (i, format!("{ip}:{port}").parse().unwrap())
+            })
+            .collect();
+        let mut nodes: HashMap<u64, (Node, Arc<crate::TcpTransport>)> = (1..=3).map(|i| (i, member(dir.path(), i, &addrs, "shared secret"))).collect();
+        // One leader, known to all.
+        let mut leader = 0;
+        wait_until("a leader all three agree on", 20, || {
+            let l: Vec<Option<u64>> = (1..=3).map(|i| nodes[&i].0.leader()).collect();
+            leader = l[0].unwrap_or(0);
+            leader != 0 && l.iter().all(|x| *x == Some(leader))
+        });
+        // A follower's proposal is forwarded, committed by the majority, applied by all.
+        let follower = (1..=3).find(|i| *i != leader).unwrap();
+        propose_retrying(&nodes[&follower].0, &[key("a", KeyState::Pending)]);
+        wait_until("the record on every node", 10, || (1..=3).all(|i| nodes[&i].0.state().get_key("a").unwrap().is_some()));
+        // The leader goes away: the other two elect a new one and keep committing.
+        let (old, t) = nodes.remove(&leader).unwrap();
+        old.stop();
+        t.shutdown();
+        let rest: Vec<u64> = nodes.keys().copied().collect();
+        wait_until("a new leader", 20, || nodes[&rest[0]].0.leader().is_some_and(|l| l != leader));
+        propose_retrying(&nodes[&rest[1]].0, &[key("b", KeyState::Accepted)]);
+        wait_until("b on the two live nodes", 10, || rest.iter().all(|i| nodes[i].0.state().get_key("b").unwrap().is_some()));
+        // The old leader comes back from its own disk and catches up from the log.
+        std::thread::sleep(Duration::from_millis(300));
+        let back = member(dir.path(), leader, &addrs, "shared secret");
+        wait_until("the restarted node to catch up", 20, || back.0.state().get_key("b").unwrap().is_some());
+        assert_eq!(back.0.state().get_key("a").unwrap().unwrap().state, BankState::Pending);
+        // Every node applied the same records at the same indexes.
+        let applied: Vec<u64> = rest.iter().map(|i| nodes[i].0.state().applied_index().unwrap()).collect();
+        wait_until("equal applied indexes", 10, || back.0.state().applied_index().unwrap() == applied[0]);
+        for (_, (n, t)) in nodes {
+            n.stop();
+            t.shutdown();
+        }
+        back.0.stop();
+        back.1.shutdown();
     }
 }

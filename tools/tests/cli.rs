@@ -522,13 +522,7 @@ fn start_master(env: &Env) -> Proc {
 #[test]
 fn real_minion_auth_accept_jobs_bad_input_and_restart() {
     let venv = reference_venv();
-    let ret = free_port();
-    let publish = free_port();
-    let env = Env::new(
-        "localfs_key",
-        "interface: 127.0.0.1\nret_port: @RET@\npublish_port: @PUB@\npidfile: @ROOT@/master.pid\nhalite_max_request_bytes: 65536\nfile_roots:\n  base:\n    - @ROOT@/srv/salt\npillar_roots:\n  base:\n    - @ROOT@/srv/pillar\n",
-    );
-    patch_conf(&env, ret, publish);
+    let (env, ret) = master_env("halite_max_request_bytes: 65536\nfile_roots:\n  base:\n    - @ROOT@/srv/salt\npillar_roots:\n  base:\n    - @ROOT@/srv/pillar\n");
     let mut master = start_master(&env);
     // The minion also runs a scheduled job that returns to the master (jid "req").
     let schedule = "schedule:\n  heartbeat:\n    function: test.echo\n    args: [beat]\n    seconds: 10\n    return_job: True\n";
@@ -875,15 +869,15 @@ fn two_masters_hot_multi_master_and_failover_with_failback() {
     m2.stop();
 }
 
-/// Replaces `@ROOT@`, `@RET@` and `@PUB@` in the env's master config.
-fn patch_conf(env: &Env, ret: u16, publish: u16) {
+/// An env for a running master on 127.0.0.1 with free ports (localfs_key); `extra` is
+/// more config, where `@ROOT@` stands for the env's root. Returns the env and `ret_port`.
+fn master_env(extra: &str) -> (Env, u16) {
+    let (ret, publish) = (free_port(), free_port());
+    let env = Env::new("localfs_key", &format!("interface: 127.0.0.1\nret_port: {ret}\npublish_port: {publish}\npidfile: @ROOT@/master.pid\n{extra}"));
     let conf_path = env.root.join("conf/master");
-    let text = std::fs::read_to_string(&conf_path)
-        .unwrap()
-        .replace("@ROOT@", &env.root.display().to_string())
-        .replace("@RET@", &ret.to_string())
-        .replace("@PUB@", &publish.to_string());
+    let text = std::fs::read_to_string(&conf_path).unwrap().replace("@ROOT@", &env.root.display().to_string());
     std::fs::write(&conf_path, text).unwrap();
+    (env, ret)
 }
 
 /// Runs `halite-swarm` until its `ready` line; returns the process and the lines read.
@@ -915,12 +909,7 @@ fn start_swarm(env: &Env, ret: u16, count: usize, jobs: Option<usize>) -> (Proc,
 
 #[test]
 fn swarm_of_simulated_minions_max_minions_and_job_expiry() {
-    let (ret, publish) = (free_port(), free_port());
-    let env = Env::new(
-        "localfs_key",
-        "interface: 127.0.0.1\nret_port: @RET@\npublish_port: @PUB@\npidfile: @ROOT@/master.pid\nauto_accept: True\nmax_minions: 4\nkeep_jobs_seconds: 3\nloop_interval: 1\nrequest_server_ttl: 600\nfile_roots:\n  base:\n    - @ROOT@/srv\n",
-    );
-    patch_conf(&env, ret, publish);
+    let (env, ret) = master_env("auto_accept: True\nmax_minions: 4\nkeep_jobs_seconds: 3\nloop_interval: 1\nrequest_server_ttl: 600\nfile_roots:\n  base:\n    - @ROOT@/srv\n");
     let srv = env.root.join("srv");
     std::fs::create_dir_all(srv.join("sub")).unwrap();
     std::fs::write(srv.join("ok.txt"), "inside\n").unwrap();
@@ -1012,12 +1001,7 @@ fn swarm_of_simulated_minions_max_minions_and_job_expiry() {
 #[test]
 fn real_minions_autosign_session_rotation_reject_and_denied() {
     let venv = reference_venv();
-    let (ret, publish) = (free_port(), free_port());
-    let env = Env::new(
-        "localfs_key",
-        "interface: 127.0.0.1\nret_port: @RET@\npublish_port: @PUB@\npidfile: @ROOT@/master.pid\nautosign_file: @ROOT@/autosign.conf\npublish_session: 4\n",
-    );
-    patch_conf(&env, ret, publish);
+    let (env, ret) = master_env("autosign_file: @ROOT@/autosign.conf\npublish_session: 4\n");
     let autosign = env.root.join("autosign.conf");
     std::fs::write(&autosign, "# minions named auto-* sign in without salt-key\nauto-*\n").unwrap();
     std::fs::set_permissions(&autosign, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();

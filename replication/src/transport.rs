@@ -1,0 +1,302 @@
+//! The peer transport: raft messages between masters over TCP (`cluster_pool_port`).
+//!
+//! Every message travels in its own sealed frame:
+//!
+//! ```text
+//! u32 BE  length of the rest (nonce + ciphertext + tag), at most MAX_FRAME
+//! [12]    random nonce
+//! [n]     AES-256-GCM ciphertext of:  u64 BE sender id | u64 BE recipient id | raft Message (protobuf)
+//! [16]    GCM tag; the additional data is the ASCII "halite-raft-v1"
+//! ```
+//!
+//! The key is SHA-256 of `"halite-cluster-v1\0"` followed by `cluster_secret`, so only
+//! masters configured with the same secret can read or forge each other's traffic. A
+//! frame that does not open, names another recipient, or whose sender differs from the
+//! message's `from` is dropped and logged; raft tolerates lost, repeated and reordered
+//! messages, so the transport never retries: it sends, and drops what it cannot send
+//! (raft resends). One thread per peer writes; one thread per inbound connection reads.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use openssl::symm::{decrypt_aead, encrypt_aead, Cipher};
+use protobuf::Message as _;
+use raft::eraftpb::Message;
+use sha2::{Digest, Sha256};
+
+/// Largest frame accepted (raft sends at most 4 MiB of entries per message, but a single
+/// record may be up to 64 MiB).
+pub const MAX_FRAME: usize = 80 << 20;
+/// Messages queued per peer before new ones are dropped.
+const QUEUE: usize = 4096;
+const AAD: &[u8] = b"halite-raft-v1";
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// After a failed connect, messages to that peer are dropped for this long.
+const RETRY_AFTER: Duration = Duration::from_millis(200);
+
+/// The symmetric key derived from `cluster_secret`.
+#[derive(Clone)]
+pub struct ClusterKey([u8; 32]);
+
+impl ClusterKey {
+    pub fn from_secret(secret: &str) -> Self {
+        let mut h = Sha256::new();
+        h.update(b"halite-cluster-v1\0");
+        h.update(secret.as_bytes());
+        ClusterKey(h.finalize().into())
+    }
+
+    /// Seals one message from `from` to `to` into a frame (length prefix included).
+    pub fn seal(&self, from: u64, to: u64, msg: &Message) -> Result<Vec<u8>, String> {
+        let body = msg.write_to_bytes().map_err(|e| e.to_string())?;
+        let mut plain = Vec::with_capacity(16 + body.len());
+        plain.extend_from_slice(&from.to_be_bytes());
+        plain.extend_from_slice(&to.to_be_bytes());
+        plain.extend_from_slice(&body);
+        let mut nonce = [0u8; 12];
+        openssl::rand::rand_bytes(&mut nonce).map_err(|e| e.to_string())?;
+        let mut tag = [0u8; 16];
+        let ct = encrypt_aead(Cipher::aes_256_gcm(), &self.0, Some(&nonce), AAD, &plain, &mut tag).map_err(|e| e.to_string())?;
+        let len = 12 + ct.len() + 16;
+        if len > MAX_FRAME {
+            return Err(format!("a raft message of {len} bytes exceeds the {MAX_FRAME}-byte frame limit"));
+        }
+        let mut frame = Vec::with_capacity(4 + len);
+        frame.extend_from_slice(&(len as u32).to_be_bytes());
+        frame.extend_from_slice(&nonce);
+        frame.extend_from_slice(&ct);
+        frame.extend_from_slice(&tag);
+        Ok(frame)
+    }
+
+    /// Opens a frame body (without its length prefix): `(from, to, message)`.
+    pub fn open(&self, body: &[u8]) -> Result<(u64, u64, Message), String> {
+        if body.len() < 12 + 16 + 16 {
+            return Err("frame too short".into());
+        }
+        let (nonce, rest) = body.split_at(12);
+        let (ct, tag) = rest.split_at(rest.len() - 16);
+        let plain = decrypt_aead(Cipher::aes_256_gcm(), &self.0, Some(nonce), AAD, ct, tag).map_err(|_| "frame does not authenticate (wrong cluster_secret?)".to_string())?;
+        let from = u64::from_be_bytes(plain[0..8].try_into().map_err(|_| "short frame")?);
+        let to = u64::from_be_bytes(plain[8..16].try_into().map_err(|_| "short frame")?);
+        let msg = Message::parse_from_bytes(&plain[16..]).map_err(|e| format!("raft message does not decode: {e}"))?;
+        Ok((from, to, msg))
+    }
+}
+
+/// Where received messages go (the node's inbox).
+pub type Deliver = Arc<dyn Fn(Message) + Send + Sync>;
+
+/// Sends raft messages to peers and receives theirs.
+pub struct TcpTransport {
+    id: u64,
+    key: ClusterKey,
+    peers: Mutex<HashMap<u64, SyncSender<Vec<u8>>>>,
+    addrs: HashMap<u64, SocketAddr>,
+    local: SocketAddr,
+    stopped: Arc<AtomicBool>,
+}
+
+impl TcpTransport {
+    /// Binds `listen` and starts accepting peers' frames for node `id`, handing each
+    /// message to `deliver`. `peers` maps the other nodes' ids to their addresses.
+    pub fn start(id: u64, listen: SocketAddr, peers: HashMap<u64, SocketAddr>, key: ClusterKey, deliver: Deliver) -> std::io::Result<Arc<Self>> {
+        let listener = TcpListener::bind(listen)?;
+        let local = listener.local_addr()?;
+        let k2 = key.clone();
+        let stopped = Arc::new(AtomicBool::new(false));
+        let stop2 = stopped.clone();
+        std::thread::Builder::new().name(format!("raft-listen-{id}")).spawn(move || {
+            for conn in listener.incoming() {
+                if stop2.load(Ordering::SeqCst) {
+                    return;
+                }
+                match conn {
+                    Ok(stream) => {
+                        let (k, d, s) = (k2.clone(), deliver.clone(), stop2.clone());
+                        let _ = std::thread::Builder::new().name(format!("raft-in-{id}")).spawn(move || read_peer(id, stream, k, d, s));
+                    }
+                    Err(e) => tracing::warn!("raft listener: {e}"),
+                }
+            }
+        })?;
+        Ok(Arc::new(TcpTransport { id, key, peers: Mutex::new(HashMap::new()), addrs: peers, local, stopped }))
+    }
+
+    /// Stops listening (the port is free once this returns... give or take the accept
+    /// thread's wake-up), drops outbound connections and stops delivering.
+    pub fn shutdown(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        self.peers.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        // Wake the accept loop so it sees the flag and drops the listener.
+        let _ = TcpStream::connect_timeout(&self.local, CONNECT_TIMEOUT);
+    }
+
+    /// The address the listener is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Sends messages (each to its `to`); never blocks on the network.
+    pub fn send(&self, msgs: Vec<Message>) {
+        for m in msgs {
+            let to = m.to;
+            let Some(addr) = self.addrs.get(&to).copied() else {
+                tracing::debug!(to, "raft message for an unknown peer dropped");
+                continue;
+            };
+            let frame = match self.key.seal(self.id, to, &m) {
+                Ok(f) => f,
+                Err(e) => {
+                    tracing::error!(to, "raft message not sent: {e}");
+                    continue;
+                }
+            };
+            let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+            let tx = peers.entry(to).or_insert_with(|| {
+                let (tx, rx) = mpsc::sync_channel(QUEUE);
+                let me = self.id;
+                let _ = std::thread::Builder::new().name(format!("raft-out-{me}-{to}")).spawn(move || write_peer(to, addr, rx));
+                tx
+            });
+            match tx.try_send(frame) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_)) => tracing::debug!(to, "raft queue to peer full; message dropped"),
+                Err(TrySendError::Disconnected(_)) => {
+                    peers.remove(&to);
+                }
+            }
+        }
+    }
+}
+
+/// One outbound connection: connect lazily, write frames, reconnect on error.
+fn write_peer(to: u64, addr: SocketAddr, rx: Receiver<Vec<u8>>) {
+    let mut conn: Option<TcpStream> = None;
+    let mut down_until: Option<Instant> = None;
+    for frame in rx {
+        if down_until.is_some_and(|t| Instant::now() < t) {
+            continue;
+        }
+        if conn.is_none() {
+            match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+                Ok(s) => {
+                    let _ = s.set_nodelay(true);
+                    let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
+                    tracing::info!(to, %addr, "connected to raft peer");
+                    conn = Some(s);
+                    down_until = None;
+                }
+                Err(e) => {
+                    tracing::debug!(to, %addr, "raft peer unreachable: {e}");
+                    down_until = Some(Instant::now() + RETRY_AFTER);
+                    continue;
+                }
+            }
+        }
+        if let Some(s) = conn.as_mut() {
+            if let Err(e) = s.write_all(&frame) {
+                tracing::info!(to, %addr, "raft peer connection lost: {e}");
+                conn = None;
+            }
+        }
+    }
+}
+
+/// One inbound connection: read frames until EOF or a bad frame.
+fn read_peer(me: u64, mut stream: TcpStream, key: ClusterKey, deliver: Deliver, stopped: Arc<AtomicBool>) {
+    let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+    let mut len = [0u8; 4];
+    loop {
+        if stopped.load(Ordering::SeqCst) {
+            return;
+        }
+        if stream.read_exact(&mut len).is_err() {
+            return;
+        }
+        let n = u32::from_be_bytes(len) as usize;
+        if n > MAX_FRAME {
+            tracing::warn!(%peer, n, "raft frame larger than the limit; closing the connection");
+            return;
+        }
+        let mut body = vec![0u8; n];
+        if stream.read_exact(&mut body).is_err() {
+            return;
+        }
+        match key.open(&body) {
+            Ok((from, to, msg)) if to == me && msg.to == me && msg.from == from => deliver(msg),
+            Ok((from, to, msg)) => {
+                tracing::warn!(%peer, from, to, msg_from = msg.from, msg_to = msg.to, "raft frame with mismatched ids dropped");
+            }
+            Err(e) => {
+                tracing::warn!(%peer, "raft frame refused: {e}; closing the connection");
+                return;
+            }
+        }
+    }
+}
+
+/// What the node's driver sends its outgoing raft messages through.
+pub trait Outbox: Send + Sync {
+    fn send(&self, msgs: Vec<Message>);
+}
+
+impl Outbox for TcpTransport {
+    fn send(&self, msgs: Vec<Message>) {
+        TcpTransport::send(self, msgs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use raft::eraftpb::MessageType;
+
+    fn msg(from: u64, to: u64) -> Message {
+        let mut m = Message::default();
+        m.set_msg_type(MessageType::MsgHeartbeat);
+        m.from = from;
+        m.to = to;
+        m.term = 7;
+        m
+    }
+
+    #[test]
+    fn frames_seal_and_open_only_with_the_same_secret() {
+        let k = ClusterKey::from_secret("s3cret");
+        let f = k.seal(1, 2, &msg(1, 2)).unwrap();
+        let (from, to, m) = k.open(&f[4..]).unwrap();
+        assert_eq!((from, to, m.term), (1, 2, 7));
+        assert!(ClusterKey::from_secret("other").open(&f[4..]).is_err());
+        let mut flipped = f.clone();
+        let last = flipped.len() - 20;
+        flipped[last] ^= 1;
+        assert!(k.open(&flipped[4..]).is_err(), "a flipped bit fails the tag");
+        assert!(k.open(&[0u8; 10]).is_err());
+    }
+
+    #[test]
+    fn messages_travel_between_two_transports_over_tcp() {
+        let (tx, rx) = mpsc::channel();
+        let tx = Mutex::new(tx);
+        let key = ClusterKey::from_secret("s");
+        let b = TcpTransport::start(2, "127.0.0.1:0".parse().unwrap(), HashMap::new(), key.clone(), Arc::new(move |m| {
+            let _ = tx.lock().unwrap().send(m);
+        }))
+        .unwrap();
+        let a = TcpTransport::start(1, "127.0.0.1:0".parse().unwrap(), [(2, b.local_addr())].into(), key, Arc::new(|_| {})).unwrap();
+        a.send(vec![msg(1, 2), msg(1, 2)]);
+        let got = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!((got.from, got.to, got.term), (1, 2, 7));
+        assert!(rx.recv_timeout(Duration::from_secs(5)).is_ok());
+        // A sender with another secret is refused.
+        let c = TcpTransport::start(3, "127.0.0.1:0".parse().unwrap(), [(2, b.local_addr())].into(), ClusterKey::from_secret("wrong"), Arc::new(|_| {})).unwrap();
+        c.send(vec![msg(3, 2)]);
+        assert!(rx.recv_timeout(Duration::from_millis(500)).is_err());
+    }
+}
