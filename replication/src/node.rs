@@ -32,7 +32,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use raft::eraftpb::{ConfState, Entry, EntryType, Message};
+use protobuf::Message as _;
+use raft::eraftpb::{ConfChange, ConfChangeType, ConfState, Entry, EntryType, HardState, Message};
 use raft::{Config as RaftConfig, RawNode, Storage};
 
 use halite_storage::log::RaftLog;
@@ -80,6 +81,12 @@ pub struct NodeConfig {
     pub voters: Vec<u64>,
     /// How long a proposal may wait to be applied.
     pub propose_timeout: Duration,
+    /// Joining an existing group: a new log starts with no membership at all and the
+    /// node waits for the leader to replicate the log (which adds it as a learner).
+    pub join: bool,
+    /// Transport addresses of the founding voters (this node's own included), written
+    /// into the log with the founding membership so joiners learn them by replay.
+    pub addrs: HashMap<u64, std::net::SocketAddr>,
 }
 
 impl Default for NodeConfig {
@@ -92,6 +99,8 @@ impl Default for NodeConfig {
             max_batch: 8192,
             voters: Vec::new(),
             propose_timeout: Duration::from_secs(10),
+            join: false,
+            addrs: HashMap::new(),
         }
     }
 }
@@ -125,8 +134,19 @@ struct Proposal {
     reply: Reply,
 }
 
+/// A membership change: `change` of `node`, whose transport address (for additions)
+/// travels with it in the entry's context so every member, now or replaying later,
+/// learns where the node listens.
+struct MemberChange {
+    change: ConfChangeType,
+    node: u64,
+    addr: Option<std::net::SocketAddr>,
+    reply: Reply,
+}
+
 enum Msg {
     Propose(Proposal),
+    Member(MemberChange),
     Raft(Box<Message>),
     Stop,
 }
@@ -201,15 +221,42 @@ impl Node {
     }
 
     fn start_inner(log: RaftLog, sm: Arc<StateMachine>, mut views: Views, cfg: NodeConfig, outbox: Option<Arc<dyn Outbox>>, mailbox: Mailbox) -> Result<Node> {
-        if log.is_new()? {
+        if log.is_new()? && cfg.join {
+            tracing::info!(id = cfg.id, "new log: joining; waiting for the leader to replicate the group's log");
+        } else if log.is_new()? {
             let mut voters = if cfg.voters.is_empty() { vec![cfg.id] } else { cfg.voters.clone() };
             if !voters.contains(&cfg.id) {
                 voters.push(cfg.id);
             }
             voters.sort_unstable();
             voters.dedup();
+            // The founding membership goes into the log itself, as committed
+            // "add voter" entries at term 1 (identical on every founder), not only into
+            // the persisted conf state: a node that joins later replays the log from
+            // index 1 and must learn every voter, and where it listens, from it.
+            let entries: Vec<Entry> = voters
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    let mut cc = ConfChange::default();
+                    cc.set_change_type(ConfChangeType::AddNode);
+                    cc.node_id = *v;
+                    let mut e = Entry::default();
+                    e.set_entry_type(EntryType::EntryConfChange);
+                    e.term = 1;
+                    e.index = i as u64 + 1;
+                    e.data = cc.write_to_bytes().unwrap_or_default().into();
+                    let mut ctx = vec![0u8; 16];
+                    if let Some(a) = cfg.addrs.get(v) {
+                        ctx.extend_from_slice(a.to_string().as_bytes());
+                    }
+                    e.context = ctx.into();
+                    e
+                })
+                .collect();
+            let hs = HardState { term: 1, commit: entries.len() as u64, ..Default::default() };
             let cs = ConfState { voters: voters.clone(), ..Default::default() };
-            log.append(&[], None, Some(&cs), true)?;
+            log.append(&entries, Some(&hs), Some(&cs), true)?;
             tracing::info!(id = cfg.id, ?voters, "new log: bootstrapped with its founding voters");
         }
         log.check_all()?;
@@ -255,11 +302,17 @@ impl Node {
             ..Default::default()
         };
         rc.validate()?;
-        let mut raw = RawNode::new(&rc, log.clone(), &logger)?;
-        let voters = log.conf_state()?.voters;
-        if voters == vec![cfg.id] {
-            raw.campaign()?;
+        let raw = RawNode::new(&rc, log.clone(), &logger)?;
+        let solo = log.conf_state()?.voters == vec![cfg.id];
+        let book = address_book(&log)?;
+        if let Some(o) = &outbox {
+            for (id, addr) in &book {
+                o.set_peer(*id, *addr);
+            }
         }
+        // A log made before membership entries existed (or a founder whose address was
+        // not known) does not name this node's address: announce it once when leader.
+        let announce = cfg.addrs.get(&cfg.id).copied().filter(|_| !book.iter().any(|(id, a)| *id == cfg.id && a.is_some()));
         let Mailbox(tx, rx) = mailbox;
         let sm2 = sm.clone();
         let log2 = log.clone();
@@ -280,6 +333,9 @@ impl Node {
                     views_dirty_to: None,
                     views_synced_at: Instant::now(),
                     leader: leader2,
+                    announce,
+                    pending_announce: None,
+                    solo,
                 };
                 if let Err(e) = d.run(rx) {
                     tracing::error!("raft node stopped: {e}");
@@ -288,6 +344,31 @@ impl Node {
             })
             .map_err(|e| NodeError::Stopped(format!("cannot start the node thread: {e}")))?;
         Ok(Node { tx, thread: Some(thread), sm, log: log2, leader })
+    }
+
+    /// Adds `node` (listening at `addr`) as a learner: it receives the log but does not
+    /// vote. Returns once the change is applied on this node.
+    pub fn add_learner(&self, node: u64, addr: std::net::SocketAddr) -> Result<u64> {
+        self.member_change(ConfChangeType::AddLearnerNode, node, Some(addr))
+    }
+
+    /// Makes `node` a voter (a learner is promoted; `addr` may update its address).
+    pub fn add_voter(&self, node: u64, addr: Option<std::net::SocketAddr>) -> Result<u64> {
+        self.member_change(ConfChangeType::AddNode, node, addr)
+    }
+
+    /// Removes `node` from the group.
+    pub fn remove_member(&self, node: u64) -> Result<u64> {
+        self.member_change(ConfChangeType::RemoveNode, node, None)
+    }
+
+    fn member_change(&self, change: ConfChangeType, node: u64, addr: Option<std::net::SocketAddr>) -> Result<u64> {
+        if node == 0 {
+            return Err(NodeError::Refused("node id 0 is not a valid raft id".into()));
+        }
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        self.tx.send(Msg::Member(MemberChange { change, node, addr, reply })).map_err(|_| NodeError::Stopped("node thread is gone".into()))?;
+        Pending { rx }.wait()
     }
 
     /// The leader this node last knew of (`None` while there is none).
@@ -307,7 +388,10 @@ impl Node {
     pub fn membership(&self) -> Result<(u64, Vec<u64>, Vec<u64>)> {
         let hs = self.log.hard_state()?;
         let cs = self.log.conf_state()?;
-        Ok((hs.term, cs.voters, cs.learners))
+        let (mut voters, mut learners) = (cs.voters, cs.learners);
+        voters.sort_unstable();
+        learners.sort_unstable();
+        Ok((hs.term, voters, learners))
     }
 
     /// Proposes records and waits until all are committed and applied. Returns the log
@@ -360,6 +444,12 @@ struct Driver {
     /// Waiting proposals by sequence number: reply channel and when it was proposed.
     waiting: HashMap<u64, (Reply, Instant)>,
     leader: Arc<std::sync::atomic::AtomicU64>,
+    /// This node's address, to be written into the log once it leads (see start).
+    announce: Option<std::net::SocketAddr>,
+    pending_announce: Option<MemberChange>,
+    /// The only voter: campaign as soon as raft allows (once committed membership
+    /// entries are applied) instead of waiting for an election timeout.
+    solo: bool,
     /// Highest index applied to the views but not yet synced, and when they last were.
     views_dirty_to: Option<u64>,
     views_synced_at: Instant,
@@ -368,6 +458,8 @@ struct Driver {
 impl Driver {
     fn run(&mut self, rx: Receiver<Msg>) -> Result<()> {
         let mut next_tick = Instant::now() + self.cfg.tick;
+        self.on_ready()?;
+        self.campaign_if_solo()?;
         loop {
             let timeout = next_tick.saturating_duration_since(Instant::now());
             let first = match rx.recv_timeout(timeout) {
@@ -383,14 +475,16 @@ impl Driver {
                 }
             };
             let mut group = Vec::new();
+            let mut members = Vec::new();
             let mut stop = false;
             let mut n = 0;
             let raw = &mut self.raw;
-            let mut push = |m: Msg, group: &mut Vec<Proposal>, stop: &mut bool, n: &mut usize| match m {
+            let mut push = |m: Msg, group: &mut Vec<Proposal>, members: &mut Vec<MemberChange>, stop: &mut bool, n: &mut usize| match m {
                 Msg::Propose(p) => {
                     *n += p.data.len();
                     group.push(p);
                 }
+                Msg::Member(c) => members.push(c),
                 Msg::Raft(m) => {
                     if let Err(e) = raw.step(*m) {
                         tracing::debug!("raft message not stepped: {e}");
@@ -399,10 +493,10 @@ impl Driver {
                 Msg::Stop => *stop = true,
             };
             if let Some(m) = first {
-                push(m, &mut group, &mut stop, &mut n);
+                push(m, &mut group, &mut members, &mut stop, &mut n);
                 while n < self.cfg.max_batch && !stop {
                     match rx.try_recv() {
-                        Ok(m) => push(m, &mut group, &mut stop, &mut n),
+                        Ok(m) => push(m, &mut group, &mut members, &mut stop, &mut n),
                         Err(_) => break,
                     }
                 }
@@ -410,12 +504,16 @@ impl Driver {
             for p in group {
                 self.propose(p);
             }
+            for c in members.into_iter().chain(self.pending_announce.take()) {
+                self.propose_member(c);
+            }
             if Instant::now() >= next_tick {
                 self.raw.tick();
                 next_tick = Instant::now() + self.cfg.tick;
                 self.expire_waiting();
             }
             self.on_ready()?;
+            self.campaign_if_solo()?;
             self.sync_views(false)?;
             if stop {
                 self.sync_views(true)?;
@@ -451,6 +549,45 @@ impl Driver {
         self.waiting.insert(self.seq, (p.reply, Instant::now()));
     }
 
+    fn campaign_if_solo(&mut self) -> Result<()> {
+        if self.solo && self.raw.raft.state != raft::StateRole::Leader {
+            self.solo = self.raw.raft.prs().conf().voters().ids().iter().eq([self.cfg.id]);
+            if self.solo {
+                self.raw.campaign()?;
+                self.on_ready()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn propose_member(&mut self, c: MemberChange) {
+        if self.raw.raft.leader_id == raft::INVALID_ID {
+            let _ = c.reply.send(Err(NodeError::NotLeader));
+            return;
+        }
+        self.seq += 1;
+        let mut ctx = Vec::with_capacity(48);
+        ctx.extend_from_slice(&self.cfg.id.to_be_bytes());
+        ctx.extend_from_slice(&self.seq.to_be_bytes());
+        if let Some(a) = c.addr {
+            ctx.extend_from_slice(a.to_string().as_bytes());
+        }
+        let mut cc = ConfChange::default();
+        cc.set_change_type(c.change);
+        cc.node_id = c.node;
+        match self.raw.propose_conf_change(ctx, cc) {
+            Ok(()) => {
+                self.waiting.insert(self.seq, (c.reply, Instant::now()));
+            }
+            Err(e) => {
+                let _ = c.reply.send(Err(match e {
+                    raft::Error::ProposalDropped => NodeError::NotLeader,
+                    e => e.into(),
+                }));
+            }
+        }
+    }
+
     /// Answers proposals that were not applied in time.
     fn expire_waiting(&mut self) {
         let limit = self.cfg.propose_timeout;
@@ -481,6 +618,12 @@ impl Driver {
             let leader = if ss.leader_id == raft::INVALID_ID { 0 } else { ss.leader_id };
             self.leader.store(leader, std::sync::atomic::Ordering::Relaxed);
             tracing::info!(id = self.cfg.id, leader, role = ?ss.raft_state, "raft role changed");
+            if ss.raft_state == raft::StateRole::Leader {
+                if let Some(addr) = self.announce.take() {
+                    let (reply, _) = tokio::sync::oneshot::channel();
+                    self.pending_announce = Some(MemberChange { change: ConfChangeType::AddNode, node: self.cfg.id, addr: Some(addr), reply });
+                }
+            }
         }
         self.send(rd.take_messages());
         if !rd.snapshot().is_empty() {
@@ -507,9 +650,9 @@ impl Driver {
         let mut batch = Vec::with_capacity(entries.len());
         let mut ours = Vec::new();
         for e in entries {
-            if e.context.len() == 16 && e.context[..8] == self.cfg.id.to_be_bytes() {
+            if e.context.len() >= 16 && e.context[..8] == self.cfg.id.to_be_bytes() {
                 let mut seq = [0u8; 8];
-                seq.copy_from_slice(&e.context[8..]);
+                seq.copy_from_slice(&e.context[8..16]);
                 ours.push((u64::from_be_bytes(seq), e.index));
             }
             match e.get_entry_type() {
@@ -520,9 +663,14 @@ impl Driver {
                     })?;
                     batch.push((e.index, rec));
                 }
-                EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {
-                    // Membership changes arrive with the cluster work.
-                    tracing::warn!(index = e.index, "conf change entry ignored by a single node");
+                EntryType::EntryConfChange => {
+                    // Records before the change are applied first, in log order.
+                    let fx = self.sm.apply(&std::mem::take(&mut batch))?;
+                    self.views.apply(&self.sm, &fx)?;
+                    self.apply_member_change(&e)?;
+                }
+                EntryType::EntryConfChangeV2 => {
+                    tracing::warn!(index = e.index, "joint-consensus conf change entries are not proposed by Halite; ignored");
                 }
             }
         }
@@ -533,6 +681,30 @@ impl Driver {
         for (seq, index) in ours {
             if let Some((tx, _)) = self.waiting.remove(&seq) {
                 let _ = tx.send(Ok(index));
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies a committed membership change: raft's view of the group, the persisted
+    /// conf state, and the transport's address book.
+    fn apply_member_change(&mut self, e: &Entry) -> Result<()> {
+        let cc = ConfChange::parse_from_bytes(&e.data).map_err(|err| StorageError::CorruptLog(format!("conf change entry {} does not decode: {err}", e.index)))?;
+        match self.raw.apply_conf_change(&cc) {
+            Ok(cs) => {
+                self.log.append(&[], None, Some(&cs), true)?;
+                tracing::info!(index = e.index, change = ?cc.get_change_type(), node = cc.node_id, voters = ?cs.voters, learners = ?cs.learners, "membership changed");
+            }
+            // Re-applying a change already in effect (after a restart) is refused by raft
+            // as a no-op; the persisted conf state already has it.
+            Err(err) => tracing::warn!(index = e.index, node = cc.node_id, "membership change not applied: {err}"),
+        }
+        if let (Some(o), Some(addr)) = (&self.outbox, entry_addr(e)) {
+            o.set_peer(cc.node_id, Some(addr));
+        }
+        if cc.get_change_type() == ConfChangeType::RemoveNode {
+            if let Some(o) = &self.outbox {
+                o.set_peer(cc.node_id, None);
             }
         }
         Ok(())
@@ -558,6 +730,41 @@ impl Driver {
             let _ = tx.send(Err(NodeError::Stopped(why.to_string())));
         }
     }
+}
+
+/// The transport address a membership-change entry carries after its 16-byte proposal
+/// context.
+fn entry_addr(e: &Entry) -> Option<std::net::SocketAddr> {
+    let text = std::str::from_utf8(e.context.get(16..)?).ok()?;
+    text.parse().ok()
+}
+
+/// Every peer address the log's membership changes name, last one winning (read at
+/// start so a restarted node can reach its peers without being told).
+fn address_book(log: &RaftLog) -> Result<Vec<(u64, Option<std::net::SocketAddr>)>> {
+    let mut book: HashMap<u64, Option<std::net::SocketAddr>> = HashMap::new();
+    let (Some(first), Some(last)) = (log.first_entry_index(), log.last_entry_index()) else { return Ok(vec![]) };
+    let mut at = first;
+    while at <= last {
+        let hi = (at + 4096).min(last + 1);
+        for e in log.read_entries(at, hi, None)? {
+            if e.get_entry_type() != EntryType::EntryConfChange {
+                continue;
+            }
+            let Ok(cc) = ConfChange::parse_from_bytes(&e.data) else { continue };
+            match (cc.get_change_type(), entry_addr(&e)) {
+                (ConfChangeType::RemoveNode, _) => {
+                    book.insert(cc.node_id, None);
+                }
+                (_, Some(a)) => {
+                    book.insert(cc.node_id, Some(a));
+                }
+                _ => {}
+            }
+        }
+        at = hi;
+    }
+    Ok(book.into_iter().collect())
 }
 
 #[cfg(test)]
@@ -643,7 +850,7 @@ mod tests {
         let peers = addrs.iter().filter(|(k, _)| **k != id).map(|(k, v)| (*k, *v)).collect();
         let t = crate::TcpTransport::start(id, addrs[&id], peers, crate::ClusterKey::from_secret(secret), Arc::new(move |m| inbox.deliver(m))).unwrap();
         let dir = root.join(format!("n{id}"));
-        let cfg = NodeConfig { id, voters: vec![1, 2, 3], ..Default::default() };
+        let cfg = NodeConfig { id, voters: vec![1, 2, 3], addrs: addrs.clone(), ..Default::default() };
         let node = Node::start_peered(&DataDir::new(&dir.join("data")), views(&dir.join("pki")), cfg, t.clone(), mb).unwrap();
         (node, t)
     }
@@ -715,5 +922,65 @@ mod tests {
         }
         back.0.stop();
         back.1.shutdown();
+    }
+
+    /// A node with the sealed transport; `voters` empty and `join` for a joiner.
+    fn node_at(root: &Path, id: u64, listen: std::net::SocketAddr, peers: HashMap<u64, std::net::SocketAddr>, voters: Vec<u64>, join: bool) -> (Node, Arc<crate::TcpTransport>) {
+        let (inbox, mb) = mailbox();
+        let t = crate::TcpTransport::start(id, listen, peers, crate::ClusterKey::from_secret("s"), Arc::new(move |m| inbox.deliver(m))).unwrap();
+        let dir = root.join(format!("n{id}"));
+        let cfg = NodeConfig { id, voters, join, addrs: [(id, listen)].into(), ..Default::default() };
+        let node = Node::start_peered(&DataDir::new(&dir.join("data")), views(&dir.join("pki")), cfg, t.clone(), mb).unwrap();
+        (node, t)
+    }
+
+    fn free_addr(ip: &str) -> std::net::SocketAddr {
+        std::net::TcpListener::bind((ip, 0)).unwrap().local_addr().unwrap()
+    }
+
+    #[test]
+    fn joiners_catch_up_as_learners_are_promoted_and_survive_the_founder() {
+        let dir = tempfile::tempdir().unwrap();
+        let a1 = free_addr("127.0.0.1");
+        let (n1, t1) = node_at(dir.path(), 1, a1, HashMap::new(), vec![1], false);
+        propose_retrying(&n1, &[key("before-join", KeyState::Accepted)]);
+        // Node 2 starts empty, knowing only the founder; the founder adds it as a learner
+        // (its address travels in the log) and it catches up from the log.
+        let a2 = free_addr("127.0.0.2");
+        let (n2, t2) = node_at(dir.path(), 2, a2, [(1, a1)].into(), vec![], true);
+        n1.add_learner(2, a2).unwrap();
+        wait_until("the learner to catch up", 20, || n2.state().get_key("before-join").unwrap().is_some());
+        assert_eq!(n1.membership().unwrap().2, vec![2], "2 is a learner");
+        n1.add_voter(2, None).unwrap();
+        assert_eq!(n1.membership().unwrap().1, vec![1, 2]);
+        // A third joins the same way; a proposal on the new voter is forwarded and applied.
+        let a3 = free_addr("127.0.0.3");
+        let (n3, t3) = node_at(dir.path(), 3, a3, [(1, a1)].into(), vec![], true);
+        n2.add_learner(3, a3).unwrap();
+        n1.add_voter(3, None).unwrap();
+        propose_retrying(&n2, &[key("after-join", KeyState::Pending)]);
+        wait_until("the third node to have everything", 20, || n3.state().get_key("after-join").unwrap().is_some());
+        wait_until("everyone to see three voters", 20, || n3.membership().unwrap().1 == vec![1, 2, 3]);
+        // The founder goes away; 2 and 3 (which learned each other's address from the log)
+        // elect a leader and commit.
+        n1.stop();
+        t1.shutdown();
+        propose_retrying(&n3, &[key("without-founder", KeyState::Pending)]);
+        wait_until("both survivors to apply", 20, || [&n2, &n3].iter().all(|n| n.state().get_key("without-founder").unwrap().is_some()));
+        // Node 3 goes down; node 1 comes back from its disk knowing no peer (its log's
+        // address book is enough) and with node 2 makes a quorum again.
+        n3.stop();
+        t3.shutdown();
+        std::thread::sleep(Duration::from_millis(300));
+        let (n1, t1) = node_at(dir.path(), 1, a1, HashMap::new(), vec![1], false);
+        propose_retrying(&n2, &[key("while-3-was-down", KeyState::Pending)]);
+        // Node 3 restarts the same way and catches up.
+        let (n3, t3) = node_at(dir.path(), 3, a3, HashMap::new(), vec![], true);
+        wait_until("the restarted node to catch up", 30, || n3.state().get_key("while-3-was-down").unwrap().is_some());
+        assert_eq!(n3.membership().unwrap().1, vec![1, 2, 3]);
+        for (n, t) in [(n1, t1), (n2, t2), (n3, t3)] {
+            n.stop();
+            t.shutdown();
+        }
     }
 }

@@ -97,7 +97,7 @@ pub struct TcpTransport {
     id: u64,
     key: ClusterKey,
     peers: Mutex<HashMap<u64, SyncSender<Vec<u8>>>>,
-    addrs: HashMap<u64, SocketAddr>,
+    addrs: Mutex<HashMap<u64, SocketAddr>>,
     local: SocketAddr,
     stopped: Arc<AtomicBool>,
 }
@@ -125,7 +125,7 @@ impl TcpTransport {
                 }
             }
         })?;
-        Ok(Arc::new(TcpTransport { id, key, peers: Mutex::new(HashMap::new()), addrs: peers, local, stopped }))
+        Ok(Arc::new(TcpTransport { id, key, peers: Mutex::new(HashMap::new()), addrs: Mutex::new(peers), local, stopped }))
     }
 
     /// Stops listening (the port is free once this returns... give or take the accept
@@ -146,7 +146,7 @@ impl TcpTransport {
     pub fn send(&self, msgs: Vec<Message>) {
         for m in msgs {
             let to = m.to;
-            let Some(addr) = self.addrs.get(&to).copied() else {
+            let Some(addr) = self.addrs.lock().unwrap_or_else(|p| p.into_inner()).get(&to).copied() else {
                 tracing::debug!(to, "raft message for an unknown peer dropped");
                 continue;
             };
@@ -244,11 +244,30 @@ fn read_peer(me: u64, mut stream: TcpStream, key: ClusterKey, deliver: Deliver, 
 /// What the node's driver sends its outgoing raft messages through.
 pub trait Outbox: Send + Sync {
     fn send(&self, msgs: Vec<Message>);
+    /// Learns (or forgets, with `None`) where peer `id` listens; membership changes in
+    /// the log carry the addresses.
+    fn set_peer(&self, id: u64, addr: Option<SocketAddr>);
 }
 
 impl Outbox for TcpTransport {
     fn send(&self, msgs: Vec<Message>) {
         TcpTransport::send(self, msgs)
+    }
+
+    fn set_peer(&self, id: u64, addr: Option<SocketAddr>) {
+        if id == self.id {
+            return;
+        }
+        let mut addrs = self.addrs.lock().unwrap_or_else(|p| p.into_inner());
+        let changed = match addr {
+            Some(a) => addrs.insert(id, a) != Some(a),
+            None => addrs.remove(&id).is_some(),
+        };
+        if changed {
+            // A new address gets a new connection.
+            self.peers.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+            tracing::info!(peer = id, ?addr, "raft peer address");
+        }
     }
 }
 

@@ -157,6 +157,13 @@ impl RaftLog {
         self.engine.last_index(GROUP_ID)
     }
 
+    /// Whether an entry carries a [`Record`] (a normal entry with data). The others are
+    /// raft's own: a new leader's empty entry, and membership changes (protobuf
+    /// `ConfChange`, whose context names the node's transport address).
+    pub fn is_record_entry(e: &Entry) -> bool {
+        !e.data.is_empty() && e.get_entry_type() == raft::eraftpb::EntryType::EntryNormal
+    }
+
     /// Reads entries `[low, high)`.
     pub fn read_entries(&self, low: u64, high: u64, max_size: Option<usize>) -> Result<Vec<Entry>> {
         let mut out = Vec::with_capacity((high.saturating_sub(low)).min(4096) as usize);

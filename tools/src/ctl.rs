@@ -211,7 +211,7 @@ pub fn verify(cfg: &MasterConfig, check_views: bool) -> Result<VerifyReport> {
             Ok(es) => {
                 for e in es {
                     rep.entries += 1;
-                    if e.data.is_empty() {
+                    if !RaftLog::is_record_entry(&e) {
                         continue;
                     }
                     match Record::decode(&e.data) {
