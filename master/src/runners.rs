@@ -52,16 +52,22 @@ pub fn lookup_jid(sm: &StateMachine, jid: &str) -> halite_storage::Result<J> {
 
 /// `cluster.members` in Salt 3008's shape. `voters`/`learners` are raft ids; a single
 /// node (raft id 1) reports itself by its node id (`id`, falling back to `interface`).
-pub fn cluster_members(node_id: &str, term: u64, voters: &[u64], learners: &[u64]) -> J {
-    let name = |_: &u64| J::String(node_id.to_string());
+pub fn cluster_members(node_id: &str, term: u64, voters: &[u64], learners: &[u64], leader: Option<u64>, names: &std::collections::BTreeMap<u64, String>) -> J {
+    let name = |id: &u64| J::String(names.get(id).cloned().unwrap_or_else(|| id.to_string()));
+    let sorted = |ids: &[u64]| {
+        let mut v: Vec<J> = ids.iter().map(name).collect();
+        v.sort_by(|a, b| a.as_str().cmp(&b.as_str()));
+        v
+    };
+    let (v, l) = (sorted(voters), sorted(learners));
     json!({
         "node_id": node_id,
-        "voters": voters.iter().map(name).collect::<Vec<_>>(),
-        "learners": learners.iter().map(name).collect::<Vec<_>>(),
+        "voters": v,
+        "learners": l,
         "membership_version": -1,
         "voter_count": voters.len(),
         "learner_count": learners.len(),
-        "leader_id": if voters.len() == 1 { J::String(node_id.to_string()) } else { J::Null },
+        "leader_id": leader.map(|id| name(&id)).unwrap_or(J::Null),
         "term": term,
         "unhealthy_voters": [],
         "recently_demoted": [],

@@ -1,7 +1,11 @@
 //! Opening the storage a master config describes: the data directory (log and state
 //! machine), the configured key view and the roots materialiser.
 
-use halite_replication::{DataDir, Node, NodeConfig, NodeError};
+use std::collections::{BTreeMap, HashMap};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+
+use halite_replication::{ClusterKey, DataDir, Node, NodeConfig, NodeError, TcpTransport};
 use halite_storage::format::{now_ns, ImportMarker, ImportPhase, KeySet, KeyState, Record};
 use halite_storage::keys::BankState;
 use halite_storage::keys::{open_view, KeyDriver, KeyView};
@@ -31,9 +35,84 @@ pub fn views(cfg: &MasterConfig, keys: Box<dyn KeyView>) -> Views {
     Views::new(keys, RootsMaterialiser::new(cfg.roots_dirs()))
 }
 
-/// Starts the node over this master's data directory with the given views.
+/// How this master takes part in a cluster: its own name (`interface`, which Salt
+/// requires to equal `id` and the entries other masters list in `cluster_peers`), every
+/// member's raft id and transport address, and the transport key.
+pub struct ClusterPlan {
+    pub me: u64,
+    pub listen: SocketAddr,
+    /// Raft id → name, every founding member (this one included).
+    pub names: BTreeMap<u64, String>,
+    /// Raft id → address on `cluster_pool_port`.
+    pub addrs: HashMap<u64, SocketAddr>,
+    pub key: ClusterKey,
+}
+
+/// A member's raft id: the first 8 bytes of SHA-256 of its name (never 0).
+pub fn member_id(name: &str) -> u64 {
+    use sha2::Digest;
+    let h = sha2::Sha256::digest(name.as_bytes());
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&h[..8]);
+    (u64::from_be_bytes(b) >> 1).max(1)
+}
+
+fn resolve(name: &str, port: u16) -> Result<SocketAddr, String> {
+    (name, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cluster member {name:?}: cannot resolve: {e}"))?
+        .next()
+        .ok_or_else(|| format!("cluster member {name:?} has no address"))
+}
+
+/// The cluster plan of a config (`None` without `cluster_id`).
+pub fn cluster_plan(cfg: &MasterConfig) -> Result<Option<ClusterPlan>, String> {
+    if cfg.cluster_id.is_none() {
+        return Ok(None);
+    }
+    let secret = cfg.cluster_secret.as_deref().filter(|s| !s.is_empty()).ok_or(
+        "cluster_id is set but cluster_secret is not: Halite seals all traffic between masters with a key derived from cluster_secret, so every member needs the same one",
+    )?;
+    if cfg.interface == "0.0.0.0" || cfg.interface == "::" {
+        return Err("cluster_id is set: set interface to this master's address as the other masters list it in cluster_peers (Salt uses it as the member's identity)".into());
+    }
+    if cfg.cluster_peers.is_empty() {
+        return Err("cluster_id is set but cluster_peers is empty: list the other masters".into());
+    }
+    let me = member_id(&cfg.interface);
+    let mut names = BTreeMap::new();
+    let mut addrs = HashMap::new();
+    for name in std::iter::once(&cfg.interface).chain(cfg.cluster_peers.iter()) {
+        let id = member_id(name);
+        names.insert(id, name.clone());
+        addrs.insert(id, resolve(name, cfg.cluster_pool_port)?);
+    }
+    Ok(Some(ClusterPlan { me, listen: addrs[&me], names, addrs, key: ClusterKey::from_secret(secret) }))
+}
+
+/// Starts the node over this master's data directory with the given views: alone, or,
+/// with `cluster_id`, with the founding members of `cluster_peers` over the sealed
+/// transport on `interface:cluster_pool_port`.
 pub fn start_node(cfg: &MasterConfig, views: Views) -> Result<Node, halite_replication::NodeError> {
-    Node::start(&data_dir(cfg), views, NodeConfig::default())
+    let Some(plan) = cluster_plan(cfg).map_err(NodeError::Refused)? else {
+        return Node::start(&data_dir(cfg), views, NodeConfig::default());
+    };
+    let (inbox, mailbox) = halite_replication::node::mailbox();
+    let peers = plan.addrs.iter().filter(|(id, _)| **id != plan.me).map(|(id, a)| (*id, *a)).collect();
+    let transport: Arc<TcpTransport> = TcpTransport::start(plan.me, plan.listen, peers, plan.key.clone(), Arc::new(move |m| inbox.deliver(m)))
+        .map_err(|e| NodeError::Refused(format!("binding the cluster port {}: {e}", plan.listen)))?;
+    tracing::info!(me = %cfg.interface, id = plan.me, listen = %plan.listen, members = ?plan.names.values().collect::<Vec<_>>(), "cluster member");
+    let ncfg = NodeConfig { id: plan.me, voters: plan.names.keys().copied().collect(), addrs: plan.addrs.clone(), ..Default::default() };
+    Node::start_peered(&data_dir(cfg), views, ncfg, transport, mailbox)
+}
+
+/// Raft id → member name, for reports (`cluster.members`): the founding members of the
+/// plan, or this master alone as id 1.
+pub fn member_names(cfg: &MasterConfig) -> BTreeMap<u64, String> {
+    match cluster_plan(cfg) {
+        Ok(Some(p)) => p.names,
+        _ => [(NodeConfig::default().id, crate::server::node_id(cfg))].into(),
+    }
 }
 
 /// Starts the node over the configured view, first importing into the log any key the

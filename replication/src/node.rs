@@ -23,7 +23,8 @@
 //! (this node's id and a sequence number), not by its index, since a leader change can
 //! replace an uncommitted index with another node's entry; one that is not applied
 //! within [`NodeConfig::propose_timeout`] is answered with [`NodeError::Timeout`] (every
-//! record kind applies idempotently, so retrying is safe).
+//! record kind applies idempotently, so retrying is safe). A proposal made during an
+//! election is held until a leader is known (or the same timeout passes).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -48,7 +49,7 @@ use crate::transport::Outbox;
 pub enum NodeError {
     #[error("record refused: {0}")]
     Refused(String),
-    #[error("no leader is known yet; retry shortly")]
+    #[error("no leader was elected in time; retry shortly")]
     NotLeader,
     #[error("not committed within {0:?} (a leader change or lost quorum); retry")]
     Timeout(Duration),
@@ -149,6 +150,21 @@ enum Msg {
     Member(MemberChange),
     Raft(Box<Message>),
     Stop,
+}
+
+/// What a waiting proposal asks for.
+enum Payload {
+    Records(Vec<Vec<u8>>),
+    Member { change: ConfChangeType, node: u64, addr: Option<std::net::SocketAddr> },
+}
+
+/// A proposal not yet applied.
+struct Waiting {
+    reply: Reply,
+    at: Instant,
+    payload: Payload,
+    /// The term it was last handed to raft in (`None`: not yet).
+    term: Option<u64>,
 }
 
 /// Hands raft messages received from peers to a node.
@@ -441,8 +457,8 @@ struct Driver {
     outbox: Option<Arc<dyn Outbox>>,
     /// Sequence number of this node's last proposal (carried in its entries' context).
     seq: u64,
-    /// Waiting proposals by sequence number: reply channel and when it was proposed.
-    waiting: HashMap<u64, (Reply, Instant)>,
+    /// Proposals not yet applied, by sequence number.
+    waiting: HashMap<u64, Waiting>,
     leader: Arc<std::sync::atomic::AtomicU64>,
     /// This node's address, to be written into the log once it leads (see start).
     announce: Option<std::net::SocketAddr>,
@@ -507,6 +523,7 @@ impl Driver {
             for c in members.into_iter().chain(self.pending_announce.take()) {
                 self.propose_member(c);
             }
+            self.submit_waiting();
             if Instant::now() >= next_tick {
                 self.raw.tick();
                 next_tick = Instant::now() + self.cfg.tick;
@@ -514,6 +531,8 @@ impl Driver {
             }
             self.on_ready()?;
             self.campaign_if_solo()?;
+            self.submit_waiting();
+            self.on_ready()?;
             self.sync_views(false)?;
             if stop {
                 self.sync_views(true)?;
@@ -524,29 +543,67 @@ impl Driver {
     }
 
     fn propose(&mut self, p: Proposal) {
+        self.seq += 1;
+        self.waiting.insert(self.seq, Waiting { reply: p.reply, at: Instant::now(), payload: Payload::Records(p.data), term: None });
+    }
+
+    fn propose_member(&mut self, c: MemberChange) {
+        self.seq += 1;
+        let payload = Payload::Member { change: c.change, node: c.node, addr: c.addr };
+        self.waiting.insert(self.seq, Waiting { reply: c.reply, at: Instant::now(), payload, term: None });
+    }
+
+    /// Hands raft every waiting proposal not yet submitted in the current term: new
+    /// ones, ones that arrived during an election, and ones a follower forwarded to a
+    /// leader that has since been replaced (raft does not resend forwarded proposals).
+    /// A proposal submitted twice may be applied twice, which every record kind and
+    /// membership change tolerates; its waiter is answered by the first.
+    fn submit_waiting(&mut self) {
         if self.raw.raft.leader_id == raft::INVALID_ID {
-            let _ = p.reply.send(Err(NodeError::NotLeader));
             return;
         }
-        self.seq += 1;
-        let mut ctx = Vec::with_capacity(16);
-        ctx.extend_from_slice(&self.cfg.id.to_be_bytes());
-        ctx.extend_from_slice(&self.seq.to_be_bytes());
-        let n = p.data.len();
-        for (i, d) in p.data.into_iter().enumerate() {
-            let context = if i + 1 == n { ctx.clone() } else { Vec::new() };
-            if let Err(e) = self.raw.propose(context, d) {
-                // Entries proposed before the failure may still commit (raft cannot take
-                // them back); the caller learns the request failed and may retry, which
-                // is safe because every record kind applies idempotently.
-                let _ = p.reply.send(Err(match e {
-                    raft::Error::ProposalDropped => NodeError::NotLeader,
-                    e => e.into(),
-                }));
-                return;
+        let term = self.raw.raft.term;
+        let due: Vec<u64> = self.waiting.iter().filter(|(_, w)| w.term != Some(term)).map(|(k, _)| *k).collect();
+        for seq in due {
+            let Some(w) = self.waiting.get(&seq) else { continue };
+            let mut ctx = Vec::with_capacity(48);
+            ctx.extend_from_slice(&self.cfg.id.to_be_bytes());
+            ctx.extend_from_slice(&seq.to_be_bytes());
+            let r = match &w.payload {
+                Payload::Records(data) => {
+                    let n = data.len();
+                    data.iter().enumerate().try_for_each(|(i, d)| {
+                        let context = if i + 1 == n { ctx.clone() } else { Vec::new() };
+                        self.raw.propose(context, d.clone())
+                    })
+                }
+                Payload::Member { change, node, addr } => {
+                    if let Some(a) = addr {
+                        ctx.extend_from_slice(a.to_string().as_bytes());
+                    }
+                    let mut cc = ConfChange::default();
+                    cc.set_change_type(*change);
+                    cc.node_id = *node;
+                    self.raw.propose_conf_change(ctx, cc)
+                }
+            };
+            match r {
+                Ok(()) => {
+                    if let Some(w) = self.waiting.get_mut(&seq) {
+                        w.term = Some(term);
+                    }
+                }
+                // No leader after all (it stepped down): try again at the next change.
+                Err(raft::Error::ProposalDropped) => {}
+                Err(e) => {
+                    // Entries submitted before the failure may still commit; the caller
+                    // learns the request failed and may retry (records are idempotent).
+                    if let Some(w) = self.waiting.remove(&seq) {
+                        let _ = w.reply.send(Err(e.into()));
+                    }
+                }
             }
         }
-        self.waiting.insert(self.seq, (p.reply, Instant::now()));
     }
 
     fn campaign_if_solo(&mut self) -> Result<()> {
@@ -560,41 +617,14 @@ impl Driver {
         Ok(())
     }
 
-    fn propose_member(&mut self, c: MemberChange) {
-        if self.raw.raft.leader_id == raft::INVALID_ID {
-            let _ = c.reply.send(Err(NodeError::NotLeader));
-            return;
-        }
-        self.seq += 1;
-        let mut ctx = Vec::with_capacity(48);
-        ctx.extend_from_slice(&self.cfg.id.to_be_bytes());
-        ctx.extend_from_slice(&self.seq.to_be_bytes());
-        if let Some(a) = c.addr {
-            ctx.extend_from_slice(a.to_string().as_bytes());
-        }
-        let mut cc = ConfChange::default();
-        cc.set_change_type(c.change);
-        cc.node_id = c.node;
-        match self.raw.propose_conf_change(ctx, cc) {
-            Ok(()) => {
-                self.waiting.insert(self.seq, (c.reply, Instant::now()));
-            }
-            Err(e) => {
-                let _ = c.reply.send(Err(match e {
-                    raft::Error::ProposalDropped => NodeError::NotLeader,
-                    e => e.into(),
-                }));
-            }
-        }
-    }
-
     /// Answers proposals that were not applied in time.
     fn expire_waiting(&mut self) {
         let limit = self.cfg.propose_timeout;
-        let late: Vec<u64> = self.waiting.iter().filter(|(_, (_, at))| at.elapsed() > limit).map(|(k, _)| *k).collect();
+        let late: Vec<u64> = self.waiting.iter().filter(|(_, w)| w.at.elapsed() > limit).map(|(k, _)| *k).collect();
         for k in late {
-            if let Some((tx, _)) = self.waiting.remove(&k) {
-                let _ = tx.send(Err(NodeError::Timeout(limit)));
+            if let Some(w) = self.waiting.remove(&k) {
+                let err = if w.term.is_none() { NodeError::NotLeader } else { NodeError::Timeout(limit) };
+                let _ = w.reply.send(Err(err));
             }
         }
     }
@@ -679,8 +709,8 @@ impl Driver {
         self.sm.advance_applied(last)?;
         self.views_dirty_to = Some(last);
         for (seq, index) in ours {
-            if let Some((tx, _)) = self.waiting.remove(&seq) {
-                let _ = tx.send(Ok(index));
+            if let Some(w) = self.waiting.remove(&seq) {
+                let _ = w.reply.send(Ok(index));
             }
         }
         Ok(())
@@ -726,8 +756,8 @@ impl Driver {
     }
 
     fn fail_all(&mut self, why: &str) {
-        for (_, (tx, _)) in std::mem::take(&mut self.waiting) {
-            let _ = tx.send(Err(NodeError::Stopped(why.to_string())));
+        for (_, w) in std::mem::take(&mut self.waiting) {
+            let _ = w.reply.send(Err(NodeError::Stopped(why.to_string())));
         }
     }
 }

@@ -1045,3 +1045,67 @@ fn real_minions_autosign_session_rotation_reject_and_denied() {
     }
     master.stop();
 }
+
+#[test]
+fn three_masters_form_a_cluster_and_replicate_keys() {
+    // A pool port free on all three loopback addresses.
+    let pool = loop {
+        let p = free_port();
+        if ["127.0.0.2", "127.0.0.3"].iter().all(|ip| std::net::TcpListener::bind((*ip, p)).is_ok()) {
+            break p;
+        }
+    };
+    let ips = ["127.0.0.1", "127.0.0.2", "127.0.0.3"];
+    let mut envs = Vec::new();
+    for ip in ips {
+        let peers: Vec<String> = ips.iter().filter(|p| **p != ip).map(|p| format!("  - {p}\n")).collect();
+        let env = Env::new(
+            "localfs_key",
+            &format!(
+                "interface: {ip}\nid: {ip}\nret_port: {}\npublish_port: {}\npidfile: @ROOT@/master.pid\ncluster_id: halite-test\ncluster_secret: s3cret\n\
+                 cluster_pool_port: {pool}\ncluster_isolated_filesystem: True\ncluster_pki_dir: @ROOT@/cpki\ncluster_peers:\n{}",
+                free_port(),
+                free_port(),
+                peers.concat()
+            ),
+        );
+        let conf_path = env.root.join("conf/master");
+        let text = std::fs::read_to_string(&conf_path).unwrap().replace("@ROOT@", &env.root.display().to_string());
+        std::fs::write(&conf_path, text).unwrap();
+        envs.push(env);
+    }
+    let mut masters: Vec<Option<Proc>> = envs.iter().map(|e| Some(start_master(e))).collect();
+    let members = |env: &Env| -> Value { serde_json::from_str(&env.ok(SALT_RUN, &["cluster.members", "--out", "json"])).unwrap() };
+    wait_for("a cluster leader", 30, || members(&envs[0])["leader_id"].is_string());
+    let m = members(&envs[1]);
+    assert_eq!(m["voters"], serde_json::json!(ips), "{m}");
+    assert_eq!((m["voter_count"].as_u64(), m["node_id"].as_str()), (Some(3), Some("127.0.0.2")), "{m}");
+    // Two simulated minions sign in to the third master: their pending keys are records
+    // every master applies.
+    let ret3: u16 = std::fs::read_to_string(envs[2].root.join("conf/master")).unwrap().lines().find_map(|l| l.strip_prefix("ret_port: ")).unwrap().parse().unwrap();
+    let swarm_args = ["--port".to_string(), ret3.to_string(), "--count".into(), "2".into(), "--key-dir".into(), envs[0].root.join("keys").display().to_string(), "--acceptance-wait".into(), "1".into(), "--master".into(), "127.0.0.3".into()];
+    let swarm_out = std::fs::File::create(envs[0].root.join("swarm.out")).unwrap();
+    let _swarm = Proc { child: Command::new(env!("CARGO_BIN_EXE_halite-swarm")).args(&swarm_args).stdout(swarm_out).stderr(Stdio::null()).spawn().unwrap(), name: "halite-swarm" };
+    for env in &envs {
+        wait_for("the pending keys on every master", 60, || env.listing()["minions_pre"] == serde_json::json!(["swarm-0", "swarm-1"]));
+    }
+    // Accepted on the second master: accepted everywhere, and the minions get in on the third.
+    envs[1].ok(SALT_KEY, &["-A", "-y"]);
+    for env in &envs {
+        wait_for("the accepted keys on every master", 30, || env.listing()["minions"] == serde_json::json!(["swarm-0", "swarm-1"]));
+        assert!(env.root.join("cpki/minions/swarm-0").exists(), "each master's own key view");
+    }
+    wait_for("the swarm to sign in", 60, || std::fs::read_to_string(envs[0].root.join("swarm.out")).unwrap_or_default().contains("\"ready\""));
+    let o = Command::new(sibling_bin("salt")).args(["-c", &envs[2].conf(), "*", "test.ping", "--out", "json", "-t", "20"]).output().unwrap();
+    assert_eq!(serde_json::from_slice::<Value>(&o.stdout).ok(), Some(serde_json::json!({"swarm-0": true, "swarm-1": true})));
+    // The first master stops; the other two still make a quorum and change keys.
+    masters[0].take().unwrap().stop();
+    envs[1].ok(SALT_KEY, &["-d", "swarm-1", "-y"]);
+    wait_for("the delete on the third master", 30, || envs[2].listing()["minions"] == serde_json::json!(["swarm-0"]));
+    // It comes back and catches up from the log.
+    masters[0] = Some(start_master(&envs[0]));
+    wait_for("the first master to catch up", 60, || envs[0].listing()["minions"] == serde_json::json!(["swarm-0"]));
+    for m in masters.iter_mut().flatten() {
+        m.stop();
+    }
+}
