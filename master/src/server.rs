@@ -76,7 +76,15 @@ pub fn run(cfg: MasterConfig) -> Result<(), String> {
         let mut view = store::key_view(&cfg).map_err(|e| e.to_string())?;
         masterkeys::load_or_create(&cfg, &mut *view).map_err(|e| e.to_string())?
     };
-    let node = Arc::new(store::start_node_adopting(&cfg).map_err(|e| e.to_string())?);
+    // Every job this master applies is published to the minions connected to it, whichever
+    // master it was proposed on.
+    let (job_tx, job_rx) = mpsc::unbounded_channel::<JobPublished>();
+    let tap = halite_replication::Tap(Arc::new(move |_, rec: &Record| {
+        if let Record::JobPublished(j) = rec {
+            let _ = job_tx.send(j.clone());
+        }
+    }));
+    let node = Arc::new(store::start_node_adopting_tapped(&cfg, Some(tap)).map_err(|e| e.to_string())?);
     let aes = Crypticle::generate();
     let publish_key = PublishKey::new(aes.clone(), &keys).map_err(|e| e.to_string())?;
     let core = Arc::new(Core {
@@ -100,10 +108,14 @@ pub fn run(cfg: MasterConfig) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    rt.block_on(serve(core, node, aes, started))
+    rt.block_on(serve(core, node, aes, job_rx, started))
 }
 
-async fn serve(core: Arc<Core>, node: Arc<Node>, aes: Crypticle, started: std::time::Instant) -> Result<(), String> {
+/// Applied jobs older than this are not published (a master catching up on a long log
+/// must not replay old jobs to its minions).
+const PUBLISH_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(30);
+
+async fn serve(core: Arc<Core>, node: Arc<Node>, aes: Crypticle, mut job_rx: mpsc::UnboundedReceiver<JobPublished>, started: std::time::Instant) -> Result<(), String> {
     let cfg = &core.cfg;
     let mut router = zeromq::RouterSocket::new();
     let ret_ep = endpoint(&cfg.interface, cfg.ret_port);
@@ -131,6 +143,33 @@ async fn serve(core: Arc<Core>, node: Arc<Node>, aes: Crypticle, started: std::t
         while let Some(frame) = pub_rx.recv().await {
             if let Err(e) = publisher_sock.send(ZmqMessage::from(frame)).await {
                 tracing::error!("publish failed: {e}");
+            }
+        }
+    });
+    let mp = master.clone();
+    tokio::spawn(async move {
+        while let Some(j) = job_rx.recv().await {
+            let age = std::time::Duration::from_nanos(now_ns().saturating_sub(j.time_ns));
+            if age > PUBLISH_MAX_AGE {
+                tracing::info!(jid = %j.jid, age_s = age.as_secs(), "not publishing an old job found while catching up");
+                continue;
+            }
+            let load = match payload::decode(&j.load) {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::error!(jid = %j.jid, "job load does not decode: {e}");
+                    continue;
+                }
+            };
+            let frame = {
+                let mut p = mp.publisher.lock().unwrap_or_else(|p| p.into_inner());
+                p.envelope(&load, &mp.core.keys.private, SigAlgo::Pkcs1v15Sha1)
+            };
+            match frame {
+                Ok(f) => {
+                    let _ = mp.pub_tx.send(f);
+                }
+                Err(e) => tracing::error!(jid = %j.jid, "cannot seal the publish: {e}"),
             }
         }
     });
@@ -429,12 +468,8 @@ fn publish(m: &Master, req: &J) -> Result<J, String> {
         "fun": fun, "arg": args, "tgt": tgt, "jid": jid, "ret": "", "tgt_type": tgt_type, "user": "root",
     }));
     let rec = Record::JobPublished(JobPublished { jid: jid.clone(), load: payload::encode(&load), minions: minions.clone(), time_ns: now_ns() });
+    // Committed, applied, and thereby published (the node's tap, on every master).
     m.node.propose(&[rec]).map_err(|e| e.to_string())?;
-    let frame = {
-        let mut p = m.publisher.lock().unwrap_or_else(|p| p.into_inner());
-        p.envelope(&load, &m.core.keys.private, SigAlgo::Pkcs1v15Sha1).map_err(|e| e.to_string())?
-    };
-    m.pub_tx.send(frame).map_err(|_| "the publisher stopped".to_string())?;
     m.events.fire(crate::events::event(
         format!("salt/job/{jid}/new"),
         json!({ "jid": jid, "tgt_type": tgt_type, "tgt": tgt, "user": "root", "fun": fun, "arg": payload::to_json(crate::payload::get(&load, "arg").unwrap_or(&rmpv::Value::Nil)), "minions": minions, "missing": missing }),

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 
-use halite_replication::{ClusterKey, DataDir, Node, NodeConfig, NodeError, TcpTransport};
+use halite_replication::{ClusterKey, DataDir, Node, NodeConfig, NodeError, Tap, TcpTransport};
 use halite_storage::format::{now_ns, ImportMarker, ImportPhase, KeySet, KeyState, Record};
 use halite_storage::keys::BankState;
 use halite_storage::keys::{open_view, KeyDriver, KeyView};
@@ -94,15 +94,21 @@ pub fn cluster_plan(cfg: &MasterConfig) -> Result<Option<ClusterPlan>, String> {
 /// with `cluster_id`, with the founding members of `cluster_peers` over the sealed
 /// transport on `interface:cluster_pool_port`.
 pub fn start_node(cfg: &MasterConfig, views: Views) -> Result<Node, halite_replication::NodeError> {
+    start_node_tapped(cfg, views, None)
+}
+
+/// [`start_node`], showing every applied record to `tap` (the daemon publishes the jobs
+/// it applies, whichever master they were proposed on).
+pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> Result<Node, halite_replication::NodeError> {
     let Some(plan) = cluster_plan(cfg).map_err(NodeError::Refused)? else {
-        return Node::start(&data_dir(cfg), views, NodeConfig::default());
+        return Node::start(&data_dir(cfg), views, NodeConfig { tap, ..Default::default() });
     };
     let (inbox, mailbox) = halite_replication::node::mailbox();
     let peers = plan.addrs.iter().filter(|(id, _)| **id != plan.me).map(|(id, a)| (*id, *a)).collect();
     let transport: Arc<TcpTransport> = TcpTransport::start(plan.me, plan.listen, peers, plan.key.clone(), Arc::new(move |m| inbox.deliver(m)))
         .map_err(|e| NodeError::Refused(format!("binding the cluster port {}: {e}", plan.listen)))?;
     tracing::info!(me = %cfg.interface, id = plan.me, listen = %plan.listen, members = ?plan.names.values().collect::<Vec<_>>(), "cluster member");
-    let ncfg = NodeConfig { id: plan.me, voters: plan.names.keys().copied().collect(), addrs: plan.addrs.clone(), ..Default::default() };
+    let ncfg = NodeConfig { id: plan.me, voters: plan.names.keys().copied().collect(), addrs: plan.addrs.clone(), tap, ..Default::default() };
     Node::start_peered(&data_dir(cfg), views, ncfg, transport, mailbox)
 }
 
@@ -120,8 +126,13 @@ pub fn member_names(cfg: &MasterConfig) -> BTreeMap<u64, String> {
 /// Salt master filled, that is every key; later, keys an operator placed by hand (Salt's
 /// way of pre-seeding a minion key into `minions/`). The log is the truth from then on.
 pub fn start_node_adopting(cfg: &MasterConfig) -> Result<Node, NodeError> {
+    start_node_adopting_tapped(cfg, None)
+}
+
+/// [`start_node_adopting`] with a tap (see [`start_node_tapped`]).
+pub fn start_node_adopting_tapped(cfg: &MasterConfig, tap: Option<Tap>) -> Result<Node, NodeError> {
     let (keys, denied) = key_view(cfg)?.entries()?;
-    let node = start_node(cfg, views(cfg, key_view(cfg)?))?;
+    let node = start_node_tapped(cfg, views(cfg, key_view(cfg)?), tap)?;
     let sm = node.state();
     let mut recs = Vec::new();
     for e in keys {

@@ -88,6 +88,21 @@ pub struct NodeConfig {
     /// Transport addresses of the founding voters (this node's own included), written
     /// into the log with the founding membership so joiners learn them by replay.
     pub addrs: HashMap<u64, std::net::SocketAddr>,
+    /// Called with every record once it is applied (on the driver thread: keep it short).
+    pub tap: Option<Tap>,
+}
+
+/// What a [`Tap`] calls: the log index and the record.
+pub type TapFn = dyn Fn(u64, &Record) + Send + Sync;
+
+/// A function shown every applied record with its log index.
+#[derive(Clone)]
+pub struct Tap(pub Arc<TapFn>);
+
+impl std::fmt::Debug for Tap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tap")
+    }
 }
 
 impl Default for NodeConfig {
@@ -102,6 +117,7 @@ impl Default for NodeConfig {
             propose_timeout: Duration::from_secs(10),
             join: false,
             addrs: HashMap::new(),
+            tap: None,
         }
     }
 }
@@ -695,8 +711,7 @@ impl Driver {
                 }
                 EntryType::EntryConfChange => {
                     // Records before the change are applied first, in log order.
-                    let fx = self.sm.apply(&std::mem::take(&mut batch))?;
-                    self.views.apply(&self.sm, &fx)?;
+                    self.apply_records(std::mem::take(&mut batch))?;
                     self.apply_member_change(&e)?;
                 }
                 EntryType::EntryConfChangeV2 => {
@@ -704,13 +719,27 @@ impl Driver {
                 }
             }
         }
-        let fx = self.sm.apply(&batch)?;
-        self.views.apply(&self.sm, &fx)?;
+        self.apply_records(batch)?;
         self.sm.advance_applied(last)?;
         self.views_dirty_to = Some(last);
         for (seq, index) in ours {
             if let Some(w) = self.waiting.remove(&seq) {
                 let _ = w.reply.send(Ok(index));
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies records to the state machine and the views, then shows them to the tap.
+    fn apply_records(&mut self, batch: Vec<(u64, Record)>) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let fx = self.sm.apply(&batch)?;
+        self.views.apply(&self.sm, &fx)?;
+        if let Some(Tap(tap)) = &self.cfg.tap {
+            for (index, rec) in &batch {
+                tap(*index, rec);
             }
         }
         Ok(())

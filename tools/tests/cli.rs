@@ -1098,6 +1098,10 @@ fn three_masters_form_a_cluster_and_replicate_keys() {
     wait_for("the swarm to sign in", 60, || std::fs::read_to_string(envs[0].root.join("swarm.out")).unwrap_or_default().contains("\"ready\""));
     let o = Command::new(sibling_bin("salt")).args(["-c", &envs[2].conf(), "*", "test.ping", "--out", "json", "-t", "20"]).output().unwrap();
     assert_eq!(serde_json::from_slice::<Value>(&o.stdout).ok(), Some(serde_json::json!({"swarm-0": true, "swarm-1": true})));
+    // A job published through the first master reaches the minions on the third (every
+    // master publishes the jobs it applies) and their returns reach the first.
+    let o = Command::new(sibling_bin("salt")).args(["-c", &envs[0].conf(), "*", "test.echo", "via-the-log", "--out", "json", "-t", "20"]).output().unwrap();
+    assert_eq!(serde_json::from_slice::<Value>(&o.stdout).ok(), Some(serde_json::json!({"swarm-0": "via-the-log", "swarm-1": "via-the-log"})), "{}", String::from_utf8_lossy(&o.stderr));
     // The first master stops; the other two still make a quorum and change keys.
     masters[0].take().unwrap().stop();
     envs[1].ok(SALT_KEY, &["-d", "swarm-1", "-y"]);
