@@ -39,6 +39,19 @@ pub struct Core {
     pub sm: Arc<StateMachine>,
     /// Largest request body accepted, in bytes.
     pub max_request: usize,
+    /// A cluster member: the session key of every minion is the cluster AES key.
+    pub cluster: bool,
+}
+
+impl Core {
+    /// The key a minion's requests and their replies are encrypted with.
+    pub fn session_key(&self, id: &str) -> Crypticle {
+        if self.cluster {
+            self.aes.read().unwrap_or_else(|p| p.into_inner()).aes.clone()
+        } else {
+            self.sessions.get(id)
+        }
+    }
 }
 
 /// What handling a request produced.
@@ -112,7 +125,7 @@ fn handle_clear(core: &Core, load: &Value) -> Handled {
                 (false, false)
             };
             let ctx = AuthContext { cfg: &core.cfg, keys: &core.keys, aes: &aes, full };
-            let out = auth::decide(load, stored.as_ref(), denied_exists, &ctx, |id| core.sessions.get(id));
+            let out = auth::decide(load, stored.as_ref(), denied_exists, &ctx, |id| core.session_key(id));
             if reserved && out.act != "accept" {
                 core.signed_in.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
             }
@@ -145,7 +158,7 @@ fn handle_aes(core: &Core, env: &Value, load: &Value) -> Handled {
         return bad_load(e, "aes", &id);
     }
     let Some(ct) = payload::bytes(load) else { return bad_load("the load is not a byte string", "aes", &id) };
-    let session = core.sessions.get(&id);
+    let session = core.session_key(&id);
     let plain = match session.decrypt(ct) {
         Ok(p) => p,
         Err(_) => return bad_load("the load does not decrypt with the session key", "aes", &id),

@@ -123,11 +123,19 @@ pub fn expected_minions(sm: &StateMachine, tgt: &serde_json::Value, tgt_type: &s
 pub struct Publisher {
     aes: Crypticle,
     serial: u64,
+    /// Whether publishes carry `serial` (not in a cluster, as in Salt: members keep their
+    /// own counters and a minion's publish connection may move between them).
+    numbered: bool,
 }
 
 impl Publisher {
     pub fn new(aes: Crypticle) -> Self {
-        Publisher { aes, serial: 0 }
+        Publisher { aes, serial: 0, numbered: true }
+    }
+
+    /// A cluster member's publisher: no `serial`.
+    pub fn unnumbered(aes: Crypticle) -> Self {
+        Publisher { aes, serial: 0, numbered: false }
     }
 
     /// Switches to a new AES key; serials start again from zero for it (spec §8.2).
@@ -143,7 +151,9 @@ impl Publisher {
             Value::Map(m) => m.clone(),
             _ => Vec::new(),
         };
-        plain_map.push((Value::from("serial"), Value::from(self.serial)));
+        if self.numbered {
+            plain_map.push((Value::from("serial"), Value::from(self.serial)));
+        }
         let mut plain = PICKLE.to_vec();
         plain.extend_from_slice(&encode(&Value::Map(plain_map)));
         let ct = self.aes.encrypt(&plain)?;

@@ -6,6 +6,7 @@
 //! | [`config`]   | Salt's config files, defaults and `root_dir` rule |
 //! | [`crypto`]   | RSA (OpenSSL), X9.31, the Crypticle |
 //! | [`payload`]  | msgpack as Python minions write it |
+//! | [`cluster`]  | the cluster key pair and AES key every member shares |
 //! | [`auth`]     | the `_auth` decision (I/O-free) |
 //! | [`handlers`] | request decoding, checks, dispatch, reply encryption (I/O-free) |
 //! | [`fileserver`] | the `roots` file server over `file_roots` |
@@ -25,6 +26,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod cluster;
 pub mod config;
 pub mod crypto;
 pub mod events;

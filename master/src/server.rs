@@ -46,6 +46,8 @@ pub struct Master {
     pub events: EventBus,
     publisher: Mutex<Publisher>,
     pub_tx: mpsc::UnboundedSender<Vec<u8>>,
+    /// The cluster AES key generation in use (0 for a lone master).
+    aes_generation: std::sync::atomic::AtomicU64,
 }
 
 fn endpoint(interface: &str, port: u16) -> String {
@@ -77,15 +79,25 @@ pub fn run(cfg: MasterConfig) -> Result<(), String> {
         masterkeys::load_or_create(&cfg, &mut *view).map_err(|e| e.to_string())?
     };
     // Every job this master applies is published to the minions connected to it, whichever
-    // master it was proposed on.
-    let (job_tx, job_rx) = mpsc::unbounded_channel::<JobPublished>();
-    let tap = halite_replication::Tap(Arc::new(move |_, rec: &Record| {
-        if let Record::JobPublished(j) = rec {
-            let _ = job_tx.send(j.clone());
+    // master it was proposed on; a cluster's AES key rotations are installed as applied.
+    let (job_tx, job_rx) = mpsc::unbounded_channel::<Applied>();
+    let tap = halite_replication::Tap(Arc::new(move |_, rec: &Record| match rec {
+        Record::JobPublished(j) => {
+            let _ = job_tx.send(Applied::Job(j.clone()));
         }
+        Record::AesKeyRotation(a) => {
+            let _ = job_tx.send(Applied::Aes(a.clone()));
+        }
+        _ => {}
     }));
     let node = Arc::new(store::start_node_adopting_tapped(&cfg, Some(tap)).map_err(|e| e.to_string())?);
-    let aes = Crypticle::generate();
+    let cluster = store::cluster_plan(&cfg)?.is_some();
+    let (keys, aes, generation) = if cluster {
+        let s = crate::cluster::secrets(&cfg, &node)?;
+        (s.keys, s.aes, s.generation)
+    } else {
+        (keys, Crypticle::generate(), 0)
+    };
     let publish_key = PublishKey::new(aes.clone(), &keys).map_err(|e| e.to_string())?;
     let core = Arc::new(Core {
         sessions: Sessions::new(cfg.cachedir.join("sessions"), std::time::Duration::from_secs(cfg.publish_session.max(1))),
@@ -98,6 +110,7 @@ pub fn run(cfg: MasterConfig) -> Result<(), String> {
         )),
         keys,
         max_request: cfg.halite_max_request_bytes,
+        cluster,
         cfg,
     });
     // Request handlers run on the blocking pool (RSA, pillar rendering, file reads): a few
@@ -108,14 +121,20 @@ pub fn run(cfg: MasterConfig) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    rt.block_on(serve(core, node, aes, job_rx, started))
+    rt.block_on(serve(core, node, aes, generation, job_rx, started))
+}
+
+/// What the node's tap hands the daemon.
+enum Applied {
+    Job(JobPublished),
+    Aes(halite_storage::format::AesKeyRotation),
 }
 
 /// Applied jobs older than this are not published (a master catching up on a long log
 /// must not replay old jobs to its minions).
 const PUBLISH_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(30);
 
-async fn serve(core: Arc<Core>, node: Arc<Node>, aes: Crypticle, mut job_rx: mpsc::UnboundedReceiver<JobPublished>, started: std::time::Instant) -> Result<(), String> {
+async fn serve(core: Arc<Core>, node: Arc<Node>, aes: Crypticle, generation: u64, mut job_rx: mpsc::UnboundedReceiver<Applied>, started: std::time::Instant) -> Result<(), String> {
     let cfg = &core.cfg;
     let mut router = zeromq::RouterSocket::new();
     let ret_ep = endpoint(&cfg.interface, cfg.ret_port);
@@ -136,7 +155,15 @@ async fn serve(core: Arc<Core>, node: Arc<Node>, aes: Crypticle, mut job_rx: mps
     }
     write_pidfile(&cfg.pidfile);
     let (pub_tx, mut pub_rx) = mpsc::unbounded_channel::<Vec<u8>>();
-    let master = Arc::new(Master { core: core.clone(), node, events: EventBus::default(), publisher: Mutex::new(Publisher::new(aes)), pub_tx });
+    let publisher = if core.cluster { Publisher::unnumbered(aes) } else { Publisher::new(aes) };
+    let master = Arc::new(Master {
+        core: core.clone(),
+        node,
+        events: EventBus::default(),
+        publisher: Mutex::new(publisher),
+        pub_tx,
+        aes_generation: std::sync::atomic::AtomicU64::new(generation),
+    });
     tracing::info!(ret = %ret_ep, publish = %pub_ep, admin = %sock_path.display(), ms = started.elapsed().as_millis() as u64, "salt-master serving");
 
     tokio::spawn(async move {
@@ -148,7 +175,14 @@ async fn serve(core: Arc<Core>, node: Arc<Node>, aes: Crypticle, mut job_rx: mps
     });
     let mp = master.clone();
     tokio::spawn(async move {
-        while let Some(j) = job_rx.recv().await {
+        while let Some(applied) = job_rx.recv().await {
+            let j = match applied {
+                Applied::Job(j) => j,
+                Applied::Aes(a) => {
+                    mp.install_cluster_aes(&a);
+                    continue;
+                }
+            };
             let age = std::time::Duration::from_nanos(now_ns().saturating_sub(j.time_ns));
             if age > PUBLISH_MAX_AGE {
                 tracing::info!(jid = %j.jid, age_s = age.as_secs(), "not publishing an old job found while catching up");
@@ -244,9 +278,36 @@ fn rotate_aes_key(cfg: &MasterConfig) -> bool {
 }
 
 impl Master {
+    /// Installs a cluster AES key generation once applied (every member does the same).
+    fn install_cluster_aes(&self, a: &halite_storage::format::AesKeyRotation) {
+        use std::sync::atomic::Ordering;
+        if !self.core.cluster || a.generation <= self.aes_generation.load(Ordering::SeqCst) {
+            return;
+        }
+        let installed = crate::cluster::aes_of(a).and_then(|aes| PublishKey::new(aes.clone(), &self.core.keys).map(|k| (aes, k)).map_err(|e| e.to_string()));
+        match installed {
+            Ok((aes, key)) => {
+                let mut publisher = self.publisher.lock().unwrap_or_else(|p| p.into_inner());
+                publisher.rotate(aes);
+                *self.core.aes.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(key);
+                self.aes_generation.store(a.generation, Ordering::SeqCst);
+                tracing::info!(generation = a.generation, "cluster AES key rotated");
+            }
+            Err(e) => tracing::error!(generation = a.generation, "cluster AES key not installed: {e}"),
+        }
+    }
+
     /// Replaces the publish AES key. Connected minions learn the new one by
-    /// re-authenticating when a publish fails to decrypt (spec §10).
+    /// re-authenticating when a publish fails to decrypt (spec §10). In a cluster the new
+    /// key is a record every member installs when it applies it.
     pub fn rotate_aes(&self) {
+        if self.core.cluster {
+            let current = self.aes_generation.load(std::sync::atomic::Ordering::SeqCst);
+            if let Err(e) = self.node.propose(&[crate::cluster::rotation(current)]) {
+                tracing::error!("cluster AES key rotation not committed: {e}");
+            }
+            return;
+        }
         let aes = Crypticle::generate();
         let key = match PublishKey::new(aes.clone(), &self.core.keys) {
             Ok(k) => k,

@@ -228,6 +228,7 @@ pub struct Node {
     log: RaftLog,
     /// The leader this node last knew (0: none).
     leader: Arc<std::sync::atomic::AtomicU64>,
+    id: u64,
 }
 
 impl Node {
@@ -346,6 +347,7 @@ impl Node {
         // not known) does not name this node's address: announce it once when leader.
         let announce = cfg.addrs.get(&cfg.id).copied().filter(|_| !book.iter().any(|(id, a)| *id == cfg.id && a.is_some()));
         let Mailbox(tx, rx) = mailbox;
+        let my_id = cfg.id;
         let sm2 = sm.clone();
         let log2 = log.clone();
         let leader = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -375,7 +377,7 @@ impl Node {
                 }
             })
             .map_err(|e| NodeError::Stopped(format!("cannot start the node thread: {e}")))?;
-        Ok(Node { tx, thread: Some(thread), sm, log: log2, leader })
+        Ok(Node { tx, thread: Some(thread), sm, log: log2, leader, id: my_id })
     }
 
     /// Adds `node` (listening at `addr`) as a learner: it receives the log but does not
@@ -401,6 +403,11 @@ impl Node {
         let (reply, rx) = tokio::sync::oneshot::channel();
         self.tx.send(Msg::Member(MemberChange { change, node, addr, reply })).map_err(|_| NodeError::Stopped("node thread is gone".into()))?;
         Pending { rx }.wait()
+    }
+
+    /// This node's raft id.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// The leader this node last knew of (`None` while there is none).

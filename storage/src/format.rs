@@ -56,10 +56,11 @@ pub enum RecordKind {
     AesKeyRotation = 7,
     ImportMarker = 8,
     JobsExpired = 9,
+    ClusterKeyPair = 10,
 }
 
 impl RecordKind {
-    pub const ALL: [RecordKind; 9] = [
+    pub const ALL: [RecordKind; 10] = [
         RecordKind::KeySet,
         RecordKind::JobPublished,
         RecordKind::JobReturn,
@@ -69,6 +70,7 @@ impl RecordKind {
         RecordKind::AesKeyRotation,
         RecordKind::ImportMarker,
         RecordKind::JobsExpired,
+        RecordKind::ClusterKeyPair,
     ];
 
     pub fn from_u8(b: u8) -> Option<Self> {
@@ -87,6 +89,7 @@ impl RecordKind {
             RecordKind::AesKeyRotation => "aes_key_rotation",
             RecordKind::ImportMarker => "import_marker",
             RecordKind::JobsExpired => "jobs_expired",
+            RecordKind::ClusterKeyPair => "cluster_key_pair",
         }
     }
 
@@ -251,6 +254,15 @@ pub struct JobsExpired {
     pub time_ns: u64,
 }
 
+/// The cluster's key pair (Salt's `cluster.pem`): what every member signs and presents to
+/// minions with, so that a minion may talk to any of them. PKCS#1 PEM of the private key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterKeyPair {
+    #[serde(with = "serde_bytes")]
+    pub private_pem: Vec<u8>,
+    pub time_ns: u64,
+}
+
 /// One state change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
@@ -264,6 +276,7 @@ pub enum Record {
     AesKeyRotation(AesKeyRotation),
     ImportMarker(ImportMarker),
     JobsExpired(JobsExpired),
+    ClusterKeyPair(ClusterKeyPair),
 }
 
 fn check_jid(jid: &str) -> Result<()> {
@@ -285,6 +298,7 @@ impl Record {
             Record::AesKeyRotation(_) => RecordKind::AesKeyRotation,
             Record::ImportMarker(_) => RecordKind::ImportMarker,
             Record::JobsExpired(_) => RecordKind::JobsExpired,
+            Record::ClusterKeyPair(_) => RecordKind::ClusterKeyPair,
         }
     }
 
@@ -354,6 +368,11 @@ impl Record {
             Record::ImportMarker(m) => {
                 if m.source.len() > 4096 {
                     return Err(Error::Invalid("import marker source longer than 4096 bytes".into()));
+                }
+            }
+            Record::ClusterKeyPair(k) => {
+                if k.private_pem.is_empty() || k.private_pem.len() > 16 << 10 || !k.private_pem.starts_with(b"-----BEGIN") {
+                    return Err(Error::Invalid("cluster key pair: not a PEM private key of at most 16 KiB".into()));
                 }
             }
             Record::JobsExpired(e) => {
@@ -465,6 +484,7 @@ fn decode_payload(kind: RecordKind, payload: &[u8]) -> std::result::Result<Recor
         RecordKind::AesKeyRotation => Record::AesKeyRotation(de(payload)?),
         RecordKind::ImportMarker => Record::ImportMarker(de(payload)?),
         RecordKind::JobsExpired => Record::JobsExpired(de(payload)?),
+        RecordKind::ClusterKeyPair => Record::ClusterKeyPair(de(payload)?),
     })
 }
 
@@ -495,6 +515,7 @@ mod tests {
             Record::AesKeyRotation(AesKeyRotation { generation: 2, key: vec![1; 56], time_ns: 6 }),
             Record::ImportMarker(ImportMarker { source: "localfs_key:/x".into(), phase: ImportPhase::End, counts, time_ns: 7 }),
             Record::JobsExpired(JobsExpired { before_jid: "20261121021944123456".into(), time_ns: 8 }),
+            Record::ClusterKeyPair(ClusterKeyPair { private_pem: b"-----BEGIN RSA PRIVATE KEY-----\nAAAA\n-----END RSA PRIVATE KEY-----\n".to_vec(), time_ns: 9 }),
         ]
     }
 

@@ -45,6 +45,8 @@ pub const CF_AES: &str = "aes";
 pub const CF_IMPORTS: &str = "imports";
 pub const ALL_CFS: [&str; 10] = [CF_META, CF_KEYS, CF_DENIED, CF_JOBS, CF_RETURNS, CF_GRAINS, CF_ROOTS, CF_CHUNKS, CF_AES, CF_IMPORTS];
 const APPLIED_INDEX: &[u8] = b"applied_index";
+/// `meta` key of the cluster key pair record (the latest one).
+const CLUSTER_KEY: &[u8] = b"cluster_key_pair";
 const VIEWS_INDEX: &[u8] = b"views_index";
 
 /// What applying a record changed that a view must mirror.
@@ -317,8 +319,25 @@ impl StateMachine {
                 }
                 fx.push(Effect::RootsRemoved { tree: t.tree, saltenv: t.saltenv.clone(), path: t.path.clone() });
             }
-            Record::AesKeyRotation(a) => b.put_cf(self.cf(CF_AES)?, a.generation.to_be_bytes(), to_msgpack(a)?),
+            // Secrets every member must hold identically are set once: if two leaders in
+            // a row propose one (a leader change while proposing), the first committed
+            // wins on every node.
+            Record::AesKeyRotation(a) => {
+                let k = a.generation.to_be_bytes();
+                let mut tag = b"aes:".to_vec();
+                tag.extend_from_slice(&k);
+                if !ov.set_once.contains(&tag) && self.db.get_pinned_cf(self.cf(CF_AES)?, k)?.is_none() {
+                    b.put_cf(self.cf(CF_AES)?, k, to_msgpack(a)?);
+                    ov.set_once.insert(tag);
+                }
+            }
             Record::ImportMarker(m) => b.put_cf(self.cf(CF_IMPORTS)?, index.to_be_bytes(), to_msgpack(m)?),
+            Record::ClusterKeyPair(k) => {
+                if !ov.set_once.contains(CLUSTER_KEY) && self.db.get_pinned_cf(self.cf(CF_META)?, CLUSTER_KEY)?.is_none() {
+                    b.put_cf(self.cf(CF_META)?, CLUSTER_KEY, to_msgpack(k)?);
+                    ov.set_once.insert(CLUSTER_KEY.to_vec());
+                }
+            }
             Record::JobsExpired(e) => {
                 // Returns are keyed `jid NUL id`, so one range covers the jobs' returns
                 // too. Only jids from the digits range are touched.
@@ -481,6 +500,22 @@ impl StateMachine {
     }
 
     /// Raw iteration over a column family (for dumps and jobs queries).
+    /// The cluster key pair, if one was committed.
+    pub fn cluster_key_pair(&self) -> Result<Option<crate::format::ClusterKeyPair>> {
+        match self.db.get_cf(self.cf(CF_META)?, CLUSTER_KEY)? {
+            Some(v) => Ok(Some(from_msgpack("meta", &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The newest publish key rotation (highest generation), if any.
+    pub fn latest_aes(&self) -> Result<Option<crate::format::AesKeyRotation>> {
+        match self.db.iterator_cf(self.cf(CF_AES)?, IteratorMode::End).next() {
+            Some(item) => Ok(Some(from_msgpack("aes", &item?.1)?)),
+            None => Ok(None),
+        }
+    }
+
     /// Whether the job cache holds a job whose jid sorts before `jid` (what a
     /// [`Record::JobsExpired`] with that cutoff would remove).
     pub fn has_job_before(&self, jid: &str) -> Result<bool> {
@@ -556,6 +591,8 @@ struct Overlay {
     denied: std::collections::HashMap<String, bool>,
     roots: std::collections::HashMap<Vec<u8>, Option<RootsMeta>>,
     chunks: std::collections::HashMap<Vec<u8>, Vec<u8>>,
+    /// Set-once values written earlier in the same batch (cluster key, AES generations).
+    set_once: std::collections::HashSet<Vec<u8>>,
 }
 
 /// Splits file content into roots blob records (what `sync_roots` and imports propose).

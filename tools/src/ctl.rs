@@ -49,6 +49,8 @@ pub fn record_json(index: u64, r: &Record) -> Value {
         Record::AesKeyRotation(a) => json!({"generation": a.generation, "key_bytes": a.key.len(), "time_ns": a.time_ns}),
         Record::ImportMarker(m) => json!({"source": m.source, "phase": format!("{:?}", m.phase).to_lowercase(), "counts": m.counts, "time_ns": m.time_ns}),
         Record::JobsExpired(e) => json!({"before_jid": e.before_jid, "time_ns": e.time_ns}),
+        // A secret: shown by size and fingerprint only.
+        Record::ClusterKeyPair(k) => json!({"private_pem_bytes": k.private_pem.len(), "sha256": hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&k.private_pem)), "time_ns": k.time_ns}),
     };
     json!({"index": index, "kind": r.kind().name(), "record": body})
 }

@@ -505,7 +505,19 @@ fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
 }
 
 fn start_master(env: &Env) -> Proc {
-    let log = std::fs::File::create(env.root.join("master.out")).unwrap();
+    let p = spawn_master(env);
+    wait_master(env);
+    p
+}
+
+fn wait_master(env: &Env) {
+    let sock = env.root.join("sock/halite-admin.sock");
+    wait_for("the master's admin socket", 30, || std::os::unix::net::UnixStream::connect(&sock).is_ok());
+}
+
+/// Starts a master without waiting for it (cluster members wait for each other).
+fn spawn_master(env: &Env) -> Proc {
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(env.root.join("master.out")).unwrap();
     let child = Command::new(sibling_bin("salt-master"))
         .args(["-c", &env.conf(), "-l", "info"])
         .stdin(Stdio::null())
@@ -513,10 +525,7 @@ fn start_master(env: &Env) -> Proc {
         .stderr(log)
         .spawn()
         .unwrap();
-    let p = Proc { child, name: "salt-master" };
-    let sock = env.root.join("sock/halite-admin.sock");
-    wait_for("the master's admin socket", 30, || std::os::unix::net::UnixStream::connect(&sock).is_ok());
-    p
+    Proc { child, name: "salt-master" }
 }
 
 #[test]
@@ -1074,7 +1083,12 @@ fn three_masters_form_a_cluster_and_replicate_keys() {
         std::fs::write(&conf_path, text).unwrap();
         envs.push(env);
     }
-    let mut masters: Vec<Option<Proc>> = envs.iter().map(|e| Some(start_master(e))).collect();
+    // Members wait for each other (a quorum agrees on the cluster key and AES key before
+    // any serves), so all three start before any is waited for.
+    let mut masters: Vec<Option<Proc>> = envs.iter().map(|e| Some(spawn_master(e))).collect();
+    for env in &envs {
+        wait_master(env);
+    }
     let members = |env: &Env| -> Value { serde_json::from_str(&env.ok(SALT_RUN, &["cluster.members", "--out", "json"])).unwrap() };
     wait_for("a cluster leader", 30, || members(&envs[0])["leader_id"].is_string());
     let m = members(&envs[1]);
@@ -1102,7 +1116,34 @@ fn three_masters_form_a_cluster_and_replicate_keys() {
     // master publishes the jobs it applies) and their returns reach the first.
     let o = Command::new(sibling_bin("salt")).args(["-c", &envs[0].conf(), "*", "test.echo", "via-the-log", "--out", "json", "-t", "20"]).output().unwrap();
     assert_eq!(serde_json::from_slice::<Value>(&o.stdout).ok(), Some(serde_json::json!({"swarm-0": "via-the-log", "swarm-1": "via-the-log"})), "{}", String::from_utf8_lossy(&o.stderr));
-    // The first master stops; the other two still make a quorum and change keys.
+    // Every member presents the same cluster key and hands out the same AES/session key:
+    // a minion signs in on the third, again on the first (which must sign with the key
+    // the minion cached from the third and echo its token), and its request encrypted
+    // for the third is accepted by the second.
+    {
+        use halite_tools::swarm::minion::{self, AesReply, Identity, Job};
+        let ret_of = |env: &Env| -> u16 { std::fs::read_to_string(env.root.join("conf/master")).unwrap().lines().find_map(|l| l.strip_prefix("ret_port: ")).unwrap().parse().unwrap() };
+        let key = halite_master::crypto::PrivateKey::from_pem(&std::fs::read(envs[0].root.join("keys/0.pem")).unwrap()).unwrap();
+        let me = Identity::new("swarm-0".into(), key).unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let ask = |i: usize, body: Vec<u8>| rt.block_on(minion::request_once(&format!("tcp://{}:{}", ips[i], ret_of(&envs[i])), body, Duration::from_secs(10), "test")).unwrap();
+        let n = "00000000000000000000000000000042";
+        let on3 = minion::auth_reply(&me, n, &ask(2, minion::auth_request(&me, n, None).unwrap()), None).unwrap();
+        let on1 = minion::auth_reply(&me, n, &ask(0, minion::auth_request(&me, n, Some(&on3.master_pub)).unwrap()), Some(&on3.master_pub)).expect("the first member signs with the cluster key the minion cached from the third");
+        assert_eq!(on1.session.key_string(), on3.session.key_string(), "one session key cluster-wide");
+        assert_eq!(on1.aes.key_string(), on3.aes.key_string(), "one publish key cluster-wide");
+        let job = Job { jid: "20261122000000000042".into(), fun: "test.ping".into(), arg: vec![], user: None, matched: true };
+        let (body, nonce) = minion::aes_request(&me, &on3.session, minion::return_load(&job)).unwrap();
+        assert!(matches!(minion::aes_reply(&on3.session, &nonce, &ask(1, body)).unwrap(), AesReply::Value(_)), "the second member accepts the session from the third");
+        wait_for("the return in the first member's job cache", 30, || {
+            serde_json::from_str::<Value>(&envs[0].ok(SALT_RUN, &["jobs.lookup_jid", "20261122000000000042", "--out", "json"])).ok() == Some(serde_json::json!({"swarm-0": true}))
+        });
+        for env in &envs {
+            assert!(env.root.join("cpki/cluster.pem").exists(), "the cluster key pair is written to cluster_pki_dir");
+        }
+        assert_eq!(std::fs::read(envs[0].root.join("cpki/cluster.pub")).unwrap(), std::fs::read(envs[2].root.join("cpki/cluster.pub")).unwrap());
+    }
+        // The first master stops; the other two still make a quorum and change keys.
     masters[0].take().unwrap().stop();
     envs[1].ok(SALT_KEY, &["-d", "swarm-1", "-y"]);
     wait_for("the delete on the third master", 30, || envs[2].listing()["minions"] == serde_json::json!(["swarm-0"]));

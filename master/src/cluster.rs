@@ -1,0 +1,114 @@
+//! What makes cluster members interchangeable to a minion: one key pair and one AES key.
+//!
+//! Salt's cluster hands every minion the cluster key (`cluster.pem`/`cluster.pub`) as the
+//! master key and the cluster AES key both as the publish key and as the session key, so
+//! a minion behind a load balancer may sign in on one member, send requests to another
+//! and subscribe to a third. In Halite both secrets are records in the log
+//! (`cluster_key_pair`, `aes_key_rotation`), set once per generation, so every member
+//! applies exactly the same ones; the reference copies files and can diverge
+//! (cluster-protocol.md §2.6).
+//!
+//! At start a member waits until both are applied. The leader proposes what is missing:
+//! the `cluster.pem` already in `cluster_pki_dir` if there is one (a shared-filesystem
+//! cluster, or one migrated from Salt), otherwise a new 2048-bit pair, and a new AES key.
+//! The pair is also written to `cluster_pki_dir` (0400 / 0644), as Salt keeps it.
+
+use std::time::{Duration, Instant};
+
+use halite_replication::Node;
+use halite_storage::format::{now_ns, AesKeyRotation, ClusterKeyPair, Record};
+
+use crate::config::MasterConfig;
+use crate::crypto::{clean_key, Crypticle, PrivateKey};
+use crate::masterkeys::MasterKeys;
+
+/// The applied cluster secrets: the key pair, the publish/session key and its generation.
+pub struct Secrets {
+    pub keys: MasterKeys,
+    pub aes: Crypticle,
+    pub generation: u64,
+}
+
+fn read(node: &Node) -> Result<(Option<ClusterKeyPair>, Option<AesKeyRotation>), String> {
+    let sm = node.state();
+    Ok((sm.cluster_key_pair().map_err(|e| e.to_string())?, sm.latest_aes().map_err(|e| e.to_string())?))
+}
+
+/// The publish key of an applied rotation record.
+pub fn aes_of(a: &AesKeyRotation) -> Result<Crypticle, String> {
+    let text = std::str::from_utf8(&a.key).map_err(|_| format!("AES key generation {} is not text", a.generation))?;
+    Crypticle::from_key_string(text).map_err(|e| format!("AES key generation {}: {e}", a.generation))
+}
+
+/// Waits until the cluster key pair and an AES key are applied here, proposing them when
+/// this member leads and they are missing. Logs while it waits (no quorum, no leader).
+pub fn secrets(cfg: &MasterConfig, node: &Node) -> Result<Secrets, String> {
+    let started = Instant::now();
+    let mut last_note = Instant::now();
+    let mut proposed_at: Option<Instant> = None;
+    loop {
+        let (pair, aes) = read(node)?;
+        if let (Some(pair), Some(aes)) = (&pair, &aes) {
+            let private = PrivateKey::from_pem(&pair.private_pem).map_err(|e| format!("the cluster key pair in the log does not parse: {e}"))?;
+            let public = private.public_pem().map_err(|e| e.to_string())?;
+            write_files(cfg, &pair.private_pem, &public);
+            tracing::info!(generation = aes.generation, waited_ms = started.elapsed().as_millis() as u64, "cluster key pair and AES key in place");
+            return Ok(Secrets { keys: MasterKeys { pub_clean: clean_key(&public), private }, aes: aes_of(aes)?, generation: aes.generation });
+        }
+        let leading = node.leader() == Some(node.id());
+        if leading && proposed_at.is_none_or(|t| t.elapsed() > Duration::from_secs(5)) {
+            let mut recs = Vec::new();
+            if pair.is_none() {
+                let pem = match std::fs::read(cfg.keys_dir().join("cluster.pem")) {
+                    Ok(p) if PrivateKey::from_pem(&p).is_ok() => {
+                        tracing::info!("proposing the cluster key pair found in {}", cfg.keys_dir().display());
+                        p
+                    }
+                    _ => {
+                        tracing::info!("generating the cluster key pair (2048-bit RSA)");
+                        PrivateKey::generate(2048).and_then(|k| k.to_pem()).map_err(|e| e.to_string())?
+                    }
+                };
+                recs.push(Record::ClusterKeyPair(ClusterKeyPair { private_pem: pem, time_ns: now_ns() }));
+            }
+            if aes.is_none() {
+                recs.push(Record::AesKeyRotation(AesKeyRotation { generation: 1, key: Crypticle::generate().key_string().as_bytes().to_vec(), time_ns: now_ns() }));
+            }
+            proposed_at = Some(Instant::now());
+            if let Err(e) = node.propose(&recs) {
+                tracing::warn!("proposing the cluster secrets: {e}");
+            }
+            continue;
+        }
+        if last_note.elapsed() > Duration::from_secs(10) {
+            last_note = Instant::now();
+            tracing::warn!(leader = ?node.leader(), "waiting for the cluster (a leader, a quorum) to agree on the cluster key pair and AES key");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The record that replaces the AES key (generation `current + 1`).
+pub fn rotation(current: u64) -> Record {
+    Record::AesKeyRotation(AesKeyRotation { generation: current + 1, key: Crypticle::generate().key_string().as_bytes().to_vec(), time_ns: now_ns() })
+}
+
+/// Writes `cluster.pem` (0400) and `cluster.pub` into the keys directory unless they are
+/// already there with the same content.
+fn write_files(cfg: &MasterConfig, private_pem: &[u8], public_pem: &[u8]) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = cfg.keys_dir();
+    for (name, bytes, mode) in [("cluster.pem", private_pem, 0o400), ("cluster.pub", public_pem, 0o644)] {
+        let path = dir.join(name);
+        if std::fs::read(&path).ok().as_deref() == Some(bytes) {
+            continue;
+        }
+        let tmp = dir.join(format!(".{name}.tmp"));
+        let done = std::fs::write(&tmp, bytes)
+            .and_then(|_| std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode)))
+            .and_then(|_| std::fs::rename(&tmp, &path));
+        if let Err(e) = done {
+            tracing::warn!(path = %path.display(), "cannot write the cluster key file: {e}");
+        }
+    }
+}
