@@ -1154,3 +1154,76 @@ fn three_masters_form_a_cluster_and_replicate_keys() {
         m.stop();
     }
 }
+
+/// A port free on every one of `ips`.
+fn port_free_on(ips: &[&str]) -> u16 {
+    loop {
+        let p = free_port();
+        if ips.iter().all(|ip| std::net::TcpListener::bind((*ip, p)).is_ok()) {
+            return p;
+        }
+    }
+}
+
+#[test]
+fn real_minion_behind_haproxy_with_a_three_master_cluster() {
+    let venv = reference_venv();
+    let ips = ["127.0.0.1", "127.0.0.2", "127.0.0.3"];
+    let lb = "127.0.0.10";
+    let all = ["127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.10"];
+    let (ret, publish, pool) = (port_free_on(&all), port_free_on(&all), port_free_on(&all));
+    let envs: Vec<Env> = ips
+        .iter()
+        .map(|ip| {
+            let peers: String = ips.iter().filter(|p| *p != ip).map(|p| format!("  - {p}\n")).collect();
+            let env = Env::new(
+                "localfs_key",
+                &format!(
+                    "interface: {ip}\nid: {ip}\nret_port: {ret}\npublish_port: {publish}\npidfile: @ROOT@/master.pid\ncluster_id: lb-test\ncluster_secret: s3cret\n\
+                     cluster_pool_port: {pool}\ncluster_isolated_filesystem: True\ncluster_pki_dir: @ROOT@/cpki\ncluster_peers:\n{peers}"
+                ),
+            );
+            let conf_path = env.root.join("conf/master");
+            let text = std::fs::read_to_string(&conf_path).unwrap().replace("@ROOT@", &env.root.display().to_string());
+            std::fs::write(&conf_path, text).unwrap();
+            env
+        })
+        .collect();
+    let mut masters: Vec<Option<Proc>> = envs.iter().map(|e| Some(spawn_master(e))).collect();
+    for env in &envs {
+        wait_master(env);
+    }
+    // HAProxy in TCP mode in front of both ports, round robin, dead members skipped.
+    let backend = |name: &str, port: u16| -> String {
+        let servers: String = ips.iter().enumerate().map(|(i, ip)| format!("  server m{i} {ip}:{port} check inter 500ms fall 1 rise 1\n")).collect();
+        format!("frontend {name}\n  bind {lb}:{port}\n  default_backend {name}_members\nbackend {name}_members\n  balance roundrobin\n{servers}")
+    };
+    let cfg_path = envs[0].root.join("haproxy.cfg");
+    std::fs::write(
+        &cfg_path,
+        format!("global\n  maxconn 2048\ndefaults\n  mode tcp\n  timeout connect 1s\n  timeout client 1h\n  timeout server 1h\n{}{}", backend("ret", ret), backend("pub", publish)),
+    )
+    .unwrap();
+    let haproxy_log = std::fs::File::create(envs[0].root.join("haproxy.out")).unwrap();
+    let _haproxy = Proc {
+        child: Command::new("haproxy").args(["-f", &cfg_path.display().to_string(), "-db"]).stdout(haproxy_log.try_clone().unwrap()).stderr(haproxy_log).spawn().expect("haproxy (scripts/setup.sh installs it)"),
+        name: "haproxy",
+    };
+    wait_for("haproxy to listen", 20, || std::net::TcpStream::connect((lb, ret)).is_ok());
+    // An unmodified salt-minion that only knows the load balancer.
+    let _minion = start_minion(&venv, &envs[0].root, "m1", &format!("master: {lb}\nmaster_port: {ret}\n"));
+    wait_for("m1's key pending on every member", 90, || envs.iter().all(|e| e.listing()["minions_pre"] == serde_json::json!(["m1"])));
+    envs[1].ok(SALT_KEY, &["-a", "m1", "-y"]);
+    // Published through the first member, answered through whichever member the balancer
+    // picked for each of the minion's connections.
+    wait_for("test.ping through the first member", 120, || ping_via(&envs[0], "m1", "5"));
+    let o = Command::new(sibling_bin("salt")).args(["-c", &envs[2].conf(), "m1", "test.echo", "lb", "--out", "json", "-t", "20"]).output().unwrap();
+    assert_eq!(serde_json::from_slice::<Value>(&o.stdout).ok(), Some(serde_json::json!({"m1": "lb"})));
+    // A member goes away: the minion's connections to it break, the balancer sends them
+    // to the others, and jobs keep working.
+    masters[2].take().unwrap().stop();
+    wait_for("test.ping after a member stopped", 120, || ping_via(&envs[1], "m1", "5"));
+    for m in masters.iter_mut().flatten() {
+        m.stop();
+    }
+}
