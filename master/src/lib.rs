@@ -6,6 +6,7 @@
 //! | [`config`]   | Salt's config files, defaults and `root_dir` rule |
 //! | [`crypto`]   | RSA (OpenSSL), X9.31, the Crypticle |
 //! | [`payload`]  | msgpack as Python minions write it |
+//! | [`join`]     | the join handshake: adding a master to a running cluster |
 //! | [`cluster`]  | the cluster key pair and AES key every member shares |
 //! | [`auth`]     | the `_auth` decision (I/O-free) |
 //! | [`handlers`] | request decoding, checks, dispatch, reply encryption (I/O-free) |
@@ -33,6 +34,7 @@ pub mod events;
 pub mod fileserver;
 pub mod glob;
 pub mod handlers;
+pub mod join;
 pub mod jobs;
 pub mod keyops;
 pub mod listen;

@@ -497,7 +497,7 @@ fn admin_request_inner(m: &Master, req: &J) -> Result<J, String> {
                 "pki.migrate_to_mmap" => J::String(crate::pki::migrate_online(&m.core.cfg, &m.node)?),
                 "cluster.members" => {
                     let (term, voters, learners) = m.node.membership().map_err(|e| e.to_string())?;
-                    crate::runners::cluster_members(&node_id(&m.core.cfg), term, &voters, &learners, m.node.leader(), &crate::store::member_names(&m.core.cfg))
+                    crate::runners::cluster_members(&node_id(&m.core.cfg), term, &voters, &learners, m.node.leader(), &crate::store::member_names(&m.core.cfg, Some(&m.node.handle())))
                 }
                 other => return Err(format!("'{other}' is not available.")),
             };

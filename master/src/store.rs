@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 
-use halite_replication::{ClusterKey, DataDir, Node, NodeConfig, NodeError, Tap, TcpTransport};
+use halite_replication::{ClusterKey, DataDir, Node, NodeConfig, NodeError, NodeHandle, Tap, TcpTransport};
 use halite_storage::format::{now_ns, ImportMarker, ImportPhase, KeySet, KeyState, Record};
 use halite_storage::keys::BankState;
 use halite_storage::keys::{open_view, KeyDriver, KeyView};
@@ -108,15 +108,49 @@ pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> 
     let transport: Arc<TcpTransport> = TcpTransport::start(plan.me, plan.listen, peers, plan.key.clone(), Arc::new(move |m| inbox.deliver(m)))
         .map_err(|e| NodeError::Refused(format!("binding the cluster port {}: {e}", plan.listen)))?;
     tracing::info!(me = %cfg.interface, id = plan.me, listen = %plan.listen, members = ?plan.names.values().collect::<Vec<_>>(), "cluster member");
-    let ncfg = NodeConfig { id: plan.me, voters: plan.names.keys().copied().collect(), addrs: plan.addrs.clone(), tap, ..Default::default() };
-    Node::start_peered(&data_dir(cfg), views, ncfg, transport, mailbox)
+    // The join handshake (see `join.rs`): a member answers hellos and joins; a new data
+    // dir first asks its peers whether they already run a cluster it is not part of.
+    let slot: Arc<std::sync::OnceLock<NodeHandle>> = Arc::new(std::sync::OnceLock::new());
+    let handshake = crate::join::serve(&transport, plan.me, plan.listen, slot.clone());
+    let join_via = if log_is_new(&data_dir(cfg).log()) { handshake.discover(&plan) } else { None };
+    let ncfg = NodeConfig {
+        id: plan.me,
+        voters: plan.names.keys().copied().collect(),
+        addrs: plan.addrs.clone(),
+        tap,
+        join: join_via.is_some(),
+        ..Default::default()
+    };
+    let node = Node::start_peered(&data_dir(cfg), views, ncfg, transport.clone(), mailbox)?;
+    let _ = slot.set(node.handle());
+    if let Some(peer) = join_via {
+        handshake.request(cfg.interface.clone(), peer, node.handle());
+    }
+    Ok(node)
+}
+
+/// Whether a log directory holds no log yet (absent, or no raft-engine file in it).
+fn log_is_new(dir: &std::path::Path) -> bool {
+    match std::fs::read_dir(dir) {
+        Ok(d) => !d.flatten().any(|e| e.file_name().to_string_lossy().ends_with(".raftlog")),
+        Err(_) => true,
+    }
 }
 
 /// Raft id → member name, for reports (`cluster.members`): the founding members of the
-/// plan, or this master alone as id 1.
-pub fn member_names(cfg: &MasterConfig) -> BTreeMap<u64, String> {
+/// plan, members that joined later by the address the log names for them (Salt's
+/// identity is the address), or this master alone as id 1.
+pub fn member_names(cfg: &MasterConfig, node: Option<&NodeHandle>) -> BTreeMap<u64, String> {
     match cluster_plan(cfg) {
-        Ok(Some(p)) => p.names,
+        Ok(Some(p)) => {
+            let mut names = p.names;
+            for (id, addr) in node.and_then(|n| n.addresses().ok()).unwrap_or_default() {
+                if let Some(a) = addr {
+                    names.entry(id).or_insert_with(|| a.ip().to_string());
+                }
+            }
+            names
+        }
         _ => [(NodeConfig::default().id, crate::server::node_id(cfg))].into(),
     }
 }

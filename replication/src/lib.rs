@@ -6,5 +6,5 @@ pub mod logging;
 pub mod node;
 pub mod transport;
 
-pub use node::{DataDir, Inbox, Mailbox, Node, NodeConfig, NodeError, Pending, Tap};
+pub use node::{DataDir, Inbox, Mailbox, Node, NodeConfig, NodeError, NodeHandle, Pending, Tap};
 pub use transport::{ClusterKey, Outbox, TcpTransport};

@@ -90,6 +90,8 @@ pub struct NodeConfig {
     pub addrs: HashMap<u64, std::net::SocketAddr>,
     /// Called with every record once it is applied (on the driver thread: keep it short).
     pub tap: Option<Tap>,
+    /// As leader, promote a learner to voter once it has caught up with the log.
+    pub auto_promote: bool,
 }
 
 /// What a [`Tap`] calls: the log index and the record.
@@ -118,6 +120,7 @@ impl Default for NodeConfig {
             join: false,
             addrs: HashMap::new(),
             tap: None,
+            auto_promote: true,
         }
     }
 }
@@ -229,6 +232,65 @@ pub struct Node {
     /// The leader this node last knew (0: none).
     leader: Arc<std::sync::atomic::AtomicU64>,
     id: u64,
+}
+
+/// Membership operations on a running node, usable from any thread.
+#[derive(Clone)]
+pub struct NodeHandle {
+    tx: Sender<Msg>,
+    log: RaftLog,
+    leader: Arc<std::sync::atomic::AtomicU64>,
+    id: u64,
+}
+
+impl NodeHandle {
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The leader this node last knew of.
+    pub fn leader(&self) -> Option<u64> {
+        match self.leader.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => None,
+            id => Some(id),
+        }
+    }
+
+    /// The raft term and the (sorted) voters and learners, as last persisted.
+    pub fn membership(&self) -> Result<(u64, Vec<u64>, Vec<u64>)> {
+        let hs = self.log.hard_state()?;
+        let cs = self.log.conf_state()?;
+        let (mut voters, mut learners) = (cs.voters, cs.learners);
+        voters.sort_unstable();
+        learners.sort_unstable();
+        Ok((hs.term, voters, learners))
+    }
+
+    pub fn add_learner(&self, node: u64, addr: std::net::SocketAddr) -> Result<u64> {
+        self.member_change(ConfChangeType::AddLearnerNode, node, Some(addr))
+    }
+
+    /// Every member address the log's membership entries name.
+    pub fn addresses(&self) -> Result<Vec<(u64, Option<std::net::SocketAddr>)>> {
+        address_book(&self.log)
+    }
+
+    pub fn add_voter(&self, node: u64, addr: Option<std::net::SocketAddr>) -> Result<u64> {
+        self.member_change(ConfChangeType::AddNode, node, addr)
+    }
+
+    pub fn remove_member(&self, node: u64) -> Result<u64> {
+        self.member_change(ConfChangeType::RemoveNode, node, None)
+    }
+
+    fn member_change(&self, change: ConfChangeType, node: u64, addr: Option<std::net::SocketAddr>) -> Result<u64> {
+        if node == 0 {
+            return Err(NodeError::Refused("node id 0 is not a valid raft id".into()));
+        }
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        self.tx.send(Msg::Member(MemberChange { change, node, addr, reply })).map_err(|_| NodeError::Stopped("node thread is gone".into()))?;
+        Pending { rx }.wait()
+    }
 }
 
 impl Node {
@@ -370,6 +432,7 @@ impl Node {
                     announce,
                     pending_announce: None,
                     solo,
+                    promoting: Default::default(),
                 };
                 if let Err(e) = d.run(rx) {
                     tracing::error!("raft node stopped: {e}");
@@ -383,26 +446,17 @@ impl Node {
     /// Adds `node` (listening at `addr`) as a learner: it receives the log but does not
     /// vote. Returns once the change is applied on this node.
     pub fn add_learner(&self, node: u64, addr: std::net::SocketAddr) -> Result<u64> {
-        self.member_change(ConfChangeType::AddLearnerNode, node, Some(addr))
+        self.handle().add_learner(node, addr)
     }
 
     /// Makes `node` a voter (a learner is promoted; `addr` may update its address).
     pub fn add_voter(&self, node: u64, addr: Option<std::net::SocketAddr>) -> Result<u64> {
-        self.member_change(ConfChangeType::AddNode, node, addr)
+        self.handle().add_voter(node, addr)
     }
 
     /// Removes `node` from the group.
     pub fn remove_member(&self, node: u64) -> Result<u64> {
-        self.member_change(ConfChangeType::RemoveNode, node, None)
-    }
-
-    fn member_change(&self, change: ConfChangeType, node: u64, addr: Option<std::net::SocketAddr>) -> Result<u64> {
-        if node == 0 {
-            return Err(NodeError::Refused("node id 0 is not a valid raft id".into()));
-        }
-        let (reply, rx) = tokio::sync::oneshot::channel();
-        self.tx.send(Msg::Member(MemberChange { change, node, addr, reply })).map_err(|_| NodeError::Stopped("node thread is gone".into()))?;
-        Pending { rx }.wait()
+        self.handle().remove_member(node)
     }
 
     /// This node's raft id.
@@ -425,12 +479,12 @@ impl Node {
 
     /// The raft term and the voters and learners of the group, as last persisted.
     pub fn membership(&self) -> Result<(u64, Vec<u64>, Vec<u64>)> {
-        let hs = self.log.hard_state()?;
-        let cs = self.log.conf_state()?;
-        let (mut voters, mut learners) = (cs.voters, cs.learners);
-        voters.sort_unstable();
-        learners.sort_unstable();
-        Ok((hs.term, voters, learners))
+        self.handle().membership()
+    }
+
+    /// A cloneable handle for membership work from other threads (the join handshake).
+    pub fn handle(&self) -> NodeHandle {
+        NodeHandle { tx: self.tx.clone(), log: self.log.clone(), leader: self.leader.clone(), id: self.id }
     }
 
     /// Proposes records and waits until all are committed and applied. Returns the log
@@ -486,6 +540,8 @@ struct Driver {
     /// This node's address, to be written into the log once it leads (see start).
     announce: Option<std::net::SocketAddr>,
     pending_announce: Option<MemberChange>,
+    /// Learners a promotion was proposed for.
+    promoting: std::collections::HashSet<u64>,
     /// The only voter: campaign as soon as raft allows (once committed membership
     /// entries are applied) instead of waiting for an election timeout.
     solo: bool,
@@ -551,6 +607,7 @@ impl Driver {
                 self.raw.tick();
                 next_tick = Instant::now() + self.cfg.tick;
                 self.expire_waiting();
+                self.promote_caught_up();
             }
             self.on_ready()?;
             self.campaign_if_solo()?;
@@ -638,6 +695,25 @@ impl Driver {
             }
         }
         Ok(())
+    }
+
+    /// As leader: proposes a voter change for each learner whose log matches the
+    /// committed index (it has caught up), once per learner.
+    fn promote_caught_up(&mut self) {
+        if !self.cfg.auto_promote || self.raw.raft.state != raft::StateRole::Leader {
+            return;
+        }
+        let committed = self.raw.raft.raft_log.committed;
+        let learners: Vec<u64> = self.raw.raft.prs().conf().learners().iter().copied().collect();
+        self.promoting.retain(|id| learners.contains(id));
+        for id in learners {
+            let caught_up = self.raw.raft.prs().get(id).is_some_and(|p| p.matched >= committed);
+            if caught_up && self.promoting.insert(id) {
+                tracing::info!(node = id, committed, "learner caught up: promoting it to voter");
+                let (reply, _) = tokio::sync::oneshot::channel();
+                self.propose_member(MemberChange { change: ConfChangeType::AddNode, node: id, addr: None, reply });
+            }
+        }
     }
 
     /// Answers proposals that were not applied in time.
@@ -995,7 +1071,7 @@ mod tests {
         let (inbox, mb) = mailbox();
         let t = crate::TcpTransport::start(id, listen, peers, crate::ClusterKey::from_secret("s"), Arc::new(move |m| inbox.deliver(m))).unwrap();
         let dir = root.join(format!("n{id}"));
-        let cfg = NodeConfig { id, voters, join, addrs: [(id, listen)].into(), ..Default::default() };
+        let cfg = NodeConfig { id, voters, join, addrs: [(id, listen)].into(), auto_promote: false, ..Default::default() };
         let node = Node::start_peered(&DataDir::new(&dir.join("data")), views(&dir.join("pki")), cfg, t.clone(), mb).unwrap();
         (node, t)
     }

@@ -5,7 +5,8 @@
 //! ```text
 //! u32 BE  length of the rest (nonce + ciphertext + tag), at most MAX_FRAME
 //! [12]    random nonce
-//! [n]     AES-256-GCM ciphertext of:  u64 BE sender id | u64 BE recipient id | raft Message (protobuf)
+//! [n]     AES-256-GCM ciphertext of:  u8 kind | u64 BE sender id | u64 BE recipient id | body
+//!         (kind 1: a raft Message, protobuf; kind 2: a control message of the layer above)
 //! [16]    GCM tag; the additional data is the ASCII "halite-raft-v1"
 //! ```
 //!
@@ -51,20 +52,25 @@ impl ClusterKey {
         ClusterKey(h.finalize().into())
     }
 
-    /// Seals one message from `from` to `to` into a frame (length prefix included).
+    /// Seals one raft message from `from` to `to` into a frame (length prefix included).
     pub fn seal(&self, from: u64, to: u64, msg: &Message) -> Result<Vec<u8>, String> {
         let body = msg.write_to_bytes().map_err(|e| e.to_string())?;
-        let mut plain = Vec::with_capacity(16 + body.len());
+        self.seal_kind(KIND_RAFT, from, to, &body)
+    }
+
+    fn seal_kind(&self, kind: u8, from: u64, to: u64, body: &[u8]) -> Result<Vec<u8>, String> {
+        let mut plain = Vec::with_capacity(17 + body.len());
+        plain.push(kind);
         plain.extend_from_slice(&from.to_be_bytes());
         plain.extend_from_slice(&to.to_be_bytes());
-        plain.extend_from_slice(&body);
+        plain.extend_from_slice(body);
         let mut nonce = [0u8; 12];
         openssl::rand::rand_bytes(&mut nonce).map_err(|e| e.to_string())?;
         let mut tag = [0u8; 16];
         let ct = encrypt_aead(Cipher::aes_256_gcm(), &self.0, Some(&nonce), AAD, &plain, &mut tag).map_err(|e| e.to_string())?;
         let len = 12 + ct.len() + 16;
         if len > MAX_FRAME {
-            return Err(format!("a raft message of {len} bytes exceeds the {MAX_FRAME}-byte frame limit"));
+            return Err(format!("a peer message of {len} bytes exceeds the {MAX_FRAME}-byte frame limit"));
         }
         let mut frame = Vec::with_capacity(4 + len);
         frame.extend_from_slice(&(len as u32).to_be_bytes());
@@ -74,20 +80,37 @@ impl ClusterKey {
         Ok(frame)
     }
 
-    /// Opens a frame body (without its length prefix): `(from, to, message)`.
-    pub fn open(&self, body: &[u8]) -> Result<(u64, u64, Message), String> {
-        if body.len() < 12 + 16 + 16 {
+    /// Opens a frame body (without its length prefix): `(from, to, what)`.
+    pub fn open(&self, body: &[u8]) -> Result<(u64, u64, Frame), String> {
+        if body.len() < 12 + 17 + 16 {
             return Err("frame too short".into());
         }
         let (nonce, rest) = body.split_at(12);
         let (ct, tag) = rest.split_at(rest.len() - 16);
         let plain = decrypt_aead(Cipher::aes_256_gcm(), &self.0, Some(nonce), AAD, ct, tag).map_err(|_| "frame does not authenticate (wrong cluster_secret?)".to_string())?;
-        let from = u64::from_be_bytes(plain[0..8].try_into().map_err(|_| "short frame")?);
-        let to = u64::from_be_bytes(plain[8..16].try_into().map_err(|_| "short frame")?);
-        let msg = Message::parse_from_bytes(&plain[16..]).map_err(|e| format!("raft message does not decode: {e}"))?;
-        Ok((from, to, msg))
+        let from = u64::from_be_bytes(plain[1..9].try_into().map_err(|_| "short frame")?);
+        let to = u64::from_be_bytes(plain[9..17].try_into().map_err(|_| "short frame")?);
+        let what = match plain[0] {
+            KIND_RAFT => Frame::Raft(Box::new(Message::parse_from_bytes(&plain[17..]).map_err(|e| format!("raft message does not decode: {e}"))?)),
+            KIND_CONTROL => Frame::Control(plain[17..].to_vec()),
+            k => return Err(format!("unknown frame kind {k}")),
+        };
+        Ok((from, to, what))
     }
 }
+
+const KIND_RAFT: u8 = 1;
+const KIND_CONTROL: u8 = 2;
+
+/// What a frame carries: a raft message, or a control message (the join handshake),
+/// whose bytes the layer above defines.
+pub enum Frame {
+    Raft(Box<Message>),
+    Control(Vec<u8>),
+}
+
+/// Where control messages go: the sender's id and the bytes.
+pub type ControlHandler = Arc<dyn Fn(u64, Vec<u8>) + Send + Sync>;
 
 /// Where received messages go (the node's inbox).
 pub type Deliver = Arc<dyn Fn(Message) + Send + Sync>;
@@ -100,6 +123,7 @@ pub struct TcpTransport {
     addrs: Mutex<HashMap<u64, SocketAddr>>,
     local: SocketAddr,
     stopped: Arc<AtomicBool>,
+    control: Arc<Mutex<Option<ControlHandler>>>,
 }
 
 impl TcpTransport {
@@ -111,6 +135,8 @@ impl TcpTransport {
         let k2 = key.clone();
         let stopped = Arc::new(AtomicBool::new(false));
         let stop2 = stopped.clone();
+        let control: Arc<Mutex<Option<ControlHandler>>> = Arc::new(Mutex::new(None));
+        let control2 = control.clone();
         std::thread::Builder::new().name(format!("raft-listen-{id}")).spawn(move || {
             for conn in listener.incoming() {
                 if stop2.load(Ordering::SeqCst) {
@@ -118,14 +144,37 @@ impl TcpTransport {
                 }
                 match conn {
                     Ok(stream) => {
-                        let (k, d, s) = (k2.clone(), deliver.clone(), stop2.clone());
-                        let _ = std::thread::Builder::new().name(format!("raft-in-{id}")).spawn(move || read_peer(id, stream, k, d, s));
+                        let (k, d, s, c) = (k2.clone(), deliver.clone(), stop2.clone(), control2.clone());
+                        let _ = std::thread::Builder::new().name(format!("raft-in-{id}")).spawn(move || read_peer(id, stream, k, d, s, c));
                     }
                     Err(e) => tracing::warn!("raft listener: {e}"),
                 }
             }
         })?;
-        Ok(Arc::new(TcpTransport { id, key, peers: Mutex::new(HashMap::new()), addrs: Mutex::new(peers), local, stopped }))
+        Ok(Arc::new(TcpTransport { id, key, peers: Mutex::new(HashMap::new()), addrs: Mutex::new(peers), local, stopped, control }))
+    }
+
+    /// Where control messages received from now on go.
+    pub fn on_control(&self, handler: ControlHandler) {
+        *self.control.lock().unwrap_or_else(|p| p.into_inner()) = Some(handler);
+    }
+
+    /// Sends one control message to `addr` (a peer that may not be a member yet), on a
+    /// connection of its own; failures are logged.
+    pub fn send_control(&self, to: u64, addr: SocketAddr, body: &[u8]) {
+        let frame = match self.key.seal_kind(KIND_CONTROL, self.id, to, body) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::error!(to, "control message not sent: {e}");
+                return;
+            }
+        };
+        let _ = std::thread::Builder::new().name("raft-control".into()).spawn(move || {
+            match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).and_then(|mut s| s.write_all(&frame)) {
+                Ok(()) => {}
+                Err(e) => tracing::debug!(%addr, "control message not delivered: {e}"),
+            }
+        });
     }
 
     /// Stops listening (the port is free once this returns... give or take the accept
@@ -209,7 +258,7 @@ fn write_peer(to: u64, addr: SocketAddr, rx: Receiver<Vec<u8>>) {
 }
 
 /// One inbound connection: read frames until EOF or a bad frame.
-fn read_peer(me: u64, mut stream: TcpStream, key: ClusterKey, deliver: Deliver, stopped: Arc<AtomicBool>) {
+fn read_peer(me: u64, mut stream: TcpStream, key: ClusterKey, deliver: Deliver, stopped: Arc<AtomicBool>, control: Arc<Mutex<Option<ControlHandler>>>) {
     let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
     let mut len = [0u8; 4];
     loop {
@@ -229,10 +278,18 @@ fn read_peer(me: u64, mut stream: TcpStream, key: ClusterKey, deliver: Deliver, 
             return;
         }
         match key.open(&body) {
-            Ok((from, to, msg)) if to == me && msg.to == me && msg.from == from => deliver(msg),
-            Ok((from, to, msg)) => {
+            Ok((from, to, Frame::Raft(msg))) if to == me && msg.to == me && msg.from == from => deliver(*msg),
+            Ok((from, to, Frame::Raft(msg))) => {
                 tracing::warn!(%peer, from, to, msg_from = msg.from, msg_to = msg.to, "raft frame with mismatched ids dropped");
             }
+            Ok((from, to, Frame::Control(body))) if to == me => {
+                let handler = control.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                match handler {
+                    Some(h) => h(from, body),
+                    None => tracing::debug!(from, "control message with no handler dropped"),
+                }
+            }
+            Ok((from, to, Frame::Control(_))) => tracing::warn!(%peer, from, to, "control frame for another node dropped"),
             Err(e) => {
                 tracing::warn!(%peer, "raft frame refused: {e}; closing the connection");
                 return;
@@ -290,6 +347,7 @@ mod tests {
         let k = ClusterKey::from_secret("s3cret");
         let f = k.seal(1, 2, &msg(1, 2)).unwrap();
         let (from, to, m) = k.open(&f[4..]).unwrap();
+        let Frame::Raft(m) = m else { panic!("a raft frame") };
         assert_eq!((from, to, m.term), (1, 2, 7));
         assert!(ClusterKey::from_secret("other").open(&f[4..]).is_err());
         let mut flipped = f.clone();

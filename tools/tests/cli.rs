@@ -512,7 +512,16 @@ fn start_master(env: &Env) -> Proc {
 
 fn wait_master(env: &Env) {
     let sock = env.root.join("sock/halite-admin.sock");
-    wait_for("the master's admin socket", 30, || std::os::unix::net::UnixStream::connect(&sock).is_ok());
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(30) {
+        if std::os::unix::net::UnixStream::connect(&sock).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = std::fs::read_to_string(env.root.join("master.out")).unwrap_or_default();
+    let tail: Vec<&str> = log.lines().rev().take(40).collect();
+    panic!("timed out after 30s waiting for the master's admin socket; its log ends:\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
 }
 
 /// Starts a master without waiting for it (cluster members wait for each other).
@@ -1225,5 +1234,75 @@ fn real_minion_behind_haproxy_with_a_three_master_cluster() {
     wait_for("test.ping after a member stopped", 120, || ping_via(&envs[1], "m1", "5"));
     for m in masters.iter_mut().flatten() {
         m.stop();
+    }
+}
+
+/// A cluster member's env on `ip` (isolated filesystem, auto_accept) with the given peers.
+fn member_env(ip: &str, peers: &[&str], pool: u16, secret: &str) -> Env {
+    let list: String = peers.iter().map(|p| format!("  - {p}\n")).collect();
+    let env = Env::new(
+        "localfs_key",
+        &format!(
+            "interface: {ip}\nid: {ip}\nret_port: {}\npublish_port: {}\npidfile: @ROOT@/master.pid\nauto_accept: True\ncluster_id: join-test\ncluster_secret: {secret}\n\
+             cluster_pool_port: {pool}\ncluster_isolated_filesystem: True\ncluster_pki_dir: @ROOT@/cpki\ncluster_peers:\n{list}",
+            free_port(),
+            free_port()
+        ),
+    );
+    let conf_path = env.root.join("conf/master");
+    let text = std::fs::read_to_string(&conf_path).unwrap().replace("@ROOT@", &env.root.display().to_string());
+    std::fs::write(&conf_path, text).unwrap();
+    env
+}
+
+#[test]
+fn a_master_joins_a_running_cluster_and_a_wrong_secret_does_not() {
+    let pool = port_free_on(&["127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4"]);
+    let founders = [member_env("127.0.0.1", &["127.0.0.2"], pool, "s3cret"), member_env("127.0.0.2", &["127.0.0.1"], pool, "s3cret")];
+    let mut procs: Vec<Proc> = founders.iter().map(spawn_master).collect();
+    for env in &founders {
+        wait_master(env);
+    }
+    let members = |env: &Env| -> Value { serde_json::from_str(&env.ok(SALT_RUN, &["cluster.members", "--out", "json"])).unwrap() };
+    wait_for("a leader", 30, || members(&founders[0])["leader_id"].is_string());
+    // A key in the cluster before the newcomer exists.
+    let ret1: u16 = std::fs::read_to_string(founders[0].root.join("conf/master")).unwrap().lines().find_map(|l| l.strip_prefix("ret_port: ")).unwrap().parse().unwrap();
+    let signed_in = Command::new(env!("CARGO_BIN_EXE_halite-swarm"))
+        .args(["--port", &ret1.to_string(), "--count", "1", "--jobs", "0", "--key-dir", &founders[0].root.join("keys").display().to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(signed_in.success());
+    assert_eq!(founders[1].listing()["minions"], serde_json::json!(["swarm-0"]));
+    // A third master that only knows the first, on an empty disk: it joins, receives the
+    // log (the key, the cluster secrets), serves, and is promoted to voter.
+    let newcomer = member_env("127.0.0.3", &["127.0.0.1"], pool, "s3cret");
+    procs.push(spawn_master(&newcomer));
+    let sock = newcomer.root.join("sock/halite-admin.sock");
+    let start = std::time::Instant::now();
+    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
+        if start.elapsed() > Duration::from_secs(40) {
+            for e in founders.iter().chain([&newcomer]) {
+                eprintln!("==== {}\n{}", e.root.display(), std::fs::read_to_string(e.root.join("master.out")).unwrap_or_default());
+            }
+            panic!("the newcomer did not start serving");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(newcomer.listing()["minions"], serde_json::json!(["swarm-0"]), "state-sync by the log");
+    assert_eq!(std::fs::read(newcomer.root.join("cpki/cluster.pub")).unwrap(), std::fs::read(founders[0].root.join("cpki/cluster.pub")).unwrap());
+    wait_for("the newcomer promoted to voter", 30, || members(&founders[1])["voters"] == serde_json::json!(["127.0.0.1", "127.0.0.2", "127.0.0.3"]));
+    // Its changes replicate like anyone's.
+    newcomer.ok(SALT_KEY, &["-d", "swarm-0", "-y"]);
+    wait_for("the delete on the founders", 30, || founders.iter().all(|e| e.listing()["minions"] == serde_json::json!([])));
+    // A master with another secret is not let in: its frames do not open.
+    let intruder = member_env("127.0.0.4", &["127.0.0.1"], pool, "wrong");
+    let mut intruder_proc = spawn_master(&intruder);
+    wait_for("the refusal in the first founder's log", 30, || std::fs::read_to_string(founders[0].root.join("master.out")).unwrap_or_default().contains("does not authenticate"));
+    assert_eq!(members(&founders[0])["voter_count"], 3);
+    intruder_proc.stop();
+    for mut p in procs {
+        p.stop();
     }
 }

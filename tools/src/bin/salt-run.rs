@@ -134,7 +134,7 @@ fn offline_runner(cfg: &halite_master::MasterConfig, fun: &str, jid: Option<Stri
         let (hs, cs) = (log.hard_state()?, log.conf_state()?);
         // Offline: the leader is unknown, except that a lone voter leads itself.
         let leader = (cs.voters.len() == 1).then(|| cs.voters[0]);
-        return Ok(runners::cluster_members(&halite_master::server::node_id(cfg), hs.term, &cs.voters, &cs.learners, leader, &halite_master::store::member_names(cfg)));
+        return Ok(runners::cluster_members(&halite_master::server::node_id(cfg), hs.term, &cs.voters, &cs.learners, leader, &halite_master::store::member_names(cfg, None)));
     }
     let sm = halite_storage::state::StateMachine::open(&data.state())?;
     Ok(match jid {
