@@ -23,6 +23,7 @@
 //! | [`admin`]    | the local admin socket protocol |
 //! | [`listen`]   | TCP listeners with Salt's keepalive and backlog |
 //! | [`server`]   | the daemon: sockets and wiring |
+//! | [`sync_roots`] | `cluster.sync_roots`: roots directories → records |
 //! | [`store`]    | opening the storage a config describes |
 
 pub mod admin;
@@ -48,5 +49,6 @@ pub mod runners;
 pub mod server;
 pub mod sessions;
 pub mod store;
+pub mod sync_roots;
 
 pub use config::MasterConfig;

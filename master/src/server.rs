@@ -495,6 +495,24 @@ fn admin_request_inner(m: &Master, req: &J) -> Result<J, String> {
                 "jobs.list_jobs" => crate::runners::list_jobs(sm).map_err(|e| e.to_string())?,
                 "jobs.lookup_jid" => crate::runners::lookup_jid(sm, req.get("jid").and_then(J::as_str).ok_or("jobs.lookup_jid needs a jid")?).map_err(|e| e.to_string())?,
                 "pki.migrate_to_mmap" => J::String(crate::pki::migrate_online(&m.core.cfg, &m.node)?),
+                "cluster.sync_roots" => {
+                    let roots = req.get("roots").and_then(J::as_str).unwrap_or("both");
+                    let trees = crate::sync_roots::trees(roots)?;
+                    let plan = crate::sync_roots::plan(&m.core.cfg, sm, &trees)?;
+                    // Chunks stay in order; at most 32 records (32 MiB) per proposal.
+                    for group in plan.records.chunks(32) {
+                        m.node.propose(group).map_err(|e| e.to_string())?;
+                    }
+                    tracing::info!(written = plan.written, removed = plan.removed, unchanged = plan.unchanged, "cluster.sync_roots committed");
+                    json!({
+                        "status": "committed",
+                        "channels": trees.iter().map(|t| format!("{}_roots", t.as_str())).collect::<Vec<_>>(),
+                        "cluster_id": m.core.cfg.cluster_id,
+                        "written": plan.written,
+                        "removed": plan.removed,
+                        "unchanged": plan.unchanged,
+                    })
+                }
                 "cluster.members" => {
                     let (term, voters, learners) = m.node.membership().map_err(|e| e.to_string())?;
                     crate::runners::cluster_members(&node_id(&m.core.cfg), term, &voters, &learners, m.node.leader(), &crate::store::member_names(&m.core.cfg, Some(&m.node.handle())))

@@ -1244,7 +1244,8 @@ fn member_env(ip: &str, peers: &[&str], pool: u16, secret: &str) -> Env {
         "localfs_key",
         &format!(
             "interface: {ip}\nid: {ip}\nret_port: {}\npublish_port: {}\npidfile: @ROOT@/master.pid\nauto_accept: True\ncluster_id: join-test\ncluster_secret: {secret}\n\
-             cluster_pool_port: {pool}\ncluster_isolated_filesystem: True\ncluster_pki_dir: @ROOT@/cpki\ncluster_peers:\n{list}",
+             cluster_pool_port: {pool}\ncluster_isolated_filesystem: True\ncluster_pki_dir: @ROOT@/cpki\n\
+             file_roots:\n  base:\n    - @ROOT@/srv\npillar_roots:\n  base:\n    - @ROOT@/pillar\ncluster_peers:\n{list}",
             free_port(),
             free_port()
         ),
@@ -1275,6 +1276,17 @@ fn a_master_joins_a_running_cluster_and_a_wrong_secret_does_not() {
         .unwrap();
     assert!(signed_in.success());
     assert_eq!(founders[1].listing()["minions"], serde_json::json!(["swarm-0"]));
+    // cluster.sync_roots: the first founder's roots become records every member writes.
+    let (srv, pil) = (founders[0].root.join("srv"), founders[0].root.join("pillar"));
+    std::fs::create_dir_all(srv.join("web")).unwrap();
+    std::fs::create_dir_all(&pil).unwrap();
+    std::fs::write(srv.join("top.sls"), "base:\n  '*':\n    - web\n").unwrap();
+    std::fs::write(srv.join("web/init.sls"), "nginx:\n  pkg.installed\n").unwrap();
+    std::fs::write(pil.join("top.sls"), "base:\n  '*':\n    - common\n").unwrap();
+    let out: Value = serde_json::from_str(&founders[0].ok(SALT_RUN, &["cluster.sync_roots", "--out", "json"])).unwrap();
+    assert_eq!((out["status"].as_str(), out["written"].as_u64(), out["removed"].as_u64()), (Some("committed"), Some(3), Some(0)), "{out}");
+    wait_for("the roots on the second founder", 30, || std::fs::read_to_string(founders[1].root.join("srv/web/init.sls")).ok().as_deref() == Some("nginx:\n  pkg.installed\n"));
+    assert!(founders[1].root.join("pillar/top.sls").exists());
     // A third master that only knows the first, on an empty disk: it joins, receives the
     // log (the key, the cluster secrets), serves, and is promoted to voter.
     let newcomer = member_env("127.0.0.3", &["127.0.0.1"], pool, "s3cret");
@@ -1291,6 +1303,12 @@ fn a_master_joins_a_running_cluster_and_a_wrong_secret_does_not() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(newcomer.listing()["minions"], serde_json::json!(["swarm-0"]), "state-sync by the log");
+    wait_for("the synced roots on the newcomer", 30, || newcomer.root.join("srv/web/init.sls").exists());
+    // A file removed at the source and synced again is removed everywhere.
+    std::fs::remove_file(srv.join("top.sls")).unwrap();
+    let out: Value = serde_json::from_str(&founders[0].ok(SALT_RUN, &["cluster.sync_roots", "roots=file", "--out", "json"])).unwrap();
+    assert_eq!((out["written"].as_u64(), out["removed"].as_u64(), out["unchanged"].as_u64()), (Some(0), Some(1), Some(1)), "{out}");
+    wait_for("the removal on the other members", 30, || !founders[1].root.join("srv/top.sls").exists() && !newcomer.root.join("srv/top.sls").exists());
     assert_eq!(std::fs::read(newcomer.root.join("cpki/cluster.pub")).unwrap(), std::fs::read(founders[0].root.join("cpki/cluster.pub")).unwrap());
     wait_for("the newcomer promoted to voter", 30, || members(&founders[1])["voters"] == serde_json::json!(["127.0.0.1", "127.0.0.2", "127.0.0.3"]));
     // Its changes replicate like anyone's.

@@ -86,6 +86,11 @@ fn real_main(a: Args) -> Result<()> {
             }
             None => offline_runner(&cfg, &a.fun, if a.fun == "jobs.lookup_jid" { Some(jid()?) } else { None })?,
         },
+        "cluster.sync_roots" => {
+            let c = admin.as_mut().ok_or_else(|| Failure::new("cluster.sync_roots: the master is not running", 1))?;
+            let roots = kwargs.get("roots").cloned().or_else(|| positional.first().cloned()).unwrap_or_else(|| "both".into());
+            c.call(&json!({ "cmd": "runner", "fun": "cluster.sync_roots", "roots": roots }))?["return"].clone()
+        }
         "manage.status" | "manage.up" | "manage.down" => {
             let c = admin.as_mut().ok_or_else(|| Failure::new(format!("{}: the master is not running", a.fun), 1))?;
             let (up, down) = manage(c, Duration::from_secs(a.timeout.unwrap_or(cfg.timeout)))?;
