@@ -74,6 +74,22 @@ pub fn cluster_members(node_id: &str, term: u64, voters: &[u64], learners: &[u64
     })
 }
 
+/// `cluster.ring_info`: the HashRing over the committed voters, by name, in Salt's shape
+/// (`vnodes` is tokens per member). A lone master is not clustered and has an empty ring.
+pub fn ring_info(clustered: bool, voters: &[u64], names: &std::collections::BTreeMap<u64, String>) -> J {
+    if !clustered {
+        return json!({"is_clustered": false, "node_count": 0, "nodes": [], "vnodes": 0});
+    }
+    let members: Vec<String> = voters.iter().map(|id| names.get(id).cloned().unwrap_or_else(|| id.to_string())).collect();
+    let ring = halite_replication::HashRing::new(&members);
+    json!({
+        "is_clustered": true,
+        "node_count": ring.nodes().len(),
+        "nodes": ring.nodes(),
+        "vnodes": ring.token_count() / ring.nodes().len().max(1),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

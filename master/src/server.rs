@@ -513,6 +513,10 @@ fn admin_request_inner(m: &Master, req: &J) -> Result<J, String> {
                         "unchanged": plan.unchanged,
                     })
                 }
+                "cluster.ring_info" => {
+                    let (_, voters, _) = m.node.membership().map_err(|e| e.to_string())?;
+                    crate::runners::ring_info(m.core.cluster, &voters, &crate::store::member_names(&m.core.cfg, Some(&m.node.handle())))
+                }
                 "cluster.members" => {
                     let (term, voters, learners) = m.node.membership().map_err(|e| e.to_string())?;
                     crate::runners::cluster_members(&node_id(&m.core.cfg), term, &voters, &learners, m.node.leader(), &crate::store::member_names(&m.core.cfg, Some(&m.node.handle())))

@@ -4,7 +4,9 @@
 
 pub mod logging;
 pub mod node;
+pub mod ring;
 pub mod transport;
 
 pub use node::{DataDir, Inbox, Mailbox, Node, NodeConfig, NodeError, NodeHandle, Pending, Tap};
+pub use ring::HashRing;
 pub use transport::{ClusterKey, Outbox, TcpTransport};

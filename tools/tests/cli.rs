@@ -680,6 +680,8 @@ fn real_minion_auth_accept_jobs_bad_input_and_restart() {
     let members: Value = serde_json::from_str(&env.ok(SALT_RUN, &["cluster.members", "--out", "json"])).unwrap();
     assert_eq!(members["voter_count"], 1);
     assert_eq!(members["voters"], serde_json::json!([members["node_id"].clone()]));
+    let ring: Value = serde_json::from_str(&env.ok(SALT_RUN, &["cluster.ring_info", "--out", "json"])).unwrap();
+    assert_eq!(ring, serde_json::json!({"is_clustered": false, "node_count": 0, "nodes": [], "vnodes": 0}));
 
     let ghost_pub = env.root.join("ghost.pub");
     std::fs::write(&ghost_pub, halite_master::crypto::PrivateKey::generate(2048).unwrap().public_pem().unwrap()).unwrap();
@@ -1311,6 +1313,8 @@ fn a_master_joins_a_running_cluster_and_a_wrong_secret_does_not() {
     wait_for("the removal on the other members", 30, || !founders[1].root.join("srv/top.sls").exists() && !newcomer.root.join("srv/top.sls").exists());
     assert_eq!(std::fs::read(newcomer.root.join("cpki/cluster.pub")).unwrap(), std::fs::read(founders[0].root.join("cpki/cluster.pub")).unwrap());
     wait_for("the newcomer promoted to voter", 30, || members(&founders[1])["voters"] == serde_json::json!(["127.0.0.1", "127.0.0.2", "127.0.0.3"]));
+    let ring: Value = serde_json::from_str(&newcomer.ok(SALT_RUN, &["cluster.ring_info", "--out", "json"])).unwrap();
+    assert_eq!(ring, serde_json::json!({"is_clustered": true, "node_count": 3, "nodes": ["127.0.0.1", "127.0.0.2", "127.0.0.3"], "vnodes": 150}));
     // Its changes replicate like anyone's.
     newcomer.ok(SALT_KEY, &["-d", "swarm-0", "-y"]);
     wait_for("the delete on the founders", 30, || founders.iter().all(|e| e.listing()["minions"] == serde_json::json!([])));

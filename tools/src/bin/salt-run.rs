@@ -76,7 +76,7 @@ fn real_main(a: Args) -> Result<()> {
             Some(c) if !dry()? => c.call(&json!({ "cmd": "runner", "fun": "pki.migrate_to_mmap" }))?["return"].clone(),
             _ => Value::String(pki::migrate_offline(&cfg, dry()?)?),
         },
-        "jobs.list_jobs" | "jobs.lookup_jid" | "cluster.members" => match &mut admin {
+        "jobs.list_jobs" | "jobs.lookup_jid" | "cluster.members" | "cluster.ring_info" => match &mut admin {
             Some(c) => {
                 let mut req = json!({ "cmd": "runner", "fun": a.fun });
                 if a.fun == "jobs.lookup_jid" {
@@ -134,6 +134,10 @@ fn real_main(a: Args) -> Result<()> {
 /// Runners read from a stopped master's data directory.
 fn offline_runner(cfg: &halite_master::MasterConfig, fun: &str, jid: Option<String>) -> Result<Value> {
     let data = store::data_dir(cfg);
+    if fun == "cluster.ring_info" {
+        let log = halite_storage::log::RaftLog::open(&data.log())?;
+        return Ok(runners::ring_info(cfg.cluster_id.is_some(), &log.conf_state()?.voters, &halite_master::store::member_names(cfg, None)));
+    }
     if fun == "cluster.members" {
         let log = halite_storage::log::RaftLog::open(&data.log())?;
         let (hs, cs) = (log.hard_state()?, log.conf_state()?);
