@@ -466,10 +466,7 @@ impl Node {
 
     /// The leader this node last knew of (`None` while there is none).
     pub fn leader(&self) -> Option<u64> {
-        match self.leader.load(std::sync::atomic::Ordering::Relaxed) {
-            0 => None,
-            id => Some(id),
-        }
+        self.handle().leader()
     }
 
     /// The state machine, for reads.
