@@ -929,7 +929,7 @@ fn start_swarm(env: &Env, ret: u16, count: usize, jobs: Option<usize>) -> (Proc,
 
 #[test]
 fn swarm_of_simulated_minions_max_minions_and_job_expiry() {
-    let (env, ret) = master_env("auto_accept: True\nmax_minions: 4\nkeep_jobs_seconds: 3\nloop_interval: 1\nrequest_server_ttl: 600\nfile_roots:\n  base:\n    - @ROOT@/srv\n");
+    let (env, ret) = master_env("auto_accept: True\nmax_minions: 4\nkeep_jobs_seconds: 6\nloop_interval: 1\nrequest_server_ttl: 600\nfile_roots:\n  base:\n    - @ROOT@/srv\n");
     let srv = env.root.join("srv");
     std::fs::create_dir_all(srv.join("sub")).unwrap();
     std::fs::write(srv.join("ok.txt"), "inside\n").unwrap();
@@ -1288,7 +1288,7 @@ fn a_master_joins_a_running_cluster_and_a_wrong_secret_does_not() {
     let out: Value = serde_json::from_str(&founders[0].ok(SALT_RUN, &["cluster.sync_roots", "--out", "json"])).unwrap();
     assert_eq!((out["status"].as_str(), out["written"].as_u64(), out["removed"].as_u64()), (Some("committed"), Some(3), Some(0)), "{out}");
     wait_for("the roots on the second founder", 30, || std::fs::read_to_string(founders[1].root.join("srv/web/init.sls")).ok().as_deref() == Some("nginx:\n  pkg.installed\n"));
-    assert!(founders[1].root.join("pillar/top.sls").exists());
+    wait_for("the pillar roots on the second founder", 30, || founders[1].root.join("pillar/top.sls").exists());
     // A third master that only knows the first, on an empty disk: it joins, receives the
     // log (the key, the cluster secrets), serves, and is promoted to voter.
     let newcomer = member_env("127.0.0.3", &["127.0.0.1"], pool, "s3cret");
