@@ -384,6 +384,17 @@ impl Node {
             }
             sm.set_views_index(applied)?;
         }
+        // Views pointed at new, empty places (a shared filesystem left for local
+        // directories, a wiped cache) are rebuilt from the state machine: the log, not
+        // the files, is the truth, so moving the files is never needed.
+        if sm.count("keys")? > 0 && views.keys.entries()?.0.is_empty() {
+            tracing::warn!(driver = views.keys.driver(), "the key view is empty but the state machine holds keys: rebuilding it");
+            views.rebuild_keys(&sm, |_, _| {})?;
+        }
+        if views.roots.missing_any(&sm)? {
+            tracing::warn!("roots files the state machine holds are missing from their directories: rewriting them");
+            views.roots.rebuild(&sm)?;
+        }
         let logger = slog::Logger::root(crate::logging::TracingDrain, slog::o!());
         let rc = RaftConfig {
             id: cfg.id,

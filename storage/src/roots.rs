@@ -111,6 +111,19 @@ impl RootsMaterialiser {
     }
 
     /// Writes every complete file of the state machine. Returns the count.
+    /// Whether a file the state machine holds is missing from its configured directory
+    /// (the roots were moved to new directories, or deleted).
+    pub fn missing_any(&self, sm: &StateMachine) -> Result<bool> {
+        for (tree, env, path, _) in sm.roots_files()? {
+            if let Some(root) = self.dirs.dir(tree, &env) {
+                if !root.join(&path).exists() {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    }
+
     pub fn rebuild(&self, sm: &StateMachine) -> Result<u64> {
         let mut n = 0;
         for (tree, env, path, _) in sm.roots_files()? {

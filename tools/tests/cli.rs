@@ -1328,3 +1328,65 @@ fn a_master_joins_a_running_cluster_and_a_wrong_secret_does_not() {
         p.stop();
     }
 }
+
+#[test]
+fn a_shared_filesystem_cluster_moves_to_local_directories_by_restarting_members() {
+    let pool = port_free_on(&["127.0.0.1", "127.0.0.2"]);
+    let shared = tempfile::tempdir().unwrap();
+    let (spki, sroots) = (shared.path().join("pki"), shared.path().join("roots"));
+    std::fs::create_dir_all(&sroots).unwrap();
+    // root_dir / so that the shared paths are the same on both members (Salt puts every
+    // other absolute path under root_dir).
+    let write_conf = |env: &Env, ip: &str, peer: &str, ports: (u16, u16), pki: &Path, roots: &Path, isolated: bool| {
+        let r = env.root.display();
+        std::fs::write(
+            env.root.join("conf/master"),
+            format!(
+                "root_dir: /\npki_dir: {r}/pki\ncachedir: {r}/cache\nsock_dir: {r}/sock\nhalite_data_dir: {r}/data\nlog_file: {r}/log\npidfile: {r}/master.pid\n\
+                 interface: {ip}\nid: {ip}\nret_port: {}\npublish_port: {}\nauto_accept: True\ncluster_id: move\ncluster_secret: s3cret\n\
+                 cluster_pool_port: {pool}\ncluster_isolated_filesystem: {isolated}\ncluster_pki_dir: {}\nfile_roots:\n  base:\n    - {}\ncluster_peers:\n  - {peer}\n",
+                ports.0,
+                ports.1,
+                pki.display(),
+                roots.display()
+            ),
+        )
+        .unwrap();
+    };
+    let (a, b) = (Env::new("localfs_key", ""), Env::new("localfs_key", ""));
+    let (ports_a, ports_b) = ((free_port(), free_port()), (free_port(), free_port()));
+    write_conf(&a, "127.0.0.1", "127.0.0.2", ports_a, &spki, &sroots, false);
+    write_conf(&b, "127.0.0.2", "127.0.0.1", ports_b, &spki, &sroots, false);
+    let mut pa = spawn_master(&a);
+    let mut pb = spawn_master(&b);
+    wait_master(&a);
+    wait_master(&b);
+    // Keys and roots on the shared mount.
+    let ok = Command::new(env!("CARGO_BIN_EXE_halite-swarm"))
+        .args(["--port", &ports_a.0.to_string(), "--count", "2", "--jobs", "0", "--key-dir", &a.root.join("keys").display().to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    std::fs::write(sroots.join("top.sls"), "base:\n  '*': []\n").unwrap();
+    a.ok(SALT_RUN, &["cluster.sync_roots", "roots=file"]);
+    wait_for("the keys on the shared mount", 30, || spki.join("minions/swarm-0").exists() && spki.join("minions/swarm-1").exists());
+    // Member b moves to local directories: stop, repoint, start. Its views are rebuilt
+    // from its own state machine; nothing is copied.
+    pb.stop();
+    let (lpki, lroots) = (b.root.join("local-pki"), b.root.join("local-roots"));
+    std::fs::create_dir_all(&lroots).unwrap();
+    write_conf(&b, "127.0.0.2", "127.0.0.1", ports_b, &lpki, &lroots, true);
+    pb = spawn_master(&b);
+    wait_master(&b);
+    assert_eq!(b.listing()["minions"], serde_json::json!(["swarm-0", "swarm-1"]));
+    assert!(lpki.join("minions/swarm-0").exists() && lpki.join("minions/swarm-1").exists(), "the local key view was rebuilt");
+    assert_eq!(std::fs::read_to_string(lroots.join("top.sls")).unwrap(), "base:\n  '*': []\n", "the local roots were rewritten");
+    // Changes keep reaching both: the shared mount through a, b's local view through b.
+    a.ok(SALT_KEY, &["-d", "swarm-1", "-y"]);
+    wait_for("the delete in b's local view", 30, || !lpki.join("minions/swarm-1").exists());
+    wait_for("the delete on the shared mount", 30, || !spki.join("minions/swarm-1").exists());
+    pa.stop();
+    pb.stop();
+}
