@@ -23,7 +23,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from swarm import BIN, memory, ping_answered, stop, tree  # noqa: E402
+from swarm import BIN, memory, stop, swarm_until_ready, tree  # noqa: E402
 
 IPS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
 LB = "127.0.0.10"
@@ -76,19 +76,11 @@ def run(n, keydir, base):
     time.sleep(1)
     row = {"minions": n}
     before = cpu([p.pid for p in procs])
-    swarm = subprocess.Popen(
-        [os.path.join(BIN, "halite-swarm"), "--master", LB, "--port", str(ret), "--count", str(n), "--key-dir", keydir, "--auth-timeout", "60"],
-        stdout=subprocess.PIPE, stderr=open(os.path.join(root, "swarm.log"), "w"), text=True,
-    )
+    swarm, auth, _ = swarm_until_ready(["--master", LB, "--port", str(ret), "--count", str(n), "--key-dir", keydir], root)
     try:
-        for line in swarm.stdout:
-            ev = json.loads(line)
-            if ev["event"] == "authenticated":
-                row["auth_s"] = ev["seconds"]
-                row["auth_failed"] = sum(ev["failed"].values())
-                row["members_cpu_s"] = cpu([p.pid for p in procs]) - before
-            elif ev["event"] == "ready":
-                break
+        row["auth_s"] = auth["seconds"]
+        row["auth_failed"] = sum(auth["failed"].values())
+        row["members_cpu_s"] = cpu([p.pid for p in procs]) - before
         times = []
         for _ in range(5):
             t0 = time.monotonic()

@@ -172,26 +172,34 @@ class Master:
         return statistics.median(times)
 
 
+def swarm_until_ready(args, root):
+    """Starts halite-swarm with `args`; returns the process (still running, answering
+    jobs) and its `authenticated` and `ready` events."""
+    proc = subprocess.Popen(
+        [os.path.join(BIN, "halite-swarm"), "--auth-timeout", "60"] + args,
+        stdout=subprocess.PIPE, stderr=open(os.path.join(root, "swarm.log"), "w"), text=True,
+    )
+    events = {}
+    for line in proc.stdout:
+        ev = json.loads(line)
+        events[ev["event"]] = ev
+        if ev["event"] == "ready":
+            break
+    return proc, events.get("authenticated", {}), events.get("ready", {})
+
+
 def run_one(kind, n, port, keydir):
     root = tempfile.mkdtemp(prefix=f"swarm-{kind}-{n}-")
     m = Master(kind, root, port)
     row = {"master": kind, "minions": n}
     row["cold_start_empty_s"] = m.start()
-    swarm = subprocess.Popen(
-        [os.path.join(BIN, "halite-swarm"), "--port", str(port), "--count", str(n), "--key-dir", keydir, "--master-pid", str(m.proc.pid), "--auth-timeout", "60"],
-        stdout=subprocess.PIPE, stderr=open(os.path.join(root, "swarm.log"), "w"), text=True,
-    )
+    swarm, auth, ready = swarm_until_ready(["--port", str(port), "--count", str(n), "--key-dir", keydir, "--master-pid", str(m.proc.pid)], root)
     try:
-        for line in swarm.stdout:
-            ev = json.loads(line)
-            if ev["event"] == "authenticated":
-                row["auth_s"] = ev["seconds"]
-                row["auth_master_cpu_s"] = ev["master_cpu_seconds"]
-                row["auth_failed"] = sum(ev["failed"].values())
-                row["processes"] = ev["master_processes"]
-            elif ev["event"] == "ready":
-                row["ready"] = ev["count"]
-                break
+        row["auth_s"] = auth["seconds"]
+        row["auth_master_cpu_s"] = auth["master_cpu_seconds"]
+        row["auth_failed"] = sum(auth["failed"].values())
+        row["processes"] = auth["master_processes"]
+        row["ready"] = ready["count"]
         row["cli_ping_s"] = m.cli_ping(n)
         if kind == "reference":
             row["local_client_ping_s"] = m.local_client_ping(n)
