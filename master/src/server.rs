@@ -513,6 +513,29 @@ fn admin_request_inner(m: &Master, req: &J) -> Result<J, String> {
                         "unchanged": plan.unchanged,
                     })
                 }
+                "cluster.remove_member" => {
+                    // Halite's explicit removal (the reference has none: a removed master
+                    // keeps counting toward its quorum). The name is the member's address.
+                    if !m.core.cluster {
+                        return Err("cluster.remove_member: this master is not a cluster member".into());
+                    }
+                    let name = req.get("name").and_then(J::as_str).ok_or("cluster.remove_member needs the member's name (its interface address)")?;
+                    let id = crate::store::member_id(name);
+                    let (_, voters, learners) = m.node.membership().map_err(|e| e.to_string())?;
+                    if !voters.contains(&id) && !learners.contains(&id) {
+                        return Err(format!("{name} is not a member"));
+                    }
+                    m.node.remove_member(id).map_err(|e| e.to_string())?;
+                    let (_, voters, learners) = m.node.membership().map_err(|e| e.to_string())?;
+                    let names = crate::store::member_names(&m.core.cfg, Some(&m.node.handle()));
+                    let name_of = |i: &u64| names.get(i).cloned().unwrap_or_else(|| i.to_string());
+                    let sorted = |ids: &[u64]| {
+                        let mut v: Vec<String> = ids.iter().map(name_of).collect();
+                        v.sort();
+                        v
+                    };
+                    json!({"removed": name, "voters": sorted(&voters), "learners": sorted(&learners)})
+                }
                 "cluster.ring_info" => {
                     let (_, voters, _) = m.node.membership().map_err(|e| e.to_string())?;
                     crate::runners::ring_info(m.core.cluster, &voters, &crate::store::member_names(&m.core.cfg, Some(&m.node.handle())))

@@ -1161,6 +1161,14 @@ fn three_masters_form_a_cluster_and_replicate_keys() {
     // It comes back and catches up from the log.
     masters[0] = Some(start_master(&envs[0]));
     wait_for("the first master to catch up", 60, || envs[0].listing()["minions"] == serde_json::json!(["swarm-0"]));
+    // The third member is retired: stopped, then removed from the membership, after which
+    // the other two are the whole quorum.
+    masters[2].take().unwrap().stop();
+    let out: Value = serde_json::from_str(&envs[0].ok(SALT_RUN, &["cluster.remove_member", "127.0.0.3", "--out", "json"])).unwrap();
+    assert_eq!(out["voters"], serde_json::json!(["127.0.0.1", "127.0.0.2"]), "{out}");
+    wait_for("the second member to see two voters", 30, || members(&envs[1])["voter_count"] == 2);
+    envs[1].ok(SALT_KEY, &["-d", "swarm-0", "-y"]);
+    wait_for("the delete on the first member", 30, || envs[0].listing()["minions"] == serde_json::json!([]));
     for m in masters.iter_mut().flatten() {
         m.stop();
     }

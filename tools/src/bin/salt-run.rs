@@ -86,6 +86,11 @@ fn real_main(a: Args) -> Result<()> {
             }
             None => offline_runner(&cfg, &a.fun, if a.fun == "jobs.lookup_jid" { Some(jid()?) } else { None })?,
         },
+        "cluster.remove_member" => {
+            let c = admin.as_mut().ok_or_else(|| Failure::new("cluster.remove_member: the master is not running", 1))?;
+            let name = kwargs.get("name").cloned().or_else(|| positional.first().cloned()).ok_or_else(|| Failure::new("cluster.remove_member needs the member's name", 2))?;
+            c.call(&json!({ "cmd": "runner", "fun": "cluster.remove_member", "name": name }))?["return"].clone()
+        }
         "cluster.sync_roots" => {
             let c = admin.as_mut().ok_or_else(|| Failure::new("cluster.sync_roots: the master is not running", 1))?;
             let roots = kwargs.get("roots").cloned().or_else(|| positional.first().cloned()).unwrap_or_else(|| "both".into());
