@@ -51,6 +51,12 @@ pub fn secrets(cfg: &MasterConfig, node: &Node) -> Result<Secrets, String> {
         if let (Some(pair), Some(aes)) = (&pair, &aes) {
             let private = PrivateKey::from_pem(&pair.private_pem).map_err(|e| format!("the cluster key pair in the log does not parse: {e}"))?;
             let public = private.public_pem().map_err(|e| e.to_string())?;
+            if let Some(fp) = cfg.raw.get("cluster_pub_fingerprint").and_then(|v| v.as_str()) {
+                let got = crate::crypto::sha256_hex(&public);
+                if !got.eq_ignore_ascii_case(fp.trim()) {
+                    return Err(format!("the cluster key pair's cluster.pub has SHA-256 {got}, not the configured cluster_pub_fingerprint {fp}; refusing to serve"));
+                }
+            }
             write_files(cfg, &pair.private_pem, &public);
             tracing::info!(generation = aes.generation, waited_ms = started.elapsed().as_millis() as u64, "cluster key pair and AES key in place");
             return Ok(Secrets { keys: MasterKeys { pub_clean: clean_key(&public), private }, aes: aes_of(aes)?, generation: aes.generation });

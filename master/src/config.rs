@@ -94,7 +94,7 @@ const KNOWN: &[&str] = &[
     "keys.cache_driver", "mmap_key_size", "mmap_key_slot_size", "mmap_key_id_size", "mmap_key_max_segment_bytes",
     "mmap_cache_max_segment_bytes", "cluster_id", "cluster_peers", "cluster_pki_dir", "cluster_pool_port",
     "cluster_secret", "cluster_isolated_filesystem", "halite_data_dir", "halite_max_request_bytes", "default_include", "include", "user",
-    "zmq_backlog", "max_minions", "loop_interval", "request_server_ttl", "tcp_keepalive", "tcp_keepalive_idle", "tcp_keepalive_cnt", "tcp_keepalive_intvl", "rotate_aes_key",
+    "zmq_backlog", "max_minions", "loop_interval", "request_server_ttl", "cluster_pub_fingerprint", "tcp_keepalive", "tcp_keepalive_idle", "tcp_keepalive_cnt", "tcp_keepalive_intvl", "rotate_aes_key",
 ];
 
 fn read_yaml(path: &Path) -> Result<Mapping> {

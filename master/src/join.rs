@@ -34,7 +34,9 @@ enum Control {
     Hello { id: u64, addr: String },
     /// `members`: every member's raft id and transport address (from the log), so that a
     /// joiner can answer whichever member leads.
-    Welcome { established: bool, member: bool, members: Vec<(u64, String)> },
+    /// `cluster_pub_sha256`: SHA-256 hex of this member's `cluster.pub` (what a joiner with
+    /// `cluster_pub_fingerprint` checks before asking to join).
+    Welcome { established: bool, member: bool, members: Vec<(u64, String)>, #[serde(default)] cluster_pub_sha256: Option<String> },
     Join { id: u64, name: String, addr: String },
 }
 
@@ -45,6 +47,7 @@ struct Welcome {
     established: bool,
     member: bool,
     members: Vec<(u64, SocketAddr)>,
+    cluster_pub_sha256: Option<String>,
 }
 
 /// The handshake's state on one master.
@@ -52,6 +55,8 @@ pub struct Handshake {
     transport: Arc<TcpTransport>,
     me: u64,
     listen: SocketAddr,
+    /// Where this member's `cluster.pub` is (written once the cluster secrets apply).
+    cluster_pub: std::path::PathBuf,
     welcomes: Mutex<Vec<Welcome>>,
 }
 
@@ -64,8 +69,8 @@ fn send(transport: &TcpTransport, to: u64, addr: SocketAddr, c: &Control) {
 
 /// Installs the control handler: answers hellos and joins (once `node` is set), and
 /// collects welcomes for [`Handshake::discover`].
-pub fn serve(transport: &Arc<TcpTransport>, me: u64, listen: SocketAddr, node: Arc<OnceLock<NodeHandle>>) -> Arc<Handshake> {
-    let hs = Arc::new(Handshake { transport: transport.clone(), me, listen, welcomes: Mutex::new(Vec::new()) });
+pub fn serve(transport: &Arc<TcpTransport>, me: u64, listen: SocketAddr, cluster_pub: std::path::PathBuf, node: Arc<OnceLock<NodeHandle>>) -> Arc<Handshake> {
+    let hs = Arc::new(Handshake { transport: transport.clone(), me, listen, cluster_pub, welcomes: Mutex::new(Vec::new()) });
     // The handler keeps the handshake alive as long as the transport (the process).
     let hs2 = hs.clone();
     transport.on_control(Arc::new(move |from, body| {
@@ -91,11 +96,12 @@ pub fn serve(transport: &Arc<TcpTransport>, me: u64, listen: SocketAddr, node: A
                 }
                 let (established, member) = membership(id).unwrap_or((false, false));
                 let members = node.get().and_then(|h| h.addresses().ok()).unwrap_or_default().into_iter().filter_map(|(id, a)| Some((id, a?.to_string()))).collect();
-                send(&hs.transport, id, addr, &Control::Welcome { established, member, members });
+                let cluster_pub_sha256 = std::fs::read(&hs.cluster_pub).ok().map(|b| crate::crypto::sha256_hex(&b));
+                send(&hs.transport, id, addr, &Control::Welcome { established, member, members, cluster_pub_sha256 });
             }
-            Control::Welcome { established, member, members } => {
+            Control::Welcome { established, member, members, cluster_pub_sha256 } => {
                 let members = members.into_iter().filter_map(|(id, a)| Some((id, a.parse().ok()?))).collect();
-                hs.welcomes.lock().unwrap_or_else(|p| p.into_inner()).push(Welcome { from, established, member, members });
+                hs.welcomes.lock().unwrap_or_else(|p| p.into_inner()).push(Welcome { from, established, member, members, cluster_pub_sha256 });
             }
             Control::Join { id, name, addr } => {
                 let Ok(addr) = addr.parse::<SocketAddr>() else { return };
@@ -119,8 +125,10 @@ pub fn serve(transport: &Arc<TcpTransport>, me: u64, listen: SocketAddr, node: A
 }
 
 impl Handshake {
-    /// Asks the peers whether to join (returns the peer to join through) or found.
-    pub fn discover(&self, plan: &ClusterPlan) -> Option<(u64, SocketAddr)> {
+    /// Asks the peers whether to join (returns the peer to join through) or found. With
+    /// `fingerprint` (`cluster_pub_fingerprint`), an established cluster whose
+    /// `cluster.pub` hashes otherwise is refused: an error, and nothing joined.
+    pub fn discover(&self, plan: &ClusterPlan, fingerprint: Option<&str>) -> Result<Option<(u64, SocketAddr)>, String> {
         let peers: Vec<(u64, SocketAddr)> = plan.addrs.iter().filter(|(id, _)| **id != self.me).map(|(id, a)| (*id, *a)).collect();
         for (id, addr) in &peers {
             send(&self.transport, *id, *addr, &Control::Hello { id: self.me, addr: self.listen.to_string() });
@@ -130,21 +138,29 @@ impl Handshake {
             let got = self.welcomes.lock().unwrap_or_else(|p| p.into_inner()).clone();
             if got.iter().any(|w| w.member) {
                 tracing::info!("a peer lists this master as a member: starting as a founding member");
-                return None;
+                return Ok(None);
             }
             if let Some(w) = got.iter().find(|w| w.established) {
-                let addr = peers.iter().find(|(id, _)| *id == w.from).map(|(_, a)| *a)?;
+                if let Some(fp) = fingerprint {
+                    if !w.cluster_pub_sha256.as_deref().is_some_and(|h| h.eq_ignore_ascii_case(fp.trim())) {
+                        return Err(format!(
+                            "refusing to join: the cluster's cluster.pub has SHA-256 {}, not the configured cluster_pub_fingerprint {fp}",
+                            w.cluster_pub_sha256.as_deref().unwrap_or("(not announced)")
+                        ));
+                    }
+                }
+                let Some(addr) = peers.iter().find(|(id, _)| *id == w.from).map(|(_, a)| *a) else { return Ok(None) };
                 tracing::info!(peer = %addr, members = w.members.len(), "the peers run a cluster this master is not in: joining it");
                 // Whichever member leads must be reachable before the log arrives.
                 for (id, a) in &w.members {
                     self.transport.set_peer(*id, Some(*a));
                 }
-                return Some((w.from, addr));
+                return Ok(Some((w.from, addr)));
             }
             let answered: std::collections::HashSet<u64> = got.iter().map(|w| w.from).collect();
             if answered.len() == peers.len() || Instant::now() >= deadline {
                 tracing::info!(answered = answered.len(), peers = peers.len(), "no established cluster among the peers: founding one");
-                return None;
+                return Ok(None);
             }
             std::thread::sleep(Duration::from_millis(50));
         }

@@ -111,8 +111,9 @@ pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> 
     // The join handshake (see `join.rs`): a member answers hellos and joins; a new data
     // dir first asks its peers whether they already run a cluster it is not part of.
     let slot: Arc<std::sync::OnceLock<NodeHandle>> = Arc::new(std::sync::OnceLock::new());
-    let handshake = crate::join::serve(&transport, plan.me, plan.listen, slot.clone());
-    let join_via = if log_is_new(&data_dir(cfg).log()) { handshake.discover(&plan) } else { None };
+    let handshake = crate::join::serve(&transport, plan.me, plan.listen, cfg.keys_dir().join("cluster.pub"), slot.clone());
+    let fingerprint = cfg.raw.get("cluster_pub_fingerprint").and_then(|v| v.as_str());
+    let join_via = if log_is_new(&data_dir(cfg).log()) { handshake.discover(&plan, fingerprint).map_err(NodeError::Refused)? } else { None };
     let ncfg = NodeConfig {
         id: plan.me,
         voters: plan.names.keys().copied().collect(),

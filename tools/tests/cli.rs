@@ -1300,6 +1300,17 @@ fn a_master_joins_a_running_cluster_and_a_wrong_secret_does_not() {
     // A third master that only knows the first, on an empty disk: it joins, receives the
     // log (the key, the cluster secrets), serves, and is promoted to voter.
     let newcomer = member_env("127.0.0.3", &["127.0.0.1"], pool, "s3cret");
+    // Pinned to the cluster's key (Salt's cluster_pub_fingerprint; case does not matter).
+    let pin = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(std::fs::read(founders[0].root.join("cpki/cluster.pub")).unwrap())).to_uppercase()
+    };
+    let append = |env: &Env, line: String| {
+        let p = env.root.join("conf/master");
+        let text = std::fs::read_to_string(&p).unwrap() + &line;
+        std::fs::write(&p, text).unwrap();
+    };
+    append(&newcomer, format!("cluster_pub_fingerprint: {pin}\n"));
     procs.push(spawn_master(&newcomer));
     let sock = newcomer.root.join("sock/halite-admin.sock");
     let start = std::time::Instant::now();
@@ -1332,6 +1343,20 @@ fn a_master_joins_a_running_cluster_and_a_wrong_secret_does_not() {
     wait_for("the refusal in the first founder's log", 30, || std::fs::read_to_string(founders[0].root.join("master.out")).unwrap_or_default().contains("does not authenticate"));
     assert_eq!(members(&founders[0])["voter_count"], 3);
     intruder_proc.stop();
+    // The right secret but a pin that does not match the cluster's key: it refuses to join
+    // and exits.
+    let pinned_wrong = member_env("127.0.0.4", &["127.0.0.1"], pool, "s3cret");
+    append(&pinned_wrong, format!("cluster_pub_fingerprint: {}\n", "ab".repeat(32)));
+    let mut p = spawn_master(&pinned_wrong);
+    let mut status = None;
+    wait_for("the wrongly pinned master to exit", 30, || {
+        status = p.child.try_wait().unwrap();
+        status.is_some()
+    });
+    assert!(!status.unwrap().success());
+    let log = std::fs::read_to_string(pinned_wrong.root.join("master.out")).unwrap();
+    assert!(log.contains("refusing to join") && log.contains("cluster_pub_fingerprint"), "{log}");
+    assert_eq!(members(&founders[0])["voter_count"], 3);
     for mut p in procs {
         p.stop();
     }
