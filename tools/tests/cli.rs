@@ -2,6 +2,7 @@
 //! binary of the tools crate (builds are the slow part here).
 
 use std::path::{Path, PathBuf};
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
@@ -458,21 +459,36 @@ struct Proc {
 }
 
 impl Proc {
+    /// SIGTERM, then SIGKILL after 5 s. A child started as the leader of its own process
+    /// group (salt-minion, which forks) is signalled as a group, and the group is killed
+    /// once the leader is gone, so no forked helper outlives the test.
     fn stop(&mut self) {
         let pid = self.child.id() as i32;
-        // SAFETY: signalling our own child by PID.
+        // SAFETY: getpgid and kill on our own child's PID (and its group).
+        let group = unsafe { libc::getpgid(pid) } == pid;
+        let target = if group { -pid } else { pid };
         unsafe {
-            libc::kill(pid, libc::SIGTERM);
+            libc::kill(target, libc::SIGTERM);
         }
+        let mut exited = false;
         for _ in 0..50 {
             if self.child.try_wait().ok().flatten().is_some() {
-                return;
+                exited = true;
+                break;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        eprintln!("{} needed SIGKILL", self.name);
+        if !exited {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            eprintln!("{} needed SIGKILL", self.name);
+        }
+        if group {
+            // SAFETY: as above.
+            unsafe {
+                libc::kill(-pid, libc::SIGKILL);
+            }
+        }
     }
 }
 
@@ -825,6 +841,7 @@ fn start_minion(venv: &Path, root: &Path, id: &str, extra: &str) -> Proc {
     Proc {
         child: Command::new(venv.join("bin/salt-minion"))
             .args(["-c", &r.join("conf").display().to_string(), "-l", "info"])
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
