@@ -95,7 +95,7 @@ pub fn serve(transport: &Arc<TcpTransport>, me: u64, listen: SocketAddr, cluster
                     return;
                 }
                 let (established, member) = membership(id).unwrap_or((false, false));
-                let members = node.get().and_then(|h| h.addresses().ok()).unwrap_or_default().into_iter().filter_map(|(id, a)| Some((id, a?.to_string()))).collect();
+                let members = node.get().map(|h| h.addresses()).unwrap_or_default().into_iter().map(|(id, a)| (id, a.to_string())).collect();
                 let cluster_pub_sha256 = std::fs::read(&hs.cluster_pub).ok().map(|b| crate::crypto::sha256_hex(&b));
                 send(&hs.transport, id, addr, &Control::Welcome { established, member, members, cluster_pub_sha256 });
             }

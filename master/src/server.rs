@@ -91,7 +91,8 @@ pub fn run(cfg: MasterConfig) -> Result<(), String> {
         _ => {}
     }));
     let node = Arc::new(store::start_node_adopting_tapped(&cfg, Some(tap)).map_err(|e| e.to_string())?);
-    let cluster = store::cluster_plan(&cfg)?.is_some();
+    // The node above started with its peers exactly when `cluster_id` is set.
+    let cluster = cfg.cluster_id.is_some();
     let (keys, aes, generation) = if cluster {
         let s = crate::cluster::secrets(&cfg, &node)?;
         (s.keys, s.aes, s.generation)

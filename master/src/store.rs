@@ -65,6 +65,11 @@ fn resolve(name: &str, port: u16) -> Result<SocketAddr, String> {
         .ok_or_else(|| format!("cluster member {name:?} has no address"))
 }
 
+/// Raft id → name of this master and its `cluster_peers` (no address resolution).
+fn founder_names(cfg: &MasterConfig) -> BTreeMap<u64, String> {
+    std::iter::once(&cfg.interface).chain(cfg.cluster_peers.iter()).map(|n| (member_id(n), n.clone())).collect()
+}
+
 /// The cluster plan of a config (`None` without `cluster_id`).
 pub fn cluster_plan(cfg: &MasterConfig) -> Result<Option<ClusterPlan>, String> {
     if cfg.cluster_id.is_none() {
@@ -80,12 +85,10 @@ pub fn cluster_plan(cfg: &MasterConfig) -> Result<Option<ClusterPlan>, String> {
         return Err("cluster_id is set but cluster_peers is empty: list the other masters".into());
     }
     let me = member_id(&cfg.interface);
-    let mut names = BTreeMap::new();
+    let names = founder_names(cfg);
     let mut addrs = HashMap::new();
-    for name in std::iter::once(&cfg.interface).chain(cfg.cluster_peers.iter()) {
-        let id = member_id(name);
-        names.insert(id, name.clone());
-        addrs.insert(id, resolve(name, cfg.cluster_pool_port)?);
+    for (id, name) in &names {
+        addrs.insert(*id, resolve(name, cfg.cluster_pool_port)?);
     }
     Ok(Some(ClusterPlan { me, listen: addrs[&me], names, addrs, key: ClusterKey::from_secret(secret) }))
 }
@@ -142,17 +145,15 @@ fn log_is_new(dir: &std::path::Path) -> bool {
 /// plan, members that joined later by the address the log names for them (Salt's
 /// identity is the address), or this master alone as id 1.
 pub fn member_names(cfg: &MasterConfig, node: Option<&NodeHandle>) -> BTreeMap<u64, String> {
-    match cluster_plan(cfg) {
-        Ok(Some(p)) => {
-            let mut names = p.names;
-            for (id, addr) in node.and_then(|n| n.addresses().ok()).unwrap_or_default() {
-                if let Some(a) = addr {
-                    names.entry(id).or_insert_with(|| a.ip().to_string());
-                }
+    match cfg.cluster_id {
+        Some(_) => {
+            let mut names = founder_names(cfg);
+            for (id, a) in node.map(|n| n.addresses()).unwrap_or_default() {
+                names.entry(id).or_insert_with(|| a.ip().to_string());
             }
             names
         }
-        _ => [(NodeConfig::default().id, crate::server::node_id(cfg))].into(),
+        None => [(NodeConfig::default().id, crate::server::node_id(cfg))].into(),
     }
 }
 

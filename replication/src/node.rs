@@ -232,7 +232,12 @@ pub struct Node {
     /// The leader this node last knew (0: none).
     leader: Arc<std::sync::atomic::AtomicU64>,
     id: u64,
+    book: AddressBook,
 }
+
+/// Member id → transport address, as the log's membership entries name them: read from
+/// the log once at start, then kept current by the driver as it applies changes.
+type AddressBook = Arc<std::sync::RwLock<HashMap<u64, std::net::SocketAddr>>>;
 
 /// Membership operations on a running node, usable from any thread.
 #[derive(Clone)]
@@ -241,6 +246,7 @@ pub struct NodeHandle {
     log: RaftLog,
     leader: Arc<std::sync::atomic::AtomicU64>,
     id: u64,
+    book: AddressBook,
 }
 
 impl NodeHandle {
@@ -271,8 +277,8 @@ impl NodeHandle {
     }
 
     /// Every member address the log's membership entries name.
-    pub fn addresses(&self) -> Result<Vec<(u64, Option<std::net::SocketAddr>)>> {
-        address_book(&self.log)
+    pub fn addresses(&self) -> Vec<(u64, std::net::SocketAddr)> {
+        self.book.read().unwrap_or_else(|p| p.into_inner()).iter().map(|(id, a)| (*id, *a)).collect()
     }
 
     pub fn add_voter(&self, node: u64, addr: Option<std::net::SocketAddr>) -> Result<u64> {
@@ -410,15 +416,17 @@ impl Node {
         rc.validate()?;
         let raw = RawNode::new(&rc, log.clone(), &logger)?;
         let solo = log.conf_state()?.voters == vec![cfg.id];
-        let book = address_book(&log)?;
+        let book: HashMap<u64, std::net::SocketAddr> = address_book(&log)?;
         if let Some(o) = &outbox {
             for (id, addr) in &book {
-                o.set_peer(*id, *addr);
+                o.set_peer(*id, Some(*addr));
             }
         }
         // A log made before membership entries existed (or a founder whose address was
         // not known) does not name this node's address: announce it once when leader.
-        let announce = cfg.addrs.get(&cfg.id).copied().filter(|_| !book.iter().any(|(id, a)| *id == cfg.id && a.is_some()));
+        let announce = cfg.addrs.get(&cfg.id).copied().filter(|_| !book.contains_key(&cfg.id));
+        let book: AddressBook = Arc::new(std::sync::RwLock::new(book));
+        let book2 = book.clone();
         let Mailbox(tx, rx) = mailbox;
         let my_id = cfg.id;
         let sm2 = sm.clone();
@@ -444,6 +452,7 @@ impl Node {
                     pending_announce: None,
                     solo,
                     promoting: Default::default(),
+                    book: book2,
                 };
                 if let Err(e) = d.run(rx) {
                     tracing::error!("raft node stopped: {e}");
@@ -451,7 +460,7 @@ impl Node {
                 }
             })
             .map_err(|e| NodeError::Stopped(format!("cannot start the node thread: {e}")))?;
-        Ok(Node { tx, thread: Some(thread), sm, log: log2, leader, id: my_id })
+        Ok(Node { tx, thread: Some(thread), sm, log: log2, leader, id: my_id, book })
     }
 
     /// Adds `node` (listening at `addr`) as a learner: it receives the log but does not
@@ -492,7 +501,7 @@ impl Node {
 
     /// A cloneable handle for membership work from other threads (the join handshake).
     pub fn handle(&self) -> NodeHandle {
-        NodeHandle { tx: self.tx.clone(), log: self.log.clone(), leader: self.leader.clone(), id: self.id }
+        NodeHandle { tx: self.tx.clone(), log: self.log.clone(), leader: self.leader.clone(), id: self.id, book: self.book.clone() }
     }
 
     /// Proposes records and waits until all are committed and applied. Returns the log
@@ -550,6 +559,7 @@ struct Driver {
     pending_announce: Option<MemberChange>,
     /// Learners a promotion was proposed for.
     promoting: std::collections::HashSet<u64>,
+    book: AddressBook,
     /// The only voter: campaign as soon as raft allows (once committed membership
     /// entries are applied) instead of waiting for an election timeout.
     solo: bool,
@@ -849,13 +859,22 @@ impl Driver {
             // as a no-op; the persisted conf state already has it.
             Err(err) => tracing::warn!(index = e.index, node = cc.node_id, "membership change not applied: {err}"),
         }
-        if let (Some(o), Some(addr)) = (&self.outbox, entry_addr(e)) {
-            o.set_peer(cc.node_id, Some(addr));
+        let addr = match cc.get_change_type() {
+            ConfChangeType::RemoveNode => None,
+            _ => match entry_addr(e) {
+                Some(a) => Some(a),
+                None => return Ok(()),
+            },
+        };
+        {
+            let mut book = self.book.write().unwrap_or_else(|p| p.into_inner());
+            match addr {
+                Some(a) => book.insert(cc.node_id, a),
+                None => book.remove(&cc.node_id),
+            };
         }
-        if cc.get_change_type() == ConfChangeType::RemoveNode {
-            if let Some(o) = &self.outbox {
-                o.set_peer(cc.node_id, None);
-            }
+        if let Some(o) = &self.outbox {
+            o.set_peer(cc.node_id, addr);
         }
         Ok(())
     }
@@ -889,11 +908,11 @@ fn entry_addr(e: &Entry) -> Option<std::net::SocketAddr> {
     text.parse().ok()
 }
 
-/// Every peer address the log's membership changes name, last one winning (read at
-/// start so a restarted node can reach its peers without being told).
-fn address_book(log: &RaftLog) -> Result<Vec<(u64, Option<std::net::SocketAddr>)>> {
+/// Every member address the log's membership changes name, last one winning, removed
+/// members dropped (read at start so a restarted node can reach its peers unaided).
+fn address_book(log: &RaftLog) -> Result<HashMap<u64, std::net::SocketAddr>> {
     let mut book: HashMap<u64, Option<std::net::SocketAddr>> = HashMap::new();
-    let (Some(first), Some(last)) = (log.first_entry_index(), log.last_entry_index()) else { return Ok(vec![]) };
+    let (Some(first), Some(last)) = (log.first_entry_index(), log.last_entry_index()) else { return Ok(HashMap::new()) };
     let mut at = first;
     while at <= last {
         let hi = (at + 4096).min(last + 1);
@@ -914,7 +933,7 @@ fn address_book(log: &RaftLog) -> Result<Vec<(u64, Option<std::net::SocketAddr>)
         }
         at = hi;
     }
-    Ok(book.into_iter().collect())
+    Ok(book.into_iter().filter_map(|(id, a)| Some((id, a?))).collect())
 }
 
 #[cfg(test)]

@@ -1124,7 +1124,7 @@ fn three_masters_form_a_cluster_and_replicate_keys() {
     assert_eq!((m["voter_count"].as_u64(), m["node_id"].as_str()), (Some(3), Some("127.0.0.2")), "{m}");
     // Two simulated minions sign in to the third master: their pending keys are records
     // every master applies.
-    let ret3: u16 = std::fs::read_to_string(envs[2].root.join("conf/master")).unwrap().lines().find_map(|l| l.strip_prefix("ret_port: ")).unwrap().parse().unwrap();
+    let ret3 = ret_port_of(&envs[2]);
     let swarm_args = ["--port".to_string(), ret3.to_string(), "--count".into(), "2".into(), "--key-dir".into(), envs[0].root.join("keys").display().to_string(), "--acceptance-wait".into(), "1".into(), "--master".into(), "127.0.0.3".into()];
     let swarm_out = std::fs::File::create(envs[0].root.join("swarm.out")).unwrap();
     let _swarm = Proc { child: Command::new(env!("CARGO_BIN_EXE_halite-swarm")).args(&swarm_args).stdout(swarm_out).stderr(Stdio::null()).spawn().unwrap(), name: "halite-swarm" };
@@ -1150,11 +1150,10 @@ fn three_masters_form_a_cluster_and_replicate_keys() {
     // for the third is accepted by the second.
     {
         use halite_tools::swarm::minion::{self, AesReply, Identity, Job};
-        let ret_of = |env: &Env| -> u16 { std::fs::read_to_string(env.root.join("conf/master")).unwrap().lines().find_map(|l| l.strip_prefix("ret_port: ")).unwrap().parse().unwrap() };
         let key = halite_master::crypto::PrivateKey::from_pem(&std::fs::read(envs[0].root.join("keys/0.pem")).unwrap()).unwrap();
         let me = Identity::new("swarm-0".into(), key).unwrap();
         let rt = tokio::runtime::Runtime::new().unwrap();
-        let ask = |i: usize, body: Vec<u8>| rt.block_on(minion::request_once(&format!("tcp://{}:{}", ips[i], ret_of(&envs[i])), body, Duration::from_secs(10), "test")).unwrap();
+        let ask = |i: usize, body: Vec<u8>| rt.block_on(minion::request_once(&format!("tcp://{}:{}", ips[i], ret_port_of(&envs[i])), body, Duration::from_secs(10), "test")).unwrap();
         let n = "00000000000000000000000000000042";
         let on3 = minion::auth_reply(&me, n, &ask(2, minion::auth_request(&me, n, None).unwrap()), None).unwrap();
         let on1 = minion::auth_reply(&me, n, &ask(0, minion::auth_request(&me, n, Some(&on3.master_pub)).unwrap()), Some(&on3.master_pub)).expect("the first member signs with the cluster key the minion cached from the third");
@@ -1189,6 +1188,11 @@ fn three_masters_form_a_cluster_and_replicate_keys() {
     for m in masters.iter_mut().flatten() {
         m.stop();
     }
+}
+
+/// The `ret_port` an env's master config sets.
+fn ret_port_of(env: &Env) -> u16 {
+    std::fs::read_to_string(env.root.join("conf/master")).unwrap().lines().find_map(|l| l.strip_prefix("ret_port: ")).unwrap().parse().unwrap()
 }
 
 /// A port free on every one of `ips`.
@@ -1294,7 +1298,7 @@ fn a_master_joins_a_running_cluster_and_a_wrong_secret_does_not() {
     let members = |env: &Env| -> Value { serde_json::from_str(&env.ok(SALT_RUN, &["cluster.members", "--out", "json"])).unwrap() };
     wait_for("a leader", 30, || members(&founders[0])["leader_id"].is_string());
     // A key in the cluster before the newcomer exists.
-    let ret1: u16 = std::fs::read_to_string(founders[0].root.join("conf/master")).unwrap().lines().find_map(|l| l.strip_prefix("ret_port: ")).unwrap().parse().unwrap();
+    let ret1 = ret_port_of(&founders[0]);
     let signed_in = Command::new(env!("CARGO_BIN_EXE_halite-swarm"))
         .args(["--port", &ret1.to_string(), "--count", "1", "--jobs", "0", "--key-dir", &founders[0].root.join("keys").display().to_string()])
         .stdout(Stdio::null())

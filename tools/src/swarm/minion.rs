@@ -73,7 +73,8 @@ pub struct Creds {
     pub master_pub: PublicKey,
 }
 
-fn nonce() -> String {
+/// A request nonce: 32 lowercase hex characters, as salt-minion's uuid4 hex.
+pub fn nonce() -> String {
     let mut b = [0u8; 16];
     rand::Rng::fill(&mut rand::thread_rng(), &mut b);
     hex::encode(b)

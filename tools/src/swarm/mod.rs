@@ -109,11 +109,7 @@ fn write_key(dir: &Path, i: usize, pem: &[u8]) -> std::result::Result<(), String
 /// One `_auth` exchange with salt-minion's retry rule: the same payload resent on each
 /// timeout, up to `auth_tries` sends. Returns the nonce and the raw reply.
 async fn auth_exchange(opts: &Options, endpoint: &str, me: &Identity, cached: Option<&PublicKey>) -> std::result::Result<(String, Vec<u8>), MinionError> {
-    let nonce = {
-        let mut b = [0u8; 16];
-        rand::Rng::fill(&mut rand::thread_rng(), &mut b);
-        hex::encode(b)
-    };
+    let nonce = minion::nonce();
     let body = minion::auth_request(me, &nonce, cached)?;
     let mut tries = 0;
     loop {
