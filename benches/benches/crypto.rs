@@ -5,7 +5,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 
-use halite_master::crypto::{Crypticle, EncAlgo, PrivateKey, PublicKey, SigAlgo};
+use halite_master::wire::crypto::{Crypticle, EncAlgo, PrivateKey, PublicKey, SigAlgo};
 
 fn crypto(c: &mut Criterion) {
     let key = PrivateKey::generate(2048).expect("key");

@@ -239,6 +239,27 @@ impl MasterConfig {
         Ok(c)
     }
 
+    /// A config with Salt's defaults but every path under `root`, `file_roots` and
+    /// `pillar_roots` included (`root/srv/salt`, `root/srv/pillar`): for tests and
+    /// benchmarks, which must never read or write the host's `/etc/salt` or `/var`.
+    pub fn under(root: &Path) -> Self {
+        let mut raw = Mapping::new();
+        let mut put = |k: &str, v: String| {
+            raw.insert(Value::from(k), Value::from(v));
+        };
+        put("root_dir", root.display().to_string());
+        put("halite_data_dir", root.join("data").display().to_string());
+        put("log_file", root.join("log").display().to_string());
+        let mut c = match Self::from_mapping(root, raw, BTreeMap::new()) {
+            Ok(c) => c,
+            // Every value above is a string of the right type: from_mapping cannot refuse it.
+            Err(e) => unreachable!("a rooted default config is valid: {e}"),
+        };
+        c.file_roots = [("base".to_string(), vec![root.join("srv/salt")])].into_iter().collect();
+        c.pillar_roots = [("base".to_string(), vec![root.join("srv/pillar")])].into_iter().collect();
+        c
+    }
+
     fn apply_root_dir(&mut self) {
         if self.root_dir == Path::new("/") {
             return;

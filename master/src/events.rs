@@ -1,11 +1,10 @@
-//! The master event bus: tagged events (spec §9.3) fanned out to watchers of the admin
-//! socket (`salt-run state.event`). Handlers return the events a request causes; the
-//! server fires them after the request's records are committed.
+//! Events (spec §9.3): a tag and a map of data. Request commands and admin verbs return
+//! the events they cause; the daemon fires them on its bus (`daemon::bus`) once the
+//! records they follow are committed, and stamps them then with Salt's `_stamp`.
 
 use serde_json::{Map, Value as J};
-use tokio::sync::broadcast;
 
-/// One event: a tag and its data (with Salt's `_stamp`).
+/// One event: a tag and its data.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
     pub tag: String,
@@ -20,14 +19,16 @@ pub fn blacklisted(tag: &str) -> bool {
         .any(|p| fnmatch(p, tag))
 }
 
-/// Salt's `_stamp`: ISO-8601 UTC with microseconds.
-pub fn stamp() -> String {
-    let jid = crate::jobs::new_jid();
+/// Salt's `_stamp` of an instant (microseconds since the epoch): ISO-8601 UTC with
+/// microseconds, `2026-11-23T08:24:48.123456`.
+pub fn stamp_at(micros: u64) -> String {
+    let jid = crate::jobs::jid_at(micros);
     format!("{}-{}-{}T{}:{}:{}.{}", &jid[0..4], &jid[4..6], &jid[6..8], &jid[8..10], &jid[10..12], &jid[12..14], &jid[14..20])
 }
 
+/// An event; data that is not a map is wrapped as `{"data": ...}`, as Salt does.
 pub fn event(tag: impl Into<String>, data: J) -> Event {
-    let mut data = match data {
+    let data = match data {
         J::Object(m) => m,
         other => {
             let mut m = Map::new();
@@ -35,30 +36,16 @@ pub fn event(tag: impl Into<String>, data: J) -> Event {
             m
         }
     };
-    data.insert("_stamp".into(), J::String(stamp()));
     Event { tag: tag.into(), data: J::Object(data) }
 }
 
-/// The bus: a bounded broadcast channel; slow watchers lose the oldest events.
-#[derive(Clone)]
-pub struct EventBus {
-    tx: broadcast::Sender<Event>,
-}
-
-impl Default for EventBus {
-    fn default() -> Self {
-        EventBus { tx: broadcast::channel(4096).0 }
-    }
-}
-
-impl EventBus {
-    pub fn fire(&self, e: Event) {
-        tracing::debug!(tag = %e.tag, "event");
-        let _ = self.tx.send(e);
-    }
-
-    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
-        self.tx.subscribe()
+impl Event {
+    /// Adds `_stamp` (the moment it is fired).
+    pub fn stamped(mut self, micros: u64) -> Self {
+        if let J::Object(m) = &mut self.data {
+            m.insert("_stamp".into(), J::String(stamp_at(micros)));
+        }
+        self
     }
 }
 
@@ -69,6 +56,8 @@ mod tests {
         assert!(super::blacklisted("salt/job/123/new"));
         assert!(super::blacklisted("salt/key"));
         assert!(!super::blacklisted("my/custom/tag"));
-        assert_eq!(super::stamp().len(), 26);
+        assert_eq!(super::stamp_at(1_795_000_000_123_456), "2026-11-18T11:06:40.123456");
+        let e = super::event("t", serde_json::json!(3)).stamped(0);
+        assert_eq!(e.data, serde_json::json!({"data": 3, "_stamp": "1970-01-01T00:00:00.000000"}));
     }
 }

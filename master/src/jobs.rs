@@ -1,13 +1,9 @@
-//! Jobs: jids, expected minions, publish envelopes, returns (spec §8–9).
-
-use rmpv::Value;
+//! Jobs: jids, the minions a target is expected to reach, job cache expiry (spec §8–9).
 
 use halite_storage::keys::BankState;
 use halite_storage::state::StateMachine;
 
-use crate::crypto::{Crypticle, PrivateKey, SigAlgo, PICKLE};
 use crate::glob::fnmatch;
-use crate::payload::{self, bin, encode};
 
 /// A new jid: the UTC time as `YYYYMMDDhhmmssffffff` (20 digits).
 pub fn new_jid() -> String {
@@ -105,7 +101,7 @@ pub fn expected_minions(sm: &StateMachine, tgt: &serde_json::Value, tgt_type: &s
                 // Grain-based targets match the grains the minion reported; a minion that
                 // reported none matches no grain expression (Salt's rule).
                 let grains = match sm.grains(&id)? {
-                    Some(g) => crate::payload::decode(&g).map(|v| crate::payload::to_json(&v)).unwrap_or(empty.clone()),
+                    Some(g) => crate::wire::payload::decode(&g).map(|v| crate::wire::payload::to_json(&v)).unwrap_or(empty.clone()),
                     None => empty.clone(),
                 };
                 let subject = crate::matcher::Subject { id: &id, grains: &grains, pillar: &empty };
@@ -117,49 +113,6 @@ pub fn expected_minions(sm: &StateMachine, tgt: &serde_json::Value, tgt_type: &s
         }
     };
     Ok((hit, missing))
-}
-
-/// Publishes jobs: serial numbers and the envelope (spec §8.2).
-pub struct Publisher {
-    aes: Crypticle,
-    serial: u64,
-    /// Whether publishes carry `serial` (not in a cluster, as in Salt: members keep their
-    /// own counters and a minion's publish connection may move between them).
-    numbered: bool,
-}
-
-impl Publisher {
-    pub fn new(aes: Crypticle) -> Self {
-        Publisher { aes, serial: 0, numbered: true }
-    }
-
-    /// A cluster member's publisher: no `serial`.
-    pub fn unnumbered(aes: Crypticle) -> Self {
-        Publisher { aes, serial: 0, numbered: false }
-    }
-
-    /// Switches to a new AES key; serials start again from zero for it (spec §8.2).
-    pub fn rotate(&mut self, aes: Crypticle) {
-        self.aes = aes;
-        self.serial = 0;
-    }
-
-    /// The envelope frame for a publish load (a msgpack map without `serial`).
-    pub fn envelope(&mut self, load: &Value, key: &PrivateKey, sig_algo: SigAlgo) -> Result<Vec<u8>, crate::crypto::CryptoError> {
-        self.serial += 1;
-        let mut plain_map = match load {
-            Value::Map(m) => m.clone(),
-            _ => Vec::new(),
-        };
-        if self.numbered {
-            plain_map.push((Value::from("serial"), Value::from(self.serial)));
-        }
-        let mut plain = PICKLE.to_vec();
-        plain.extend_from_slice(&encode(&Value::Map(plain_map)));
-        let ct = self.aes.encrypt(&plain)?;
-        let sig = key.sign(&ct, sig_algo)?;
-        Ok(encode(&payload::map([("enc", Value::from("aes")), ("load", bin(ct)), ("sig_algo", Value::from(sig_algo.name())), ("sig", bin(sig))])))
-    }
 }
 
 #[cfg(test)]

@@ -96,7 +96,7 @@ pub fn serve(transport: &Arc<TcpTransport>, me: u64, listen: SocketAddr, cluster
                 }
                 let (established, member) = membership(id).unwrap_or((false, false));
                 let members = node.get().map(|h| h.addresses()).unwrap_or_default().into_iter().map(|(id, a)| (id, a.to_string())).collect();
-                let cluster_pub_sha256 = std::fs::read(&hs.cluster_pub).ok().map(|b| crate::crypto::sha256_hex(&b));
+                let cluster_pub_sha256 = std::fs::read(&hs.cluster_pub).ok().map(|b| crate::wire::crypto::sha256_hex(&b));
                 send(&hs.transport, id, addr, &Control::Welcome { established, member, members, cluster_pub_sha256 });
             }
             Control::Welcome { established, member, members, cluster_pub_sha256 } => {

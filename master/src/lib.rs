@@ -1,54 +1,36 @@
-//! The Halite master: Salt's master configuration, payloads and crypto, the request
-//! handlers, job publishing, the admin socket and the `salt-master` daemon.
+//! The Halite master: Salt's master configuration, wire format and crypto, the request
+//! commands and admin verbs (functions of a request and a read-only view), and the
+//! `salt-master` daemon that carries their outcomes out.
 //!
-//! | module       | owns |
-//! |--------------|------|
-//! | [`config`]   | Salt's config files, defaults and `root_dir` rule |
-//! | [`crypto`]   | RSA (OpenSSL), X9.31, the Crypticle |
-//! | [`payload`]  | msgpack as Python minions write it |
-//! | [`join`]     | the join handshake: adding a master to a running cluster |
-//! | [`cluster`]  | the cluster key pair and AES key every member shares |
-//! | [`auth`]     | the `_auth` decision (I/O-free) |
-//! | [`handlers`] | request decoding, checks, dispatch, reply encryption (I/O-free) |
-//! | [`fileserver`] | the `roots` file server over `file_roots` |
-//! | [`jobs`]     | jids, expected minions, publish envelopes |
-//! | [`matcher`]  | Salt's target matchers (glob, list, pcre, grain, pillar, compound) |
-//! | [`pillar`]   | pillar compilation from `pillar_roots` (Jinja + YAML, top matching, merge) |
-//! | [`keyops`]   | salt-key selection and key records |
-//! | [`masterkeys`], [`sessions`] | the master key pair, per-minion session keys |
-//! | [`pki`]      | `pki.status`, `pki.migrate_to_mmap` (offline and online) |
-//! | [`replay`]   | nonces of applied requests (replays answered, not re-applied) |
-//! | [`runners`]  | `jobs.*` and `cluster.members` results |
-//! | [`events`]   | the master event bus |
-//! | [`admin`]    | the local admin socket protocol |
-//! | [`listen`]   | TCP listeners with Salt's keepalive and backlog |
-//! | [`server`]   | the daemon: sockets and wiring |
-//! | [`sync_roots`] | `cluster.sync_roots`: roots directories → records |
-//! | [`store`]    | opening the storage a config describes |
+//! The rooms, top to bottom (each only imports from the rooms below it):
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`daemon`] | the only place with sockets, tasks and proposals: boot, request loop, publish loop, admin loop, maintenance |
+//! | [`admin`] | the admin verbs (`salt`, `salt-key`, `salt-run`) → plans; the admin socket client |
+//! | [`req`] | the minion commands (`_auth`, `_return`, `_pillar`, the file server, ...) → outcomes |
+//! | [`view`] | what a command may read: the [`view::View`] trait, its disk sources, an in-memory view for tests |
+//! | [`pillar`], [`matcher`], [`glob`], [`jobs`], [`pki`] | pillar compilation, Salt's targeting, jids and expected minions, the mmap migration |
+//! | [`masterkeys`], [`store`], [`join`] | the master key pair, opening the storage and node a config describes, the join handshake |
+//! | [`wire`] | msgpack payloads, crypto, the request and publish envelopes |
+//! | [`events`], [`config`], [`error`] | events, Salt's config files, the error type |
 
 pub mod admin;
-pub mod auth;
-pub mod cluster;
 pub mod config;
-pub mod crypto;
+pub mod daemon;
+pub mod error;
 pub mod events;
-pub mod fileserver;
 pub mod glob;
-pub mod handlers;
-pub mod join;
 pub mod jobs;
-pub mod keyops;
-pub mod listen;
+pub mod join;
 pub mod masterkeys;
 pub mod matcher;
-pub mod payload;
 pub mod pillar;
 pub mod pki;
-pub mod replay;
-pub mod runners;
-pub mod server;
-pub mod sessions;
+pub mod req;
 pub mod store;
-pub mod sync_roots;
+pub mod view;
+pub mod wire;
 
 pub use config::MasterConfig;
+pub use error::{Error, Result};

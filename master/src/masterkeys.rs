@@ -12,17 +12,8 @@ use std::path::Path;
 use halite_storage::keys::{KeyDriver, KeyView};
 
 use crate::config::MasterConfig;
-use crate::crypto::{clean_key, sha256_hex, Crypticle, PrivateKey};
-
-#[derive(Debug, thiserror::Error)]
-pub enum MasterKeyError {
-    #[error(transparent)]
-    Storage(#[from] halite_storage::Error),
-    #[error(transparent)]
-    Crypto(#[from] crate::crypto::CryptoError),
-    #[error("{0}")]
-    Io(String),
-}
+use crate::error::{Error, Result};
+use crate::wire::crypto::{clean_key, sha256_hex, Crypticle, PrivateKey};
 
 /// The master's publish key ("aes") and the `_auth` reply's `sig` for it: the X9.31
 /// signature of the key's SHA-256 hex digest with the master key. The signature depends
@@ -35,7 +26,7 @@ pub struct PublishKey {
 }
 
 impl PublishKey {
-    pub fn new(aes: Crypticle, keys: &MasterKeys) -> Result<Self, MasterKeyError> {
+    pub fn new(aes: Crypticle, keys: &MasterKeys) -> Result<Self> {
         let sig = keys.private.x931_sign(sha256_hex(aes.key_string().as_bytes()).as_bytes())?;
         Ok(Self { aes, sig })
     }
@@ -52,17 +43,17 @@ pub fn master_id(cfg: &MasterConfig) -> String {
     cfg.id.strip_suffix("_master").unwrap_or(&cfg.id).to_string()
 }
 
-fn symlink(target: &Path, link: &Path) -> Result<(), MasterKeyError> {
+fn symlink(target: &Path, link: &Path) -> Result<()> {
     match std::fs::symlink_metadata(link) {
         Ok(_) => return Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(MasterKeyError::Io(format!("stat {}: {e}", link.display()))),
+        Err(e) => return Err(Error::io(format!("stat {}", link.display()), e)),
     }
-    std::os::unix::fs::symlink(target, link).map_err(|e| MasterKeyError::Io(format!("linking {}: {e}", link.display())))
+    std::os::unix::fs::symlink(target, link).map_err(|e| Error::io(format!("linking {}", link.display()), e))
 }
 
 /// Loads the master key pair from `view`, creating it if there is none.
-pub fn load_or_create(cfg: &MasterConfig, view: &mut dyn KeyView) -> Result<MasterKeys, MasterKeyError> {
+pub fn load_or_create(cfg: &MasterConfig, view: &mut dyn KeyView) -> Result<MasterKeys> {
     let mid = master_id(cfg);
     let names = [format!("{mid}.pem"), "master.pem".to_string()];
     for name in &names {
@@ -80,7 +71,7 @@ pub fn load_or_create(cfg: &MasterConfig, view: &mut dyn KeyView) -> Result<Mast
     let private = PrivateKey::generate(2048)?;
     let pem = private.to_pem()?;
     let public = private.public_pem()?;
-    std::fs::create_dir_all(&cfg.pki_dir).map_err(|e| MasterKeyError::Io(format!("creating {}: {e}", cfg.pki_dir.display())))?;
+    std::fs::create_dir_all(&cfg.pki_dir).map_err(|e| Error::io(format!("creating {}", cfg.pki_dir.display()), e))?;
     view.set_master_key(&format!("{mid}.pem"), &pem)?;
     view.set_master_key(&format!("{mid}.pub"), &public)?;
     if view.driver() == "localfs_key" || matches!(cfg.key_driver, KeyDriver::Localfs) {

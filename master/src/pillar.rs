@@ -11,13 +11,15 @@
 //!    Salt does, and logged.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use minijinja::value::Value as JV;
 use serde_json::{Map, Value as J};
 
+use halite_storage::format::RootsTree;
+
 use crate::config::MasterConfig;
 use crate::matcher::{matches, Subject};
+use crate::view::RootsSource;
 
 /// Salt's recursive merge: maps merge key by key, anything else replaces.
 pub fn merge(into: &mut J, from: J) {
@@ -69,7 +71,7 @@ fn yaml_to_json(v: serde_yaml::Value) -> J {
 }
 
 struct Compiler<'a> {
-    cfg: &'a MasterConfig,
+    roots: &'a dyn RootsSource,
     id: &'a str,
     grains: &'a J,
     pillar: J,
@@ -78,26 +80,27 @@ struct Compiler<'a> {
 }
 
 impl Compiler<'_> {
-    fn dirs(&self, env: &str) -> &[PathBuf] {
-        self.cfg.pillar_roots.get(env).map(Vec::as_slice).unwrap_or(&[])
-    }
-
-    /// The file of an SLS name in an env, refusing names that would leave the roots.
-    fn sls_file(&self, env: &str, sls: &str) -> Option<PathBuf> {
+    /// The text of an SLS name in an env (`a.b` → `a/b.sls`, else `a/b/init.sls`, each
+    /// searched through the env's directories in order, as Salt's `get_state` does),
+    /// refusing names that would leave the roots.
+    fn sls_text(&mut self, env: &str, sls: &str) -> Option<String> {
         if sls.is_empty() || sls.contains(['/', '\\', '\0']) || sls.split('.').any(|p| p.is_empty() || p == "..") {
             return None;
         }
         let rel = sls.replace('.', "/");
-        for d in self.dirs(env) {
-            for cand in [d.join(format!("{rel}.sls")), d.join(&rel).join("init.sls")] {
-                if let (Ok(c), Ok(root)) = (cand.canonicalize(), d.canonicalize()) {
-                    if c.starts_with(&root) && c.is_file() {
-                        return Some(cand);
-                    }
-                }
+        let roots = self.roots;
+        let file = [format!("{rel}.sls"), format!("{rel}/init.sls")].into_iter().find_map(|cand| roots.find(RootsTree::Pillar, env, &cand))?;
+        match roots.read_all(RootsTree::Pillar, &file).map(String::from_utf8) {
+            Some(Ok(t)) => Some(t),
+            Some(Err(_)) => {
+                self.error(format!("Reading {}: not UTF-8", file.path));
+                Some(String::new())
+            }
+            None => {
+                self.error(format!("Reading {}: cannot read it", file.path));
+                Some(String::new())
             }
         }
-        None
     }
 
     fn render(&mut self, env: &str, sls: &str, text: &str) -> Option<J> {
@@ -154,13 +157,9 @@ impl Compiler<'_> {
         if depth > 32 || !self.rendered.insert((env.to_string(), sls.to_string())) {
             return;
         }
-        let Some(file) = self.sls_file(env, sls) else {
+        let Some(text) = self.sls_text(env, sls) else {
             self.error(format!("Specified SLS '{sls}' in environment '{env}' is not available on the salt master"));
             return;
-        };
-        let text = match std::fs::read_to_string(&file) {
-            Ok(t) => t,
-            Err(e) => return self.error(format!("Reading {}: {e}", file.display())),
         };
         let Some(mut data) = self.render(env, sls, &text) else { return };
         if let Some(J::Array(inc)) = data.as_object_mut().and_then(|m| m.remove("include")) {
@@ -189,17 +188,17 @@ impl Compiler<'_> {
     }
 }
 
-/// Compiles the pillar of minion `id` with its `grains`.
-pub fn compile(cfg: &MasterConfig, id: &str, grains: &J) -> J {
-    let mut c = Compiler { cfg, id, grains, pillar: J::Object(Map::new()), errors: Vec::new(), rendered: Default::default() };
+/// Compiles the pillar of minion `id` with its `grains`, reading SLS files from `roots`
+/// for the saltenvs of `pillar_roots`.
+pub fn compile(cfg: &MasterConfig, roots: &dyn RootsSource, id: &str, grains: &J) -> J {
+    let mut c = Compiler { roots, id, grains, pillar: J::Object(Map::new()), errors: Vec::new(), rendered: Default::default() };
     let mut envs: Vec<&String> = cfg.pillar_roots.keys().collect();
     envs.sort_by_key(|e| (e.as_str() != "base", e.as_str().to_string()));
     let mut todo: Vec<(String, String)> = Vec::new();
     let empty = J::Object(Map::new());
     let subject = Subject { id, grains, pillar: &empty };
     for env in envs {
-        let Some(top) = c.sls_file(env, "top") else { continue };
-        let Ok(text) = std::fs::read_to_string(&top) else { continue };
+        let Some(text) = c.sls_text(env, "top") else { continue };
         let Some(J::Object(top)) = c.render(env, "top", &text) else { continue };
         for (top_env, targets) in top {
             let J::Object(targets) = targets else { continue };
@@ -252,10 +251,11 @@ mod tests {
         std::fs::write(r.join("debian.sls"), "pkg: apt\n").unwrap();
         std::fs::write(r.join("redhat.sls"), "pkg: yum\n").unwrap();
         std::fs::write(r.join("users/init.sls"), "users: [alice]\n{% if sls == 'users' %}which: init{% endif %}\n").unwrap();
-        let mut cfg = MasterConfig::from_mapping(d.path(), Default::default(), Default::default()).unwrap();
+        let mut cfg = MasterConfig::under(d.path());
         cfg.pillar_roots = [("base".to_string(), vec![r.clone()])].into_iter().collect();
+        let roots = crate::view::fs::FsRoots::new(&cfg);
         let grains = serde_json::json!({"id": "web01", "os": "Debian", "num_cpus": 4});
-        let p = compile(&cfg, "web01", &grains);
+        let p = compile(&cfg, &roots, "web01", &grains);
         assert_eq!(p["motd"], "hello web01");
         assert_eq!(p["settings"]["a"], 1);
         assert_eq!(p["settings"]["b"], 8);
@@ -266,13 +266,13 @@ mod tests {
         assert_eq!(p["users"], serde_json::json!(["alice"]));
         assert_eq!(p["which"], "init");
         assert!(p.get("_errors").is_none(), "{p}");
-        let db = compile(&cfg, "db02", &serde_json::json!({"os": "RedHat"}));
+        let db = compile(&cfg, &roots, "db02", &serde_json::json!({"os": "RedHat"}));
         assert_eq!(db["pkg"], "yum");
         assert!(db.get("settings").unwrap().get("b").is_none());
         // Errors are collected, not fatal; escapes are refused.
         std::fs::write(r.join("top.sls"), "base:\n  '*':\n    - broken\n    - missing\n    - ..etc\n    - common\n").unwrap();
         std::fs::write(r.join("broken.sls"), "a: {{ unclosed\n").unwrap();
-        let p = compile(&cfg, "x", &serde_json::json!({}));
+        let p = compile(&cfg, &roots, "x", &serde_json::json!({}));
         assert_eq!(p["motd"], "hello");
         assert_eq!(p["_errors"].as_array().unwrap().len(), 3, "{p}");
     }

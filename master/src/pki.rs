@@ -13,16 +13,15 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use halite_replication::Node;
-use halite_storage::format::{now_ns, ImportMarker, ImportPhase, KeySet, KeyState, Record};
-use halite_storage::import::{read_localfs_pki, read_master_keys, PkiCounts};
+use halite_storage::format::{ImportMarker, ImportPhase, KeySet, KeyState, Record};
+use halite_storage::import::{read_master_keys, PkiCounts};
 use halite_storage::keys::mmap::{MmapKeys, DENIED_INDEX, KEYS_INDEX};
 use halite_storage::keys::{BankState, KeyView};
 use halite_storage::state::StateMachine;
 use halite_storage::views::Views;
 
 use crate::config::MasterConfig;
-use crate::store;
+use crate::error::Result;
 
 /// Groups a count with thousands separators, as the reference's `{:,}` does.
 pub fn thousands(n: u64) -> String {
@@ -86,7 +85,7 @@ fn collapse(records: Vec<Record>) -> Vec<Record> {
 }
 
 /// Whether the state machine already reflects `k` (so proposing it would change nothing).
-fn already_applied(sm: &StateMachine, k: &KeySet) -> halite_storage::Result<bool> {
+fn already_applied(sm: &StateMachine, k: &KeySet) -> Result<bool> {
     Ok(match k.state {
         KeyState::Denied => sm.get_denied(&k.id)?.is_some(),
         s => match (BankState::from_key_state(s), sm.get_key(&k.id)?) {
@@ -101,96 +100,66 @@ pub fn mmap_view_exists(dir: &Path) -> bool {
     dir.join(KEYS_INDEX).exists() || dir.join(DENIED_INDEX).exists()
 }
 
-/// Imports the localfs tree through `node`'s log. `node_applies_mmap`: the node's own view
-/// is the mmap view (offline, or a master already on `mmap_key`), so it was kept up to
-/// date while applying; otherwise the mmap view is rebuilt beside it from the state
-/// machine, master keys included. Returns the counts of the files read.
-pub fn migrate(cfg: &MasterConfig, node: &Node, node_applies_mmap: bool, progress: &mut dyn FnMut(u64, u64)) -> Result<PkiCounts, String> {
-    let pki_dir = cfg.keys_dir().to_path_buf();
-    let geo = cfg.mmap_geometry();
-    geo.validate().map_err(|e| e.to_string())?;
-    let (records, counts) = read_localfs_pki(&pki_dir).map_err(|e| e.to_string())?;
-    let records = collapse(records);
-    let sm = node.state().clone();
-    let mut todo = Vec::with_capacity(records.len());
-    for r in records {
+/// Most key records in one proposal of a migration.
+pub const GROUP: usize = 4096;
+
+/// The proposals of a migration: the localfs records the state machine does not already
+/// reflect, in groups of [`GROUP`], between `begin`/`end` import markers (none at all
+/// when there is nothing to import, so a second run proposes nothing).
+pub fn migration_groups(sm: &StateMachine, records: Vec<Record>, source: &str, counts: &PkiCounts, now_ns: u64) -> Result<Vec<Vec<Record>>> {
+    let mut todo = Vec::new();
+    for r in collapse(records) {
         if let Record::KeySet(k) = &r {
-            if already_applied(&sm, k).map_err(|e| e.to_string())? {
+            if already_applied(sm, k)? {
                 continue;
             }
         }
         todo.push(r);
     }
-    let source = format!("localfs_key:{}", pki_dir.display());
-    if !todo.is_empty() {
-        let total = todo.len() as u64;
-        node.propose(&[Record::ImportMarker(ImportMarker { source: source.clone(), phase: ImportPhase::Begin, counts: BTreeMap::new(), time_ns: now_ns() })])
-            .map_err(|e| e.to_string())?;
-        // Keep a few groups in flight so the node never waits for this thread.
-        let mut in_flight = std::collections::VecDeque::new();
-        let mut done = 0u64;
-        for chunk in todo.chunks(4096) {
-            in_flight.push_back((node.propose_async(chunk).map_err(|e| e.to_string())?, chunk.len() as u64));
-            if in_flight.len() >= 4 {
-                if let Some((p, n)) = in_flight.pop_front() {
-                    p.wait().map_err(|e| e.to_string())?;
-                    done += n;
-                    progress(done, total);
-                }
-            }
-        }
-        for (p, n) in in_flight {
-            p.wait().map_err(|e| e.to_string())?;
-            done += n;
-            progress(done, total);
-        }
-        node.propose(&[Record::ImportMarker(ImportMarker { source, phase: ImportPhase::End, counts: counts.as_map(), time_ns: now_ns() })])
-            .map_err(|e| e.to_string())?;
+    if todo.is_empty() {
+        return Ok(Vec::new());
     }
-    if !node_applies_mmap {
-        // The running master applies to another view: build the mmap view beside it.
-        let mut views = Views::new(Box::new(MmapKeys::open(&pki_dir, geo).map_err(|e| e.to_string())?), halite_storage::roots::RootsMaterialiser::new(Default::default()));
-        views.rebuild_keys(&sm, |_, _| {}).map_err(|e| e.to_string())?;
-        copy_master_keys(cfg, &mut *views.keys)?;
-        views.sync().map_err(|e| e.to_string())?;
-    }
-    Ok(counts)
+    let marker = |phase, counts| Record::ImportMarker(ImportMarker { source: source.to_string(), phase, counts, time_ns: now_ns });
+    let mut groups = vec![vec![marker(ImportPhase::Begin, BTreeMap::new())]];
+    groups.extend(todo.chunks(GROUP).map(<[Record]>::to_vec));
+    groups.push(vec![marker(ImportPhase::End, counts.as_map())]);
+    Ok(groups)
+}
+
+/// Builds the `mmap_key` view beside the configured one from the state machine (an
+/// online migration on a `localfs_key` master).
+pub fn build_mmap_view(cfg: &MasterConfig, sm: &StateMachine) -> Result<()> {
+    let mut views = Views::new(Box::new(MmapKeys::open(cfg.keys_dir(), cfg.mmap_geometry())?), halite_storage::roots::RootsMaterialiser::new(Default::default()));
+    views.rebuild_keys(sm, |_, _| {})?;
+    views.sync()?;
+    Ok(())
 }
 
 /// After an offline migration (node stopped): makes the mmap view hold exactly the state
 /// machine when it may not (it existed before, or the log already held keys), and copies
 /// the master keys into its master bank.
-pub fn finish_offline(cfg: &MasterConfig, sm: &StateMachine, must_check: bool) -> Result<u64, String> {
+pub fn finish_offline(cfg: &MasterConfig, sm: &StateMachine, must_check: bool) -> Result<u64> {
     let geo = cfg.mmap_geometry();
-    let mut views = Views::new(Box::new(MmapKeys::open(cfg.keys_dir(), geo).map_err(|e| e.to_string())?), halite_storage::roots::RootsMaterialiser::new(Default::default()));
+    let mut views = Views::new(Box::new(MmapKeys::open(cfg.keys_dir(), geo)?), halite_storage::roots::RootsMaterialiser::new(Default::default()));
     let mut refused = 0;
-    if must_check && !views.diff_keys(sm).map_err(|e| e.to_string())?.is_empty() {
+    if must_check && !views.diff_keys(sm)?.is_empty() {
         tracing::info!("mmap_key view differs from the state machine; rebuilding it");
-        refused = views.rebuild_keys(sm, |_, _| {}).map_err(|e| e.to_string())?.refused;
+        refused = views.rebuild_keys(sm, |_, _| {})?.refused;
     }
     copy_master_keys(cfg, &mut *views.keys)?;
-    views.sync().map_err(|e| e.to_string())?;
+    views.sync()?;
     Ok(refused)
 }
 
-fn copy_master_keys(cfg: &MasterConfig, view: &mut dyn KeyView) -> Result<(), String> {
-    let master = read_master_keys(&cfg.pki_dir).map_err(|e| e.to_string())?;
+/// Copies the master key files of `pki_dir` into `view`'s master bank, so a master
+/// reading `mmap_key` (Halite's or the reference's) finds the same key.
+pub fn copy_master_keys(cfg: &MasterConfig, view: &mut dyn KeyView) -> Result<()> {
+    let master = read_master_keys(&cfg.pki_dir)?;
     for (name, data) in &master {
-        view.set_master_key(name, data).map_err(|e| e.to_string())?;
+        view.set_master_key(name, data)?;
     }
     tracing::info!(master_keys = master.len(), "master key files copied into the mmap master bank");
     Ok(())
-}
-
-/// The running master's `pki.migrate_to_mmap`.
-pub fn migrate_online(cfg: &MasterConfig, node: &Node) -> Result<String, String> {
-    let node_applies_mmap = matches!(cfg.key_driver, halite_storage::keys::KeyDriver::Mmap(_));
-    let counts = migrate(cfg, node, node_applies_mmap, &mut |d, t| tracing::info!(done = d, total = t, "pki.migrate_to_mmap"))?;
-    if node_applies_mmap {
-        let mut view = store::key_view(cfg).map_err(|e| e.to_string())?;
-        copy_master_keys(cfg, &mut *view)?;
-    }
-    Ok(format_counts("PKI keys migrated to mmap_key backend successfully.", &counts))
 }
 
 #[cfg(test)]

@@ -127,6 +127,20 @@ impl StateMachine {
         Ok(StateMachine { db: Arc::new(db), path: path.to_path_buf() })
     }
 
+    /// A state machine held in memory (RocksDB's memory environment): the same code as
+    /// on disk, for unit tests of what reads it. `name` keeps separate instances apart.
+    pub fn open_in_memory(name: &str) -> Result<Self> {
+        let env = rocksdb::Env::mem_env()?;
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.create_missing_column_families(true);
+        opts.set_atomic_flush(true);
+        opts.set_env(&env);
+        let path = PathBuf::from(format!("/halite-memory/{name}"));
+        let db = DB::open_cf(&opts, &path, ALL_CFS)?;
+        Ok(StateMachine { db: Arc::new(db), path })
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use halite_master::{store, MasterConfig};
-pub use halite_master::keyops::{apply, glob_match, looks_like_public_key, records_for, select, state_listing, Cmd, Include, ACC, DEN, PEND, REJ};
+pub use halite_master::admin::keys::{glob_match, looks_like_public_key, records_for, select, state_listing, Cmd, Include, ACC, DEN, PEND, REJ, GROUP};
 use halite_replication::Node;
 use halite_storage::keys::KeyListing;
 
@@ -66,5 +66,16 @@ pub fn fingers(cfg: &MasterConfig, pattern: &str) -> Result<Value> {
 /// Starts the node over the configured view (see `halite_master::store::start_node_adopting`).
 pub fn open_node(cfg: &MasterConfig) -> Result<Node> {
     store::start_node_adopting(cfg).map_err(crate::pki::in_use(cfg))
+}
+
+/// Carries out `cmd` on the selected keys through a stopped master's log (the same
+/// records the running master's `key.apply` commits). Returns the ids changed and the
+/// ids skipped because their stored key is not a public key.
+pub fn apply(node: &Node, cmd: Cmd, selected: &Map<String, Value>) -> Result<(Vec<String>, Vec<String>)> {
+    let (recs, done, invalid) = records_for(node.state(), cmd, selected, halite_storage::format::now_ns())?;
+    for chunk in recs.chunks(GROUP) {
+        node.propose(chunk)?;
+    }
+    Ok((done, invalid))
 }
 

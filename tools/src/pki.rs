@@ -1,7 +1,7 @@
 //! `salt-run pki.*` with the master stopped: starts a node over the data dir whose key
 //! view is the mmap view, and runs the shared migration (`halite_master::pki`).
 
-use halite_master::pki::{format_counts, migrate, mmap_view_exists};
+use halite_master::pki::{format_counts, migration_groups, mmap_view_exists};
 use halite_master::store;
 use halite_master::MasterConfig;
 use halite_storage::keys::KeyDriver;
@@ -21,13 +21,31 @@ pub fn migrate_offline(cfg: &MasterConfig, dry_run: bool) -> Result<String> {
     let views = store::views(cfg, store::key_view_of(cfg, &KeyDriver::Mmap(geo))?);
     let node = store::start_node(cfg, views).map_err(in_use(cfg))?;
     let state_had_keys = node.state().count("keys")? + node.state().count("denied")? > 0;
-    let mut progress: Option<Progress> = None;
-    let counts = migrate(cfg, &node, true, &mut |done, total| {
-        progress.get_or_insert_with(|| Progress::new("migrating keys into the log", total)).set(done);
-    })
-    .map_err(Failure::from)?;
-    if let Some(p) = progress {
-        p.finish();
+    let (records, counts) = halite_storage::import::read_localfs_pki(cfg.keys_dir())?;
+    let source = format!("localfs_key:{}", cfg.keys_dir().display());
+    let groups = migration_groups(node.state(), records, &source, &counts, halite_storage::format::now_ns())?;
+    if !groups.is_empty() {
+        let total: u64 = groups.iter().map(|g| g.len() as u64).sum();
+        let mut progress = Progress::new("migrating keys into the log", total);
+        // Keep a few groups in flight so the node never waits for this thread.
+        let mut in_flight = std::collections::VecDeque::new();
+        let mut done = 0u64;
+        for g in &groups {
+            in_flight.push_back((node.propose_async(g)?, g.len() as u64));
+            if in_flight.len() >= 4 {
+                if let Some((p, n)) = in_flight.pop_front() {
+                    p.wait()?;
+                    done += n;
+                    progress.set(done);
+                }
+            }
+        }
+        for (p, n) in in_flight {
+            p.wait()?;
+            done += n;
+            progress.set(done);
+        }
+        progress.finish();
     }
     let sm = node.state().clone();
     drop(node);

@@ -700,7 +700,7 @@ fn real_minion_auth_accept_jobs_bad_input_and_restart() {
     assert_eq!(ring, serde_json::json!({"is_clustered": false, "node_count": 0, "nodes": [], "vnodes": 0}));
 
     let ghost_pub = env.root.join("ghost.pub");
-    std::fs::write(&ghost_pub, halite_master::crypto::PrivateKey::generate(2048).unwrap().public_pem().unwrap()).unwrap();
+    std::fs::write(&ghost_pub, halite_master::wire::crypto::PrivateKey::generate(2048).unwrap().public_pem().unwrap()).unwrap();
     let ghost = ghost_pub.display();
     // pki.migrate_to_mmap online, through the running master's log.
     let out = env.ok(SALT_RUN, &["pki.migrate_to_mmap"]);
@@ -979,7 +979,7 @@ fn swarm_of_simulated_minions_max_minions_and_job_expiry() {
     // Replayed and stale requests, sent by hand as one of the signed-in minions.
     use halite_tools::swarm::minion::{self, AesReply, Identity, Job};
     let idx: usize = accepted[1].strip_prefix("swarm-").unwrap().parse().unwrap();
-    let key = halite_master::crypto::PrivateKey::from_pem(&std::fs::read(env.root.join(format!("swarm-keys/{idx}.pem"))).unwrap()).unwrap();
+    let key = halite_master::wire::crypto::PrivateKey::from_pem(&std::fs::read(env.root.join(format!("swarm-keys/{idx}.pem"))).unwrap()).unwrap();
     let me = Identity::new(accepted[1].clone(), key).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let ep = format!("tcp://127.0.0.1:{ret}");
@@ -1010,9 +1010,9 @@ fn swarm_of_simulated_minions_max_minions_and_job_expiry() {
             AesReply::BadLoad => panic!("{cmd} {path}: bad load"),
         }
     };
-    let data = |v: &rmpv::Value| halite_master::payload::get_bytes(v, "data").map(|b| String::from_utf8_lossy(b).into_owned());
+    let data = |v: &rmpv::Value| halite_master::wire::payload::get_bytes(v, "data").map(|b| String::from_utf8_lossy(b).into_owned());
     assert_eq!(data(&ask("_serve_file", "ok.txt", "base")).as_deref(), Some("inside\n"));
-    assert!(halite_master::payload::get_text(&ask("_file_hash", "ok.txt", "base"), "hsum").is_some());
+    assert!(halite_master::wire::payload::get_text(&ask("_file_hash", "ok.txt", "base"), "hsum").is_some());
     let outside = env.root.join("outside.txt").display().to_string();
     for (path, saltenv) in [("../outside.txt", "base"), ("sub/../../outside.txt", "base"), (outside.as_str(), "base"), ("ok.txt", ".."), ("escape.txt", "base")] {
         assert_eq!(data(&ask("_serve_file", path, saltenv)).as_deref(), Some(""), "{path} in {saltenv} was served");
@@ -1150,7 +1150,7 @@ fn three_masters_form_a_cluster_and_replicate_keys() {
     // for the third is accepted by the second.
     {
         use halite_tools::swarm::minion::{self, AesReply, Identity, Job};
-        let key = halite_master::crypto::PrivateKey::from_pem(&std::fs::read(envs[0].root.join("keys/0.pem")).unwrap()).unwrap();
+        let key = halite_master::wire::crypto::PrivateKey::from_pem(&std::fs::read(envs[0].root.join("keys/0.pem")).unwrap()).unwrap();
         let me = Identity::new("swarm-0".into(), key).unwrap();
         let rt = tokio::runtime::Runtime::new().unwrap();
         let ask = |i: usize, body: Vec<u8>| rt.block_on(minion::request_once(&format!("tcp://{}:{}", ips[i], ret_port_of(&envs[i])), body, Duration::from_secs(10), "test")).unwrap();

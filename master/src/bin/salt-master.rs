@@ -57,7 +57,7 @@ fn main() {
         Some(f) if args.daemon => builder.with_ansi(false).with_writer(std::sync::Mutex::new(f)).init(),
         _ => builder.with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal()).init(),
     }
-    if let Err(e) = halite_master::server::run(cfg) {
+    if let Err(e) = halite_master::daemon::run(cfg) {
         tracing::error!("{e}");
         eprintln!("Error: {e}");
         std::process::exit(1);

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use clap::Parser;
 use serde_json::{json, Value};
 
-use halite_master::admin::AdminClient;
+use halite_master::admin::client::AdminClient;
 
 use halite_tools::common::{init_logging, load_config, run, Failure, Result};
 use halite_tools::keys::{self, Cmd, Include};
@@ -167,14 +167,18 @@ fn change_keys(args: &Args, cfg: &halite_master::MasterConfig, cmd: Cmd, pattern
             return Ok(());
         }
     }
-    let done: Vec<String> = match (&mut admin, &node) {
+    let ids = |v: &Value| -> Vec<String> { v.as_array().into_iter().flatten().filter_map(|x| x.as_str().map(String::from)).collect() };
+    let (done, invalid): (Vec<String>, Vec<String>) = match (&mut admin, &node) {
         (Some(a), _) => {
             let v = a.call(&json!({ "cmd": "key.apply", "action": cmd.verb(), "selected": selected }))?;
-            v["done"].as_array().into_iter().flatten().filter_map(|x| x.as_str().map(String::from)).collect()
+            (ids(&v["done"]), ids(&v["invalid"]))
         }
         (None, Some(node)) => keys::apply(node, cmd, &selected)?,
-        (None, None) => Vec::new(),
+        (None, None) => (Vec::new(), Vec::new()),
     };
+    for id in invalid {
+        eprintln!("Unable to {} invalid key for {id}.", cmd.verb());
+    }
     for id in done {
         println!("Key for minion {id} {}ed.", cmd.verb().trim_end_matches('e'));
     }

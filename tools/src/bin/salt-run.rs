@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use serde_json::{json, Value};
 
-use halite_master::admin::AdminClient;
-use halite_master::{runners, store};
+use halite_master::admin::client::AdminClient;
+use halite_master::admin::{cluster, jobs, Members};
+use halite_master::store;
 use halite_tools::common::{init_logging, load_config, run, Failure, Result};
 use halite_tools::output::{render, Out};
 use halite_tools::pki;
@@ -139,21 +140,18 @@ fn real_main(a: Args) -> Result<()> {
 /// Runners read from a stopped master's data directory.
 fn offline_runner(cfg: &halite_master::MasterConfig, fun: &str, jid: Option<String>) -> Result<Value> {
     let data = store::data_dir(cfg);
-    if fun == "cluster.ring_info" {
-        let log = halite_storage::log::RaftLog::open(&data.log())?;
-        return Ok(runners::ring_info(cfg.cluster_id.is_some(), &log.conf_state()?.voters, &halite_master::store::member_names(cfg, None)));
-    }
-    if fun == "cluster.members" {
+    if fun == "cluster.ring_info" || fun == "cluster.members" {
         let log = halite_storage::log::RaftLog::open(&data.log())?;
         let (hs, cs) = (log.hard_state()?, log.conf_state()?);
         // Offline: the leader is unknown, except that a lone voter leads itself.
         let leader = (cs.voters.len() == 1).then(|| cs.voters[0]);
-        return Ok(runners::cluster_members(&halite_master::server::node_id(cfg), hs.term, &cs.voters, &cs.learners, leader, &halite_master::store::member_names(cfg, None)));
+        let m = Members { term: hs.term, voters: cs.voters, learners: cs.learners, leader, names: store::member_names(cfg, None) };
+        return Ok(if fun == "cluster.members" { cluster::members(&cluster::node_id(cfg), &m) } else { cluster::ring_info(cfg.cluster_id.is_some(), &m) });
     }
     let sm = halite_storage::state::StateMachine::open(&data.state())?;
     Ok(match jid {
-        Some(j) => runners::lookup_jid(&sm, &j)?,
-        None => runners::list_jobs(&sm)?,
+        Some(j) => jobs::lookup_jid(&sm, &j)?,
+        None => jobs::list_jobs(&sm)?,
     })
 }
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use serde_json::{json, Map, Value};
 
-use halite_master::admin::AdminClient;
+use halite_master::admin::client::AdminClient;
 use halite_tools::common::{init_logging, load_config, run, Failure, Result};
 use halite_tools::output::{render, Out};
 
@@ -109,7 +109,7 @@ fn real_main(a: Args) -> Result<()> {
     let (args, kwargs) = parse_args(&a.args);
     let pubd = client
         .call(&json!({ "cmd": "publish", "tgt": tgt, "tgt_type": tgt_type, "fun": a.fun, "arg": args, "kwarg": kwargs }))
-        .map_err(|e| Failure::new(e, 2))?;
+        .map_err(|e| Failure::new(e.to_string(), 2))?;
     let jid = pubd["jid"].as_str().unwrap_or("").to_string();
     if a.asynchronous {
         println!("Executed command with job ID: {jid}");

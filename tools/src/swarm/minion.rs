@@ -17,9 +17,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rmpv::Value;
 use zeromq::{Socket, SocketRecv, SocketSend, ZmqMessage};
 
-use halite_master::crypto::{clean_key, sha256_hex, Crypticle, EncAlgo, PrivateKey, PublicKey, SigAlgo, PICKLE};
+use halite_master::wire::crypto::{clean_key, sha256_hex, Crypticle, EncAlgo, PrivateKey, PublicKey, SigAlgo, PICKLE};
 use halite_master::matcher::{self, Subject};
-use halite_master::payload::{self, bin, get, get_bytes, get_text, map};
+use halite_master::wire::payload::{self, bin, get, get_bytes, get_text, map};
 
 const ENC: EncAlgo = EncAlgo::OaepSha1;
 const SIG: SigAlgo = SigAlgo::Pkcs1v15Sha1;

@@ -29,7 +29,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use zeromq::{Socket, SocketRecv, SocketSend, ZmqMessage};
 
-use halite_master::crypto::{PrivateKey, PublicKey};
+use halite_master::wire::crypto::{PrivateKey, PublicKey};
 
 use crate::common::{Failure, Progress, Result};
 use minion::{AesReply, Creds, Identity, MinionError};

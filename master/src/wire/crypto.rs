@@ -281,6 +281,13 @@ pub struct Crypticle {
     hmac: [u8; 32],
 }
 
+impl std::fmt::Debug for Crypticle {
+    /// Never prints the key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Crypticle(..)")
+    }
+}
+
 /// The plaintext prefix of every Crypticle message.
 pub const PICKLE: &[u8] = b"pickle::";
 

@@ -7,18 +7,21 @@
 //! |---|---|---|
 //! | `key.list` | | `{"listing": {minions_pre, minions_rejected, minions, minions_denied}}` |
 //! | `key.select` | `action` (accept/reject/delete), `match`, `include_accepted`, `include_rejected`, `include_denied` | `{"selected": {bucket: [ids]}}` |
-//! | `key.apply` | `action`, `selected` | `{"done": [ids]}` (after commit) |
+//! | `key.apply` | `action`, `selected` | `{"done": [ids], "invalid": [ids]}` (after commit) |
 //! | `publish` | `tgt`, `tgt_type`, `fun`, `arg` (list), `kwarg` (map) | `{"jid", "minions", "missing"}` |
 //! | `job.returns` | `jid` | `{"returns": {id: return load}}` |
 //! | `job.list` | | `{"jobs": {jid: {fun, tgt, minions}}}` |
-//! | `runner` | `fun` (jobs.list_jobs, jobs.lookup_jid + `jid`, cluster.members, pki.migrate_to_mmap) | `{"return": ...}` |
+//! | `runner` | `fun`: `jobs.list_jobs`, `jobs.lookup_jid` + `jid`, `cluster.members`, `cluster.ring_info`, `cluster.sync_roots` + `roots`, `cluster.remove_member` + `name`, `pki.migrate_to_mmap` | `{"return": ...}` |
 //! | `events.watch` | | from then on, one `{"tag", "data"}` line per event on the master bus |
 //!
-//! Failures answer `{"error": "..."}`.
+//! Failures answer `{"error": "..."}`. What each verb does is in [`crate::admin`]; this
+//! file is the wire protocol and the blocking client the tools use.
 
 use std::path::{Path, PathBuf};
 
-use serde_json::{json, Value as J};
+use serde_json::Value as J;
+
+use crate::error::{Error, IoContext, Result};
 
 pub const SOCKET_NAME: &str = "halite-admin.sock";
 
@@ -39,19 +42,19 @@ impl AdminClient {
     }
 
     /// Sends one request and reads its answer.
-    pub fn call(&mut self, req: &J) -> Result<J, String> {
+    pub fn call(&mut self, req: &J) -> Result<J> {
         use std::io::{BufRead, Write};
         let mut line = req.to_string();
         line.push('\n');
-        self.stream.get_mut().write_all(line.as_bytes()).map_err(|e| format!("admin socket: {e}"))?;
+        self.stream.get_mut().write_all(line.as_bytes()).ctx(|| "admin socket".into())?;
         let mut answer = String::new();
-        self.stream.read_line(&mut answer).map_err(|e| format!("admin socket: {e}"))?;
+        self.stream.read_line(&mut answer).ctx(|| "admin socket".into())?;
         if answer.is_empty() {
-            return Err("the master closed the admin connection".into());
+            return Err(Error::refused("the master closed the admin connection"));
         }
-        let v: J = serde_json::from_str(&answer).map_err(|e| format!("admin socket: bad answer: {e}"))?;
+        let v: J = serde_json::from_str(&answer).map_err(|e| Error::refused(format!("admin socket: bad answer: {e}")))?;
         if let Some(e) = v.get("error").and_then(J::as_str) {
-            return Err(e.to_string());
+            return Err(Error::refused(e));
         }
         Ok(v)
     }
@@ -60,14 +63,9 @@ impl AdminClient {
 impl AdminClient {
     /// Turns this connection into an event stream: yields `{"tag", "data"}` objects until
     /// the master goes away.
-    pub fn watch(mut self) -> Result<impl Iterator<Item = J>, String> {
+    pub fn watch(mut self) -> Result<impl Iterator<Item = J>> {
         use std::io::{BufRead, Write};
-        self.stream.get_mut().write_all(b"{\"cmd\":\"events.watch\"}\n").map_err(|e| format!("admin socket: {e}"))?;
+        self.stream.get_mut().write_all(b"{\"cmd\":\"events.watch\"}\n").ctx(|| "admin socket".into())?;
         Ok(self.stream.lines().map_while(Result::ok).filter_map(|l| serde_json::from_str(&l).ok()))
     }
-}
-
-/// An error answer.
-pub fn error(msg: impl std::fmt::Display) -> J {
-    json!({ "error": msg.to_string() })
 }

@@ -18,9 +18,11 @@ use std::time::{Duration, Instant};
 use halite_replication::Node;
 use halite_storage::format::{now_ns, AesKeyRotation, ClusterKeyPair, Record};
 
+use super::live::Master;
 use crate::config::MasterConfig;
-use crate::crypto::{clean_key, Crypticle, PrivateKey};
+use crate::error::{Error, Result};
 use crate::masterkeys::MasterKeys;
+use crate::wire::crypto::{clean_key, Crypticle, PrivateKey};
 
 /// The applied cluster secrets: the key pair, the publish/session key and its generation.
 pub struct Secrets {
@@ -29,32 +31,32 @@ pub struct Secrets {
     pub generation: u64,
 }
 
-fn read(node: &Node) -> Result<(Option<ClusterKeyPair>, Option<AesKeyRotation>), String> {
+fn read(node: &Node) -> Result<(Option<ClusterKeyPair>, Option<AesKeyRotation>)> {
     let sm = node.state();
-    Ok((sm.cluster_key_pair().map_err(|e| e.to_string())?, sm.latest_aes().map_err(|e| e.to_string())?))
+    Ok((sm.cluster_key_pair()?, sm.latest_aes()?))
 }
 
 /// The publish key of an applied rotation record.
-pub fn aes_of(a: &AesKeyRotation) -> Result<Crypticle, String> {
-    let text = std::str::from_utf8(&a.key).map_err(|_| format!("AES key generation {} is not text", a.generation))?;
-    Crypticle::from_key_string(text).map_err(|e| format!("AES key generation {}: {e}", a.generation))
+pub fn aes_of(a: &AesKeyRotation) -> Result<Crypticle> {
+    let text = std::str::from_utf8(&a.key).map_err(|_| Error::refused(format!("AES key generation {} is not text", a.generation)))?;
+    Ok(Crypticle::from_key_string(text)?)
 }
 
 /// Waits until the cluster key pair and an AES key are applied here, proposing them when
 /// this member leads and they are missing. Logs while it waits (no quorum, no leader).
-pub fn secrets(cfg: &MasterConfig, node: &Node) -> Result<Secrets, String> {
+pub fn secrets(cfg: &MasterConfig, node: &Node) -> Result<Secrets> {
     let started = Instant::now();
     let mut last_note = Instant::now();
     let mut proposed_at: Option<Instant> = None;
     loop {
         let (pair, aes) = read(node)?;
         if let (Some(pair), Some(aes)) = (&pair, &aes) {
-            let private = PrivateKey::from_pem(&pair.private_pem).map_err(|e| format!("the cluster key pair in the log does not parse: {e}"))?;
-            let public = private.public_pem().map_err(|e| e.to_string())?;
+            let private = PrivateKey::from_pem(&pair.private_pem).map_err(|e| Error::refused(format!("the cluster key pair in the log does not parse: {e}")))?;
+            let public = private.public_pem()?;
             if let Some(fp) = cfg.raw.get("cluster_pub_fingerprint").and_then(|v| v.as_str()) {
-                let got = crate::crypto::sha256_hex(&public);
+                let got = crate::wire::crypto::sha256_hex(&public);
                 if !got.eq_ignore_ascii_case(fp.trim()) {
-                    return Err(format!("the cluster key pair's cluster.pub has SHA-256 {got}, not the configured cluster_pub_fingerprint {fp}; refusing to serve"));
+                    return Err(Error::refused(format!("the cluster key pair's cluster.pub has SHA-256 {got}, not the configured cluster_pub_fingerprint {fp}; refusing to serve")));
                 }
             }
             write_files(cfg, &pair.private_pem, &public);
@@ -72,7 +74,7 @@ pub fn secrets(cfg: &MasterConfig, node: &Node) -> Result<Secrets, String> {
                     }
                     _ => {
                         tracing::info!("generating the cluster key pair (2048-bit RSA)");
-                        PrivateKey::generate(2048).and_then(|k| k.to_pem()).map_err(|e| e.to_string())?
+                        PrivateKey::generate(2048).and_then(|k| k.to_pem())?
                     }
                 };
                 recs.push(Record::ClusterKeyPair(ClusterKeyPair { private_pem: pem, time_ns: now_ns() }));
@@ -95,8 +97,23 @@ pub fn secrets(cfg: &MasterConfig, node: &Node) -> Result<Secrets, String> {
 }
 
 /// The record that replaces the AES key (generation `current + 1`).
-pub fn rotation(current: u64) -> Record {
-    Record::AesKeyRotation(AesKeyRotation { generation: current + 1, key: Crypticle::generate().key_string().as_bytes().to_vec(), time_ns: now_ns() })
+pub fn rotation(current: u64, time_ns: u64) -> Record {
+    Record::AesKeyRotation(AesKeyRotation { generation: current + 1, key: Crypticle::generate().key_string().as_bytes().to_vec(), time_ns })
+}
+
+/// Installs a cluster AES key generation once applied (every member does the same).
+pub fn install_aes(m: &Master, a: &AesKeyRotation) {
+    use std::sync::atomic::Ordering;
+    if !m.cluster || a.generation <= m.aes_generation.load(Ordering::SeqCst) {
+        return;
+    }
+    match aes_of(a).and_then(|aes| m.install_publish_key(aes)) {
+        Ok(()) => {
+            m.aes_generation.store(a.generation, Ordering::SeqCst);
+            tracing::info!(generation = a.generation, "cluster AES key rotated");
+        }
+        Err(e) => tracing::error!(generation = a.generation, "cluster AES key not installed: {e}"),
+    }
 }
 
 /// Writes `cluster.pem` (0400) and `cluster.pub` into the keys directory unless they are

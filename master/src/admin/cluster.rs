@@ -1,0 +1,199 @@
+//! The cluster runners: `cluster.members` and `cluster.ring_info` (Salt 3008's shapes),
+//! `cluster.remove_member` (Halite's explicit removal: the reference has none, and a
+//! removed master keeps counting toward its quorum) and `cluster.sync_roots`.
+//!
+//! `cluster.sync_roots [roots=file|pillar|both]` makes every member's `file_roots` /
+//! `pillar_roots` equal this master's: its roots directories (the first directory of
+//! each saltenv, where the materialiser writes) are compared with the roots the state
+//! machine holds; a file that is new or whose content or mode differs becomes
+//! `roots_blob` records (1 MiB chunks with the file's sha256), a file the state holds
+//! but the directory no longer has becomes a `roots_tombstone`. Once committed, every
+//! member (this one included) materialises them; a member that joins later gets them by
+//! replay. Symlinks are not followed. Unlike the reference's fire-and-forget fan-out,
+//! the answer comes once the records are committed by a majority.
+
+use std::collections::{BTreeMap, HashSet};
+
+use serde_json::{json, Value as J};
+
+use halite_storage::format::{Record, RootsTombstone, RootsTree};
+
+use super::{AdminView, Answer, MemberChange, Members, Plan};
+use crate::config::MasterConfig;
+use crate::error::{Error, Result};
+
+/// Most roots records (1 MiB chunks) in one proposal.
+pub const SYNC_GROUP: usize = 32;
+
+/// A `cluster.*` runner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterCmd {
+    Members,
+    RingInfo,
+    RemoveMember { name: String },
+    SyncRoots { trees: Vec<RootsTree> },
+}
+
+impl ClusterCmd {
+    pub fn parse(fun: &str, req: &J) -> Result<ClusterCmd> {
+        let s = |k: &str| req.get(k).and_then(J::as_str);
+        Ok(match fun {
+            "cluster.members" => ClusterCmd::Members,
+            "cluster.ring_info" => ClusterCmd::RingInfo,
+            "cluster.remove_member" => ClusterCmd::RemoveMember {
+                name: s("name").ok_or_else(|| Error::refused("cluster.remove_member needs the member's name (its interface address)"))?.to_string(),
+            },
+            "cluster.sync_roots" => ClusterCmd::SyncRoots { trees: trees(s("roots").unwrap_or("both"))? },
+            other => return Err(Error::refused(format!("'{other}' is not available."))),
+        })
+    }
+
+    pub fn answer(self, view: &dyn AdminView) -> Result<Plan> {
+        let cfg = view.config();
+        match self {
+            ClusterCmd::Members => Ok(Plan::answer(json!({ "return": members(&node_id(cfg), &view.members()?) }))),
+            ClusterCmd::RingInfo => Ok(Plan::answer(json!({ "return": ring_info(cfg.cluster_id.is_some(), &view.members()?) }))),
+            ClusterCmd::RemoveMember { name } => {
+                if cfg.cluster_id.is_none() {
+                    return Err(Error::refused("cluster.remove_member: this master is not a cluster member"));
+                }
+                let m = view.members()?;
+                // A member's raft id is derived from its name (its interface address).
+                let id = crate::store::member_id(&name);
+                if !m.voters.contains(&id) && !m.learners.contains(&id) {
+                    return Err(Error::refused(format!("{name} is not a member")));
+                }
+                Ok(Plan {
+                    membership: Some(MemberChange::Remove(id)),
+                    answer: Answer::After(Box::new(move |v: &dyn AdminView| {
+                        let m = v.members()?;
+                        Ok(json!({ "return": { "removed": name, "voters": m.sorted_names(&m.voters), "learners": m.sorted_names(&m.learners) } }))
+                    })),
+                    ..Default::default()
+                })
+            }
+            ClusterCmd::SyncRoots { trees } => {
+                let plan = sync_plan(view, &trees)?;
+                tracing::info!(written = plan.written, removed = plan.removed, unchanged = plan.unchanged, "cluster.sync_roots planned");
+                let answer = json!({ "return": {
+                    "status": "committed",
+                    "channels": trees.iter().map(|t| format!("{}_roots", t.as_str())).collect::<Vec<_>>(),
+                    "cluster_id": cfg.cluster_id,
+                    "written": plan.written,
+                    "removed": plan.removed,
+                    "unchanged": plan.unchanged,
+                }});
+                // Chunks stay in order; at most SYNC_GROUP records (32 MiB) per proposal.
+                Ok(Plan { proposals: plan.records.chunks(SYNC_GROUP).map(<[Record]>::to_vec).collect(), progress: Some("cluster.sync_roots"), ..Plan::answer(answer) })
+            }
+        }
+    }
+}
+
+/// The node id Salt's cluster runners report: `id`, falling back to `interface`.
+pub fn node_id(cfg: &MasterConfig) -> String {
+    if cfg.id.is_empty() {
+        cfg.interface.clone()
+    } else {
+        cfg.id.clone()
+    }
+}
+
+/// `cluster.members` in Salt 3008's shape.
+pub fn members(node_id: &str, m: &Members) -> J {
+    json!({
+        "node_id": node_id,
+        "voters": m.sorted_names(&m.voters),
+        "learners": m.sorted_names(&m.learners),
+        "membership_version": -1,
+        "voter_count": m.voters.len(),
+        "learner_count": m.learners.len(),
+        "leader_id": m.leader.map(|id| J::String(m.name(id))).unwrap_or(J::Null),
+        "term": m.term,
+        "unhealthy_voters": [],
+        "recently_demoted": [],
+    })
+}
+
+/// `cluster.ring_info`: the HashRing over the committed voters, by name, in Salt's shape
+/// (`vnodes` is tokens per member). A lone master is not clustered and has an empty ring.
+pub fn ring_info(clustered: bool, m: &Members) -> J {
+    if !clustered {
+        return json!({"is_clustered": false, "node_count": 0, "nodes": [], "vnodes": 0});
+    }
+    let names: Vec<String> = m.voters.iter().map(|id| m.name(*id)).collect();
+    let ring = halite_replication::HashRing::new(&names);
+    json!({
+        "is_clustered": true,
+        "node_count": ring.nodes().len(),
+        "nodes": ring.nodes(),
+        "vnodes": ring.token_count() / ring.nodes().len().max(1),
+    })
+}
+
+/// What a sync found.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct SyncPlan {
+    pub records: Vec<Record>,
+    pub written: u64,
+    pub removed: u64,
+    pub unchanged: u64,
+}
+
+/// Which trees a `roots=` argument names.
+pub fn trees(arg: &str) -> Result<Vec<RootsTree>> {
+    match arg {
+        "file" => Ok(vec![RootsTree::File]),
+        "pillar" => Ok(vec![RootsTree::Pillar]),
+        "both" | "" => Ok(vec![RootsTree::File, RootsTree::Pillar]),
+        other => Err(Error::refused(format!("roots must be file, pillar or both, not {other:?}"))),
+    }
+}
+
+/// The records that bring the applied roots to this master's directories.
+pub fn sync_plan(view: &dyn AdminView, trees: &[RootsTree]) -> Result<SyncPlan> {
+    let dirs = view.config().roots_dirs();
+    let applied: BTreeMap<(RootsTree, String, String), (u32, Vec<u8>)> = view
+        .state()
+        .roots_files()?
+        .into_iter()
+        .filter(|(t, ..)| trees.contains(t))
+        .map(|(t, env, path, meta)| ((t, env, path), (meta.mode, meta.sha256)))
+        .collect();
+    let mut plan = SyncPlan::default();
+    let mut seen: HashSet<(RootsTree, String, String)> = HashSet::new();
+    for &tree in trees {
+        let envs = match tree {
+            RootsTree::File => &dirs.file,
+            RootsTree::Pillar => &dirs.pillar,
+        };
+        for env in envs.keys() {
+            // Keep the chunks of files that differ from what is applied.
+            let mut keep = false;
+            for r in view.local_roots(tree, env)? {
+                if let Record::RootsBlob(b) = &r {
+                    if b.chunk == 0 {
+                        let k = (tree, env.clone(), b.path.clone());
+                        keep = applied.get(&k) != Some(&(b.mode, b.sha256.clone()));
+                        if keep {
+                            plan.written += 1;
+                        } else {
+                            plan.unchanged += 1;
+                        }
+                        seen.insert(k);
+                    }
+                    if keep {
+                        plan.records.push(r);
+                    }
+                }
+            }
+        }
+    }
+    for (tree, env, path) in applied.keys() {
+        if !seen.contains(&(*tree, env.clone(), path.clone())) {
+            plan.removed += 1;
+            plan.records.push(Record::RootsTombstone(RootsTombstone { tree: *tree, saltenv: env.clone(), path: path.clone() }));
+        }
+    }
+    Ok(plan)
+}

@@ -1,0 +1,186 @@
+//! The admin verbs: what `salt`, `salt-key` and `salt-run` ask a master for.
+//!
+//! Each request (one JSON object on the admin socket, see [`client`]) is parsed into a
+//! [`Command`], which is answered from a read-only [`AdminView`] with a [`Plan`]: the
+//! answer, the groups of records to commit (in order) before it is given, a membership
+//! change, the events to fire and the [`Effect`]s on the daemon once committed. The
+//! daemon (`crate::daemon::admin`) carries a plan out; the offline tools carry out the
+//! same plans over a stopped master's log. The unit tests answer commands from an
+//! in-memory state machine.
+//!
+//! | `cmd` | verb | file |
+//! |---|---|---|
+//! | `key.list`, `key.select`, `key.apply` | `salt-key` | [`keys`] |
+//! | `publish`, `job.returns`, `job.list` | `salt`, `manage.*` | [`jobs`] |
+//! | `runner` `jobs.list_jobs`, `jobs.lookup_jid` | `salt-run` | [`jobs`] |
+//! | `runner` `cluster.members`, `cluster.ring_info`, `cluster.remove_member`, `cluster.sync_roots` | `salt-run` | [`cluster`] |
+//! | `runner` `pki.migrate_to_mmap` | `salt-run` | [`pki`] |
+//! | `events.watch` | `salt-run state.event` | the daemon streams the bus |
+
+pub mod client;
+pub mod cluster;
+pub mod jobs;
+pub mod keys;
+pub mod pki;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+
+use serde_json::Value as J;
+
+use halite_storage::format::{Record, RootsTree};
+use halite_storage::import::PkiCounts;
+use halite_storage::state::StateMachine;
+
+use crate::config::MasterConfig;
+use crate::error::{Error, Result};
+use crate::events::Event;
+
+/// What an admin verb reads.
+pub trait AdminView {
+    fn config(&self) -> &MasterConfig;
+    /// The applied state (read only).
+    fn state(&self) -> &StateMachine;
+    /// The raft group as this master knows it.
+    fn members(&self) -> Result<Members>;
+    fn new_jid(&self) -> String;
+    fn now_ns(&self) -> u64;
+    /// This master's own directory of a saltenv's roots (the first listed, where the
+    /// materialiser writes), read as the records it would become.
+    fn local_roots(&self, tree: RootsTree, saltenv: &str) -> Result<Vec<Record>>;
+    /// The `localfs_key` tree of the keys directory, read as records, with its counts.
+    fn localfs_pki(&self) -> Result<(Vec<Record>, PkiCounts)>;
+}
+
+/// The raft group as one master knows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Members {
+    pub term: u64,
+    pub voters: Vec<u64>,
+    pub learners: Vec<u64>,
+    pub leader: Option<u64>,
+    /// Raft id → member name (its address, Salt's identity).
+    pub names: BTreeMap<u64, String>,
+}
+
+impl Members {
+    pub fn name(&self, id: u64) -> String {
+        self.names.get(&id).cloned().unwrap_or_else(|| id.to_string())
+    }
+
+    /// Names of `ids`, sorted.
+    pub fn sorted_names(&self, ids: &[u64]) -> Vec<String> {
+        let mut v: Vec<String> = ids.iter().map(|i| self.name(*i)).collect();
+        v.sort();
+        v
+    }
+}
+
+/// A parsed admin request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    Keys(keys::KeyCmd),
+    Jobs(jobs::JobCmd),
+    Cluster(cluster::ClusterCmd),
+    MigrateToMmap,
+    /// Turns the connection into an event stream (handled by the daemon).
+    EventsWatch,
+}
+
+/// How to carry out a command.
+#[derive(Default)]
+pub struct Plan {
+    pub answer: Answer,
+    /// Groups of records committed in order, each group one proposal.
+    pub proposals: Vec<Vec<Record>>,
+    /// A membership change committed before the answer.
+    pub membership: Option<MemberChange>,
+    /// Fired once everything is committed.
+    pub events: Vec<Event>,
+    /// Carried out once everything is committed.
+    pub effects: Vec<Effect>,
+    /// A long operation: progress is logged under this label.
+    pub progress: Option<&'static str>,
+}
+
+/// The answer of a plan.
+pub enum Answer {
+    /// Known now; given once the plan is committed.
+    Now(J),
+    /// Computed from the view once the plan is committed.
+    After(Box<dyn FnOnce(&dyn AdminView) -> Result<J> + Send>),
+}
+
+impl Default for Answer {
+    fn default() -> Self {
+        Answer::Now(J::Null)
+    }
+}
+
+impl std::fmt::Debug for Plan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plan").field("proposals", &self.proposals.len()).field("membership", &self.membership).field("events", &self.events).field("effects", &self.effects).finish()
+    }
+}
+
+impl Plan {
+    pub fn answer(v: J) -> Self {
+        Plan { answer: Answer::Now(v), ..Default::default() }
+    }
+}
+
+/// A membership change an admin verb asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemberChange {
+    Remove(u64),
+}
+
+/// What the daemon does once a plan is committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// Replace the publish AES key (Salt's `rotate_aes_key` on reject and delete).
+    RotateAes,
+    /// These minions no longer count against `max_minions`.
+    Uncount(Vec<String>),
+    /// Finish `pki.migrate_to_mmap`: copy the master key files into the `mmap_key`
+    /// master bank and, when this master's own view is `localfs_key`, first build the
+    /// `mmap_key` view beside it from the state machine.
+    FinishMmapMigration { build_view: bool },
+}
+
+impl Command {
+    /// Parses a request object.
+    pub fn parse(req: &J) -> Result<Command> {
+        let s = |k: &str| req.get(k).and_then(J::as_str);
+        Ok(match s("cmd").unwrap_or("") {
+            "key.list" | "key.select" | "key.apply" => Command::Keys(keys::KeyCmd::parse(req)?),
+            "publish" | "job.returns" | "job.list" => Command::Jobs(jobs::JobCmd::parse(req)?),
+            "events.watch" => Command::EventsWatch,
+            "runner" => match s("fun").unwrap_or("") {
+                "jobs.list_jobs" | "jobs.lookup_jid" => Command::Jobs(jobs::JobCmd::parse(req)?),
+                "pki.migrate_to_mmap" => Command::MigrateToMmap,
+                f if f.starts_with("cluster.") => Command::Cluster(cluster::ClusterCmd::parse(f, req)?),
+                other => return Err(Error::refused(format!("'{other}' is not available."))),
+            },
+            other => return Err(Error::refused(format!("unknown admin command {other:?}"))),
+        })
+    }
+
+    /// The plan that carries the command out.
+    pub fn answer(self, view: &dyn AdminView) -> Result<Plan> {
+        match self {
+            Command::Keys(c) => c.answer(view),
+            Command::Jobs(c) => c.answer(view),
+            Command::Cluster(c) => c.answer(view),
+            Command::MigrateToMmap => pki::migrate_plan(view),
+            Command::EventsWatch => Err(Error::refused("events.watch streams; it has no single answer")),
+        }
+    }
+}
+
+/// An error answer.
+pub fn error(msg: impl std::fmt::Display) -> J {
+    serde_json::json!({ "error": msg.to_string() })
+}

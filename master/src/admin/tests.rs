@@ -1,0 +1,244 @@
+//! Every admin verb answered from an in-memory state machine and membership.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value as J};
+
+use halite_storage::format::{JobPublished, JobReturn, KeySet, KeyState, Record, RecordKind, RootsTree};
+use halite_storage::import::PkiCounts;
+use halite_storage::state::{roots_records, StateMachine};
+
+use super::*;
+use crate::config::MasterConfig;
+
+const PUB: &str = "-----BEGIN PUBLIC KEY-----\nMIIBIjANBgkq\n-----END PUBLIC KEY-----";
+
+struct Fixture {
+    cfg: MasterConfig,
+    sm: StateMachine,
+    members: Members,
+    local: BTreeMap<(RootsTree, String), Vec<Record>>,
+    pki: (Vec<Record>, PkiCounts),
+    index: std::cell::Cell<u64>,
+}
+
+impl Fixture {
+    fn new(name: &str) -> Self {
+        Fixture {
+            cfg: MasterConfig::under(std::path::Path::new("/nonexistent/halite-admin-test")),
+            sm: StateMachine::open_in_memory(name).unwrap(),
+            members: Members { term: 1, voters: vec![1], learners: vec![], leader: Some(1), names: [(1, "m1".to_string())].into() },
+            local: BTreeMap::new(),
+            pki: (vec![], PkiCounts::default()),
+            index: std::cell::Cell::new(0),
+        }
+    }
+
+    /// Applies records as the node would once they are committed.
+    fn apply(&self, recs: &[Record]) {
+        let entries: Vec<(u64, Record)> = recs
+            .iter()
+            .map(|r| {
+                self.index.set(self.index.get() + 1);
+                (self.index.get(), r.clone())
+            })
+            .collect();
+        self.sm.apply(&entries).unwrap();
+    }
+
+    fn key(&self, id: &str, state: KeyState, pub_key: &str) {
+        self.apply(&[Record::KeySet(KeySet { id: id.into(), state, pub_key: pub_key.as_bytes().to_vec(), time_ns: 1 })]);
+    }
+
+    fn run(&self, req: J) -> Result<Plan> {
+        Command::parse(&req)?.answer(self)
+    }
+
+    fn now(&self, req: J) -> J {
+        match self.run(req).unwrap().answer {
+            Answer::Now(v) => v,
+            Answer::After(f) => f(self).unwrap(),
+        }
+    }
+}
+
+impl AdminView for Fixture {
+    fn config(&self) -> &MasterConfig {
+        &self.cfg
+    }
+    fn state(&self) -> &StateMachine {
+        &self.sm
+    }
+    fn members(&self) -> Result<Members> {
+        Ok(self.members.clone())
+    }
+    fn new_jid(&self) -> String {
+        "20261123000000000042".into()
+    }
+    fn now_ns(&self) -> u64 {
+        7
+    }
+    fn local_roots(&self, tree: RootsTree, saltenv: &str) -> Result<Vec<Record>> {
+        Ok(self.local.get(&(tree, saltenv.to_string())).cloned().unwrap_or_default())
+    }
+    fn localfs_pki(&self) -> Result<(Vec<Record>, PkiCounts)> {
+        Ok(self.pki.clone())
+    }
+}
+
+fn all(plan: &Plan) -> Vec<Record> {
+    plan.proposals.iter().flatten().cloned().collect()
+}
+
+#[test]
+fn key_listing_and_selection_follow_salt_key() {
+    let f = Fixture::new("keys-list");
+    f.key("web01", KeyState::Pending, PUB);
+    f.key("web02", KeyState::Accepted, PUB);
+    f.key("db01", KeyState::Rejected, PUB);
+    f.key("web03", KeyState::Denied, PUB);
+    let l = f.now(json!({"cmd": "key.list"}));
+    assert_eq!(l["listing"], json!({"minions_pre": ["web01"], "minions_rejected": ["db01"], "minions": ["web02"], "minions_denied": ["web03"]}));
+    let sel = |action: &str, m: &str, acc: bool, rej: bool, den: bool| {
+        f.now(json!({"cmd": "key.select", "action": action, "match": m, "include_accepted": acc, "include_rejected": rej, "include_denied": den}))["selected"].clone()
+    };
+    assert_eq!(sel("accept", "*", false, false, false), json!({"minions_pre": ["web01"]}), "accept takes pending keys");
+    assert_eq!(sel("accept", "*", false, true, false), json!({"minions_pre": ["web01"], "minions_rejected": ["db01"]}));
+    assert_eq!(sel("reject", "web*", true, false, false), json!({"minions_pre": ["web01"], "minions": ["web02"]}));
+    assert_eq!(sel("delete", "web0[13]", false, false, false), json!({"minions_pre": ["web01"], "minions_denied": ["web03"]}), "delete takes any bucket");
+}
+
+#[test]
+fn accepting_commits_key_records_and_fires_salt_key() {
+    let f = Fixture::new("keys-accept");
+    f.key("web01", KeyState::Pending, PUB);
+    f.key("bogus", KeyState::Pending, "not a key");
+    let plan = f.run(json!({"cmd": "key.apply", "action": "accept", "selected": {"minions_pre": ["web01", "bogus"]}})).unwrap();
+    let recs = all(&plan);
+    assert!(matches!(&recs[..], [Record::KeySet(k)] if k.id == "web01" && k.state == KeyState::Accepted && k.pub_key == PUB.as_bytes()));
+    assert_eq!(plan.events.len(), 1);
+    assert_eq!(plan.events[0].data, json!({"result": true, "act": "accept", "id": "web01"}));
+    assert!(plan.effects.is_empty(), "an accept rotates nothing");
+    let Answer::Now(a) = plan.answer else { panic!() };
+    assert_eq!(a, json!({"done": ["web01"], "invalid": ["bogus"]}));
+}
+
+#[test]
+fn rejecting_or_deleting_uncounts_and_rotates_the_publish_key() {
+    let mut f = Fixture::new("keys-reject");
+    f.key("web01", KeyState::Accepted, PUB);
+    f.key("web02", KeyState::Denied, PUB);
+    let plan = f.run(json!({"cmd": "key.apply", "action": "reject", "selected": {"minions": ["web01"]}})).unwrap();
+    assert_eq!(plan.effects, vec![Effect::Uncount(vec!["web01".into()]), Effect::RotateAes]);
+    let plan = f.run(json!({"cmd": "key.apply", "action": "delete", "selected": {"minions": ["web01"], "minions_denied": ["web02"]}})).unwrap();
+    let states: Vec<KeyState> = all(&plan).iter().map(|r| if let Record::KeySet(k) = r { k.state } else { panic!() }).collect();
+    assert_eq!(states, vec![KeyState::Deleted, KeyState::DeniedCleared]);
+    f.cfg.raw.insert("rotate_aes_key".into(), serde_yaml::Value::Bool(false));
+    let plan = f.run(json!({"cmd": "key.apply", "action": "delete", "selected": {"minions": ["web01"]}})).unwrap();
+    assert_eq!(plan.effects, vec![Effect::Uncount(vec!["web01".into()])], "rotate_aes_key: False");
+}
+
+#[test]
+fn publishing_commits_a_job_for_the_expected_minions() {
+    let f = Fixture::new("publish");
+    let none = f.run(json!({"cmd": "publish", "fun": "test.ping", "tgt": "*"}));
+    assert!(none.unwrap_err().to_string().starts_with("No minions matched the target."));
+    f.key("web01", KeyState::Accepted, PUB);
+    f.key("db01", KeyState::Pending, PUB);
+    let plan = f.run(json!({"cmd": "publish", "fun": "test.arg", "tgt": ["web01", "db01"], "tgt_type": "list", "arg": [1], "kwarg": {"k": "v"}})).unwrap();
+    let [Record::JobPublished(j)] = &all(&plan)[..] else { panic!("{plan:?}") };
+    assert_eq!((j.jid.as_str(), j.minions.as_slice(), j.time_ns), ("20261123000000000042", &["web01".to_string()][..], 7));
+    let load = crate::wire::payload::to_json(&crate::wire::payload::decode(&j.load).unwrap());
+    assert_eq!(load["arg"], json!([1, {"k": "v", "__kwarg__": true}]));
+    assert_eq!((load["fun"].as_str(), load["user"].as_str()), (Some("test.arg"), Some("root")));
+    assert_eq!(plan.events[0].tag, "salt/job/20261123000000000042/new");
+    let Answer::Now(a) = plan.answer else { panic!() };
+    assert_eq!(a, json!({"jid": "20261123000000000042", "minions": ["web01"], "missing": ["db01"]}));
+}
+
+#[test]
+fn job_queries_answer_in_salts_shapes() {
+    let f = Fixture::new("jobs");
+    let jid = "20261122035119123456";
+    let load = crate::wire::payload::encode(&crate::wire::payload::from_json(&json!({"fun": "test.ping", "arg": [], "tgt": "*", "tgt_type": "glob", "user": "root"})));
+    f.apply(&[
+        Record::JobPublished(JobPublished { jid: jid.into(), load, minions: vec!["m1".into()], time_ns: 1 }),
+        Record::JobReturn(JobReturn { jid: jid.into(), id: "m1".into(), load: crate::wire::payload::encode(&crate::wire::payload::from_json(&json!({"return": true, "retcode": 0}))), time_ns: 2 }),
+    ]);
+    assert_eq!(f.now(json!({"cmd": "job.returns", "jid": jid}))["returns"]["m1"]["return"], true);
+    assert_eq!(f.now(json!({"cmd": "job.list"}))["jobs"][jid]["minions"], json!(["m1"]));
+    assert_eq!(f.now(json!({"cmd": "runner", "fun": "jobs.lookup_jid", "jid": jid})), json!({"return": {"m1": true}}));
+    let listed = f.now(json!({"cmd": "runner", "fun": "jobs.list_jobs"}));
+    assert_eq!(listed["return"][jid], json!({"Function": "test.ping", "Arguments": [], "Target": "*", "Target-type": "glob", "User": "root", "StartTime": "2026, Nov 22 03:51:19.123456"}));
+    assert!(f.run(json!({"cmd": "runner", "fun": "jobs.lookup_jid"})).is_err(), "a jid is required");
+}
+
+#[test]
+fn cluster_runners_report_the_group() {
+    let mut f = Fixture::new("cluster");
+    assert_eq!(f.now(json!({"cmd": "runner", "fun": "cluster.ring_info"}))["return"]["is_clustered"], false);
+    assert!(f.run(json!({"cmd": "runner", "fun": "cluster.remove_member", "name": "m1"})).unwrap_err().to_string().contains("not a cluster member"));
+    f.cfg.cluster_id = Some("c".into());
+    let ids: Vec<u64> = ["10.0.0.1", "10.0.0.2", "10.0.0.3"].iter().map(|n| crate::store::member_id(n)).collect();
+    f.members = Members { term: 4, voters: ids.clone(), learners: vec![], leader: Some(ids[1]), names: ids.iter().zip(["10.0.0.1", "10.0.0.2", "10.0.0.3"]).map(|(i, n)| (*i, n.to_string())).collect() };
+    let m = f.now(json!({"cmd": "runner", "fun": "cluster.members"}))["return"].clone();
+    assert_eq!((m["voters"].clone(), m["leader_id"].clone(), m["term"].clone()), (json!(["10.0.0.1", "10.0.0.2", "10.0.0.3"]), json!("10.0.0.2"), json!(4)));
+    let ring = f.now(json!({"cmd": "runner", "fun": "cluster.ring_info"}))["return"].clone();
+    assert_eq!((ring["node_count"].clone(), ring["vnodes"].clone()), (json!(3), json!(150)));
+    assert!(f.run(json!({"cmd": "runner", "fun": "cluster.remove_member", "name": "10.9.9.9"})).unwrap_err().to_string().contains("is not a member"));
+    let plan = f.run(json!({"cmd": "runner", "fun": "cluster.remove_member", "name": "10.0.0.3"})).unwrap();
+    assert_eq!(plan.membership, Some(MemberChange::Remove(ids[2])));
+    // The answer is read after the change is committed.
+    f.members.voters.pop();
+    let Answer::After(after) = plan.answer else { panic!("answered before the change") };
+    assert_eq!(after(&f).unwrap()["return"], json!({"removed": "10.0.0.3", "voters": ["10.0.0.1", "10.0.0.2"], "learners": []}));
+}
+
+#[test]
+fn sync_roots_proposes_what_differs_from_the_applied_roots() {
+    let mut f = Fixture::new("sync");
+    f.cfg.cluster_id = Some("c".into());
+    f.apply(&roots_records(RootsTree::File, "base", "same.sls", 0o644, b"same"));
+    f.apply(&roots_records(RootsTree::File, "base", "gone.sls", 0o644, b"gone"));
+    f.apply(&roots_records(RootsTree::File, "base", "changed.sls", 0o644, b"old"));
+    let mut local = roots_records(RootsTree::File, "base", "same.sls", 0o644, b"same");
+    local.extend(roots_records(RootsTree::File, "base", "changed.sls", 0o644, b"new"));
+    local.extend(roots_records(RootsTree::File, "base", "new.sls", 0o600, b"new"));
+    f.local.insert((RootsTree::File, "base".into()), local);
+    let plan = f.run(json!({"cmd": "runner", "fun": "cluster.sync_roots", "roots": "file"})).unwrap();
+    let touched: Vec<(RecordKind, String)> = all(&plan)
+        .iter()
+        .map(|r| match r {
+            Record::RootsBlob(b) => (r.kind(), b.path.clone()),
+            Record::RootsTombstone(t) => (r.kind(), t.path.clone()),
+            _ => panic!("{r:?}"),
+        })
+        .collect();
+    assert_eq!(touched, vec![(RecordKind::RootsBlob, "changed.sls".into()), (RecordKind::RootsBlob, "new.sls".into()), (RecordKind::RootsTombstone, "gone.sls".into())]);
+    let Answer::Now(a) = plan.answer else { panic!() };
+    assert_eq!((a["return"]["written"].clone(), a["return"]["removed"].clone(), a["return"]["unchanged"].clone()), (json!(2), json!(1), json!(1)));
+    assert!(f.run(json!({"cmd": "runner", "fun": "cluster.sync_roots", "roots": "everything"})).is_err());
+}
+
+#[test]
+fn migration_imports_what_the_state_lacks_between_markers_once() {
+    let mut f = Fixture::new("migrate");
+    let key = |id: &str, state| Record::KeySet(KeySet { id: id.into(), state, pub_key: PUB.as_bytes().to_vec(), time_ns: 1 });
+    f.pki = (vec![key("a", KeyState::Accepted), key("b", KeyState::Pending)], PkiCounts { accepted: 1, pending: 1, ..Default::default() });
+    let plan = f.run(json!({"cmd": "runner", "fun": "pki.migrate_to_mmap"})).unwrap();
+    let kinds: Vec<RecordKind> = all(&plan).iter().map(Record::kind).collect();
+    assert_eq!(kinds, vec![RecordKind::ImportMarker, RecordKind::KeySet, RecordKind::KeySet, RecordKind::ImportMarker]);
+    assert_eq!(plan.effects, vec![Effect::FinishMmapMigration { build_view: true }]);
+    let Answer::Now(a) = &plan.answer else { panic!() };
+    assert!(a["return"].as_str().unwrap().starts_with("PKI keys migrated to mmap_key backend successfully.\n  Accepted: 1\n  Pending:  1"));
+    f.apply(&all(&plan));
+    assert!(f.run(json!({"cmd": "runner", "fun": "pki.migrate_to_mmap"})).unwrap().proposals.is_empty(), "a second run imports nothing");
+}
+
+#[test]
+fn unknown_requests_are_refused_with_salts_words() {
+    let f = Fixture::new("unknown");
+    assert_eq!(f.run(json!({"cmd": "runner", "fun": "state.orchestrate"})).unwrap_err().to_string(), "'state.orchestrate' is not available.");
+    assert!(f.run(json!({"cmd": "nope"})).unwrap_err().to_string().contains("unknown admin command"));
+    assert!(f.run(json!({"cmd": "key.apply", "action": "frobnicate", "selected": {}})).unwrap_err().to_string().contains("unknown key action"));
+}

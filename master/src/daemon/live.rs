@@ -1,0 +1,246 @@
+//! The running master's shared state, and the live views over it: [`Master`] is the
+//! [`View`] the request commands read and the [`AdminView`] the admin verbs read. What
+//! changes it (session keys, counted minions, remembered nonces, the publish key) is
+//! changed only here, by the daemon, after the commits that call for it.
+
+use std::collections::HashSet;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, RwLock};
+
+use halite_replication::Node;
+use halite_storage::format::{Record, RootsTree};
+use halite_storage::import::{read_localfs_pki, read_roots_dir, PkiCounts};
+use halite_storage::state::{StateMachine, StoredKey};
+
+use super::bus::EventBus;
+use super::replay::Nonces;
+use super::sessions::Sessions;
+use crate::admin::{AdminView, Members};
+use crate::config::MasterConfig;
+use crate::error::Result;
+use crate::masterkeys::{MasterKeys, PublishKey};
+use crate::req::{Claim, Effect};
+use crate::view::fs::{stub_dir, FsAutosign, FsRoots};
+use crate::view::{Admission, Autosign, RootsSource, View};
+use crate::wire::crypto::Crypticle;
+use crate::wire::publish::Publisher;
+
+/// How long, without `request_server_ttl`, a side-effecting request's nonce is kept,
+/// and how many are kept at most (about 150 bytes each).
+const REPLAY_WINDOW_SECS: u64 = 900;
+const REPLAY_CAPACITY: usize = 65_536;
+
+/// The running master.
+pub struct Master {
+    pub cfg: MasterConfig,
+    pub node: Arc<Node>,
+    pub keys: MasterKeys,
+    /// The publish (AES) key, handed to minions at sign-in.
+    pub aes: RwLock<Arc<PublishKey>>,
+    /// The cluster AES key generation in use (0 for a lone master).
+    pub aes_generation: AtomicU64,
+    pub publisher: Mutex<Publisher>,
+    pub sessions: Sessions,
+    /// Nonces of side-effecting requests already applied (replay protection).
+    pub nonces: Mutex<Nonces>,
+    /// Minions counted against `max_minions`: accepted at sign-in since this master
+    /// started, until their key is rejected or deleted.
+    pub counted: Mutex<HashSet<String>>,
+    pub roots: FsRoots,
+    pub autosign: FsAutosign,
+    pub bus: EventBus,
+    /// A cluster member: every minion's session key is the cluster AES key.
+    pub cluster: bool,
+}
+
+impl Master {
+    pub fn new(cfg: MasterConfig, node: Arc<Node>, keys: MasterKeys, publish: PublishKey, generation: u64) -> Self {
+        let cluster = cfg.cluster_id.is_some();
+        let aes = publish.aes.clone();
+        let window = if cfg.request_server_ttl > 0 { cfg.request_server_ttl } else { REPLAY_WINDOW_SECS };
+        Master {
+            sessions: Sessions::new(cfg.cachedir.join("sessions"), std::time::Duration::from_secs(cfg.publish_session.max(1))),
+            nonces: Mutex::new(Nonces::new(std::time::Duration::from_secs(window), REPLAY_CAPACITY)),
+            counted: Default::default(),
+            roots: FsRoots::new(&cfg),
+            autosign: FsAutosign::new(&cfg),
+            bus: EventBus::default(),
+            publisher: Mutex::new(if cluster { Publisher::unnumbered(aes) } else { Publisher::new(aes) }),
+            aes: RwLock::new(Arc::new(publish)),
+            aes_generation: AtomicU64::new(generation),
+            keys,
+            node,
+            cluster,
+            cfg,
+        }
+    }
+
+    pub fn sm(&self) -> &Arc<StateMachine> {
+        self.node.state()
+    }
+
+    /// Grants the claims of a request; all or none.
+    pub fn claim(&self, claims: &[Claim]) -> bool {
+        let mut counted = self.counted.lock().unwrap_or_else(|p| p.into_inner());
+        let max = self.cfg.max_minions;
+        let mut taken = Vec::new();
+        for c in claims {
+            let Claim::Count(id) = c;
+            if counted.contains(id) {
+                continue;
+            }
+            if max > 0 && counted.len() as u64 >= max {
+                for t in taken {
+                    counted.remove(&t);
+                }
+                return false;
+            }
+            counted.insert(id.clone());
+            taken.push(id.clone());
+        }
+        true
+    }
+
+    /// Gives claims back (their request was not committed).
+    pub fn release(&self, claims: &[Claim]) {
+        let mut counted = self.counted.lock().unwrap_or_else(|p| p.into_inner());
+        for Claim::Count(id) in claims {
+            counted.remove(id);
+        }
+    }
+
+    /// Carries out a committed request's effects.
+    pub fn apply_effects(&self, effects: Vec<Effect>) {
+        for e in effects {
+            match e {
+                Effect::SessionKey { id, key } => self.sessions.install(&id, &key),
+                Effect::RememberNonce { id, nonce } => self.nonces.lock().unwrap_or_else(|p| p.into_inner()).remember(&id, &nonce),
+                Effect::ConsumeAutosignStub { id } => {
+                    let stub = stub_dir(self.cfg.keys_dir()).join(&id);
+                    match std::fs::remove_file(&stub) {
+                        Ok(()) => tracing::info!(id = %id, "one-shot autosign stub used"),
+                        Err(e) => tracing::warn!(id = %id, "cannot remove the autosign stub {}: {e}", stub.display()),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Stops counting these minions against `max_minions`.
+    pub fn uncount(&self, ids: &[String]) {
+        let mut counted = self.counted.lock().unwrap_or_else(|p| p.into_inner());
+        for id in ids {
+            counted.remove(id);
+        }
+    }
+
+    /// Installs a new publish key (and the publisher's key) locally.
+    pub fn install_publish_key(&self, aes: Crypticle) -> Result<()> {
+        let key = PublishKey::new(aes.clone(), &self.keys)?;
+        // Publisher first: from here on publishes use the new key, and a minion that
+        // re-authenticates because of one gets the same key from `_auth`.
+        let mut publisher = self.publisher.lock().unwrap_or_else(|p| p.into_inner());
+        publisher.rotate(aes);
+        *self.aes.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(key);
+        Ok(())
+    }
+}
+
+fn now_ns() -> u64 {
+    halite_storage::format::now_ns()
+}
+
+impl View for Master {
+    fn config(&self) -> &MasterConfig {
+        &self.cfg
+    }
+    fn master_keys(&self) -> &MasterKeys {
+        &self.keys
+    }
+    fn publish_key(&self) -> Arc<PublishKey> {
+        self.aes.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+    fn session_key(&self, id: &str) -> Option<Crypticle> {
+        if self.cluster {
+            return Some(self.publish_key().aes.clone());
+        }
+        self.sessions.fresh(id)
+    }
+    fn key(&self, id: &str) -> Result<Option<StoredKey>> {
+        Ok(self.sm().get_key(id)?)
+    }
+    fn denied(&self, id: &str) -> Result<bool> {
+        Ok(self.sm().get_denied(id)?.is_some())
+    }
+    fn admission(&self, id: &str) -> Admission {
+        let counted = self.counted.lock().unwrap_or_else(|p| p.into_inner());
+        let max = self.cfg.max_minions;
+        if max == 0 || counted.contains(id) {
+            Admission::Counted
+        } else if counted.len() as u64 >= max {
+            Admission::Full
+        } else {
+            Admission::Room
+        }
+    }
+    fn replayed(&self, id: &str, nonce: &str) -> bool {
+        self.nonces.lock().unwrap_or_else(|p| p.into_inner()).seen(id, nonce)
+    }
+    fn autosign_text(&self, which: Autosign) -> Option<String> {
+        self.autosign.text(which)
+    }
+    fn autosign_stub(&self, id: &str) -> bool {
+        self.autosign.stub(id)
+    }
+    fn roots(&self) -> &dyn RootsSource {
+        &self.roots
+    }
+    fn now_ns(&self) -> u64 {
+        now_ns()
+    }
+    fn fresh_key(&self) -> Crypticle {
+        Crypticle::generate()
+    }
+    fn new_jid(&self) -> String {
+        crate::jobs::new_jid()
+    }
+}
+
+impl AdminView for Master {
+    fn config(&self) -> &MasterConfig {
+        &self.cfg
+    }
+    fn state(&self) -> &StateMachine {
+        self.sm()
+    }
+    fn members(&self) -> Result<Members> {
+        let (term, voters, learners) = self.node.membership()?;
+        Ok(Members { term, voters, learners, leader: self.node.leader(), names: crate::store::member_names(&self.cfg, Some(&self.node.handle())) })
+    }
+    fn new_jid(&self) -> String {
+        crate::jobs::new_jid()
+    }
+    fn now_ns(&self) -> u64 {
+        now_ns()
+    }
+    fn local_roots(&self, tree: RootsTree, saltenv: &str) -> Result<Vec<Record>> {
+        local_roots(&self.cfg, tree, saltenv)
+    }
+    fn localfs_pki(&self) -> Result<(Vec<Record>, PkiCounts)> {
+        Ok(read_localfs_pki(self.cfg.keys_dir())?)
+    }
+}
+
+/// This master's directory of a saltenv's roots, read as records.
+pub fn local_roots(cfg: &MasterConfig, tree: RootsTree, saltenv: &str) -> Result<Vec<Record>> {
+    let dirs = cfg.roots_dirs();
+    let m = match tree {
+        RootsTree::File => &dirs.file,
+        RootsTree::Pillar => &dirs.pillar,
+    };
+    let mut out = Vec::new();
+    if let Some(dir) = m.get(saltenv) {
+        read_roots_dir(tree, saltenv, dir, &mut out, &mut Default::default())?;
+    }
+    Ok(out)
+}

@@ -1,0 +1,170 @@
+//! The `salt-master` daemon: the only part of the master with sockets, tasks and
+//! proposals. Everything it serves is decided elsewhere, by functions of a request and a
+//! read-only view (`crate::req`, `crate::admin`); the daemon carries their outcomes out.
+//!
+//! | file | owns |
+//! |---|---|
+//! | `mod.rs` | start-up ([`run`]) and the serving loop |
+//! | [`live`] | the running master's shared state, the live views |
+//! | [`requests`] | the request port: handle, claim, commit, effects, reply |
+//! | [`publish`] | the tap of applied records, the publish port |
+//! | [`admin`] | the admin socket: plans carried out |
+//! | [`maintenance`] | job cache expiry, publish key rotation |
+//! | [`cluster`] | the cluster key pair and AES key every member shares |
+//! | [`sessions`], [`replay`], [`bus`] | session keys, nonces of applied requests, the event bus |
+//! | [`listen`] | TCP listeners with Salt's keepalive and backlog |
+
+pub mod admin;
+pub mod bus;
+pub mod cluster;
+pub mod listen;
+pub mod live;
+pub mod maintenance;
+pub mod publish;
+pub mod replay;
+pub mod requests;
+pub mod sessions;
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use halite_storage::keys::localfs::LocalfsKeys;
+
+use crate::config::MasterConfig;
+use crate::error::{Error, IoContext, Result};
+use crate::masterkeys::{self, PublishKey};
+use crate::store;
+use crate::wire::crypto::Crypticle;
+use live::Master;
+
+/// Threads that run request handlers and admin commands (tokio's blocking pool).
+const MAX_BLOCKING_THREADS: usize = 16;
+
+fn endpoint(interface: &str, port: u16) -> String {
+    if interface.contains(':') {
+        format!("tcp://[{interface}]:{port}")
+    } else {
+        format!("tcp://{interface}:{port}")
+    }
+}
+
+fn mkdir_private(p: &std::path::Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(p).ctx(|| format!("creating {}", p.display()))?;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700)).ctx(|| format!("chmod {}", p.display()))
+}
+
+/// Starts the master and serves until SIGINT or SIGTERM.
+pub fn run(cfg: MasterConfig) -> Result<()> {
+    let started = std::time::Instant::now();
+    std::fs::create_dir_all(&cfg.cachedir).ctx(|| format!("creating {}", cfg.cachedir.display()))?;
+    mkdir_private(&cfg.sock_dir)?;
+    if matches!(cfg.key_driver, halite_storage::keys::KeyDriver::Localfs) {
+        LocalfsKeys::open(cfg.keys_dir()).and_then(|v| v.ensure_layout())?;
+    } else {
+        mkdir_private(cfg.keys_dir())?;
+    }
+    let keys = {
+        let mut view = store::key_view(&cfg)?;
+        masterkeys::load_or_create(&cfg, &mut *view)?
+    };
+    let (applied_tx, applied_rx) = mpsc::unbounded_channel();
+    let node = Arc::new(store::start_node_adopting_tapped(&cfg, Some(publish::tap(applied_tx)))?);
+    // The node above started with its peers exactly when `cluster_id` is set.
+    let (keys, aes, generation) = if cfg.cluster_id.is_some() {
+        let s = cluster::secrets(&cfg, &node)?;
+        (s.keys, s.aes, s.generation)
+    } else {
+        (keys, Crypticle::generate(), 0)
+    };
+    let publish_key = PublishKey::new(aes, &keys)?;
+    let master = Arc::new(Master::new(cfg, node, keys, publish_key, generation));
+    // Request handlers run on the blocking pool (RSA, pillar rendering, file reads): a few
+    // threads per core keep the CPU busy; more only add stacks and allocator arenas.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(MAX_BLOCKING_THREADS)
+        .enable_all()
+        .build()
+        .ctx(|| "starting the runtime".into())?;
+    rt.block_on(serve(master, applied_rx, started))
+}
+
+async fn serve(master: Arc<Master>, applied_rx: mpsc::UnboundedReceiver<publish::Applied>, started: std::time::Instant) -> Result<()> {
+    use zeromq::Socket;
+    let cfg = &master.cfg;
+    let mut router = zeromq::RouterSocket::new();
+    let ret_ep = endpoint(&cfg.interface, cfg.ret_port);
+    let bind_err = |ep: &str, e: &dyn std::fmt::Display| Error::refused(format!("binding {ep}: {e}"));
+    let ret_listener = listen::bind(&cfg.interface, cfg.ret_port, cfg.ipv6, listen::ListenOptions::request(listen::backlog(cfg))).map_err(|e| bind_err(&ret_ep, &e))?;
+    router.bind_listener(ret_listener).await.map_err(|e| bind_err(&ret_ep, &e))?;
+    let mut publisher_sock = zeromq::PubSocket::new();
+    let pub_ep = endpoint(&cfg.interface, cfg.publish_port);
+    let pub_listener = listen::bind(&cfg.interface, cfg.publish_port, cfg.ipv6, listen::ListenOptions::publish(cfg)).map_err(|e| bind_err(&pub_ep, &e))?;
+    publisher_sock.bind_listener(pub_listener).await.map_err(|e| bind_err(&pub_ep, &e))?;
+    let sock_path = crate::admin::client::socket_path(&cfg.sock_dir);
+    let _ = std::fs::remove_file(&sock_path);
+    let admin_listener = tokio::net::UnixListener::bind(&sock_path).ctx(|| format!("binding {}", sock_path.display()))?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&sock_path, std::fs::Permissions::from_mode(0o600));
+    }
+    write_pidfile(&cfg.pidfile);
+    tracing::info!(ret = %ret_ep, publish = %pub_ep, admin = %sock_path.display(), ms = started.elapsed().as_millis() as u64, "salt-master serving");
+
+    let (pub_tx, pub_rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    tokio::spawn(publish::send(publisher_sock, pub_rx));
+    tokio::spawn(publish::applied(master.clone(), applied_rx, pub_tx));
+    let m = master.clone();
+    tokio::spawn(async move {
+        loop {
+            match admin_listener.accept().await {
+                Ok((stream, _)) => {
+                    tokio::spawn(admin::connection(m.clone(), stream));
+                }
+                Err(e) => tracing::error!("admin socket: {e}"),
+            }
+        }
+    });
+    tokio::spawn(maintenance::run(master.clone()));
+    let (send, mut recv) = router.split();
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(requests::MAX_IN_FLIGHT));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ctx(|| "installing the SIGTERM handler".into())?;
+    loop {
+        use zeromq::SocketRecv;
+        tokio::select! {
+            msg = recv.recv() => match msg {
+                Ok(msg) => {
+                    // Bounded: a flood of requests queues here instead of spawning without
+                    // limit; each request holds its permit until it has been answered.
+                    let permit = match in_flight.clone().acquire_owned().await {
+                        Ok(p) => p,
+                        Err(_) => break,
+                    };
+                    let (m, s) = (master.clone(), send.clone());
+                    tokio::spawn(async move {
+                        requests::request(m, s, msg).await;
+                        drop(permit);
+                    });
+                }
+                Err(e) => tracing::warn!("request socket: {e}"),
+            },
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+        }
+    }
+    tracing::info!("salt-master stopping");
+    let _ = std::fs::remove_file(&sock_path);
+    let _ = std::fs::remove_file(&master.cfg.pidfile);
+    Ok(())
+}
+
+fn write_pidfile(p: &std::path::Path) {
+    if let Some(d) = p.parent() {
+        let _ = std::fs::create_dir_all(d);
+    }
+    if let Err(e) = std::fs::write(p, format!("{}\n", std::process::id())) {
+        tracing::warn!(pidfile = %p.display(), "cannot write the pidfile: {e}");
+    }
+}

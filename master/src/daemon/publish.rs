@@ -1,0 +1,86 @@
+//! Publishing (`publish_port`, 4505): every job this master applies is published to the
+//! minions connected to it, whichever master it was proposed on; a cluster's AES key
+//! rotations are installed as they are applied.
+//!
+//! The node's tap hands each applied `job_published` and `aes_key_rotation` record to
+//! [`applied`]; the job is sealed with the publish key, signed with the master key
+//! (`wire::publish`) and queued for the PUB socket. Jobs applied more than
+//! [`PUBLISH_MAX_AGE`] after they were proposed are not published: a master catching up
+//! on a long log must not replay old commands to its minions.
+
+use std::sync::Arc;
+
+use halite_storage::format::{now_ns, AesKeyRotation, JobPublished, Record};
+use tokio::sync::mpsc;
+use zeromq::{SocketSend, ZmqMessage};
+
+use super::live::Master;
+use crate::wire::crypto::SigAlgo;
+use crate::wire::payload;
+
+/// Applied jobs older than this are not published.
+pub const PUBLISH_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// What the node's tap hands the daemon.
+pub enum Applied {
+    Job(JobPublished),
+    Aes(AesKeyRotation),
+}
+
+/// The tap: called on the node's driver thread for every applied record (kept short:
+/// it only forwards the two kinds the daemon acts on).
+pub fn tap(tx: mpsc::UnboundedSender<Applied>) -> halite_replication::Tap {
+    halite_replication::Tap(Arc::new(move |_, rec: &Record| match rec {
+        Record::JobPublished(j) => {
+            let _ = tx.send(Applied::Job(j.clone()));
+        }
+        Record::AesKeyRotation(a) => {
+            let _ = tx.send(Applied::Aes(a.clone()));
+        }
+        _ => {}
+    }))
+}
+
+/// Seals applied jobs and installs applied AES keys, in log order.
+pub async fn applied(master: Arc<Master>, mut rx: mpsc::UnboundedReceiver<Applied>, pub_tx: mpsc::UnboundedSender<Vec<u8>>) {
+    while let Some(a) = rx.recv().await {
+        let j = match a {
+            Applied::Job(j) => j,
+            Applied::Aes(a) => {
+                super::cluster::install_aes(&master, &a);
+                continue;
+            }
+        };
+        let age = std::time::Duration::from_nanos(now_ns().saturating_sub(j.time_ns));
+        if age > PUBLISH_MAX_AGE {
+            tracing::info!(jid = %j.jid, age_s = age.as_secs(), "not publishing an old job found while catching up");
+            continue;
+        }
+        let load = match payload::decode(&j.load) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(jid = %j.jid, "job load does not decode: {e}");
+                continue;
+            }
+        };
+        let frame = {
+            let mut p = master.publisher.lock().unwrap_or_else(|p| p.into_inner());
+            p.envelope(&load, &master.keys.private, SigAlgo::Pkcs1v15Sha1)
+        };
+        match frame {
+            Ok(f) => {
+                let _ = pub_tx.send(f);
+            }
+            Err(e) => tracing::error!(jid = %j.jid, "cannot seal the publish: {e}"),
+        }
+    }
+}
+
+/// Writes sealed publishes to the PUB socket.
+pub async fn send(mut sock: zeromq::PubSocket, mut rx: mpsc::UnboundedReceiver<Vec<u8>>) {
+    while let Some(frame) = rx.recv().await {
+        if let Err(e) = sock.send(ZmqMessage::from(frame)).await {
+            tracing::error!("publish failed: {e}");
+        }
+    }
+}

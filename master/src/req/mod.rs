@@ -1,0 +1,238 @@
+//! Minion requests on the request port (spec §4–§7): one [`Command`] per request,
+//! parsed from the load, then answered from a read-only [`View`].
+//!
+//! [`handle`] is the whole path of one request body: the envelope checks
+//! (`wire::envelope`), the command, the reply encryption. It does no I/O and returns an
+//! [`Outcome`]: the reply, the records to commit before the reply is sent, the events
+//! to fire once they are committed, and what else must happen around the commit
+//! ([`Claim`]s before it, [`Effect`]s after it). The daemon carries these out; the unit
+//! tests drive `handle` with `view::memory::MemoryView`.
+//!
+//! | command | file | does |
+//! |---|---|---|
+//! | `_auth`, `ping` (clear) | [`auth`], [`misc`] | sign-in decision; echo |
+//! | `_return` | [`returns`] | stores a job return |
+//! | `_pillar` | [`pillar`] | records grains, compiles the pillar |
+//! | `_file_*`, `_serve_file`, `_dir_list`, `_symlink_list` | [`files`] | the file server |
+//! | `_minion_event` | [`events`] | events onto the bus |
+//! | `_master_opts`, `_master_tops`, `_register_resources`, `_mine*`, others | [`misc`] | |
+//!
+//! Every failure of decoding, crypto or validation is answered with `"bad load"` (which
+//! makes a stock minion sign in again) and logged; nothing is written for it.
+
+pub mod auth;
+pub mod events;
+pub mod files;
+pub mod misc;
+pub mod pillar;
+pub mod returns;
+
+#[cfg(test)]
+mod tests;
+
+use rmpv::Value;
+
+use halite_storage::format::Record;
+use halite_storage::id::validate_minion_id;
+use halite_storage::keys::BankState;
+
+use crate::events::Event;
+use crate::view::View;
+use crate::wire::crypto::{Crypticle, EncAlgo, PublicKey, SigAlgo};
+use crate::wire::envelope::{self, Enc};
+use crate::wire::payload::{encode, get_text};
+
+/// What handling one request produced.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The msgpack reply body.
+    pub reply: Vec<u8>,
+    /// Records to commit before the reply is sent.
+    pub records: Vec<Record>,
+    /// Events to fire once the records are committed.
+    pub events: Vec<Event>,
+    /// What must be granted before the records are committed; if a claim is refused the
+    /// request is handled again (the view then shows why).
+    pub claims: Vec<Claim>,
+    /// What to do once the records are committed, before the reply is sent.
+    pub effects: Vec<Effect>,
+    /// For the log: the command and the minion.
+    pub cmd: String,
+    pub id: String,
+}
+
+/// A limited resource a request takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// A place among the `max_minions` minions counted.
+    Count(String),
+}
+
+/// A change outside the log that follows a committed request.
+#[derive(Debug, Clone)]
+pub enum Effect {
+    /// The minion's new session key (handed to it in the reply).
+    SessionKey { id: String, key: Crypticle },
+    /// The one-shot `minions_autosign/<id>` stub that let the key in is used up.
+    ConsumeAutosignStub { id: String },
+    /// The request changed something: a resend with the same nonce must not again.
+    RememberNonce { id: String, nonce: String },
+}
+
+impl Outcome {
+    /// A reply and nothing else.
+    pub fn reply(reply: Vec<u8>, cmd: &str, id: &str) -> Self {
+        Outcome { reply, records: vec![], events: vec![], claims: vec![], effects: vec![], cmd: cmd.to_string(), id: id.to_string() }
+    }
+
+    /// `"bad load"`, logged with the reason.
+    pub fn bad_load(why: impl std::fmt::Display, cmd: &str, id: &str) -> Self {
+        tracing::warn!(cmd, id, "refusing a request: {why}");
+        Self::reply(envelope::bad_load(), cmd, id)
+    }
+}
+
+/// A minion command on the AES channel, parsed from its load. (The clear channel has
+/// only `_auth`, [`auth::Auth`], and `ping`.)
+pub enum Command {
+    Return(returns::Return),
+    Pillar(pillar::Pillar),
+    Files(files::Files),
+    MinionEvent(events::MinionEvent),
+    Misc(misc::Misc),
+}
+
+/// An authenticated AES request: who sent it and how to answer.
+pub struct Ctx<'a> {
+    pub id: &'a str,
+    pub nonce: &'a str,
+    /// The minion's accepted public key.
+    pub minion_pub: &'a PublicKey,
+    pub enc: EncAlgo,
+    pub sig: SigAlgo,
+}
+
+/// What an AES command answered.
+#[derive(Debug)]
+pub struct Answer {
+    pub value: Value,
+    /// Sent as is (it carries its own encryption: the pillar) instead of sealed with the
+    /// session key and the nonce.
+    pub private: bool,
+    pub records: Vec<Record>,
+    pub events: Vec<Event>,
+}
+
+impl Answer {
+    pub fn value(value: Value) -> Self {
+        Answer { value, private: false, records: vec![], events: vec![] }
+    }
+}
+
+impl Command {
+    /// Parses an AES command from its (decrypted, checked) inner load.
+    pub fn parse_aes(cmd: &str, inner: &Value) -> Command {
+        if let Some(f) = files::Files::parse(cmd, inner) {
+            return Command::Files(f);
+        }
+        match cmd {
+            "_return" => Command::Return(returns::Return::parse(inner)),
+            "_pillar" => Command::Pillar(pillar::Pillar::parse(inner)),
+            "_minion_event" => Command::MinionEvent(events::MinionEvent::parse(inner)),
+            other => Command::Misc(misc::Misc::parse(other, inner)),
+        }
+    }
+
+    /// Answers an AES command. An error becomes `"bad load"`.
+    pub fn answer(self, ctx: &Ctx, view: &dyn View) -> Result<Answer, String> {
+        match self {
+            Command::Return(c) => c.answer(ctx, view),
+            Command::Pillar(c) => c.answer(ctx, view),
+            Command::Files(c) => Ok(c.answer(view)),
+            Command::MinionEvent(c) => Ok(c.answer(ctx)),
+            Command::Misc(c) => Ok(c.answer(ctx, view)),
+        }
+    }
+}
+
+/// Handles one request body.
+pub fn handle(view: &dyn View, body: &[u8]) -> Outcome {
+    let env = match envelope::decode(body, view.config().halite_max_request_bytes) {
+        Ok(e) => e,
+        Err(why) => return Outcome::bad_load(why, "?", "?"),
+    };
+    match env.enc {
+        Enc::Clear => handle_clear(view, &env.load),
+        Enc::Aes => handle_aes(view, &env),
+    }
+}
+
+fn handle_clear(view: &dyn View, load: &Value) -> Outcome {
+    let cmd = get_text(load, "cmd").unwrap_or("");
+    match cmd {
+        "_auth" => auth::Auth::parse(load).answer(view),
+        "ping" => Outcome::reply(encode(load), cmd, ""),
+        // Everything else on the clear channel: the reference's CLI-facing commands
+        // (publish, runner, wheel, ...) and the internal ones behind CVE-2020-11651
+        // (_send_pub, _prep_auth_info). Halite serves none of them to the network.
+        _ => {
+            tracing::warn!(cmd = %cmd.escape_debug(), "clear command refused");
+            Outcome::reply(encode(&Value::Map(vec![])), cmd, "")
+        }
+    }
+}
+
+fn handle_aes(view: &dyn View, env: &envelope::Envelope) -> Outcome {
+    let id = env.id.as_str();
+    if let Err(e) = validate_minion_id(id) {
+        return Outcome::bad_load(e, "aes", id);
+    }
+    // No session key: this minion has not signed in (or its key aged out). Nothing is
+    // made for it here; `"bad load"` sends it to `_auth`.
+    let Some(session) = view.session_key(id) else {
+        return Outcome::bad_load("no session key: the minion has not signed in", "aes", id);
+    };
+    let opened = match envelope::open_aes(&env.load, id, &session) {
+        Ok(o) => o,
+        Err(why) => return Outcome::bad_load(why, "aes", id),
+    };
+    let cmd = opened.cmd.as_str();
+    let stored = match view.key(id) {
+        Ok(Some(k)) if k.state == BankState::Accepted => k,
+        _ => return Outcome::bad_load("the minion's key is not accepted", cmd, id),
+    };
+    let minion_pub = match PublicKey::from_pem(&stored.pub_key) {
+        Ok(k) => k,
+        Err(e) => return Outcome::bad_load(format!("the accepted key does not parse: {e}"), cmd, id),
+    };
+    if !envelope::tok_valid(&opened.tok, &minion_pub) {
+        return Outcome::bad_load("bad tok", cmd, id);
+    }
+    let now_s = (view.now_ns() / 1_000_000_000) as i64;
+    if let Err(why) = envelope::check_ttl(&opened.inner, now_s, view.config().request_server_ttl) {
+        return Outcome::bad_load(why, cmd, id);
+    }
+    let ctx = Ctx { id, nonce: &opened.nonce, minion_pub: &minion_pub, enc: env.enc_algo, sig: env.sig_algo };
+    let mut ans = match Command::parse_aes(cmd, &opened.inner).answer(&ctx, view) {
+        Ok(a) => a,
+        Err(why) => return Outcome::bad_load(why, cmd, id),
+    };
+    let changes = !(ans.records.is_empty() && ans.events.is_empty());
+    if changes && view.replayed(id, &opened.nonce) {
+        // Answered (a minion resending after a lost reply needs it), but the first
+        // copy's effects are the only ones.
+        tracing::info!(cmd, id, nonce = %opened.nonce, "replayed request: answered, nothing written");
+        ans.records.clear();
+        ans.events.clear();
+    }
+    let effects = if ans.records.is_empty() && ans.events.is_empty() { vec![] } else { vec![Effect::RememberNonce { id: id.to_string(), nonce: opened.nonce.clone() }] };
+    let reply = if ans.private {
+        encode(&ans.value)
+    } else {
+        match envelope::seal_reply(&session, &opened.nonce, &ans.value) {
+            Ok(r) => r,
+            Err(e) => return Outcome::bad_load(format!("cannot encrypt the reply: {e}"), cmd, id),
+        }
+    };
+    Outcome { reply, records: ans.records, events: ans.events, claims: vec![], effects, cmd: cmd.to_string(), id: id.to_string() }
+}

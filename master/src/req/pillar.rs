@@ -1,0 +1,47 @@
+//! `_pillar`: records the minion's grains (a `grains_report` record) and answers with its
+//! pillar, compiled from `pillar_roots` (`crate::pillar`), privately encrypted (spec
+//! §7.2): a fresh AES key, RSA-encrypted to the minion, seals the signed pillar, so no
+//! other minion sharing a session key (a cluster's) can read it.
+
+use rmpv::Value;
+
+use halite_storage::format::{GrainsReport, Record};
+
+use super::{Answer, Ctx};
+use crate::events::event;
+use crate::view::View;
+use crate::wire::crypto::PICKLE;
+use crate::wire::payload::{self, bin, encode, get, map};
+
+/// A `_pillar` request.
+pub struct Pillar {
+    grains: Value,
+}
+
+impl Pillar {
+    pub fn parse(inner: &Value) -> Self {
+        Pillar { grains: get(inner, "grains").cloned().unwrap_or(Value::Map(vec![])) }
+    }
+
+    pub fn answer(self, ctx: &Ctx, view: &dyn View) -> Result<Answer, String> {
+        let rec = Record::GrainsReport(GrainsReport { id: ctx.id.to_string(), grains: encode(&self.grains), time_ns: view.now_ns() });
+        let mut grains_json = payload::to_json(&self.grains);
+        if let Some(m) = grains_json.as_object_mut() {
+            m.insert("id".into(), serde_json::Value::String(ctx.id.to_string()));
+        }
+        let pillar = payload::from_json(&crate::pillar::compile(view.config(), view.roots(), ctx.id, &grains_json));
+        let k = view.fresh_key();
+        let enc_k = ctx.minion_pub.encrypt_oaep(k.key_string().as_bytes(), ctx.enc).map_err(|e| e.to_string())?;
+        let data = encode(&map([("key", bin(enc_k.clone())), ("pillar", pillar), ("nonce", Value::from(ctx.nonce))]));
+        let sig = view.master_keys().private.sign(&data, ctx.sig).map_err(|e| e.to_string())?;
+        let mut plain = PICKLE.to_vec();
+        plain.extend_from_slice(&encode(&map([("data", bin(data)), ("sig", bin(sig))])));
+        let blob = k.encrypt(&plain).map_err(|e| e.to_string())?;
+        Ok(Answer {
+            value: map([("key", bin(enc_k)), ("pillar", bin(blob))]),
+            private: true,
+            records: vec![rec],
+            events: vec![event(format!("minion/refresh/{}", ctx.id), serde_json::json!({ "Minion data cache refresh": ctx.id }))],
+        })
+    }
+}

@@ -1,0 +1,57 @@
+//! `_return`: a minion's job return, stored as a `job_return` record (spec §9).
+//!
+//! Returns with jid `nocache` (or none) are not stored. A return with jid `req` is a job
+//! the minion ran on its own (its scheduler, `salt-call` with `return_job`): it gets a
+//! jid here and a job load targeting just that minion, stored with the return. The reply
+//! comes once the records are committed; the `salt/job/<jid>/ret/<id>` event fires then.
+
+use rmpv::Value;
+
+use halite_storage::format::{JobPublished, JobReturn, Record};
+
+use super::{Answer, Ctx};
+use crate::events::event;
+use crate::view::View;
+use crate::wire::payload::{self, encode, get, get_text, take};
+
+/// A `_return` request.
+pub struct Return {
+    load: Value,
+}
+
+impl Return {
+    pub fn parse(inner: &Value) -> Self {
+        Return { load: inner.clone() }
+    }
+
+    pub fn answer(self, ctx: &Ctx, view: &dyn View) -> Result<Answer, String> {
+        let mut load = self.load;
+        let jid = get_text(&load, "jid").unwrap_or("").to_string();
+        if jid == "nocache" || jid.is_empty() {
+            tracing::debug!(id = ctx.id, jid, "return not stored");
+            return Ok(Answer::value(Value::Nil));
+        }
+        let now = view.now_ns();
+        let mut records = Vec::with_capacity(2);
+        let jid = if jid == "req" {
+            let jid = view.new_jid();
+            let fun_args = get(&load, "arg").or_else(|| get(&load, "fun_args")).cloned().unwrap_or(Value::Array(vec![]));
+            for (k, v) in [("arg", fun_args), ("tgt_type", Value::from("glob")), ("tgt", Value::from(ctx.id)), ("jid", Value::from(jid.as_str()))] {
+                take(&mut load, k);
+                if let Value::Map(m) = &mut load {
+                    m.push((Value::from(k), v));
+                }
+            }
+            records.push(Record::JobPublished(JobPublished { jid: jid.clone(), load: encode(&load), minions: vec![ctx.id.to_string()], time_ns: now }));
+            jid
+        } else {
+            jid
+        };
+        records.push(Record::JobReturn(JobReturn { jid: jid.clone(), id: ctx.id.to_string(), load: encode(&load), time_ns: now }));
+        for rec in &records {
+            rec.validate().map_err(|e| format!("return refused: {e}"))?;
+        }
+        let events = vec![event(format!("salt/job/{jid}/ret/{}", ctx.id), payload::to_json(&load))];
+        Ok(Answer { value: Value::Nil, private: false, records, events })
+    }
+}

@@ -1,0 +1,124 @@
+//! What a request handler may read: the [`View`] trait.
+//!
+//! The request commands (`crate::req`) are functions of a request and a read-only view:
+//! they never write a file, a record or a map, never read the clock or the RNG directly,
+//! and so can be driven in a unit test by [`memory::MemoryView`] exactly as the daemon
+//! drives them with its live view (`crate::daemon`). Everything a command wants to
+//! change comes back as data in its outcome (records to commit, effects to apply after
+//! the commit, events to fire), which the daemon carries out.
+//!
+//! | source            | live (daemon)                           | in tests        |
+//! |-------------------|-----------------------------------------|-----------------|
+//! | keys, denied keys | the state machine                       | a map           |
+//! | session keys      | `cachedir/sessions/` and memory         | a map           |
+//! | roots (files, pillar) | [`fs::FsRoots`] over `file_roots`/`pillar_roots` | [`memory::MemoryRoots`] |
+//! | autosign sources  | [`fs::FsAutosign`] (files Salt's way)   | strings         |
+//! | clock, randomness | the system                              | fixed / counter |
+
+pub mod fs;
+#[cfg(test)]
+pub mod memory;
+
+use std::sync::Arc;
+
+use halite_storage::format::RootsTree;
+use halite_storage::state::StoredKey;
+
+use crate::config::MasterConfig;
+use crate::error::Result;
+use crate::masterkeys::{MasterKeys, PublishKey};
+use crate::wire::crypto::Crypticle;
+
+/// Whether a minion may be counted against `max_minions`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// No limit, or the minion is already counted.
+    Counted,
+    /// It is not counted yet and there is room.
+    Room,
+    /// It is not counted and the limit is reached: the answer is `full`.
+    Full,
+}
+
+/// One of Salt's autosign inputs, read as text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Autosign<'a> {
+    /// `autosign_file`: globs or regexes of ids to accept.
+    File,
+    /// `autoreject_file`: ids to reject.
+    Reject,
+    /// `autosign_grains_dir/<grain>`: values of that grain to accept.
+    Grain(&'a str),
+}
+
+/// The master's read-only state, as a request command sees it.
+pub trait View: Send + Sync {
+    fn config(&self) -> &MasterConfig;
+    /// The key pair minions know this master by (the cluster's in a cluster).
+    fn master_keys(&self) -> &MasterKeys;
+    /// The publish AES key (and its signature) handed out at sign-in.
+    fn publish_key(&self) -> Arc<PublishKey>;
+    /// A minion's session key if it has one that is still fresh (younger than
+    /// `publish_session`). In a cluster every minion's session key is the publish key.
+    fn session_key(&self, id: &str) -> Option<Crypticle>;
+    /// The id's entry in the keys bank.
+    fn key(&self, id: &str) -> Result<Option<StoredKey>>;
+    /// Whether the id already has a denied key (only the first is kept).
+    fn denied(&self, id: &str) -> Result<bool>;
+    /// Whether the id may be counted against `max_minions`.
+    fn admission(&self, id: &str) -> Admission;
+    /// Whether a request with this `(id, nonce)` already changed something.
+    fn replayed(&self, id: &str, nonce: &str) -> bool;
+    /// The text of an autosign input, if it exists and is safe to trust (Salt ignores
+    /// files writable by group or others).
+    fn autosign_text(&self, which: Autosign) -> Option<String>;
+    /// Whether a one-shot stub `minions_autosign/<id>` is waiting.
+    fn autosign_stub(&self, id: &str) -> bool;
+    /// The file and pillar roots.
+    fn roots(&self) -> &dyn RootsSource;
+    /// Nanoseconds since the epoch.
+    fn now_ns(&self) -> u64;
+    /// A fresh random AES key.
+    fn fresh_key(&self) -> Crypticle;
+    /// A new jid, unique on this master.
+    fn new_jid(&self) -> String;
+}
+
+/// A file found in a roots tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRef {
+    /// Where it is, as Salt reports it in `_file_find` (an absolute path on the master).
+    pub path: String,
+    /// The path relative to its saltenv.
+    pub rel: String,
+}
+
+/// `os.stat` fields in Salt's order: mode, ino, dev, nlink, uid, gid, size, atime,
+/// mtime, ctime.
+pub type Stat = [i64; 10];
+
+/// What a walk of a saltenv finds: files, empty dirs, dirs, symlinks (rel → target).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Listing {
+    pub files: std::collections::BTreeSet<String>,
+    pub empty_dirs: std::collections::BTreeSet<String>,
+    pub dirs: std::collections::BTreeSet<String>,
+    pub links: std::collections::BTreeMap<String, String>,
+}
+
+/// Read access to the `file_roots` and `pillar_roots` trees. `rel` is always a safe
+/// relative path (checked by the caller): no empty, `.` or `..` component.
+pub trait RootsSource: Send + Sync {
+    /// The first directory of `saltenv` (in configured order) holding a regular file at
+    /// `rel` that stays inside that directory.
+    fn find(&self, tree: RootsTree, saltenv: &str, rel: &str) -> Option<FileRef>;
+    /// Up to `max` bytes of a found file from `offset` (empty at the end).
+    fn read(&self, tree: RootsTree, file: &FileRef, offset: u64, max: u64) -> Option<Vec<u8>>;
+    /// The whole file.
+    fn read_all(&self, tree: RootsTree, file: &FileRef) -> Option<Vec<u8>> {
+        self.read(tree, file, 0, u64::MAX)
+    }
+    fn stat(&self, tree: RootsTree, file: &FileRef) -> Option<Stat>;
+    /// Every entry of a saltenv.
+    fn list(&self, tree: RootsTree, saltenv: &str) -> Listing;
+}
