@@ -397,6 +397,10 @@ impl Node {
             tracing::warn!(driver = views.keys.driver(), "the key view is empty but the state machine holds keys: rebuilding it");
             views.rebuild_keys(&sm, |_, _| {})?;
         }
+        if views.missing_pairs(&sm)? {
+            tracing::warn!(driver = views.keys.driver(), "the key view lacks a key pair the state machine holds: writing it");
+            views.write_pairs(&sm)?;
+        }
         if views.roots.missing_any(&sm)? {
             tracing::warn!("roots files the state machine holds are missing from their directories: rewriting them");
             views.roots.rebuild(&sm)?;

@@ -7,7 +7,7 @@
 //! offset  size  field
 //!      0     2  magic, the ASCII bytes "HL" (0x48 0x4C)
 //!      2     1  format version, currently 1
-//!      3     1  kind (see RecordKind: 1 key set ... 8 import marker)
+//!      3     1  kind (see RecordKind: 1 key set ... 11 master key pair)
 //!      4     4  payload length N, u32 little-endian, at most MAX_PAYLOAD_LEN
 //!      8     4  CRC-32 (IEEE, as crc32fast computes it) of bytes 0..8 and the payload
 //!     12     N  payload: a msgpack map with the kind's named fields (rmp-serde)
@@ -57,10 +57,11 @@ pub enum RecordKind {
     ImportMarker = 8,
     JobsExpired = 9,
     ClusterKeyPair = 10,
+    MasterKeyPair = 11,
 }
 
 impl RecordKind {
-    pub const ALL: [RecordKind; 10] = [
+    pub const ALL: [RecordKind; 11] = [
         RecordKind::KeySet,
         RecordKind::JobPublished,
         RecordKind::JobReturn,
@@ -71,6 +72,7 @@ impl RecordKind {
         RecordKind::ImportMarker,
         RecordKind::JobsExpired,
         RecordKind::ClusterKeyPair,
+        RecordKind::MasterKeyPair,
     ];
 
     pub fn from_u8(b: u8) -> Option<Self> {
@@ -90,6 +92,7 @@ impl RecordKind {
             RecordKind::ImportMarker => "import_marker",
             RecordKind::JobsExpired => "jobs_expired",
             RecordKind::ClusterKeyPair => "cluster_key_pair",
+            RecordKind::MasterKeyPair => "master_key_pair",
         }
     }
 
@@ -263,6 +266,20 @@ pub struct ClusterKeyPair {
     pub time_ns: u64,
 }
 
+/// A lone master's own key pair (Salt's `<master_id>.pem`): what it signs with and what
+/// minions know it by. Set once; the key view's master bank is materialised from it
+/// (`<name>.pem`, `<name>.pub`, and with `localfs_key` the `master.pem` / `master.pub`
+/// links). A cluster member presents the cluster's pair instead, and never puts a
+/// private key of its own into the replicated log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MasterKeyPair {
+    /// `master_id`: the master's `id` without a trailing `_master`.
+    pub name: String,
+    #[serde(with = "serde_bytes")]
+    pub private_pem: Vec<u8>,
+    pub time_ns: u64,
+}
+
 /// One state change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
@@ -277,6 +294,14 @@ pub enum Record {
     ImportMarker(ImportMarker),
     JobsExpired(JobsExpired),
     ClusterKeyPair(ClusterKeyPair),
+    MasterKeyPair(MasterKeyPair),
+}
+
+fn check_private_pem(what: &str, pem: &[u8]) -> Result<()> {
+    if pem.is_empty() || pem.len() > 16 << 10 || !pem.starts_with(b"-----BEGIN") {
+        return Err(Error::Invalid(format!("{what}: not a PEM private key of at most 16 KiB")));
+    }
+    Ok(())
 }
 
 fn check_jid(jid: &str) -> Result<()> {
@@ -299,6 +324,7 @@ impl Record {
             Record::ImportMarker(_) => RecordKind::ImportMarker,
             Record::JobsExpired(_) => RecordKind::JobsExpired,
             Record::ClusterKeyPair(_) => RecordKind::ClusterKeyPair,
+            Record::MasterKeyPair(_) => RecordKind::MasterKeyPair,
         }
     }
 
@@ -370,10 +396,10 @@ impl Record {
                     return Err(Error::Invalid("import marker source longer than 4096 bytes".into()));
                 }
             }
-            Record::ClusterKeyPair(k) => {
-                if k.private_pem.is_empty() || k.private_pem.len() > 16 << 10 || !k.private_pem.starts_with(b"-----BEGIN") {
-                    return Err(Error::Invalid("cluster key pair: not a PEM private key of at most 16 KiB".into()));
-                }
+            Record::ClusterKeyPair(k) => check_private_pem("cluster key pair", &k.private_pem)?,
+            Record::MasterKeyPair(k) => {
+                validate_minion_id(&k.name).map_err(|e| Error::Invalid(format!("master key pair name: {e}")))?;
+                check_private_pem("master key pair", &k.private_pem)?;
             }
             Record::JobsExpired(e) => {
                 if e.before_jid.len() != 20 || !e.before_jid.bytes().all(|b| b.is_ascii_digit()) {
@@ -485,6 +511,7 @@ fn decode_payload(kind: RecordKind, payload: &[u8]) -> std::result::Result<Recor
         RecordKind::ImportMarker => Record::ImportMarker(de(payload)?),
         RecordKind::JobsExpired => Record::JobsExpired(de(payload)?),
         RecordKind::ClusterKeyPair => Record::ClusterKeyPair(de(payload)?),
+        RecordKind::MasterKeyPair => Record::MasterKeyPair(de(payload)?),
     })
 }
 
@@ -516,6 +543,7 @@ mod tests {
             Record::ImportMarker(ImportMarker { source: "localfs_key:/x".into(), phase: ImportPhase::End, counts, time_ns: 7 }),
             Record::JobsExpired(JobsExpired { before_jid: "20261121021944123456".into(), time_ns: 8 }),
             Record::ClusterKeyPair(ClusterKeyPair { private_pem: b"-----BEGIN RSA PRIVATE KEY-----\nAAAA\n-----END RSA PRIVATE KEY-----\n".to_vec(), time_ns: 9 }),
+            Record::MasterKeyPair(MasterKeyPair { name: "salt".into(), private_pem: b"-----BEGIN RSA PRIVATE KEY-----\nBBBB\n-----END RSA PRIVATE KEY-----\n".to_vec(), time_ns: 10 }),
         ]
     }
 

@@ -6,6 +6,8 @@
 //! |-----------|-----------------------------|------------------------------------------------|
 //! | `meta`    | `applied_index`             | u64 BE: the last applied log index              |
 //! | `meta`    | `views_index`               | u64 BE: the index the views reflect             |
+//! | `meta`    | `cluster_key_pair`          | the `ClusterKeyPair` payload (msgpack), set once |
+//! | `meta`    | `master_key_pair`           | the `MasterKeyPair` payload (msgpack), set once  |
 //! | `keys`    | minion id                   | u8 state (1 acc, 2 pend, 3 rej), u64 BE time_ns, pub bytes |
 //! | `denied`  | minion id                   | u64 BE time_ns, pub bytes (the first denied key) |
 //! | `jobs`    | jid                         | the `JobPublished` payload (msgpack)            |
@@ -45,8 +47,10 @@ pub const CF_AES: &str = "aes";
 pub const CF_IMPORTS: &str = "imports";
 pub const ALL_CFS: [&str; 10] = [CF_META, CF_KEYS, CF_DENIED, CF_JOBS, CF_RETURNS, CF_GRAINS, CF_ROOTS, CF_CHUNKS, CF_AES, CF_IMPORTS];
 const APPLIED_INDEX: &[u8] = b"applied_index";
-/// `meta` key of the cluster key pair record (the latest one).
+/// `meta` key of the cluster key pair record (set once).
 const CLUSTER_KEY: &[u8] = b"cluster_key_pair";
+/// `meta` key of a lone master's key pair record (set once).
+const MASTER_KEY: &[u8] = b"master_key_pair";
 const VIEWS_INDEX: &[u8] = b"views_index";
 
 /// What applying a record changed that a view must mirror.
@@ -59,6 +63,10 @@ pub enum Effect {
     /// A roots file is complete (all chunks, checksum verified) and can be written.
     RootsWritten { tree: RootsTree, saltenv: String, path: String },
     RootsRemoved { tree: RootsTree, saltenv: String, path: String },
+    /// The master's key pair is set: `<name>.pem` / `<name>.pub` in the master bank.
+    MasterKeyPair { name: String, private_pem: Vec<u8> },
+    /// The cluster's key pair is set: `cluster.pem` / `cluster.pub` in the master bank.
+    ClusterKeyPair { private_pem: Vec<u8> },
 }
 
 /// Metadata of one file of a roots tree.
@@ -350,6 +358,14 @@ impl StateMachine {
                 if !ov.set_once.contains(CLUSTER_KEY) && self.db.get_pinned_cf(self.cf(CF_META)?, CLUSTER_KEY)?.is_none() {
                     b.put_cf(self.cf(CF_META)?, CLUSTER_KEY, to_msgpack(k)?);
                     ov.set_once.insert(CLUSTER_KEY.to_vec());
+                    fx.push(Effect::ClusterKeyPair { private_pem: k.private_pem.clone() });
+                }
+            }
+            Record::MasterKeyPair(k) => {
+                if !ov.set_once.contains(MASTER_KEY) && self.db.get_pinned_cf(self.cf(CF_META)?, MASTER_KEY)?.is_none() {
+                    b.put_cf(self.cf(CF_META)?, MASTER_KEY, to_msgpack(k)?);
+                    ov.set_once.insert(MASTER_KEY.to_vec());
+                    fx.push(Effect::MasterKeyPair { name: k.name.clone(), private_pem: k.private_pem.clone() });
                 }
             }
             Record::JobsExpired(e) => {
@@ -513,7 +529,14 @@ impl StateMachine {
         Ok(n)
     }
 
-    /// Raw iteration over a column family (for dumps and jobs queries).
+    /// A lone master's own key pair, once set.
+    pub fn master_key_pair(&self) -> Result<Option<crate::format::MasterKeyPair>> {
+        match self.db.get_cf(self.cf(CF_META)?, MASTER_KEY)? {
+            Some(v) => Ok(Some(from_msgpack("master_key_pair", &v)?)),
+            None => Ok(None),
+        }
+    }
+
     /// The cluster key pair, if one was committed.
     pub fn cluster_key_pair(&self) -> Result<Option<crate::format::ClusterKeyPair>> {
         match self.db.get_cf(self.cf(CF_META)?, CLUSTER_KEY)? {
@@ -540,6 +563,7 @@ impl StateMachine {
         }
     }
 
+    /// Raw iteration over a column family from `prefix` on (for dumps and jobs queries).
     pub fn scan(&self, cf: &str, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let mut out = Vec::new();
         let mode = IteratorMode::From(prefix, rocksdb::Direction::Forward);

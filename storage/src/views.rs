@@ -1,5 +1,5 @@
 //! Views: everything derived from the state machine that lives outside it — the key view
-//! (`localfs_key` or `mmap_key`) and the roots trees.
+//! (`localfs_key` or `mmap_key`, with the master bank's key pairs) and the roots trees.
 //!
 //! Views are disposable. The applier mirrors each batch's [`Effect`]s into them and then
 //! records the index they reflect (`views_index` in the state machine's `meta` family);
@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 
 use crate::error::Result;
 use crate::format::{KeyState, Record, RootsTree};
-use crate::keys::{KeyView, KeyEntry};
+use crate::keys::{pair, KeyEntry, KeyView};
 use crate::roots::RootsMaterialiser;
 use crate::state::{Effect, StateMachine};
 
@@ -36,6 +36,8 @@ pub struct Touched {
     pub key_ids: BTreeSet<String>,
     pub denied_ids: BTreeSet<String>,
     pub roots: BTreeSet<(RootsTree, String, String)>,
+    /// A master or cluster key pair was set.
+    pub pairs: bool,
 }
 
 impl Touched {
@@ -55,12 +57,13 @@ impl Touched {
             Record::RootsTombstone(t) => {
                 self.roots.insert((t.tree, t.saltenv.clone(), t.path.clone()));
             }
+            Record::MasterKeyPair(_) | Record::ClusterKeyPair(_) => self.pairs = true,
             _ => {}
         }
     }
 
     pub fn len(&self) -> usize {
-        self.key_ids.len() + self.denied_ids.len() + self.roots.len()
+        self.key_ids.len() + self.denied_ids.len() + self.roots.len() + usize::from(self.pairs)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -93,7 +96,52 @@ impl Views {
                 None => self.roots.remove(*tree, env, path)?,
             }
         }
+        if touched.pairs {
+            self.write_pairs(sm)?;
+        }
         self.keys.sync()
+    }
+
+    /// Writes the key pairs the state machine holds into the key view's master bank.
+    pub fn write_pairs(&mut self, sm: &StateMachine) -> Result<()> {
+        if let Some(k) = sm.master_key_pair()? {
+            self.write_master_pair(&k.name, &k.private_pem)?;
+        }
+        if let Some(k) = sm.cluster_key_pair()? {
+            self.write_cluster_pair(&k.private_pem)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the key view lacks a key pair the state machine holds (a wiped or new
+    /// keys directory).
+    pub fn missing_pairs(&self, sm: &StateMachine) -> Result<bool> {
+        if let Some(k) = sm.master_key_pair()? {
+            if self.keys.get_master_key(&format!("{}.pem", k.name))?.as_deref() != Some(&k.private_pem[..]) {
+                return Ok(true);
+            }
+        }
+        if let Some(k) = sm.cluster_key_pair()? {
+            if self.keys.get_master_key(pair::CLUSTER_PEM)?.as_deref() != Some(&k.private_pem[..]) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    fn write_master_pair(&mut self, name: &str, private_pem: &[u8]) -> Result<()> {
+        let public = pair::public_pem_of(private_pem)?;
+        self.keys.set_master_pair(name, private_pem, &public)
+    }
+
+    fn write_cluster_pair(&mut self, private_pem: &[u8]) -> Result<()> {
+        let public = pair::public_pem_of(private_pem)?;
+        for (name, data) in [(pair::CLUSTER_PEM, private_pem), (pair::CLUSTER_PUB, &public[..])] {
+            if self.keys.get_master_key(name)?.as_deref() != Some(data) {
+                self.keys.set_master_key(name, data)?;
+            }
+        }
+        Ok(())
     }
 
     pub fn new(keys: Box<dyn KeyView>, roots: RootsMaterialiser) -> Self {
@@ -111,6 +159,8 @@ impl Views {
                 Effect::DeniedRemoved { id } => self.keys.remove_denied(id).map(|_| ()),
                 Effect::RootsWritten { tree, saltenv, path } => self.roots.materialise(sm, *tree, saltenv, path),
                 Effect::RootsRemoved { tree, saltenv, path } => self.roots.remove(*tree, saltenv, path),
+                Effect::MasterKeyPair { name, private_pem } => self.write_master_pair(name, private_pem),
+                Effect::ClusterKeyPair { private_pem } => self.write_cluster_pair(private_pem),
             };
             if let Err(e) = r {
                 match e {
@@ -165,6 +215,7 @@ impl Views {
             done += 1;
         }
         progress(done, total);
+        self.write_pairs(sm)?;
         self.keys.sync()?;
         Ok(c)
     }

@@ -196,6 +196,40 @@ impl KeyView for LocalfsKeys {
         self.write_file(&dir, file, data, 0o400, None)
     }
 
+    /// `<name>.pem` / `<name>.pub` (written only if they differ), then Salt 3008's
+    /// absolute links `master.pem` / `master.pub` to them. A `master.*` regular file with
+    /// the same content (a pre-3008 tree) is replaced by the link, as Salt 3008 does; one
+    /// with other content is left alone and logged.
+    fn set_master_pair(&mut self, name: &str, private_pem: &[u8], public_pem: &[u8]) -> Result<()> {
+        for (ext, data) in [("pem", private_pem), ("pub", public_pem)] {
+            let file = format!("{name}.{ext}");
+            if self.get_master_key(&file)?.as_deref() != Some(data) {
+                self.set_master_key(&file, data)?;
+            }
+            if name == "master" {
+                continue;
+            }
+            let link = self.root.join(format!("master.{ext}"));
+            let target = self.root.join(&file);
+            match fs::symlink_metadata(&link) {
+                Ok(m) if m.file_type().is_symlink() => continue,
+                Ok(m) if m.file_type().is_file() => {
+                    if fs::read(&link).ctx(|| format!("reading {}", link.display()))? != data {
+                        tracing::warn!(file = %link.display(), "leaving a master key file that differs from the master key pair in the log");
+                        continue;
+                    }
+                    fs::remove_file(&link).ctx(|| format!("removing {}", link.display()))?;
+                }
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(format!("stat {}", link.display()), e)),
+            }
+            std::os::unix::fs::symlink(&target, &link).ctx(|| format!("linking {}", link.display()))?;
+            self.dirty = true;
+        }
+        Ok(())
+    }
+
     fn get_key(&self, id: &str) -> Result<Option<KeyEntry>> {
         validate_minion_id(id)?;
         if id == ".key_cache" {

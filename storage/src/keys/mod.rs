@@ -9,6 +9,7 @@
 
 pub mod localfs;
 pub mod mmap;
+pub mod pair;
 
 use std::path::Path;
 
@@ -140,6 +141,12 @@ pub trait KeyView: Send {
     fn remove_denied(&mut self, id: &str) -> Result<bool>;
     /// Stores a master key file (`master.pem`, `master.pub`, ...).
     fn set_master_key(&mut self, name: &str, data: &[u8]) -> Result<()>;
+    /// Stores a lone master's key pair as `<name>.pem` and `<name>.pub` (Salt 3008's
+    /// naming; `localfs_key` also links `master.pem` / `master.pub` to them).
+    fn set_master_pair(&mut self, name: &str, private_pem: &[u8], public_pem: &[u8]) -> Result<()> {
+        self.set_master_key(&format!("{name}.pem"), private_pem)?;
+        self.set_master_key(&format!("{name}.pub"), public_pem)
+    }
     /// Reads the `keys` entry of `id` with the reference's precedence.
     fn get_key(&self, id: &str) -> Result<Option<KeyEntry>>;
     /// Reads the denied key of `id`.
