@@ -24,7 +24,7 @@
 //! | [`listen`]   | TCP listeners with Salt's keepalive and backlog |
 //! | [`server`]   | the daemon: sockets and wiring |
 //! | [`sync_roots`] | `cluster.sync_roots`: roots directories → records |
-//! | [`store`]    | opening the storage a config describes |
+//! | [`store`]    | opening the storage a config describes; the cluster plan from `cluster_id` / `interface` / `cluster_peers` over `halite_replication::cluster` |
 
 pub mod admin;
 pub mod auth;
