@@ -6,7 +6,6 @@
 //! | [`config`]   | Salt's config files, defaults and `root_dir` rule |
 //! | [`crypto`]   | RSA (OpenSSL), X9.31, the Crypticle |
 //! | [`payload`]  | msgpack as Python minions write it |
-//! | [`join`]     | the join handshake: adding a master to a running cluster |
 //! | [`cluster`]  | the cluster key pair and AES key every member shares |
 //! | [`auth`]     | the `_auth` decision (I/O-free) |
 //! | [`handlers`] | request decoding, checks, dispatch, reply encryption (I/O-free) |
@@ -24,7 +23,7 @@
 //! | [`listen`]   | TCP listeners with Salt's keepalive and backlog |
 //! | [`server`]   | the daemon: sockets and wiring |
 //! | [`sync_roots`] | `cluster.sync_roots`: roots directories → records |
-//! | [`store`]    | opening the storage a config describes; the cluster plan from `cluster_id` / `interface` / `cluster_peers` over `halite_replication::cluster` |
+//! | [`store`]    | opening the storage a config describes; the cluster plan from `cluster_id` / `interface` / `cluster_peers` and the join handshake's Salt side (`cluster.pub`'s fingerprint, `cluster_pub_fingerprint`) over `halite_replication::{cluster, join}` |
 
 pub mod admin;
 pub mod auth;
@@ -35,7 +34,6 @@ pub mod events;
 pub mod fileserver;
 pub mod glob;
 pub mod handlers;
-pub mod join;
 pub mod jobs;
 pub mod keyops;
 pub mod listen;

@@ -1,9 +1,12 @@
 //! Opening the storage a master config describes: the data directory (log and state
-//! machine), the configured key view and the roots materialiser.
+//! machine), the configured key view and the roots materialiser; and starting the node,
+//! with `cluster_id` as a cluster member: the Salt options checked here, the plan and the
+//! join handshake from `halite_replication::{cluster, join}`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use halite_replication::join;
 use halite_replication::{DataDir, Node, NodeConfig, NodeError, NodeHandle, Tap, TcpTransport};
 use halite_storage::format::{now_ns, ImportMarker, ImportPhase, KeySet, KeyState, Record};
 use halite_storage::keys::BankState;
@@ -81,12 +84,24 @@ pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> 
     let transport: Arc<TcpTransport> = TcpTransport::start(plan.me, plan.listen, peers, plan.key.clone(), Arc::new(move |m| inbox.deliver(m)))
         .map_err(|e| NodeError::Refused(format!("binding the cluster port {}: {e}", plan.listen)))?;
     tracing::info!(me = %cfg.interface, id = plan.me, listen = %plan.listen, members = ?plan.names.values().collect::<Vec<_>>(), "cluster member");
-    // The join handshake (see `join.rs`): a member answers hellos and joins; a new data
-    // dir first asks its peers whether they already run a cluster it is not part of.
+    // The join handshake (`halite_replication::join`): a member answers hellos and joins,
+    // announcing the SHA-256 of its `cluster.pub`; a new data dir first asks its peers
+    // whether they already run a cluster it is not part of.
     let slot: Arc<std::sync::OnceLock<NodeHandle>> = Arc::new(std::sync::OnceLock::new());
-    let handshake = crate::join::serve(&transport, plan.me, plan.listen, cfg.keys_dir().join("cluster.pub"), slot.clone());
+    let cluster_pub = cfg.keys_dir().join("cluster.pub");
+    let announce: join::Fingerprint = Arc::new(move || std::fs::read(&cluster_pub).ok().map(|b| crate::crypto::sha256_hex(&b)));
+    let handshake = join::serve(&transport, plan.me, plan.listen, announce, slot.clone());
     let fingerprint = cfg.raw.get("cluster_pub_fingerprint").and_then(|v| v.as_str());
-    let join_via = if log_is_new(&data_dir(cfg).log()) { handshake.discover(&plan, fingerprint).map_err(NodeError::Refused)? } else { None };
+    let join_via = if log_is_new(&data_dir(cfg).log()) {
+        handshake.discover(&plan, fingerprint).map_err(|e| match e {
+            join::JoinError::FingerprintMismatch { announced, expected } => NodeError::Refused(format!(
+                "refusing to join: the cluster's cluster.pub has SHA-256 {}, not the configured cluster_pub_fingerprint {expected}",
+                announced.as_deref().unwrap_or("(not announced)")
+            )),
+        })?
+    } else {
+        None
+    };
     let ncfg = NodeConfig {
         id: plan.me,
         voters: plan.names.keys().copied().collect(),
