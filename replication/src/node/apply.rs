@@ -1,5 +1,5 @@
 //! Applying committed entries, in log order, to the state machine and the views; then
-//! showing each applied record to the [`Tap`](super::Tap).
+//! showing each applied record to the [`Tap`].
 //!
 //! Committed entries arrive from raft in batches. Consecutive records are applied
 //! together (one state-machine batch, then the views); a membership change in between

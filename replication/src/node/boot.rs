@@ -4,9 +4,9 @@
 //!
 //! 1. **Found** a new log: unless the node is joining, a log with no entries gets the
 //!    founding membership: one committed `AddNode` entry per founding voter, at term 1,
-//!    each carrying the voter's address in its [`context`](super::context). Every founder
-//!    writes the same entries, and a node that joins later learns the members, and where
-//!    they listen, by replaying the log from index 1.
+//!    each carrying the voter's address in its [entry context](super::context). Every
+//!    founder writes the same entries, and a node that joins later learns the members,
+//!    and where they listen, by replaying the log from index 1.
 //! 2. **Check** the log: every entry and record is read and checked before serving, and a
 //!    state machine that has applied more than the log holds is refused (committed
 //!    records would be missing; `halite-ctl verify` says more).

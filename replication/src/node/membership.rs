@@ -2,9 +2,9 @@
 //!
 //! Membership changes (`AddNode`, `AddLearnerNode`, `RemoveNode`) are raft conf-change
 //! entries, proposed and answered like records (`proposals.rs`) and applied in log order
-//! with them. An addition carries the member's transport address in the entry's
-//! [context](super::context), so the log itself is the cluster's **address book**: it is
-//! read from the log once at start ([`address_book`]), kept current as changes apply
+//! with them. An addition carries the member's transport address in its
+//! [entry context](super::context), so the log itself is the cluster's **address book**:
+//! it is read from the log once at start ([`address_book`]), kept current as changes apply
 //! ([`Driver::apply_member_change`]), shared with [`NodeHandle::addresses`] and fed to
 //! the transport.
 //!

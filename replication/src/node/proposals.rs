@@ -7,7 +7,7 @@
 //! until it applies: raft drops a proposal made while there is no leader, and a follower
 //! that forwarded one to a leader since replaced never learns its fate. The last entry of
 //! the proposal carries this node's id and the sequence number in its
-//! [context](super::context); when an entry with such a context is applied
+//! [entry context](super::context); when an entry with such a context is applied
 //! (`apply.rs`), [`Driver::answer_applied`] answers its waiter with the entry's index.
 //! A proposal still waiting after `propose_timeout` is answered with
 //! [`NodeError::NotLeader`] (never handed to raft) or [`NodeError::Timeout`].
