@@ -11,7 +11,7 @@
 //! | [`req`] | the minion commands (`_auth`, `_return`, `_pillar`, the file server, ...) → outcomes |
 //! | [`view`] | what a command may read: the [`view::View`] trait, its disk sources, an in-memory view for tests |
 //! | [`pillar`], [`matcher`], [`glob`], [`jobs`], [`pki`] | pillar compilation, Salt's targeting, jids and expected minions, the mmap migration |
-//! | [`masterkeys`], [`store`], [`join`] | the master key pair, opening the storage and node a config describes, the join handshake |
+//! | [`masterkeys`], [`store`] | the master key pair; opening the storage and node a config describes (the cluster plan and the join handshake's Salt side over `halite_replication::{cluster, join}`) |
 //! | [`wire`] | msgpack payloads, crypto, the request and publish envelopes |
 //! | [`events`], [`config`], [`error`] | events, Salt's config files, the error type |
 
@@ -22,7 +22,6 @@ pub mod error;
 pub mod events;
 pub mod glob;
 pub mod jobs;
-pub mod join;
 pub mod masterkeys;
 pub mod matcher;
 pub mod pillar;

@@ -1,11 +1,13 @@
 //! Opening the storage a master config describes: the data directory (log and state
-//! machine), the configured key view and the roots materialiser.
+//! machine), the configured key view and the roots materialiser; and starting the node,
+//! with `cluster_id` as a cluster member: the Salt options checked here, the plan and the
+//! join handshake from `halite_replication::{cluster, join}`.
 
-use std::collections::{BTreeMap, HashMap};
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use halite_replication::{ClusterKey, DataDir, Node, NodeConfig, NodeError, NodeHandle, Tap, TcpTransport};
+use halite_replication::join;
+use halite_replication::{DataDir, Node, NodeConfig, NodeError, NodeHandle, Tap, TcpTransport};
 use halite_storage::format::{now_ns, ImportMarker, ImportPhase, KeySet, KeyState, Record};
 use halite_storage::keys::BankState;
 use halite_storage::keys::{open_view, KeyDriver, KeyView};
@@ -35,42 +37,19 @@ pub fn views(cfg: &MasterConfig, keys: Box<dyn KeyView>) -> Views {
     Views::new(keys, RootsMaterialiser::new(cfg.roots_dirs()))
 }
 
-/// How this master takes part in a cluster: its own name (`interface`, which Salt
-/// requires to equal `id` and the entries other masters list in `cluster_peers`), every
-/// member's raft id and transport address, and the transport key.
-pub struct ClusterPlan {
-    pub me: u64,
-    pub listen: SocketAddr,
-    /// Raft id → name, every founding member (this one included).
-    pub names: BTreeMap<u64, String>,
-    /// Raft id → address on `cluster_pool_port`.
-    pub addrs: HashMap<u64, SocketAddr>,
-    pub key: ClusterKey,
-}
-
-/// A member's raft id: the first 8 bytes of SHA-256 of its name (never 0).
-pub fn member_id(name: &str) -> u64 {
-    use sha2::Digest;
-    let h = sha2::Sha256::digest(name.as_bytes());
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&h[..8]);
-    (u64::from_be_bytes(b) >> 1).max(1)
-}
-
-fn resolve(name: &str, port: u16) -> Result<SocketAddr, String> {
-    (name, port)
-        .to_socket_addrs()
-        .map_err(|e| format!("cluster member {name:?}: cannot resolve: {e}"))?
-        .next()
-        .ok_or_else(|| format!("cluster member {name:?} has no address"))
-}
+/// The cluster plan and member ids live in [`halite_replication::cluster`] (they know no
+/// Salt); `store::member_id` and `store::ClusterPlan` keep working for callers here.
+pub use halite_replication::cluster::{member_id, ClusterPlan};
 
 /// Raft id → name of this master and its `cluster_peers` (no address resolution).
 fn founder_names(cfg: &MasterConfig) -> BTreeMap<u64, String> {
-    std::iter::once(&cfg.interface).chain(cfg.cluster_peers.iter()).map(|n| (member_id(n), n.clone())).collect()
+    halite_replication::cluster::founder_names(&cfg.interface, &cfg.cluster_peers)
 }
 
-/// The cluster plan of a config (`None` without `cluster_id`).
+/// The cluster plan of a config (`None` without `cluster_id`): this master is
+/// `interface` (which Salt requires to equal `id` and the entries other masters list in
+/// `cluster_peers`), its founding peers are `cluster_peers`, every member listens on
+/// `cluster_pool_port`, and traffic is sealed with a key from `cluster_secret`.
 pub fn cluster_plan(cfg: &MasterConfig) -> Result<Option<ClusterPlan>, String> {
     if cfg.cluster_id.is_none() {
         return Ok(None);
@@ -84,13 +63,7 @@ pub fn cluster_plan(cfg: &MasterConfig) -> Result<Option<ClusterPlan>, String> {
     if cfg.cluster_peers.is_empty() {
         return Err("cluster_id is set but cluster_peers is empty: list the other masters".into());
     }
-    let me = member_id(&cfg.interface);
-    let names = founder_names(cfg);
-    let mut addrs = HashMap::new();
-    for (id, name) in &names {
-        addrs.insert(*id, resolve(name, cfg.cluster_pool_port)?);
-    }
-    Ok(Some(ClusterPlan { me, listen: addrs[&me], names, addrs, key: ClusterKey::from_secret(secret) }))
+    halite_replication::cluster::plan(&cfg.interface, &cfg.cluster_peers, cfg.cluster_pool_port, secret).map(Some).map_err(|e| e.to_string())
 }
 
 /// Starts the node over this master's data directory with the given views: alone, or,
@@ -111,12 +84,24 @@ pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> 
     let transport: Arc<TcpTransport> = TcpTransport::start(plan.me, plan.listen, peers, plan.key.clone(), Arc::new(move |m| inbox.deliver(m)))
         .map_err(|e| NodeError::Refused(format!("binding the cluster port {}: {e}", plan.listen)))?;
     tracing::info!(me = %cfg.interface, id = plan.me, listen = %plan.listen, members = ?plan.names.values().collect::<Vec<_>>(), "cluster member");
-    // The join handshake (see `join.rs`): a member answers hellos and joins; a new data
-    // dir first asks its peers whether they already run a cluster it is not part of.
+    // The join handshake (`halite_replication::join`): a member answers hellos and joins,
+    // announcing the SHA-256 of its `cluster.pub`; a new data dir first asks its peers
+    // whether they already run a cluster it is not part of.
     let slot: Arc<std::sync::OnceLock<NodeHandle>> = Arc::new(std::sync::OnceLock::new());
-    let handshake = crate::join::serve(&transport, plan.me, plan.listen, cfg.keys_dir().join("cluster.pub"), slot.clone());
+    let cluster_pub = cfg.keys_dir().join("cluster.pub");
+    let announce: join::Fingerprint = Arc::new(move || std::fs::read(&cluster_pub).ok().map(|b| crate::wire::crypto::sha256_hex(&b)));
+    let handshake = join::serve(&transport, plan.me, plan.listen, announce, slot.clone());
     let fingerprint = cfg.raw.get("cluster_pub_fingerprint").and_then(|v| v.as_str());
-    let join_via = if log_is_new(&data_dir(cfg).log()) { handshake.discover(&plan, fingerprint).map_err(NodeError::Refused)? } else { None };
+    let join_via = if log_is_new(&data_dir(cfg).log()) {
+        handshake.discover(&plan, fingerprint).map_err(|e| match e {
+            join::JoinError::FingerprintMismatch { announced, expected } => NodeError::Refused(format!(
+                "refusing to join: the cluster's cluster.pub has SHA-256 {}, not the configured cluster_pub_fingerprint {expected}",
+                announced.as_deref().unwrap_or("(not announced)")
+            )),
+        })?
+    } else {
+        None
+    };
     let ncfg = NodeConfig {
         id: plan.me,
         voters: plan.names.keys().copied().collect(),

@@ -1,12 +1,24 @@
 //! Halite's replication: the raft-rs node that turns proposals into committed, applied
-//! records, alone or with peers over the sealed TCP transport on `cluster_pool_port`.
-//! The join handshake, learners and the HashRing come next.
+//! records, alone or with peers over the sealed TCP transport on the cluster's pool port,
+//! and how members find each other. Knows nothing of Salt's payloads or configuration.
+//!
+//! | module | owns |
+//! |--------|------|
+//! | [`node`] | the node: public face (`mod.rs`), boot, the driver thread and group commit, waiting proposals, apply and the tap, membership, the entry-context bytes |
+//! | [`transport`] | raft and control messages between members, one sealed frame each |
+//! | [`cluster`] | the cluster plan: member names → raft ids, addresses, the transport key |
+//! | [`join`] | the join handshake: hello / welcome / join as control frames, a new member added as a learner |
+//! | [`ring`] | the HashRing of members |
+//! | [`logging`] | raft-rs's slog output into `tracing` |
 
+pub mod cluster;
+pub mod join;
 pub mod logging;
 pub mod node;
 pub mod ring;
 pub mod transport;
 
+pub use cluster::{member_id, ClusterPlan};
 pub use node::{DataDir, Inbox, Mailbox, Node, NodeConfig, NodeError, NodeHandle, Pending, Tap};
 pub use ring::HashRing;
 pub use transport::{ClusterKey, Outbox, TcpTransport};

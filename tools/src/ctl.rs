@@ -51,6 +51,7 @@ pub fn record_json(index: u64, r: &Record) -> Value {
         Record::JobsExpired(e) => json!({"before_jid": e.before_jid, "time_ns": e.time_ns}),
         // A secret: shown by size and fingerprint only.
         Record::ClusterKeyPair(k) => json!({"private_pem_bytes": k.private_pem.len(), "sha256": hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&k.private_pem)), "time_ns": k.time_ns}),
+        Record::MasterKeyPair(k) => json!({"name": k.name, "private_pem_bytes": k.private_pem.len(), "sha256": hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&k.private_pem)), "time_ns": k.time_ns}),
     };
     json!({"index": index, "kind": r.kind().name(), "record": body})
 }

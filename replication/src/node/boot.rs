@@ -1,0 +1,171 @@
+//! Opening a node: from a log and a state machine on disk to a running driver thread.
+//!
+//! In order (the order matters; each step relies on the ones before):
+//!
+//! 1. **Found** a new log: unless the node is joining, a log with no entries gets the
+//!    founding membership: one committed `AddNode` entry per founding voter, at term 1,
+//!    each carrying the voter's address in its [entry context](super::context). Every
+//!    founder writes the same entries, and a node that joins later learns the members,
+//!    and where they listen, by replaying the log from index 1.
+//! 2. **Check** the log: every entry and record is read and checked before serving, and a
+//!    state machine that has applied more than the log holds is refused (committed
+//!    records would be missing; `halite-ctl verify` says more).
+//! 3. **Recover the views**: views are derived from the state machine and synced lazily
+//!    (see `driver.rs`), so after a crash they can be behind. Entries touched since their
+//!    last sync are resynced from the state machine, or, if the log no longer holds those
+//!    entries, the views are rebuilt. Views pointed at empty places (a wiped cache, a
+//!    shared filesystem left for local directories) are rebuilt too: the log, not the
+//!    files, is the truth.
+//! 4. **Build** raft-rs's `RawNode` over the log, starting from the applied index.
+//! 5. Read the member **address book** from the log (`membership.rs`), hand it to the
+//!    transport, and start the driver thread (`driver.rs`).
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use protobuf::Message as _;
+use raft::eraftpb::{ConfChange, ConfChangeType, ConfState, Entry, EntryType, HardState};
+use raft::{Config as RaftConfig, RawNode, Storage};
+
+use halite_storage::log::RaftLog;
+use halite_storage::state::StateMachine;
+use halite_storage::views::{Touched, Views};
+use halite_storage::Error as StorageError;
+
+use super::context::{self, EntryContext};
+use super::driver::{self, Driver};
+use super::membership;
+use super::{Mailbox, Node, NodeConfig, Result};
+use crate::transport::Outbox;
+
+/// Opens a node over `log` and `sm` and starts its driver thread (see the module docs).
+pub(super) fn start(log: RaftLog, sm: Arc<StateMachine>, mut views: Views, cfg: NodeConfig, outbox: Option<Arc<dyn Outbox>>, mailbox: Mailbox) -> Result<Node> {
+    if log.is_new()? && cfg.join {
+        tracing::info!(id = cfg.id, "new log: joining; waiting for the leader to replicate the group's log");
+    } else if log.is_new()? {
+        found(&log, &cfg)?;
+    }
+    log.check_all()?;
+    let applied = sm.applied_index()?;
+    let last = Storage::last_index(&log)?;
+    if applied > last {
+        return Err(StorageError::CorruptLog(format!(
+            "the state machine has applied index {applied} but the log ends at {last}: committed records are missing from the log. Run `halite-ctl verify`"
+        ))
+        .into());
+    }
+    recover_views(&log, &sm, &mut views, applied)?;
+    let raw = raft_node(&cfg, &log, applied)?;
+    let solo = log.conf_state()?.voters == vec![cfg.id];
+    let book = membership::address_book(&log)?;
+    if let Some(o) = &outbox {
+        for (id, addr) in &book {
+            o.set_peer(*id, Some(*addr));
+        }
+    }
+    // A log made before membership entries existed (or a founder whose address was not
+    // known) does not name this node's address: announce it once when leader.
+    let announce = cfg.addrs.get(&cfg.id).copied().filter(|_| !book.contains_key(&cfg.id));
+    let book: membership::AddressBook = Arc::new(std::sync::RwLock::new(book));
+    let Mailbox(tx, rx) = mailbox;
+    let id = cfg.id;
+    let leader = Arc::new(AtomicU64::new(0));
+    let d = Driver::new(raw, log.clone(), sm.clone(), views, cfg, outbox, leader.clone(), announce, solo, book.clone());
+    let thread = driver::spawn(d, rx)?;
+    Ok(Node { tx, thread: Some(thread), sm, log, leader, id, book })
+}
+
+/// Writes the founding membership into a new log: the configured voters (this node
+/// alone if none), this node always among them.
+fn found(log: &RaftLog, cfg: &NodeConfig) -> Result<()> {
+    let mut voters = if cfg.voters.is_empty() { vec![cfg.id] } else { cfg.voters.clone() };
+    if !voters.contains(&cfg.id) {
+        voters.push(cfg.id);
+    }
+    voters.sort_unstable();
+    voters.dedup();
+    // The founding membership goes into the log itself, as committed "add voter"
+    // entries at term 1 (identical on every founder), not only into the persisted conf
+    // state: a node that joins later replays the log from index 1 and must learn every
+    // voter, and where it listens, from it.
+    let entries: Vec<Entry> = voters
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let mut cc = ConfChange::default();
+            cc.set_change_type(ConfChangeType::AddNode);
+            cc.node_id = *v;
+            let mut e = Entry::default();
+            e.set_entry_type(EntryType::EntryConfChange);
+            e.term = 1;
+            e.index = i as u64 + 1;
+            e.data = cc.write_to_bytes().unwrap_or_default().into();
+            e.context = context::encode(&EntryContext::founding(cfg.addrs.get(v).copied())).into();
+            e
+        })
+        .collect();
+    let hs = HardState { term: 1, commit: entries.len() as u64, ..Default::default() };
+    let cs = ConfState { voters: voters.clone(), ..Default::default() };
+    log.append(&entries, Some(&hs), Some(&cs), true)?;
+    tracing::info!(id = cfg.id, ?voters, "new log: bootstrapped with its founding voters");
+    Ok(())
+}
+
+/// Brings the views up to the state machine's `applied` index (see the module docs).
+fn recover_views(log: &RaftLog, sm: &StateMachine, views: &mut Views, applied: u64) -> Result<()> {
+    let views_at = sm.views_index()?;
+    if views_at < applied {
+        // The views missed the end of what was applied (a crash between apply and the
+        // views' periodic sync): bring the touched entries up to date from the state
+        // machine, or rebuild everything if the log no longer has those records.
+        let first = log.first_entry_index().unwrap_or(1);
+        if views_at + 1 >= first {
+            let mut touched = Touched::default();
+            log.for_each_record(views_at + 1, Some(applied + 1), |_, r| {
+                touched.add(&r?);
+                Ok(())
+            })?;
+            tracing::warn!(views_at, applied, entries = touched.len(), "views behind the state machine: resyncing the entries touched since");
+            views.resync(sm, &touched)?;
+        } else {
+            tracing::warn!(views_at, applied, "views behind the state machine and the log is compacted: rebuilding them");
+            views.rebuild_keys(sm, |_, _| {})?;
+            views.roots.rebuild(sm)?;
+        }
+        sm.set_views_index(applied)?;
+    }
+    // Views pointed at new, empty places (a shared filesystem left for local
+    // directories, a wiped cache) are rebuilt from the state machine: the log, not the
+    // files, is the truth, so moving the files is never needed.
+    if sm.count("keys")? > 0 && views.keys.entries()?.0.is_empty() {
+        tracing::warn!(driver = views.keys.driver(), "the key view is empty but the state machine holds keys: rebuilding it");
+        views.rebuild_keys(sm, |_, _| {})?;
+    }
+    if views.missing_pairs(sm)? {
+        tracing::warn!(driver = views.keys.driver(), "the key view lacks a key pair the state machine holds: writing it");
+        views.write_pairs(sm)?;
+    }
+    if views.roots.missing_any(sm)? {
+        tracing::warn!("roots files the state machine holds are missing from their directories: rewriting them");
+        views.roots.rebuild(sm)?;
+    }
+    Ok(())
+}
+
+/// raft-rs's node over the log, resuming after the `applied` index.
+fn raft_node(cfg: &NodeConfig, log: &RaftLog, applied: u64) -> Result<RawNode<RaftLog>> {
+    let logger = slog::Logger::root(crate::logging::TracingDrain, slog::o!());
+    let rc = RaftConfig {
+        id: cfg.id,
+        election_tick: cfg.election_tick,
+        heartbeat_tick: cfg.heartbeat_tick,
+        applied,
+        max_size_per_msg: 4 << 20,
+        max_inflight_msgs: 256,
+        check_quorum: true,
+        pre_vote: true,
+        ..Default::default()
+    };
+    rc.validate()?;
+    Ok(RawNode::new(&rc, log.clone(), &logger)?)
+}

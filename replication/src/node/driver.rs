@@ -1,0 +1,270 @@
+//! The driver thread: the one thread that owns the `RawNode`, the log writer, the state
+//! machine's apply and the views.
+//!
+//! Each turn of [`Driver::run`]:
+//!
+//! 1. wait for a message or the next tick; take every message already queued (up to
+//!    `max_batch` records): proposals and membership changes become the **group**, raft
+//!    messages from peers are stepped at once;
+//! 2. queue the group as waiting proposals and hand raft those it can take now
+//!    (`proposals.rs`);
+//! 3. on a tick: tick raft, expire late proposals, promote caught-up learners;
+//! 4. handle raft's `Ready` ([`Driver::on_ready`]): send messages, apply what committed
+//!    (`apply.rs`), append new entries and the hard state in one write with one fsync
+//!    (the group commit), send the messages that had to wait for that fsync;
+//! 5. make the views durable when [`VIEWS_SYNC_INTERVAL`] has passed (or when idle).
+//!
+//! A stop request, or the last sender gone, ends the loop after the group in progress;
+//! an error ends it too, and every waiting proposal is answered with the reason.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use raft::eraftpb::Message;
+use raft::RawNode;
+
+use halite_storage::log::RaftLog;
+use halite_storage::state::StateMachine;
+use halite_storage::views::Views;
+
+use super::membership::{AddressBook, MemberChange};
+use super::proposals::Waiting;
+use super::{Msg, NodeConfig, NodeError, Proposal, Result};
+use crate::transport::Outbox;
+
+/// How often views are made durable while proposals keep arriving.
+pub const VIEWS_SYNC_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Everything the driver thread owns. Each file under `node/` adds the methods of its
+/// concept; the fields are grouped the same way.
+pub(super) struct Driver {
+    // The raft core and where its state goes (this file, `apply.rs`).
+    pub(super) raw: RawNode<RaftLog>,
+    pub(super) log: RaftLog,
+    pub(super) sm: Arc<StateMachine>,
+    pub(super) views: Views,
+    pub(super) cfg: NodeConfig,
+    pub(super) outbox: Option<Arc<dyn Outbox>>,
+    /// The leader this node last knew (0: none), shared with the public face.
+    pub(super) leader: Arc<AtomicU64>,
+    /// The only voter: campaign as soon as raft allows (once committed membership
+    /// entries are applied) instead of waiting for an election timeout.
+    pub(super) solo: bool,
+
+    // Proposals (`proposals.rs`).
+    /// Sequence number of this node's last proposal (carried in its entries' context).
+    pub(super) seq: u64,
+    /// Proposals not yet applied, by sequence number.
+    pub(super) waiting: HashMap<u64, Waiting>,
+
+    // Membership (`membership.rs`).
+    /// This node's address, to be written into the log once it leads (see `boot.rs`).
+    pub(super) announce: Option<SocketAddr>,
+    pub(super) pending_announce: Option<MemberChange>,
+    /// Learners a promotion was proposed for.
+    pub(super) promoting: HashSet<u64>,
+    pub(super) book: AddressBook,
+
+    // View durability (this file).
+    /// Highest index applied to the views but not yet synced, and when they last were.
+    pub(super) views_dirty_to: Option<u64>,
+    pub(super) views_synced_at: Instant,
+}
+
+/// Starts the driver thread. If the loop fails, the error is logged and every waiting
+/// proposal is answered with it.
+pub(super) fn spawn(mut d: Driver, rx: Receiver<Msg>) -> Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(format!("raft-node-{}", d.cfg.id))
+        .spawn(move || {
+            if let Err(e) = d.run(rx) {
+                tracing::error!("raft node stopped: {e}");
+                d.fail_all(&e.to_string());
+            }
+        })
+        .map_err(|e| NodeError::Stopped(format!("cannot start the node thread: {e}")))
+}
+
+impl Driver {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        raw: RawNode<RaftLog>,
+        log: RaftLog,
+        sm: Arc<StateMachine>,
+        views: Views,
+        cfg: NodeConfig,
+        outbox: Option<Arc<dyn Outbox>>,
+        leader: Arc<AtomicU64>,
+        announce: Option<SocketAddr>,
+        solo: bool,
+        book: AddressBook,
+    ) -> Self {
+        Driver {
+            raw,
+            log,
+            sm,
+            views,
+            cfg,
+            outbox,
+            leader,
+            solo,
+            seq: 0,
+            waiting: HashMap::new(),
+            announce,
+            pending_announce: None,
+            promoting: HashSet::new(),
+            book,
+            views_dirty_to: None,
+            views_synced_at: Instant::now(),
+        }
+    }
+
+    fn run(&mut self, rx: Receiver<Msg>) -> Result<()> {
+        let mut next_tick = Instant::now() + self.cfg.tick;
+        self.on_ready()?;
+        self.campaign_if_solo()?;
+        loop {
+            let timeout = next_tick.saturating_duration_since(Instant::now());
+            let first = match rx.recv_timeout(timeout) {
+                Ok(m) => Some(m),
+                Err(RecvTimeoutError::Timeout) => {
+                    // Idle: make the views durable now.
+                    self.sync_views(true)?;
+                    None
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.sync_views(true)?;
+                    return Ok(());
+                }
+            };
+            let mut group = Vec::new();
+            let mut members = Vec::new();
+            let mut stop = false;
+            let mut n = 0;
+            let raw = &mut self.raw;
+            let mut push = |m: Msg, group: &mut Vec<Proposal>, members: &mut Vec<MemberChange>, stop: &mut bool, n: &mut usize| match m {
+                Msg::Propose(p) => {
+                    *n += p.data.len();
+                    group.push(p);
+                }
+                Msg::Member(c) => members.push(c),
+                Msg::Raft(m) => {
+                    if let Err(e) = raw.step(*m) {
+                        tracing::debug!("raft message not stepped: {e}");
+                    }
+                }
+                Msg::Stop => *stop = true,
+            };
+            if let Some(m) = first {
+                push(m, &mut group, &mut members, &mut stop, &mut n);
+                while n < self.cfg.max_batch && !stop {
+                    match rx.try_recv() {
+                        Ok(m) => push(m, &mut group, &mut members, &mut stop, &mut n),
+                        Err(_) => break,
+                    }
+                }
+            }
+            for p in group {
+                self.propose(p);
+            }
+            for c in members.into_iter().chain(self.pending_announce.take()) {
+                self.propose_member(c);
+            }
+            self.submit_waiting();
+            if Instant::now() >= next_tick {
+                self.raw.tick();
+                next_tick = Instant::now() + self.cfg.tick;
+                self.expire_waiting();
+                self.promote_caught_up();
+            }
+            self.on_ready()?;
+            self.campaign_if_solo()?;
+            self.submit_waiting();
+            self.on_ready()?;
+            self.sync_views(false)?;
+            if stop {
+                self.sync_views(true)?;
+                self.fail_all("the node is stopping");
+                return Ok(());
+            }
+        }
+    }
+
+    /// A node that is the only voter elects itself without waiting for a timeout.
+    fn campaign_if_solo(&mut self) -> Result<()> {
+        if self.solo && self.raw.raft.state != raft::StateRole::Leader {
+            self.solo = self.raw.raft.prs().conf().voters().ids().iter().eq([self.cfg.id]);
+            if self.solo {
+                self.raw.campaign()?;
+                self.on_ready()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands raft's outgoing messages to the transport (dropped without peers).
+    fn send(&self, msgs: Vec<Message>) {
+        if msgs.is_empty() {
+            return;
+        }
+        match &self.outbox {
+            Some(o) => o.send(msgs),
+            None => tracing::debug!(n = msgs.len(), "dropping raft messages (no peers)"),
+        }
+    }
+
+    /// Handles one raft `Ready`, if there is one: role changes, messages, committed
+    /// entries, and the group commit of new entries (one log write, one fsync).
+    fn on_ready(&mut self) -> Result<()> {
+        if !self.raw.has_ready() {
+            return Ok(());
+        }
+        let mut rd = self.raw.ready();
+        if let Some(ss) = rd.ss() {
+            let leader = if ss.leader_id == raft::INVALID_ID { 0 } else { ss.leader_id };
+            self.leader.store(leader, Ordering::Relaxed);
+            tracing::info!(id = self.cfg.id, leader, role = ?ss.raft_state, "raft role changed");
+            if ss.raft_state == raft::StateRole::Leader {
+                self.announce_when_leading();
+            }
+        }
+        self.send(rd.take_messages());
+        if !rd.snapshot().is_empty() {
+            // Logs are not compacted yet, so a peer always catches up from entries.
+            return Err(NodeError::Stopped("received a snapshot; snapshot transfer is not supported yet".into()));
+        }
+        self.apply(rd.take_committed_entries())?;
+        self.log.append(rd.entries(), rd.hs(), None, rd.must_sync())?;
+        self.send(rd.take_persisted_messages());
+        let mut light = self.raw.advance(rd);
+        if let Some(commit) = light.commit_index() {
+            let mut hs = self.log.hard_state()?;
+            hs.commit = commit;
+            self.log.append(&[], Some(&hs), None, false)?;
+        }
+        self.send(light.take_messages());
+        self.apply(light.take_committed_entries())?;
+        self.raw.advance_apply();
+        Ok(())
+    }
+
+    /// Makes the views durable and records the index they reflect, at most every
+    /// [`VIEWS_SYNC_INTERVAL`] under load (views are rebuilt from the state machine, so
+    /// their durability never holds up an answer), or now with `force`.
+    fn sync_views(&mut self, force: bool) -> Result<()> {
+        let Some(to) = self.views_dirty_to else { return Ok(()) };
+        if !force && self.views_synced_at.elapsed() < VIEWS_SYNC_INTERVAL {
+            return Ok(());
+        }
+        self.views.sync()?;
+        self.sm.set_views_index(to)?;
+        self.views_dirty_to = None;
+        self.views_synced_at = Instant::now();
+        Ok(())
+    }
+}

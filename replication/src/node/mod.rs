@@ -1,0 +1,399 @@
+//! The node: one raft-rs `RawNode` driven by one thread, with group commit.
+//!
+//! Callers hand records to [`Node::propose`] from any thread and block until their
+//! records are committed and applied. The driver thread loops:
+//!
+//! 1. wait for a request or the next tick; then take every request already queued (up
+//!    to [`NodeConfig::max_batch`] records): this is the group;
+//! 2. propose each record to raft (I/O-free);
+//! 3. take raft's `Ready`: append its entries and hard state to the log in **one**
+//!    raft-engine write with **one** fsync, send its messages (none with one voter);
+//! 4. apply newly committed entries to the state machine and the views, in order;
+//! 5. answer every caller whose last record is now applied;
+//! 6. every second under load (or when idle), make the views durable and record the
+//!    index they reflect; after a crash the entries touched since are resynced.
+//!
+//! So N callers arriving together cost one fsync, and nobody is answered before their
+//! record is durable in the log of a majority (with one voter: this node's log).
+//!
+//! With peers ([`Node::start_peered`]) the same loop also steps the raft messages that
+//! arrive in its [`Mailbox`] and hands the ones raft produces to an [`Outbox`] (the TCP
+//! transport). Any node takes proposals: a follower's are forwarded by raft to the
+//! leader. A proposal is recognised when it is applied by the context of its last entry
+//! (this node's id and a sequence number), not by its index, since a leader change can
+//! replace an uncommitted index with another node's entry; one that is not applied
+//! within [`NodeConfig::propose_timeout`] is answered with [`NodeError::Timeout`] (every
+//! record kind applies idempotently, so retrying is safe). A proposal made during an
+//! election is held until a leader is known (or the same timeout passes).
+//!
+//! ## Where each part lives
+//!
+//! | file | owns |
+//! |------|------|
+//! | `mod.rs` (this file) | the public face: [`Node`], [`NodeHandle`], [`NodeConfig`], [`NodeError`], [`Pending`], the [`Inbox`]/[`Mailbox`] channel, the [`Tap`] |
+//! | `boot.rs` | opening a node: founding a new log, the start-up checks and view recovery, building the `RawNode`, starting the driver |
+//! | `driver.rs` | the driver thread: the loop, group commit, ticks, `Ready` handling, view sync cadence, stop |
+//! | `proposals.rs` | proposals waiting to be applied: submitting them in the current term, expiry, answering them on apply |
+//! | `apply.rs` | committed entries → state machine and views, in log order, and the tap |
+//! | `membership.rs` | conf changes, the member address book, announcing this node, promoting learners |
+//! | `context.rs` | the bytes of an entry's `context` (proposer, sequence, member address) |
+//!
+//! The files under `node/` share one private type, the `driver::Driver` that the driver
+//! thread owns; each file adds the methods of its concept to it.
+
+mod apply;
+mod boot;
+pub mod context;
+mod driver;
+mod membership;
+mod proposals;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use raft::eraftpb::{ConfChangeType, Message};
+
+use halite_storage::log::RaftLog;
+use halite_storage::state::StateMachine;
+use halite_storage::views::Views;
+use halite_storage::{Error as StorageError, Record};
+
+use crate::transport::Outbox;
+
+pub use driver::VIEWS_SYNC_INTERVAL;
+use membership::{AddressBook, MemberChange};
+
+/// Errors a proposer can get.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("record refused: {0}")]
+    Refused(String),
+    #[error("no leader was elected in time; retry shortly")]
+    NotLeader,
+    #[error("not committed within {0:?} (a leader change or lost quorum); retry")]
+    Timeout(Duration),
+    #[error("the node has stopped: {0}")]
+    Stopped(String),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error("raft: {0}")]
+    Raft(#[from] raft::Error),
+}
+
+pub type Result<T, E = NodeError> = std::result::Result<T, E>;
+
+/// Settings of a node.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// This node's raft id (non-zero).
+    pub id: u64,
+    /// Raft tick interval.
+    pub tick: Duration,
+    pub election_tick: usize,
+    pub heartbeat_tick: usize,
+    /// Most records proposed in one group.
+    pub max_batch: usize,
+    /// The voters a new log starts with (all founding members, this node included);
+    /// empty means this node alone.
+    pub voters: Vec<u64>,
+    /// How long a proposal may wait to be applied.
+    pub propose_timeout: Duration,
+    /// Joining an existing group: a new log starts with no membership at all and the
+    /// node waits for the leader to replicate the log (which adds it as a learner).
+    pub join: bool,
+    /// Transport addresses of the founding voters (this node's own included), written
+    /// into the log with the founding membership so joiners learn them by replay.
+    pub addrs: HashMap<u64, SocketAddr>,
+    /// Called with every record once it is applied (on the driver thread: keep it short).
+    pub tap: Option<Tap>,
+    /// As leader, promote a learner to voter once it has caught up with the log.
+    pub auto_promote: bool,
+}
+
+/// What a [`Tap`] calls: the log index and the record.
+pub type TapFn = dyn Fn(u64, &Record) + Send + Sync;
+
+/// A function shown every applied record with its log index.
+#[derive(Clone)]
+pub struct Tap(pub Arc<TapFn>);
+
+impl std::fmt::Debug for Tap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tap")
+    }
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            id: 1,
+            tick: Duration::from_millis(100),
+            election_tick: 10,
+            heartbeat_tick: 3,
+            max_batch: 8192,
+            voters: Vec::new(),
+            propose_timeout: Duration::from_secs(10),
+            join: false,
+            addrs: HashMap::new(),
+            tap: None,
+            auto_promote: true,
+        }
+    }
+}
+
+/// Where a node keeps its files under one data directory.
+pub struct DataDir {
+    pub root: PathBuf,
+}
+
+impl DataDir {
+    pub fn new(root: &Path) -> Self {
+        DataDir { root: root.to_path_buf() }
+    }
+    pub fn log(&self) -> PathBuf {
+        self.root.join("log")
+    }
+    pub fn state(&self) -> PathBuf {
+        self.root.join("state")
+    }
+    pub fn snapshots(&self) -> PathBuf {
+        self.root.join("snapshots")
+    }
+}
+
+/// Where a proposal's outcome goes: a one-shot channel a thread can block on and a task
+/// can await.
+type Reply = tokio::sync::oneshot::Sender<Result<u64>>;
+
+/// Records to propose, already encoded, and who to answer.
+struct Proposal {
+    data: Vec<Vec<u8>>,
+    reply: Reply,
+}
+
+/// What the driver thread receives: from the public face (proposals, membership
+/// changes, stop) and from the transport (raft messages), on one channel.
+enum Msg {
+    Propose(Proposal),
+    Member(MemberChange),
+    Raft(Box<Message>),
+    Stop,
+}
+
+/// Hands raft messages received from peers to a node.
+#[derive(Clone)]
+pub struct Inbox(Sender<Msg>);
+
+impl Inbox {
+    pub fn deliver(&self, m: Message) {
+        let _ = self.0.send(Msg::Raft(Box::new(m)));
+    }
+}
+
+/// The receiving end of a node's inbox, given to [`Node::start_peered`].
+pub struct Mailbox(Sender<Msg>, Receiver<Msg>);
+
+/// A node's message channel, made before the node so the transport can deliver to it.
+pub fn mailbox() -> (Inbox, Mailbox) {
+    let (tx, rx) = mpsc::channel();
+    (Inbox(tx.clone()), Mailbox(tx, rx))
+}
+
+/// A proposal in flight.
+pub struct Pending {
+    rx: tokio::sync::oneshot::Receiver<Result<u64>>,
+}
+
+impl Pending {
+    /// Blocks until the records are committed and applied; returns the last one's index.
+    /// (Not from inside an async task: use [`Pending::committed`] there.)
+    pub fn wait(self) -> Result<u64> {
+        self.rx.blocking_recv().map_err(|_| NodeError::Stopped("node thread dropped the request".into()))?
+    }
+
+    /// [`Pending::wait`] for async callers: no thread is held while the group commits.
+    pub async fn committed(self) -> Result<u64> {
+        self.rx.await.map_err(|_| NodeError::Stopped("node thread dropped the request".into()))?
+    }
+}
+
+/// A running node. Dropping it stops the driver thread after the current group.
+pub struct Node {
+    tx: Sender<Msg>,
+    thread: Option<JoinHandle<()>>,
+    sm: Arc<StateMachine>,
+    log: RaftLog,
+    /// The leader this node last knew (0: none).
+    leader: Arc<AtomicU64>,
+    id: u64,
+    book: AddressBook,
+}
+
+/// Membership operations on a running node, usable from any thread.
+#[derive(Clone)]
+pub struct NodeHandle {
+    tx: Sender<Msg>,
+    log: RaftLog,
+    leader: Arc<AtomicU64>,
+    id: u64,
+    book: AddressBook,
+}
+
+impl NodeHandle {
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The leader this node last knew of.
+    pub fn leader(&self) -> Option<u64> {
+        match self.leader.load(Ordering::Relaxed) {
+            0 => None,
+            id => Some(id),
+        }
+    }
+
+    /// The raft term and the (sorted) voters and learners, as last persisted.
+    pub fn membership(&self) -> Result<(u64, Vec<u64>, Vec<u64>)> {
+        let hs = self.log.hard_state()?;
+        let cs = self.log.conf_state()?;
+        let (mut voters, mut learners) = (cs.voters, cs.learners);
+        voters.sort_unstable();
+        learners.sort_unstable();
+        Ok((hs.term, voters, learners))
+    }
+
+    pub fn add_learner(&self, node: u64, addr: SocketAddr) -> Result<u64> {
+        self.member_change(ConfChangeType::AddLearnerNode, node, Some(addr))
+    }
+
+    /// Every member address the log's membership entries name.
+    pub fn addresses(&self) -> Vec<(u64, SocketAddr)> {
+        self.book.read().unwrap_or_else(|p| p.into_inner()).iter().map(|(id, a)| (*id, *a)).collect()
+    }
+
+    pub fn add_voter(&self, node: u64, addr: Option<SocketAddr>) -> Result<u64> {
+        self.member_change(ConfChangeType::AddNode, node, addr)
+    }
+
+    pub fn remove_member(&self, node: u64) -> Result<u64> {
+        self.member_change(ConfChangeType::RemoveNode, node, None)
+    }
+
+    fn member_change(&self, change: ConfChangeType, node: u64, addr: Option<SocketAddr>) -> Result<u64> {
+        if node == 0 {
+            return Err(NodeError::Refused("node id 0 is not a valid raft id".into()));
+        }
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        self.tx.send(Msg::Member(MemberChange { change, node, addr, reply })).map_err(|_| NodeError::Stopped("node thread is gone".into()))?;
+        Pending { rx }.wait()
+    }
+}
+
+impl Node {
+    /// Opens the log and state machine under `data`, brings the views up to date and
+    /// starts the driver thread. A new log is bootstrapped with this node as sole voter.
+    pub fn start(data: &DataDir, views: Views, cfg: NodeConfig) -> Result<Node> {
+        let log = RaftLog::open(&data.log())?;
+        let sm = Arc::new(StateMachine::open(&data.state())?);
+        Self::start_with(log, sm, views, cfg)
+    }
+
+    pub fn start_with(log: RaftLog, sm: Arc<StateMachine>, views: Views, cfg: NodeConfig) -> Result<Node> {
+        let (_, mailbox) = mailbox();
+        boot::start(log, sm, views, cfg, None, mailbox)
+    }
+
+    /// Starts a node that talks to peers: messages arrive through `mailbox` (fed by the
+    /// transport's [`Inbox`]) and leave through `outbox`.
+    pub fn start_peered(data: &DataDir, views: Views, cfg: NodeConfig, outbox: Arc<dyn Outbox>, mailbox: Mailbox) -> Result<Node> {
+        let log = RaftLog::open(&data.log())?;
+        let sm = Arc::new(StateMachine::open(&data.state())?);
+        boot::start(log, sm, views, cfg, Some(outbox), mailbox)
+    }
+
+    /// Adds `node` (listening at `addr`) as a learner: it receives the log but does not
+    /// vote. Returns once the change is applied on this node.
+    pub fn add_learner(&self, node: u64, addr: SocketAddr) -> Result<u64> {
+        self.handle().add_learner(node, addr)
+    }
+
+    /// Makes `node` a voter (a learner is promoted; `addr` may update its address).
+    pub fn add_voter(&self, node: u64, addr: Option<SocketAddr>) -> Result<u64> {
+        self.handle().add_voter(node, addr)
+    }
+
+    /// Removes `node` from the group.
+    pub fn remove_member(&self, node: u64) -> Result<u64> {
+        self.handle().remove_member(node)
+    }
+
+    /// This node's raft id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The leader this node last knew of (`None` while there is none).
+    pub fn leader(&self) -> Option<u64> {
+        self.handle().leader()
+    }
+
+    /// The state machine, for reads.
+    pub fn state(&self) -> &Arc<StateMachine> {
+        &self.sm
+    }
+
+    /// The raft term and the voters and learners of the group, as last persisted.
+    pub fn membership(&self) -> Result<(u64, Vec<u64>, Vec<u64>)> {
+        self.handle().membership()
+    }
+
+    /// A cloneable handle for membership work from other threads (the join handshake).
+    pub fn handle(&self) -> NodeHandle {
+        NodeHandle { tx: self.tx.clone(), log: self.log.clone(), leader: self.leader.clone(), id: self.id, book: self.book.clone() }
+    }
+
+    /// Proposes records and waits until all are committed and applied. Returns the log
+    /// index of the last one. Records are validated and encoded before anything is sent.
+    pub fn propose(&self, records: &[Record]) -> Result<u64> {
+        self.propose_async(records)?.wait()
+    }
+
+    /// Proposes records without waiting: the returned [`Pending`] answers once they are
+    /// committed and applied. A caller with much to write keeps several groups in flight.
+    pub fn propose_async(&self, records: &[Record]) -> Result<Pending> {
+        let data = records.iter().map(|r| r.encode().map_err(|e| NodeError::Refused(e.to_string()))).collect::<Result<Vec<_>>>()?;
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        if data.is_empty() {
+            let _ = reply.send(self.sm.applied_index().map_err(Into::into));
+            return Ok(Pending { rx });
+        }
+        self.tx.send(Msg::Propose(Proposal { data, reply })).map_err(|_| NodeError::Stopped("node thread is gone".into()))?;
+        Ok(Pending { rx })
+    }
+
+    /// Stops the driver thread after the group in progress.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        let _ = self.tx.send(Msg::Stop);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

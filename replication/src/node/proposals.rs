@@ -1,0 +1,140 @@
+//! Proposals waiting to be applied, from the moment the driver takes them until their
+//! caller is answered.
+//!
+//! A proposal (records, or a membership change) gets this node's next sequence number
+//! and waits in [`Driver::waiting`](super::driver::Driver) under it. It is handed to raft
+//! ([`Driver::submit_waiting`]) once a leader is known, and again in every later term
+//! until it applies: raft drops a proposal made while there is no leader, and a follower
+//! that forwarded one to a leader since replaced never learns its fate. The last entry of
+//! the proposal carries this node's id and the sequence number in its
+//! [entry context](super::context); when an entry with such a context is applied
+//! (`apply.rs`), [`Driver::answer_applied`] answers its waiter with the entry's index.
+//! A proposal still waiting after `propose_timeout` is answered with
+//! [`NodeError::NotLeader`] (never handed to raft) or [`NodeError::Timeout`].
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use raft::eraftpb::{ConfChange, ConfChangeType, Entry};
+
+use super::context::{self, EntryContext};
+use super::driver::Driver;
+use super::{NodeError, Proposal, Reply};
+
+/// What a waiting proposal asks for.
+pub(super) enum Payload {
+    Records(Vec<Vec<u8>>),
+    Member { change: ConfChangeType, node: u64, addr: Option<SocketAddr> },
+}
+
+/// A proposal not yet applied.
+pub(super) struct Waiting {
+    reply: Reply,
+    at: Instant,
+    payload: Payload,
+    /// The term it was last handed to raft in (`None`: not yet).
+    term: Option<u64>,
+}
+
+impl Driver {
+    /// Queues records from the public face.
+    pub(super) fn propose(&mut self, p: Proposal) {
+        self.enqueue(Payload::Records(p.data), p.reply);
+    }
+
+    /// Gives `payload` the next sequence number and queues it until it applies.
+    pub(super) fn enqueue(&mut self, payload: Payload, reply: Reply) {
+        self.seq += 1;
+        self.waiting.insert(self.seq, Waiting { reply, at: Instant::now(), payload, term: None });
+    }
+
+    /// Hands raft every waiting proposal not yet submitted in the current term: new
+    /// ones, ones that arrived during an election, and ones a follower forwarded to a
+    /// leader that has since been replaced (raft does not resend forwarded proposals).
+    /// A proposal submitted twice may be applied twice, which every record kind and
+    /// membership change tolerates; its waiter is answered by the first.
+    pub(super) fn submit_waiting(&mut self) {
+        if self.raw.raft.leader_id == raft::INVALID_ID {
+            return;
+        }
+        let term = self.raw.raft.term;
+        let due: Vec<u64> = self.waiting.iter().filter(|(_, w)| w.term != Some(term)).map(|(k, _)| *k).collect();
+        for seq in due {
+            let Some(w) = self.waiting.get(&seq) else { continue };
+            let mut ctx = EntryContext { proposer: self.cfg.id, seq, addr: None };
+            let r = match &w.payload {
+                Payload::Records(data) => {
+                    let n = data.len();
+                    let last = context::encode(&ctx);
+                    data.iter().enumerate().try_for_each(|(i, d)| {
+                        let context = if i + 1 == n { last.clone() } else { Vec::new() };
+                        self.raw.propose(context, d.clone())
+                    })
+                }
+                Payload::Member { change, node, addr } => {
+                    ctx.addr = *addr;
+                    let mut cc = ConfChange::default();
+                    cc.set_change_type(*change);
+                    cc.node_id = *node;
+                    self.raw.propose_conf_change(context::encode(&ctx), cc)
+                }
+            };
+            match r {
+                Ok(()) => {
+                    if let Some(w) = self.waiting.get_mut(&seq) {
+                        w.term = Some(term);
+                    }
+                }
+                // No leader after all (it stepped down): try again at the next change.
+                Err(raft::Error::ProposalDropped) => {}
+                Err(e) => {
+                    // Entries submitted before the failure may still commit; the caller
+                    // learns the request failed and may retry (records are idempotent).
+                    if let Some(w) = self.waiting.remove(&seq) {
+                        let _ = w.reply.send(Err(e.into()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Answers proposals that were not applied in time.
+    pub(super) fn expire_waiting(&mut self) {
+        let limit = self.cfg.propose_timeout;
+        let late: Vec<u64> = self.waiting.iter().filter(|(_, w)| w.at.elapsed() > limit).map(|(k, _)| *k).collect();
+        for k in late {
+            if let Some(w) = self.waiting.remove(&k) {
+                let err = if w.term.is_none() { NodeError::NotLeader } else { NodeError::Timeout(limit) };
+                let _ = w.reply.send(Err(err));
+            }
+        }
+    }
+
+    /// The sequence number of this node's proposal that `e` ends, if it ends one.
+    pub(super) fn ours(&self, e: &Entry) -> Option<u64> {
+        match context::decode(&e.context) {
+            Ok(Some(c)) if c.proposer == self.cfg.id => Some(c.seq),
+            Ok(_) => None,
+            Err(err) => {
+                tracing::warn!(index = e.index, "entry context not understood: {err}");
+                None
+            }
+        }
+    }
+
+    /// Answers the proposals whose last entries were just applied: `(seq, index)`.
+    pub(super) fn answer_applied(&mut self, ours: Vec<(u64, u64)>) {
+        for (seq, index) in ours {
+            if let Some(w) = self.waiting.remove(&seq) {
+                let _ = w.reply.send(Ok(index));
+            }
+        }
+    }
+
+    /// Answers every waiting proposal with an error: the node is stopping or failed.
+    pub(super) fn fail_all(&mut self, why: &str) {
+        for (_, w) in std::mem::take(&mut self.waiting) {
+            let _ = w.reply.send(Err(NodeError::Stopped(why.to_string())));
+        }
+    }
+}
