@@ -1,18 +1,20 @@
-//! The master key pair: loaded from the configured key view's master bank, created on
-//! first start (2048-bit, e = 65537) and never replaced.
+//! The key pair minions know a master by, and the publish key signed with it.
 //!
-//! Names follow Salt 3008 (`key-storage.md` §1.6): the pair is `<master_id>.pem` /
-//! `<master_id>.pub` (`master_id` = the master's `id` without a trailing `_master`); an
-//! existing `master.pem` (a pre-3008 tree, or the symlink 3008 leaves) is used as is.
-//! With `localfs_key`, a new pair is written mode 0400 and `master.pem`/`master.pub` are
-//! made symlinks to it, as the reference does.
+//! A lone master's pair is a `master_key_pair` record in its log (set once), and the key
+//! view's master bank is materialised from it like any other view: `<master_id>.pem` /
+//! `<master_id>.pub` (`master_id` = the master's `id` without a trailing `_master`,
+//! Salt 3008's naming, `key-storage.md` §1.6), with `localfs_key` also the links
+//! `master.pem` / `master.pub`. So wiping the keys directory, or `halite-ctl
+//! rebuild-views`, never loses the key. On the first start over a pki dir a Salt master
+//! (or an earlier Halite) filled, the pair found there is the one recorded; otherwise a
+//! new 2048-bit pair (e = 65537) is made. A cluster member presents the cluster's pair
+//! (`daemon::cluster`) and keeps no pair of its own in the replicated log.
 
-use std::path::Path;
-
-use halite_storage::keys::{KeyDriver, KeyView};
+use halite_storage::format::{MasterKeyPair, Record};
+use halite_storage::keys::KeyView;
 
 use crate::config::MasterConfig;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::wire::crypto::{clean_key, sha256_hex, Crypticle, PrivateKey};
 
 /// The master's publish key ("aes") and the `_auth` reply's `sig` for it: the X9.31
@@ -38,46 +40,48 @@ pub struct MasterKeys {
     pub pub_clean: Vec<u8>,
 }
 
+impl MasterKeys {
+    /// The keys of a private key PEM.
+    pub fn from_pem(pem: &[u8]) -> Result<Self> {
+        let private = PrivateKey::from_pem(pem)?;
+        let pub_clean = clean_key(&private.public_pem()?);
+        Ok(MasterKeys { private, pub_clean })
+    }
+}
+
 /// `id` without a trailing `_master`.
 pub fn master_id(cfg: &MasterConfig) -> String {
     cfg.id.strip_suffix("_master").unwrap_or(&cfg.id).to_string()
 }
 
-fn symlink(target: &Path, link: &Path) -> Result<()> {
-    match std::fs::symlink_metadata(link) {
-        Ok(_) => return Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(Error::io(format!("stat {}", link.display()), e)),
-    }
-    std::os::unix::fs::symlink(target, link).map_err(|e| Error::io(format!("linking {}", link.display()), e))
+/// The private key PEM an existing pki dir holds for this master: `<master_id>.pem`, else
+/// `master.pem` (a pre-3008 tree), from the key view's master bank or, for the links
+/// `localfs_key` ignores, from the file.
+pub fn existing(cfg: &MasterConfig, view: &dyn KeyView) -> Option<Vec<u8>> {
+    let mid = master_id(cfg);
+    [format!("{mid}.pem"), "master.pem".to_string()].iter().find_map(|name| {
+        let found = view.get_master_key(name).ok().flatten().or_else(|| std::fs::read(cfg.pki_dir.join(name)).ok())?;
+        match PrivateKey::from_pem(&found) {
+            Ok(_) => {
+                tracing::info!(key = %name, "adopting the master key found in the pki dir");
+                Some(found)
+            }
+            Err(e) => {
+                tracing::warn!(key = %name, "a master key file that does not parse is ignored: {e}");
+                None
+            }
+        }
+    })
 }
 
-/// Loads the master key pair from `view`, creating it if there is none.
-pub fn load_or_create(cfg: &MasterConfig, view: &mut dyn KeyView) -> Result<MasterKeys> {
-    let mid = master_id(cfg);
-    let names = [format!("{mid}.pem"), "master.pem".to_string()];
-    for name in &names {
-        // A localfs `master.pem` is a symlink, which the view ignores; read through it.
-        let found: Option<Vec<u8>> = view.get_master_key(name).unwrap_or_default();
-        let found = found.or_else(|| std::fs::read(cfg.pki_dir.join(name)).ok());
-        if let Some(pem) = found {
-            let private = PrivateKey::from_pem(&pem)?;
-            let pub_clean = clean_key(&private.public_pem()?);
-            tracing::info!(key = %name, "master key loaded");
-            return Ok(MasterKeys { private, pub_clean });
+/// The record of this master's key pair: `found` (see [`existing`]) or a new pair.
+pub fn record(cfg: &MasterConfig, found: Option<Vec<u8>>, time_ns: u64) -> Result<Record> {
+    let private_pem = match found {
+        Some(pem) => pem,
+        None => {
+            tracing::warn!(id = %master_id(cfg), "no master key found: generating a new 2048-bit key pair");
+            PrivateKey::generate(2048)?.to_pem()?
         }
-    }
-    tracing::warn!(id = %mid, "no master key found: generating a new 2048-bit key pair");
-    let private = PrivateKey::generate(2048)?;
-    let pem = private.to_pem()?;
-    let public = private.public_pem()?;
-    std::fs::create_dir_all(&cfg.pki_dir).map_err(|e| Error::io(format!("creating {}", cfg.pki_dir.display()), e))?;
-    view.set_master_key(&format!("{mid}.pem"), &pem)?;
-    view.set_master_key(&format!("{mid}.pub"), &public)?;
-    if view.driver() == "localfs_key" || matches!(cfg.key_driver, KeyDriver::Localfs) {
-        symlink(&cfg.pki_dir.join(format!("{mid}.pem")), &cfg.pki_dir.join("master.pem"))?;
-        symlink(&cfg.pki_dir.join(format!("{mid}.pub")), &cfg.pki_dir.join("master.pub"))?;
-    }
-    view.sync()?;
-    Ok(MasterKeys { pub_clean: clean_key(&public), private })
+    };
+    Ok(Record::MasterKeyPair(MasterKeyPair { name: master_id(cfg), private_pem, time_ns }))
 }

@@ -195,3 +195,60 @@ fn jobs_expire_by_cutoff_with_their_returns_and_nothing_else() {
     // A cutoff that is not a 20-digit jid never reaches the log.
     assert!(Record::JobsExpired(JobsExpired { before_jid: "9".into(), time_ns: 3 }).encode().is_err());
 }
+
+fn test_key(name: &str) -> Vec<u8> {
+    std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/keys").join(name)).unwrap()
+}
+
+#[test]
+fn public_key_files_are_the_bytes_openssl_writes() {
+    let expected = test_key("test-master.pub");
+    assert_eq!(crate::keys::pair::public_pem_of(&test_key("test-master-pkcs1.pem")).unwrap(), expected);
+    assert_eq!(crate::keys::pair::public_pem_of(&test_key("test-master-pkcs8.pem")).unwrap(), expected);
+}
+
+#[test]
+fn key_pairs_are_set_once_and_the_key_view_follows_them() {
+    use crate::format::{ClusterKeyPair, MasterKeyPair};
+    use crate::keys::KeyView;
+    let d = tempfile::tempdir().unwrap();
+    let sm = StateMachine::open(&d.path().join("s")).unwrap();
+    let pem = test_key("test-master-pkcs1.pem");
+    let pair = |name: &str, pem: &[u8]| Record::MasterKeyPair(MasterKeyPair { name: name.into(), private_pem: pem.to_vec(), time_ns: 1 });
+    let fx = sm
+        .apply(&numbered(vec![pair("salt", &pem), pair("other", &test_key("test-master-pkcs8.pem")), Record::ClusterKeyPair(ClusterKeyPair { private_pem: pem.clone(), time_ns: 2 })], 1))
+        .unwrap();
+    assert_eq!(fx.len(), 2, "the second master pair is ignored: {fx:?}");
+    assert_eq!(sm.master_key_pair().unwrap().unwrap().name, "salt");
+    let pki = d.path().join("pki");
+    let mut views = Views::new(Box::new(LocalfsKeys::open(&pki).unwrap()), RootsMaterialiser::new(RootsDirs::default()));
+    assert!(views.missing_pairs(&sm).unwrap());
+    views.apply(&sm, &fx).unwrap();
+    let public = test_key("test-master.pub");
+    assert_eq!(std::fs::read(pki.join("salt.pem")).unwrap(), pem);
+    assert_eq!(std::fs::read(pki.join("salt.pub")).unwrap(), public);
+    assert_eq!(std::fs::read_link(pki.join("master.pem")).unwrap(), pki.join("salt.pem"), "Salt 3008's absolute link");
+    assert_eq!(std::fs::read(pki.join("master.pub")).unwrap(), public);
+    assert_eq!(std::fs::read(pki.join("cluster.pub")).unwrap(), public);
+    for f in ["salt.pem", "salt.pub", "cluster.pem", "cluster.pub"] {
+        assert_eq!(std::fs::metadata(pki.join(f)).unwrap().permissions().mode() & 0o777, 0o400, "{f}");
+    }
+    assert!(!views.missing_pairs(&sm).unwrap());
+    // A wiped keys directory gets them back from the state machine.
+    std::fs::remove_dir_all(&pki).unwrap();
+    assert!(views.missing_pairs(&sm).unwrap());
+    views.rebuild_keys(&sm, |_, _| {}).unwrap();
+    assert_eq!(std::fs::read(pki.join("master.pem")).unwrap(), pem);
+    // A pre-3008 tree's regular master.pem with the same key becomes the link; the mmap
+    // view holds the pair in its master bank.
+    std::fs::remove_file(pki.join("master.pem")).unwrap();
+    std::fs::write(pki.join("master.pem"), &pem).unwrap();
+    views.write_pairs(&sm).unwrap();
+    assert!(std::fs::symlink_metadata(pki.join("master.pem")).unwrap().file_type().is_symlink());
+    let geo = Geometry { size: 64, slot_size: 96, key_size: 64, max_segment_bytes: 1 << 20 };
+    let mpki = d.path().join("mpki");
+    let mut mviews = Views::new(Box::new(MmapKeys::open(&mpki, geo).unwrap()), RootsMaterialiser::new(RootsDirs::default()));
+    mviews.rebuild_keys(&sm, |_, _| {}).unwrap();
+    assert_eq!(mviews.keys.get_master_key("salt.pem").unwrap().unwrap(), pem);
+    assert_eq!(mviews.keys.get_master_key("cluster.pub").unwrap().unwrap(), public);
+}

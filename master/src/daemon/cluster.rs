@@ -11,7 +11,8 @@
 //! At start a member waits until both are applied. The leader proposes what is missing:
 //! the `cluster.pem` already in `cluster_pki_dir` if there is one (a shared-filesystem
 //! cluster, or one migrated from Salt), otherwise a new 2048-bit pair, and a new AES key.
-//! The pair is also written to `cluster_pki_dir` (0400 / 0644), as Salt keeps it.
+//! Every member's key view writes the applied pair to `cluster_pki_dir` as Salt keeps it
+//! (`cluster.pem`, `cluster.pub`, mode 0400); nothing else writes those files.
 
 use std::time::{Duration, Instant};
 
@@ -22,7 +23,7 @@ use super::live::Master;
 use crate::config::MasterConfig;
 use crate::error::{Error, Result};
 use crate::masterkeys::MasterKeys;
-use crate::wire::crypto::{clean_key, Crypticle, PrivateKey};
+use crate::wire::crypto::{Crypticle, PrivateKey};
 
 /// The applied cluster secrets: the key pair, the publish/session key and its generation.
 pub struct Secrets {
@@ -51,17 +52,17 @@ pub fn secrets(cfg: &MasterConfig, node: &Node) -> Result<Secrets> {
     loop {
         let (pair, aes) = read(node)?;
         if let (Some(pair), Some(aes)) = (&pair, &aes) {
-            let private = PrivateKey::from_pem(&pair.private_pem).map_err(|e| Error::refused(format!("the cluster key pair in the log does not parse: {e}")))?;
-            let public = private.public_pem()?;
+            let keys = MasterKeys::from_pem(&pair.private_pem).map_err(|e| Error::refused(format!("the cluster key pair in the log does not parse: {e}")))?;
+            // The exact bytes of `cluster.pub` as the key view writes them.
+            let public = halite_storage::keys::pair::public_pem_of(&pair.private_pem)?;
             if let Some(fp) = cfg.raw.get("cluster_pub_fingerprint").and_then(|v| v.as_str()) {
                 let got = crate::wire::crypto::sha256_hex(&public);
                 if !got.eq_ignore_ascii_case(fp.trim()) {
                     return Err(Error::refused(format!("the cluster key pair's cluster.pub has SHA-256 {got}, not the configured cluster_pub_fingerprint {fp}; refusing to serve")));
                 }
             }
-            write_files(cfg, &pair.private_pem, &public);
             tracing::info!(generation = aes.generation, waited_ms = started.elapsed().as_millis() as u64, "cluster key pair and AES key in place");
-            return Ok(Secrets { keys: MasterKeys { pub_clean: clean_key(&public), private }, aes: aes_of(aes)?, generation: aes.generation });
+            return Ok(Secrets { keys, aes: aes_of(aes)?, generation: aes.generation });
         }
         let leading = node.leader() == Some(node.id());
         if leading && proposed_at.is_none_or(|t| t.elapsed() > Duration::from_secs(5)) {
@@ -113,25 +114,5 @@ pub fn install_aes(m: &Master, a: &AesKeyRotation) {
             tracing::info!(generation = a.generation, "cluster AES key rotated");
         }
         Err(e) => tracing::error!(generation = a.generation, "cluster AES key not installed: {e}"),
-    }
-}
-
-/// Writes `cluster.pem` (0400) and `cluster.pub` into the keys directory unless they are
-/// already there with the same content.
-fn write_files(cfg: &MasterConfig, private_pem: &[u8], public_pem: &[u8]) {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = cfg.keys_dir();
-    for (name, bytes, mode) in [("cluster.pem", private_pem, 0o400), ("cluster.pub", public_pem, 0o644)] {
-        let path = dir.join(name);
-        if std::fs::read(&path).ok().as_deref() == Some(bytes) {
-            continue;
-        }
-        let tmp = dir.join(format!(".{name}.tmp"));
-        let done = std::fs::write(&tmp, bytes)
-            .and_then(|_| std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode)))
-            .and_then(|_| std::fs::rename(&tmp, &path));
-        if let Err(e) = done {
-            tracing::warn!(path = %path.display(), "cannot write the cluster key file: {e}");
-        }
     }
 }

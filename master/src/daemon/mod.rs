@@ -65,18 +65,17 @@ pub fn run(cfg: MasterConfig) -> Result<()> {
     } else {
         mkdir_private(cfg.keys_dir())?;
     }
-    let keys = {
-        let mut view = store::key_view(&cfg)?;
-        masterkeys::load_or_create(&cfg, &mut *view)?
-    };
+    let clustered = cfg.cluster_id.is_some();
+    // A lone master's key pair a pki dir already holds, read before the node owns the view.
+    let found = if clustered { None } else { masterkeys::existing(&cfg, &*store::key_view(&cfg)?) };
     let (applied_tx, applied_rx) = mpsc::unbounded_channel();
     let node = Arc::new(store::start_node_adopting_tapped(&cfg, Some(publish::tap(applied_tx)))?);
     // The node above started with its peers exactly when `cluster_id` is set.
-    let (keys, aes, generation) = if cfg.cluster_id.is_some() {
+    let (keys, aes, generation) = if clustered {
         let s = cluster::secrets(&cfg, &node)?;
         (s.keys, s.aes, s.generation)
     } else {
-        (keys, Crypticle::generate(), 0)
+        (master_keys(&cfg, &node, found)?, Crypticle::generate(), 0)
     };
     let publish_key = PublishKey::new(aes, &keys)?;
     let master = Arc::new(Master::new(cfg, node, keys, publish_key, generation));
@@ -89,6 +88,22 @@ pub fn run(cfg: MasterConfig) -> Result<()> {
         .build()
         .ctx(|| "starting the runtime".into())?;
     rt.block_on(serve(master, applied_rx, started))
+}
+
+/// A lone master's key pair, from its log; recorded first if the log has none (the pair
+/// `found` in the pki dir, or a new one). The key view's files follow from the record.
+fn master_keys(cfg: &MasterConfig, node: &halite_replication::Node, found: Option<Vec<u8>>) -> Result<masterkeys::MasterKeys> {
+    if node.state().master_key_pair()?.is_none() {
+        node.propose(&[masterkeys::record(cfg, found, halite_storage::format::now_ns())?])?;
+    }
+    // Set once: whatever was applied first is the key, on this and every later start.
+    match node.state().master_key_pair()? {
+        Some(k) => {
+            tracing::info!(key = %format!("{}.pem", k.name), "master key loaded");
+            masterkeys::MasterKeys::from_pem(&k.private_pem)
+        }
+        None => Err(Error::refused("the master key pair was proposed but is not applied")),
+    }
 }
 
 async fn serve(master: Arc<Master>, applied_rx: mpsc::UnboundedReceiver<publish::Applied>, started: std::time::Instant) -> Result<()> {
