@@ -7,6 +7,7 @@
 
 use crate::config::ConfigError;
 use crate::wire::crypto::CryptoError;
+use crate::wire::envelope::EnvelopeError;
 use crate::wire::payload::PayloadError;
 
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +22,8 @@ pub enum Error {
     Crypto(#[from] CryptoError),
     #[error(transparent)]
     Payload(#[from] PayloadError),
+    #[error(transparent)]
+    Envelope(#[from] EnvelopeError),
     /// A file or socket operation, with what was being done.
     #[error("{context}: {source}")]
     Io { context: String, source: std::io::Error },

@@ -27,6 +27,7 @@ pub mod matcher;
 pub mod pillar;
 pub mod pki;
 pub mod req;
+pub mod start;
 pub mod store;
 pub mod view;
 pub mod wire;

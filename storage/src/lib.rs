@@ -11,6 +11,7 @@
 //! | [`format`]    | the record byte format (header, CRC, payload schemas)     |
 //! | [`id`]        | minion id and relative path validation                    |
 //! | [`log`]       | raft-engine storage behind raft-rs's `Storage` trait      |
+//! | [`framing`]   | raft-engine's file framing (for the tail repair and `verify`) |
 //! | [`tail`]      | torn-tail detection and repair before the log opens       |
 //! | [`state`]     | the RocksDB state machine, apply, snapshots               |
 //! | [`mmap_cache`]| the MmapCache file engine (Salt's `mmap_cache.py` format) |
@@ -21,6 +22,7 @@
 
 pub mod error;
 pub mod format;
+pub mod framing;
 pub mod id;
 pub mod import;
 pub mod keys;

@@ -5,13 +5,8 @@
 //! whose write never finished, then zeros. raft-engine's strict mode refuses such a file,
 //! and its tolerant mode truncates at the first bad batch *anywhere* in the newest file,
 //! which would silently drop acknowledged records after a flipped byte. So Halite decides
-//! itself, reading only the framing that raft-engine documents for its files:
-//!
-//! ```text
-//! file   = magic "RAFT-LOG-FILE-HEADER-9986AB3E47F320B394C8E84916EB0ED5", u64 BE version,
-//!          [u64 BE alignment if version >= 2], batch*
-//! batch  = u64 BE (len << 8 | compression), u64 BE footer offset, ... (len bytes in all)
-//! ```
+//! itself, reading only the framing that raft-engine documents for its files
+//! ([`crate::framing`]).
 //!
 //! Walking batch headers from the start gives the end of the well-framed region. If only
 //! zeros follow it, the zeros are cut (nothing was lost), and if the last framed batch
@@ -29,9 +24,9 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, IoContext, Result};
+use crate::framing::{self, BATCH_HEADER_LEN, FILE_HEADER_PREFIX};
 
-const MAGIC: &[u8] = b"RAFT-LOG-FILE-HEADER-9986AB3E47F320B394C8E84916EB0ED5";
-const BATCH_HEADER_LEN: u64 = 16;
+pub use crate::framing::newest_log_file;
 /// The largest batch Halite writes: a group of proposals is capped well below this.
 pub const MAX_TORN_BATCH: u64 = 256 << 20;
 
@@ -44,30 +39,6 @@ pub enum TailState {
     ZerosCut { file: PathBuf, at: u64 },
     /// An unfinished last batch was cut.
     TornCut { file: PathBuf, at: u64, bytes: u64 },
-}
-
-/// The newest append-queue file of a raft-engine directory.
-pub fn newest_log_file(dir: &Path) -> Result<Option<PathBuf>> {
-    let mut best: Option<(u64, PathBuf)> = None;
-    let rd = match std::fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io(format!("listing {}", dir.display()), e)),
-    };
-    for ent in rd {
-        let ent = ent.ctx(|| format!("listing {}", dir.display()))?;
-        let name = ent.file_name();
-        let Some(name) = name.to_str() else { continue };
-        let Some(seq) = name.strip_suffix(".raftlog") else { continue };
-        if seq.len() != 16 {
-            continue;
-        }
-        let Ok(seq) = seq.parse::<u64>() else { continue };
-        if best.as_ref().is_none_or(|(s, _)| seq > *s) {
-            best = Some((seq, ent.path()));
-        }
-    }
-    Ok(best.map(|(_, p)| p))
 }
 
 /// Checks the newest log file of `dir` and cuts a torn tail; see the module docs.
@@ -165,16 +136,12 @@ fn read_at(f: &mut File, at: u64, buf: &mut [u8]) -> Result<usize> {
 
 /// Returns the header length, or None if the magic is missing.
 fn file_header_len(f: &mut File, size: u64) -> Result<Option<u64>> {
-    let mut buf = vec![0u8; MAGIC.len() + 8];
+    let mut buf = [0u8; FILE_HEADER_PREFIX];
     if size < buf.len() as u64 {
         return Ok(None);
     }
     read_at(f, 0, &mut buf)?;
-    if &buf[..MAGIC.len()] != MAGIC {
-        return Ok(None);
-    }
-    let version = u64::from_be_bytes(buf[MAGIC.len()..].try_into().unwrap_or([0; 8]));
-    Ok(Some(MAGIC.len() as u64 + 8 + if version >= 2 { 8 } else { 0 }))
+    Ok(framing::file_header_len(&buf))
 }
 
 fn read_batch_len(f: &mut File, at: u64, size: u64) -> Result<Option<u64>> {
@@ -183,13 +150,7 @@ fn read_batch_len(f: &mut File, at: u64, size: u64) -> Result<Option<u64>> {
     }
     let mut h = [0u8; 16];
     read_at(f, at, &mut h)?;
-    let len_and_type = u64::from_be_bytes(h[0..8].try_into().unwrap_or([0; 8]));
-    let footer = u64::from_be_bytes(h[8..16].try_into().unwrap_or([0; 8]));
-    let len = len_and_type >> 8;
-    if footer < BATCH_HEADER_LEN || footer > len || (len_and_type & 0xff) > 2 {
-        return Ok(None);
-    }
-    Ok(Some(len))
+    Ok(framing::batch_len(&h))
 }
 
 /// Follows batch lengths from `start`; returns the end of the last batch that fits and

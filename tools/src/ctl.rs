@@ -14,11 +14,12 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use halite_master::{store, MasterConfig};
+use halite_master::{start, store, MasterConfig};
 use halite_storage::format::{now_ns, ImportMarker, ImportPhase, Record, RecordKind, RootsTree};
 use halite_storage::import::{read_job_cache, read_localfs_pki, read_roots_dir};
 use halite_storage::log::RaftLog;
 use halite_storage::state::StateMachine;
+use halite_storage::framing;
 use halite_storage::tail::{check_tail, TailState};
 
 use crate::common::{Failure, Progress, Result};
@@ -100,78 +101,6 @@ pub struct VerifyReport {
     pub records: u64,
 }
 
-/// Log files in a raft-engine dir, oldest first.
-fn log_files(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| Failure::from(format!("listing {}: {e}", dir.display())))?
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "raftlog" || x == "rewrite"))
-        .collect();
-    v.sort();
-    Ok(v)
-}
-
-/// Offsets where the batches of a raft-engine file start (read from the framing).
-fn batch_offsets(path: &Path) -> Result<Vec<u64>> {
-    let b = std::fs::read(path)?;
-    let magic = b"RAFT-LOG-FILE-HEADER-9986AB3E47F320B394C8E84916EB0ED5";
-    if b.len() < magic.len() + 8 || &b[..magic.len()] != magic {
-        return Ok(Vec::new());
-    }
-    let ver = u64::from_be_bytes(b[magic.len()..magic.len() + 8].try_into().unwrap_or([0; 8]));
-    let mut at = magic.len() + 8 + if ver >= 2 { 8 } else { 0 };
-    let mut out = Vec::new();
-    while at + 16 <= b.len() {
-        let len = (u64::from_be_bytes(b[at..at + 8].try_into().unwrap_or([0; 8])) >> 8) as usize;
-        if len < 16 || at + len > b.len() {
-            break;
-        }
-        out.push(at as u64);
-        at += len;
-    }
-    Ok(out)
-}
-
-/// Whether raft-engine reads every batch (item checksums) of a file cleanly.
-fn file_items_ok(path: &Path) -> std::result::Result<usize, String> {
-    let reader = raft_engine::Engine::dump(path).map_err(|e| e.to_string())?;
-    let mut n = 0;
-    for item in reader {
-        item.map_err(|e| e.to_string())?;
-        n += 1;
-    }
-    Ok(n)
-}
-
-/// Finds the first batch of `path` that raft-engine refuses, by reading growing
-/// prefixes of the file (binary search over batch boundaries).
-fn first_bad_batch(path: &Path) -> Result<Option<u64>> {
-    let offs = batch_offsets(path)?;
-    let data = std::fs::read(path)?;
-    let tmp = tempfile::tempdir()?;
-    let copy = tmp.path().join(path.file_name().unwrap_or_default());
-    let prefix_ok = |k: usize| -> Result<bool> {
-        let end = offs.get(k).copied().unwrap_or(data.len() as u64) as usize;
-        std::fs::write(&copy, &data[..end])?;
-        Ok(file_items_ok(&copy).is_ok())
-    };
-    // Invariant: prefix ending before batch lo is fine; prefix ending before batch hi is not.
-    let (mut lo, mut hi) = (0usize, offs.len());
-    if prefix_ok(hi)? {
-        return Ok(None);
-    }
-    while hi - lo > 1 {
-        let mid = (lo + hi) / 2;
-        if prefix_ok(mid)? {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    Ok(offs.get(hi - 1).copied())
-}
-
 /// `verify`: checks the log (and with `views`, the key view), reporting the first bad
 /// record. Cuts a torn tail exactly as start-up would, and says so.
 pub fn verify(cfg: &MasterConfig, check_views: bool) -> Result<VerifyReport> {
@@ -188,9 +117,9 @@ pub fn verify(cfg: &MasterConfig, check_views: bool) -> Result<VerifyReport> {
         Ok(TailState::TornCut { file, at, bytes }) => rep.notes.push(format!("torn tail: {bytes} bytes of an unfinished batch at {}:{at} (never acknowledged); start-up cuts it", file.display())),
         Err(e) => rep.problems.push(e.to_string()),
     }
-    for f in log_files(&log_dir)? {
-        if let Err(e) = file_items_ok(&f) {
-            let at = first_bad_batch(&f)?.map(|o| format!(" (first bad batch at byte offset {o})")).unwrap_or_default();
+    for f in framing::log_files(&log_dir)? {
+        if let Err(e) = framing::check_file(&f) {
+            let at = framing::first_bad_batch(&f)?.map(|o| format!(" (first bad batch at byte offset {o})")).unwrap_or_default();
             rep.problems.push(format!("{}: {e}{at}", f.display()));
         }
     }
@@ -394,7 +323,7 @@ pub fn import_shared(cfg: &MasterConfig, tree: &SharedTree) -> Result<BTreeMap<S
             }
         }
     }
-    let node = store::start_node(cfg, store::views(cfg, store::key_view(cfg)?)).map_err(crate::pki::in_use(cfg))?;
+    let node = start::start_node(cfg, store::views(cfg, store::key_view(cfg)?)).map_err(crate::pki::in_use(cfg))?;
     let source = format!("shared:{}", tree.pki_dir.display());
     let total = recs.len() as u64;
     let mut p = Progress::new("importing the shared tree", total);

@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 
 use sha2::{Digest, Sha256};
 
-use halite_master::{store, MasterConfig};
+use halite_master::{start, store, MasterConfig};
 pub use halite_master::admin::keys::{glob_match, looks_like_public_key, records_for, select, state_listing, Cmd, Include, ACC, DEN, PEND, REJ, GROUP};
 use halite_replication::Node;
 use halite_storage::keys::KeyListing;
@@ -63,9 +63,9 @@ pub fn fingers(cfg: &MasterConfig, pattern: &str) -> Result<Value> {
     Ok(Value::Object(out))
 }
 
-/// Starts the node over the configured view (see `halite_master::store::start_node_adopting`).
+/// Starts the node over the configured view (see `halite_master::start::start_node_adopting`).
 pub fn open_node(cfg: &MasterConfig) -> Result<Node> {
-    store::start_node_adopting(cfg).map_err(crate::pki::in_use(cfg))
+    start::start_node_adopting(cfg).map_err(crate::pki::in_use(cfg))
 }
 
 /// Carries out `cmd` on the selected keys through a stopped master's log (the same

@@ -2,7 +2,7 @@
 //! view is the mmap view, and runs the shared migration (`halite_master::pki`).
 
 use halite_master::pki::{format_counts, migration_groups, mmap_view_exists};
-use halite_master::store;
+use halite_master::{start, store};
 use halite_master::MasterConfig;
 use halite_storage::keys::KeyDriver;
 
@@ -19,7 +19,7 @@ pub fn migrate_offline(cfg: &MasterConfig, dry_run: bool) -> Result<String> {
     geo.validate()?;
     let view_existed = mmap_view_exists(cfg.keys_dir());
     let views = store::views(cfg, store::key_view_of(cfg, &KeyDriver::Mmap(geo))?);
-    let node = store::start_node(cfg, views).map_err(in_use(cfg))?;
+    let node = start::start_node(cfg, views).map_err(in_use(cfg))?;
     let state_had_keys = node.state().count("keys")? + node.state().count("denied")? > 0;
     let (records, counts) = halite_storage::import::read_localfs_pki(cfg.keys_dir())?;
     let source = format!("localfs_key:{}", cfg.keys_dir().display());

@@ -59,7 +59,7 @@ impl ClusterCmd {
                 }
                 let m = view.members()?;
                 // A member's raft id is derived from its name (its interface address).
-                let id = crate::store::member_id(&name);
+                let id = crate::start::member_id(&name);
                 if !m.voters.contains(&id) && !m.learners.contains(&id) {
                     return Err(Error::refused(format!("{name} is not a member")));
                 }

@@ -179,7 +179,7 @@ fn cluster_runners_report_the_group() {
     assert_eq!(f.now(json!({"cmd": "runner", "fun": "cluster.ring_info"}))["return"]["is_clustered"], false);
     assert!(f.run(json!({"cmd": "runner", "fun": "cluster.remove_member", "name": "m1"})).unwrap_err().to_string().contains("not a cluster member"));
     f.cfg.cluster_id = Some("c".into());
-    let ids: Vec<u64> = ["10.0.0.1", "10.0.0.2", "10.0.0.3"].iter().map(|n| crate::store::member_id(n)).collect();
+    let ids: Vec<u64> = ["10.0.0.1", "10.0.0.2", "10.0.0.3"].iter().map(|n| crate::start::member_id(n)).collect();
     f.members = Members { term: 4, voters: ids.clone(), learners: vec![], leader: Some(ids[1]), names: ids.iter().zip(["10.0.0.1", "10.0.0.2", "10.0.0.3"]).map(|(i, n)| (*i, n.to_string())).collect() };
     let m = f.now(json!({"cmd": "runner", "fun": "cluster.members"}))["return"].clone();
     assert_eq!((m["voters"].clone(), m["leader_id"].clone(), m["term"].clone()), (json!(["10.0.0.1", "10.0.0.2", "10.0.0.3"]), json!("10.0.0.2"), json!(4)));

@@ -215,7 +215,7 @@ impl AdminView for Master {
     }
     fn members(&self) -> Result<Members> {
         let (term, voters, learners) = self.node.membership()?;
-        Ok(Members { term, voters, learners, leader: self.node.leader(), names: crate::store::member_names(&self.cfg, Some(&self.node.handle())) })
+        Ok(Members { term, voters, learners, leader: self.node.leader(), names: crate::start::member_names(&self.cfg, Some(&self.node.handle())) })
     }
     fn new_jid(&self) -> String {
         crate::jobs::new_jid()

@@ -34,7 +34,7 @@ use halite_storage::keys::localfs::LocalfsKeys;
 use crate::config::MasterConfig;
 use crate::error::{Error, IoContext, Result};
 use crate::masterkeys::{self, PublishKey};
-use crate::store;
+use crate::{start, store};
 use crate::wire::crypto::Crypticle;
 use live::Master;
 
@@ -69,7 +69,7 @@ pub fn run(cfg: MasterConfig) -> Result<()> {
     // A lone master's key pair a pki dir already holds, read before the node owns the view.
     let found = if clustered { None } else { masterkeys::existing(&cfg, &*store::key_view(&cfg)?) };
     let (applied_tx, applied_rx) = mpsc::unbounded_channel();
-    let node = Arc::new(store::start_node_adopting_tapped(&cfg, Some(publish::tap(applied_tx)))?);
+    let node = Arc::new(start::start_node_adopting_tapped(&cfg, Some(publish::tap(applied_tx)))?);
     // The node above started with its peers exactly when `cluster_id` is set.
     let (keys, aes, generation) = if clustered {
         let s = cluster::secrets(&cfg, &node)?;

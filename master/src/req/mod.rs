@@ -36,6 +36,7 @@ use halite_storage::format::Record;
 use halite_storage::id::validate_minion_id;
 use halite_storage::keys::BankState;
 
+use crate::error::Result;
 use crate::events::Event;
 use crate::view::View;
 use crate::wire::crypto::{Crypticle, EncAlgo, PublicKey, SigAlgo};
@@ -144,7 +145,7 @@ impl Command {
     }
 
     /// Answers an AES command. An error becomes `"bad load"`.
-    pub fn answer(self, ctx: &Ctx, view: &dyn View) -> Result<Answer, String> {
+    pub fn answer(self, ctx: &Ctx, view: &dyn View) -> Result<Answer> {
         match self {
             Command::Return(c) => c.answer(ctx, view),
             Command::Pillar(c) => c.answer(ctx, view),

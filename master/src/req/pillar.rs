@@ -8,6 +8,7 @@ use rmpv::Value;
 use halite_storage::format::{GrainsReport, Record};
 
 use super::{Answer, Ctx};
+use crate::error::Result;
 use crate::events::event;
 use crate::view::View;
 use crate::wire::crypto::PICKLE;
@@ -23,7 +24,7 @@ impl Pillar {
         Pillar { grains: get(inner, "grains").cloned().unwrap_or(Value::Map(vec![])) }
     }
 
-    pub fn answer(self, ctx: &Ctx, view: &dyn View) -> Result<Answer, String> {
+    pub fn answer(self, ctx: &Ctx, view: &dyn View) -> Result<Answer> {
         let rec = Record::GrainsReport(GrainsReport { id: ctx.id.to_string(), grains: encode(&self.grains), time_ns: view.now_ns() });
         let mut grains_json = payload::to_json(&self.grains);
         if let Some(m) = grains_json.as_object_mut() {
@@ -31,12 +32,12 @@ impl Pillar {
         }
         let pillar = payload::from_json(&crate::pillar::compile(view.config(), view.roots(), ctx.id, &grains_json));
         let k = view.fresh_key();
-        let enc_k = ctx.minion_pub.encrypt_oaep(k.key_string().as_bytes(), ctx.enc).map_err(|e| e.to_string())?;
+        let enc_k = ctx.minion_pub.encrypt_oaep(k.key_string().as_bytes(), ctx.enc)?;
         let data = encode(&map([("key", bin(enc_k.clone())), ("pillar", pillar), ("nonce", Value::from(ctx.nonce))]));
-        let sig = view.master_keys().private.sign(&data, ctx.sig).map_err(|e| e.to_string())?;
+        let sig = view.master_keys().private.sign(&data, ctx.sig)?;
         let mut plain = PICKLE.to_vec();
         plain.extend_from_slice(&encode(&map([("data", bin(data)), ("sig", bin(sig))])));
-        let blob = k.encrypt(&plain).map_err(|e| e.to_string())?;
+        let blob = k.encrypt(&plain)?;
         Ok(Answer {
             value: map([("key", bin(enc_k)), ("pillar", bin(blob))]),
             private: true,

@@ -10,6 +10,7 @@ use rmpv::Value;
 use halite_storage::format::{JobPublished, JobReturn, Record};
 
 use super::{Answer, Ctx};
+use crate::error::Result;
 use crate::events::event;
 use crate::view::View;
 use crate::wire::payload::{self, encode, get, get_text, take};
@@ -24,7 +25,7 @@ impl Return {
         Return { load: inner.clone() }
     }
 
-    pub fn answer(self, ctx: &Ctx, view: &dyn View) -> Result<Answer, String> {
+    pub fn answer(self, ctx: &Ctx, view: &dyn View) -> Result<Answer> {
         let mut load = self.load;
         let jid = get_text(&load, "jid").unwrap_or("").to_string();
         if jid == "nocache" || jid.is_empty() {
@@ -49,7 +50,7 @@ impl Return {
         };
         records.push(Record::JobReturn(JobReturn { jid: jid.clone(), id: ctx.id.to_string(), load: encode(&load), time_ns: now }));
         for rec in &records {
-            rec.validate().map_err(|e| format!("return refused: {e}"))?;
+            rec.validate().map_err(|e| crate::error::Error::refused(format!("return refused: {e}")))?;
         }
         let events = vec![event(format!("salt/job/{jid}/ret/{}", ctx.id), payload::to_json(&load))];
         Ok(Answer { value: Value::Nil, private: false, records, events })

@@ -12,7 +12,8 @@
 //! an AES request is `pickle::` + nonce + msgpack, encrypted with the same session key.
 //!
 //! Every failure here is answered with `"bad load"` (which makes a stock minion sign in
-//! again); the functions return the reason for the log.
+//! again); the functions return an [`EnvelopeError`] naming the check that failed, for
+//! the log.
 
 use rmpv::Value;
 
@@ -21,6 +22,39 @@ use super::payload::{self, bin, encode, get, get_text, take};
 
 /// The lowest envelope version served.
 pub const MIN_VERSION: i64 = 3;
+
+/// Why a request was refused before any command saw it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvelopeError {
+    #[error("request of {len} bytes exceeds the {max}-byte limit")]
+    TooLarge { len: usize, max: usize },
+    #[error("{0}")]
+    Undecodable(String),
+    #[error("the envelope is not a map")]
+    NotAMap,
+    #[error("the envelope lacks enc or load")]
+    Incomplete,
+    #[error("protocol version {0} is below the minimum {MIN_VERSION}")]
+    OldVersion(i64),
+    #[error("unknown enc {0:?}")]
+    UnknownEnc(String),
+    #[error("the load is not a byte string")]
+    LoadNotBytes,
+    #[error("the load does not decrypt with the session key")]
+    DoesNotDecrypt,
+    #[error("no pickle:: prefix")]
+    NoPickle,
+    #[error("the decrypted load is not a map")]
+    InnerNotAMap,
+    #[error("missing or malformed nonce")]
+    BadNonce,
+    #[error("inner id differs from the envelope id")]
+    IdMismatch,
+    #[error("no tok")]
+    NoTok,
+    #[error("stale request: ts {ts} is {age}s old (request_server_ttl {ttl})")]
+    Stale { ts: i64, age: i64, ttl: u64 },
+}
 
 /// A decoded envelope.
 #[derive(Debug, Clone)]
@@ -40,26 +74,26 @@ pub enum Enc {
 }
 
 /// Decodes a request body into its envelope; the body must be at most `max` bytes.
-pub fn decode(body: &[u8], max: usize) -> Result<Envelope, String> {
+pub fn decode(body: &[u8], max: usize) -> Result<Envelope, EnvelopeError> {
     if body.len() > max {
-        return Err(format!("request of {} bytes exceeds the {max}-byte limit", body.len()));
+        return Err(EnvelopeError::TooLarge { len: body.len(), max });
     }
     let env = match payload::decode(body) {
         Ok(v @ Value::Map(_)) => v,
-        Ok(_) => return Err("the envelope is not a map".into()),
-        Err(e) => return Err(e.to_string()),
+        Ok(_) => return Err(EnvelopeError::NotAMap),
+        Err(e) => return Err(EnvelopeError::Undecodable(e.to_string())),
     };
     let (Some(enc), Some(load)) = (get_text(&env, "enc"), get(&env, "load")) else {
-        return Err("the envelope lacks enc or load".into());
+        return Err(EnvelopeError::Incomplete);
     };
     let version = get(&env, "version").and_then(Value::as_i64).unwrap_or(0);
     if version < MIN_VERSION {
-        return Err(format!("protocol version {version} is below the minimum {MIN_VERSION}"));
+        return Err(EnvelopeError::OldVersion(version));
     }
     let enc = match enc {
         "clear" => Enc::Clear,
         "aes" => Enc::Aes,
-        other => return Err(format!("unknown enc {:?}", other.escape_debug().to_string())),
+        other => return Err(EnvelopeError::UnknownEnc(other.escape_debug().to_string())),
     };
     Ok(Envelope {
         enc,
@@ -82,23 +116,23 @@ pub struct Opened {
 
 /// Decrypts an AES load with the minion's session key and checks its shape: the
 /// `pickle::` prefix, a map, a well-formed nonce, the inner id equal to `id`, a `tok`.
-pub fn open_aes(load: &Value, id: &str, session: &Crypticle) -> Result<Opened, String> {
-    let ct = payload::bytes(load).ok_or("the load is not a byte string")?;
-    let plain = session.decrypt(ct).map_err(|_| "the load does not decrypt with the session key")?;
-    let msg = plain.strip_prefix(PICKLE).ok_or("no pickle:: prefix")?;
+pub fn open_aes(load: &Value, id: &str, session: &Crypticle) -> Result<Opened, EnvelopeError> {
+    let ct = payload::bytes(load).ok_or(EnvelopeError::LoadNotBytes)?;
+    let plain = session.decrypt(ct).map_err(|_| EnvelopeError::DoesNotDecrypt)?;
+    let msg = plain.strip_prefix(PICKLE).ok_or(EnvelopeError::NoPickle)?;
     let mut inner = match payload::decode(msg) {
         Ok(v @ Value::Map(_)) => v,
-        _ => return Err("the decrypted load is not a map".into()),
+        _ => return Err(EnvelopeError::InnerNotAMap),
     };
     let cmd = get_text(&inner, "cmd").unwrap_or("").to_string();
     let nonce = take(&mut inner, "nonce").and_then(|n| payload::text(&n).map(String::from)).unwrap_or_default();
     if !well_formed_nonce(&nonce) {
-        return Err("missing or malformed nonce".into());
+        return Err(EnvelopeError::BadNonce);
     }
     if get_text(&inner, "id") != Some(id) {
-        return Err("inner id differs from the envelope id".into());
+        return Err(EnvelopeError::IdMismatch);
     }
-    let tok = take(&mut inner, "tok").ok_or("no tok")?;
+    let tok = take(&mut inner, "tok").ok_or(EnvelopeError::NoTok)?;
     Ok(Opened { cmd, nonce, tok, inner })
 }
 
@@ -114,14 +148,14 @@ pub fn tok_valid(tok: &Value, minion_pub: &PublicKey) -> bool {
 
 /// Salt's `request_server_ttl`: refuses a request whose `ts` is more than `ttl` seconds
 /// before `now_s` (0 turns the check off).
-pub fn check_ttl(inner: &Value, now_s: i64, ttl: u64) -> Result<(), String> {
+pub fn check_ttl(inner: &Value, now_s: i64, ttl: u64) -> Result<(), EnvelopeError> {
     if ttl == 0 {
         return Ok(());
     }
     let ts = get(inner, "ts").and_then(Value::as_i64).unwrap_or(0);
     let age = now_s.saturating_sub(ts);
     if age > ttl as i64 {
-        return Err(format!("stale request: ts {ts} is {age}s old (request_server_ttl {ttl})"));
+        return Err(EnvelopeError::Stale { ts, age, ttl });
     }
     Ok(())
 }
@@ -154,14 +188,14 @@ mod tests {
     fn envelope_checks() {
         let ok = body(map([("enc", Value::from("clear")), ("load", map([("cmd", Value::from("ping"))])), ("version", Value::from(3))]));
         assert_eq!(decode(&ok, 1 << 20).unwrap().enc, Enc::Clear);
-        assert!(decode(&ok, 4).unwrap_err().contains("exceeds"));
+        assert!(matches!(decode(&ok, 4), Err(EnvelopeError::TooLarge { max: 4, .. })));
         let old = body(map([("enc", Value::from("clear")), ("load", map([])), ("version", Value::from(2))]));
-        assert!(decode(&old, 1 << 20).unwrap_err().contains("version 2"));
+        assert_eq!(decode(&old, 1 << 20).unwrap_err(), EnvelopeError::OldVersion(2));
         let unversioned = body(map([("enc", Value::from("clear")), ("load", map([]))]));
         assert!(decode(&unversioned, 1 << 20).is_err());
         let odd = body(map([("enc", Value::from("rot13")), ("load", map([])), ("version", Value::from(3))]));
-        assert!(decode(&odd, 1 << 20).unwrap_err().contains("unknown enc"));
-        assert!(decode(&body(Value::from(1)), 1 << 20).unwrap_err().contains("not a map"));
+        assert_eq!(decode(&odd, 1 << 20).unwrap_err(), EnvelopeError::UnknownEnc("rot13".into()));
+        assert_eq!(decode(&body(Value::from(1)), 1 << 20).unwrap_err(), EnvelopeError::NotAMap);
         assert!(decode(b"\xc1", 1 << 20).is_err());
     }
 
@@ -178,15 +212,15 @@ mod tests {
         let o = open_aes(&good, "m1", &k).unwrap();
         assert_eq!((o.cmd.as_str(), o.nonce.as_str()), ("_return", nonce));
         assert!(get(&o.inner, "nonce").is_none() && get(&o.inner, "tok").is_none(), "nonce and tok are taken out");
-        assert!(open_aes(&good, "m2", &k).unwrap_err().contains("inner id"));
-        assert!(open_aes(&good, "m1", &Crypticle::generate()).unwrap_err().contains("does not decrypt"));
+        assert_eq!(open_aes(&good, "m2", &k).unwrap_err(), EnvelopeError::IdMismatch);
+        assert_eq!(open_aes(&good, "m1", &Crypticle::generate()).unwrap_err(), EnvelopeError::DoesNotDecrypt);
         let short_nonce = seal(map([("cmd", Value::from("x")), ("id", Value::from("m1")), ("nonce", Value::from("abc")), ("tok", bin(b"t".to_vec()))]));
-        assert!(open_aes(&short_nonce, "m1", &k).unwrap_err().contains("nonce"));
+        assert_eq!(open_aes(&short_nonce, "m1", &k).unwrap_err(), EnvelopeError::BadNonce);
         let no_tok = seal(map([("cmd", Value::from("x")), ("id", Value::from("m1")), ("nonce", Value::from(nonce))]));
-        assert_eq!(open_aes(&no_tok, "m1", &k).unwrap_err(), "no tok");
+        assert_eq!(open_aes(&no_tok, "m1", &k).unwrap_err(), EnvelopeError::NoTok);
         let raw = bin(k.encrypt(b"no prefix").unwrap());
-        assert!(open_aes(&raw, "m1", &k).unwrap_err().contains("pickle"));
-        assert!(open_aes(&Value::from(3), "m1", &k).unwrap_err().contains("byte string"));
+        assert_eq!(open_aes(&raw, "m1", &k).unwrap_err(), EnvelopeError::NoPickle);
+        assert_eq!(open_aes(&Value::from(3), "m1", &k).unwrap_err(), EnvelopeError::LoadNotBytes);
     }
 
     #[test]
@@ -194,7 +228,7 @@ mod tests {
         let inner = map([("ts", Value::from(1000))]);
         assert!(check_ttl(&inner, 1010, 0).is_ok(), "0 is off");
         assert!(check_ttl(&inner, 1010, 60).is_ok());
-        assert!(check_ttl(&inner, 1100, 60).unwrap_err().contains("stale"));
+        assert_eq!(check_ttl(&inner, 1100, 60).unwrap_err(), EnvelopeError::Stale { ts: 1000, age: 100, ttl: 60 });
         let k = Crypticle::generate();
         let r = seal_reply(&k, "0123456789abcdef0123456789abcdef", &Value::from(true)).unwrap();
         let ct = payload::decode(&r).unwrap();

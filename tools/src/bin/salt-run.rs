@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use halite_master::admin::client::AdminClient;
 use halite_master::admin::{cluster, jobs, Members};
-use halite_master::store;
+use halite_master::{start, store};
 use halite_tools::common::{init_logging, load_config, run, Failure, Result};
 use halite_tools::output::{render, Out};
 use halite_tools::pki;
@@ -145,7 +145,7 @@ fn offline_runner(cfg: &halite_master::MasterConfig, fun: &str, jid: Option<Stri
         let (hs, cs) = (log.hard_state()?, log.conf_state()?);
         // Offline: the leader is unknown, except that a lone voter leads itself.
         let leader = (cs.voters.len() == 1).then(|| cs.voters[0]);
-        let m = Members { term: hs.term, voters: cs.voters, learners: cs.learners, leader, names: store::member_names(cfg, None) };
+        let m = Members { term: hs.term, voters: cs.voters, learners: cs.learners, leader, names: start::member_names(cfg, None) };
         return Ok(if fun == "cluster.members" { cluster::members(&cluster::node_id(cfg), &m) } else { cluster::ring_info(cfg.cluster_id.is_some(), &m) });
     }
     let sm = halite_storage::state::StateMachine::open(&data.state())?;

@@ -55,9 +55,9 @@ pub struct Identity {
 }
 
 impl Identity {
-    pub fn new(id: String, key: PrivateKey) -> std::result::Result<Self, String> {
-        let pub_clean = String::from_utf8_lossy(&clean_key(&key.public_pem().map_err(|e| e.to_string())?)).into_owned();
-        let tok = key.x931_sign(b"salt").map_err(|e| e.to_string())?;
+    pub fn new(id: String, key: PrivateKey) -> std::result::Result<Self, halite_master::Error> {
+        let pub_clean = String::from_utf8_lossy(&clean_key(&key.public_pem()?)).into_owned();
+        let tok = key.x931_sign(b"salt")?;
         let token = Crypticle::generate().key_string().to_string();
         Ok(Identity { id, key, pub_clean, tok, token })
     }

@@ -65,7 +65,7 @@ pub fn load_keys(dir: &Path, count: usize) -> Result<(Vec<PrivateKey>, usize)> {
         let progress = Mutex::new(Progress::new("generating minion keys", missing.len() as u64));
         let done = std::sync::atomic::AtomicU64::new(0);
         let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
-        let made: Vec<(usize, std::result::Result<PrivateKey, String>)> = std::thread::scope(|s| {
+        let made: Vec<(usize, std::result::Result<PrivateKey, halite_master::Error>)> = std::thread::scope(|s| {
             let handles: Vec<_> = missing
                 .chunks(missing.len().div_ceil(threads))
                 .map(|chunk| {
@@ -80,7 +80,7 @@ pub fn load_keys(dir: &Path, count: usize) -> Result<(Vec<PrivateKey>, usize)> {
                                 });
                                 let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                                 progress.lock().unwrap_or_else(|p| p.into_inner()).set(n);
-                                (i, k.map_err(|e| e.to_string()).and_then(|(k, pem)| write_key(dir, i, &pem).map(|_| k)))
+                                (i, k.map_err(halite_master::Error::from).and_then(|(k, pem)| write_key(dir, i, &pem).map(|_| k)))
                             })
                             .collect::<Vec<_>>()
                     })
@@ -97,13 +97,14 @@ pub fn load_keys(dir: &Path, count: usize) -> Result<(Vec<PrivateKey>, usize)> {
     Ok((keys.ok_or_else(|| Failure::new("a minion key could not be generated", 1))?, missing.len()))
 }
 
-fn write_key(dir: &Path, i: usize, pem: &[u8]) -> std::result::Result<(), String> {
+fn write_key(dir: &Path, i: usize, pem: &[u8]) -> std::result::Result<(), halite_master::Error> {
+    use halite_master::error::IoContext;
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let tmp = dir.join(format!(".{i}.pem.tmp"));
-    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp).map_err(|e| e.to_string())?;
-    f.write_all(pem).map_err(|e| e.to_string())?;
-    std::fs::rename(&tmp, dir.join(format!("{i}.pem"))).map_err(|e| e.to_string())
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp).ctx(|| format!("creating {}", tmp.display()))?;
+    f.write_all(pem).ctx(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, dir.join(format!("{i}.pem"))).ctx(|| format!("renaming {}", tmp.display()))
 }
 
 /// One `_auth` exchange with salt-minion's retry rule: the same payload resent on each
@@ -188,16 +189,16 @@ impl Swarm {
 }
 
 /// One minion after sign-in: subscribe, then answer publishes until the process ends.
-async fn live(swarm: Arc<Swarm>, me: Identity, mut creds: Creds, ready: mpsc::UnboundedSender<std::result::Result<(), String>>) {
+async fn live(swarm: Arc<Swarm>, me: Identity, mut creds: Creds, ready: mpsc::UnboundedSender<std::result::Result<(), zeromq::ZmqError>>) {
     let pub_ep = format!("tcp://{}:{}", swarm.opts.master, creds.publish_port);
     let mut sub = zeromq::SubSocket::new();
     let subscribed = async {
-        sub.connect(&pub_ep).await.map_err(|e| e.to_string())?;
-        sub.subscribe("").await.map_err(|e| e.to_string())
+        sub.connect(&pub_ep).await?;
+        sub.subscribe("").await
     }
     .await;
     let mut req = zeromq::ReqSocket::new();
-    let connected = req.connect(&swarm.endpoint).await.map_err(|e| e.to_string());
+    let connected = req.connect(&swarm.endpoint).await;
     let _ = ready.send(subscribed.and(connected));
     let mut last_serial = 0i64;
     loop {
@@ -282,7 +283,7 @@ pub async fn run(opts: Options) -> Result<()> {
     let ids: Vec<Identity> = tokio::task::block_in_place(|| {
         keys.into_iter().enumerate().map(|(i, k)| Identity::new(format!("{}{i}", opts.prefix), k)).collect::<std::result::Result<Vec<_>, _>>()
     })
-    .map_err(|e| Failure::new(e, 1))?;
+    .map_err(|e| Failure::new(e.to_string(), 1))?;
     emit(json!({"event": "keys", "count": ids.len(), "generated": generated, "seconds": started.elapsed().as_secs_f64()}));
 
     let endpoint = format!("tcp://{}:{}", opts.master, opts.ret_port);
