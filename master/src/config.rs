@@ -299,6 +299,15 @@ impl MasterConfig {
         RootsDirs { file: first(&self.file_roots), pillar: first(&self.pillar_roots) }
     }
 
+    /// The node id Salt's cluster runners report: `id`, falling back to `interface`.
+    pub fn node_id(&self) -> String {
+        if self.id.is_empty() {
+            self.interface.clone()
+        } else {
+            self.id.clone()
+        }
+    }
+
     /// `keys.cache_driver` as written in the config.
     pub fn key_driver_name(&self) -> &'static str {
         match self.key_driver {

@@ -118,7 +118,7 @@ pub fn member_names(cfg: &MasterConfig, node: Option<&NodeHandle>) -> BTreeMap<u
             }
             names
         }
-        None => [(NodeConfig::default().id, crate::admin::cluster::node_id(cfg))].into(),
+        None => [(NodeConfig::default().id, cfg.node_id())].into(),
     }
 }
 

@@ -19,7 +19,6 @@ use serde_json::{json, Value as J};
 use halite_storage::format::{Record, RootsTombstone, RootsTree};
 
 use super::{AdminView, Answer, MemberChange, Members, Plan};
-use crate::config::MasterConfig;
 use crate::error::{Error, Result};
 
 /// Most roots records (1 MiB chunks) in one proposal.
@@ -51,7 +50,7 @@ impl ClusterCmd {
     pub fn answer(self, view: &dyn AdminView) -> Result<Plan> {
         let cfg = view.config();
         match self {
-            ClusterCmd::Members => Ok(Plan::answer(json!({ "return": members(&node_id(cfg), &view.members()?) }))),
+            ClusterCmd::Members => Ok(Plan::answer(json!({ "return": members(&cfg.node_id(), &view.members()?) }))),
             ClusterCmd::RingInfo => Ok(Plan::answer(json!({ "return": ring_info(cfg.cluster_id.is_some(), &view.members()?) }))),
             ClusterCmd::RemoveMember { name } => {
                 if cfg.cluster_id.is_none() {
@@ -87,15 +86,6 @@ impl ClusterCmd {
                 Ok(Plan { proposals: plan.records.chunks(SYNC_GROUP).map(<[Record]>::to_vec).collect(), progress: Some("cluster.sync_roots"), ..Plan::answer(answer) })
             }
         }
-    }
-}
-
-/// The node id Salt's cluster runners report: `id`, falling back to `interface`.
-pub fn node_id(cfg: &MasterConfig) -> String {
-    if cfg.id.is_empty() {
-        cfg.interface.clone()
-    } else {
-        cfg.id.clone()
     }
 }
 

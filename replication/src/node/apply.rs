@@ -24,7 +24,7 @@ impl Driver {
         let mut batch = Vec::with_capacity(entries.len());
         let mut ours = Vec::new();
         for e in entries {
-            if let Some(seq) = self.ours(&e) {
+            if let Some(seq) = self.proposals.ours(&e) {
                 ours.push((seq, e.index));
             }
             match e.get_entry_type() {
@@ -38,7 +38,7 @@ impl Driver {
                 EntryType::EntryConfChange => {
                     // Records before the change are applied first, in log order.
                     self.apply_records(std::mem::take(&mut batch))?;
-                    self.apply_member_change(&e)?;
+                    self.membership.apply(&mut self.raw, &self.log, self.outbox.as_ref(), &e)?;
                 }
                 EntryType::EntryConfChangeV2 => {
                     tracing::warn!(index = e.index, "joint-consensus conf change entries are not proposed by Halite; ignored");
@@ -48,7 +48,7 @@ impl Driver {
         self.apply_records(batch)?;
         self.sm.advance_applied(last)?;
         self.views_dirty_to = Some(last);
-        self.answer_applied(ours);
+        self.proposals.answer(ours);
         Ok(())
     }
 

@@ -17,7 +17,6 @@
 //! A stop request, or the last sender gone, ends the loop after the group in progress;
 //! an error ends it too, and every waiting proposal is answered with the reason.
 
-use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -32,16 +31,17 @@ use halite_storage::log::RaftLog;
 use halite_storage::state::StateMachine;
 use halite_storage::views::Views;
 
-use super::membership::{AddressBook, MemberChange};
-use super::proposals::Waiting;
+use super::membership::{AddressBook, MemberChange, Membership};
+use super::proposals::{Payload, Proposals};
 use super::{Msg, NodeConfig, NodeError, Proposal, Result};
 use crate::transport::Outbox;
 
 /// How often views are made durable while proposals keep arriving.
 pub const VIEWS_SYNC_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Everything the driver thread owns. Each file under `node/` adds the methods of its
-/// concept; the fields are grouped the same way.
+/// Everything the driver thread owns: the raft core and where its state goes, the
+/// proposals waiting to be applied (`proposals.rs`) and the membership state
+/// (`membership.rs`). `apply.rs` adds the apply methods.
 pub(super) struct Driver {
     // The raft core and where its state goes (this file, `apply.rs`).
     pub(super) raw: RawNode<RaftLog>,
@@ -56,19 +56,8 @@ pub(super) struct Driver {
     /// entries are applied) instead of waiting for an election timeout.
     pub(super) solo: bool,
 
-    // Proposals (`proposals.rs`).
-    /// Sequence number of this node's last proposal (carried in its entries' context).
-    pub(super) seq: u64,
-    /// Proposals not yet applied, by sequence number.
-    pub(super) waiting: HashMap<u64, Waiting>,
-
-    // Membership (`membership.rs`).
-    /// This node's address, to be written into the log once it leads (see `boot.rs`).
-    pub(super) announce: Option<SocketAddr>,
-    pub(super) pending_announce: Option<MemberChange>,
-    /// Learners a promotion was proposed for.
-    pub(super) promoting: HashSet<u64>,
-    pub(super) book: AddressBook,
+    pub(super) proposals: Proposals,
+    pub(super) membership: Membership,
 
     // View durability (this file).
     /// Highest index applied to the views but not yet synced, and when they last were.
@@ -84,7 +73,7 @@ pub(super) fn spawn(mut d: Driver, rx: Receiver<Msg>) -> Result<JoinHandle<()>> 
         .spawn(move || {
             if let Err(e) = d.run(rx) {
                 tracing::error!("raft node stopped: {e}");
-                d.fail_all(&e.to_string());
+                d.proposals.fail_all(&e.to_string());
             }
         })
         .map_err(|e| NodeError::Stopped(format!("cannot start the node thread: {e}")))
@@ -105,6 +94,8 @@ impl Driver {
         book: AddressBook,
     ) -> Self {
         Driver {
+            proposals: Proposals::new(cfg.id, cfg.propose_timeout),
+            membership: Membership::new(cfg.id, cfg.auto_promote, announce, book),
             raw,
             log,
             sm,
@@ -113,12 +104,6 @@ impl Driver {
             outbox,
             leader,
             solo,
-            seq: 0,
-            waiting: HashMap::new(),
-            announce,
-            pending_announce: None,
-            promoting: HashSet::new(),
-            book,
             views_dirty_to: None,
             views_synced_at: Instant::now(),
         }
@@ -170,29 +155,37 @@ impl Driver {
                 }
             }
             for p in group {
-                self.propose(p);
+                self.proposals.enqueue(Payload::Records(p.data), p.reply);
             }
-            for c in members.into_iter().chain(self.pending_announce.take()) {
+            for c in members.into_iter().chain(self.membership.take_announce()) {
                 self.propose_member(c);
             }
-            self.submit_waiting();
+            self.proposals.submit(&mut self.raw);
             if Instant::now() >= next_tick {
                 self.raw.tick();
                 next_tick = Instant::now() + self.cfg.tick;
-                self.expire_waiting();
-                self.promote_caught_up();
+                self.proposals.expire();
+                for c in self.membership.promotions(&self.raw) {
+                    self.propose_member(c);
+                }
             }
             self.on_ready()?;
             self.campaign_if_solo()?;
-            self.submit_waiting();
+            self.proposals.submit(&mut self.raw);
             self.on_ready()?;
             self.sync_views(false)?;
             if stop {
                 self.sync_views(true)?;
-                self.fail_all("the node is stopping");
+                self.proposals.fail_all("the node is stopping");
                 return Ok(());
             }
         }
+    }
+
+    /// Queues a membership change until it applies.
+    fn propose_member(&mut self, c: MemberChange) {
+        let (payload, reply) = c.into_proposal();
+        self.proposals.enqueue(payload, reply);
     }
 
     /// A node that is the only voter elects itself without waiting for a timeout.
@@ -230,7 +223,7 @@ impl Driver {
             self.leader.store(leader, Ordering::Relaxed);
             tracing::info!(id = self.cfg.id, leader, role = ?ss.raft_state, "raft role changed");
             if ss.raft_state == raft::StateRole::Leader {
-                self.announce_when_leading();
+                self.membership.announce_when_leading();
             }
         }
         self.send(rd.take_messages());

@@ -5,7 +5,7 @@
 //! with them. An addition carries the member's transport address in its
 //! [entry context](super::context), so the log itself is the cluster's **address book**:
 //! it is read from the log once at start ([`address_book`]), kept current as changes apply
-//! ([`Driver::apply_member_change`]), shared with [`NodeHandle::addresses`] and fed to
+//! ([`Membership::apply`]), shared with [`NodeHandle::addresses`] and fed to
 //! the transport.
 //!
 //! Two changes the leader makes by itself:
@@ -17,20 +17,21 @@
 //!
 //! [`NodeHandle::addresses`]: super::NodeHandle::addresses
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 
 use protobuf::Message as _;
 use raft::eraftpb::{ConfChange, ConfChangeType, Entry, EntryType};
+use raft::RawNode;
 
 use halite_storage::log::RaftLog;
 use halite_storage::Error as StorageError;
 
 use super::context;
-use super::driver::Driver;
 use super::proposals::Payload;
 use super::{Reply, Result};
+use crate::transport::Outbox;
 
 /// Member id → transport address, as the log's membership entries name them: read from
 /// the log once at start, then kept current by the driver as it applies changes.
@@ -44,6 +45,19 @@ pub(super) struct MemberChange {
     pub(super) node: u64,
     pub(super) addr: Option<SocketAddr>,
     pub(super) reply: Reply,
+}
+
+impl MemberChange {
+    /// What the proposal of this change carries, and who hears its outcome.
+    pub(super) fn into_proposal(self) -> (Payload, Reply) {
+        (Payload::Member { change: self.change, node: self.node, addr: self.addr }, self.reply)
+    }
+
+    /// A change the leader makes by itself (nobody waits for its outcome).
+    fn unasked(change: ConfChangeType, node: u64, addr: Option<SocketAddr>) -> Self {
+        let (reply, _) = tokio::sync::oneshot::channel();
+        MemberChange { change, node, addr, reply }
+    }
 }
 
 /// The transport address a membership-change entry carries in its context, if any (a
@@ -80,48 +94,64 @@ pub(super) fn address_book(log: &RaftLog) -> Result<HashMap<u64, SocketAddr>> {
     Ok(book.into_iter().filter_map(|(id, a)| Some((id, a?))).collect())
 }
 
-impl Driver {
-    /// Queues a membership change until it applies.
-    pub(super) fn propose_member(&mut self, c: MemberChange) {
-        let payload = Payload::Member { change: c.change, node: c.node, addr: c.addr };
-        self.enqueue(payload, c.reply);
+/// The driver's membership state.
+pub(super) struct Membership {
+    me: u64,
+    auto_promote: bool,
+    /// This node's address, to be written into the log once it leads (see `boot.rs`).
+    announce: Option<SocketAddr>,
+    /// The announcing change, proposed with the next group.
+    pending_announce: Option<MemberChange>,
+    /// Learners a promotion was proposed for.
+    promoting: HashSet<u64>,
+    pub(super) book: AddressBook,
+}
+
+impl Membership {
+    pub(super) fn new(me: u64, auto_promote: bool, announce: Option<SocketAddr>, book: AddressBook) -> Self {
+        Membership { me, auto_promote, announce, pending_announce: None, promoting: HashSet::new(), book }
     }
 
     /// On becoming leader: if this node's address is still to be announced, queue the
     /// `AddNode` that writes it into the log (proposed with the next group).
     pub(super) fn announce_when_leading(&mut self) {
         if let Some(addr) = self.announce.take() {
-            let (reply, _) = tokio::sync::oneshot::channel();
-            self.pending_announce = Some(MemberChange { change: ConfChangeType::AddNode, node: self.cfg.id, addr: Some(addr), reply });
+            self.pending_announce = Some(MemberChange::unasked(ConfChangeType::AddNode, self.me, Some(addr)));
         }
     }
 
-    /// As leader: proposes a voter change for each learner whose log matches the
-    /// committed index (it has caught up), once per learner.
-    pub(super) fn promote_caught_up(&mut self) {
-        if !self.cfg.auto_promote || self.raw.raft.state != raft::StateRole::Leader {
-            return;
+    /// The announcing change, once, when there is one.
+    pub(super) fn take_announce(&mut self) -> Option<MemberChange> {
+        self.pending_announce.take()
+    }
+
+    /// As leader: a voter change for each learner whose log matches the committed index
+    /// (it has caught up), once per learner.
+    pub(super) fn promotions(&mut self, raw: &RawNode<RaftLog>) -> Vec<MemberChange> {
+        if !self.auto_promote || raw.raft.state != raft::StateRole::Leader {
+            return Vec::new();
         }
-        let committed = self.raw.raft.raft_log.committed;
-        let learners: Vec<u64> = self.raw.raft.prs().conf().learners().iter().copied().collect();
+        let committed = raw.raft.raft_log.committed;
+        let learners: Vec<u64> = raw.raft.prs().conf().learners().iter().copied().collect();
         self.promoting.retain(|id| learners.contains(id));
+        let mut out = Vec::new();
         for id in learners {
-            let caught_up = self.raw.raft.prs().get(id).is_some_and(|p| p.matched >= committed);
+            let caught_up = raw.raft.prs().get(id).is_some_and(|p| p.matched >= committed);
             if caught_up && self.promoting.insert(id) {
                 tracing::info!(node = id, committed, "learner caught up: promoting it to voter");
-                let (reply, _) = tokio::sync::oneshot::channel();
-                self.propose_member(MemberChange { change: ConfChangeType::AddNode, node: id, addr: None, reply });
+                out.push(MemberChange::unasked(ConfChangeType::AddNode, id, None));
             }
         }
+        out
     }
 
     /// Applies a committed membership change: raft's view of the group, the persisted
     /// conf state, and the address book (ours and the transport's).
-    pub(super) fn apply_member_change(&mut self, e: &Entry) -> Result<()> {
+    pub(super) fn apply(&mut self, raw: &mut RawNode<RaftLog>, log: &RaftLog, outbox: Option<&Arc<dyn Outbox>>, e: &Entry) -> Result<()> {
         let cc = ConfChange::parse_from_bytes(&e.data).map_err(|err| StorageError::CorruptLog(format!("conf change entry {} does not decode: {err}", e.index)))?;
-        match self.raw.apply_conf_change(&cc) {
+        match raw.apply_conf_change(&cc) {
             Ok(cs) => {
-                self.log.append(&[], None, Some(&cs), true)?;
+                log.append(&[], None, Some(&cs), true)?;
                 tracing::info!(index = e.index, change = ?cc.get_change_type(), node = cc.node_id, voters = ?cs.voters, learners = ?cs.learners, "membership changed");
             }
             // Re-applying a change already in effect (after a restart) is refused by raft
@@ -142,7 +172,7 @@ impl Driver {
                 None => book.remove(&cc.node_id),
             };
         }
-        if let Some(o) = &self.outbox {
+        if let Some(o) = outbox {
             o.set_peer(cc.node_id, addr);
         }
         Ok(())

@@ -38,8 +38,10 @@
 //! | `membership.rs` | conf changes, the member address book, announcing this node, promoting learners |
 //! | `context.rs` | the bytes of an entry's `context` (proposer, sequence, member address) |
 //!
-//! The files under `node/` share one private type, the `driver::Driver` that the driver
-//! thread owns; each file adds the methods of its concept to it.
+//! The driver thread owns one `driver::Driver`, which holds the raft core, a
+//! `proposals::Proposals` and a `membership::Membership`; those two know nothing of the
+//! driver (they are handed the `RawNode` when they need it), so the imports of `node/`
+//! point one way: `boot` → `driver` → `proposals`, `membership` → `context`.
 
 mod apply;
 mod boot;
