@@ -210,7 +210,6 @@ fn public_key_files_are_the_bytes_openssl_writes() {
 #[test]
 fn key_pairs_are_set_once_and_the_key_view_follows_them() {
     use crate::format::{ClusterKeyPair, MasterKeyPair};
-    use crate::keys::KeyView;
     let d = tempfile::tempdir().unwrap();
     let sm = StateMachine::open(&d.path().join("s")).unwrap();
     let pem = test_key("test-master-pkcs1.pem");

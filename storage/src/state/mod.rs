@@ -27,12 +27,14 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rocksdb::{checkpoint::Checkpoint, ColumnFamily, IteratorMode, Options, WriteBatch, WriteOptions, DB};
+use rocksdb::{checkpoint::Checkpoint, ColumnFamily, IteratorMode, Options, WriteOptions, DB};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+mod apply;
+
 use crate::error::{Error, Result};
-use crate::format::{KeyState, Record, RootsTree, ROOTS_CHUNK_LEN};
+use crate::format::{Record, RootsTree, ROOTS_CHUNK_LEN};
 use crate::keys::{BankState, KeyEntry};
 
 pub const CF_META: &str = "meta";
@@ -165,31 +167,6 @@ impl StateMachine {
         }
     }
 
-    /// Applies committed records in log order. Records at or below the applied index are
-    /// skipped. Returns what the views must do. (RocksDB's WAL is never written; see the
-    /// module docs. A bulk replay calls [`StateMachine::flush`] once at the end.)
-    pub fn apply(&self, entries: &[(u64, Record)]) -> Result<Vec<Effect>> {
-        let applied = self.applied_index()?;
-        let mut batch = WriteBatch::default();
-        let mut effects = Vec::new();
-        let mut last = applied;
-        // Changes earlier in this batch that later records of the batch must see.
-        let mut overlay = Overlay::default();
-        for (index, rec) in entries {
-            if *index <= last {
-                continue;
-            }
-            self.apply_one(*index, rec, &mut batch, &mut effects, &mut overlay)?;
-            last = *index;
-        }
-        if last == applied {
-            return Ok(effects);
-        }
-        batch.put_cf(self.cf(CF_META)?, APPLIED_INDEX, last.to_be_bytes());
-        self.db.write_opt(batch, &no_wal())?;
-        Ok(effects)
-    }
-
     /// The index the views reflect (set by the applier after the views are synced).
     pub fn views_index(&self) -> Result<u64> {
         match self.db.get_cf(self.cf(CF_META)?, VIEWS_INDEX)? {
@@ -209,173 +186,6 @@ impl StateMachine {
     pub fn advance_applied(&self, index: u64) -> Result<()> {
         if index > self.applied_index()? {
             self.db.put_cf_opt(self.cf(CF_META)?, APPLIED_INDEX, index.to_be_bytes(), &no_wal())?;
-        }
-        Ok(())
-    }
-
-    fn apply_one(&self, index: u64, rec: &Record, b: &mut WriteBatch, fx: &mut Vec<Effect>, ov: &mut Overlay) -> Result<()> {
-        match rec {
-            Record::KeySet(k) => match k.state {
-                KeyState::Accepted | KeyState::Pending | KeyState::Rejected => {
-                    let state = BankState::from_key_state(k.state).ok_or_else(|| Error::Invalid("bad key state".into()))?;
-                    let mut v = Vec::with_capacity(9 + k.pub_key.len());
-                    v.push(state.mmap_byte());
-                    v.extend_from_slice(&k.time_ns.to_be_bytes());
-                    v.extend_from_slice(&k.pub_key);
-                    b.put_cf(self.cf(CF_KEYS)?, k.id.as_bytes(), v);
-                    ov.keys.insert(k.id.clone(), true);
-                    fx.push(Effect::KeySet { id: k.id.clone(), state, pub_key: k.pub_key.clone(), time_ns: k.time_ns });
-                }
-                KeyState::Deleted => {
-                    let exists = match ov.keys.get(&k.id) {
-                        Some(e) => *e,
-                        None => self.db.get_pinned_cf(self.cf(CF_KEYS)?, k.id.as_bytes())?.is_some(),
-                    };
-                    if exists {
-                        b.delete_cf(self.cf(CF_KEYS)?, k.id.as_bytes());
-                        ov.keys.insert(k.id.clone(), false);
-                        fx.push(Effect::KeyRemoved { id: k.id.clone() });
-                    }
-                }
-                KeyState::Denied => {
-                    // Only the first denied key of an id is kept (Salt's rule).
-                    let exists = match ov.denied.get(&k.id) {
-                        Some(e) => *e,
-                        None => self.db.get_pinned_cf(self.cf(CF_DENIED)?, k.id.as_bytes())?.is_some(),
-                    };
-                    if !exists {
-                        let mut v = Vec::with_capacity(8 + k.pub_key.len());
-                        v.extend_from_slice(&k.time_ns.to_be_bytes());
-                        v.extend_from_slice(&k.pub_key);
-                        b.put_cf(self.cf(CF_DENIED)?, k.id.as_bytes(), v);
-                        ov.denied.insert(k.id.clone(), true);
-                        fx.push(Effect::DeniedSet { id: k.id.clone(), pub_key: k.pub_key.clone(), time_ns: k.time_ns });
-                    }
-                }
-                KeyState::DeniedCleared => {
-                    let exists = match ov.denied.get(&k.id) {
-                        Some(e) => *e,
-                        None => self.db.get_pinned_cf(self.cf(CF_DENIED)?, k.id.as_bytes())?.is_some(),
-                    };
-                    if exists {
-                        b.delete_cf(self.cf(CF_DENIED)?, k.id.as_bytes());
-                        ov.denied.insert(k.id.clone(), false);
-                        fx.push(Effect::DeniedRemoved { id: k.id.clone() });
-                    }
-                }
-            },
-            Record::JobPublished(j) => b.put_cf(self.cf(CF_JOBS)?, j.jid.as_bytes(), to_msgpack(j)?),
-            Record::JobReturn(r) => {
-                let mut k = r.jid.as_bytes().to_vec();
-                k.push(0);
-                k.extend_from_slice(r.id.as_bytes());
-                b.put_cf(self.cf(CF_RETURNS)?, k, to_msgpack(r)?);
-            }
-            Record::GrainsReport(g) => b.put_cf(self.cf(CF_GRAINS)?, g.id.as_bytes(), to_msgpack(g)?),
-            Record::RootsBlob(blob) => {
-                let rk = roots_key(blob.tree, &blob.saltenv, &blob.path);
-                let prev = match ov.roots.get(&rk) {
-                    Some(m) => m.clone(),
-                    None => match self.db.get_cf(self.cf(CF_ROOTS)?, &rk)? {
-                        Some(v) => Some(from_msgpack::<RootsMeta>("roots", &v)?),
-                        None => None,
-                    },
-                };
-                let mut meta = if blob.chunk == 0 {
-                    // Chunk 0 starts a new version of the file; drop chunks of the old one.
-                    if let Some(p) = &prev {
-                        for c in blob.chunks..p.chunks {
-                            b.delete_cf(self.cf(CF_CHUNKS)?, chunk_key(&rk, c));
-                        }
-                    }
-                    RootsMeta { mode: blob.mode, sha256: blob.sha256.clone(), size: blob.size, chunks: blob.chunks, received: 0, complete: false }
-                } else {
-                    match prev {
-                        Some(p) if !p.complete && p.sha256 == blob.sha256 && p.received == blob.chunk && p.chunks == blob.chunks => p,
-                        _ => {
-                            tracing::error!(index, path = %blob.path, chunk = blob.chunk, "roots chunk out of order or for another version; ignored");
-                            return Ok(());
-                        }
-                    }
-                };
-                b.put_cf(self.cf(CF_CHUNKS)?, chunk_key(&rk, blob.chunk), &blob.data);
-                ov.chunks.insert(chunk_key(&rk, blob.chunk), blob.data.clone());
-                meta.received += 1;
-                if meta.received == meta.chunks {
-                    let mut h = Sha256::new();
-                    for c in 0..meta.chunks {
-                        let ck = chunk_key(&rk, c);
-                        match ov.chunks.get(&ck) {
-                            Some(d) => h.update(d),
-                            None => match self.db.get_pinned_cf(self.cf(CF_CHUNKS)?, &ck)? {
-                                Some(d) => h.update(&d),
-                                None => return Err(Error::Invalid(format!("roots chunk {c} of {} missing", blob.path))),
-                            },
-                        }
-                    }
-                    if h.finalize().as_slice() == meta.sha256.as_slice() {
-                        meta.complete = true;
-                        fx.push(Effect::RootsWritten { tree: blob.tree, saltenv: blob.saltenv.clone(), path: blob.path.clone() });
-                    } else {
-                        tracing::error!(index, path = %blob.path, "roots file does not match its sha256; not materialised");
-                    }
-                }
-                b.put_cf(self.cf(CF_ROOTS)?, &rk, to_msgpack(&meta)?);
-                ov.roots.insert(rk, Some(meta));
-            }
-            Record::RootsTombstone(t) => {
-                let rk = roots_key(t.tree, &t.saltenv, &t.path);
-                let prev = match ov.roots.get(&rk) {
-                    Some(m) => m.clone(),
-                    None => match self.db.get_cf(self.cf(CF_ROOTS)?, &rk)? {
-                        Some(v) => Some(from_msgpack::<RootsMeta>("roots", &v)?),
-                        None => None,
-                    },
-                };
-                if let Some(p) = prev {
-                    for c in 0..p.chunks {
-                        b.delete_cf(self.cf(CF_CHUNKS)?, chunk_key(&rk, c));
-                    }
-                    b.delete_cf(self.cf(CF_ROOTS)?, &rk);
-                    ov.roots.insert(rk, None);
-                }
-                fx.push(Effect::RootsRemoved { tree: t.tree, saltenv: t.saltenv.clone(), path: t.path.clone() });
-            }
-            // Secrets every member must hold identically are set once: if two leaders in
-            // a row propose one (a leader change while proposing), the first committed
-            // wins on every node.
-            Record::AesKeyRotation(a) => {
-                let k = a.generation.to_be_bytes();
-                let mut tag = b"aes:".to_vec();
-                tag.extend_from_slice(&k);
-                if !ov.set_once.contains(&tag) && self.db.get_pinned_cf(self.cf(CF_AES)?, k)?.is_none() {
-                    b.put_cf(self.cf(CF_AES)?, k, to_msgpack(a)?);
-                    ov.set_once.insert(tag);
-                }
-            }
-            Record::ImportMarker(m) => b.put_cf(self.cf(CF_IMPORTS)?, index.to_be_bytes(), to_msgpack(m)?),
-            Record::ClusterKeyPair(k) => {
-                if !ov.set_once.contains(CLUSTER_KEY) && self.db.get_pinned_cf(self.cf(CF_META)?, CLUSTER_KEY)?.is_none() {
-                    b.put_cf(self.cf(CF_META)?, CLUSTER_KEY, to_msgpack(k)?);
-                    ov.set_once.insert(CLUSTER_KEY.to_vec());
-                    fx.push(Effect::ClusterKeyPair { private_pem: k.private_pem.clone() });
-                }
-            }
-            Record::MasterKeyPair(k) => {
-                if !ov.set_once.contains(MASTER_KEY) && self.db.get_pinned_cf(self.cf(CF_META)?, MASTER_KEY)?.is_none() {
-                    b.put_cf(self.cf(CF_META)?, MASTER_KEY, to_msgpack(k)?);
-                    ov.set_once.insert(MASTER_KEY.to_vec());
-                    fx.push(Effect::MasterKeyPair { name: k.name.clone(), private_pem: k.private_pem.clone() });
-                }
-            }
-            Record::JobsExpired(e) => {
-                // Returns are keyed `jid NUL id`, so one range covers the jobs' returns
-                // too. Only jids from the digits range are touched.
-                const FIRST: &[u8] = b"0";
-                let before = e.before_jid.as_bytes();
-                b.delete_range_cf(self.cf(CF_JOBS)?, FIRST, before);
-                b.delete_range_cf(self.cf(CF_RETURNS)?, FIRST, before);
-            }
         }
         Ok(())
     }
@@ -620,17 +430,6 @@ fn copy_dir(from: &Path, to: &Path) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Changes made earlier in the same apply batch, which later records must see.
-#[derive(Default)]
-struct Overlay {
-    keys: std::collections::HashMap<String, bool>,
-    denied: std::collections::HashMap<String, bool>,
-    roots: std::collections::HashMap<Vec<u8>, Option<RootsMeta>>,
-    chunks: std::collections::HashMap<Vec<u8>, Vec<u8>>,
-    /// Set-once values written earlier in the same batch (cluster key, AES generations).
-    set_once: std::collections::HashSet<Vec<u8>>,
 }
 
 /// Splits file content into roots blob records (what `sync_roots` and imports propose).

@@ -1,0 +1,113 @@
+//! Record format tests: every kind round-trips, every flipped byte is caught, and
+//! decoding random or mutated bytes never panics.
+
+use super::*;
+use proptest::prelude::*;
+
+pub(crate) fn samples() -> Vec<Record> {
+    let mut counts = BTreeMap::new();
+    counts.insert("accepted".to_string(), 3);
+    vec![
+        Record::KeySet(KeySet { id: "web01".into(), state: KeyState::Accepted, pub_key: b"-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----".to_vec(), time_ns: 1 }),
+        Record::KeySet(KeySet { id: "web01".into(), state: KeyState::Deleted, pub_key: vec![], time_ns: 2 }),
+        Record::JobPublished(JobPublished { jid: "20261122021944123456".into(), load: vec![0x80], minions: vec!["web01".into()], time_ns: 3 }),
+        Record::JobReturn(JobReturn { jid: "20261122021944123456".into(), id: "web01".into(), load: vec![0xc3], time_ns: 4 }),
+        Record::GrainsReport(GrainsReport { id: "web01".into(), grains: vec![0x80], time_ns: 5 }),
+        Record::RootsBlob(RootsBlob { tree: RootsTree::File, saltenv: "base".into(), path: "top.sls".into(), mode: 0o644, sha256: vec![7; 32], size: 3, chunk: 0, chunks: 1, data: b"abc".to_vec() }),
+        Record::RootsTombstone(RootsTombstone { tree: RootsTree::Pillar, saltenv: "base".into(), path: "a/b.sls".into() }),
+        Record::AesKeyRotation(AesKeyRotation { generation: 2, key: vec![1; 56], time_ns: 6 }),
+        Record::ImportMarker(ImportMarker { source: "localfs_key:/x".into(), phase: ImportPhase::End, counts, time_ns: 7 }),
+        Record::JobsExpired(JobsExpired { before_jid: "20261121021944123456".into(), time_ns: 8 }),
+        Record::ClusterKeyPair(ClusterKeyPair { private_pem: b"-----BEGIN RSA PRIVATE KEY-----\nAAAA\n-----END RSA PRIVATE KEY-----\n".to_vec(), time_ns: 9 }),
+        Record::MasterKeyPair(MasterKeyPair { name: "salt".into(), private_pem: b"-----BEGIN RSA PRIVATE KEY-----\nBBBB\n-----END RSA PRIVATE KEY-----\n".to_vec(), time_ns: 10 }),
+    ]
+}
+
+#[test]
+fn round_trip_every_kind() {
+    for r in samples() {
+        let bytes = r.encode().unwrap();
+        assert_eq!(bytes[3], r.kind() as u8);
+        assert_eq!(Record::decode(&bytes).unwrap(), r);
+    }
+}
+
+#[test]
+fn every_flipped_byte_is_caught() {
+    for r in samples() {
+        let bytes = r.encode().unwrap();
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 0x01;
+            assert!(Record::decode(&b).is_err(), "flip at {i} of {:?} not caught", r.kind());
+        }
+    }
+}
+
+#[test]
+fn errors_name_offsets() {
+    let mut b = samples()[0].encode().unwrap();
+    b[3] = 99;
+    match Record::decode(&b) {
+        Err(Error::BadRecord { offset: 3, why }) => assert!(why.contains("unknown record kind 99")),
+        other => panic!("{other:?}"),
+    }
+    b[2] = 7;
+    match Record::decode(&b) {
+        Err(Error::BadRecord { offset: 2, why }) => assert!(why.contains("version 7")),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn invalid_ids_refused_on_encode_and_decode() {
+    for id in ["../etc", "a/b", ".", "..", "x\0y", ""] {
+        let r = Record::KeySet(KeySet { id: id.into(), state: KeyState::Pending, pub_key: b"k".to_vec(), time_ns: 0 });
+        assert!(r.encode().is_err(), "{id:?}");
+        // Forge a well-framed record carrying the bad id: decode must still refuse it.
+        let mut forged = Vec::new();
+        forged.extend_from_slice(&MAGIC);
+        forged.push(VERSION);
+        forged.push(RecordKind::KeySet as u8);
+        forged.extend_from_slice(&[0; 8]);
+        rmp_serde::encode::write_named(&mut forged, &r).unwrap();
+        let len = (forged.len() - HEADER_LEN) as u32;
+        forged[4..8].copy_from_slice(&len.to_le_bytes());
+        let crc = frame_crc(&forged[..8], &forged[HEADER_LEN..]);
+        forged[8..12].copy_from_slice(&crc.to_le_bytes());
+        let err = Record::decode(&forged).unwrap_err().to_string();
+        assert!(err.contains("refused"), "{err}");
+    }
+}
+
+#[test]
+fn roots_chunks_must_fit() {
+    let mut b = RootsBlob { tree: RootsTree::File, saltenv: "base".into(), path: "f".into(), mode: 0o644, sha256: vec![0; 32], size: 10, chunk: 0, chunks: 1, data: vec![0; 9] };
+    assert!(Record::RootsBlob(b.clone()).encode().is_err());
+    b.data.push(0);
+    assert!(Record::RootsBlob(b.clone()).encode().is_ok());
+    b.path = "../escape".into();
+    assert!(Record::RootsBlob(b).encode().is_err());
+}
+
+proptest! {
+    #[test]
+    fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let _ = Record::decode(&bytes);
+    }
+
+    #[test]
+    fn decode_of_mutated_records_never_panics(idx in 0usize..9, pos in any::<usize>(), val in any::<u8>(), cut in any::<usize>()) {
+        let mut b = samples()[idx].encode().unwrap();
+        let p = pos % b.len();
+        b[p] = val;
+        // Also fix the CRC up so the payload decoder sees the mutation.
+        if b.len() >= HEADER_LEN {
+            let crc = frame_crc(&b[..8], &b[HEADER_LEN..]);
+            b[8..12].copy_from_slice(&crc.to_le_bytes());
+        }
+        let c = cut % (b.len() + 1);
+        let _ = Record::decode(&b[..c]);
+        let _ = Record::decode(&b);
+    }
+}
