@@ -1,6 +1,8 @@
 //! End-to-end tests of the tools: real binaries, real files, real crashes. The one test
 //! binary of the tools crate (builds are the slow part here).
 
+#![allow(dead_code, unused_imports)] // while its tests move to tests/e2e
+
 use std::path::{Path, PathBuf};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Output, Stdio};
@@ -99,116 +101,6 @@ fn fake_pub(i: usize) -> String {
     format!("-----BEGIN PUBLIC KEY-----\nMIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEA{i:08}\n-----END PUBLIC KEY-----")
 }
 
-#[test]
-fn salt_key_lists_reference_vectors_with_both_drivers() {
-    for (driver, tree) in [("mmap_key", "mmap_key/pki"), ("localfs_key", "localfs_key/pki")] {
-        let env = Env::new(driver, "");
-        copy_dir(&vectors().join(tree), &env.pki());
-        assert_eq!(env.listing(), expected_listing(), "{driver}");
-        let text = env.ok(SALT_KEY, &["-L"]);
-        assert!(text.starts_with("Accepted Keys:\nMixed_Case-01\nacc-01"), "{text}");
-        assert!(text.contains("Denied Keys:\nacc-02\nden-only-01\nUnaccepted Keys:\npend-01\npend-02\nRejected Keys:\nrej-01\nrej-02"), "{text}");
-        let one: Value = serde_json::from_str(&env.ok(SALT_KEY, &["-l", "rej", "--out", "json"])).unwrap();
-        assert_eq!(one, serde_json::json!({"minions_rejected": ["rej-01", "rej-02"]}));
-        // Fingerprints hash the exact stored bytes (salt-key -f).
-        let f = env.ok(SALT_KEY, &["-f", "acc-03", "--out", "json"]);
-        let f: Value = serde_json::from_str(&f).unwrap();
-        let fp = f["minions"]["acc-03"].as_str().unwrap();
-        assert_eq!(fp.len(), 95, "{fp}");
-        // A listing reads and never writes.
-        assert!(!env.root.join("data").exists());
-    }
-}
-
-#[test]
-fn migrate_to_mmap_offline_keeps_keys_and_master_key_and_is_idempotent() {
-    let env = Env::new("localfs_key", "");
-    copy_dir(&vectors().join("localfs_key/pki"), &env.pki());
-    std::fs::write(env.pki().join("master.pem"), "-----BEGIN RSA PRIVATE KEY-----\nSECRET\n-----END RSA PRIVATE KEY-----\n").unwrap();
-    std::fs::write(env.pki().join("master.pub"), "-----BEGIN PUBLIC KEY-----\nPUBLIC\n-----END PUBLIC KEY-----\n").unwrap();
-    let dry = env.ok(SALT_RUN, &["pki.migrate_to_mmap", "test=True"]);
-    assert_eq!(dry, "PKI migration dry-run (no changes written):\n  Accepted: 5\n  Pending:  2\n  Rejected: 2\n  Denied:   2\n  Total:    11\n");
-    assert!(!env.pki().join(".mmap_keys.idx").exists(), "a dry run writes nothing");
-    let out = env.ok(SALT_RUN, &["pki.migrate_to_mmap"]);
-    assert_eq!(out, "PKI keys migrated to mmap_key backend successfully.\n  Accepted: 5\n  Pending:  2\n  Rejected: 2\n  Denied:   2\n  Total:    11\n");
-    let records = env.ok(CTL, &["dump", "--kind", "key_set"]).lines().count();
-    assert_eq!(records, 11);
-    // Idempotent: a second run proposes nothing new.
-    assert_eq!(env.ok(SALT_RUN, &["pki.migrate_to_mmap"]), out);
-    assert_eq!(env.ok(CTL, &["dump", "--kind", "key_set"]).lines().count(), 11);
-    env.set_driver("mmap_key");
-    assert_eq!(env.listing(), expected_listing());
-    let geo = Geometry { size: 32, slot_size: 96, key_size: 64, max_segment_bytes: 2048 };
-    let view = MmapKeys::open(&env.pki(), geo).unwrap();
-    assert_eq!(view.get_master_key("master.pem").unwrap().unwrap(), std::fs::read(env.pki().join("master.pem")).unwrap());
-    assert_eq!(view.get_master_key("master.pub").unwrap().unwrap(), std::fs::read(env.pki().join("master.pub")).unwrap());
-    for id in ["acc-03", "rej-02", "Mixed_Case-01"] {
-        let dir = if id.starts_with("rej") { "minions_rejected" } else { "minions" };
-        assert_eq!(view.get_key(id).unwrap().unwrap().pub_key, std::fs::read(env.pki().join(dir).join(id)).unwrap(), "{id} bytes kept exactly");
-    }
-    let v = env.ok(CTL, &["verify", "--views"]);
-    assert!(v.ends_with("OK\n"), "{v}");
-    // A flipped byte in the view: verify --views names the damaged key.
-    let slot = halite_storage::mmap_cache::MmapReader::open(&env.pki().join(".mmap_keys.idx"), geo).unwrap().unwrap().find(b"pend-01").unwrap();
-    let heap = env.pki().join(if slot.segment == 0 { ".mmap_keys.idx.heap".to_string() } else { format!(".mmap_keys.idx.heap.{}", slot.segment) });
-    let mut b = std::fs::read(&heap).unwrap();
-    b[slot.offset as usize + 20] ^= 0x01;
-    std::fs::write(&heap, b).unwrap();
-    let o = env.run(CTL, &["verify", "--views"]);
-    assert!(!o.status.success());
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("BAD: key view (mmap_key): pend-01"), "{out}");
-    // rebuild-views repairs it.
-    env.ok(CTL, &["rebuild-views"]);
-    assert!(env.ok(CTL, &["verify", "--views"]).ends_with("OK\n"));
-}
-
-#[test]
-fn salt_key_changes_go_through_the_log() {
-    let env = Env::new("localfs_key", "");
-    let pre = env.pki().join("minions_pre");
-    std::fs::create_dir_all(&pre).unwrap();
-    for (i, id) in ["web01", "web02", "db01"].iter().enumerate() {
-        std::fs::write(pre.join(id), fake_pub(i)).unwrap();
-    }
-    std::fs::write(pre.join("bogus"), "not a key").unwrap();
-    let out = env.ok(SALT_KEY, &["-a", "web*", "-y"]);
-    assert!(out.contains("The following keys are going to be accepted:\nUnaccepted Keys:\nweb01\nweb02\n"), "{out}");
-    assert!(out.contains("Key for minion web01 accepted.\nKey for minion web02 accepted."), "{out}");
-    assert!(env.pki().join("minions/web01").exists() && !pre.join("web01").exists());
-    assert_eq!(std::fs::read_to_string(env.pki().join("minions/web02")).unwrap(), fake_pub(1), "bytes kept");
-    // The prompt defaults to yes for accept; stdin is empty here.
-    let out = env.ok(SALT_KEY, &["-r", "db01"]);
-    assert!(out.contains("Proceed? [n/Y] Key for minion db01 rejected."), "{out}");
-    // Delete defaults to no.
-    let out = env.ok(SALT_KEY, &["-d", "web01"]);
-    assert!(!out.contains("Key for minion web01 deleted."), "{out}");
-    let out = env.ok(SALT_KEY, &["-d", "web01", "-y"]);
-    assert!(out.contains("Key for minion web01 deleted."), "{out}");
-    let out = env.ok(SALT_KEY, &["-a", "nomatch*", "-y"]);
-    assert_eq!(out.trim(), "The key glob 'nomatch*' does not match any unaccepted keys.");
-    let o = env.run(SALT_KEY, &["-a", "bogus", "-y"]);
-    assert!(String::from_utf8_lossy(&o.stderr).contains("Unable to accept invalid key for bogus."));
-    let l = env.listing();
-    assert_eq!(l["minions"], serde_json::json!(["web02"]));
-    assert_eq!(l["minions_rejected"], serde_json::json!(["db01"]));
-    assert_eq!(l["minions_pre"], serde_json::json!(["bogus"]));
-    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(env.pki().join("minions/web02")).unwrap().permissions());
-    assert_eq!(mode & 0o777, 0o600);
-    // The log holds the adoption import and each change.
-    let dump = env.ok(CTL, &["dump", "--json"]);
-    let kinds: Vec<String> = dump.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()["kind"].as_str().unwrap().to_string()).collect();
-    assert_eq!(kinds.first().map(String::as_str), Some("import_marker"));
-    assert_eq!(kinds.iter().filter(|k| *k == "key_set").count(), 4 + 2 + 1 + 1);
-    // Replay and rebuild give the same listing.
-    env.ok(CTL, &["replay"]);
-    assert_eq!(env.listing(), l);
-    std::fs::remove_dir_all(env.pki().join("minions")).unwrap();
-    env.ok(CTL, &["rebuild-views"]);
-    assert_eq!(env.listing(), l);
-    assert!(env.ok(CTL, &["verify", "--views"]).ends_with("OK\n"));
-}
-
 /// Finds `needle` in the newest log file.
 fn find_in_log(env: &Env, needle: &[u8]) -> (PathBuf, usize) {
     let dir = env.root.join("data/log");
@@ -218,63 +110,6 @@ fn find_in_log(env: &Env, needle: &[u8]) -> (PathBuf, usize) {
     let b = std::fs::read(&f).unwrap();
     let at = b.windows(needle.len()).position(|w| w == needle).expect("needle in log");
     (f, at)
-}
-
-#[test]
-fn corrupt_log_is_named_by_verify_and_refused_at_start() {
-    let env = Env::new("localfs_key", "");
-    let pre = env.pki().join("minions_pre");
-    std::fs::create_dir_all(&pre).unwrap();
-    std::fs::write(pre.join("corrupt-me-01"), fake_pub(7)).unwrap();
-    env.ok(SALT_KEY, &["-a", "corrupt-me-01", "-y"]);
-    for i in 0..5 {
-        std::fs::write(pre.join(format!("later-{i}")), fake_pub(100 + i)).unwrap();
-        // Each accept is its own batch, so the damaged one is in the middle.
-        env.ok(SALT_KEY, &["-a", &format!("later-{i}"), "-y"]);
-    }
-    assert!(env.ok(CTL, &["verify"]).ends_with("OK\n"));
-    let (file, at) = find_in_log(&env, b"corrupt-me-01");
-    let mut b = std::fs::read(&file).unwrap();
-    b[at + 3] ^= 0x20;
-    std::fs::write(&file, &b).unwrap();
-    let o = env.run(CTL, &["verify"]);
-    assert!(!o.status.success());
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("BAD: entry ") && out.contains("checksum"), "{out}");
-    // Anything that starts the node refuses, naming the tool.
-    let o = env.run(SALT_KEY, &["-A", "-y"]);
-    assert!(!o.status.success());
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("halite-ctl verify"), "{err}");
-}
-
-#[test]
-fn torn_tail_is_cut_and_logged() {
-    let env = Env::new("localfs_key", "");
-    let pre = env.pki().join("minions_pre");
-    std::fs::create_dir_all(&pre).unwrap();
-    std::fs::write(pre.join("m1"), fake_pub(1)).unwrap();
-    env.ok(SALT_KEY, &["-a", "m1", "-y"]);
-    let dir = env.root.join("data/log");
-    let f = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).find(|p| p.extension().is_some_and(|x| x == "raftlog")).unwrap();
-    let good = std::fs::read(&f).unwrap();
-    // A half-written batch: a header claiming 4 KiB, 100 bytes of it, then preallocated zeros.
-    let mut torn = good.clone();
-    let mut hdr = Vec::new();
-    // Length 4096 in the high bytes, compression type 0 (none) in the low byte.
-    hdr.extend_from_slice(&(4096u64 << 8).to_be_bytes());
-    hdr.extend_from_slice(&32u64.to_be_bytes());
-    torn.extend_from_slice(&hdr);
-    torn.extend_from_slice(&[0xAB; 84]);
-    std::fs::write(&f, &torn).unwrap();
-    let o = env.run(SALT_KEY, &["-L", "--out", "json"]);
-    assert!(o.status.success());
-    std::fs::write(pre.join("m2"), fake_pub(2)).unwrap();
-    let o = env.run(SALT_KEY, &["-a", "m2", "-y", "--log-level", "warning"]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("torn tail"), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(env.listing()["minions"], serde_json::json!(["m1", "m2"]));
-    assert!(env.ok(CTL, &["verify", "--views"]).ends_with("OK\n"));
 }
 
 fn kill_at(mut child: std::process::Child, after: Duration) -> bool {
@@ -290,47 +125,6 @@ fn kill_at(mut child: std::process::Child, after: Duration) -> bool {
     !finished
 }
 
-#[test]
-fn kill_9_during_migration_and_replay_loses_nothing() {
-    let env = Env::new("localfs_key", "mmap_key_size: 65536\n");
-    let pre = env.pki().join("minions_pre");
-    let acc = env.pki().join("minions");
-    std::fs::create_dir_all(&pre).unwrap();
-    std::fs::create_dir_all(&acc).unwrap();
-    let n = 20_000;
-    for i in 0..n {
-        let dir = if i % 3 == 0 { &acc } else { &pre };
-        std::fs::write(dir.join(format!("minion-{i:05}")), fake_pub(i)).unwrap();
-    }
-    let conf = env.conf();
-    let mut killed = 0;
-    for delay_ms in [40u64, 150, 400] {
-        let child = Command::new(SALT_RUN).args(["-c", &conf, "pki.migrate_to_mmap"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-        if kill_at(child, Duration::from_millis(delay_ms)) {
-            killed += 1;
-        }
-    }
-    let out = env.ok(SALT_RUN, &["pki.migrate_to_mmap"]);
-    assert!(out.contains(&format!("Accepted: {}", halite_tools::common::thousands((n as u64).div_ceil(3)))), "{out}");
-    env.set_driver("mmap_key");
-    let l = env.listing();
-    assert_eq!(l["minions"].as_array().unwrap().len(), n.div_ceil(3));
-    assert_eq!(l["minions_pre"].as_array().unwrap().len(), n - n.div_ceil(3));
-    assert!(env.ok(CTL, &["verify", "--views"]).ends_with("OK\n"));
-    // kill -9 during a replay (apply): the old state stays usable, a rerun finishes.
-    for delay_ms in [30u64, 120] {
-        let child = Command::new(CTL).args(["-c", &conf, "replay"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-        if kill_at(child, Duration::from_millis(delay_ms)) {
-            killed += 1;
-        }
-    }
-    env.ok(CTL, &["replay"]);
-    assert_eq!(env.listing(), l);
-    assert!(env.ok(CTL, &["verify", "--views"]).ends_with("OK\n"));
-    // The test is only meaningful if at least one kill landed mid-operation.
-    assert!(killed > 0, "no kill landed while a child was running");
-}
-
 /// The reference venv (scripts/setup-reference.sh).
 fn reference_venv() -> PathBuf {
     let p = std::env::var_os("HALITE_SALT_VENV").map(PathBuf::from).unwrap_or_else(|| {
@@ -341,112 +135,10 @@ fn reference_venv() -> PathBuf {
     p
 }
 
-#[test]
-fn reference_salt_reads_what_halite_writes() {
-    let venv = reference_venv();
-    let env = Env::new("localfs_key", "user: root\n");
-    copy_dir(&vectors().join("localfs_key/pki"), &env.pki());
-    std::fs::write(env.pki().join("master.pem"), "-----BEGIN RSA PRIVATE KEY-----\nSECRET\n-----END RSA PRIVATE KEY-----\n").unwrap();
-    std::fs::write(env.pki().join("master.pub"), "-----BEGIN PUBLIC KEY-----\nPUBLIC\n-----END PUBLIC KEY-----\n").unwrap();
-    // Halite changes the localfs tree through its log...
-    env.ok(SALT_KEY, &["-a", "pend-01", "-y"]);
-    env.ok(SALT_KEY, &["-d", "rej-01", "-y"]);
-    let reference = |args: &[&str]| -> String {
-        let conf = env.conf();
-        let mut full = vec!["-c", conf.as_str()];
-        full.extend_from_slice(args);
-        let o = Command::new(venv.join("bin/salt-key")).args(&full).stdin(Stdio::null()).output().unwrap();
-        assert!(o.status.success(), "reference salt-key {args:?}: {}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8(o.stdout).unwrap()
-    };
-    // ...and the reference's salt-key prints exactly what Halite's prints.
-    let ours = env.ok(SALT_KEY, &["-L", "--out", "json"]);
-    assert_eq!(reference(&["-L", "--out", "json"]), ours);
-    assert_eq!(reference(&["-f", "acc-03", "--out", "json"]), env.ok(SALT_KEY, &["-f", "acc-03", "--out", "json"]));
-    // Migrated to mmap_key, the reference reads the same listing and the same master key.
-    env.ok(SALT_RUN, &["pki.migrate_to_mmap"]);
-    env.set_driver("mmap_key");
-    for d in ["minions", "minions_pre", "minions_rejected", "minions_denied"] {
-        std::fs::remove_dir_all(env.pki().join(d)).unwrap();
-    }
-    let ours_mmap = env.ok(SALT_KEY, &["-L", "--out", "json"]);
-    assert_eq!(ours_mmap, ours);
-    assert_eq!(reference(&["-L", "--out", "json"]), ours);
-    assert_eq!(reference(&["-f", "acc-03", "--out", "json"]), env.ok(SALT_KEY, &["-f", "acc-03", "--out", "json"]));
-    let script = format!(
-        "import salt.config, salt.cache, sys\n\
-         opts = salt.config.master_config('{conf}/master')\n\
-         c = salt.cache.Cache(opts, driver=opts['keys.cache_driver'])\n\
-         sys.stdout.write(c.fetch('master_keys', 'master.pem'))\n",
-        conf = env.conf()
-    );
-    let o = Command::new(venv.join("bin/python")).arg("-c").arg(script).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(o.stdout, std::fs::read(env.pki().join("master.pem")).unwrap());
-}
-
 fn msgpack(v: &rmpv::Value) -> Vec<u8> {
     let mut b = Vec::new();
     rmpv::encode::write_value(&mut b, v).unwrap();
     b
-}
-
-#[test]
-fn import_shared_tree_becomes_records_and_local_views() {
-    let local = tempfile::tempdir().unwrap();
-    let l = local.path().display().to_string();
-    let env = Env::new("localfs_key", &format!("file_roots:\n  base: [{l}/srv/salt]\npillar_roots:\n  base: [{l}/srv/pillar]\n"));
-    let shared = tempfile::tempdir().unwrap();
-    let s = shared.path();
-    // Shared cluster pki dir.
-    std::fs::create_dir_all(s.join("pki/minions")).unwrap();
-    std::fs::create_dir_all(s.join("pki/minions_pre")).unwrap();
-    std::fs::write(s.join("pki/minions/web01"), fake_pub(1)).unwrap();
-    std::fs::write(s.join("pki/minions_pre/web02"), fake_pub(2)).unwrap();
-    // Shared job cache (Salt's local_cache layout).
-    let jd = s.join("cache/jobs/ab/cdef0123");
-    std::fs::create_dir_all(jd.join("web01")).unwrap();
-    std::fs::write(jd.join("jid"), "20261122024512345678").unwrap();
-    std::fs::write(jd.join(".load.p"), msgpack(&rmpv::Value::Map(vec![("fun".into(), "test.ping".into())]))).unwrap();
-    std::fs::write(jd.join(".minions.p"), msgpack(&rmpv::Value::Array(vec!["web01".into()]))).unwrap();
-    std::fs::write(jd.join("web01/return.p"), msgpack(&rmpv::Value::Map(vec![("return".into(), true.into()), ("retcode".into(), 0.into())]))).unwrap();
-    // Shared roots: two dirs for base; the first one holding a path wins, as Salt searches.
-    std::fs::create_dir_all(s.join("salt1/web")).unwrap();
-    std::fs::create_dir_all(s.join("salt2")).unwrap();
-    std::fs::create_dir_all(s.join("pillar")).unwrap();
-    std::fs::write(s.join("salt1/top.sls"), "base:\n  '*':\n    - web\n").unwrap();
-    std::fs::write(s.join("salt1/web/init.sls"), "nginx:\n  pkg.installed\n").unwrap();
-    std::fs::write(s.join("salt2/top.sls"), "shadowed\n").unwrap();
-    std::fs::write(s.join("salt2/extra.sls"), "extra\n").unwrap();
-    std::fs::write(s.join("pillar/top.sls"), "base:\n  '*':\n    - common\n").unwrap();
-    std::os::unix::fs::symlink("/etc/passwd", s.join("salt1/escape")).unwrap();
-    let out = env.ok(CTL, &[
-        "import-shared",
-        "--pki-dir", &s.join("pki").display().to_string(),
-        "--cachedir", &s.join("cache").display().to_string(),
-        "--file-root", &format!("base={}", s.join("salt1").display()),
-        "--file-root", &format!("base={}", s.join("salt2").display()),
-        "--pillar-root", &format!("base={}", s.join("pillar").display()),
-    ]);
-    assert!(out.contains("file_roots: 3") && out.contains("pillar_roots: 1") && out.contains("jobs: 1") && out.contains("returns: 1"), "{out}");
-    assert!(out.contains("skipped: 1"), "the symlink is not imported: {out}");
-    let lr = local.path();
-    assert_eq!(std::fs::read_to_string(lr.join("srv/salt/top.sls")).unwrap(), "base:\n  '*':\n    - web\n");
-    assert_eq!(std::fs::read_to_string(lr.join("srv/salt/web/init.sls")).unwrap(), "nginx:\n  pkg.installed\n");
-    assert_eq!(std::fs::read_to_string(lr.join("srv/salt/extra.sls")).unwrap(), "extra\n");
-    assert_eq!(std::fs::read_to_string(lr.join("srv/pillar/top.sls")).unwrap(), "base:\n  '*':\n    - common\n");
-    assert!(!lr.join("srv/salt/escape").exists());
-    let dump = env.ok(CTL, &["dump", "--json", "--kind", "job_return"]);
-    let v: Value = serde_json::from_str(dump.trim()).unwrap();
-    assert_eq!(v["record"]["jid"], "20261122024512345678");
-    assert_eq!(v["record"]["load"]["return"], true);
-    let l = env.listing();
-    assert_eq!(l["minions"], serde_json::json!(["web01"]));
-    assert_eq!(l["minions_pre"], serde_json::json!(["web02"]));
-    // The roots trees are views: delete them, rebuild, same bytes.
-    std::fs::remove_dir_all(lr.join("srv")).unwrap();
-    env.ok(CTL, &["rebuild-views"]);
-    assert_eq!(std::fs::read_to_string(lr.join("srv/salt/web/init.sls")).unwrap(), "nginx:\n  pkg.installed\n");
 }
 
 // ---------------------------------------------------------------------------------------
