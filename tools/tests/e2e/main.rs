@@ -14,3 +14,7 @@ mod support;
 mod keys;
 mod recovery;
 
+// One master.
+mod files_pillar;
+mod minion;
+mod wire;
