@@ -18,3 +18,9 @@ mod recovery;
 mod files_pillar;
 mod minion;
 mod wire;
+
+// Several masters.
+mod cluster;
+mod cluster_join;
+mod cluster_shared;
+mod multimaster;
