@@ -93,7 +93,7 @@ impl Progress {
     pub fn set(&mut self, done: u64) {
         if let Some(b) = &self.bar {
             b.set_position(done);
-        } else if self.total > 0 && (done - self.last_logged) * 10 >= self.total {
+        } else if self.total > 0 && done > self.last_logged && (done >= self.total || (done - self.last_logged) * 10 >= self.total) {
             self.last_logged = done;
             tracing::info!(done, total = self.total, "{}: {}%", self.label, done * 100 / self.total);
         }

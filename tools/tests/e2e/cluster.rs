@@ -1,0 +1,286 @@
+//! A master cluster of three founding members on addresses of the test's own: one raft
+//! group, keys replicated to every member's view, jobs published by every member, one
+//! cluster key pair and one session/publish key, a member lost, restarted, retired; a real
+//! salt-minion 3008.5 signed in to one member and answering jobs from another; the same
+//! minion behind HAProxy in front of all three.
+
+use std::process::Command;
+
+use serde_json::json;
+
+use crate::support::*;
+
+/// Three founding members, each with its own ports.
+fn three() -> Cluster {
+    let ips = loopback(3);
+    let ipr: Vec<&str> = ips.iter().map(String::as_str).collect();
+    let pool = port_free_on(&ipr);
+    let envs = ips
+        .iter()
+        .map(|ip| {
+            let peers: Vec<&str> = ipr.iter().copied().filter(|p| p != ip).collect();
+            Env::master(ip, "localfs_key", &member_conf(ip, &peers, pool, "halite-test", "s3cret"))
+        })
+        .collect();
+    Cluster::start(envs)
+}
+
+/// A key for `id` registered (pending) through member `on` and accepted through member
+/// `by`; returns once every member's view has it accepted.
+fn accepted_key(c: &Cluster, id: &str, on: usize, by: usize) {
+    register_key(&c.envs[on], id);
+    wait_for("the pending key on the accepting member", 30, || c.envs[by].ids("minions_pre").iter().any(|k| k == id));
+    c.envs[by].ok(SALT_KEY, &["-a", id, "-y"]);
+    for env in &c.envs {
+        wait_for("the accepted key on every member", 30, || env.ids("minions").iter().any(|k| k == id));
+    }
+}
+
+#[test]
+fn three_founding_masters_agree_on_three_voters() {
+    let c = three();
+    let m = members(&c.envs[1]);
+    assert_eq!(m["voters"], json!(c.ips()), "{m}");
+    assert_eq!((m["voter_count"].as_u64(), m["node_id"].as_str()), (Some(3), Some(c.envs[1].ip.as_str())), "{m}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Simulated minions signed in to the third member.
+
+/// Two simulated minions signing in to the third member (pending until accepted; they
+/// retry every second). Its key pairs are in the first member's `keys/`.
+fn swarm_on_third(c: &Cluster) -> (Proc, Lines) {
+    let third = &c.envs[2];
+    let mut cmd = Command::new(SWARM);
+    cmd.args(["--master", &third.ip, "--port", &third.ret.to_string(), "--count", "2", "--acceptance-wait", "1"]).arg("--key-dir").arg(c.envs[0].root.join("keys"));
+    Proc::spawn_lines("halite-swarm", &mut cmd, &c.envs[0].root.join("swarm.log"))
+}
+
+/// [`swarm_on_third`], accepted through the second member and signed in.
+fn swarm_signed_in(c: &Cluster) -> (Proc, Lines) {
+    let (p, mut lines) = swarm_on_third(c);
+    wait_for("the pending keys on the second member", 60, || c.envs[1].ids("minions_pre") == ["swarm-0", "swarm-1"]);
+    c.envs[1].ok(SALT_KEY, &["-A", "-y"]);
+    lines.wait("the swarm to sign in", 60, |l| l.iter().any(|l| l.contains("\"ready\"")));
+    (p, lines)
+}
+
+#[test]
+fn a_key_pending_on_one_member_is_pending_on_every_member() {
+    let c = three();
+    let _swarm = swarm_on_third(&c);
+    for env in &c.envs {
+        wait_for("the pending keys on every member", 60, || env.ids("minions_pre") == ["swarm-0", "swarm-1"]);
+    }
+}
+
+#[test]
+fn a_key_accepted_on_one_member_is_accepted_in_every_members_view() {
+    let c = three();
+    let _swarm = swarm_on_third(&c);
+    wait_for("the pending keys on the second member", 60, || c.envs[1].ids("minions_pre") == ["swarm-0", "swarm-1"]);
+    c.envs[1].ok(SALT_KEY, &["-A", "-y"]);
+    for env in &c.envs {
+        wait_for("the accepted keys on every member", 30, || env.ids("minions") == ["swarm-0", "swarm-1"]);
+        assert!(env.root.join("cpki/minions/swarm-0").exists(), "each member's own key view");
+    }
+}
+
+#[test]
+fn minions_signed_in_to_a_member_answer_jobs_published_through_it() {
+    let c = three();
+    let _swarm = swarm_signed_in(&c);
+    assert_eq!(c.envs[2].salt_json(&["*", "test.ping"], 20), json!({"swarm-0": true, "swarm-1": true}));
+}
+
+#[test]
+fn a_job_published_through_one_member_reaches_minions_signed_in_to_another() {
+    // Every member publishes the jobs it applies, and the returns reach the member the
+    // job came through.
+    let c = three();
+    let _swarm = swarm_signed_in(&c);
+    assert_eq!(c.envs[0].salt_json(&["*", "test.echo", "via-the-log"], 20), json!({"swarm-0": "via-the-log", "swarm-1": "via-the-log"}));
+}
+
+#[test]
+fn a_real_minion_signs_in_to_one_member_and_answers_jobs_published_through_another() {
+    let c = three();
+    let third = &c.envs[2];
+    let _minion = start_minion(&third.root, "real-1", &format!("master: {}\nmaster_port: {}\n", third.ip, third.ret));
+    for env in &c.envs {
+        wait_for("the real minion's key pending on every member", 90, || env.ids("minions_pre") == ["real-1"]);
+    }
+    c.envs[1].ok(SALT_KEY, &["-a", "real-1", "-y"]);
+    wait_minion_ready(&third.root, "real-1", 1, 90);
+    wait_ping(&c.envs[0], "real-1", 90);
+    assert_eq!(c.envs[1].salt_json(&["real-1", "test.echo", "through-the-second"], 20), json!({"real-1": "through-the-second"}));
+}
+
+// ---------------------------------------------------------------------------------------
+// One cluster identity: a minion signed in to one member is known to all.
+
+/// A minion identity accepted cluster-wide (pending through the third member, accepted
+/// through the second), signed in by hand to the third member and then to the first,
+/// which must sign with the key the minion cached from the third and echo its token.
+struct TwoSignIns {
+    on3: WireMinion,
+    on1: WireMinion,
+}
+
+fn two_sign_ins(c: &Cluster) -> TwoSignIns {
+    let id = "hand-0";
+    let pem = halite_master::wire::crypto::PrivateKey::generate(2048).expect("key pair").to_pem().expect("pem");
+    let me = || Identity::new(id.to_string(), halite_master::wire::crypto::PrivateKey::from_pem(&pem).expect("key")).expect("identity");
+    let (third, first) = (&c.envs[2], &c.envs[0]);
+    assert!(WireMinion::try_sign_in_with(&third.ip, third.ret, me(), None).is_err(), "a new key was let in without an operator");
+    wait_for("the pending key on the second member", 30, || c.envs[1].ids("minions_pre") == [id]);
+    c.envs[1].ok(SALT_KEY, &["-a", id, "-y"]);
+    wait_for("the accepted key on the first member", 30, || first.ids("minions") == [id]);
+    let on3 = WireMinion::try_sign_in_with(&third.ip, third.ret, me(), None).expect("signed in to the third member");
+    let on1 = WireMinion::try_sign_in_with(&first.ip, first.ret, me(), Some(&on3.creds.master_pub)).expect("the first member signs with the cluster key the minion cached from the third");
+    TwoSignIns { on3, on1 }
+}
+
+#[test]
+fn every_member_hands_out_the_same_session_and_publish_keys() {
+    let c = three();
+    let t = two_sign_ins(&c);
+    assert_eq!(t.on1.creds.session.key_string(), t.on3.creds.session.key_string(), "one session key cluster-wide");
+    assert_eq!(t.on1.creds.aes.key_string(), t.on3.creds.aes.key_string(), "one publish key cluster-wide");
+}
+
+#[test]
+fn a_request_sealed_for_one_member_is_accepted_by_another() {
+    let c = three();
+    let t = two_sign_ins(&c);
+    let job = halite_tools::swarm::minion::Job { jid: "20261122000000000042".into(), fun: "test.ping".into(), arg: vec![], user: None, matched: true };
+    let (body, nonce) = halite_tools::swarm::minion::aes_request(&t.on3.me, &t.on3.creds.session, halite_tools::swarm::minion::return_load(&job)).expect("request");
+    // Sealed with the session from the third, sent to the second.
+    let reply = t.on3.send_to(&c.envs[1].ip, c.envs[1].ret, body);
+    assert!(matches!(halite_tools::swarm::minion::aes_reply(&t.on3.creds.session, &nonce, &reply).expect("reply"), AesReply::Value(_)), "the second member refused the session from the third");
+    wait_for("the return in the first member's job cache", 30, || c.envs[0].runner(&["jobs.lookup_jid", "20261122000000000042"]) == json!({"hand-0": true}));
+}
+
+#[test]
+fn every_member_holds_the_same_cluster_key_pair() {
+    let c = three();
+    let first = std::fs::read(c.envs[0].root.join("cpki/cluster.pub")).expect("cluster.pub");
+    for env in &c.envs {
+        assert!(env.root.join("cpki/cluster.pem").exists(), "the cluster key pair is written to cluster_pki_dir");
+        assert_eq!(std::fs::read(env.root.join("cpki/cluster.pub")).expect("cluster.pub"), first, "{}", env.ip);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Losing, restarting and retiring members.
+
+#[test]
+fn two_of_three_members_keep_changing_keys() {
+    let mut c = three();
+    accepted_key(&c, "k1", 2, 1);
+    c.stop(0);
+    c.envs[1].ok(SALT_KEY, &["-d", "k1", "-y"]);
+    wait_for("the delete on the third member", 30, || c.envs[2].ids("minions").is_empty());
+}
+
+#[test]
+fn a_restarted_member_catches_up_from_the_log() {
+    let mut c = three();
+    accepted_key(&c, "k1", 2, 1);
+    accepted_key(&c, "k2", 2, 1);
+    c.stop(0);
+    c.envs[1].ok(SALT_KEY, &["-d", "k2", "-y"]);
+    wait_for("the delete on the third member", 30, || c.envs[2].ids("minions") == ["k1"]);
+    c.restart(0);
+    wait_for("the first member to catch up", 60, || c.envs[0].ids("minions") == ["k1"]);
+}
+
+#[test]
+fn a_retired_member_leaves_a_two_voter_cluster_that_keeps_changing_keys() {
+    let mut c = three();
+    accepted_key(&c, "k1", 2, 1);
+    // Stopped, then removed from the membership: the other two are the whole quorum.
+    c.stop(2);
+    let out = c.envs[0].runner(&["cluster.remove_member", &c.envs[2].ip]);
+    assert_eq!(out["voters"], json!([c.envs[0].ip, c.envs[1].ip]), "{out}");
+    wait_for("the second member to see two voters", 30, || members(&c.envs[1])["voter_count"] == 2);
+    c.envs[1].ok(SALT_KEY, &["-d", "k1", "-y"]);
+    wait_for("the delete on the first member", 30, || c.envs[0].ids("minions").is_empty());
+}
+
+// ---------------------------------------------------------------------------------------
+// Behind a load balancer.
+
+/// Three members with the same ports, HAProxy in TCP mode on a fourth address in front of
+/// both ports (round robin, dead members skipped), and an unmodified salt-minion that
+/// only knows the balancer.
+struct Balanced {
+    _minion: Proc,
+    _haproxy: Proc,
+    c: Cluster,
+}
+
+fn balanced() -> Balanced {
+    let ips = loopback(4);
+    let ipr: Vec<&str> = ips.iter().map(String::as_str).collect();
+    let (members, lb) = (&ips[..3], &ips[3]);
+    let (ret, publish) = two_ports_on(&ipr);
+    let pool = port_free_on(&ipr);
+    let envs = members
+        .iter()
+        .map(|ip| {
+            let peers: Vec<&str> = ipr[..3].iter().copied().filter(|p| p != ip).collect();
+            Env::master_on(ip, ret, publish, "localfs_key", &member_conf(ip, &peers, pool, "lb-test", "s3cret"))
+        })
+        .collect();
+    let c = Cluster::start(envs);
+    let backend = |name: &str, port: u16| -> String {
+        let servers: String = members.iter().enumerate().map(|(i, ip)| format!("  server m{i} {ip}:{port} check inter 500ms fall 1 rise 1\n")).collect();
+        format!("frontend {name}\n  bind {lb}:{port}\n  default_backend {name}_members\nbackend {name}_members\n  balance roundrobin\n{servers}")
+    };
+    let cfg = c.envs[0].root.join("haproxy.cfg");
+    std::fs::write(&cfg, format!("global\n  maxconn 2048\ndefaults\n  mode tcp\n  timeout connect 1s\n  timeout client 1h\n  timeout server 1h\n{}{}", backend("ret", ret), backend("pub", publish)))
+        .expect("haproxy.cfg");
+    let haproxy = Proc::spawn_logged("haproxy (scripts/setup.sh installs it)", Command::new("haproxy").arg("-f").arg(&cfg).arg("-db"), &c.envs[0].root.join("haproxy.out"));
+    wait_for("haproxy to listen", 20, || std::net::TcpStream::connect((lb.as_str(), ret)).is_ok());
+    let minion = start_minion(&c.envs[0].root, "m1", &format!("master: {lb}\nmaster_port: {ret}\n"));
+    Balanced { _minion: minion, _haproxy: haproxy, c }
+}
+
+/// [`balanced`] with the minion's key accepted through the second member and the minion
+/// answering through the first.
+fn balanced_and_served() -> Balanced {
+    let b = balanced();
+    wait_for("m1's key pending on the second member", 90, || b.c.envs[1].ids("minions_pre") == ["m1"]);
+    b.c.envs[1].ok(SALT_KEY, &["-a", "m1", "-y"]);
+    wait_minion_ready(&b.c.envs[0].root, "m1", 1, 90);
+    wait_ping(&b.c.envs[0], "m1", 120);
+    b
+}
+
+#[test]
+fn a_minion_behind_a_load_balancer_is_pending_on_every_member() {
+    let b = balanced();
+    for env in &b.c.envs {
+        wait_for("m1's key pending on every member", 90, || env.ids("minions_pre") == ["m1"]);
+    }
+}
+
+#[test]
+fn a_minion_behind_a_load_balancer_answers_jobs_published_through_any_member() {
+    // Answered through whichever member the balancer picked for each connection.
+    let b = balanced_and_served();
+    for env in &b.c.envs {
+        assert_eq!(env.salt_json(&["m1", "test.echo", "lb"], 20), json!({"m1": "lb"}), "through {}", env.ip);
+    }
+}
+
+#[test]
+fn a_minion_behind_a_load_balancer_survives_a_member_stopping() {
+    // The minion's connections to the stopped member break, the balancer sends them to
+    // the others, and jobs keep working.
+    let mut b = balanced_and_served();
+    b.c.stop(2);
+    wait_for("test.ping after a member stopped", 120, || ping_via(&b.c.envs[1], "m1", 5));
+}
+

@@ -1,0 +1,26 @@
+//! The end-to-end tests: the real binaries (`salt-master`, `salt`, `salt-key`, `salt-run`,
+//! `halite-ctl`, `halite-swarm`), unmodified salt-minion 3008.5 processes and Salt's own
+//! `salt-key`, real sockets on loopback addresses of each test's own, real files, real
+//! crashes. One test binary (builds are the slow part), one module per subject, one
+//! property per test: a failing test's name says what broke.
+//!
+//! Needs the workspace's binaries built first (`cargo build --workspace --bins`) and the
+//! reference venv (`HALITE_SALT_VENV`, from `scripts/setup-reference.sh`); `tools/README.md`
+//! lists the subjects.
+
+mod support;
+
+// Offline: the tools over files, no master running.
+mod keys;
+mod recovery;
+
+// One master.
+mod files_pillar;
+mod minion;
+mod wire;
+
+// Several masters.
+mod cluster;
+mod cluster_join;
+mod cluster_shared;
+mod multimaster;
