@@ -18,11 +18,11 @@
 //! and constant time. The pure-Rust `rsa` crate's private-key operations leak timing
 //! (the Marvin attack, RUSTSEC-2023-0071, unfixed in the 0.9 series), and a master
 //! decrypts and signs for any peer that asks. Public-key operations handle no secret, so
-//! the advisory does not concern them; there `rsa` gives strict DER decoders (no
-//! hand-written parser) and no C on the path of bytes a peer controls. They are slower
-//! there: `rsa`'s public operations cost about ten times OpenSSL's (RSA-2048: ~0.23 ms
-//! against ~0.024 ms for the `tok` check), while its key parsing is two hundred times
-//! faster than OpenSSL 3's decoder. The measured cost of each operation on each library
+//! the advisory does not concern them; for them `rsa` gives strict DER decoders (no
+//! hand-written parser) and no C on the path of bytes a peer controls, at a price: its
+//! public operations cost about ten times OpenSSL's (RSA-2048: ~0.23 ms against
+//! ~0.024 ms for the `tok` check), while its key parsing is two hundred times faster
+//! than OpenSSL 3's decoder. The measured cost of each operation on each library
 //! is in `docs/benchmarks.md` (`cargo bench -p halite-benches --bench crypto`).
 //!
 //! (Over 600 lines: more than half is the interop tests against OpenSSL, kept beside the
@@ -198,7 +198,7 @@ impl PublicKey {
     /// (`BEGIN RSA PUBLIC KEY`) PEM and refuses anything else: another label or
     /// algorithm, PEM headers, base64 lines other than 64 wide, DER that is not canonical
     /// or has trailing bytes, a modulus over 16,384 bits, an even modulus, an exponent
-    /// that is even, 1 or over 2³³. Whitespace around the PEM is ignored (Salt's
+    /// that is even, 1, or 2³³ and more. Whitespace around the PEM is ignored (Salt's
     /// [`clean_key`] form has no final newline; Windows minions write CRLF).
     pub fn from_pem(pem: &[u8]) -> Result<Self> {
         let bad = |what: &str| CryptoError::Invalid(format!("public key: {what}"));
