@@ -2,44 +2,42 @@
 //! the raw ANSI X9.31 "private encrypt" of `tok` and the auth `sig`, and the "Crypticle"
 //! (AES-192-CBC + HMAC-SHA256).
 //!
-//! Two libraries share the work, split by whether a secret is involved:
+//! Two libraries share the work:
 //!
 //! | operation | where Halite does it | library |
 //! |---|---|---|
-//! | read a public key (SPKI or PKCS#1 PEM) | every sign-in (the presented key), every AES request (the accepted key) | `rsa` and its `pkcs1` / `spki` / PEM decoders |
-//! | OAEP encryption, SHA-1 or SHA-224 | the accept reply (`aes`, `session`), pillar | `rsa` |
-//! | X9.31 recovery | the `tok` of every AES request; the swarm checks the auth `sig` | `rsa` (raw public operation) + [`x931_unpad`] |
-//! | PKCS#1 v1.5 verification | the swarm and the tests check the master's replies | `rsa` |
+//! | read and check a public key (SPKI or PKCS#1 PEM) | every sign-in (the presented key), every AES request (the accepted key) | `rsa` and its `pkcs1` / `spki` / PEM decoders |
+//! | OAEP encryption (SHA-1 / SHA-224), X9.31 recovery (`tok`), PKCS#1 v1.5 verification | the accept reply and pillar; every AES request; the swarm and tests | OpenSSL, on a key built from the modulus and exponent `rsa` read |
 //! | key generation, private PEM in and out, the public PEM of a private key | the master key pair | OpenSSL |
 //! | OAEP decryption, PKCS#1 v1.5 signature, X9.31 signature | the master's private key | OpenSSL |
 //! | the Crypticle, random bytes | session and publish keys | OpenSSL |
 //!
 //! Every private-key operation runs in OpenSSL (the system libssl), whose RSA is blinded
-//! and constant time. The pure-Rust `rsa` crate's private-key operations leak timing
-//! (the Marvin attack, RUSTSEC-2023-0071, unfixed in the 0.9 series), and a master
-//! decrypts and signs for any peer that asks. Public-key operations handle no secret, so
-//! the advisory does not concern them; for them `rsa` gives strict DER decoders (no
-//! hand-written parser) and no C on the path of bytes a peer controls, at a price: its
-//! public operations cost about ten times OpenSSL's (RSA-2048: ~0.23 ms against
-//! ~0.024 ms for the `tok` check), while its key parsing is two hundred times faster
-//! than OpenSSL 3's decoder. The measured cost of each operation on each library
-//! is in `docs/benchmarks.md` (`cargo bench -p halite-benches --bench crypto`).
+//! and constant time: the pure-Rust `rsa` crate's private-key operations leak timing (the
+//! Marvin attack, RUSTSEC-2023-0071, unfixed in the 0.9 series), and a master decrypts
+//! and signs for any peer that asks. Key material is read by `rsa`'s strict DER decoders
+//! (no hand-written parser; 200× faster than OpenSSL 3's generic decoder). The public
+//! operations stay on OpenSSL too: measured on this machine, `rsa` 0.9's are 8–11× slower
+//! (RSA-2048 `tok` check 231 µs against 24 µs; its bignum library needs ~90
+//! multiplications for e = 65537), which cost 70 % more sign-in time and `test.ping`
+//! latency under a 500-minion swarm. `docs/benchmarks.md` has each figure
+//! (`cargo bench -p halite-benches --bench crypto`); `rsa` 0.10, on another bignum
+//! library, is the candidate to move them.
 //!
 //! (Over 600 lines: more than half is the interop tests against OpenSSL, kept beside the
 //! code whose behaviour they pin down.)
 
 use base64::Engine as _;
 use openssl::hash::MessageDigest;
-use openssl::pkey::{PKey, Private};
+use openssl::bn::BigNum;
+use openssl::pkey::{PKey, Private, Public};
 use openssl::rsa::{Padding, Rsa};
-use openssl::sign::Signer;
+use openssl::sign::{Signer, Verifier};
 use openssl::symm::Cipher;
 use rsa::pkcs1::der::Decode as _;
 use rsa::pkcs8::spki::SubjectPublicKeyInfoRef;
 use rsa::traits::PublicKeyParts as _;
-use rsa::{BigUint, Oaep, Pkcs1v15Sign, RsaPublicKey};
-use sha1::Sha1;
-use sha2::{Digest as _, Sha224};
+use rsa::{BigUint, RsaPublicKey};
 
 /// X9.31 padding mode of OpenSSL's low-level RSA calls (`RSA_X931_PADDING`).
 const X931_PADDING: i32 = 5;
@@ -186,11 +184,11 @@ impl PrivateKey {
     }
 }
 
-/// A public key (a minion's, or the master's for the swarm and tests), held by the `rsa`
-/// crate.
+/// A public key (a minion's, or the master's for the swarm and tests): read and checked
+/// by the `rsa` crate, used through OpenSSL (see the module docs for why).
 #[derive(Clone)]
 pub struct PublicKey {
-    key: RsaPublicKey,
+    ossl: PKey<Public>,
 }
 
 impl PublicKey {
@@ -226,98 +224,52 @@ impl PublicKey {
     /// A key from its modulus and exponent (big-endian magnitudes), with the checks of
     /// [`PublicKey::from_pem`].
     fn from_components(n: &[u8], e: &[u8]) -> Result<Self> {
+        // The rsa crate's checks (size, odd modulus, exponent range), then the same
+        // numbers in an OpenSSL key for the operations.
         let key = RsaPublicKey::new_with_max_size(BigUint::from_bytes_be(n), BigUint::from_bytes_be(e), MAX_MODULUS_BITS)?;
-        Ok(PublicKey { key })
+        let rsa = Rsa::from_public_components(BigNum::from_slice(&key.n().to_bytes_be())?, BigNum::from_slice(&key.e().to_bytes_be())?)?;
+        Ok(PublicKey { ossl: PKey::from_rsa(rsa)? })
     }
 
     /// RSAES-OAEP with `algo`'s digest for both the label hash and MGF1 (as Salt, through
-    /// `cryptography`, and OpenSSL with the same settings do), empty label.
+    /// `cryptography`, does), empty label.
     pub fn encrypt_oaep(&self, data: &[u8], algo: EncAlgo) -> Result<Vec<u8>> {
-        let padding = match algo {
-            EncAlgo::OaepSha1 => Oaep::new::<Sha1>(),
-            EncAlgo::OaepSha224 => Oaep::new::<Sha224>(),
-        };
-        Ok(self.key.encrypt(&mut rand::thread_rng(), padding, data)?)
+        let mut e = openssl::encrypt::Encrypter::new(&self.ossl)?;
+        e.set_rsa_padding(Padding::PKCS1_OAEP)?;
+        e.set_rsa_oaep_md(algo.md())?;
+        e.set_rsa_mgf1_md(algo.md())?;
+        let mut out = vec![0u8; e.encrypt_len(data)?];
+        let n = e.encrypt(data, &mut out)?;
+        out.truncate(n);
+        Ok(out)
     }
 
     /// Whether `sig` is the RSASSA-PKCS1-v1_5 signature of `data` with `algo`'s digest.
-    /// A signature of the wrong length or out of range is not valid (`Ok(false)`).
     pub fn verify(&self, data: &[u8], sig: &[u8], algo: SigAlgo) -> Result<bool> {
-        let checked = match algo {
-            SigAlgo::Pkcs1v15Sha1 => self.key.verify(Pkcs1v15Sign::new::<Sha1>(), &Sha1::digest(data), sig),
-            SigAlgo::Pkcs1v15Sha224 => self.key.verify(Pkcs1v15Sign::new::<Sha224>(), &Sha224::digest(data), sig),
-        };
-        Ok(checked.is_ok())
+        let mut v = Verifier::new(algo.md(), &self.ossl)?;
+        v.set_rsa_padding(Padding::PKCS1)?;
+        Ok(v.verify_oneshot(sig, data).unwrap_or(false))
     }
 
-    /// Recovers the message of an X9.31 signature (None if it does not verify), as
-    /// OpenSSL's `RSA_public_decrypt` with `RSA_X931_PADDING` does: the signature is a
-    /// number below the modulus n, at most as long as n; m = sig^e mod n; a signer sends
-    /// the smaller of s and n − s, so when m's low nibble is not 0xC (the trailer's)
-    /// m is replaced by n − m; m, left-padded to n's length, must then pass
-    /// [`x931_unpad`].
+    /// The modulus and exponent, big-endian (for the tests).
+    #[cfg(test)]
+    fn components(&self) -> (Vec<u8>, Vec<u8>) {
+        let rsa = self.ossl.rsa().expect("an RSA key");
+        (rsa.n().to_vec(), rsa.e().to_vec())
+    }
+
+    /// Recovers the message of an X9.31 signature (`None` if it does not verify):
+    /// OpenSSL's `RSA_public_decrypt` with `RSA_X931_PADDING`.
     pub fn x931_recover(&self, sig: &[u8]) -> Option<Vec<u8>> {
-        let n = self.key.n();
-        let size = self.key.size();
-        if sig.len() > size {
+        let rsa = self.ossl.rsa().ok()?;
+        if sig.len() > rsa.size() as usize {
             return None;
         }
-        let s = BigUint::from_bytes_be(sig);
-        if &s >= n {
-            return None;
-        }
-        let mut m = rsa::hazmat::rsa_encrypt(&self.key, &s).ok()?;
-        if m.to_bytes_le().first().map_or(0, |low| low & 0x0f) != 0x0c {
-            // m < n: the result of a reduction modulo n, so this cannot underflow.
-            m = n - m;
-        }
-        let digits = m.to_bytes_be();
-        let mut block = vec![0u8; size.checked_sub(digits.len())?];
-        block.extend_from_slice(&digits);
-        x931_unpad(&block).map(<[u8]>::to_vec)
+        let mut out = vec![0u8; rsa.size() as usize];
+        let n = rsa.public_decrypt(sig, &mut out, Padding::from_raw(X931_PADDING)).ok()?;
+        out.truncate(n);
+        Some(out)
     }
-}
-
-/// Checks and strips ANSI X9.31 padding from `block` (a recovered signature, as long as
-/// the modulus), exactly as OpenSSL's `RSA_padding_check_X931`:
-///
-/// - header `0x6A`: `6A ‖ message ‖ CC`;
-/// - header `0x6B`: `6B ‖ BB … BB ‖ BA ‖ message ‖ CC` with at least one `0xBB` and a
-///   message of at least one byte (OpenSSL looks for the `0xBA` in the first `len − 3`
-///   bytes after the header only); it refuses `6B BA …`, which its own padder writes
-///   when exactly three bytes are left over (never for a message as short as `tok`'s
-///   `"salt"`);
-/// - anything else is refused: another header, a padding byte other than `0xBB`, a
-///   trailer other than `0xCC`, a block shorter than the header and trailer.
-///
-/// If all of the `len − 3` scanned bytes are `0xBB`, OpenSSL takes the byte before last
-/// as the trailer (ignoring the last) and yields an empty message. That
-/// quirk is kept so that both libraries agree on every block (an empty message never
-/// equals what a caller expects: `"salt"` or a 64-digit hash).
-pub fn x931_unpad(block: &[u8]) -> Option<&[u8]> {
-    const TRAILER: u8 = 0xcc;
-    let (&header, rest) = block.split_first()?;
-    let (body, trailer) = match header {
-        0x6a => {
-            let (&trailer, message) = rest.split_last()?;
-            (message, trailer)
-        }
-        0x6b => {
-            let scan = block.len().checked_sub(3).filter(|&n| n > 0)?;
-            match rest[..scan].iter().position(|&b| b != 0xbb) {
-                // At least one 0xBB, then 0xBA: the message runs up to the last byte.
-                Some(i) if i > 0 && rest[i] == 0xba => {
-                    let (&trailer, message) = rest[i + 1..].split_last()?;
-                    (message, trailer)
-                }
-                Some(_) => return None,
-                // No 0xBA in the scanned bytes: OpenSSL's empty-message case.
-                None => (&rest[scan..scan], rest[scan]),
-            }
-        }
-        _ => return None,
-    };
-    (trailer == TRAILER).then_some(body)
 }
 
 /// Salt's authenticated symmetric cipher: AES-192-CBC with a random IV, then
@@ -460,14 +412,14 @@ mod tests {
         let padded = [b"\n  \n".as_slice(), &spki, b"\n\n  "].concat();
         for pem in [&spki, &pkcs1, &bare, &clean_key(&spki), &clean_key(&pkcs1), &crlf, &padded] {
             let p = PublicKey::from_pem(pem).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(pem)));
-            assert_eq!(p.key.n().to_bytes_be(), reference.n().to_vec());
-            assert_eq!(p.key.e().to_bytes_be(), reference.e().to_vec());
+            assert_eq!(p.components().0, reference.n().to_vec());
+            assert_eq!(p.components().1, reference.e().to_vec());
             // The parsed key works both ways with the private key.
             assert_eq!(k.decrypt_oaep(&p.encrypt_oaep(b"x", EncAlgo::OaepSha1).unwrap(), EncAlgo::OaepSha1).unwrap(), b"x");
             assert_eq!(p.x931_recover(&k.x931_sign(b"salt").unwrap()).unwrap(), b"salt");
         }
         // The private key's own public half is the same key.
-        assert_eq!(k.public_key().unwrap().key, PublicKey::from_pem(&spki).unwrap().key);
+        assert_eq!(k.public_key().unwrap().components(), PublicKey::from_pem(&spki).unwrap().components());
     }
 
     #[test]
@@ -665,106 +617,6 @@ mod tests {
 
     /// Differential test of the padding check: blocks made by hand, raised to the private
     /// exponent with no padding by OpenSSL, then recovered by both libraries.
-    #[test]
-    fn x931_recovery_agrees_with_openssl_on_crafted_blocks() {
-        let k = PrivateKey::generate(2048).unwrap();
-        let rsa = k.pkey.rsa().unwrap();
-        let p = k.public_key().unwrap();
-        let size = 256;
-        let block = |parts: &[&[u8]]| {
-            let b = parts.concat();
-            assert_eq!(b.len(), size);
-            b
-        };
-        let bb = |n: usize| vec![0xbbu8; n];
-        let salt = b"salt".as_slice();
-        // (what, block, the message both libraries recover)
-        type Case<'a> = (&'a str, Vec<u8>, Option<&'a [u8]>);
-        let cases: Vec<Case> = vec![
-            ("6B padding", block(&[&[0x6b], &bb(size - 7), &[0xba], salt, &[0xcc]]), Some(salt)),
-            ("6A, no padding", block(&[&[0x6a], &[0x11; 254], &[0xcc]]), Some(&[0x11; 254])),
-            ("6B then BA at once", block(&[&[0x6b, 0xba], &[0x22; 253], &[0xcc]]), None),
-            ("one BB", block(&[&[0x6b, 0xbb, 0xba], &[0x22; 252], &[0xcc]]), Some(&[0x22; 252])),
-            ("bad header", block(&[&[0x6c], &bb(size - 7), &[0xba], salt, &[0xcc]]), None),
-            ("bad padding byte", block(&[&[0x6b], &bb(100), &[0xbc], &bb(size - 108), &[0xba], salt, &[0xcc]]), None),
-            ("bad trailer", block(&[&[0x6b], &bb(size - 7), &[0xba], salt, &[0xcd]]), None),
-            ("trailer nibble only", block(&[&[0x6b], &bb(size - 7), &[0xba], salt, &[0x1c]]), None),
-            ("all BB, trailer before last", block(&[&[0x6b], &bb(size - 3), &[0xcc, 0xcc]]), Some(&[])),
-            ("all BB, any last byte", block(&[&[0x6b], &bb(size - 3), &[0xcc, 0x5c]]), Some(&[])),
-            ("all BB, no trailer", block(&[&[0x6b], &bb(size - 3), &[0xbb, 0xcc]]), None),
-            ("6B, empty message", block(&[&[0x6b], &bb(size - 3), &[0xba, 0xcc]]), None),
-            ("6A, empty message padded with zeros", block(&[&[0x6a], &[0; 254], &[0xcc]]), Some(&[0; 254])),
-        ];
-        for (what, b, expect) in &cases {
-            let mut sig = vec![0u8; size];
-            let n = rsa.private_encrypt(b, &mut sig, Padding::NONE).unwrap();
-            assert_eq!(n, size);
-            let ours = p.x931_recover(&sig);
-            assert_eq!(ours, openssl_x931_recover(&rsa, &sig), "{what}");
-            assert_eq!(ours.as_deref(), *expect, "{what}");
-            assert_eq!(x931_unpad(b), *expect, "{what}");
-            // A signer may send n − s instead of s (OpenSSL sends the smaller): the same
-            // block comes back when it ends in the trailer's nibble.
-            let complement = (rsa.n() - &*BigNum::from_slice(&sig).unwrap()).to_vec();
-            let ours = p.x931_recover(&complement);
-            assert_eq!(ours, openssl_x931_recover(&rsa, &complement), "{what}, n - s");
-            if b[size - 1] & 0x0f == 0x0c {
-                assert_eq!(ours.as_deref(), *expect, "{what}, n - s");
-            }
-        }
-        // Signatures that are not numbers below n, and short ones.
-        let n = rsa.n().to_vec();
-        let mut n_minus_1 = n.clone();
-        *n_minus_1.last_mut().unwrap() -= 1;
-        let tok = k.x931_sign(b"salt").unwrap();
-        let short: Vec<u8> = tok.iter().skip_while(|&&b| b == 0).copied().collect();
-        for (what, sig) in [
-            ("n", n.clone()),
-            ("n - 1", n_minus_1),
-            ("all ones", vec![0xff; size]),
-            ("one byte too long", [&[0u8][..], &tok].concat()),
-            ("one", vec![1]),
-            ("random", noise(&mut 77, size - 1)),
-            ("tok without leading zeros", short),
-        ] {
-            assert_eq!(p.x931_recover(&sig), openssl_x931_recover(&rsa, &sig), "{what}");
-        }
-        assert_eq!(p.x931_recover(&[]), None);
-        assert_eq!(p.x931_recover(&[0; 256]), None);
-        // Random blocks with a valid header and trailer, random middles.
-        let mut seed = 0xD1B54A32D192ED03u64;
-        for i in 0..200 {
-            let mut b = noise(&mut seed, size);
-            b[0] = if i % 2 == 0 { 0x6a } else { 0x6b };
-            if i % 4 == 1 {
-                let pad = 1 + b[1] as usize % 40;
-                b[1..=pad].fill(0xbb);
-                b[pad + 1] = 0xba;
-            }
-            b[size - 1] = 0xcc;
-            let mut sig = vec![0u8; size];
-            rsa.private_encrypt(&b, &mut sig, Padding::NONE).unwrap();
-            assert_eq!(p.x931_recover(&sig), openssl_x931_recover(&rsa, &sig), "block {i}");
-        }
-    }
-
-    #[test]
-    fn x931_unpad_edges() {
-        for short in [&[][..], &[0x6a], &[0x6b], &[0x6b, 0xbb], &[0x6b, 0xbb, 0xcc], &[0x6b, 0xba, 0xcc]] {
-            assert_eq!(x931_unpad(short), None, "{short:02x?}");
-        }
-        assert_eq!(x931_unpad(&[0x6a, 0xcc]), Some(&[][..]));
-        assert_eq!(x931_unpad(&[0x6a, 0x01, 0xcc]), Some(&[0x01][..]));
-        // OpenSSL scans len − 3 bytes for the 0xBA, so a 0x6B block has a message.
-        assert_eq!(x931_unpad(&[0x6b, 0xbb, 0xba, 0xcc]), None);
-        assert_eq!(x931_unpad(&[0x6b, 0xbb, 0xba, 0x01, 0xcc]), Some(&[0x01][..]));
-        assert_eq!(x931_unpad(&[0x6b, 0xbb, 0xcc, 0x00]), Some(&[][..]), "OpenSSL's all-padding case");
-        assert_eq!(x931_unpad(&[0x6b, 0xbb, 0xba, 0x01, 0x02, 0xcc]), Some(&[0x01, 0x02][..]));
-    }
-
-    /// The key view derives `cluster.pub` and `<master>.pub` with the `rsa` crate
-    /// (`storage::keys::pair`); Halite fingerprints those bytes, so they must equal what
-    /// OpenSSL writes for the same private key, whichever PEM form the key is in.
     #[test]
     fn public_pem_is_the_same_from_openssl_and_storage() {
         for bits in [2048, 4096] {
