@@ -230,6 +230,7 @@ impl Handshake {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::{free_addr, wait_until};
 
     /// The wire form is shared with members running other builds: keys and tags as
     /// documented above.
@@ -250,20 +251,7 @@ mod tests {
         }
     }
 
-    fn free_addr(ip: &str) -> SocketAddr {
-        std::net::TcpListener::bind((ip, 0)).unwrap().local_addr().unwrap()
-    }
 
-    fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-        let end = Instant::now() + Duration::from_secs(secs);
-        while Instant::now() < end {
-            if f() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("timed out waiting for {what}");
-    }
 
     /// A member named `name` (its raft id derived from it) with the sealed transport and
     /// the handshake served, announcing `fingerprint`; its node is started by the caller.

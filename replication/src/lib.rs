@@ -18,6 +18,9 @@ pub mod node;
 pub mod ring;
 pub mod transport;
 
+#[cfg(test)]
+mod testutil;
+
 pub use cluster::{member_id, ClusterPlan};
 pub use node::{DataDir, Inbox, Mailbox, Node, NodeConfig, NodeError, NodeHandle, Pending, Tap};
 pub use ring::HashRing;

@@ -16,6 +16,7 @@ use halite_storage::views::Views;
 use halite_storage::Record;
 
 use super::{mailbox, DataDir, Node, NodeConfig, NodeError};
+use crate::testutil::{free_addr, wait_until};
 
 fn geo() -> Geometry {
     Geometry { size: 4096, slot_size: 96, key_size: 64, max_segment_bytes: 1 << 20 }
@@ -98,16 +99,6 @@ fn member(root: &Path, id: u64, addrs: &HashMap<u64, std::net::SocketAddr>, secr
     (node, t)
 }
 
-fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let end = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < end {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("timed out waiting for {what}");
-}
 
 /// Proposes on `node`, retrying while no leader is known or the leader changes.
 fn propose_retrying(node: &Node, recs: &[Record]) -> u64 {
@@ -177,9 +168,6 @@ fn node_at(root: &Path, id: u64, listen: std::net::SocketAddr, peers: HashMap<u6
     (node, t)
 }
 
-fn free_addr(ip: &str) -> std::net::SocketAddr {
-    std::net::TcpListener::bind((ip, 0)).unwrap().local_addr().unwrap()
-}
 
 #[test]
 fn joiners_catch_up_as_learners_are_promoted_and_survive_the_founder() {

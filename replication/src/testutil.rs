@@ -1,0 +1,21 @@
+//! Helpers the in-process tests with real sockets share.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// A free port on a loopback address (127.0.0.x).
+pub fn free_addr(ip: &str) -> SocketAddr {
+    std::net::TcpListener::bind((ip, 0)).unwrap().local_addr().unwrap()
+}
+
+/// Polls `f` every 50 ms until it holds; fails the test naming `what` after `secs`.
+pub fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("timed out waiting for {what}");
+}
