@@ -62,10 +62,7 @@ pub fn existing(cfg: &MasterConfig, view: &dyn KeyView) -> Option<Vec<u8>> {
     [format!("{mid}.pem"), "master.pem".to_string()].iter().find_map(|name| {
         let found = view.get_master_key(name).ok().flatten().or_else(|| std::fs::read(cfg.pki_dir.join(name)).ok())?;
         match PrivateKey::from_pem(&found) {
-            Ok(_) => {
-                tracing::info!(key = %name, "adopting the master key found in the pki dir");
-                Some(found)
-            }
+            Ok(_) => Some(found),
             Err(e) => {
                 tracing::warn!(key = %name, "a master key file that does not parse is ignored: {e}");
                 None
@@ -77,7 +74,10 @@ pub fn existing(cfg: &MasterConfig, view: &dyn KeyView) -> Option<Vec<u8>> {
 /// The record of this master's key pair: `found` (see [`existing`]) or a new pair.
 pub fn record(cfg: &MasterConfig, found: Option<Vec<u8>>, time_ns: u64) -> Result<Record> {
     let private_pem = match found {
-        Some(pem) => pem,
+        Some(pem) => {
+            tracing::info!(id = %master_id(cfg), "recording the master key found in the pki dir");
+            pem
+        }
         None => {
             tracing::warn!(id = %master_id(cfg), "no master key found: generating a new 2048-bit key pair");
             PrivateKey::generate(2048)?.to_pem()?

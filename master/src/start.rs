@@ -139,9 +139,7 @@ pub fn start_node_adopting_tapped(cfg: &MasterConfig, tap: Option<Tap>) -> Resul
     if !groups.is_empty() {
         tracing::info!(entries = groups.iter().map(Vec::len).sum::<usize>() - 2, "importing keys found in {source} that the log does not hold yet");
     }
-    for group in &groups {
-        node.propose(group)?;
-    }
+    node.propose_all(&groups, 1, &mut |_, _| {})?;
     Ok(node)
 }
 

@@ -25,26 +25,8 @@ pub fn migrate_offline(cfg: &MasterConfig, dry_run: bool) -> Result<String> {
     let source = format!("localfs_key:{}", cfg.keys_dir().display());
     let groups = migration_groups(node.state(), records, &source, &counts, halite_storage::format::now_ns())?;
     if !groups.is_empty() {
-        let total: u64 = groups.iter().map(|g| g.len() as u64).sum();
-        let mut progress = Progress::new("migrating keys into the log", total);
-        // Keep a few groups in flight so the node never waits for this thread.
-        let mut in_flight = std::collections::VecDeque::new();
-        let mut done = 0u64;
-        for g in &groups {
-            in_flight.push_back((node.propose_async(g)?, g.len() as u64));
-            if in_flight.len() >= 4 {
-                if let Some((p, n)) = in_flight.pop_front() {
-                    p.wait()?;
-                    done += n;
-                    progress.set(done);
-                }
-            }
-        }
-        for (p, n) in in_flight {
-            p.wait()?;
-            done += n;
-            progress.set(done);
-        }
+        let mut progress = Progress::new("migrating keys into the log", groups.iter().map(|g| g.len() as u64).sum());
+        node.propose_all(&groups, 4, &mut |done, _| progress.set(done))?;
         progress.finish();
     }
     let sm = node.state().clone();

@@ -3,7 +3,6 @@
 //! carried out here: its groups of records committed in order (a few in flight at once),
 //! its membership change, then its events and effects, then the answer.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use serde_json::{json, Value as J};
@@ -65,24 +64,16 @@ fn execute(m: &Master, cmd: Command) -> J {
 }
 
 fn carry_out(m: &Master, plan: Plan) -> Result<J> {
-    let total = plan.proposals.len() as u64;
-    let mut in_flight = VecDeque::new();
-    let mut done = 0u64;
-    for group in &plan.proposals {
-        in_flight.push_back(m.node.propose_async(group)?);
-        if in_flight.len() >= IN_FLIGHT {
-            if let Some(p) = in_flight.pop_front() {
-                p.wait()?;
-                done += 1;
-                if let Some(label) = plan.progress {
-                    tracing::info!(done, total, "{label}");
-                }
+    let label = plan.progress;
+    let mut logged = 0u64;
+    m.node.propose_all(&plan.proposals, IN_FLIGHT, &mut |done, total| {
+        if let Some(label) = label {
+            if done == total || (done - logged) * 10 >= total {
+                logged = done;
+                tracing::info!(done, total, "{label}");
             }
         }
-    }
-    for p in in_flight {
-        p.wait()?;
-    }
+    })?;
     if let Some(MemberChange::Remove(id)) = plan.membership {
         m.node.remove_member(id)?;
     }
@@ -95,9 +86,6 @@ fn carry_out(m: &Master, plan: Plan) -> Result<J> {
             Effect::Uncount(ids) => m.uncount(&ids),
             Effect::FinishMmapMigration { build_view } => finish_migration(m, build_view)?,
         }
-    }
-    if let Some(label) = plan.progress {
-        tracing::info!(groups = total, "{label}: committed");
     }
     match plan.answer {
         Answer::Now(v) => Ok(v),

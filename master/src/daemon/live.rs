@@ -82,21 +82,21 @@ impl Master {
     /// Grants the claims of a request; all or none.
     pub fn claim(&self, claims: &[Claim]) -> bool {
         let mut counted = self.counted.lock().unwrap_or_else(|p| p.into_inner());
-        let max = self.cfg.max_minions;
         let mut taken = Vec::new();
-        for c in claims {
-            let Claim::Count(id) = c;
-            if counted.contains(id) {
-                continue;
-            }
-            if max > 0 && counted.len() as u64 >= max {
-                for t in taken {
-                    counted.remove(&t);
+        for Claim::Count(id) in claims {
+            match Admission::of(self.cfg.max_minions, counted.contains(id), counted.len()) {
+                Admission::Counted => {}
+                Admission::Room => {
+                    counted.insert(id.clone());
+                    taken.push(id.clone());
                 }
-                return false;
+                Admission::Full => {
+                    for t in taken {
+                        counted.remove(&t);
+                    }
+                    return false;
+                }
             }
-            counted.insert(id.clone());
-            taken.push(id.clone());
         }
         true
     }
@@ -174,14 +174,7 @@ impl View for Master {
     }
     fn admission(&self, id: &str) -> Admission {
         let counted = self.counted.lock().unwrap_or_else(|p| p.into_inner());
-        let max = self.cfg.max_minions;
-        if max == 0 || counted.contains(id) {
-            Admission::Counted
-        } else if counted.len() as u64 >= max {
-            Admission::Full
-        } else {
-            Admission::Room
-        }
+        Admission::of(self.cfg.max_minions, counted.contains(id), counted.len())
     }
     fn replayed(&self, id: &str, nonce: &str) -> bool {
         self.nonces.lock().unwrap_or_else(|p| p.into_inner()).seen(id, nonce)

@@ -158,14 +158,7 @@ impl View for MemoryView {
         Ok(self.denied.contains(id))
     }
     fn admission(&self, id: &str) -> Admission {
-        let max = self.cfg.max_minions;
-        if max == 0 || self.counted.contains(id) {
-            Admission::Counted
-        } else if self.counted.len() as u64 >= max {
-            Admission::Full
-        } else {
-            Admission::Room
-        }
+        Admission::of(self.cfg.max_minions, self.counted.contains(id), self.counted.len())
     }
     fn replayed(&self, id: &str, nonce: &str) -> bool {
         self.replayed.contains(&(id.to_string(), nonce.to_string()))

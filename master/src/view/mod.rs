@@ -40,6 +40,20 @@ pub enum Admission {
     Full,
 }
 
+impl Admission {
+    /// Salt's `max_minions` rule (0: no limit) for an id that is or is not `counted`
+    /// already, with `count` minions counted.
+    pub fn of(max: u64, counted: bool, count: usize) -> Self {
+        if max == 0 || counted {
+            Admission::Counted
+        } else if count as u64 >= max {
+            Admission::Full
+        } else {
+            Admission::Room
+        }
+    }
+}
+
 /// One of Salt's autosign inputs, read as text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Autosign<'a> {

@@ -381,6 +381,32 @@ impl Node {
         Ok(Pending { rx })
     }
 
+    /// Proposes `groups` in order, each one proposal, keeping up to `in_flight` of them
+    /// waiting at once so the driver never idles for the caller; `progress(done, total)`
+    /// counts records as their groups apply. Stops at the first failure (groups already
+    /// handed over may still commit: every record kind applies idempotently). Returns the
+    /// index of the last group's last entry (0 when there is nothing to propose).
+    pub fn propose_all(&self, groups: &[Vec<Record>], in_flight: usize, progress: &mut dyn FnMut(u64, u64)) -> Result<u64> {
+        let total: u64 = groups.iter().map(|g| g.len() as u64).sum();
+        let mut waiting = std::collections::VecDeque::new();
+        let (mut done, mut last) = (0u64, 0u64);
+        for g in groups {
+            waiting.push_back((self.propose_async(g)?, g.len() as u64));
+            while waiting.len() >= in_flight.max(1) {
+                let Some((p, n)) = waiting.pop_front() else { break };
+                last = p.wait()?;
+                done += n;
+                progress(done, total);
+            }
+        }
+        for (p, n) in waiting {
+            last = p.wait()?;
+            done += n;
+            progress(done, total);
+        }
+        Ok(last)
+    }
+
     /// Stops the driver thread after the group in progress.
     pub fn stop(mut self) {
         self.shutdown();
