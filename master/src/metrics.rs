@@ -1,0 +1,144 @@
+//! The master's metrics (Prometheus text format, served at `/metrics`) and the one way
+//! to report a refused input: [`refuse`], which counts it and logs it at most once per
+//! source and reason per [`REFUSAL_LOG_INTERVAL`].
+//!
+//! One process-wide [`Metrics`] ([`metrics()`]); every counter is a lock-free atomic, so
+//! any task or thread may bump one. Add a metric here, beside its siblings, with a doc
+//! comment saying what it counts; [`encode`] writes them all.
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `halite_refused_total` | counter | `port` (request, publish, cluster, admin, disk), `reason` |
+
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+/// How often the same refusal (source, reason) is logged at most.
+pub const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Most distinct (source, reason) pairs remembered for log rate limiting; past it the
+/// memory is cleared (a flood of sources then logs again at most once per source).
+const MAX_REMEMBERED: usize = 10_000;
+
+/// Where a refused input arrived.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum Port {
+    /// The request server (`ret_port`).
+    Request,
+    /// The publisher (`publish_port`).
+    Publish,
+    /// The cluster transport (`cluster_peers`).
+    Cluster,
+    /// The admin socket.
+    Admin,
+    /// Bytes read from disk.
+    Disk,
+}
+
+impl Port {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Port::Request => "request",
+            Port::Publish => "publish",
+            Port::Cluster => "cluster",
+            Port::Admin => "admin",
+            Port::Disk => "disk",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusedLabels {
+    pub port: String,
+    pub reason: String,
+}
+
+/// Every metric the master exports.
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    /// Inputs refused, by port and reason (a short fixed word, never peer bytes).
+    pub refused: Family<RefusedLabels, Counter>,
+    /// When each (source, reason) was last logged.
+    logged: Mutex<HashMap<(Port, String, &'static str), Instant>>,
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let mut registry = Registry::with_prefix("halite");
+        let refused = Family::<RefusedLabels, Counter>::default();
+        registry.register("refused", "Inputs refused, by port and reason", refused.clone());
+        Metrics { registry: Mutex::new(registry), refused, logged: Mutex::new(HashMap::new()) }
+    }
+
+    /// Registers one more metric (e.g. at start-up, gauges the daemon keeps current).
+    pub fn register(&self, name: &str, help: &str, metric: impl prometheus_client::registry::Metric) {
+        self.registry.lock().unwrap_or_else(|p| p.into_inner()).register(name, help, metric);
+    }
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+/// The process's metrics.
+pub fn metrics() -> &'static Metrics {
+    &METRICS
+}
+
+/// Every metric in Prometheus' text exposition format.
+pub fn encode() -> String {
+    let mut out = String::new();
+    let registry = metrics().registry.lock().unwrap_or_else(|p| p.into_inner());
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &registry) {
+        tracing::error!("cannot encode the metrics: {e}");
+    }
+    out
+}
+
+/// Reports a refused input: counts it under (`port`, `reason`) and logs it with `detail`
+/// unless the same `source` was logged for the same reason less than
+/// [`REFUSAL_LOG_INTERVAL`] ago. `reason` is a short fixed word (a metric label);
+/// `source` is who sent it (an address, a minion id), `detail` the particulars.
+pub fn refuse(port: Port, source: &str, reason: &'static str, detail: &dyn std::fmt::Display) {
+    let m = metrics();
+    m.refused.get_or_create(&RefusedLabels { port: port.as_str().to_string(), reason: reason.to_string() }).inc();
+    let now = Instant::now();
+    let log = {
+        let mut seen = m.logged.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.len() >= MAX_REMEMBERED {
+            seen.clear();
+        }
+        let key = (port, source.chars().take(128).collect::<String>(), reason);
+        match seen.get(&key) {
+            Some(t) if now.duration_since(*t) < REFUSAL_LOG_INTERVAL => false,
+            _ => {
+                seen.insert(key, now);
+                true
+            }
+        }
+    };
+    if log {
+        tracing::warn!(port = port.as_str(), source = %source.escape_debug(), reason, "refused: {detail} (logged at most once a minute per source)");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_are_counted_every_time() {
+        let before = metrics().refused.get_or_create(&RefusedLabels { port: "admin".into(), reason: "test_only".into() }).get();
+        for _ in 0..5 {
+            refuse(Port::Admin, "unit-test", "test_only", &"a test refusal");
+        }
+        let after = metrics().refused.get_or_create(&RefusedLabels { port: "admin".into(), reason: "test_only".into() }).get();
+        assert_eq!(after - before, 5);
+        let text = encode();
+        assert!(text.contains("halite_refused_total{port=\"admin\",reason=\"test_only\"}"), "{text}");
+    }
+}
