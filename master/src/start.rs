@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use halite_replication::join;
 use halite_replication::{Node, NodeConfig, NodeError, NodeHandle, Tap, TcpTransport};
-use halite_storage::format::{now_ns, ImportMarker, ImportPhase, KeySet, KeyState, Record};
+use halite_storage::format::{now_ns, ImportMarker, ImportPhase, KeyExpect, KeySet, KeyState, Record};
 use halite_storage::keys::BankState;
 use halite_storage::state::StateMachine;
 use halite_storage::views::Views;
@@ -156,11 +156,13 @@ pub fn adoption(sm: &StateMachine, keys: Vec<halite_storage::keys::KeyEntry>, de
             BankState::Pending => KeyState::Pending,
             BankState::Rejected => KeyState::Rejected,
         };
-        recs.push(Record::KeySet(KeySet { id: e.id, state, pub_key: e.pub_key, time_ns }));
+        // Only if the log still holds nothing for the id when this applies: a member
+        // that is behind never overrides what the cluster decided meanwhile.
+        recs.push(Record::KeySet(KeySet::new(e.id, state, e.pub_key, time_ns).expecting(KeyExpect::Absent)));
     }
     for (id, p) in denied {
         if sm.get_denied(&id)?.is_none() {
-            recs.push(Record::KeySet(KeySet { id, state: KeyState::Denied, pub_key: p, time_ns }));
+            recs.push(Record::KeySet(KeySet::new(id, KeyState::Denied, p, time_ns)));
         }
     }
     if recs.is_empty() {

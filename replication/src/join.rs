@@ -316,6 +316,7 @@ mod tests {
             state: halite_storage::format::KeyState::Accepted,
             pub_key: b"PUB".to_vec(),
             time_ns: 1,
+            expect: None,
         });
         n1.propose(&[rec]).unwrap();
         // A newcomer expecting another fingerprint refuses to join; case does not matter.

@@ -133,6 +133,15 @@ impl KeyState {
 
 /// A key state change. `pub_key` is the public key text exactly as presented (for
 /// `Deleted`/`DeniedCleared` it is empty).
+///
+/// A change decided from what the proposer read names that read in `expect`, and the
+/// state machine applies it only if the bank still holds exactly that when the record
+/// applies (the same test on every member, at the same log position); otherwise the
+/// record changes nothing. So a member that is behind (restarted, joining, cut off)
+/// can never put an accepted key back to pending, nor bring a deleted one back: its
+/// record names the stale state it saw, and that is no longer what the log says.
+/// `expect: None` (records written before this field existed, imports, the operator's
+/// own tools working on a stopped master) applies unconditionally.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeySet {
     pub id: String,
@@ -141,6 +150,39 @@ pub struct KeySet {
     pub pub_key: Vec<u8>,
     /// Wall clock of the proposer, nanoseconds since the epoch; views use it as mtime.
     pub time_ns: u64,
+    /// What the bank this record changes must hold for `id` when it applies: the
+    /// `keys` bank for `accepted`/`pending`/`rejected`/`deleted`, the `denied_keys`
+    /// bank for `denied`/`denied_cleared`. Absent from the payload when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect: Option<KeyExpect>,
+}
+
+impl KeySet {
+    /// An unconditional key change (no `expect`).
+    pub fn new(id: impl Into<String>, state: KeyState, pub_key: Vec<u8>, time_ns: u64) -> Self {
+        KeySet { id: id.into(), state, pub_key, time_ns, expect: None }
+    }
+
+    /// The same change, applied only if the bank holds `expect` for the id then.
+    pub fn expecting(mut self, expect: KeyExpect) -> Self {
+        self.expect = Some(expect);
+        self
+    }
+}
+
+/// What a conditional [`KeySet`] expects its bank to hold for the id when it applies.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyExpect {
+    /// No entry for the id.
+    Absent,
+    /// An entry in `state` (`accepted`, `pending` or `rejected` in the keys bank,
+    /// `denied` in the denied bank) with exactly these public key bytes.
+    Holds {
+        state: KeyState,
+        #[serde(with = "serde_bytes")]
+        pub_key: Vec<u8>,
+    },
 }
 
 /// A job as published to minions.
@@ -339,6 +381,19 @@ impl Record {
                 }
                 if k.pub_key.len() > 64 << 10 {
                     return Err(Error::Invalid(format!("public key of {:?} is larger than 64 KiB", k.id)));
+                }
+                match &k.expect {
+                    Some(KeyExpect::Holds { state, pub_key }) => {
+                        let denied_bank = matches!(k.state, KeyState::Denied | KeyState::DeniedCleared);
+                        let fits = if denied_bank { *state == KeyState::Denied } else { matches!(state, KeyState::Accepted | KeyState::Pending | KeyState::Rejected) };
+                        if !fits {
+                            return Err(Error::Invalid(format!("key set for {:?} to {} cannot expect a {} key", k.id, k.state.as_str(), state.as_str())));
+                        }
+                        if pub_key.len() > 64 << 10 {
+                            return Err(Error::Invalid(format!("expected public key of {:?} is larger than 64 KiB", k.id)));
+                        }
+                    }
+                    Some(KeyExpect::Absent) | None => {}
                 }
             }
             Record::JobPublished(j) => {

@@ -8,8 +8,8 @@ pub(crate) fn samples() -> Vec<Record> {
     let mut counts = BTreeMap::new();
     counts.insert("accepted".to_string(), 3);
     vec![
-        Record::KeySet(KeySet { id: "web01".into(), state: KeyState::Accepted, pub_key: b"-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----".to_vec(), time_ns: 1 }),
-        Record::KeySet(KeySet { id: "web01".into(), state: KeyState::Deleted, pub_key: vec![], time_ns: 2 }),
+        Record::KeySet(KeySet { id: "web01".into(), state: KeyState::Accepted, pub_key: b"-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----".to_vec(), time_ns: 1, expect: None }),
+        Record::KeySet(KeySet { id: "web01".into(), state: KeyState::Deleted, pub_key: vec![], time_ns: 2, expect: None }),
         Record::JobPublished(JobPublished { jid: "20261122021944123456".into(), load: vec![0x80], minions: vec!["web01".into()], time_ns: 3 }),
         Record::JobReturn(JobReturn { jid: "20261122021944123456".into(), id: "web01".into(), load: vec![0xc3], time_ns: 4 }),
         Record::GrainsReport(GrainsReport { id: "web01".into(), grains: vec![0x80], time_ns: 5 }),
@@ -62,7 +62,7 @@ fn errors_name_offsets() {
 #[test]
 fn invalid_ids_refused_on_encode_and_decode() {
     for id in ["../etc", "a/b", ".", "..", "x\0y", ""] {
-        let r = Record::KeySet(KeySet { id: id.into(), state: KeyState::Pending, pub_key: b"k".to_vec(), time_ns: 0 });
+        let r = Record::KeySet(KeySet { id: id.into(), state: KeyState::Pending, pub_key: b"k".to_vec(), time_ns: 0, expect: None });
         assert!(r.encode().is_err(), "{id:?}");
         // Forge a well-framed record carrying the bad id: decode must still refuse it.
         let mut forged = Vec::new();
@@ -110,4 +110,25 @@ proptest! {
         let _ = Record::decode(&b[..c]);
         let _ = Record::decode(&b);
     }
+}
+
+/// Records written before `expect` existed decode with no expectation, and a record
+/// without one encodes to the same bytes as before (the field is left out).
+#[test]
+fn key_set_expectation_is_optional_on_the_wire() {
+    use crate::format::KeyExpect;
+    let plain = Record::KeySet(KeySet::new("web01", KeyState::Accepted, b"-----BEGIN PUBLIC KEY-----\nA\n-----END PUBLIC KEY-----".to_vec(), 7));
+    let bytes = plain.encode().unwrap();
+    assert!(!bytes.windows(6).any(|w| w == b"expect"));
+    assert_eq!(Record::decode(&bytes).unwrap(), plain);
+    let Record::KeySet(k) = plain else { unreachable!() };
+    for e in [KeyExpect::Absent, KeyExpect::Holds { state: KeyState::Pending, pub_key: b"P".to_vec() }] {
+        let r = Record::KeySet(k.clone().expecting(e));
+        assert_eq!(Record::decode(&r.encode().unwrap()).unwrap(), r);
+    }
+    // An expectation about the other bank is refused.
+    let bad = Record::KeySet(k.clone().expecting(KeyExpect::Holds { state: KeyState::Denied, pub_key: b"P".to_vec() }));
+    assert!(bad.encode().is_err());
+    let bad = Record::KeySet(KeySet::new("web01", KeyState::DeniedCleared, vec![], 1).expecting(KeyExpect::Holds { state: KeyState::Accepted, pub_key: b"P".to_vec() }));
+    assert!(bad.encode().is_err());
 }

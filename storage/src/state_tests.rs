@@ -3,7 +3,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use crate::format::{KeySet, KeyState, Record, RootsTombstone, RootsTree, ROOTS_CHUNK_LEN};
+use crate::format::{KeyExpect, KeySet, KeyState, Record, RootsTombstone, RootsTree, ROOTS_CHUNK_LEN};
 use crate::keys::localfs::LocalfsKeys;
 use crate::keys::mmap::MmapKeys;
 use crate::keys::{BankState, Geometry};
@@ -12,11 +12,66 @@ use crate::state::{roots_records, Effect, StateMachine};
 use crate::views::Views;
 
 fn key(id: &str, state: KeyState, t: u64) -> Record {
-    Record::KeySet(KeySet { id: id.into(), state, pub_key: format!("PUB {id}").into_bytes(), time_ns: t })
+    Record::KeySet(KeySet { id: id.into(), state, pub_key: format!("PUB {id}").into_bytes(), time_ns: t, expect: None })
 }
 
 fn numbered(recs: Vec<Record>, from: u64) -> Vec<(u64, Record)> {
     recs.into_iter().enumerate().map(|(i, r)| (from + i as u64, r)).collect()
+}
+
+/// The scenario of a member that is behind: it decided from a state the log has moved
+/// past. Its conditional records change nothing, identically wherever they apply; the
+/// ones whose expectation still holds apply.
+#[test]
+fn key_changes_decided_from_a_stale_read_change_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let sm = StateMachine::open(&d.path().join("s")).unwrap();
+    let pubk = |s: &str| format!("PUB {s}").into_bytes();
+    let cond = |id: &str, state, expect| Record::KeySet(KeySet::new(id, state, pubk(id), 10).expecting(expect));
+    let holds = |state, id: &str| KeyExpect::Holds { state, pub_key: pubk(id) };
+    sm.apply(&numbered(vec![key("m", KeyState::Pending, 1), key("m", KeyState::Accepted, 2), key("gone", KeyState::Accepted, 3), key("gone", KeyState::Deleted, 4)], 1)).unwrap();
+    let fx = sm
+        .apply(&numbered(
+            vec![
+                // A member that never saw "m" signs it in as new: pending, expecting nothing.
+                cond("m", KeyState::Pending, KeyExpect::Absent),
+                // salt-key on a member that still lists "m" as pending rejects it.
+                cond("m", KeyState::Rejected, holds(KeyState::Pending, "m")),
+                // A member that still lists "gone" accepts it again.
+                cond("gone", KeyState::Accepted, holds(KeyState::Pending, "gone")),
+                // A deleted key cannot be deleted "again" into a state.
+                Record::KeySet(KeySet::new("gone", KeyState::Deleted, vec![], 11).expecting(holds(KeyState::Accepted, "gone"))),
+                // Another key, or another public key, is not what was read.
+                Record::KeySet(KeySet::new("m", KeyState::Deleted, vec![], 12).expecting(KeyExpect::Holds { state: KeyState::Accepted, pub_key: b"OTHER".to_vec() })),
+            ],
+            5,
+        ))
+        .unwrap();
+    assert!(fx.is_empty(), "{fx:?}");
+    assert_eq!(sm.applied_index().unwrap(), 9);
+    assert_eq!(sm.get_key("m").unwrap().unwrap().state, BankState::Accepted);
+    assert!(sm.get_key("gone").unwrap().is_none());
+
+    // Expectations that hold apply, and later records of one batch see earlier ones.
+    let fx = sm
+        .apply(&numbered(
+            vec![
+                cond("new", KeyState::Pending, KeyExpect::Absent),
+                cond("new", KeyState::Accepted, holds(KeyState::Pending, "new")),
+                // The second of two identical sign-ins of a new id finds it pending.
+                cond("new", KeyState::Pending, KeyExpect::Absent),
+                Record::KeySet(KeySet::new("m", KeyState::Deleted, vec![], 13).expecting(holds(KeyState::Accepted, "m"))),
+                cond("m", KeyState::Pending, KeyExpect::Absent),
+                Record::KeySet(KeySet::new("m", KeyState::Denied, b"THIEF".to_vec(), 14)),
+                Record::KeySet(KeySet::new("m", KeyState::DeniedCleared, vec![], 15).expecting(KeyExpect::Holds { state: KeyState::Denied, pub_key: b"NOT THIEF".to_vec() })),
+            ],
+            10,
+        ))
+        .unwrap();
+    assert_eq!(fx.len(), 5, "{fx:?}");
+    assert_eq!(sm.get_key("new").unwrap().unwrap().state, BankState::Accepted);
+    assert_eq!(sm.get_key("m").unwrap().unwrap().state, BankState::Pending);
+    assert_eq!(sm.get_denied("m").unwrap().unwrap().1, b"THIEF");
 }
 
 #[test]
@@ -28,7 +83,7 @@ fn apply_is_idempotent_and_follows_salt_key_rules() {
             key("a", KeyState::Pending, 1),
             key("a", KeyState::Accepted, 2),
             key("a", KeyState::Denied, 3),
-            Record::KeySet(KeySet { id: "a".into(), state: KeyState::Denied, pub_key: b"SECOND".to_vec(), time_ns: 4 }),
+            Record::KeySet(KeySet { id: "a".into(), state: KeyState::Denied, pub_key: b"SECOND".to_vec(), time_ns: 4, expect: None }),
             key("b", KeyState::Rejected, 5),
             key("b", KeyState::Deleted, 6),
             key("c", KeyState::Deleted, 7),

@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use halite_master::{start, store, MasterConfig};
-pub use halite_master::admin::keys::{glob_match, looks_like_public_key, records_for, select, state_listing, Cmd, Include, ACC, DEN, PEND, REJ, GROUP};
+pub use halite_master::admin::keys::{applied, glob_match, looks_like_public_key, records_for, select, state_listing, Cmd, Include, ACC, DEN, PEND, REJ, GROUP};
 use halite_replication::Node;
 use halite_storage::keys::KeyListing;
 
@@ -72,10 +72,10 @@ pub fn open_node(cfg: &MasterConfig) -> Result<Node> {
 /// records the running master's `key.apply` commits). Returns the ids changed and the
 /// ids skipped because their stored key is not a public key.
 pub fn apply(node: &Node, cmd: Cmd, selected: &Map<String, Value>) -> Result<(Vec<String>, Vec<String>)> {
-    let (recs, done, invalid) = records_for(node.state(), cmd, selected, halite_storage::format::now_ns())?;
-    for chunk in recs.chunks(GROUP) {
+    let ch = records_for(node.state(), cmd, selected, halite_storage::format::now_ns())?;
+    for chunk in ch.records.chunks(GROUP) {
         node.propose(chunk)?;
     }
-    Ok((done, invalid))
+    Ok((applied(node.state(), &ch.intents)?, ch.invalid))
 }
 

@@ -66,7 +66,7 @@ impl ClusterCmd {
                     membership: Some(MemberChange::Remove(id)),
                     answer: Answer::After(Box::new(move |v: &dyn AdminView| {
                         let m = v.members()?;
-                        Ok(json!({ "return": { "removed": name, "voters": m.sorted_names(&m.voters), "learners": m.sorted_names(&m.learners) } }))
+                        Ok(json!({ "return": { "removed": name, "voters": m.sorted_names(&m.voters), "learners": m.sorted_names(&m.learners) } }).into())
                     })),
                     ..Default::default()
                 })

@@ -6,13 +6,13 @@
 //! against `max_minions` and, with `rotate_aes_key` (Salt's default), replaces the
 //! publish key so the minion that lost its key stops reading publishes.
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Map, Value, Value as J};
 
-use halite_storage::format::{KeySet, KeyState, Record};
-use halite_storage::keys::{salt_sort, KeyListing};
-use halite_storage::state::StateMachine;
+use halite_storage::format::{KeyExpect, KeySet, KeyState, Record};
+use halite_storage::keys::{salt_sort, BankState, KeyListing};
+use halite_storage::state::{StateMachine, StoredKey};
 
-use super::{AdminView, Effect, Plan};
+use super::{AdminView, Answer, Effect, Plan, Settled};
 use crate::error::{Error, Result};
 use crate::events::event;
 use crate::glob::fnmatch;
@@ -57,16 +57,24 @@ impl KeyCmd {
             }
             KeyCmd::Select { cmd, pattern, include } => Ok(Plan::answer(json!({ "selected": select(&state_listing(sm)?, cmd, &pattern, include) }))),
             KeyCmd::Apply { cmd, selected } => {
-                let (records, done, invalid) = records_for(sm, cmd, &selected, view.now_ns())?;
-                let mut plan = Plan::answer(json!({ "done": done, "invalid": invalid }));
+                let Change { records, intents, invalid } = records_for(sm, cmd, &selected, view.now_ns())?;
+                let rotate = rotate_aes_key(view.config());
+                let mut plan = Plan::answer(J::Null);
                 plan.proposals = records.chunks(GROUP).map(<[Record]>::to_vec).collect();
-                plan.events = done.iter().map(|id| event("salt/key", json!({ "result": true, "act": cmd.verb(), "id": id }))).collect();
-                if cmd != Cmd::Accept && !done.is_empty() {
-                    plan.effects.push(Effect::Uncount(done.clone()));
-                    if rotate_aes_key(view.config()) {
-                        plan.effects.push(Effect::RotateAes);
+                // What is reported, and followed up, is what applied: a change decided
+                // from a listing the log has since moved past did nothing.
+                plan.answer = Answer::After(Box::new(move |v: &dyn AdminView| {
+                    let done = applied(v.state(), &intents)?;
+                    let mut settled = Settled::from(json!({ "done": done, "invalid": invalid }));
+                    settled.events = done.iter().map(|id| event("salt/key", json!({ "result": true, "act": cmd.verb(), "id": id }))).collect();
+                    if cmd != Cmd::Accept && !done.is_empty() {
+                        settled.effects.push(Effect::Uncount(done.clone()));
+                        if rotate {
+                            settled.effects.push(Effect::RotateAes);
+                        }
                     }
-                }
+                    Ok(settled)
+                }));
                 Ok(plan)
             }
         }
@@ -155,42 +163,87 @@ pub fn select(l: &KeyListing, cmd: Cmd, pattern: &str, inc: Include) -> Map<Stri
     out
 }
 
+/// What a `key.apply` proposes: the records, what each selected id should look like
+/// once they apply, and the ids skipped because their stored key does not look like a
+/// PEM public key (salt-key prints "Unable to accept invalid key for ID.").
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    pub records: Vec<Record>,
+    pub intents: Vec<(String, Intent)>,
+    pub invalid: Vec<String>,
+}
+
+/// What an id's banks should show once a key change applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Intent {
+    /// The keys bank holds this state and public key.
+    Holds(BankState, Vec<u8>),
+    /// The keys bank holds nothing for the id.
+    Gone,
+    /// The denied bank holds nothing for the id.
+    DeniedGone,
+}
+
 /// The records that carry out `cmd` on the selected keys (Salt's `change_state` and
-/// `delete_key`), the ids changed, and the ids skipped because their stored key does not
-/// look like a PEM public key (salt-key prints "Unable to accept invalid key for ID.").
-pub fn records_for(sm: &StateMachine, cmd: Cmd, selected: &Map<String, Value>, time_ns: u64) -> Result<(Vec<Record>, Vec<String>, Vec<String>)> {
-    let mut recs = Vec::new();
-    let mut done = Vec::new();
-    let mut invalid = Vec::new();
+/// `delete_key`). Each names the entry it acts on as its expectation (accept what is
+/// pending with this key, delete what exists), so a listing that is out of date by the
+/// time the records apply changes nothing: see [`applied`].
+pub fn records_for(sm: &StateMachine, cmd: Cmd, selected: &Map<String, Value>, time_ns: u64) -> Result<Change> {
+    let mut ch = Change { records: Vec::new(), intents: Vec::new(), invalid: Vec::new() };
     let t = time_ns;
     for (bucket, ids) in selected {
         let mut ids: Vec<String> = ids.as_array().into_iter().flatten().filter_map(|v| v.as_str().map(String::from)).collect();
         salt_sort(&mut ids);
         for id in ids {
+            let stored = sm.get_key(&id)?;
+            let denied = if bucket == DEN { sm.get_denied(&id)?.map(|(_, p)| p) } else { None };
+            let clear_denied = |p: &Vec<u8>| Record::KeySet(KeySet::new(id.as_str(), KeyState::DeniedCleared, Vec::new(), t).expecting(KeyExpect::Holds { state: KeyState::Denied, pub_key: p.clone() }));
             match cmd {
+                Cmd::Delete if bucket == DEN => {
+                    let Some(p) = &denied else { continue };
+                    ch.records.push(clear_denied(p));
+                    ch.intents.push((id, Intent::DeniedGone));
+                }
                 Cmd::Delete => {
-                    let state = if bucket == DEN { KeyState::DeniedCleared } else { KeyState::Deleted };
-                    recs.push(Record::KeySet(KeySet { id: id.clone(), state, pub_key: Vec::new(), time_ns: t }));
-                    done.push(id);
+                    let Some(k) = &stored else { continue };
+                    ch.records.push(Record::KeySet(KeySet::new(id.as_str(), KeyState::Deleted, Vec::new(), t).expecting(StoredKey::expectation(Some(k)))));
+                    ch.intents.push((id, Intent::Gone));
                 }
                 Cmd::Accept | Cmd::Reject => {
-                    let pub_key = if bucket == DEN { sm.get_denied(&id)?.map(|(_, p)| p) } else { sm.get_key(&id)?.map(|k| k.pub_key) };
+                    let pub_key = if bucket == DEN { denied.clone() } else { stored.as_ref().map(|k| k.pub_key.clone()) };
                     let Some(pub_key) = pub_key else { continue };
                     if !looks_like_public_key(&pub_key) {
-                        invalid.push(id);
+                        ch.invalid.push(id);
                         continue;
                     }
                     if bucket == DEN {
-                        recs.push(Record::KeySet(KeySet { id: id.clone(), state: KeyState::DeniedCleared, pub_key: Vec::new(), time_ns: t }));
+                        ch.records.push(clear_denied(&pub_key));
                     }
                     let state = if cmd == Cmd::Accept { KeyState::Accepted } else { KeyState::Rejected };
-                    recs.push(Record::KeySet(KeySet { id: id.clone(), state, pub_key, time_ns: t }));
-                    done.push(id);
+                    let bank = if cmd == Cmd::Accept { BankState::Accepted } else { BankState::Rejected };
+                    ch.records.push(Record::KeySet(KeySet::new(id.as_str(), state, pub_key.clone(), t).expecting(StoredKey::expectation(stored.as_ref()))));
+                    ch.intents.push((id, Intent::Holds(bank, pub_key)));
                 }
             }
         }
     }
-    Ok((recs, done, invalid))
+    Ok(ch)
+}
+
+/// The ids whose banks, read after the commit, show what [`records_for`] intended.
+pub fn applied(sm: &StateMachine, intents: &[(String, Intent)]) -> Result<Vec<String>> {
+    let mut done = Vec::new();
+    for (id, intent) in intents {
+        let ok = match intent {
+            Intent::Holds(state, p) => sm.get_key(id)?.is_some_and(|k| k.state == *state && k.pub_key == *p),
+            Intent::Gone => sm.get_key(id)?.is_none(),
+            Intent::DeniedGone => sm.get_denied(id)?.is_none(),
+        };
+        if ok {
+            done.push(id.clone());
+        }
+    }
+    Ok(done)
 }
 
 /// A cheap structural check that a stored key is a PEM public key (the full RSA parse

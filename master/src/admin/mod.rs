@@ -109,8 +109,24 @@ pub struct Plan {
 pub enum Answer {
     /// Known now; given once the plan is committed.
     Now(J),
-    /// Computed from the view once the plan is committed.
-    After(Box<dyn FnOnce(&dyn AdminView) -> Result<J> + Send>),
+    /// Computed from the view once the plan is committed: what applied, with the events
+    /// and effects that depend on it (a change whose expectation no longer held when it
+    /// applied did nothing, and is neither reported nor followed up).
+    After(Box<dyn FnOnce(&dyn AdminView) -> Result<Settled> + Send>),
+}
+
+/// An answer read after the commit, and what else follows from what applied.
+#[derive(Debug, Default)]
+pub struct Settled {
+    pub value: J,
+    pub events: Vec<Event>,
+    pub effects: Vec<Effect>,
+}
+
+impl From<J> for Settled {
+    fn from(value: J) -> Self {
+        Settled { value, ..Default::default() }
+    }
 }
 
 impl Default for Answer {

@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value as J};
 
-use halite_storage::format::{JobPublished, JobReturn, KeySet, KeyState, Record, RecordKind, RootsTree};
+use halite_storage::format::{JobPublished, JobReturn, KeyExpect, KeySet, KeyState, Record, RecordKind, RootsTree};
+use halite_storage::keys::BankState;
 use halite_storage::import::PkiCounts;
 use halite_storage::state::{roots_records, StateMachine};
 
@@ -47,7 +48,7 @@ impl Fixture {
     }
 
     fn key(&self, id: &str, state: KeyState, pub_key: &str) {
-        self.apply(&[Record::KeySet(KeySet { id: id.into(), state, pub_key: pub_key.as_bytes().to_vec(), time_ns: 1 })]);
+        self.apply(&[Record::KeySet(KeySet { id: id.into(), state, pub_key: pub_key.as_bytes().to_vec(), time_ns: 1, expect: None })]);
     }
 
     fn run(&self, req: J) -> Result<Plan> {
@@ -57,6 +58,17 @@ impl Fixture {
     fn now(&self, req: J) -> J {
         match self.run(req).unwrap().answer {
             Answer::Now(v) => v,
+            Answer::After(f) => f(self).unwrap().value,
+        }
+    }
+
+    /// Commits a plan's proposals as the daemon would, then reads its answer.
+    fn carry_out(&self, plan: Plan) -> Settled {
+        for g in &plan.proposals {
+            self.apply(g);
+        }
+        match plan.answer {
+            Answer::Now(v) => Settled { value: v, events: plan.events, effects: plan.effects },
             Answer::After(f) => f(self).unwrap(),
         }
     }
@@ -115,12 +127,36 @@ fn accepting_commits_key_records_and_fires_salt_key() {
     f.key("bogus", KeyState::Pending, "not a key");
     let plan = f.run(json!({"cmd": "key.apply", "action": "accept", "selected": {"minions_pre": ["web01", "bogus"]}})).unwrap();
     let recs = all(&plan);
-    assert!(matches!(&recs[..], [Record::KeySet(k)] if k.id == "web01" && k.state == KeyState::Accepted && k.pub_key == PUB.as_bytes()));
-    assert_eq!(plan.events.len(), 1);
-    assert_eq!(plan.events[0].data, json!({"result": true, "act": "accept", "id": "web01"}));
-    assert!(plan.effects.is_empty(), "an accept rotates nothing");
-    let Answer::Now(a) = plan.answer else { panic!() };
-    assert_eq!(a, json!({"done": ["web01"], "invalid": ["bogus"]}));
+    assert!(matches!(&recs[..], [Record::KeySet(k)] if k.id == "web01" && k.state == KeyState::Accepted && k.pub_key == PUB.as_bytes()
+        && k.expect == Some(KeyExpect::Holds { state: KeyState::Pending, pub_key: PUB.as_bytes().to_vec() })));
+    let s = f.carry_out(plan);
+    assert_eq!(s.events.len(), 1);
+    assert_eq!(s.events[0].data, json!({"result": true, "act": "accept", "id": "web01"}));
+    assert!(s.effects.is_empty(), "an accept rotates nothing");
+    assert_eq!(s.value, json!({"done": ["web01"], "invalid": ["bogus"]}));
+}
+
+/// salt-key on a member whose listing is out of date: the records name what it listed,
+/// the log holds something else by the time they apply, so nothing changes and nothing
+/// is reported done, fired or rotated.
+#[test]
+fn key_changes_from_an_out_of_date_listing_do_nothing_and_say_so() {
+    let f = Fixture::new("keys-stale");
+    f.key("web01", KeyState::Pending, PUB);
+    f.key("web02", KeyState::Accepted, PUB);
+    let accept = f.run(json!({"cmd": "key.apply", "action": "accept", "selected": {"minions_pre": ["web01"]}})).unwrap();
+    let delete = f.run(json!({"cmd": "key.apply", "action": "delete", "selected": {"minions": ["web02"]}})).unwrap();
+    // Meanwhile, through another member: web01 rejected, web02 deleted and signed in
+    // again with another key (pending).
+    f.key("web01", KeyState::Rejected, PUB);
+    f.key("web02", KeyState::Deleted, "");
+    f.key("web02", KeyState::Pending, "-----BEGIN PUBLIC KEY-----\nOTHER\n-----END PUBLIC KEY-----");
+    let s = f.carry_out(accept);
+    assert_eq!((s.value, s.events.len()), (json!({"done": [], "invalid": []}), 0));
+    let s = f.carry_out(delete);
+    assert_eq!((s.value, s.events.len(), s.effects.len()), (json!({"done": [], "invalid": []}), 0, 0));
+    assert_eq!(f.sm.get_key("web01").unwrap().unwrap().state, BankState::Rejected);
+    assert_eq!(f.sm.get_key("web02").unwrap().unwrap().state, BankState::Pending, "the new key was not deleted");
 }
 
 #[test]
@@ -129,13 +165,15 @@ fn rejecting_or_deleting_uncounts_and_rotates_the_publish_key() {
     f.key("web01", KeyState::Accepted, PUB);
     f.key("web02", KeyState::Denied, PUB);
     let plan = f.run(json!({"cmd": "key.apply", "action": "reject", "selected": {"minions": ["web01"]}})).unwrap();
-    assert_eq!(plan.effects, vec![Effect::Uncount(vec!["web01".into()]), Effect::RotateAes]);
+    assert_eq!(f.carry_out(plan).effects, vec![Effect::Uncount(vec!["web01".into()]), Effect::RotateAes]);
     let plan = f.run(json!({"cmd": "key.apply", "action": "delete", "selected": {"minions": ["web01"], "minions_denied": ["web02"]}})).unwrap();
     let states: Vec<KeyState> = all(&plan).iter().map(|r| if let Record::KeySet(k) = r { k.state } else { panic!() }).collect();
     assert_eq!(states, vec![KeyState::Deleted, KeyState::DeniedCleared]);
+    assert_eq!(f.carry_out(plan).value, json!({"done": ["web01", "web02"], "invalid": []}));
+    f.key("web01", KeyState::Accepted, PUB);
     f.cfg.raw.insert("rotate_aes_key".into(), serde_yaml::Value::Bool(false));
     let plan = f.run(json!({"cmd": "key.apply", "action": "delete", "selected": {"minions": ["web01"]}})).unwrap();
-    assert_eq!(plan.effects, vec![Effect::Uncount(vec!["web01".into()])], "rotate_aes_key: False");
+    assert_eq!(f.carry_out(plan).effects, vec![Effect::Uncount(vec!["web01".into()])], "rotate_aes_key: False");
 }
 
 #[test]
@@ -191,7 +229,7 @@ fn cluster_runners_report_the_group() {
     // The answer is read after the change is committed.
     f.members.voters.pop();
     let Answer::After(after) = plan.answer else { panic!("answered before the change") };
-    assert_eq!(after(&f).unwrap()["return"], json!({"removed": "10.0.0.3", "voters": ["10.0.0.1", "10.0.0.2"], "learners": []}));
+    assert_eq!(after(&f).unwrap().value["return"], json!({"removed": "10.0.0.3", "voters": ["10.0.0.1", "10.0.0.2"], "learners": []}));
 }
 
 #[test]
@@ -223,7 +261,7 @@ fn sync_roots_proposes_what_differs_from_the_applied_roots() {
 #[test]
 fn migration_imports_what_the_state_lacks_between_markers_once() {
     let mut f = Fixture::new("migrate");
-    let key = |id: &str, state| Record::KeySet(KeySet { id: id.into(), state, pub_key: PUB.as_bytes().to_vec(), time_ns: 1 });
+    let key = |id: &str, state| Record::KeySet(KeySet { id: id.into(), state, pub_key: PUB.as_bytes().to_vec(), time_ns: 1, expect: None });
     f.pki = (vec![key("a", KeyState::Accepted), key("b", KeyState::Pending)], PkiCounts { accepted: 1, pending: 1, ..Default::default() });
     let plan = f.run(json!({"cmd": "runner", "fun": "pki.migrate_to_mmap"})).unwrap();
     let kinds: Vec<RecordKind> = all(&plan).iter().map(Record::kind).collect();

@@ -81,16 +81,29 @@ fn carry_out(m: &Master, plan: Plan) -> Result<J> {
         m.bus.fire(e);
     }
     for e in plan.effects {
-        match e {
-            Effect::RotateAes => super::maintenance::rotate_aes(m),
-            Effect::Uncount(ids) => m.uncount(&ids),
-            Effect::FinishMmapMigration { build_view } => finish_migration(m, build_view)?,
-        }
+        effect(m, e)?;
     }
-    match plan.answer {
-        Answer::Now(v) => Ok(v),
-        Answer::After(f) => f(m),
+    let settled = match plan.answer {
+        Answer::Now(v) => return Ok(v),
+        Answer::After(f) => f(m)?,
+    };
+    for e in settled.events {
+        m.bus.fire(e);
     }
+    for e in settled.effects {
+        effect(m, e)?;
+    }
+    Ok(settled.value)
+}
+
+/// Carries out one effect of a committed plan.
+fn effect(m: &Master, e: Effect) -> Result<()> {
+    match e {
+        Effect::RotateAes => super::maintenance::rotate_aes(m),
+        Effect::Uncount(ids) => m.uncount(&ids),
+        Effect::FinishMmapMigration { build_view } => finish_migration(m, build_view)?,
+    }
+    Ok(())
 }
 
 /// The end of an online `pki.migrate_to_mmap`.

@@ -3,23 +3,34 @@
 //!
 //! 1. claims granted (a `max_minions` place), or the request handled again, now full;
 //! 2. records committed through the node (group commit with everything in flight);
-//! 3. effects applied (session key, autosign stub, nonce), events fired;
-//! 4. the reply sent on the request's own routing envelope.
+//! 3. if the records were decided from this member's read ([`Outcome::recheck`]: a
+//!    sign-in's key change names the entry it read), the request is handled again on
+//!    the state that now includes them and answered from that (up to [`MAX_SETTLE`]
+//!    rounds when the state keeps moving under it, then `"bad load"`, which makes the
+//!    minion sign in again);
+//! 4. effects applied (session key, autosign stub, nonce), events fired;
+//! 5. the reply sent on the request's own routing envelope.
 //!
-//! A reply is sent only after its records are committed, so an acknowledged key change
-//! or return is durable. If the commit fails the minion gets `"bad load"` and nothing
-//! else happens.
+//! A reply is sent only after its records are committed and applied, so an
+//! acknowledged key change or return is durable, and a sign-in's answer is what the
+//! log decided, never what a lagging member read. If the commit fails the minion gets
+//! `"bad load"` and nothing else happens.
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use zeromq::{SocketSend, ZmqMessage};
 
 use super::live::Master;
-use crate::req::{self, Outcome};
+use crate::req::{self, Claim, Outcome};
 use crate::wire::envelope;
 
 /// Requests handled at once; more wait in the socket's queue.
 pub const MAX_IN_FLIGHT: usize = 1024;
+
+/// Most times a request decided from a read is committed before the minion is told to
+/// retry (each round reads a state that includes the previous round's entry).
+pub const MAX_SETTLE: usize = 3;
 
 /// Handles a request and grants its claims (see the module docs).
 fn handle(master: &Master, body: &[u8]) -> Outcome {
@@ -36,42 +47,76 @@ fn handle(master: &Master, body: &[u8]) -> Outcome {
     }
 }
 
+/// [`handle`] on the blocking pool.
+async fn handle_blocking(master: &Arc<Master>, body: &Bytes) -> Option<Outcome> {
+    let (m, b) = (master.clone(), body.clone());
+    match tokio::task::spawn_blocking(move || handle(&m, &b)).await {
+        Ok(o) => Some(o),
+        Err(e) => {
+            tracing::error!("request handler panicked: {e}");
+            None
+        }
+    }
+}
+
+/// Commits `out`'s records (awaited, not waited for on a thread: hundreds of sign-ins
+/// share one group commit without holding hundreds of blocking threads).
+async fn commit(master: &Master, out: &Outcome) -> Result<(), halite_replication::NodeError> {
+    if out.records.is_empty() {
+        return Ok(());
+    }
+    master.node.propose_async(&out.records)?.committed().await.map(|_| ())
+}
+
+/// The reply to one request body, with everything it calls for carried out.
+async fn answer(master: &Arc<Master>, body: Bytes) -> Option<Vec<u8>> {
+    let mut out = handle_blocking(master, &body).await?;
+    // Places granted along the way: kept only if the request ends signed in.
+    let mut granted: Vec<Claim> = out.claims.clone();
+    let mut round = 1;
+    loop {
+        if let Err(e) = commit(master, &out).await {
+            tracing::error!(cmd = %out.cmd, id = %out.id, "records not committed: {e}; answering bad load");
+            master.release(&granted);
+            return Some(envelope::bad_load());
+        }
+        if !out.recheck {
+            break;
+        }
+        let again = handle_blocking(master, &body).await?;
+        granted.extend(again.claims.iter().cloned());
+        match out.settled(again) {
+            Ok(done) => {
+                out = done;
+                break;
+            }
+            Err(again) if round < MAX_SETTLE => {
+                tracing::info!(cmd = %again.cmd, id = %again.id, round, "the state changed under a request decided from a read; deciding again");
+                out = again;
+                round += 1;
+            }
+            Err(again) => {
+                tracing::warn!(cmd = %again.cmd, id = %again.id, "the state kept changing under a request; the minion will retry");
+                master.release(&granted);
+                return Some(envelope::bad_load());
+            }
+        }
+    }
+    if !out.signed_in && !granted.is_empty() {
+        master.release(&granted);
+    }
+    master.apply_effects(out.effects);
+    for e in out.events {
+        master.bus.fire(e);
+    }
+    Some(out.reply)
+}
+
 /// One request: handle, commit what it produced, reply on its own routing envelope.
 pub async fn request(master: Arc<Master>, mut send: zeromq::RouterSendHalf, msg: ZmqMessage) {
     let mut frames = msg.into_vec();
     let Some(body) = frames.pop() else { return };
-    let m = master.clone();
-    let out = match tokio::task::spawn_blocking(move || handle(&m, &body)).await {
-        Ok(o) => o,
-        Err(e) => {
-            tracing::error!("request handler panicked: {e}");
-            return;
-        }
-    };
-    let mut reply = out.reply;
-    let committed = if out.records.is_empty() {
-        Ok(0)
-    } else {
-        // Awaited, not waited for on a thread: hundreds of sign-ins share one group commit
-        // without holding hundreds of blocking threads.
-        match master.node.propose_async(&out.records) {
-            Ok(pending) => pending.committed().await,
-            Err(e) => Err(e),
-        }
-    };
-    match committed {
-        Ok(_) => {
-            master.apply_effects(out.effects);
-            for e in out.events {
-                master.bus.fire(e);
-            }
-        }
-        Err(e) => {
-            tracing::error!(cmd = %out.cmd, id = %out.id, "records not committed: {e}; answering bad load");
-            master.release(&out.claims);
-            reply = envelope::bad_load();
-        }
-    }
+    let Some(reply) = answer(&master, body).await else { return };
     frames.push(reply.into());
     match ZmqMessage::try_from(frames) {
         Ok(m) => {

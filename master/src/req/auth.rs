@@ -18,6 +18,13 @@
 //! counted gets `full`. An accept hands over the publish key and the minion's session
 //! key, both RSA-encrypted to its key; every reply is signed with the master key.
 //! Accepted keys never touch the log on re-auth.
+//!
+//! **Decided at apply.** The table is read from this member's state, which may be
+//! behind the log (a restarted or cut-off member). So every keys-bank record names the
+//! entry it was decided from (`KeySet::expect`) and changes nothing if the log holds
+//! something else at its position; the outcome is marked [`Outcome::recheck`] and the
+//! daemon, once the record is committed (this member has then applied everything up to
+//! it), handles the request again and answers from what applied.
 
 use rmpv::Value;
 
@@ -118,6 +125,9 @@ impl Auth {
             }),
         );
         let mut out = Outcome::reply(encode(&d.reply), "_auth", &id);
+        // The records were decided from this member's read: answer from what applied.
+        out.recheck = !d.records.is_empty();
+        out.signed_in = d.act == Act::Accept;
         out.records = d.records;
         out.events = vec![ev];
         out.effects = d.effects;
@@ -182,8 +192,13 @@ pub fn decide(view: &dyn View, load: &Value, id: &str, stored: Option<&StoredKey
     };
     let now = view.now_ns();
     let same = |k: &StoredKey| clean_key(&k.pub_key) == clean_key(&presented);
-    let key = |state: KeyState| Record::KeySet(KeySet { id: id.to_string(), state, pub_key: presented.clone(), time_ns: now });
-    let deny = || if denied_exists { vec![] } else { vec![key(KeyState::Denied)] };
+    // Every keys-bank change names the entry it was decided from: applied only if the
+    // log still holds that at its position (a member that is behind cannot undo an
+    // accept or bring back a deleted key); the reply is read after the commit.
+    let read = StoredKey::expectation(stored);
+    let key = |state: KeyState| Record::KeySet(KeySet::new(id, state, presented.clone(), now).expecting(read.clone()));
+    // The denied bank keeps the first conflicting key presented: no expectation needed.
+    let deny = || if denied_exists { vec![] } else { vec![Record::KeySet(KeySet::new(id, KeyState::Denied, presented.clone(), now))] };
     let auto_reject = listed_in(view.autosign_text(Autosign::Reject).as_deref(), id);
     // Salt's order: auto_accept, autosign_file, the one-shot stub, autosign_grains_dir.
     let auto_sign = || {
@@ -223,7 +238,7 @@ pub fn decide(view: &dyn View, load: &Value, id: &str, stored: Option<&StoredKey
             None if auto_reject => (vec![key(KeyState::Rejected)], Err(refuse(Act::Reject))),
             None => accept_if_auto(false),
             Some(k) if auto_reject => {
-                let rec = Record::KeySet(KeySet { id: id.to_string(), state: KeyState::Rejected, pub_key: k.pub_key.clone(), time_ns: now });
+                let rec = Record::KeySet(KeySet::new(id, KeyState::Rejected, k.pub_key.clone(), now).expecting(read.clone()));
                 (vec![rec], Err(refuse(Act::Reject)))
             }
             Some(k) if !same(k) => (deny(), Err(refuse(Act::Denied))),

@@ -57,6 +57,13 @@ pub struct Outcome {
     pub claims: Vec<Claim>,
     /// What to do once the records are committed, before the reply is sent.
     pub effects: Vec<Effect>,
+    /// The records were decided from this member's read of state they name as their
+    /// expectation (`KeySet::expect`): once committed, the request is handled again and
+    /// that second outcome, read from the applied state, is the answer (see
+    /// [`Outcome::settled`]).
+    pub recheck: bool,
+    /// A sign-in accepted the minion.
+    pub signed_in: bool,
     /// For the log: the command and the minion.
     pub cmd: String,
     pub id: String,
@@ -83,7 +90,23 @@ pub enum Effect {
 impl Outcome {
     /// A reply and nothing else.
     pub fn reply(reply: Vec<u8>, cmd: &str, id: &str) -> Self {
-        Outcome { reply, records: vec![], events: vec![], claims: vec![], effects: vec![], cmd: cmd.to_string(), id: id.to_string() }
+        Outcome { reply, records: vec![], events: vec![], claims: vec![], effects: vec![], recheck: false, signed_in: false, cmd: cmd.to_string(), id: id.to_string() }
+    }
+
+    /// The answer after a [`Outcome::recheck`]: `self` was committed, `again` is the
+    /// same request handled on the state that now includes it. When `again` needs no
+    /// record, the expectations held or the state moved on without needing us: `again`
+    /// is the answer, and it keeps what only the first decision knew (the one-shot
+    /// autosign stub that let the key in is used up). Otherwise the state moved between
+    /// the read and the apply and `again` must be committed in turn (`Err(again)`).
+    pub fn settled(self, mut again: Outcome) -> Result<Outcome, Outcome> {
+        if !again.records.is_empty() {
+            return Err(again);
+        }
+        if again.signed_in && self.signed_in {
+            again.effects.extend(self.effects.into_iter().filter(|e| matches!(e, Effect::ConsumeAutosignStub { .. })));
+        }
+        Ok(again)
     }
 
     /// `"bad load"`, logged with the reason.
@@ -235,5 +258,5 @@ fn handle_aes(view: &dyn View, env: &envelope::Envelope) -> Outcome {
             Err(e) => return Outcome::bad_load(format!("cannot encrypt the reply: {e}"), cmd, id),
         }
     };
-    Outcome { reply, records: ans.records, events: ans.events, claims: vec![], effects, cmd: cmd.to_string(), id: id.to_string() }
+    Outcome { reply, records: ans.records, events: ans.events, claims: vec![], effects, recheck: false, signed_in: false, cmd: cmd.to_string(), id: id.to_string() }
 }

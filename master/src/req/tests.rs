@@ -108,6 +108,54 @@ fn a_new_key_is_pending_and_recorded() {
     assert!(o.effects.is_empty() && o.claims.is_empty());
 }
 
+/// A sign-in decided on a member that is behind: its record names the (stale) read, the
+/// log decides, and the answer is the request handled again on the applied state.
+#[test]
+fn a_sign_in_is_decided_at_apply_and_answered_from_what_applied() {
+    use halite_storage::format::KeyExpect;
+    use halite_storage::state::StateMachine;
+    let mut stale = MemoryView::new();
+    let m = Minion::new("m1");
+    let first = handle(&stale, &m.auth(vec![]));
+    assert!(first.recheck && !first.signed_in);
+    let Record::KeySet(k) = &first.records[0] else { panic!() };
+    assert_eq!((k.state, &k.expect), (KeyState::Pending, &Some(KeyExpect::Absent)));
+    // The log already holds the key accepted (an operator accepted it through another
+    // member): the pending record changes nothing there.
+    let sm = StateMachine::open_in_memory("auth-at-apply").unwrap();
+    let accepted = Record::KeySet(halite_storage::format::KeySet::new("m1", KeyState::Accepted, k.pub_key.clone(), 1));
+    sm.apply(&[(1, accepted), (2, first.records[0].clone())]).unwrap();
+    let held = sm.get_key("m1").unwrap().unwrap();
+    assert_eq!(held.state, BankState::Accepted);
+    // This member has now applied up to its record: handled again, the minion is in.
+    stale.minion_keys.insert("m1".into(), held);
+    let again = handle(&stale, &m.auth(vec![]));
+    assert!(again.records.is_empty() && again.signed_in);
+    let done = first.settled(again).expect("nothing left to commit");
+    assert_eq!(done.events[0].data["act"], "accept");
+    assert!(get_bytes(&signed_inner(&stale, &done), "aes").is_some(), "the accept carries the publish key");
+    // When the state moved so that another record is needed, that one is committed next.
+    let mut moved = MemoryView::new();
+    let first = handle(&moved, &m.auth(vec![]));
+    moved.set_key("m1", BankState::Accepted, &Minion::new("m1").pub_pem());
+    let again = handle(&moved, &m.auth(vec![]));
+    assert_eq!(key_states(&again), vec![KeyState::Denied]);
+    assert!(first.settled(again).is_err());
+}
+
+/// The stub that let a key in is used up even though the answer is read afterwards.
+#[test]
+fn a_stub_accept_settles_with_the_stub_consumed() {
+    let mut v = MemoryView::new();
+    let m = Minion::new("m1");
+    v.stubs.insert("m1".into());
+    let first = handle(&v, &m.auth(vec![]));
+    v.set_key("m1", BankState::Accepted, &m.pub_pem());
+    let again = handle(&v, &m.auth(vec![]));
+    let done = first.settled(again).unwrap();
+    assert!(done.effects.iter().any(|e| matches!(e, Effect::ConsumeAutosignStub { id } if id == "m1")));
+}
+
 #[test]
 fn a_pending_key_stays_pending_without_a_record() {
     let mut v = MemoryView::new();

@@ -39,6 +39,15 @@ impl BankState {
         }
     }
 
+    /// The record state that sets this bank state.
+    pub fn key_state(self) -> KeyState {
+        match self {
+            BankState::Accepted => KeyState::Accepted,
+            BankState::Pending => KeyState::Pending,
+            BankState::Rejected => KeyState::Rejected,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             BankState::Accepted => "accepted",

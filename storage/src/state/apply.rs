@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 
 use super::{chunk_key, from_msgpack, no_wal, roots_key, to_msgpack, Effect, RootsMeta, StateMachine, APPLIED_INDEX, CF_AES, CF_CHUNKS, CF_DENIED, CF_GRAINS, CF_IMPORTS, CF_JOBS, CF_KEYS, CF_META, CF_RETURNS, CF_ROOTS, CLUSTER_KEY, MASTER_KEY};
 use crate::error::{Error, Result};
-use crate::format::{KeyState, Record};
+use crate::format::{KeyExpect, KeySet, KeyState, Record};
 use crate::keys::BankState;
 
 impl StateMachine {
@@ -42,6 +42,11 @@ impl StateMachine {
 
     fn apply_one(&self, index: u64, rec: &Record, b: &mut WriteBatch, fx: &mut Vec<Effect>, ov: &mut Overlay) -> Result<()> {
         match rec {
+            Record::KeySet(k) if !self.expectation_holds(k, ov)? => {
+                // Decided from a read the log has since moved past: nothing changes, on
+                // every member alike. The proposer reads the applied outcome.
+                tracing::info!(index, id = %k.id, to = k.state.as_str(), "key change skipped: the key is no longer in the state it was decided from");
+            }
             Record::KeySet(k) => match k.state {
                 KeyState::Accepted | KeyState::Pending | KeyState::Rejected => {
                     let state = BankState::from_key_state(k.state).ok_or_else(|| Error::Invalid("bad key state".into()))?;
@@ -51,6 +56,7 @@ impl StateMachine {
                     v.extend_from_slice(&k.pub_key);
                     b.put_cf(self.cf(CF_KEYS)?, k.id.as_bytes(), v);
                     ov.keys.insert(k.id.clone(), true);
+                    ov.keys_held.insert(k.id.clone(), Some((k.state, k.pub_key.clone())));
                     fx.push(Effect::KeySet { id: k.id.clone(), state, pub_key: k.pub_key.clone(), time_ns: k.time_ns });
                 }
                 KeyState::Deleted => {
@@ -61,6 +67,7 @@ impl StateMachine {
                     if exists {
                         b.delete_cf(self.cf(CF_KEYS)?, k.id.as_bytes());
                         ov.keys.insert(k.id.clone(), false);
+                        ov.keys_held.insert(k.id.clone(), None);
                         fx.push(Effect::KeyRemoved { id: k.id.clone() });
                     }
                 }
@@ -76,6 +83,7 @@ impl StateMachine {
                         v.extend_from_slice(&k.pub_key);
                         b.put_cf(self.cf(CF_DENIED)?, k.id.as_bytes(), v);
                         ov.denied.insert(k.id.clone(), true);
+                        ov.denied_held.insert(k.id.clone(), Some(k.pub_key.clone()));
                         fx.push(Effect::DeniedSet { id: k.id.clone(), pub_key: k.pub_key.clone(), time_ns: k.time_ns });
                     }
                 }
@@ -87,6 +95,7 @@ impl StateMachine {
                     if exists {
                         b.delete_cf(self.cf(CF_DENIED)?, k.id.as_bytes());
                         ov.denied.insert(k.id.clone(), false);
+                        ov.denied_held.insert(k.id.clone(), None);
                         fx.push(Effect::DeniedRemoved { id: k.id.clone() });
                     }
                 }
@@ -208,10 +217,40 @@ impl StateMachine {
     }
 }
 
+impl StateMachine {
+    /// Whether the bank a key change acts on holds what the change expects (always,
+    /// without an expectation), as of this record: the applied state plus the changes
+    /// earlier in the same batch.
+    fn expectation_holds(&self, k: &KeySet, ov: &Overlay) -> Result<bool> {
+        let Some(expect) = &k.expect else { return Ok(true) };
+        let denied_bank = matches!(k.state, KeyState::Denied | KeyState::DeniedCleared);
+        let held: Option<(KeyState, Vec<u8>)> = if denied_bank {
+            match ov.denied_held.get(&k.id) {
+                Some(h) => h.clone().map(|p| (KeyState::Denied, p)),
+                None => self.get_denied(&k.id)?.map(|(_, p)| (KeyState::Denied, p)),
+            }
+        } else {
+            match ov.keys_held.get(&k.id) {
+                Some(h) => h.clone(),
+                None => self.get_key(&k.id)?.map(|s| (s.state.key_state(), s.pub_key)),
+            }
+        };
+        Ok(match (expect, held) {
+            (KeyExpect::Absent, None) => true,
+            (KeyExpect::Holds { state, pub_key }, Some((s, p))) => *state == s && *pub_key == p,
+            _ => false,
+        })
+    }
+}
+
 /// Changes made earlier in the same apply batch, which later records must see.
 #[derive(Default)]
 struct Overlay {
     keys: HashMap<String, bool>,
+    /// What the keys bank holds for an id after this batch's changes so far (`None`:
+    /// nothing), and the same for the denied bank (the public key).
+    keys_held: HashMap<String, Option<(KeyState, Vec<u8>)>>,
+    denied_held: HashMap<String, Option<Vec<u8>>>,
     denied: HashMap<String, bool>,
     roots: HashMap<Vec<u8>, Option<RootsMeta>>,
     chunks: HashMap<Vec<u8>, Vec<u8>>,

@@ -34,7 +34,7 @@ use sha2::{Digest, Sha256};
 mod apply;
 
 use crate::error::{Error, Result};
-use crate::format::{Record, RootsTree, ROOTS_CHUNK_LEN};
+use crate::format::{KeyExpect, Record, RootsTree, ROOTS_CHUNK_LEN};
 use crate::keys::{BankState, KeyEntry};
 
 pub const CF_META: &str = "meta";
@@ -91,6 +91,17 @@ pub struct StoredKey {
     pub state: BankState,
     pub time_ns: u64,
     pub pub_key: Vec<u8>,
+}
+
+impl StoredKey {
+    /// What a key change decided from this read of the keys bank (`None`: no entry)
+    /// expects to find when it applies.
+    pub fn expectation(stored: Option<&StoredKey>) -> KeyExpect {
+        match stored {
+            None => KeyExpect::Absent,
+            Some(k) => KeyExpect::Holds { state: k.state.key_state(), pub_key: k.pub_key.clone() },
+        }
+    }
 }
 
 pub struct StateMachine {
