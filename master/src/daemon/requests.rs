@@ -4,8 +4,9 @@
 //! 1. claims granted (a `max_minions` place), or the request handled again, now full;
 //! 2. records committed through the node (group commit with everything in flight);
 //! 3. if the records were decided from this member's read ([`Outcome::recheck`]: a
-//!    sign-in's key change names the entry it read), the request is handled again on
-//!    the state that now includes them and answered from that (up to [`MAX_SETTLE`]
+//!    sign-in's key change names the entry it read) and the applied state is not what
+//!    they set, the request is handled again on the state that now includes them and
+//!    answered from that (up to [`MAX_SETTLE`]
 //!    rounds when the state keeps moving under it, then `"bad load"`, which makes the
 //!    minion sign in again);
 //! 4. effects applied (session key, autosign stub, nonce), events fired;
@@ -80,7 +81,7 @@ async fn answer(master: &Arc<Master>, body: Bytes) -> Option<Vec<u8>> {
             master.release(&granted);
             return Some(envelope::bad_load());
         }
-        if !out.recheck {
+        if !out.recheck || out.applied_as_decided(master.as_ref()) {
             break;
         }
         let again = handle_blocking(master, &body).await?;

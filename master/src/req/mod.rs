@@ -93,7 +93,20 @@ impl Outcome {
         Outcome { reply, records: vec![], events: vec![], claims: vec![], effects: vec![], recheck: false, signed_in: false, cmd: cmd.to_string(), id: id.to_string() }
     }
 
-    /// The answer after a [`Outcome::recheck`]: `self` was committed, `again` is the
+    /// Whether, read after the commit, the view holds what every conditional keys-bank
+    /// record of this outcome set: its expectations held, so the reply decided with
+    /// them stands and nothing needs handling again (the common case; it spares a
+    /// sign-in a second round of RSA work).
+    pub fn applied_as_decided(&self, view: &dyn View) -> bool {
+        self.records.iter().all(|r| match r {
+            Record::KeySet(k) if k.expect.is_some() && BankState::from_key_state(k.state).is_some() => {
+                view.key(&k.id).ok().flatten().is_some_and(|held| held.state.key_state() == k.state && held.pub_key == k.pub_key)
+            }
+            _ => true,
+        })
+    }
+
+    /// The answer after a [`Outcome::recheck`] whose records did not all apply as decided: `self` was committed, `again` is the
     /// same request handled on the state that now includes it. When `again` needs no
     /// record, the expectations held or the state moved on without needing us: `again`
     /// is the answer, and it keeps what only the first decision knew (the one-shot

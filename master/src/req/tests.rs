@@ -129,6 +129,7 @@ fn a_sign_in_is_decided_at_apply_and_answered_from_what_applied() {
     assert_eq!(held.state, BankState::Accepted);
     // This member has now applied up to its record: handled again, the minion is in.
     stale.minion_keys.insert("m1".into(), held);
+    assert!(!first.applied_as_decided(&stale), "pending was decided, accepted applied");
     let again = handle(&stale, &m.auth(vec![]));
     assert!(again.records.is_empty() && again.signed_in);
     let done = first.settled(again).expect("nothing left to commit");
@@ -150,7 +151,9 @@ fn a_stub_accept_settles_with_the_stub_consumed() {
     let m = Minion::new("m1");
     v.stubs.insert("m1".into());
     let first = handle(&v, &m.auth(vec![]));
+    assert!(!first.applied_as_decided(&v), "not committed yet");
     v.set_key("m1", BankState::Accepted, &m.pub_pem());
+    assert!(first.applied_as_decided(&v), "committed as decided: the first reply stands");
     let again = handle(&v, &m.auth(vec![]));
     let done = first.settled(again).unwrap();
     assert!(done.effects.iter().any(|e| matches!(e, Effect::ConsumeAutosignStub { id } if id == "m1")));
