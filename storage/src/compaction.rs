@@ -95,28 +95,43 @@ pub struct Compacted {
     pub pruned: usize,
 }
 
-/// Snapshots `sm` at its applied index into `store` and compacts `log` through it
-/// (the snapshot is complete and fsynced before the log refers to it), then removes
-/// older snapshots. `None` when the log is already compacted through the applied
-/// index. Safe to call while the node runs, from the thread that applies (the applied
-/// index must not move during the call).
-pub fn compact(log: &RaftLog, sm: &StateMachine, store: &SnapshotStore) -> Result<Option<Compacted>> {
-    let current = log.snapshot_meta()?.index;
+/// A snapshot of `sm` at its applied index in `store` (the one already there if the
+/// store has one at that index), with the term, conf state and membership entries the
+/// log gives for that index. `progress(bytes, total)` follows the hashing of its files.
+pub fn snapshot_now(log: &RaftLog, sm: &StateMachine, store: &SnapshotStore, progress: impl FnMut(u64, u64)) -> Result<Snapshot> {
     let build = store.begin_build(sm)?;
     let index = build.index();
+    if let Some(s) = store.get(index)? {
+        return Ok(s);
+    }
+    let first = log.first_entry_index().unwrap_or(log.snapshot_meta()?.index + 1);
+    let last = log.last_entry_index().unwrap_or(first - 1);
+    if index == 0 || index > last || index + 1 < first {
+        return Err(Error::Invalid(format!("the state machine has applied {index}, outside the log's entries {first}..={last}: nothing to snapshot")));
+    }
+    let term = raft::Storage::term(log, index)?;
+    build.finish_with(term, &log.conf_state()?, &log.members_through(index)?, progress)
+}
+
+/// Snapshots `sm` at its applied index into `store` ([`snapshot_now`]) and compacts
+/// `log` through it (the snapshot is complete and fsynced before the log refers to it),
+/// then removes older snapshots. `None` when the log is already compacted through the
+/// applied index. Safe to call while the node runs, from the thread that applies (the
+/// applied index must not move during the call).
+pub fn compact(log: &RaftLog, sm: &StateMachine, store: &SnapshotStore, progress: impl FnMut(u64, u64)) -> Result<Option<Compacted>> {
+    let current = log.snapshot_meta()?.index;
+    if sm.applied_index()? <= current {
+        return Ok(None);
+    }
+    let snapshot = snapshot_now(log, sm, store, progress)?;
+    let index = snapshot.index();
     if index <= current {
         return Ok(None);
     }
-    let last = log.last_entry_index().unwrap_or(current);
-    if index > last {
-        return Err(Error::CorruptLog(format!("the state machine has applied {index} but the log ends at {last}")));
-    }
-    let term = raft::Storage::term(log, index)?;
-    let snapshot = build.finish(term, &log.conf_state()?, &log.members_through(index)?)?;
     let members = snapshot.manifest().members()?;
     let dropped = log.compact_through(&snapshot.metadata(), &members)?;
     let pruned = store.prune(index)?;
-    tracing::info!(index, term, dropped, bytes = snapshot.manifest().total_bytes(), "log compacted through a snapshot");
+    tracing::info!(index, term = snapshot.manifest().term, dropped, bytes = snapshot.manifest().total_bytes(), "log compacted through a snapshot");
     Ok(Some(Compacted { snapshot, dropped, pruned }))
 }
 

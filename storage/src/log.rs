@@ -374,23 +374,37 @@ pub fn decode_members(mut b: &[u8]) -> Result<Vec<Entry>> {
     Ok(out)
 }
 
-/// Keeps the last membership entry per node, in log order, and drops nodes whose last
-/// change removed them. Entries whose change cannot be read (e.g. joint-consensus
-/// `ConfChangeV2`) are kept as they are; the result is capped at
+/// Keeps, per node, its last membership entry and its last one that names an address
+/// (an entry context longer than the 16 fixed bytes, docs/formats.md §2), in log order;
+/// drops nodes whose last change removed them. Entries whose change cannot be read (e.g.
+/// joint-consensus `ConfChangeV2`) are kept as they are; the result is capped at
 /// [`MAX_MEMBER_ENTRIES`] (the newest kept).
 fn fold_members(entries: Vec<Entry>) -> Vec<Entry> {
+    const CONTEXT_FIXED: usize = 16;
     let mut last: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
+    let mut last_addr: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
+    let mut removed = std::collections::HashSet::new();
     let mut keep = vec![true; entries.len()];
     for (i, e) in entries.iter().enumerate() {
         if e.get_entry_type() != EntryType::EntryConfChange {
             continue;
         }
         let Ok(cc) = ConfChange::parse_from_bytes(&e.data) else { continue };
-        if let Some(prev) = last.insert(cc.node_id, i) {
-            keep[prev] = false;
+        keep[i] = false;
+        last.insert(cc.node_id, i);
+        if e.context.len() > CONTEXT_FIXED {
+            last_addr.insert(cc.node_id, i);
         }
         if cc.get_change_type() == raft::eraftpb::ConfChangeType::RemoveNode {
-            keep[i] = false;
+            removed.insert(cc.node_id);
+            last_addr.remove(&cc.node_id);
+        } else {
+            removed.remove(&cc.node_id);
+        }
+    }
+    for (node, i) in last.iter().chain(last_addr.iter()) {
+        if !removed.contains(node) {
+            keep[*i] = true;
         }
     }
     let mut out: Vec<Entry> = entries.into_iter().zip(keep).filter(|(_, k)| *k).map(|(e, _)| e).collect();
@@ -524,5 +538,34 @@ mod tests {
         assert_eq!(log.term(3).unwrap(), 2);
         assert_eq!(Storage::last_index(&log).unwrap(), 4);
         assert!(log.entries(0, 2, None, GetEntriesContext::empty(false)).is_err());
+    }
+
+    /// What a compaction keeps of the membership entries: per node its last change and
+    /// its last address, nothing of a removed node; and the bytes round-trip.
+    #[test]
+    fn membership_entries_fold_to_what_the_address_book_needs() {
+        let change = |index: u64, node: u64, t: raft::eraftpb::ConfChangeType, ctx: &[u8]| {
+            let mut cc = ConfChange::default();
+            cc.set_change_type(t);
+            cc.node_id = node;
+            let mut e = Entry { index, term: 1, data: cc.write_to_bytes().unwrap().into(), context: ctx.to_vec().into(), ..Default::default() };
+            e.set_entry_type(EntryType::EntryConfChange);
+            e
+        };
+        use raft::eraftpb::ConfChangeType::*;
+        let addr = [&[0u8; 16][..], b"127.0.0.2:4520"].concat();
+        let es = vec![
+            change(1, 1, AddNode, &addr),
+            change(2, 2, AddLearnerNode, &addr),
+            change(3, 3, AddLearnerNode, &addr),
+            change(4, 2, AddNode, &[0u8; 16]),
+            change(5, 3, RemoveNode, &[0u8; 16]),
+        ];
+        let kept: Vec<u64> = fold_members(es).iter().map(|e| e.index).collect();
+        assert_eq!(kept, vec![1, 2, 4]);
+        let enc = encode_members(&[change(1, 1, AddNode, &addr)]);
+        assert_eq!(decode_members(&enc).unwrap()[0].context.to_vec(), addr);
+        assert!(decode_members(&enc[..enc.len() - 1]).is_err());
+        assert!(decode_members(&[0xff, 0xff, 0xff, 0xff]).is_err());
     }
 }

@@ -204,6 +204,24 @@ impl Build {
     /// entry at [`Build::index`], the conf state and the membership entries at that
     /// index) and publishes the snapshot.
     pub fn finish(self, term: u64, conf_state: &ConfState, members: &[Entry]) -> Result<Snapshot> {
+        self.finish_with(term, conf_state, members, |_, _| {})
+    }
+
+    /// Bytes of the checkpoint's files (what [`Build::finish`] hashes).
+    pub fn total_bytes(&self) -> Result<u64> {
+        let state = self.staging.dir.join("state");
+        let mut n = 0;
+        for ent in std::fs::read_dir(&state).ctx(|| format!("listing {}", state.display()))? {
+            let ent = ent.ctx(|| format!("listing {}", state.display()))?;
+            n += ent.metadata().ctx(|| format!("reading {}", ent.path().display()))?.len();
+        }
+        Ok(n)
+    }
+
+    /// [`Build::finish`], calling `progress(bytes hashed, total)` after each file.
+    pub fn finish_with(self, term: u64, conf_state: &ConfState, members: &[Entry], mut progress: impl FnMut(u64, u64)) -> Result<Snapshot> {
+        let total = self.total_bytes()?;
+        let mut done = 0;
         let state = self.staging.dir.join("state");
         let mut names = Vec::new();
         for ent in std::fs::read_dir(&state).ctx(|| format!("listing {}", state.display()))? {
@@ -217,6 +235,8 @@ impl Build {
             let path = format!("state/{name}");
             super::manifest::check_path(&path)?;
             let (sha256, size) = hash_file(&state.join(&name))?;
+            done += size;
+            progress(done, total);
             files.push(FileEntry { path, size, sha256 });
         }
         let manifest = Manifest::new(self.index, term, conf_state, members, files);

@@ -127,7 +127,7 @@ fn staging_dirs(store: &SnapshotStore) -> usize {
 fn build_transfer_install_gives_the_same_state() {
     let d = tempfile::tempdir().unwrap();
     let a = Member::with_log(&d.path().join("a"), 300, 250);
-    let c = compact(&a.log, a.sm(), &a.store).unwrap().unwrap();
+    let c = compact(&a.log, a.sm(), &a.store, |_, _| {}).unwrap().unwrap();
     let snap = c.snapshot;
     assert_eq!(snap.index(), 250);
     assert_eq!(snap.manifest().term, 2);
@@ -263,7 +263,7 @@ fn hostile_chunks_are_refused() {
 fn a_crash_at_each_step_of_an_install_is_repaired_at_start() {
     let d = tempfile::tempdir().unwrap();
     let a = Member::with_log(&d.path().join("a"), 60, 50);
-    let snap = compact(&a.log, a.sm(), &a.store).unwrap().unwrap().snapshot;
+    let snap = compact(&a.log, a.sm(), &a.store, |_, _| {}).unwrap().unwrap().snapshot;
     let want = a.sm().digest().unwrap();
 
     // Crash after the log recorded the snapshot, before the swap: the state machine
@@ -316,10 +316,10 @@ fn compaction_keeps_raft_storage_right_and_restart_reads_snapshot_and_tail() {
     assert_eq!(facts.entries(), 400);
     let limits = CompactionLimits { max_entries: Some(100), max_bytes: None, min_entries: 10 };
     assert!(matches!(decide(facts, limits), Decision::Compact { through: 300, .. }));
-    let c = compact(&a.log, a.sm(), &a.store).unwrap().unwrap();
+    let c = compact(&a.log, a.sm(), &a.store, |_, _| {}).unwrap().unwrap();
     assert_eq!(c.dropped, 300);
     // Nothing more to do at the same applied index.
-    assert!(compact(&a.log, a.sm(), &a.store).unwrap().is_none());
+    assert!(compact(&a.log, a.sm(), &a.store, |_, _| {}).unwrap().is_none());
     assert_eq!(decide(a.log.facts(300).unwrap(), limits), Decision::Keep);
 
     let check = |log: &RaftLog| {
@@ -373,7 +373,7 @@ fn compaction_keeps_raft_storage_right_and_restart_reads_snapshot_and_tail() {
     let next = Entry { index: 401, term: 3, data: Record::KeySet(KeySet::new("late", KeyState::Pending, b"PUB late".to_vec(), 1)).encode().unwrap().into(), ..Default::default() };
     m.log.append(&[next], None, None, true).unwrap();
     m.apply(401, 401);
-    let c2 = compact(&m.log, m.sm(), &m.store).unwrap().unwrap();
+    let c2 = compact(&m.log, m.sm(), &m.store, |_, _| {}).unwrap().unwrap();
     assert_eq!(c2.snapshot.index(), 401);
     assert_eq!(c2.pruned, 1);
     assert_eq!(m.store.list().unwrap(), vec![401]);
@@ -390,7 +390,7 @@ fn compaction_keeps_raft_storage_right_and_restart_reads_snapshot_and_tail() {
 fn a_snapshot_that_disagrees_with_the_log_drops_the_whole_log() {
     let d = tempfile::tempdir().unwrap();
     let a = Member::with_log(&d.path().join("a"), 100, 80);
-    let snap = compact(&a.log, a.sm(), &a.store).unwrap().unwrap().snapshot;
+    let snap = compact(&a.log, a.sm(), &a.store, |_, _| {}).unwrap().unwrap().snapshot;
     // A follower whose log has entries 1..=90 at a different term at index 80.
     let b = Member::new(&d.path().join("b"));
     let mut es = entries(90);
