@@ -473,6 +473,23 @@ impl Reader<'_> {
 mod tests {
     use super::*;
 
+    /// `cluster_max_log_size` is Salt's (None there: never); Halite's defaults compact.
+    #[test]
+    fn compaction_limits() {
+        use halite_storage::compaction::{DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES};
+        let d = tempfile::tempdir().unwrap();
+        let c = MasterConfig::load(d.path()).unwrap();
+        assert_eq!((c.compaction.max_entries, c.compaction.max_bytes), (Some(DEFAULT_MAX_ENTRIES), Some(DEFAULT_MAX_BYTES)));
+        std::fs::write(d.path().join("master"), "cluster_max_log_size: null\nhalite_log_max_bytes: 0\n").unwrap();
+        let c = MasterConfig::load(d.path()).unwrap();
+        assert_eq!((c.compaction.max_entries, c.compaction.max_bytes), (None, None));
+        std::fs::write(d.path().join("master"), "cluster_max_log_size: 5000\nhalite_log_max_bytes: '1048576'\n").unwrap();
+        let c = MasterConfig::load(d.path()).unwrap();
+        assert_eq!((c.compaction.max_entries, c.compaction.max_bytes), (Some(5000), Some(1 << 20)));
+        std::fs::write(d.path().join("master"), "cluster_max_log_size: lots\n").unwrap();
+        assert!(MasterConfig::load(d.path()).unwrap_err().to_string().contains("cluster_max_log_size"));
+    }
+
     #[test]
     fn defaults_includes_root_dir_and_errors() {
         let d = tempfile::tempdir().unwrap();

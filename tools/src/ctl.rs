@@ -202,6 +202,8 @@ pub fn verify(cfg: &MasterConfig, check_views: bool) -> Result<VerifyReport> {
             rep.notes.push(format!("the state machine (applied {applied}) is behind the log's snapshot {snap_index}: start-up installs the snapshot"));
         }
         rep.notes.push(format!("log entries {first}..={last}, state machine applied {applied}, views at {}", sm.views_index()?));
+        // Equal on members that applied the same log to the same index (compare them).
+        rep.notes.push(format!("state digest {}", sm.digest()?));
         if check_views {
             let views = store::views(cfg, store::key_view(cfg)?);
             for d in views.diff_keys(&sm)? {

@@ -11,6 +11,8 @@
 //!                                              build a snapshot of N keys and M MiB of roots,
 //!                                              send it through source → receiver (chunks,
 //!                                              CRC, sha256), install it; digests compared
+//! halite-bench restart [--total N]            node start-up time after N records, before
+//!                                              and after compacting the log
 //! ```
 //! Build with `cargo build --release -p halite-benches -p halite-tools` first: `migrate`
 //! runs the release `salt-run` and `salt-key` next to this binary.
@@ -70,6 +72,10 @@ enum Cmd {
         #[arg(long, default_value_t = 1024)]
         roots_mib: u64,
     },
+    Restart {
+        #[arg(long, default_value_t = 1_000_000)]
+        total: u64,
+    },
     Migrate {
         #[arg(long, default_value_t = 100_000)]
         keys: u64,
@@ -104,7 +110,48 @@ fn main() {
         Cmd::Replay { total } => replay(total),
         Cmd::Migrate { keys, reference } => migrate(keys, reference),
         Cmd::Snapshot { keys, roots_mib } => snapshot(keys, roots_mib),
+        Cmd::Restart { total } => restart(total),
     }
+}
+
+/// Start-up time of a node over `total` records: fresh, with the whole log, and after
+/// the log is compacted (snapshot + empty tail).
+fn restart(total: u64) {
+    use halite_storage::snapshot::SnapshotStore;
+    let dir = tempfile::tempdir().expect("tmp");
+    let data = DataDir::new(&dir.path().join("data"));
+    let start = || {
+        let t = Instant::now();
+        let node = Node::start(&data, views(dir.path(), "mmap"), NodeConfig::default()).expect("node");
+        let s = t.elapsed().as_secs_f64();
+        (node, s)
+    };
+    let (node, fresh_s) = start();
+    let mut i = 0;
+    while i < total {
+        let g: Vec<Record> = (i..(i + 8192).min(total)).map(small).collect();
+        node.propose(&g).expect("propose");
+        i += 8192;
+    }
+    drop(node);
+    let (node, full_s) = start();
+    drop(node);
+    let t = Instant::now();
+    {
+        let log = RaftLog::open(&data.log()).expect("log");
+        let sm = StateMachine::open(&data.state()).expect("sm");
+        let store = SnapshotStore::open(&data.snapshots()).expect("store");
+        halite_storage::compaction::compact(&log, &sm, &store, |_, _| {}).expect("compact");
+    }
+    let compact_s = t.elapsed().as_secs_f64();
+    let (node, compacted_s) = start();
+    drop(node);
+    println!("| node start-up ({total} records of history) | seconds |");
+    println!("|---|---|");
+    println!("| fresh data dir | {fresh_s:.2} |");
+    println!("| whole log ({total} records) | {full_s:.2} |");
+    println!("| compaction (snapshot + compact, offline) | {compact_s:.2} |");
+    println!("| after compaction (snapshot + empty tail) | {compacted_s:.2} |");
 }
 
 /// Random bytes (xorshift), so that RocksDB's compression cannot shrink them.
