@@ -410,7 +410,7 @@ impl Reader<'_> {
 
     /// A limit: a non-negative integer, `0`, `null` or `None` meaning no limit.
     fn limit(&self, key: &str, default: u64) -> Result<Option<u64>> {
-        match self.get(key) {
+        match self.raw.get(key) {
             Some(Value::Null) => Ok(None),
             Some(Value::String(s)) if s.trim() == "None" => Ok(None),
             _ => Ok(Some(self.uint(key, default)?).filter(|v| *v > 0)),
