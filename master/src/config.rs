@@ -16,6 +16,11 @@
 //! |-------------------|----------------------|-----------------------------------------------|
 //! | `halite_data_dir` | `/var/lib/salt/halite` | the log (`log/`) and state machine (`state/`) |
 //! | `halite_max_request_bytes` | 67108864 (64 MiB) | largest request accepted on `ret_port`; larger ones get `"bad load"` |
+//! | `halite_log_max_bytes` | 268435456 (256 MiB) | compact the log (snapshot + drop the history) when its files exceed this; `0` or `null`: no byte limit |
+//!
+//! Salt's `cluster_max_log_size` (entries in the log before it is compacted) is read with
+//! a different default: Salt's `None` never compacts, Halite's default is 100000 (`0` or
+//! `null` turns the entry limit off). See `halite_storage::compaction`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -80,6 +85,8 @@ pub struct MasterConfig {
     pub halite_data_dir: PathBuf,
     /// Largest request body accepted on the request port, in bytes.
     pub halite_max_request_bytes: usize,
+    /// When the log is compacted (`cluster_max_log_size`, `halite_log_max_bytes`).
+    pub compaction: halite_storage::compaction::CompactionLimits,
     /// Every option as read (after includes), for the ones Halite does not model.
     pub raw: Mapping,
     /// Which file each option came from.
@@ -93,7 +100,7 @@ const KNOWN: &[&str] = &[
     "autosign_file", "autoreject_file", "autosign_grains_dir", "keep_jobs_seconds", "keep_jobs", "publish_session", "timeout",
     "keys.cache_driver", "mmap_key_size", "mmap_key_slot_size", "mmap_key_id_size", "mmap_key_max_segment_bytes",
     "mmap_cache_max_segment_bytes", "cluster_id", "cluster_peers", "cluster_pki_dir", "cluster_pool_port",
-    "cluster_secret", "cluster_isolated_filesystem", "halite_data_dir", "halite_max_request_bytes", "default_include", "include", "user",
+    "cluster_secret", "cluster_isolated_filesystem", "halite_data_dir", "halite_max_request_bytes", "cluster_max_log_size", "halite_log_max_bytes", "default_include", "include", "user",
     "zmq_backlog", "max_minions", "loop_interval", "request_server_ttl", "cluster_pub_fingerprint", "tcp_keepalive", "tcp_keepalive_idle", "tcp_keepalive_cnt", "tcp_keepalive_intvl", "rotate_aes_key",
 ];
 
@@ -228,6 +235,11 @@ impl MasterConfig {
             cluster_id,
             halite_data_dir: PathBuf::from(r.string("halite_data_dir", "/var/lib/salt/halite")?),
             halite_max_request_bytes: r.uint("halite_max_request_bytes", 64 << 20)?.max(4096) as usize,
+            compaction: halite_storage::compaction::CompactionLimits {
+                max_entries: r.limit("cluster_max_log_size", halite_storage::compaction::DEFAULT_MAX_ENTRIES)?,
+                max_bytes: r.limit("halite_log_max_bytes", halite_storage::compaction::DEFAULT_MAX_BYTES)?,
+                min_entries: halite_storage::compaction::DEFAULT_MIN_ENTRIES,
+            },
             root_dir,
             raw: raw.clone(),
             origin: origin.clone(),
@@ -396,6 +408,15 @@ impl Reader<'_> {
         }
     }
 
+    /// A limit: a non-negative integer, `0`, `null` or `None` meaning no limit.
+    fn limit(&self, key: &str, default: u64) -> Result<Option<u64>> {
+        match self.raw.get(key) {
+            Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if s.trim() == "None" => Ok(None),
+            _ => Ok(Some(self.uint(key, default)?).filter(|v| *v > 0)),
+        }
+    }
+
     fn port(&self, key: &str, default: u16) -> Result<u16> {
         let v = self.uint(key, default as u64)?;
         if v == 0 || v > 65535 {
@@ -451,6 +472,23 @@ impl Reader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `cluster_max_log_size` is Salt's (None there: never); Halite's defaults compact.
+    #[test]
+    fn compaction_limits() {
+        use halite_storage::compaction::{DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES};
+        let d = tempfile::tempdir().unwrap();
+        let c = MasterConfig::load(d.path()).unwrap();
+        assert_eq!((c.compaction.max_entries, c.compaction.max_bytes), (Some(DEFAULT_MAX_ENTRIES), Some(DEFAULT_MAX_BYTES)));
+        std::fs::write(d.path().join("master"), "cluster_max_log_size: null\nhalite_log_max_bytes: 0\n").unwrap();
+        let c = MasterConfig::load(d.path()).unwrap();
+        assert_eq!((c.compaction.max_entries, c.compaction.max_bytes), (None, None));
+        std::fs::write(d.path().join("master"), "cluster_max_log_size: 5000\nhalite_log_max_bytes: '1048576'\n").unwrap();
+        let c = MasterConfig::load(d.path()).unwrap();
+        assert_eq!((c.compaction.max_entries, c.compaction.max_bytes), (Some(5000), Some(1 << 20)));
+        std::fs::write(d.path().join("master"), "cluster_max_log_size: lots\n").unwrap();
+        assert!(MasterConfig::load(d.path()).unwrap_err().to_string().contains("cluster_max_log_size"));
+    }
 
     #[test]
     fn defaults_includes_root_dir_and_errors() {

@@ -25,6 +25,11 @@ pub enum Error {
     #[error("{0}")]
     Invalid(String),
 
+    /// Snapshot bytes from outside (a manifest, a chunk) that the receiver refused: the
+    /// transfer must start over. The text says what was wrong, for `refuse()`.
+    #[error("snapshot refused: {0}")]
+    SnapshotRefused(String),
+
     #[error("{context}: {source}")]
     Io { context: String, source: std::io::Error },
 

@@ -13,13 +13,16 @@
 //! | [`log`]       | raft-engine storage behind raft-rs's `Storage` trait      |
 //! | [`framing`]   | raft-engine's file framing (for the tail repair and `verify`) |
 //! | [`tail`]      | torn-tail detection and repair before the log opens       |
-//! | [`state`]     | the RocksDB state machine, apply, snapshots               |
+//! | [`state`]     | the RocksDB state machine, apply, checkpoints, digest     |
+//! | [`snapshot`]  | snapshots: build, transfer chunks, receive, install, recover |
+//! | [`compaction`]| the compaction policy and compacting the log through a snapshot |
 //! | [`mmap_cache`]| the MmapCache file engine (Salt's `mmap_cache.py` format) |
 //! | [`keys`]      | key view drivers `localfs_key` and `mmap_key`             |
 //! | [`roots`]     | the roots materialiser                                    |
 //! | [`views`]     | applying effects to views, rebuilding them                |
 //! | [`import`]    | reading outside trees (localfs pki, shared cluster dirs) into records |
 
+pub mod compaction;
 pub mod error;
 pub mod format;
 pub mod framing;
@@ -29,6 +32,7 @@ pub mod keys;
 pub mod log;
 pub mod mmap_cache;
 pub mod roots;
+pub mod snapshot;
 pub mod state;
 pub mod tail;
 pub mod views;

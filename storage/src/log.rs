@@ -15,9 +15,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use protobuf::Message as _;
-use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
+use raft::eraftpb::{ConfChange, ConfState, Entry, EntryType, HardState, Snapshot, SnapshotMetadata};
 use raft::{GetEntriesContext, RaftState, Storage, StorageError};
-use raft_engine::{Config, Engine, LogBatch, MessageExt, ReadableSize, RecoveryMode};
+use raft_engine::{Command, Config, Engine, LogBatch, MessageExt, ReadableSize, RecoveryMode};
 
 use crate::error::{Error, Result};
 use crate::format::Record;
@@ -27,6 +27,10 @@ pub const GROUP_ID: u64 = 1;
 const KEY_HARD_STATE: &[u8] = b"hard_state";
 const KEY_CONF_STATE: &[u8] = b"conf_state";
 const KEY_SNAPSHOT_META: &[u8] = b"snapshot_meta";
+/// The membership entries kept from the compacted part of the log (see `members_through`).
+const KEY_MEMBERS: &[u8] = b"members";
+/// At most this many membership entries are kept (one per member after folding).
+pub const MAX_MEMBER_ENTRIES: usize = 1024;
 
 /// Tells raft-engine how to find the index of a raft-rs entry.
 #[derive(Clone, Copy)]
@@ -56,7 +60,10 @@ pub fn engine_config(dir: &Path) -> Config {
         enable_log_recycle: false,
         prefill_for_recycle: false,
         target_file_size: ReadableSize::mb(128),
-        purge_threshold: ReadableSize::gb(2),
+        // raft-engine deletes files left with nothing live (after a compaction, see
+        // `purge`) only once the log's files exceed this; kept at the default of
+        // `halite_log_max_bytes` so that compacting actually gives the disk back.
+        purge_threshold: ReadableSize::mb(256),
         // Records are mostly base64 keys and msgpack: not worth lz4's CPU on the hot path.
         batch_compression_threshold: ReadableSize(0),
         ..Default::default()
@@ -134,13 +141,106 @@ impl RaftLog {
         Ok(())
     }
 
-    /// Records that a snapshot at `meta.index` exists and drops entries below it.
-    pub fn apply_snapshot_meta(&self, meta: &SnapshotMetadata) -> Result<()> {
+    /// The membership entries kept from the compacted part of the log (see
+    /// [`RaftLog::members_through`]); empty when nothing was compacted.
+    pub fn retained_members(&self) -> Result<Vec<Entry>> {
+        match self.engine.get(GROUP_ID, KEY_MEMBERS) {
+            None => Ok(Vec::new()),
+            Some(b) => decode_members(&b),
+        }
+    }
+
+    /// The membership entries a snapshot at `index` must carry so that the address book
+    /// can still be read once the entries up to `index` are gone: those retained from
+    /// earlier compactions and the conf-change entries in `[first, index]`, folded to the
+    /// last one per node (a node whose last change removed it is dropped).
+    pub fn members_through(&self, index: u64) -> Result<Vec<Entry>> {
+        let mut out = self.retained_members()?;
+        if let Some(first) = self.first_entry_index() {
+            let end = index.min(self.last_entry_index().unwrap_or(0)) + 1;
+            let mut at = first;
+            while at < end {
+                let hi = (at + 4096).min(end);
+                let es = self.read_entries(at, hi, None)?;
+                if es.is_empty() {
+                    break;
+                }
+                for e in es {
+                    at = e.index + 1;
+                    if e.get_entry_type() != EntryType::EntryNormal {
+                        out.push(e);
+                    }
+                }
+            }
+        }
+        Ok(fold_members(out))
+    }
+
+    /// Facts about the log for the compaction policy
+    /// ([`crate::compaction::decide`]).
+    pub fn facts(&self, applied_index: u64) -> Result<crate::compaction::LogFacts> {
+        let snap = self.snapshot_meta()?.index;
+        Ok(crate::compaction::LogFacts {
+            first_index: self.first_entry_index().unwrap_or(snap + 1),
+            last_index: self.last_entry_index().unwrap_or(snap),
+            applied_index,
+            snapshot_index: snap,
+            log_bytes: self.engine.get_used_size() as u64,
+        })
+    }
+
+    /// Compaction after a local snapshot: records that the snapshot `meta` exists (with
+    /// the membership entries it carries) and drops entries up to and including
+    /// `meta.index`, in one synced write; then lets raft-engine delete the files that hold
+    /// nothing live any more. The conf state of the log is left as it is (it is the
+    /// newest one; the snapshot's is older or the same). `meta.index` must be an entry
+    /// this log holds, or the current snapshot index.
+    pub fn compact_through(&self, meta: &SnapshotMetadata, members: &[Entry]) -> Result<u64> {
+        let current = self.snapshot_meta()?;
+        if meta.index <= current.index {
+            return Ok(0);
+        }
+        let last = self.last_entry_index().unwrap_or(current.index);
+        if meta.index > last {
+            return Err(Error::Invalid(format!("cannot compact through {}: the log ends at {last}", meta.index)));
+        }
+        let before = self.first_entry_index().unwrap_or(meta.index + 1);
+        let mut batch = LogBatch::default();
+        batch.put_message(GROUP_ID, KEY_SNAPSHOT_META.to_vec(), meta)?;
+        batch.put(GROUP_ID, KEY_MEMBERS.to_vec(), encode_members(members))?;
+        batch.add_command(GROUP_ID, Command::Compact { index: meta.index + 1 });
+        self.engine.write(&mut batch, true)?;
+        self.purge()?;
+        Ok((meta.index + 1).saturating_sub(before))
+    }
+
+    /// Installing a snapshot received from the leader: records `meta` (its conf state
+    /// becomes the log's) and its membership entries, moves the hard state's commit (and
+    /// term) up to it, and drops entries: up to `meta.index` when the log holds that
+    /// entry with the snapshot's term (the tail after it agrees with the leader), every
+    /// entry otherwise. One synced write.
+    pub fn install_snapshot(&self, meta: &SnapshotMetadata, members: &[Entry]) -> Result<()> {
+        let mut hs = self.hard_state()?;
+        hs.commit = hs.commit.max(meta.index);
+        hs.term = hs.term.max(meta.term);
+        let agrees = matches!(self.engine.get_entry::<EntryExt>(GROUP_ID, meta.index), Ok(Some(e)) if e.term == meta.term);
+        let through = if agrees { meta.index } else { self.last_entry_index().unwrap_or(0).max(meta.index) };
         let mut batch = LogBatch::default();
         batch.put_message(GROUP_ID, KEY_SNAPSHOT_META.to_vec(), meta)?;
         batch.put_message(GROUP_ID, KEY_CONF_STATE.to_vec(), meta.get_conf_state())?;
+        batch.put_message(GROUP_ID, KEY_HARD_STATE.to_vec(), &hs)?;
+        batch.put(GROUP_ID, KEY_MEMBERS.to_vec(), encode_members(members))?;
+        if self.first_entry_index().is_some() {
+            batch.add_command(GROUP_ID, Command::Compact { index: through + 1 });
+        }
         self.engine.write(&mut batch, true)?;
-        self.engine.compact_to(GROUP_ID, meta.index + 1);
+        self.purge()?;
+        Ok(())
+    }
+
+    /// Deletes log files that hold no live entry any more (after a compaction).
+    pub fn purge(&self) -> Result<()> {
+        self.engine.purge_expired_files()?;
         Ok(())
     }
 
@@ -240,6 +340,80 @@ impl RaftLog {
     }
 }
 
+/// Membership entries as stored under `members` (and carried in a snapshot manifest):
+/// each one a u32 BE length and a protobuf `Entry`.
+pub fn encode_members(members: &[Entry]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for e in members {
+        let b = e.write_to_bytes().unwrap_or_default();
+        out.extend_from_slice(&(b.len() as u32).to_be_bytes());
+        out.extend_from_slice(&b);
+    }
+    out
+}
+
+/// Reads [`encode_members`] bytes; refuses more than [`MAX_MEMBER_ENTRIES`] entries, an
+/// entry over 64 KiB, a length past the end and anything protobuf cannot parse.
+pub fn decode_members(mut b: &[u8]) -> Result<Vec<Entry>> {
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        if out.len() >= MAX_MEMBER_ENTRIES {
+            return Err(Error::Invalid(format!("more than {MAX_MEMBER_ENTRIES} membership entries")));
+        }
+        if b.len() < 4 {
+            return Err(Error::Invalid("membership entries: truncated length".into()));
+        }
+        let n = u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize;
+        if n > 64 << 10 || n > b.len() - 4 {
+            return Err(Error::Invalid(format!("membership entries: entry of {n} bytes out of bounds")));
+        }
+        let e = Entry::parse_from_bytes(&b[4..4 + n]).map_err(|e| Error::Invalid(format!("membership entries: {e}")))?;
+        out.push(e);
+        b = &b[4 + n..];
+    }
+    Ok(out)
+}
+
+/// Keeps, per node, its last membership entry and its last one that names an address
+/// (an entry context longer than the 16 fixed bytes, docs/formats.md §2), in log order;
+/// drops nodes whose last change removed them. Entries whose change cannot be read (e.g.
+/// joint-consensus `ConfChangeV2`) are kept as they are; the result is capped at
+/// [`MAX_MEMBER_ENTRIES`] (the newest kept).
+fn fold_members(entries: Vec<Entry>) -> Vec<Entry> {
+    const CONTEXT_FIXED: usize = 16;
+    let mut last: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
+    let mut last_addr: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
+    let mut removed = std::collections::HashSet::new();
+    let mut keep = vec![true; entries.len()];
+    for (i, e) in entries.iter().enumerate() {
+        if e.get_entry_type() != EntryType::EntryConfChange {
+            continue;
+        }
+        let Ok(cc) = ConfChange::parse_from_bytes(&e.data) else { continue };
+        keep[i] = false;
+        last.insert(cc.node_id, i);
+        if e.context.len() > CONTEXT_FIXED {
+            last_addr.insert(cc.node_id, i);
+        }
+        if cc.get_change_type() == raft::eraftpb::ConfChangeType::RemoveNode {
+            removed.insert(cc.node_id);
+            last_addr.remove(&cc.node_id);
+        } else {
+            removed.remove(&cc.node_id);
+        }
+    }
+    for (node, i) in last.iter().chain(last_addr.iter()) {
+        if !removed.contains(node) {
+            keep[*i] = true;
+        }
+    }
+    let mut out: Vec<Entry> = entries.into_iter().zip(keep).filter(|(_, k)| *k).map(|(e, _)| e).collect();
+    if out.len() > MAX_MEMBER_ENTRIES {
+        out.drain(..out.len() - MAX_MEMBER_ENTRIES);
+    }
+    out
+}
+
 fn store_err(e: Error) -> raft::Error {
     raft::Error::Store(StorageError::Other(Box::new(e)))
 }
@@ -318,8 +492,10 @@ impl Storage for RaftLog {
     }
 
     fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
-        // Snapshot transfer to peers belongs to the cluster work; a single node never
-        // needs to send one. The metadata alone lets raft-rs reason about compaction.
+        // The metadata of the newest snapshot (the one the log was compacted through).
+        // raft-rs puts it in the `MsgSnapshot` it sends to a follower that needs entries
+        // below `first_index`; the files themselves travel separately, in chunks, from
+        // `crate::snapshot::SnapshotStore::get(meta.index)`. Index 0: no snapshot yet.
         let mut snap = Snapshot::default();
         snap.set_metadata(self.snapshot_meta().map_err(store_err)?);
         Ok(snap)
@@ -362,5 +538,34 @@ mod tests {
         assert_eq!(log.term(3).unwrap(), 2);
         assert_eq!(Storage::last_index(&log).unwrap(), 4);
         assert!(log.entries(0, 2, None, GetEntriesContext::empty(false)).is_err());
+    }
+
+    /// What a compaction keeps of the membership entries: per node its last change and
+    /// its last address, nothing of a removed node; and the bytes round-trip.
+    #[test]
+    fn membership_entries_fold_to_what_the_address_book_needs() {
+        let change = |index: u64, node: u64, t: raft::eraftpb::ConfChangeType, ctx: &[u8]| {
+            let mut cc = ConfChange::default();
+            cc.set_change_type(t);
+            cc.node_id = node;
+            let mut e = Entry { index, term: 1, data: cc.write_to_bytes().unwrap().into(), context: ctx.to_vec().into(), ..Default::default() };
+            e.set_entry_type(EntryType::EntryConfChange);
+            e
+        };
+        use raft::eraftpb::ConfChangeType::*;
+        let addr = [&[0u8; 16][..], b"127.0.0.2:4520"].concat();
+        let es = vec![
+            change(1, 1, AddNode, &addr),
+            change(2, 2, AddLearnerNode, &addr),
+            change(3, 3, AddLearnerNode, &addr),
+            change(4, 2, AddNode, &[0u8; 16]),
+            change(5, 3, RemoveNode, &[0u8; 16]),
+        ];
+        let kept: Vec<u64> = fold_members(es).iter().map(|e| e.index).collect();
+        assert_eq!(kept, vec![1, 2, 4]);
+        let enc = encode_members(&[change(1, 1, AddNode, &addr)]);
+        assert_eq!(decode_members(&enc).unwrap()[0].context.to_vec(), addr);
+        assert!(decode_members(&enc[..enc.len() - 1]).is_err());
+        assert!(decode_members(&[0xff, 0xff, 0xff, 0xff]).is_err());
     }
 }

@@ -5,7 +5,9 @@
 //! * `verify`: every checksum — the log files' framing and batch checksums, every entry
 //!   block, every record's CRC — then the state machine against the log and the key view
 //!   against the state machine; names the first bad record and where it is;
-//! * `replay`: rebuilds the state machine from the log, then the views;
+//! * `replay`: rebuilds the state machine from the log (from its snapshot when the log
+//!   is compacted), then the views;
+//! * `snapshot`, `compact`: see [`crate::snapshots`];
 //! * `rebuild-views`: rebuilds the key view and roots trees from the state machine;
 //! * `import-shared`: imports a shared-filesystem cluster tree as records.
 
@@ -76,8 +78,14 @@ pub fn record_text(index: u64, r: &Record) -> String {
 }
 
 /// `dump`: prints records in `[from, to]` (optionally of one kind).
+/// On a compacted log the records start after the snapshot; a note on stderr says so
+/// when `from` asks for earlier ones.
 pub fn dump(log_dir: &Path, from: u64, to: Option<u64>, kind: Option<RecordKind>, as_json: bool, out: &mut dyn std::io::Write) -> Result<u64> {
     let log = RaftLog::open(log_dir)?;
+    let meta = log.snapshot_meta()?;
+    if meta.index > 0 && from <= meta.index {
+        eprintln!("note: entries up to {} are compacted into the snapshot at index {} (term {}); records from {}", meta.index, meta.index, meta.term, meta.index + 1);
+    }
     let mut n = 0;
     log.for_each_record(from, to.map(|t| t + 1), |index, rec| {
         let rec = rec.map_err(|e| halite_storage::Error::CorruptLog(format!("entry {index}: {e}")))?;
@@ -134,8 +142,9 @@ pub fn verify(cfg: &MasterConfig, check_views: bool) -> Result<VerifyReport> {
             return Ok(rep);
         }
     };
-    let first = log.first_entry_index().unwrap_or(1);
-    let last = log.last_entry_index().unwrap_or(0);
+    let snap_index = log.snapshot_meta()?.index;
+    let first = log.first_entry_index().unwrap_or(snap_index + 1);
+    let last = log.last_entry_index().unwrap_or(snap_index);
     let mut at = first;
     while at <= last {
         let hi = (at + 4096).min(last + 1);
@@ -167,6 +176,20 @@ pub fn verify(cfg: &MasterConfig, check_views: bool) -> Result<VerifyReport> {
         }
         at = hi;
     }
+    if snap_index > 0 {
+        match crate::snapshots::log_snapshot(&log, &data) {
+            Ok(Some(s)) => {
+                let mut p = Progress::new("verifying the snapshot", s.manifest().total_bytes());
+                match s.verify(|d| p.set(d)) {
+                    Ok(()) => rep.notes.push(format!("log compacted through {snap_index}; {} verified", crate::snapshots::describe(&s))),
+                    Err(e) => rep.problems.push(e.to_string()),
+                }
+                p.finish();
+            }
+            Ok(None) => {}
+            Err(e) => rep.problems.push(e.msg),
+        }
+    }
     drop(log);
     let state = data.state();
     if state.exists() {
@@ -175,7 +198,12 @@ pub fn verify(cfg: &MasterConfig, check_views: bool) -> Result<VerifyReport> {
         if applied > last {
             rep.problems.push(format!("the state machine applied index {applied} is past the end of the log ({last}): committed entries are missing"));
         }
+        if applied < snap_index {
+            rep.notes.push(format!("the state machine (applied {applied}) is behind the log's snapshot {snap_index}: start-up installs the snapshot"));
+        }
         rep.notes.push(format!("log entries {first}..={last}, state machine applied {applied}, views at {}", sm.views_index()?));
+        // Equal on members that applied the same log to the same index (compare them).
+        rep.notes.push(format!("state digest {}", sm.digest()?));
         if check_views {
             let views = store::views(cfg, store::key_view(cfg)?);
             for d in views.diff_keys(&sm)? {
@@ -188,17 +216,29 @@ pub fn verify(cfg: &MasterConfig, check_views: bool) -> Result<VerifyReport> {
 
 /// `replay`: a new state machine from the whole log, then new views. Returns the number
 /// of records applied.
+///
+/// On a compacted log the new state machine starts as a copy of the log's snapshot (its
+/// files checked against the manifest first) and the tail after it is applied.
 pub fn replay(cfg: &MasterConfig) -> Result<u64> {
     let data = store::data_dir(cfg);
     let log = RaftLog::open(&data.log())?;
-    let first = log.first_entry_index().unwrap_or(1);
-    if first > 1 {
-        return Err(Failure::new(format!("the log starts at entry {first} (compacted); replay needs a snapshot, which this build does not take yet"), 1));
-    }
-    let last = log.last_entry_index().unwrap_or(0);
     let state = data.state();
     let fresh = state.with_extension("replay");
     let _ = std::fs::remove_dir_all(&fresh);
+    let snap = crate::snapshots::log_snapshot(&log, &data)?;
+    let first = match &snap {
+        Some(s) => {
+            s.verify(|_| {}).map_err(|e| Failure::new(format!("{e}; replay cannot start from it"), 1))?;
+            halite_storage::snapshot::swap_in(s, &fresh)?;
+            tracing::info!("replay starts from the {}", crate::snapshots::describe(s));
+            s.index() + 1
+        }
+        None => log.first_entry_index().unwrap_or(1),
+    };
+    if snap.is_none() && first > 1 {
+        return Err(Failure::new(format!("the log starts at entry {first} and names no snapshot: the entries before it are lost"), 1));
+    }
+    let last = log.last_entry_index().unwrap_or(0);
     let sm = StateMachine::open(&fresh)?;
     let mut progress = Progress::new("replaying the log", last);
     let mut batch = Vec::with_capacity(65536);

@@ -7,4 +7,5 @@ pub mod ctl;
 pub mod keys;
 pub mod output;
 pub mod pki;
+pub mod snapshots;
 pub mod swarm;

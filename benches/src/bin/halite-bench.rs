@@ -7,6 +7,12 @@
 //! halite-bench migrate [--keys N] [--reference VENV]
 //!                                              pki.migrate_to_mmap and salt-key -L, Halite's
 //!                                              binaries and (with --reference) Salt 3008.5's
+//! halite-bench snapshot [--keys N] [--roots-mib M]
+//!                                              build a snapshot of N keys and M MiB of roots,
+//!                                              send it through source → receiver (chunks,
+//!                                              CRC, sha256), install it; digests compared
+//! halite-bench restart [--total N]            node start-up time after N records, before
+//!                                              and after compacting the log
 //! ```
 //! Build with `cargo build --release -p halite-benches -p halite-tools` first: `migrate`
 //! runs the release `salt-run` and `salt-key` next to this binary.
@@ -59,6 +65,17 @@ enum Cmd {
         #[arg(long, default_value_t = 1_000_000)]
         total: u64,
     },
+    Snapshot {
+        #[arg(long, default_value_t = 100_000)]
+        keys: u64,
+        /// MiB of roots files (16 MiB files of random bytes) in the state machine.
+        #[arg(long, default_value_t = 1024)]
+        roots_mib: u64,
+    },
+    Restart {
+        #[arg(long, default_value_t = 1_000_000)]
+        total: u64,
+    },
     Migrate {
         #[arg(long, default_value_t = 100_000)]
         keys: u64,
@@ -92,7 +109,122 @@ fn main() {
         Cmd::Apply { total } => apply(total),
         Cmd::Replay { total } => replay(total),
         Cmd::Migrate { keys, reference } => migrate(keys, reference),
+        Cmd::Snapshot { keys, roots_mib } => snapshot(keys, roots_mib),
+        Cmd::Restart { total } => restart(total),
     }
+}
+
+/// Start-up time of a node over `total` records: fresh, with the whole log, and after
+/// the log is compacted (snapshot + empty tail).
+fn restart(total: u64) {
+    use halite_storage::snapshot::SnapshotStore;
+    let dir = tempfile::tempdir().expect("tmp");
+    let data = DataDir::new(&dir.path().join("data"));
+    let start = || {
+        let t = Instant::now();
+        let node = Node::start(&data, views(dir.path(), "mmap"), NodeConfig::default()).expect("node");
+        let s = t.elapsed().as_secs_f64();
+        (node, s)
+    };
+    let (node, fresh_s) = start();
+    let mut i = 0;
+    while i < total {
+        let g: Vec<Record> = (i..(i + 8192).min(total)).map(small).collect();
+        node.propose(&g).expect("propose");
+        i += 8192;
+    }
+    drop(node);
+    let (node, full_s) = start();
+    drop(node);
+    let t = Instant::now();
+    {
+        let log = RaftLog::open(&data.log()).expect("log");
+        let sm = StateMachine::open(&data.state()).expect("sm");
+        let store = SnapshotStore::open(&data.snapshots()).expect("store");
+        halite_storage::compaction::compact(&log, &sm, &store, |_, _| {}).expect("compact");
+    }
+    let compact_s = t.elapsed().as_secs_f64();
+    let (node, compacted_s) = start();
+    drop(node);
+    println!("| node start-up ({total} records of history) | seconds |");
+    println!("|---|---|");
+    println!("| fresh data dir | {fresh_s:.2} |");
+    println!("| whole log ({total} records) | {full_s:.2} |");
+    println!("| compaction (snapshot + compact, offline) | {compact_s:.2} |");
+    println!("| after compaction (snapshot + empty tail) | {compacted_s:.2} |");
+}
+
+/// Random bytes (xorshift), so that RocksDB's compression cannot shrink them.
+fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+fn snapshot(keys: u64, roots_mib: u64) {
+    use halite_storage::format::RootsTree;
+    use halite_storage::snapshot::{swap_in, ReceiveLimits, Receiver, SnapshotSource, SnapshotStore};
+    let dir = tempfile::tempdir().expect("tmp");
+    let a = dir.path().join("a");
+    let sm = StateMachine::open(&a.join("state")).expect("sm");
+    let mut index = 0u64;
+    let t = Instant::now();
+    while index < keys {
+        let recs: Vec<(u64, Record)> = (index + 1..=(index + 4096).min(keys)).map(|j| (j, key(j))).collect();
+        index += recs.len() as u64;
+        sm.apply(&recs).expect("apply");
+    }
+    for f in 0..roots_mib.div_ceil(16) {
+        let content = noise(16 << 20, f + 1);
+        let recs = halite_storage::state::roots_records(RootsTree::File, "base", &format!("blob/{f:04}.bin"), 0o644, &content);
+        let numbered: Vec<(u64, Record)> = recs.into_iter().map(|r| {
+            index += 1;
+            (index, r)
+        }).collect();
+        sm.apply(&numbered).expect("apply roots");
+    }
+    sm.flush().expect("flush");
+    eprintln!("state machine: {keys} keys, {roots_mib} MiB of roots, {index} records applied in {:.1} s", t.elapsed().as_secs_f64());
+    let store = SnapshotStore::open(&a.join("snapshots")).expect("store");
+    let cs = raft::eraftpb::ConfState { voters: vec![1], ..Default::default() };
+    let t = Instant::now();
+    let snap = store.begin_build(&sm).expect("build").finish(1, &cs, &[]).expect("finish");
+    let build_s = t.elapsed().as_secs_f64();
+    let bytes = snap.manifest().total_bytes();
+    let mib = bytes as f64 / (1 << 20) as f64;
+    let b = dir.path().join("b");
+    let rx_store = SnapshotStore::open(&b.join("snapshots")).expect("rx store");
+    let t = Instant::now();
+    let mut src = SnapshotSource::new(&snap);
+    let mut rx = Receiver::begin(&rx_store, &src.manifest_bytes(), ReceiveLimits::default()).expect("begin");
+    let mut chunks = 0u64;
+    while let Some(c) = src.next_chunk().expect("chunk") {
+        rx.accept(&c).expect("accept");
+        chunks += 1;
+    }
+    let got = rx.finish().expect("finish");
+    let transfer_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    swap_in(&got, &b.join("state")).expect("install");
+    let install_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let da = sm.digest().expect("digest");
+    let db = StateMachine::open(&b.join("state")).expect("sm b").digest().expect("digest b");
+    let digest_s = t.elapsed().as_secs_f64() / 2.0;
+    assert_eq!(da.sha256, db.sha256, "installed state differs");
+    println!("| step ({keys} keys + {roots_mib} MiB roots; snapshot {mib:.0} MiB in {} files, {chunks} chunks) | seconds | MiB/s |", snap.manifest().files.len());
+    println!("|---|---|---|");
+    println!("| build (checkpoint + sha256 of every file) | {build_s:.2} | {:.0} |", mib / build_s);
+    println!("| transfer in process (read, CRC, write, sha256 check, fsync) | {transfer_s:.2} | {:.0} |", mib / transfer_s);
+    println!("| install (hard links + copies, open, swap) | {install_s:.2} | {:.0} |", mib / install_s);
+    println!("| digest of one member's state ({} items) | {digest_s:.2} | {:.0} |", da.items, mib / digest_s);
 }
 
 fn commit(total: u64, threads: u64, view: &str, groups: &[u64]) {

@@ -118,7 +118,8 @@ fn recover_views(log: &RaftLog, sm: &StateMachine, views: &mut Views, applied: u
         // The views missed the end of what was applied (a crash between apply and the
         // views' periodic sync): bring the touched entries up to date from the state
         // machine, or rebuild everything if the log no longer has those records.
-        let first = log.first_entry_index().unwrap_or(1);
+        // A compacted log with no tail holds nothing after its snapshot.
+        let first = log.first_entry_index().unwrap_or(log.snapshot_meta()?.index + 1);
         if views_at + 1 >= first {
             let mut touched = Touched::default();
             log.for_each_record(views_at + 1, Some(applied + 1), |_, r| {

@@ -67,29 +67,38 @@ fn entry_addr(e: &Entry) -> Option<SocketAddr> {
 }
 
 /// Every member address the log's membership changes name, last one winning, removed
-/// members dropped (read at start so a restarted node can reach its peers unaided).
+/// members dropped (read at start so a restarted node can reach its peers unaided). A
+/// compacted log keeps the membership entries of its compacted part
+/// ([`RaftLog::retained_members`]); they are read first.
 pub(super) fn address_book(log: &RaftLog) -> Result<HashMap<u64, SocketAddr>> {
     let mut book: HashMap<u64, Option<SocketAddr>> = HashMap::new();
-    let (Some(first), Some(last)) = (log.first_entry_index(), log.last_entry_index()) else { return Ok(HashMap::new()) };
-    let mut at = first;
-    while at <= last {
-        let hi = (at + 4096).min(last + 1);
-        for e in log.read_entries(at, hi, None)? {
-            if e.get_entry_type() != EntryType::EntryConfChange {
-                continue;
-            }
-            let Ok(cc) = ConfChange::parse_from_bytes(&e.data) else { continue };
-            match (cc.get_change_type(), entry_addr(&e)) {
-                (ConfChangeType::RemoveNode, _) => {
-                    book.insert(cc.node_id, None);
-                }
-                (_, Some(a)) => {
-                    book.insert(cc.node_id, Some(a));
-                }
-                _ => {}
-            }
+    let mut note = |e: &Entry| {
+        if e.get_entry_type() != EntryType::EntryConfChange {
+            return;
         }
-        at = hi;
+        let Ok(cc) = ConfChange::parse_from_bytes(&e.data) else { return };
+        match (cc.get_change_type(), entry_addr(e)) {
+            (ConfChangeType::RemoveNode, _) => {
+                book.insert(cc.node_id, None);
+            }
+            (_, Some(a)) => {
+                book.insert(cc.node_id, Some(a));
+            }
+            _ => {}
+        }
+    };
+    for e in log.retained_members()? {
+        note(&e);
+    }
+    if let (Some(first), Some(last)) = (log.first_entry_index(), log.last_entry_index()) {
+        let mut at = first;
+        while at <= last {
+            let hi = (at + 4096).min(last + 1);
+            for e in log.read_entries(at, hi, None)? {
+                note(&e);
+            }
+            at = hi;
+        }
     }
     Ok(book.into_iter().filter_map(|(id, a)| Some((id, a?))).collect())
 }

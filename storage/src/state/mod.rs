@@ -32,6 +32,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 mod apply;
+mod digest;
+
+pub use digest::StateDigest;
 
 use crate::error::{Error, Result};
 use crate::format::{KeyExpect, Record, RootsTree, ROOTS_CHUNK_LEN};
@@ -145,6 +148,13 @@ impl StateMachine {
         // together to stay consistent with `applied_index`.
         opts.set_atomic_flush(true);
         let db = DB::open_cf(&opts, path, ALL_CFS)?;
+        Ok(StateMachine { db: Arc::new(db), path: path.to_path_buf() })
+    }
+
+    /// Opens a state machine read-only (a snapshot's checkpoint, to look inside).
+    pub fn open_read_only(path: &Path) -> Result<Self> {
+        let opts = Options::default();
+        let db = DB::open_cf_for_read_only(&opts, path, ALL_CFS, false)?;
         Ok(StateMachine { db: Arc::new(db), path: path.to_path_buf() })
     }
 

@@ -10,7 +10,7 @@ use halite_tools::common::{init_logging, load_config, run, Failure, Result};
 use halite_tools::ctl;
 
 #[derive(Parser, Debug)]
-#[command(name = "halite-ctl", about = "Halite recovery tool: dump, verify, replay, rebuild views, import", version)]
+#[command(name = "halite-ctl", about = "Halite recovery tool: dump, verify, replay, rebuild views, snapshot, compact, import", version)]
 struct Args {
     /// The Salt configuration directory (the master's `halite_data_dir` is used).
     #[arg(short = 'c', long = "config-dir", default_value = "/etc/salt")]
@@ -48,6 +48,14 @@ enum Cmd {
     Replay,
     /// Rebuild the key view and the roots trees from the state machine.
     RebuildViews,
+    /// Build a snapshot of the state machine at its applied index (the log is kept).
+    Snapshot,
+    /// Snapshot the state machine at its applied index and compact the log through it.
+    Compact {
+        /// Only if the log exceeds cluster_max_log_size or halite_log_max_bytes.
+        #[arg(long)]
+        if_needed: bool,
+    },
     /// Import a shared-filesystem cluster tree (cluster_pki_dir, cachedir jobs, file_roots,
     /// pillar_roots from the config, or the paths given) as records.
     ImportShared {
@@ -102,6 +110,8 @@ fn real_main(args: Args) -> Result<()> {
             println!("Replayed {n} records; views rebuilt.");
         }
         Cmd::RebuildViews => println!("{}", ctl::rebuild_views(&cfg)?),
+        Cmd::Snapshot => println!("{}", halite_tools::snapshots::snapshot(&cfg)?),
+        Cmd::Compact { if_needed } => println!("{}", halite_tools::snapshots::compact(&cfg, if_needed)?),
         Cmd::ImportShared { pki_dir, cachedir, file_roots, pillar_roots } => {
             let mut tree = ctl::SharedTree::from_config(&cfg);
             let parse = |list: &[String]| -> Result<std::collections::BTreeMap<String, Vec<PathBuf>>> {

@@ -11,6 +11,7 @@
 mod support;
 
 // Offline: the tools over files, no master running.
+mod compaction;
 mod keys;
 mod recovery;
 

@@ -1,0 +1,160 @@
+//! Log compaction: when the log has grown past a limit, the state machine is snapshotted
+//! at its applied index and the log is compacted through that index. The log then holds
+//! only the tail after the snapshot, and start-up reads the snapshot and the tail, never
+//! the whole history.
+//!
+//! Two limits, either one triggers ([`CompactionLimits`], from the master config):
+//!
+//! * `cluster_max_log_size`: entries in the log (Salt's key, an entry count there too;
+//!   Salt's default `None` never compacts, Halite's default is 100000; `0` turns the
+//!   count limit off);
+//! * `halite_log_max_bytes`: bytes of the log's files (default 256 MiB; `0`: off).
+//!
+//! [`decide`] is the policy, a pure function of [`LogFacts`]; [`compact`] does it. A
+//! compaction happens only when at least [`CompactionLimits::min_entries`] entries were
+//! applied since the last snapshot, so a limit the log cannot get under (bytes of files
+//! raft-engine has not recycled yet) never makes it snapshot again and again.
+
+use crate::error::{Error, Result};
+use crate::log::RaftLog;
+use crate::snapshot::{Snapshot, SnapshotStore};
+use crate::state::StateMachine;
+
+/// Default of `cluster_max_log_size` (entries).
+pub const DEFAULT_MAX_ENTRIES: u64 = 100_000;
+/// Default of `halite_log_max_bytes`.
+pub const DEFAULT_MAX_BYTES: u64 = 256 << 20;
+/// Default of [`CompactionLimits::min_entries`].
+pub const DEFAULT_MIN_ENTRIES: u64 = 1000;
+
+/// What the policy looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogFacts {
+    /// First entry the log holds (snapshot index + 1 when it holds none).
+    pub first_index: u64,
+    pub last_index: u64,
+    pub applied_index: u64,
+    /// Index of the snapshot the log was last compacted through (0: never).
+    pub snapshot_index: u64,
+    /// Bytes of the log's files on disk.
+    pub log_bytes: u64,
+}
+
+impl LogFacts {
+    /// Entries the log holds.
+    pub fn entries(&self) -> u64 {
+        (self.last_index + 1).saturating_sub(self.first_index)
+    }
+}
+
+/// The limits (see the module docs). `None`: that limit is off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompactionLimits {
+    pub max_entries: Option<u64>,
+    pub max_bytes: Option<u64>,
+    /// Fewest entries applied since the last snapshot for a compaction to be worth it.
+    pub min_entries: u64,
+}
+
+impl Default for CompactionLimits {
+    fn default() -> Self {
+        CompactionLimits { max_entries: Some(DEFAULT_MAX_ENTRIES), max_bytes: Some(DEFAULT_MAX_BYTES), min_entries: DEFAULT_MIN_ENTRIES }
+    }
+}
+
+/// What the policy says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Keep,
+    /// Snapshot at `through` (the applied index) and compact the log through it.
+    Compact { through: u64, reason: String },
+}
+
+/// The policy: compact through the applied index when a limit is exceeded and enough
+/// has been applied since the last snapshot.
+pub fn decide(f: LogFacts, l: CompactionLimits) -> Decision {
+    let reason = match (l.max_entries, l.max_bytes) {
+        (Some(max), _) if f.entries() > max => format!("{} entries in the log, over cluster_max_log_size {max}", f.entries()),
+        (_, Some(max)) if f.log_bytes > max => format!("{} bytes of log files, over halite_log_max_bytes {max}", f.log_bytes),
+        _ => return Decision::Keep,
+    };
+    let through = f.applied_index.min(f.last_index);
+    if through < f.snapshot_index.saturating_add(l.min_entries.max(1)) {
+        return Decision::Keep;
+    }
+    Decision::Compact { through, reason }
+}
+
+/// What [`compact`] did.
+#[derive(Debug, Clone)]
+pub struct Compacted {
+    pub snapshot: Snapshot,
+    /// Entries dropped from the log.
+    pub dropped: u64,
+    /// Older snapshots removed.
+    pub pruned: usize,
+}
+
+/// A snapshot of `sm` at its applied index in `store` (the one already there if the
+/// store has one at that index), with the term, conf state and membership entries the
+/// log gives for that index. `progress(bytes, total)` follows the hashing of its files.
+pub fn snapshot_now(log: &RaftLog, sm: &StateMachine, store: &SnapshotStore, progress: impl FnMut(u64, u64)) -> Result<Snapshot> {
+    let build = store.begin_build(sm)?;
+    let index = build.index();
+    if let Some(s) = store.get(index)? {
+        return Ok(s);
+    }
+    let first = log.first_entry_index().unwrap_or(log.snapshot_meta()?.index + 1);
+    let last = log.last_entry_index().unwrap_or(first - 1);
+    if index == 0 || index > last || index + 1 < first {
+        return Err(Error::Invalid(format!("the state machine has applied {index}, outside the log's entries {first}..={last}: nothing to snapshot")));
+    }
+    let term = raft::Storage::term(log, index)?;
+    build.finish_with(term, &log.conf_state()?, &log.members_through(index)?, progress)
+}
+
+/// Snapshots `sm` at its applied index into `store` ([`snapshot_now`]) and compacts
+/// `log` through it (the snapshot is complete and fsynced before the log refers to it),
+/// then removes older snapshots. `None` when the log is already compacted through the
+/// applied index. Safe to call while the node runs, from the thread that applies (the
+/// applied index must not move during the call).
+pub fn compact(log: &RaftLog, sm: &StateMachine, store: &SnapshotStore, progress: impl FnMut(u64, u64)) -> Result<Option<Compacted>> {
+    let current = log.snapshot_meta()?.index;
+    if sm.applied_index()? <= current {
+        return Ok(None);
+    }
+    let snapshot = snapshot_now(log, sm, store, progress)?;
+    let index = snapshot.index();
+    if index <= current {
+        return Ok(None);
+    }
+    let members = snapshot.manifest().members()?;
+    let dropped = log.compact_through(&snapshot.metadata(), &members)?;
+    let pruned = store.prune(index)?;
+    tracing::info!(index, term = snapshot.manifest().term, dropped, bytes = snapshot.manifest().total_bytes(), "log compacted through a snapshot");
+    Ok(Some(Compacted { snapshot, dropped, pruned }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(first: u64, last: u64, applied: u64, snap: u64, bytes: u64) -> LogFacts {
+        LogFacts { first_index: first, last_index: last, applied_index: applied, snapshot_index: snap, log_bytes: bytes }
+    }
+
+    #[test]
+    fn policy() {
+        let l = CompactionLimits { max_entries: Some(100), max_bytes: Some(1000), min_entries: 10 };
+        assert_eq!(decide(facts(1, 100, 100, 0, 10), l), Decision::Keep);
+        assert!(matches!(decide(facts(1, 101, 95, 0, 10), l), Decision::Compact { through: 95, .. }));
+        assert!(matches!(decide(facts(1, 50, 50, 0, 1001), l), Decision::Compact { through: 50, .. }));
+        // Over the byte limit but hardly anything applied since the last snapshot.
+        assert_eq!(decide(facts(46, 50, 50, 45, 5000), l), Decision::Keep);
+        // Limits off.
+        let off = CompactionLimits { max_entries: None, max_bytes: None, min_entries: 1 };
+        assert_eq!(decide(facts(1, 10_000_000, 10_000_000, 0, u64::MAX), off), Decision::Keep);
+        // Never past the applied index.
+        assert!(matches!(decide(facts(1, 500, 200, 0, 0), l), Decision::Compact { through: 200, .. }));
+    }
+}
