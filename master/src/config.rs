@@ -15,7 +15,9 @@
 //! | option            | default              | meaning                                       |
 //! |-------------------|----------------------|-----------------------------------------------|
 //! | `halite_data_dir` | `/var/lib/salt/halite` | the log (`log/`) and state machine (`state/`) |
-//! | `halite_max_request_bytes` | 67108864 (64 MiB) | largest request accepted on `ret_port`; larger ones get `"bad load"` |
+//! | `halite_max_request_bytes` | 67108864 (64 MiB) | largest request accepted on `ret_port`; larger ones get `"bad load"` (a message over it + 64 KiB is refused from its frame header, `daemon::sockets`) |
+//! | `halite_max_pending_keys` | 10000 | most pending keys; a new id signing in beyond it is answered `full` and nothing is written (0 = no cap) |
+//! | `pub_hwm` | 1000 | publishes queued per subscriber on `publish_port` before further ones are dropped for it (Salt's option) |
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -80,6 +82,10 @@ pub struct MasterConfig {
     pub halite_data_dir: PathBuf,
     /// Largest request body accepted on the request port, in bytes.
     pub halite_max_request_bytes: usize,
+    /// Most pending keys kept; a new id beyond it is answered `full` (0 = no cap).
+    pub halite_max_pending_keys: u64,
+    /// Publishes queued per subscriber before further ones are dropped for it.
+    pub pub_hwm: usize,
     /// Every option as read (after includes), for the ones Halite does not model.
     pub raw: Mapping,
     /// Which file each option came from.
@@ -93,7 +99,7 @@ const KNOWN: &[&str] = &[
     "autosign_file", "autoreject_file", "autosign_grains_dir", "keep_jobs_seconds", "keep_jobs", "publish_session", "timeout",
     "keys.cache_driver", "mmap_key_size", "mmap_key_slot_size", "mmap_key_id_size", "mmap_key_max_segment_bytes",
     "mmap_cache_max_segment_bytes", "cluster_id", "cluster_peers", "cluster_pki_dir", "cluster_pool_port",
-    "cluster_secret", "cluster_isolated_filesystem", "halite_data_dir", "halite_max_request_bytes", "default_include", "include", "user",
+    "cluster_secret", "cluster_isolated_filesystem", "halite_data_dir", "halite_max_request_bytes", "halite_max_pending_keys", "pub_hwm", "default_include", "include", "user",
     "zmq_backlog", "max_minions", "loop_interval", "request_server_ttl", "cluster_pub_fingerprint", "tcp_keepalive", "tcp_keepalive_idle", "tcp_keepalive_cnt", "tcp_keepalive_intvl", "rotate_aes_key",
 ];
 
@@ -228,6 +234,8 @@ impl MasterConfig {
             cluster_id,
             halite_data_dir: PathBuf::from(r.string("halite_data_dir", "/var/lib/salt/halite")?),
             halite_max_request_bytes: r.uint("halite_max_request_bytes", 64 << 20)?.max(4096) as usize,
+            halite_max_pending_keys: r.uint("halite_max_pending_keys", 10_000)?,
+            pub_hwm: r.uint("pub_hwm", 1000)?.clamp(1, 1 << 20) as usize,
             root_dir,
             raw: raw.clone(),
             origin: origin.clone(),

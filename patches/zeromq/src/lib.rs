@@ -196,6 +196,7 @@ pub mod __bench {
     }
 }
 
+pub use crate::codec::{CodecError, FRAME_OVERHEAD};
 pub use crate::dealer::*;
 pub use crate::endpoint::{Endpoint, Host, Transport, TryIntoEndpoint};
 pub use crate::error::{ZmqError, ZmqResult};
@@ -339,6 +340,12 @@ pub enum SocketEvent {
     Listening(Endpoint),
     Accepted(Endpoint, PeerIdentity),
     AcceptFailed(ZmqError),
+    /// A connection from this remote endpoint was accepted but its handshake failed
+    /// (e.g. [`CodecError::MessageTooLarge`]); it is closed.
+    HandshakeFailed(Endpoint, ZmqError),
+    /// What this peer sent could not be read (e.g. [`CodecError::MessageTooLarge`]);
+    /// it is disconnected.
+    ReceiveFailed(PeerIdentity, ZmqError),
     Closed,
     CloseFailed,
     Disconnected(PeerIdentity),
@@ -353,6 +360,8 @@ pub struct SocketOptions {
     // Shared by read preparation and decoder reservation.
     pub(crate) read_buffer_max_size: usize,
     pub(crate) read_buffer_short_reads: usize,
+    pub(crate) max_message_size: Option<usize>,
+    pub(crate) send_queue_capacity: Option<usize>,
 }
 
 impl Default for SocketOptions {
@@ -363,6 +372,8 @@ impl Default for SocketOptions {
             read_buffer_initial_size: 128,
             read_buffer_max_size: 64 * 1024,
             read_buffer_short_reads: 2,
+            max_message_size: None,
+            send_queue_capacity: None,
         }
     }
 }
@@ -416,6 +427,49 @@ impl SocketOptions {
         self.read_buffer_initial_size = initial_size;
         self.read_buffer_max_size = max_size;
         self.read_buffer_short_reads = short_reads;
+        self
+    }
+
+    /// The largest message a peer may send (like libzmq's `ZMQ_MAXMSGSIZE`); unset
+    /// (the default), messages of any size are read.
+    ///
+    /// The bound is checked against each frame's declared length as soon as its
+    /// header has arrived, before anything is reserved for the frame's body, so a
+    /// peer cannot make the socket allocate more than this by declaring a huge frame.
+    /// A message's size is the sum over its frames of the frame's length plus
+    /// [`FRAME_OVERHEAD`] (so many small frames cannot add up without bound); a
+    /// command frame (the handshake's `READY`, ...) is checked on its own. A peer
+    /// that exceeds it gets [`CodecError::MessageTooLarge`](crate::CodecError::MessageTooLarge)
+    /// and is disconnected (during the handshake: the connection is refused).
+    /// Set it before constructing the socket.
+    ///
+    /// # Panics
+    /// Panics if `max_size` is zero.
+    ///
+    /// ```
+    /// use zeromq::{Socket, SocketOptions, RouterSocket};
+    ///
+    /// let mut options = SocketOptions::default();
+    /// options.max_message_size(1 << 20);
+    /// let socket = RouterSocket::with_options(options);
+    /// ```
+    pub fn max_message_size(&mut self, max_size: usize) -> &mut Self {
+        assert!(max_size > 0, "maximum message size must be positive");
+        self.max_message_size = Some(max_size);
+        self
+    }
+
+    /// Messages a PUB socket queues for one subscriber before it drops further
+    /// messages for that subscriber (like libzmq's `ZMQ_SNDHWM`); unset, 100,000.
+    /// A subscriber that stops reading then holds at most about this many messages
+    /// (the queue's bounded channel adds a slot per sender handle in use).
+    /// Other socket types ignore it. Set it before constructing the socket.
+    ///
+    /// # Panics
+    /// Panics if `capacity` is zero.
+    pub fn send_queue_capacity(&mut self, capacity: usize) -> &mut Self {
+        assert!(capacity > 0, "send queue capacity must be positive");
+        self.send_queue_capacity = Some(capacity);
         self
     }
 
@@ -491,9 +545,18 @@ where
         let backend = callback_backend.clone();
         async move {
             let result = match result {
-                Ok((io, endpoint)) => util::peer_connected(io, backend.clone())
-                    .await
-                    .map(|peer_id| (endpoint, peer_id)),
+                Ok((io, endpoint)) => {
+                    match util::peer_connected(io, backend.clone()).await {
+                        Ok(peer_id) => Ok((endpoint, peer_id)),
+                        Err(error) => {
+                            if let Some(monitor) = backend.monitor().lock().as_mut() {
+                                let _ = monitor
+                                    .try_send(SocketEvent::HandshakeFailed(endpoint, error));
+                            }
+                            return;
+                        }
+                    }
+                }
                 Err(error) => Err(error),
             };
 

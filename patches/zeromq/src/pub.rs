@@ -207,7 +207,11 @@ impl MultiPeerBackend for PubSocketBackend {
     async fn peer_connected(self: Arc<Self>, peer_id: &PeerIdentity, io: FramedIo) {
         let (mut recv_queue, send_queue) = io.into_parts();
         // TODO provide handling for recv_queue
-        let (queue_sender, queue_receiver) = mpsc::channel(PUB_SEND_QUEUE_CAPACITY);
+        let capacity = self
+            .socket_options
+            .send_queue_capacity
+            .unwrap_or(PUB_SEND_QUEUE_CAPACITY);
+        let (queue_sender, queue_receiver) = mpsc::channel(capacity);
         let (sender, stop_receiver) = oneshot::channel();
         let old_subscriber = self
             .subscribers
@@ -249,6 +253,9 @@ impl MultiPeerBackend for PubSocketBackend {
                             Some(Ok(m)) => backend.message_received(&peer_id, m),
                             Some(Err(e)) => {
                                 log::debug!("Error receiving message: {:?}", e);
+                                if let Some(monitor) = backend.socket_monitor.lock().as_mut() {
+                                    let _ = monitor.try_send(SocketEvent::ReceiveFailed(peer_id.clone(), e.into()));
+                                }
                                 backend.peer_disconnected(&peer_id);
                                 break;
                             }

@@ -82,7 +82,10 @@ impl SocketRecv for RouterSocket {
                     // We could take an approach of using `tracing` and have that be an optional feature
                     // tracing::warn!("Received unimplemented message type: {:?}", msg);
                 }
-                Some((peer_id, Err(_e))) => {
+                Some((peer_id, Err(e))) => {
+                    if let Some(monitor) = self.backend.monitor().lock().as_mut() {
+                        let _ = monitor.try_send(SocketEvent::ReceiveFailed(peer_id.clone(), e.into()));
+                    }
                     self.backend.peer_disconnected(&peer_id);
                     // We could take an approach of using `tracing` and have that be an optional feature
                     // tracing::error!("Error receiving message from peer {}: {:?}", peer_id, e);
@@ -193,7 +196,10 @@ impl SocketRecv for RouterRecvHalf {
                     return Ok(message);
                 }
                 Some((_peer_id, Ok(_))) => {}
-                Some((peer_id, Err(_e))) => {
+                Some((peer_id, Err(e))) => {
+                    if let Some(monitor) = self.inner.backend.monitor().lock().as_mut() {
+                        let _ = monitor.try_send(SocketEvent::ReceiveFailed(peer_id.clone(), e.into()));
+                    }
                     self.inner.backend.peer_disconnected(&peer_id);
                 }
                 None => {

@@ -33,7 +33,16 @@ pub struct ZmqCodec {
     // internal details to higher levels
     buffered_message: Option<ZmqMessage>,
     max_read_chunk_size: usize,
+    // See `SocketOptions::max_message_size`: the bound, and what the message being
+    // buffered has been charged so far.
+    max_message_size: Option<usize>,
+    buffered_size: usize,
 }
+
+/// What each frame of a message is charged on top of its length when checking
+/// `SocketOptions::max_message_size`: the memory that holds one frame (`Bytes`), so
+/// a message of many empty frames is bounded too.
+pub const FRAME_OVERHEAD: usize = std::mem::size_of::<Bytes>();
 
 impl ZmqCodec {
     pub fn new() -> Self {
@@ -46,12 +55,32 @@ impl ZmqCodec {
             waiting_for: 64, // len of the greeting frame
             buffered_message: None,
             max_read_chunk_size: options.read_buffer_max_size,
+            max_message_size: options.max_message_size,
+            buffered_size: 0,
         }
     }
 
     /// Returns the minimum additional bytes needed before decode can progress.
     pub(crate) fn bytes_needed(&self, buffered_len: usize) -> usize {
         self.waiting_for.saturating_sub(buffered_len)
+    }
+}
+
+impl ZmqCodec {
+    /// Refuses a frame whose declared length would take its message (or, for a
+    /// command, the frame itself) past `max_message_size`.
+    fn check_size(&self, frame: Frame, declared: u64) -> Result<(), CodecError> {
+        let Some(max) = self.max_message_size else {
+            return Ok(());
+        };
+        let before = if frame.command { 0 } else { self.buffered_size };
+        let size = (before as u64)
+            .saturating_add(declared)
+            .saturating_add(FRAME_OVERHEAD as u64);
+        if size > max as u64 {
+            return Err(CodecError::MessageTooLarge { size, max });
+        }
+        Ok(())
     }
 }
 
@@ -108,8 +137,16 @@ impl Decoder for ZmqCodec {
                     self.waiting_for = if frame.long { 8 } else { 1 };
                 }
                 DecoderState::FrameLen(frame) => {
+                    let declared = if frame.long {
+                        src.get_u64()
+                    } else {
+                        u64::from(src.get_u8())
+                    };
+                    // Checked before the length is used for anything, in particular
+                    // before the reservation above makes room for the frame.
+                    self.check_size(frame, declared)?;
                     let frame_len = if frame.long {
-                        let len = usize::try_from(src.get_u64()).map_err(|_error| {
+                        let len = usize::try_from(declared).map_err(|_error| {
                             CodecError::Decode("Frame length exceeds read buffer capacity")
                         })?;
                         // The reader may prepare a full read chunk at the frame tail.
@@ -121,7 +158,7 @@ impl Decoder for ZmqCodec {
                             ))?;
                         len
                     } else {
-                        usize::from(src.get_u8())
+                        declared as usize
                     };
                     self.state = DecoderState::Frame(frame);
                     self.waiting_for = frame_len;
@@ -135,12 +172,17 @@ impl Decoder for ZmqCodec {
                     }
 
                     // process incoming message frame
+                    self.buffered_size = self
+                        .buffered_size
+                        .saturating_add(data.len())
+                        .saturating_add(FRAME_OVERHEAD);
                     match &mut self.buffered_message {
                         Some(v) => v.push_back(data.freeze()),
                         None => self.buffered_message = Some(ZmqMessage::from(data.freeze())),
                     }
 
                     if !frame.more {
+                        self.buffered_size = 0;
                         // Quoth the Raven “Nevermore.”
                         return Ok(Some(Message::Message(
                             self.buffered_message
@@ -195,6 +237,7 @@ impl Encoder for ZmqCodec {
 
 #[cfg(test)]
 pub(crate) mod tests {
+    mod max_message_size;
     mod multipart;
     mod read_buffer;
 
