@@ -16,6 +16,7 @@ mod recovery;
 
 // One master.
 mod files_pillar;
+mod hostile;
 mod minion;
 mod wire;
 
