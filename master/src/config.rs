@@ -15,8 +15,12 @@
 //! | option            | default              | meaning                                       |
 //! |-------------------|----------------------|-----------------------------------------------|
 //! | `halite_data_dir` | `/var/lib/salt/halite` | the log (`log/`) and state machine (`state/`) |
-//! | `halite_max_request_bytes` | 67108864 (64 MiB) | largest request accepted on `ret_port`; larger ones get `"bad load"` |
+//! | `halite_max_request_bytes` | 67108864 (64 MiB) | largest request accepted on `ret_port`; larger ones get `"bad load"` (a message over it + 64 KiB is refused from its frame header, `daemon::sockets`) |
+//! | `halite_max_pending_keys` | 10000 | most pending keys; a new id signing in beyond it is answered `full` and nothing is written (0 = no cap) |
 //! | `halite_log_max_bytes` | 268435456 (256 MiB) | compact the log (snapshot + drop the history) when its files exceed this; `0` or `null`: no byte limit |
+//!
+//! Salt's `pub_hwm` (default 1000) bounds the publishes queued per subscriber on
+//! `publish_port`; further ones are dropped for that subscriber.
 //!
 //! Salt's `cluster_max_log_size` (entries in the log before it is compacted) is read with
 //! a different default: Salt's `None` never compacts, Halite's default is 100000 (`0` or
@@ -87,6 +91,10 @@ pub struct MasterConfig {
     pub halite_max_request_bytes: usize,
     /// When the log is compacted (`cluster_max_log_size`, `halite_log_max_bytes`).
     pub compaction: halite_storage::compaction::CompactionLimits,
+    /// Most pending keys kept; a new id beyond it is answered `full` (0 = no cap).
+    pub halite_max_pending_keys: u64,
+    /// Publishes queued per subscriber before further ones are dropped for it.
+    pub pub_hwm: usize,
     /// Every option as read (after includes), for the ones Halite does not model.
     pub raw: Mapping,
     /// Which file each option came from.
@@ -100,7 +108,8 @@ const KNOWN: &[&str] = &[
     "autosign_file", "autoreject_file", "autosign_grains_dir", "keep_jobs_seconds", "keep_jobs", "publish_session", "timeout",
     "keys.cache_driver", "mmap_key_size", "mmap_key_slot_size", "mmap_key_id_size", "mmap_key_max_segment_bytes",
     "mmap_cache_max_segment_bytes", "cluster_id", "cluster_peers", "cluster_pki_dir", "cluster_pool_port",
-    "cluster_secret", "cluster_isolated_filesystem", "halite_data_dir", "halite_max_request_bytes", "cluster_max_log_size", "halite_log_max_bytes", "default_include", "include", "user",
+    "cluster_secret", "cluster_isolated_filesystem", "halite_data_dir", "halite_max_request_bytes", "cluster_max_log_size", "halite_log_max_bytes",
+    "halite_max_pending_keys", "pub_hwm", "default_include", "include", "user",
     "zmq_backlog", "max_minions", "loop_interval", "request_server_ttl", "cluster_pub_fingerprint", "tcp_keepalive", "tcp_keepalive_idle", "tcp_keepalive_cnt", "tcp_keepalive_intvl", "rotate_aes_key",
 ];
 
@@ -240,6 +249,8 @@ impl MasterConfig {
                 max_bytes: r.limit("halite_log_max_bytes", halite_storage::compaction::DEFAULT_MAX_BYTES)?,
                 min_entries: halite_storage::compaction::DEFAULT_MIN_ENTRIES,
             },
+            halite_max_pending_keys: r.uint("halite_max_pending_keys", 10_000)?,
+            pub_hwm: r.uint("pub_hwm", 1000)?.clamp(1, 1 << 20) as usize,
             root_dir,
             raw: raw.clone(),
             origin: origin.clone(),

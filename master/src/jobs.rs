@@ -5,6 +5,15 @@ use halite_storage::state::StateMachine;
 
 use crate::glob::fnmatch;
 
+/// Whether an applied job record is published to minions: only jobs the master's
+/// operator started (`salt`, through the admin socket). A job a minion started itself
+/// (a return with jid `req`, stored with `started_by`) is only stored; publishing it
+/// would run it a second time, hand its return data to every minion, and let a minion
+/// choose what the master signs and sends to others.
+pub fn publishable(job: &halite_storage::format::JobPublished) -> bool {
+    job.started_by.is_none()
+}
+
 /// A new jid: the UTC time as `YYYYMMDDhhmmssffffff` (20 digits).
 pub fn new_jid() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};

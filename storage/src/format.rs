@@ -195,6 +195,12 @@ pub struct JobPublished {
     /// Minions expected to answer.
     pub minions: Vec<String>,
     pub time_ns: u64,
+    /// The minion that started this job itself (a return with jid `req`: its
+    /// scheduler, `salt-call` with `return_job`). Such a job is stored as Salt stores
+    /// it (`jobs.lookup_jid` finds it) and is never published: a master publishes
+    /// only what its operator asked for. Absent from the payload when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_by: Option<String>,
 }
 
 /// One minion's return for a job.
@@ -400,6 +406,9 @@ impl Record {
                 check_jid(&j.jid)?;
                 for m in &j.minions {
                     validate_minion_id(m)?;
+                }
+                if let Some(id) = &j.started_by {
+                    validate_minion_id(id)?;
                 }
             }
             Record::JobReturn(r) => {

@@ -233,7 +233,7 @@ fn jobs_expire_by_cutoff_with_their_returns_and_nothing_else() {
     use crate::format::{JobPublished, JobReturn, JobsExpired};
     let d = tempfile::tempdir().unwrap();
     let sm = StateMachine::open(&d.path().join("s")).unwrap();
-    let job = |jid: &str| Record::JobPublished(JobPublished { jid: jid.into(), load: vec![0x80], minions: vec!["m1".into()], time_ns: 1 });
+    let job = |jid: &str| Record::JobPublished(JobPublished { jid: jid.into(), load: vec![0x80], minions: vec!["m1".into()], time_ns: 1, started_by: None });
     let ret = |jid: &str, id: &str| Record::JobReturn(JobReturn { jid: jid.into(), id: id.into(), load: vec![0xc3], time_ns: 1 });
     let (old, edge, new) = ("20261120000000000001", "20261121000000000000", "20261122000000000002");
     sm.apply(&numbered(vec![job(old), ret(old, "m1"), ret(old, "m2"), job(edge), ret(edge, "m1"), job(new), ret(new, "m1"), job("custom-jid"), key("m1", KeyState::Accepted, 1)], 1)).unwrap();

@@ -44,7 +44,7 @@ pub fn record_json(index: u64, r: &Record) -> Value {
     };
     let body = match r {
         Record::KeySet(k) => json!({"id": k.id, "state": k.state.as_str(), "pub": text(&k.pub_key), "time_ns": k.time_ns}),
-        Record::JobPublished(j) => json!({"jid": j.jid, "minions": j.minions, "load": msgpack(&j.load), "time_ns": j.time_ns}),
+        Record::JobPublished(j) => json!({"jid": j.jid, "minions": j.minions, "load": msgpack(&j.load), "time_ns": j.time_ns, "started_by": j.started_by}),
         Record::JobReturn(j) => json!({"jid": j.jid, "id": j.id, "load": msgpack(&j.load), "time_ns": j.time_ns}),
         Record::GrainsReport(g) => json!({"id": g.id, "grains": msgpack(&g.grains), "time_ns": g.time_ns}),
         Record::RootsBlob(b) => json!({"tree": b.tree.as_str(), "saltenv": b.saltenv, "path": b.path, "mode": format!("{:o}", b.mode), "sha256": hex::encode(&b.sha256), "size": b.size, "chunk": b.chunk, "chunks": b.chunks, "bytes": b.data.len()}),

@@ -82,7 +82,7 @@ fn publish(view: &dyn AdminView, fun: String, tgt: J, tgt_type: String, mut args
     }
     let jid = view.new_jid();
     let load = json!({ "fun": fun, "arg": args, "tgt": tgt, "jid": jid, "ret": "", "tgt_type": tgt_type, "user": "root" });
-    let rec = Record::JobPublished(JobPublished { jid: jid.clone(), load: payload::encode(&payload::from_json(&load)), minions: minions.clone(), time_ns: view.now_ns() });
+    let rec = Record::JobPublished(JobPublished { jid: jid.clone(), load: payload::encode(&payload::from_json(&load)), minions: minions.clone(), time_ns: view.now_ns(), started_by: None });
     tracing::info!(jid = %jid, fun = %fun, minions = minions.len(), "publishing");
     let mut plan = Plan::answer(json!({ "jid": jid, "minions": minions, "missing": missing }));
     plan.proposals = vec![vec![rec]];

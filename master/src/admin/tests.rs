@@ -200,7 +200,7 @@ fn job_queries_answer_in_salts_shapes() {
     let jid = "20261122035119123456";
     let load = crate::wire::payload::encode(&crate::wire::payload::from_json(&json!({"fun": "test.ping", "arg": [], "tgt": "*", "tgt_type": "glob", "user": "root"})));
     f.apply(&[
-        Record::JobPublished(JobPublished { jid: jid.into(), load, minions: vec!["m1".into()], time_ns: 1 }),
+        Record::JobPublished(JobPublished { jid: jid.into(), load, minions: vec!["m1".into()], time_ns: 1, started_by: None }),
         Record::JobReturn(JobReturn { jid: jid.into(), id: "m1".into(), load: crate::wire::payload::encode(&crate::wire::payload::from_json(&json!({"return": true, "retcode": 0}))), time_ns: 2 }),
     ]);
     assert_eq!(f.now(json!({"cmd": "job.returns", "jid": jid}))["returns"]["m1"]["return"], true);

@@ -2,11 +2,20 @@
 //! JSON request per line, parsed and answered by `crate::admin` as a [`Plan`], which is
 //! carried out here: its groups of records committed in order (a few in flight at once),
 //! its membership change, then its events and effects, then the answer.
+//!
+//! Who may speak and how much: besides the socket's mode (0600 in a 0700 directory),
+//! a connection is served only if its peer's credentials (`SO_PEERCRED`) name root or
+//! the master's own user; a request line longer than [`MAX_LINE`] is refused while it
+//! is read (it is never buffered whole) and the connection closed; a connection that
+//! sends no request for [`IDLE_TIMEOUT`], or does not take an answer or event within
+//! [`WRITE_TIMEOUT`], is closed. Each refusal is counted (`metrics::refuse`, port
+//! `admin`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{json, Value as J};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 
 use super::live::Master;
 use crate::admin::{self, Answer, Command, Effect, MemberChange, Plan};
@@ -15,12 +24,83 @@ use crate::error::Result;
 /// Proposals of one plan kept in flight at once.
 const IN_FLIGHT: usize = 4;
 
+/// Longest request line read (a `cluster.sync_roots` or key list can be large; nothing
+/// a tool sends comes near it).
+pub const MAX_LINE: usize = 64 << 20;
+
+/// How long a connection may wait before sending its next request.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// How long writing one answer or event line may take.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Whether a peer with this uid may use the admin socket: root, or the user the master
+/// runs as.
+pub fn peer_allowed(uid: u32) -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    uid == 0 || uid == unsafe { libc::geteuid() }
+}
+
+/// What reading one request line gave.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Line {
+    Request(Vec<u8>),
+    /// The peer closed the connection (a partial last line is dropped).
+    Closed,
+    /// The line passed `max` bytes without ending; the connection is closed.
+    TooLong,
+}
+
+/// Reads one line of at most `max` bytes (without its newline). The buffer grows with
+/// what arrives, never past `max` + 1 bytes, whatever the peer sends.
+pub async fn read_line<R: AsyncRead + Unpin>(rd: &mut BufReader<R>, max: usize) -> std::io::Result<Line> {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    let n = (&mut *rd).take(max as u64 + 1).read_until(b'\n', &mut buf).await?;
+    if buf.last() == Some(&b'\n') {
+        buf.pop();
+        return Ok(Line::Request(buf));
+    }
+    if n > max {
+        return Ok(Line::TooLong);
+    }
+    Ok(Line::Closed)
+}
+
+async fn write_line(wr: &mut tokio::net::unix::OwnedWriteHalf, line: String) -> bool {
+    let mut out = line;
+    out.push('\n');
+    matches!(tokio::time::timeout(WRITE_TIMEOUT, wr.write_all(out.as_bytes())).await, Ok(Ok(())))
+}
+
 /// Serves one admin connection until it closes.
 pub async fn connection(master: Arc<Master>, stream: tokio::net::UnixStream) {
+    use crate::metrics::{refuse, Port};
+    match stream.peer_cred() {
+        Ok(c) if peer_allowed(c.uid()) => {}
+        Ok(c) => {
+            let source = format!("uid {} pid {}", c.uid(), c.pid().unwrap_or(0));
+            return refuse(Port::Admin, &source, "peer_credentials", &format_args!("only root and the master's own user may use the admin socket"));
+        }
+        Err(e) => return refuse(Port::Admin, "unknown peer", "peer_credentials", &format_args!("cannot read the peer's credentials: {e}")),
+    }
     let (rd, mut wr) = stream.into_split();
-    let mut lines = BufReader::new(rd).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        let parsed = serde_json::from_str::<J>(&line).map_err(|e| crate::error::Error::refused(format!("bad request: {e}"))).and_then(|r| Command::parse(&r));
+    let mut rd = BufReader::new(rd);
+    loop {
+        let line = match tokio::time::timeout(IDLE_TIMEOUT, read_line(&mut rd, MAX_LINE)).await {
+            Ok(Ok(Line::Request(l))) => l,
+            Ok(Ok(Line::Closed)) | Ok(Err(_)) => return,
+            Ok(Ok(Line::TooLong)) => {
+                refuse(Port::Admin, "admin client", "line_too_long", &format_args!("a request line passed {MAX_LINE} bytes; connection closed"));
+                let _ = write_line(&mut wr, admin::error(format!("request line longer than {MAX_LINE} bytes")).to_string()).await;
+                return;
+            }
+            Err(_) => {
+                tracing::debug!("admin connection idle for {IDLE_TIMEOUT:?}; closed");
+                return;
+            }
+        };
+        let parsed = serde_json::from_slice::<J>(&line).map_err(|e| crate::error::Error::refused(format!("bad request: {e}"))).and_then(|r| Command::parse(&r));
         let answer = match parsed {
             Ok(Command::EventsWatch) => return watch(&master, wr).await,
             Ok(cmd) => {
@@ -29,9 +109,7 @@ pub async fn connection(master: Arc<Master>, stream: tokio::net::UnixStream) {
             }
             Err(e) => admin::error(e),
         };
-        let mut out = answer.to_string();
-        out.push('\n');
-        if wr.write_all(out.as_bytes()).await.is_err() {
+        if !write_line(&mut wr, answer.to_string()).await {
             break;
         }
     }
@@ -43,9 +121,7 @@ async fn watch(master: &Master, mut wr: tokio::net::unix::OwnedWriteHalf) {
     loop {
         match rx.recv().await {
             Ok(e) => {
-                let mut out = json!({ "tag": e.tag, "data": e.data }).to_string();
-                out.push('\n');
-                if wr.write_all(out.as_bytes()).await.is_err() {
+                if !write_line(&mut wr, json!({ "tag": e.tag, "data": e.data }).to_string()).await {
                     return;
                 }
             }
@@ -115,4 +191,39 @@ fn finish_migration(m: &Master, build_view: bool) -> Result<()> {
     crate::pki::copy_master_keys(&m.cfg, &mut view)?;
     halite_storage::keys::KeyView::sync(&mut view)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn lines_are_bounded_while_they_are_read() {
+        let (mut a, b) = tokio::io::duplex(1 << 16);
+        let writer = tokio::spawn(async move {
+            a.write_all(b"{\"cmd\":\"key.list\"}\n").await.unwrap();
+            // A line that never ends: 1 MiB without a newline.
+            for _ in 0..16 {
+                if a.write_all(&[b'x'; 1 << 16]).await.is_err() {
+                    return; // the reader gave up, as it should
+                }
+            }
+        });
+        let mut rd = BufReader::new(b);
+        assert_eq!(read_line(&mut rd, 1024).await.unwrap(), Line::Request(b"{\"cmd\":\"key.list\"}".to_vec()));
+        assert_eq!(read_line(&mut rd, 1024).await.unwrap(), Line::TooLong);
+        drop(rd);
+        let _ = writer.await;
+        let (mut a, b) = tokio::io::duplex(64);
+        a.write_all(b"partial").await.unwrap();
+        drop(a);
+        assert_eq!(read_line(&mut BufReader::new(b), 1024).await.unwrap(), Line::Closed);
+    }
+
+    #[test]
+    fn only_root_and_the_masters_user_are_served() {
+        assert!(peer_allowed(0));
+        // SAFETY: geteuid cannot fail.
+        assert!(peer_allowed(unsafe { libc::geteuid() }));
+    }
 }

@@ -29,6 +29,8 @@ use crate::wire::publish::Publisher;
 /// and how many are kept at most (about 150 bytes each).
 const REPLAY_WINDOW_SECS: u64 = 900;
 const REPLAY_CAPACITY: usize = 65_536;
+/// How old the count of pending keys may be when a new id signs in.
+const PENDING_COUNT_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The running master.
 pub struct Master {
@@ -46,6 +48,8 @@ pub struct Master {
     /// Minions counted against `max_minions`: accepted at sign-in since this master
     /// started, until their key is rejected or deleted.
     pub counted: Mutex<HashSet<String>>,
+    /// The pending keys counted last, and when (see [`View::pending_keys`]).
+    pub pending: Mutex<Option<(std::time::Instant, u64)>>,
     pub roots: FsRoots,
     pub autosign: FsAutosign,
     pub bus: EventBus,
@@ -62,6 +66,7 @@ impl Master {
             sessions: Sessions::new(cfg.cachedir.join("sessions"), std::time::Duration::from_secs(cfg.publish_session.max(1))),
             nonces: Mutex::new(Nonces::new(std::time::Duration::from_secs(window), REPLAY_CAPACITY)),
             counted: Default::default(),
+            pending: Mutex::new(None),
             roots: FsRoots::new(&cfg),
             autosign: FsAutosign::new(&cfg),
             bus: EventBus::default(),
@@ -175,6 +180,25 @@ impl View for Master {
     fn admission(&self, id: &str) -> Admission {
         let counted = self.counted.lock().unwrap_or_else(|p| p.into_inner());
         Admission::of(self.cfg.max_minions, counted.contains(id), counted.len())
+    }
+    fn pending_keys(&self) -> u64 {
+        // Counted from the state machine at most once per second (a flood of new ids
+        // signing in must not scan the keys bank once each).
+        let mut cached = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((at, n)) = *cached {
+            if at.elapsed() < PENDING_COUNT_MAX_AGE {
+                return n;
+            }
+        }
+        let n = match self.sm().count_keys(halite_storage::keys::BankState::Pending) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::error!("cannot count the pending keys: {e}");
+                0
+            }
+        };
+        *cached = Some((std::time::Instant::now(), n));
+        n
     }
     fn replayed(&self, id: &str, nonce: &str) -> bool {
         self.nonces.lock().unwrap_or_else(|p| p.into_inner()).seen(id, nonce)

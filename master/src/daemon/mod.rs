@@ -13,6 +13,7 @@
 //! | [`cluster`] | the cluster key pair and AES key every member shares |
 //! | [`sessions`], [`replay`], [`bus`] | session keys, nonces of applied requests, the event bus |
 //! | [`listen`] | TCP listeners with Salt's keepalive and backlog |
+//! | [`sockets`] | the request and publish sockets, their bounds, their refusals counted |
 
 pub mod admin;
 pub mod bus;
@@ -24,6 +25,7 @@ pub mod publish;
 pub mod replay;
 pub mod requests;
 pub mod sessions;
+pub mod sockets;
 
 use std::sync::Arc;
 
@@ -40,14 +42,6 @@ use live::Master;
 
 /// Threads that run request handlers and admin commands (tokio's blocking pool).
 const MAX_BLOCKING_THREADS: usize = 16;
-
-fn endpoint(interface: &str, port: u16) -> String {
-    if interface.contains(':') {
-        format!("tcp://[{interface}]:{port}")
-    } else {
-        format!("tcp://{interface}:{port}")
-    }
-}
 
 fn mkdir_private(p: &std::path::Path) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
@@ -107,17 +101,9 @@ fn master_keys(cfg: &MasterConfig, node: &halite_replication::Node, found: Optio
 }
 
 async fn serve(master: Arc<Master>, applied_rx: mpsc::UnboundedReceiver<publish::Applied>, started: std::time::Instant) -> Result<()> {
-    use zeromq::Socket;
     let cfg = &master.cfg;
-    let mut router = zeromq::RouterSocket::new();
-    let ret_ep = endpoint(&cfg.interface, cfg.ret_port);
-    let bind_err = |ep: &str, e: &dyn std::fmt::Display| Error::refused(format!("binding {ep}: {e}"));
-    let ret_listener = listen::bind(&cfg.interface, cfg.ret_port, cfg.ipv6, listen::ListenOptions::request(listen::backlog(cfg))).map_err(|e| bind_err(&ret_ep, &e))?;
-    router.bind_listener(ret_listener).await.map_err(|e| bind_err(&ret_ep, &e))?;
-    let mut publisher_sock = zeromq::PubSocket::new();
-    let pub_ep = endpoint(&cfg.interface, cfg.publish_port);
-    let pub_listener = listen::bind(&cfg.interface, cfg.publish_port, cfg.ipv6, listen::ListenOptions::publish(cfg)).map_err(|e| bind_err(&pub_ep, &e))?;
-    publisher_sock.bind_listener(pub_listener).await.map_err(|e| bind_err(&pub_ep, &e))?;
+    let (router, ret_ep) = sockets::request(cfg).await?;
+    let (publisher_sock, pub_ep) = sockets::publish(cfg).await?;
     let sock_path = crate::admin::client::socket_path(&cfg.sock_dir);
     let _ = std::fs::remove_file(&sock_path);
     let admin_listener = tokio::net::UnixListener::bind(&sock_path).ctx(|| format!("binding {}", sock_path.display()))?;

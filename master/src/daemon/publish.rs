@@ -3,7 +3,8 @@
 //! rotations are installed as they are applied.
 //!
 //! The node's tap hands each applied `job_published` and `aes_key_rotation` record to
-//! [`applied`]; the job is sealed with the publish key, signed with the master key
+//! [`applied`]; a job a minion started itself is not published
+//! ([`crate::jobs::publishable`]); any other job is sealed with the publish key, signed with the master key
 //! (`wire::publish`) and queued for the PUB socket. Jobs applied more than
 //! [`PUBLISH_MAX_AGE`] after they were proposed are not published: a master catching up
 //! on a long log must not replay old commands to its minions.
@@ -51,6 +52,10 @@ pub async fn applied(master: Arc<Master>, mut rx: mpsc::UnboundedReceiver<Applie
                 continue;
             }
         };
+        if !crate::jobs::publishable(&j) {
+            tracing::debug!(jid = %j.jid, "a job a minion started itself: stored, not published");
+            continue;
+        }
         let age = std::time::Duration::from_nanos(now_ns().saturating_sub(j.time_ns));
         if age > PUBLISH_MAX_AGE {
             tracing::info!(jid = %j.jid, age_s = age.as_secs(), "not publishing an old job found while catching up");

@@ -15,7 +15,11 @@
 //! | rejected | | reject | — |
 //!
 //! With `open_mode` every key is accepted. With `max_minions` reached, a minion not yet
-//! counted gets `full`. An accept hands over the publish key and the minion's session
+//! counted gets `full`. With `halite_max_pending_keys` pending keys held, a new id that
+//! would become pending gets `full` too (the stock minion waits and signs in again) and
+//! nothing is written: an unauthenticated sender cannot grow the keys bank without
+//! bound. The cap is read from this member's count (at most a second old), so sign-ins
+//! in flight together may pass it by as many as are in flight. An accept hands over the publish key and the minion's session
 //! key, both RSA-encrypted to its key; every reply is signed with the master key.
 //! Accepted keys never touch the log on re-auth.
 //!
@@ -215,9 +219,20 @@ pub fn decide(view: &dyn View, load: &Value, id: &str, stored: Option<&StoredKey
     let refuse = |act| (ret(view, Value::Boolean(false), &nonce, sig), act);
     let pend = || (ret(view, Value::Boolean(true), &nonce, sig), Act::Pend);
     let mut by_stub = false;
+    let cap = cfg.halite_max_pending_keys;
+    let pending_full = || cap > 0 && view.pending_keys() >= cap;
     let mut accept_if_auto = |stored_pending: bool| -> (Vec<Record>, Result<(), (Value, Act)>) {
         match auto_sign() {
             AutoSign::No if stored_pending => (vec![], Err(pend())),
+            AutoSign::No if pending_full() => {
+                crate::metrics::refuse(
+                    crate::metrics::Port::Request,
+                    "pending keys",
+                    "pending_keys_cap",
+                    &format_args!("{cap} keys are pending (halite_max_pending_keys): new ids such as {:?} are answered full until keys are accepted, rejected or deleted", id.escape_debug().to_string()),
+                );
+                (vec![], Err((ret(view, Value::from("full"), &nonce, sig), Act::Full)))
+            }
             AutoSign::No => (vec![key(KeyState::Pending)], Err(pend())),
             how => {
                 by_stub = how == AutoSign::Stub;

@@ -29,6 +29,8 @@ pub mod returns;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_hostile;
 
 use rmpv::Value;
 

@@ -1,9 +1,15 @@
 //! `_return`: a minion's job return, stored as a `job_return` record (spec §9).
 //!
-//! Returns with jid `nocache` (or none) are not stored. A return with jid `req` is a job
-//! the minion ran on its own (its scheduler, `salt-call` with `return_job`): it gets a
-//! jid here and a job load targeting just that minion, stored with the return. The reply
-//! comes once the records are committed; the `salt/job/<jid>/ret/<id>` event fires then.
+//! Returns with jid `nocache`, or without a jid or a `return`, are not stored (Salt's
+//! rule). A return with jid `req` is a job
+//! the minion ran on its own (its scheduler, `salt-call` with `return_job`): as Salt
+//! does (`salt.utils.job.store_job`), it gets a new jid here and its load, with `arg`
+//! (from `fun_args`), `tgt_type: glob` and `tgt: <its id>`, is stored as the job's load
+//! beside the return. That job record names the minion in `started_by`, which makes it
+//! a stored job only: a master never publishes what a minion sent
+//! ([`crate::jobs::publishable`]), so a scheduled job runs once, its return data stays
+//! on the master, and no minion can pick the target of a publish. The reply comes once
+//! the records are committed; the `salt/job/<jid>/ret/<id>` event fires then.
 
 use rmpv::Value;
 
@@ -28,7 +34,8 @@ impl Return {
     pub fn answer(self, ctx: &Ctx, view: &dyn View) -> Result<Answer> {
         let mut load = self.load;
         let jid = get_text(&load, "jid").unwrap_or("").to_string();
-        if jid == "nocache" || jid.is_empty() {
+        // Salt stores nothing for a return without `return` (or `jid`), nor for `nocache`.
+        if jid == "nocache" || jid.is_empty() || get(&load, "return").is_none() {
             tracing::debug!(id = ctx.id, jid, "return not stored");
             return Ok(Answer::value(Value::Nil));
         }
@@ -43,7 +50,8 @@ impl Return {
                     m.push((Value::from(k), v));
                 }
             }
-            records.push(Record::JobPublished(JobPublished { jid: jid.clone(), load: encode(&load), minions: vec![ctx.id.to_string()], time_ns: now }));
+            let job = JobPublished { jid: jid.clone(), load: encode(&load), minions: vec![ctx.id.to_string()], time_ns: now, started_by: Some(ctx.id.to_string()) };
+            records.push(Record::JobPublished(job));
             jid
         } else {
             jid

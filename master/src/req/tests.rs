@@ -11,24 +11,24 @@ use crate::view::memory::MemoryView;
 use crate::wire::crypto::{sha256_hex, Crypticle, EncAlgo, PrivateKey, SigAlgo, PICKLE};
 use crate::wire::payload::{self, bin, decode, encode, get, get_bytes, get_text, map};
 
-const NONCE: &str = "0123456789abcdef0123456789abcdef";
+pub(super) const NONCE: &str = "0123456789abcdef0123456789abcdef";
 
 /// A minion: its key pair and, once signed in, its session key.
-struct Minion {
-    id: String,
-    key: PrivateKey,
+pub(super) struct Minion {
+    pub(super) id: String,
+    pub(super) key: PrivateKey,
 }
 
 impl Minion {
-    fn new(id: &str) -> Self {
+    pub(super) fn new(id: &str) -> Self {
         Minion { id: id.to_string(), key: PrivateKey::generate(2048).unwrap() }
     }
 
-    fn pub_pem(&self) -> Vec<u8> {
+    pub(super) fn pub_pem(&self) -> Vec<u8> {
         self.key.public_pem().unwrap()
     }
 
-    fn auth_load(&self, extra: Vec<(Value, Value)>) -> Value {
+    pub(super) fn auth_load(&self, extra: Vec<(Value, Value)>) -> Value {
         let mut m = vec![
             (Value::from("cmd"), Value::from("_auth")),
             (Value::from("id"), Value::from(self.id.as_str())),
@@ -41,12 +41,12 @@ impl Minion {
         Value::Map(m)
     }
 
-    fn auth(&self, extra: Vec<(Value, Value)>) -> Vec<u8> {
+    pub(super) fn auth(&self, extra: Vec<(Value, Value)>) -> Vec<u8> {
         clear(self.auth_load(extra))
     }
 
     /// An AES request with `inner` (plus id, nonce and a valid tok) under `session`.
-    fn aes(&self, session: &Crypticle, cmd: &str, mut inner: Vec<(Value, Value)>) -> Vec<u8> {
+    pub(super) fn aes(&self, session: &Crypticle, cmd: &str, mut inner: Vec<(Value, Value)>) -> Vec<u8> {
         inner.push((Value::from("cmd"), Value::from(cmd)));
         inner.push((Value::from("id"), Value::from(self.id.as_str())));
         inner.push((Value::from("nonce"), Value::from(NONCE)));
@@ -54,7 +54,7 @@ impl Minion {
         self.seal(session, Value::Map(inner))
     }
 
-    fn seal(&self, session: &Crypticle, inner: Value) -> Vec<u8> {
+    pub(super) fn seal(&self, session: &Crypticle, inner: Value) -> Vec<u8> {
         let mut p = PICKLE.to_vec();
         p.extend_from_slice(&encode(&inner));
         encode(&map([("enc", Value::from("aes")), ("load", bin(session.encrypt(&p).unwrap())), ("id", Value::from(self.id.as_str())), ("version", Value::from(3))]))
@@ -66,7 +66,7 @@ fn clear(load: Value) -> Vec<u8> {
 }
 
 /// The inner load of a signed clear reply, its signature checked.
-fn signed_inner(v: &MemoryView, o: &Outcome) -> Value {
+pub(super) fn signed_inner(v: &MemoryView, o: &Outcome) -> Value {
     let reply = decode(&o.reply).unwrap();
     let load = get_bytes(&reply, "load").expect("a signed reply");
     let sig = get_bytes(&reply, "sig").unwrap();
@@ -75,7 +75,7 @@ fn signed_inner(v: &MemoryView, o: &Outcome) -> Value {
 }
 
 /// The value of an AES reply, decrypted and its nonce checked.
-fn aes_reply(session: &Crypticle, o: &Outcome) -> Value {
+pub(super) fn aes_reply(session: &Crypticle, o: &Outcome) -> Value {
     let ct = decode(&o.reply).unwrap();
     let plain = session.decrypt(payload::bytes(&ct).expect("an encrypted reply")).unwrap();
     let rest = plain.strip_prefix(PICKLE).unwrap().strip_prefix(NONCE.as_bytes()).expect("the nonce");
@@ -86,11 +86,11 @@ fn key_states(o: &Outcome) -> Vec<KeyState> {
     o.records.iter().map(|r| if let Record::KeySet(k) = r { k.state } else { panic!("{r:?}") }).collect()
 }
 
-fn is_bad_load(o: &Outcome) -> bool {
+pub(super) fn is_bad_load(o: &Outcome) -> bool {
     decode(&o.reply).unwrap() == Value::from("bad load") && o.records.is_empty() && o.effects.is_empty()
 }
 
-fn session_of(o: &Outcome) -> Crypticle {
+pub(super) fn session_of(o: &Outcome) -> Crypticle {
     o.effects.iter().find_map(|e| if let Effect::SessionKey { key, .. } = e { Some(key.clone()) } else { None }).expect("a new session key")
 }
 
@@ -340,7 +340,7 @@ fn clear_channel_serves_only_auth_and_ping() {
 }
 
 /// A signed-in minion: accepted, with a session key the view knows.
-fn signed_in(v: &mut MemoryView, id: &str) -> (Minion, Crypticle) {
+pub(super) fn signed_in(v: &mut MemoryView, id: &str) -> (Minion, Crypticle) {
     let m = Minion::new(id);
     v.set_key(id, BankState::Accepted, &m.pub_pem());
     let s = session_of(&handle(v, &m.auth(vec![])));
@@ -370,7 +370,7 @@ fn a_return_is_recorded_answered_under_the_session_key_and_its_nonce_remembered(
 fn a_scheduled_return_gets_a_jid_and_nocache_is_not_stored() {
     let mut v = MemoryView::new();
     let (m, s) = signed_in(&mut v, "m1");
-    let o = handle(&v, &m.aes(&s, "_return", vec![(Value::from("jid"), Value::from("req")), (Value::from("fun"), Value::from("test.ping")), (Value::from("fun_args"), Value::Array(vec![]))]));
+    let o = handle(&v, &m.aes(&s, "_return", vec![(Value::from("jid"), Value::from("req")), (Value::from("fun"), Value::from("test.ping")), (Value::from("fun_args"), Value::Array(vec![])), (Value::from("return"), Value::Boolean(true))]));
     let [Record::JobPublished(j), Record::JobReturn(r)] = &o.records[..] else { panic!("{:?}", o.records) };
     assert_eq!((j.jid.as_str(), j.minions.as_slice()), (r.jid.as_str(), &["m1".to_string()][..]));
     assert_eq!(get_text(&decode(&j.load).unwrap(), "tgt"), Some("m1"));

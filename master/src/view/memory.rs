@@ -160,6 +160,9 @@ impl View for MemoryView {
     fn admission(&self, id: &str) -> Admission {
         Admission::of(self.cfg.max_minions, self.counted.contains(id), self.counted.len())
     }
+    fn pending_keys(&self) -> u64 {
+        self.minion_keys.values().filter(|k| k.state == BankState::Pending).count() as u64
+    }
     fn replayed(&self, id: &str, nonce: &str) -> bool {
         self.replayed.contains(&(id.to_string(), nonce.to_string()))
     }

@@ -81,6 +81,8 @@ pub trait View: Send + Sync {
     fn denied(&self, id: &str) -> Result<bool>;
     /// Whether the id may be counted against `max_minions`.
     fn admission(&self, id: &str) -> Admission;
+    /// How many keys are pending (for `halite_max_pending_keys`; may be up to a second old).
+    fn pending_keys(&self) -> u64;
     /// Whether a request with this `(id, nonce)` already changed something.
     fn replayed(&self, id: &str, nonce: &str) -> bool;
     /// The text of an autosign input, if it exists and is safe to trust (Salt ignores

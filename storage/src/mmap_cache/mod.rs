@@ -216,6 +216,13 @@ fn read_record(path: &Path, segments: &[File], s: &Slot) -> Result<Value> {
         return Ok(Vec::new());
     }
     let seg = segments.get(s.segment as usize).ok_or_else(|| corrupt(format!("heap segment {} does not exist", s.segment)))?;
+    // The slot's length is checked against the segment before anything is allocated for
+    // it: a corrupt slot could otherwise claim up to 4 GiB.
+    let seg_len = seg.metadata().map_err(|e| Error::io(format!("stat heap of {}", path.display()), e))?.len();
+    let end = s.offset.checked_add(8 + u64::from(s.length));
+    if end.is_none_or(|end| end > seg_len) {
+        return Err(corrupt(format!("record at segment {} offset {} of {} bytes extends past the segment's end ({seg_len} bytes)", s.segment, s.offset, 8 + u64::from(s.length))));
+    }
     let mut buf = vec![0u8; 8 + s.length as usize];
     let mut got = 0;
     while got < buf.len() {

@@ -89,9 +89,14 @@ impl MmapReader {
     pub fn read_value(&self, s: &Slot) -> Result<Value> {
         if s.length > 0 {
             if let Some(Some(map)) = self.maps.get(s.segment as usize) {
-                let (start, end) = (s.offset as usize, s.offset as usize + 8 + s.length as usize);
-                if end <= map.len() {
-                    return check_record(&self.path, s, &map[start..end]);
+                // A corrupt slot may hold any offset and length: checked arithmetic, and
+                // anything outside the map goes to `read_record`, which refuses it.
+                let start = usize::try_from(s.offset).ok();
+                let end = start.and_then(|o| o.checked_add(8 + s.length as usize));
+                if let (Some(start), Some(end)) = (start, end) {
+                    if end <= map.len() {
+                        return check_record(&self.path, s, &map[start..end]);
+                    }
                 }
             }
         }

@@ -97,3 +97,20 @@ fn roster_recovery() {
     w.finish().unwrap();
     assert_eq!(read_roster(&suffixed(&p, ".roster")).unwrap().len(), 6);
 }
+
+#[test]
+fn a_slot_claiming_more_than_its_segment_holds_is_refused_before_reading() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("l.idx");
+    let mut w = MmapWriter::open(&p, geo(), true).unwrap();
+    w.put(b"k", b"value", 0).unwrap();
+    w.finish().unwrap();
+    let r = MmapReader::open(&p, geo()).unwrap().unwrap();
+    let mut s = r.find(b"k").unwrap();
+    for (offset, length) in [(s.offset, u32::MAX), (u64::MAX - 4, 16), (1 << 40, 5)] {
+        s.offset = offset;
+        s.length = length;
+        let e = r.read_value(&s).unwrap_err().to_string();
+        assert!(e.contains("extends past the segment's end"), "{e}");
+    }
+}

@@ -230,6 +230,18 @@ impl StateMachine {
         Ok(StoredKey { state, time_ns: u64::from_be_bytes(v[1..9].try_into().unwrap_or([0; 8])), pub_key: v[9..].to_vec() })
     }
 
+    /// How many entries of the keys bank are in `state` (read without copying keys).
+    pub fn count_keys(&self, state: BankState) -> Result<u64> {
+        let mut n = 0;
+        for item in self.db.iterator_cf(self.cf(CF_KEYS)?, IteratorMode::Start) {
+            let (_, v) = item?;
+            if v.first().and_then(|b| BankState::from_mmap_byte(*b)) == Some(state) {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
     pub fn get_key(&self, id: &str) -> Result<Option<StoredKey>> {
         match self.db.get_cf(self.cf(CF_KEYS)?, id.as_bytes())? {
             None => Ok(None),

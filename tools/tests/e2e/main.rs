@@ -17,6 +17,7 @@ mod recovery;
 
 // One master.
 mod files_pillar;
+mod hostile;
 mod minion;
 mod wire;
 

@@ -1,0 +1,149 @@
+//! The minion-facing ZeroMQ sockets and their bounds: the request port (`ret_port`,
+//! ROUTER) and the publish port (`publish_port`, PUB), built on the TCP listeners of
+//! [`super::listen`] with the options of the patched `zeromq` crate
+//! (`patches/zeromq`, used through `[patch.crates-io]`; see its `README-halite.md`).
+//!
+//! | port | largest message a peer may send | why |
+//! |---|---|---|
+//! | request | `halite_max_request_bytes` + [`REQUEST_SLACK`] | a request body, its routing frames and their per-frame charge |
+//! | publish | [`PUBLISH_MAX_MESSAGE`] | subscribers send only subscriptions (a byte and a topic) |
+//!
+//! The bound is checked from each frame's header, before anything is reserved for the
+//! frame (`SocketOptions::max_message_size`): a peer that declares more is disconnected,
+//! so one connection holds at most about that much, however large a length it declares.
+//! The request body's own check (`halite_max_request_bytes`, `wire::envelope::decode`)
+//! still applies to what is read.
+//!
+//! The publish socket queues at most `pub_hwm` publishes per subscriber (Salt's option,
+//! default 1000); past that, publishes to a subscriber that does not read are dropped for
+//! it, as ZeroMQ's high-water mark does for Salt.
+//!
+//! Every peer refused by the transport (a message over the bound, a frame that does not
+//! decode, a failed handshake) is counted and logged through [`crate::metrics::refuse`]
+//! by [`watch`], from the sockets' monitor events, with the peer's address.
+
+use std::collections::HashMap;
+
+use futures::StreamExt;
+use zeromq::{CodecError, Socket, SocketEvent, SocketOptions, ZmqError};
+
+use super::listen;
+use crate::config::MasterConfig;
+use crate::error::{Error, Result};
+use crate::metrics::{refuse, Port};
+
+/// Room on the request port for what surrounds a request body: the routing frames and
+/// the per-frame charge of the bound (`zeromq::FRAME_OVERHEAD`).
+pub const REQUEST_SLACK: usize = 64 << 10;
+
+/// Largest message a subscriber may send on the publish port.
+pub const PUBLISH_MAX_MESSAGE: usize = 4 << 10;
+
+/// Most peers whose address is remembered for the refusal log (one per connection; past
+/// it the memory is cleared and later refusals name the peer by its identity).
+const MAX_REMEMBERED_PEERS: usize = 200_000;
+
+/// The request socket's options.
+pub fn request_options(cfg: &MasterConfig) -> SocketOptions {
+    let mut o = SocketOptions::default();
+    o.max_message_size(cfg.halite_max_request_bytes.saturating_add(REQUEST_SLACK));
+    o
+}
+
+/// The publish socket's options.
+pub fn publish_options(cfg: &MasterConfig) -> SocketOptions {
+    let mut o = SocketOptions::default();
+    o.max_message_size(PUBLISH_MAX_MESSAGE);
+    o.send_queue_capacity(cfg.pub_hwm.max(1));
+    o
+}
+
+fn endpoint(interface: &str, port: u16) -> String {
+    if interface.contains(':') {
+        format!("tcp://[{interface}]:{port}")
+    } else {
+        format!("tcp://{interface}:{port}")
+    }
+}
+
+fn bind_err(ep: &str, e: &dyn std::fmt::Display) -> Error {
+    Error::refused(format!("binding {ep}: {e}"))
+}
+
+/// The request socket, bound on `ret_port`, its refusals watched. Returns it with its
+/// endpoint (for the log).
+pub async fn request(cfg: &MasterConfig) -> Result<(zeromq::RouterSocket, String)> {
+    let mut sock = zeromq::RouterSocket::with_options(request_options(cfg));
+    let ep = endpoint(&cfg.interface, cfg.ret_port);
+    let listener = listen::bind(&cfg.interface, cfg.ret_port, cfg.ipv6, listen::ListenOptions::request(listen::backlog(cfg))).map_err(|e| bind_err(&ep, &e))?;
+    tokio::spawn(watch(Port::Request, sock.monitor()));
+    sock.bind_listener(listener).await.map_err(|e| bind_err(&ep, &e))?;
+    Ok((sock, ep))
+}
+
+/// The publish socket, bound on `publish_port`, its refusals watched.
+pub async fn publish(cfg: &MasterConfig) -> Result<(zeromq::PubSocket, String)> {
+    let mut sock = zeromq::PubSocket::with_options(publish_options(cfg));
+    let ep = endpoint(&cfg.interface, cfg.publish_port);
+    let listener = listen::bind(&cfg.interface, cfg.publish_port, cfg.ipv6, listen::ListenOptions::publish(cfg)).map_err(|e| bind_err(&ep, &e))?;
+    tokio::spawn(watch(Port::Publish, sock.monitor()));
+    sock.bind_listener(listener).await.map_err(|e| bind_err(&ep, &e))?;
+    Ok((sock, ep))
+}
+
+/// The metric reason of a transport error, or `None` for one that is not the peer's
+/// doing (a reset connection, a closed one).
+pub fn reason(e: &ZmqError, handshake: bool) -> Option<&'static str> {
+    match e {
+        ZmqError::Codec(CodecError::MessageTooLarge { .. }) => Some("message_too_large"),
+        ZmqError::Codec(CodecError::Io(_)) | ZmqError::Network(_) => None,
+        _ if handshake => Some("bad_handshake"),
+        _ => Some("bad_frame"),
+    }
+}
+
+/// Counts and logs the peers a socket refused, from its monitor events; remembers each
+/// connected peer's address so a refusal names it.
+pub async fn watch(port: Port, mut events: futures::channel::mpsc::Receiver<SocketEvent>) {
+    let mut peers: HashMap<zeromq::util::PeerIdentity, String> = HashMap::new();
+    while let Some(ev) = events.next().await {
+        match ev {
+            SocketEvent::Accepted(ep, peer) => {
+                if peers.len() >= MAX_REMEMBERED_PEERS {
+                    peers.clear();
+                }
+                peers.insert(peer, ep.to_string());
+            }
+            SocketEvent::Disconnected(peer) => {
+                peers.remove(&peer);
+            }
+            SocketEvent::HandshakeFailed(ep, e) => {
+                if let Some(why) = reason(&e, true) {
+                    refuse(port, &ep.to_string(), why, &format_args!("connection closed: {e}"));
+                }
+            }
+            SocketEvent::ReceiveFailed(peer, e) => {
+                if let Some(why) = reason(&e, false) {
+                    let source = peers.remove(&peer).unwrap_or_else(|| format!("peer {peer:?}"));
+                    refuse(port, &source, why, &format_args!("disconnected: {e}"));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // What the bounds do is tested against a running master (tools/tests/e2e/hostile.rs)
+    // and in the patched crate's codec tests.
+    #[test]
+    fn refusals_are_told_from_lost_connections() {
+        assert_eq!(reason(&ZmqError::Codec(CodecError::MessageTooLarge { size: 9, max: 1 }), true), Some("message_too_large"));
+        assert!(reason(&ZmqError::Network(std::io::Error::other("reset")), false).is_none());
+        assert_eq!(reason(&ZmqError::Codec(CodecError::Decode("x")), false), Some("bad_frame"));
+        assert_eq!(reason(&ZmqError::Other("x"), true), Some("bad_handshake"));
+    }
+}

@@ -1,0 +1,224 @@
+//! What an attacker sends to a running master's minion-facing ports and admin socket,
+//! byte by byte: ZMTP frames that declare more than any bound (the 9-byte header that
+//! once made a master reserve a terabyte and abort), truncated frames, messages over the
+//! request bound, an admin line that never ends. After each, the master is still
+//! running, a real salt-minion is still served, nothing stored changed, and the refusal
+//! is in the master's log with its reason. And a real salt-minion's scheduled job: it
+//! runs as often as scheduled, never a second time because the master published it, and
+//! its return is stored once.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::*;
+
+/// A ZMTP 3.0 greeting with the NULL mechanism, as a client sends it.
+fn greeting() -> Vec<u8> {
+    let mut g = vec![0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0x7f, 3, 0];
+    g.extend_from_slice(b"NULL");
+    g.resize(64, 0);
+    g
+}
+
+/// A long frame's header: `flags` (with the long bit) and a declared length.
+fn long_header(flags: u8, len: u64) -> Vec<u8> {
+    let mut h = vec![flags | 0x02];
+    h.extend_from_slice(&len.to_be_bytes());
+    h
+}
+
+/// Connects to `ip:port`, sends the greeting then `bytes`, and reads until the master
+/// closes the connection. Panics if it keeps it open (the bound on the wait is only
+/// there so that a broken master fails the test instead of hanging it).
+fn send_and_expect_close(ip: &str, port: u16, bytes: &[u8], close_after: bool) {
+    let mut s = TcpStream::connect((ip, port)).unwrap_or_else(|e| panic!("connect {ip}:{port}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
+    s.write_all(&greeting()).expect("greeting");
+    s.write_all(bytes).expect("frame");
+    if close_after {
+        // A truncated frame: the peer goes away mid-frame.
+        let _ = s.shutdown(std::net::Shutdown::Write);
+    }
+    let mut got = Vec::new();
+    match s.read_to_end(&mut got) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("{ip}:{port} kept a connection open after {:02x?}: {e}", &bytes[..bytes.len().min(16)]),
+    }
+}
+
+/// The master is running, `m1` answers, and the keys are what they were.
+fn still_served(s: &Served) {
+    assert!(ping_via(&s.env, MINION, 30), "the minion is still served");
+    assert_eq!(s.env.listing(), json!({"minions": ["m1"], "minions_pre": [], "minions_rejected": [], "minions_denied": []}), "nothing stored changed");
+}
+
+fn wait_refusal(env: &Env, reason: &str, n: usize) {
+    wait_for(&format!("{n} refusal(s) for {reason} in the master's log"), 60, || env.master_log().matches(reason).count() >= n);
+}
+
+#[test]
+fn a_huge_frame_header_after_the_greeting_is_refused_on_both_ports() {
+    let s = Served::start(Accept::Auto, "", "");
+    for port in [s.env.ret, s.env.publish] {
+        // A message frame and a command frame, each declaring 1 TiB; then u64::MAX.
+        for header in [long_header(0, 1 << 40), long_header(0x04, 1 << 40), long_header(0x01, u64::MAX)] {
+            send_and_expect_close(&s.env.ip, port, &header, false);
+        }
+    }
+    // Each one refused from its header and logged (each connection is a source of its
+    // own: its address and port).
+    wait_refusal(&s.env, "message_too_large", 6);
+    let log = s.env.master_log();
+    for port in ["request", "publish"] {
+        assert_eq!(log.lines().filter(|l| l.contains("message_too_large") && l.contains(port)).count(), 3, "{port}:\n{log}");
+    }
+    still_served(&s);
+}
+
+#[test]
+fn truncated_frames_and_garbage_after_the_greeting_leave_the_master_serving() {
+    let s = Served::start(Accept::Auto, "", "");
+    for port in [s.env.ret, s.env.publish] {
+        // A frame that declares 1,000 bytes and brings 10, then the peer goes away.
+        let mut t = long_header(0x04, 1000);
+        t.extend_from_slice(&[0x41; 10]);
+        send_and_expect_close(&s.env.ip, port, &t, true);
+        // Half a header.
+        send_and_expect_close(&s.env.ip, port, &[0x02, 0, 0, 0], true);
+        // A command that is not one.
+        send_and_expect_close(&s.env.ip, port, &[0x04, 3, 0xff, 0xff, 0xff], false);
+    }
+    still_served(&s);
+}
+
+#[test]
+fn a_message_over_the_request_bound_is_refused_from_its_header() {
+    // halite_max_request_bytes 64 KiB: the transport takes at most 64 KiB + 64 KiB.
+    let s = Served::start(Accept::Auto, "halite_max_request_bytes: 65536\n", "");
+    let script = format!(
+        r#"
+import zmq
+ctx = zmq.Context()
+s = ctx.socket(zmq.REQ); s.setsockopt(zmq.LINGER, 0); s.setsockopt(zmq.RCVTIMEO, 2000)
+s.connect("tcp://{ip}:{ret}")
+s.send(b"\x00" * (1 << 20))
+try:
+    print("answered", s.recv())
+except zmq.Again:
+    print("not answered")
+"#,
+        ip = s.env.ip,
+        ret = s.env.ret
+    );
+    let o = run(Command::new(reference_venv().join("bin/python")).arg("-c").arg(script), TOOL_TIMEOUT);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("not answered"), "a 1 MiB message is never read as a request: {out}{}", String::from_utf8_lossy(&o.stderr));
+    wait_refusal(&s.env, "message_too_large", 1);
+    still_served(&s);
+}
+
+#[test]
+fn a_subscriber_that_sends_more_than_a_subscription_is_disconnected() {
+    let s = Served::start(Accept::Auto, "", "");
+    // A subscription topic of 64 KiB, far over the publish port's 4 KiB.
+    let mut frame = long_header(0, 64 << 10);
+    frame.extend(std::iter::repeat_n(0x01, 64 << 10));
+    send_and_expect_close(&s.env.ip, s.env.publish, &frame, false);
+    wait_refusal(&s.env, "message_too_large", 1);
+    still_served(&s);
+}
+
+#[test]
+fn an_admin_line_past_the_bound_is_refused_before_it_is_buffered() {
+    let s = Served::start(Accept::Auto, "", "");
+    let path = s.env.root.join("sock/halite-admin.sock");
+    let mut c = std::os::unix::net::UnixStream::connect(&path).expect("admin socket");
+    c.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
+    // 64 MiB and one more byte, no newline: the master answers and closes once the bound
+    // is passed (it never holds the whole line).
+    let chunk = vec![b' '; 1 << 20];
+    let mut sent = 0usize;
+    while sent <= 64 << 20 {
+        match c.write(&chunk) {
+            Ok(n) => sent += n,
+            Err(_) => break, // closed by the master: the bound was passed
+        }
+    }
+    let mut answer = String::new();
+    let _ = c.read_to_string(&mut answer);
+    assert!(answer.contains("request line longer than"), "the master answered: {answer:?}");
+    wait_refusal(&s.env, "line_too_long", 1);
+    still_served(&s);
+}
+
+/// Asks for `key.list` on the admin socket at `path` as `uid` (system Python: the
+/// reference venv lives under root's home); prints what came back.
+fn admin_ask_as(path: &std::path::Path, uid: u32) -> String {
+    use std::os::unix::process::CommandExt;
+    let script = format!(
+        "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect({:?})\ntry:\n    s.sendall(b'{{\"cmd\": \"key.list\"}}\\n')\nexcept BrokenPipeError:\n    pass\ndata = b''\nwhile not data.endswith(b'\\n'):\n    try:\n        c = s.recv(65536)\n    except ConnectionResetError:\n        c = b''\n    if not c: break\n    data += c\nprint('got', len(data), data[:40])",
+        path.display().to_string()
+    );
+    let o = run(Command::new("/usr/bin/python3").arg("-c").arg(script).uid(uid).gid(uid), TOOL_TIMEOUT);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn only_root_and_the_masters_user_are_served_on_the_admin_socket() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Served::start(Accept::Auto, "", "");
+    let path = s.env.root.join("sock/halite-admin.sock");
+    // Open the way to the socket for everyone: what is left is the credentials check.
+    for (p, mode) in [(s.env.root.clone(), 0o711), (s.env.root.join("sock"), 0o711), (path.clone(), 0o666)] {
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    }
+    let as_root = admin_ask_as(&path, 0);
+    assert!(as_root.contains("listing"), "root is answered: {as_root}");
+    let as_nobody = admin_ask_as(&path, 65534);
+    assert!(as_nobody.starts_with("got 0 "), "another user is not answered: {as_nobody}");
+    wait_refusal(&s.env, "peer_credentials", 1);
+    still_served(&s);
+}
+
+/// The scheduled job: appends a line to `runs` each time it runs, every 2 seconds.
+fn schedule(runs: &std::path::Path) -> String {
+    format!(
+        "schedule:\n  hostile_job:\n    function: cmd.run\n    args:\n      - \"sh -c 'echo run >> {}'\"\n    seconds: 2\n    return_job: True\n",
+        runs.display()
+    )
+}
+
+#[test]
+fn a_scheduled_job_runs_as_scheduled_and_its_return_is_stored_once() {
+    let env_root = tempfile::tempdir().expect("tempdir");
+    let runs = env_root.path().join("runs");
+    let mut s = Served::start(Accept::Auto, "", &schedule(&runs));
+    // Let the schedule run a few times; its returns (jid "req") are stored as jobs.
+    wait_for("three scheduled returns stored", 120, || {
+        s.env.runner(&["jobs.list_jobs"]).as_object().is_some_and(|j| j.values().filter(|v| v["Function"] == "cmd.run").count() >= 3)
+    });
+    s.minion.kill9();
+    s.master.stop();
+    let ran = std::fs::read_to_string(&runs).unwrap_or_default().lines().count();
+    let records = |kind: &str| -> Vec<serde_json::Value> { s.env.ok(CTL, &["dump", "--json", "--kind", kind]).lines().map(|l| json(l)["record"].clone()).collect() };
+    let (jobs, returns) = (records("job_published"), records("job_return"));
+    let scheduled: Vec<&serde_json::Value> = jobs.iter().filter(|j| j["load"]["fun"] == "cmd.run").collect();
+    assert!(scheduled.len() >= 3, "{jobs:?}");
+    for j in &scheduled {
+        assert_eq!(j["started_by"], "m1", "a job the minion started names it: {j}");
+        let n = returns.iter().filter(|r| r["jid"] == j["jid"]).count();
+        assert_eq!(n, 1, "one return stored for {}", j["jid"]);
+    }
+    // The minion never got the job back as a publish: it only ran on its schedule.
+    let log = s.minion_log();
+    assert!(!log.contains("Executing command cmd.run"), "the master published a minion's own job:\n{log}");
+    // Each run was returned and stored once; at most the run under way when the minion
+    // was killed was not.
+    assert!(ran >= scheduled.len() && ran <= scheduled.len() + 1, "{ran} runs, {} stored jobs", scheduled.len());
+}
