@@ -580,4 +580,4 @@ pub fn now_ns() -> u64 {
 
 #[cfg(test)]
 #[path = "format_tests.rs"]
-mod tests;
+pub(crate) mod tests;

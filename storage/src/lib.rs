@@ -9,6 +9,8 @@
 //! | module        | owns                                                      |
 //! |---------------|-----------------------------------------------------------|
 //! | [`format`]    | the record byte format (header, CRC, payload schemas)     |
+//! | [`entry`]     | a raft entry's data: one proposal's records (batches), [`entry::LogEntry`] |
+//! | [`context`]   | a raft entry's context: the proposal's identity across restarts |
 //! | [`id`]        | minion id and relative path validation                    |
 //! | [`log`]       | raft-engine storage behind raft-rs's `Storage` trait      |
 //! | [`framing`]   | raft-engine's file framing (for the tail repair and `verify`) |
@@ -20,6 +22,8 @@
 //! | [`views`]     | applying effects to views, rebuilding them                |
 //! | [`import`]    | reading outside trees (localfs pki, shared cluster dirs) into records |
 
+pub mod context;
+pub mod entry;
 pub mod error;
 pub mod format;
 pub mod framing;
@@ -34,6 +38,7 @@ pub mod tail;
 pub mod views;
 
 pub use error::{Error, Result};
+pub use entry::LogEntry;
 pub use format::{KeyState, Record, RecordKind};
 
 #[cfg(test)]
@@ -41,3 +46,6 @@ mod vectors_tests;
 
 #[cfg(test)]
 mod state_tests;
+
+#[cfg(test)]
+mod proposals_tests;
