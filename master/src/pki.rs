@@ -121,7 +121,7 @@ pub fn migration_groups(sm: &StateMachine, records: Vec<Record>, source: &str, c
     }
     let marker = |phase, counts| Record::ImportMarker(ImportMarker { source: source.to_string(), phase, counts, time_ns: now_ns });
     let mut groups = vec![vec![marker(ImportPhase::Begin, BTreeMap::new())]];
-    groups.extend(todo.chunks(GROUP).map(<[Record]>::to_vec));
+    groups.extend(Record::fit_groups(todo, GROUP, halite_storage::entry::MAX_ENTRY_LEN)?);
     groups.push(vec![marker(ImportPhase::End, counts.as_map())]);
     Ok(groups)
 }

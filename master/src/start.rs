@@ -170,7 +170,7 @@ pub fn adoption(sm: &StateMachine, keys: Vec<halite_storage::keys::KeyEntry>, de
     }
     let marker = |phase| Record::ImportMarker(ImportMarker { source: source.to_string(), phase, counts: Default::default(), time_ns });
     let mut groups = vec![vec![marker(ImportPhase::Begin)]];
-    groups.extend(recs.chunks(4096).map(<[Record]>::to_vec));
+    groups.extend(Record::fit_groups(recs, 4096, halite_storage::entry::MAX_ENTRY_LEN)?);
     groups.push(vec![marker(ImportPhase::End)]);
     Ok(groups)
 }

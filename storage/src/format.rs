@@ -589,4 +589,4 @@ pub fn now_ns() -> u64 {
 
 #[cfg(test)]
 #[path = "format_tests.rs"]
-mod tests;
+pub(crate) mod tests;

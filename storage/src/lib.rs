@@ -9,6 +9,8 @@
 //! | module        | owns                                                      |
 //! |---------------|-----------------------------------------------------------|
 //! | [`format`]    | the record byte format (header, CRC, payload schemas)     |
+//! | [`entry`]     | a raft entry's data: one proposal's records (batches), [`entry::LogEntry`] |
+//! | [`context`]   | a raft entry's context: the proposal's identity across restarts |
 //! | [`id`]        | minion id and relative path validation                    |
 //! | [`log`]       | raft-engine storage behind raft-rs's `Storage` trait      |
 //! | [`framing`]   | raft-engine's file framing (for the tail repair and `verify`) |
@@ -23,6 +25,8 @@
 //! | [`import`]    | reading outside trees (localfs pki, shared cluster dirs) into records |
 
 pub mod compaction;
+pub mod context;
+pub mod entry;
 pub mod error;
 pub mod format;
 pub mod framing;
@@ -38,6 +42,7 @@ pub mod tail;
 pub mod views;
 
 pub use error::{Error, Result};
+pub use entry::LogEntry;
 pub use format::{KeyState, Record, RecordKind};
 
 #[cfg(test)]
@@ -45,3 +50,6 @@ mod vectors_tests;
 
 #[cfg(test)]
 mod state_tests;
+
+#[cfg(test)]
+mod proposals_tests;

@@ -1,10 +1,11 @@
 //! The log: raft entries stored by raft-engine, exposed to raft-rs as its [`Storage`].
 //!
 //! One raft-engine directory holds one raft group ([`GROUP_ID`]). Entries are raft-rs
-//! `Entry` messages whose `data` is one framed [`crate::format`] record. Besides entries,
-//! the group keeps three small protobuf messages under fixed keys: the hard state
-//! (`hard_state`), the conf state (`conf_state`) and the metadata of the last snapshot
-//! (`snapshot_meta`), below which entries may have been compacted away.
+//! `Entry` messages whose `data` holds one proposal's records ([`crate::entry`]). Besides
+//! entries, the group keeps three small protobuf messages under fixed keys: the hard
+//! state (`hard_state`), the conf state (`conf_state`) and the metadata of the last
+//! snapshot (`snapshot_meta`), below which entries may have been compacted away; and the
+//! node's process incarnation (`incarnation`, u64 BE), see [`RaftLog::next_incarnation`].
 //!
 //! Opening is strict (raft-engine's `AbsoluteConsistency`): any checksum failure refuses
 //! to open. The one thing repaired at open is a torn tail, checked by [`crate::tail`]
@@ -19,6 +20,7 @@ use raft::eraftpb::{ConfChange, ConfState, Entry, EntryType, HardState, Snapshot
 use raft::{GetEntriesContext, RaftState, Storage, StorageError};
 use raft_engine::{Command, Config, Engine, LogBatch, MessageExt, ReadableSize, RecoveryMode};
 
+use crate::entry::LogEntry;
 use crate::error::{Error, Result};
 use crate::format::Record;
 
@@ -31,6 +33,7 @@ const KEY_SNAPSHOT_META: &[u8] = b"snapshot_meta";
 const KEY_MEMBERS: &[u8] = b"members";
 /// At most this many membership entries are kept (one per member after folding).
 pub const MAX_MEMBER_ENTRIES: usize = 1024;
+const KEY_INCARNATION: &[u8] = b"incarnation";
 
 /// Tells raft-engine how to find the index of a raft-rs entry.
 #[derive(Clone, Copy)]
@@ -139,6 +142,23 @@ impl RaftLog {
         }
         self.engine.write(&mut batch, sync)?;
         Ok(())
+    }
+
+    /// Starts a new incarnation of this node's process and returns it: `max(previous + 1,
+    /// now_ns)`, written (fsynced) before it is used. Proposals are named by (node,
+    /// incarnation, sequence number) and sequence numbers restart with the process, so
+    /// an incarnation must never repeat: it grows with every start even if the clock
+    /// went back, and a node restarted on an empty disk starts from the clock.
+    pub fn next_incarnation(&self, now_ns: u64) -> Result<u64> {
+        let prev = match self.engine.get(GROUP_ID, KEY_INCARNATION) {
+            None => 0,
+            Some(v) => u64::from_be_bytes(v.as_slice().try_into().map_err(|_| Error::CorruptLog(format!("the incarnation in the log in {} is damaged ({} bytes)", self.dir.display(), v.len())))?),
+        };
+        let next = prev.saturating_add(1).max(now_ns);
+        let mut batch = LogBatch::default();
+        batch.put(GROUP_ID, KEY_INCARNATION.to_vec(), next.to_be_bytes().to_vec())?;
+        self.engine.write(&mut batch, true)?;
+        Ok(next)
     }
 
     /// The membership entries kept from the compacted part of the log (see
@@ -257,7 +277,7 @@ impl RaftLog {
         self.engine.last_index(GROUP_ID)
     }
 
-    /// Whether an entry carries a [`Record`] (a normal entry with data). The others are
+    /// Whether an entry carries records (a normal entry with data). The others are
     /// raft's own: a new leader's empty entry, and membership changes (protobuf
     /// `ConfChange`, whose context names the node's transport address).
     pub fn is_record_entry(e: &Entry) -> bool {
@@ -274,39 +294,39 @@ impl RaftLog {
         Ok(out)
     }
 
-    /// Reads entries from `low` to the end in chunks and calls `f` with each entry's index
-    /// and decoded record (or the decode error). Stops at the first error of `f`.
-    pub fn for_each_record(
-        &self,
-        low: u64,
-        high: Option<u64>,
-        mut f: impl FnMut(u64, Result<Record>) -> Result<()>,
-    ) -> Result<()> {
+    /// Reads the entries that carry records from `low` to `high` (exclusive; the end
+    /// when `None`) in chunks and calls `f` with each, decoded ([`LogEntry::from_raft`])
+    /// or the decode error with its index. Stops at the first error of `f`.
+    pub fn for_each_entry(&self, low: u64, high: Option<u64>, mut f: impl FnMut(u64, Result<LogEntry>) -> Result<()>) -> Result<()> {
         let Some(last) = self.last_entry_index() else { return Ok(()) };
         let first = self.first_entry_index().unwrap_or(1);
         let end = high.unwrap_or(last + 1).min(last + 1);
         let mut at = low.max(first);
         while at < end {
             let hi = (at + 4096).min(end);
-            let entries = self.read_entries(at, hi, None).map_err(|e| {
-                Error::CorruptLog(format!("reading entries {at}..{hi}: {e}"))
-            })?;
+            let entries = self.read_entries(at, hi, None).map_err(|e| Error::CorruptLog(format!("reading entries {at}..{hi}: {e}")))?;
             if entries.is_empty() {
                 break;
             }
             for e in entries {
                 at = e.index + 1;
-                if e.data.is_empty() {
-                    // Raft's own empty entries (a new leader's no-op) and conf changes carry no record.
-                    continue;
+                match LogEntry::from_raft(&e) {
+                    Ok(None) => {}
+                    Ok(Some(le)) => f(e.index, Ok(le))?,
+                    Err(err) => f(e.index, Err(err))?,
                 }
-                if e.get_entry_type() != raft::eraftpb::EntryType::EntryNormal {
-                    continue;
-                }
-                f(e.index, Record::decode(&e.data))?;
             }
         }
         Ok(())
+    }
+
+    /// [`RaftLog::for_each_entry`], record by record: `f` sees each record of an entry
+    /// with the entry's index (or the entry's decode error).
+    pub fn for_each_record(&self, low: u64, high: Option<u64>, mut f: impl FnMut(u64, Result<Record>) -> Result<()>) -> Result<()> {
+        self.for_each_entry(low, high, |index, e| match e {
+            Ok(e) => e.records.into_iter().try_for_each(|r| f(index, Ok(r))),
+            Err(err) => f(index, Err(err)),
+        })
     }
 
     /// Reads every entry and checks every record's checksum; the first failure is a
@@ -567,5 +587,22 @@ mod tests {
         assert_eq!(decode_members(&enc).unwrap()[0].context.to_vec(), addr);
         assert!(decode_members(&enc[..enc.len() - 1]).is_err());
         assert!(decode_members(&[0xff, 0xff, 0xff, 0xff]).is_err());
+    }
+
+    #[test]
+    fn incarnation_grows_at_every_start_even_if_the_clock_goes_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = RaftLog::open(dir.path()).unwrap();
+        let first = log.next_incarnation(1_000).unwrap();
+        assert_eq!(first, 1_000);
+        drop(log);
+        let log = RaftLog::open(dir.path()).unwrap();
+        assert_eq!(log.next_incarnation(500).unwrap(), 1_001, "a clock that went back never repeats an incarnation");
+        assert_eq!(log.next_incarnation(5_000).unwrap(), 5_000);
+        // The hard state and entries are untouched by it, and a new log is still new.
+        let fresh = tempfile::tempdir().unwrap();
+        let log = RaftLog::open(fresh.path()).unwrap();
+        log.next_incarnation(7).unwrap();
+        assert!(log.is_new().unwrap());
     }
 }

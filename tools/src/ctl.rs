@@ -155,8 +155,8 @@ pub fn verify(cfg: &MasterConfig, check_views: bool) -> Result<VerifyReport> {
                     if !RaftLog::is_record_entry(&e) {
                         continue;
                     }
-                    match Record::decode(&e.data) {
-                        Ok(_) => rep.records += 1,
+                    match Record::decode_entry(&e.data) {
+                        Ok(recs) => rep.records += recs.len() as u64,
                         Err(err) => {
                             rep.problems.push(format!("entry {}: {err}", e.index));
                             return Ok(rep);
@@ -241,23 +241,30 @@ pub fn replay(cfg: &MasterConfig) -> Result<u64> {
     let last = log.last_entry_index().unwrap_or(0);
     let sm = StateMachine::open(&fresh)?;
     let mut progress = Progress::new("replaying the log", last);
-    let mut batch = Vec::with_capacity(65536);
-    let mut n = 0u64;
+    // Whole entries, with the proposal identities their contexts name, so the replay
+    // skips exactly the copies the live apply skipped.
+    let mut batch = Vec::with_capacity(4096);
+    let (mut n, mut in_batch) = (0u64, 0usize);
     let mut last_seen = 0;
-    log.for_each_record(first, None, |index, rec| {
-        let rec = rec.map_err(|e| halite_storage::Error::CorruptLog(format!("entry {index}: {e}. Run `halite-ctl verify`")))?;
-        batch.push((index, rec));
+    let apply = |batch: &mut Vec<halite_storage::LogEntry>| -> halite_storage::Result<u64> {
+        let out = sm.apply_entries(batch)?;
+        let applied = batch.iter().zip(&out.outcomes).filter(|(_, o)| **o == halite_storage::state::Outcome::Applied).map(|(e, _)| e.records.len() as u64).sum();
+        batch.clear();
+        Ok(applied)
+    };
+    log.for_each_entry(first, None, |index, e| {
+        let e = e.map_err(|e| halite_storage::Error::CorruptLog(format!("entry {index}: {e}. Run `halite-ctl verify`")))?;
+        in_batch += e.records.len();
+        batch.push(e);
         last_seen = index;
-        if batch.len() == 65536 {
-            sm.apply(&batch)?;
-            n += batch.len() as u64;
-            batch.clear();
+        if in_batch >= 65536 {
+            n += apply(&mut batch)?;
+            in_batch = 0;
             progress.set(index);
         }
         Ok(())
     })?;
-    sm.apply(&batch)?;
-    n += batch.len() as u64;
+    n += apply(&mut batch)?;
     sm.advance_applied(last.max(last_seen))?;
     sm.flush()?;
     progress.set(last);
@@ -368,29 +375,9 @@ pub fn import_shared(cfg: &MasterConfig, tree: &SharedTree) -> Result<BTreeMap<S
     let total = recs.len() as u64;
     let mut p = Progress::new("importing the shared tree", total);
     node.propose(&[Record::ImportMarker(ImportMarker { source: source.clone(), phase: ImportPhase::Begin, counts: BTreeMap::new(), time_ns: now_ns() })])?;
-    let mut done = 0;
-    let mut group = Vec::new();
-    let mut group_bytes = 0usize;
-    for r in recs {
-        let size = match &r {
-            Record::RootsBlob(b) => b.data.len(),
-            Record::JobPublished(j) => j.load.len(),
-            Record::JobReturn(j) => j.load.len(),
-            _ => 512,
-        };
-        group_bytes += size;
-        group.push(r);
-        if group.len() >= 4096 || group_bytes >= 32 << 20 {
-            node.propose(&group)?;
-            done += group.len() as u64;
-            p.set(done);
-            group.clear();
-            group_bytes = 0;
-        }
-    }
-    node.propose(&group)?;
-    done += group.len() as u64;
-    p.set(done);
+    // One entry per group of at most 4,096 records and 32 MiB.
+    let groups = Record::fit_groups(recs, 4096, 32 << 20)?;
+    node.propose_all(&groups, 1, &mut |done, _| p.set(done))?;
     node.propose(&[Record::ImportMarker(ImportMarker { source, phase: ImportPhase::End, counts: counts.clone(), time_ns: now_ns() })])?;
     p.finish();
     Ok(counts)

@@ -73,9 +73,8 @@ pub fn open_node(cfg: &MasterConfig) -> Result<Node> {
 /// ids skipped because their stored key is not a public key.
 pub fn apply(node: &Node, cmd: Cmd, selected: &Map<String, Value>) -> Result<(Vec<String>, Vec<String>)> {
     let ch = records_for(node.state(), cmd, selected, halite_storage::format::now_ns())?;
-    for chunk in ch.records.chunks(GROUP) {
-        node.propose(chunk)?;
-    }
+    let groups = halite_storage::Record::fit_groups(ch.records, GROUP, halite_storage::entry::MAX_ENTRY_LEN)?;
+    node.propose_all(&groups, 1, &mut |_, _| {})?;
     Ok((applied(node.state(), &ch.intents)?, ch.invalid))
 }
 

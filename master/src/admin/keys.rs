@@ -22,7 +22,8 @@ pub const PEND: &str = "minions_pre";
 pub const REJ: &str = "minions_rejected";
 pub const DEN: &str = "minions_denied";
 
-/// Most key records in one proposal.
+/// Most key records in one proposal (one log entry; [`Record::fit_groups`] also keeps
+/// it under the entry size bound).
 pub const GROUP: usize = 4096;
 
 /// A `key.*` request.
@@ -60,7 +61,7 @@ impl KeyCmd {
                 let Change { records, intents, invalid } = records_for(sm, cmd, &selected, view.now_ns())?;
                 let rotate = rotate_aes_key(view.config());
                 let mut plan = Plan::answer(J::Null);
-                plan.proposals = records.chunks(GROUP).map(<[Record]>::to_vec).collect();
+                plan.proposals = Record::fit_groups(records, GROUP, halite_storage::entry::MAX_ENTRY_LEN)?;
                 // What is reported, and followed up, is what applied: a change decided
                 // from a listing the log has since moved past did nothing.
                 plan.answer = Answer::After(Box::new(move |v: &dyn AdminView| {

@@ -1,67 +1,76 @@
 //! Applying committed entries, in log order, to the state machine and the views; then
-//! showing each applied record to the [`Tap`].
+//! showing each applied record to the [`Tap`] and answering the proposals they carry.
 //!
-//! Committed entries arrive from raft in batches. Consecutive records are applied
-//! together (one state-machine batch, then the views); a membership change in between
-//! first applies the records before it, then itself (`membership.rs`), so the order of
-//! the log is the order of effects. Once the whole batch is applied the state machine
-//! records the last index, and the proposals the batch completes are answered
-//! (`proposals.rs`). Apply is deterministic: every member applying the same log gets the
-//! same state. A committed record that does not decode is a corrupt log: the node stops
-//! rather than skip it.
+//! Committed entries arrive from raft in batches. Consecutive record entries are
+//! applied together (one state-machine write, then the views); a membership change in
+//! between first applies the entries before it, then itself (`membership.rs`), so the
+//! order of the log is the order of effects. Each record entry is one proposal, applied
+//! all-or-nothing; the state machine skips a copy of a proposal it applied before, or
+//! one of a proposer's earlier incarnation, the same way on every member, and says so
+//! per entry. A caller is answered when **its** entry (its proposal identity, not an
+//! index) has applied, with that outcome; the tap sees only what applied. A committed
+//! entry that does not decode is a corrupt log: the node stops rather than skip it.
 
 use raft::eraftpb::{Entry, EntryType};
 
-use halite_storage::{Error as StorageError, Record};
+use halite_storage::state::Outcome;
+use halite_storage::{Error as StorageError, LogEntry};
 
 use super::driver::Driver;
 use super::{Result, Tap};
 
 impl Driver {
-    /// Applies committed `entries` and answers the proposals they complete.
+    /// Applies committed `entries` and answers the proposals they carry.
     pub(super) fn apply(&mut self, entries: Vec<Entry>) -> Result<()> {
         let Some(last) = entries.last().map(|e| e.index) else { return Ok(()) };
         let mut batch = Vec::with_capacity(entries.len());
-        let mut ours = Vec::new();
+        let mut answers = Vec::new();
         for e in entries {
-            if let Some(seq) = self.proposals.ours(&e) {
-                ours.push((seq, e.index));
-            }
             match e.get_entry_type() {
-                EntryType::EntryNormal if e.data.is_empty() => {}
                 EntryType::EntryNormal => {
-                    let rec = Record::decode(&e.data).map_err(|err| {
-                        StorageError::CorruptLog(format!("committed entry {} does not decode: {err}. Run `halite-ctl verify`", e.index))
-                    })?;
-                    batch.push((e.index, rec));
+                    let entry = LogEntry::from_raft(&e).map_err(|err| StorageError::CorruptLog(format!("committed entry {} does not decode: {err}. Run `halite-ctl verify`", e.index)))?;
+                    batch.extend(entry);
                 }
                 EntryType::EntryConfChange => {
-                    // Records before the change are applied first, in log order.
-                    self.apply_records(std::mem::take(&mut batch))?;
+                    // Entries before the change are applied first, in log order.
+                    self.apply_records(std::mem::take(&mut batch), &mut answers)?;
                     self.membership.apply(&mut self.raw, &self.log, self.outbox.as_ref(), &e)?;
+                    if let Some(seq) = self.proposals.ours_by_context(e.index, &e.context) {
+                        answers.push((seq, e.index, Outcome::Applied));
+                    }
                 }
                 EntryType::EntryConfChangeV2 => {
                     tracing::warn!(index = e.index, "joint-consensus conf change entries are not proposed by Halite; ignored");
                 }
             }
         }
-        self.apply_records(batch)?;
+        self.apply_records(batch, &mut answers)?;
         self.sm.advance_applied(last)?;
         self.views_dirty_to = Some(last);
-        self.proposals.answer(ours);
+        for (seq, index, outcome) in answers {
+            self.proposals.answer(seq, index, outcome);
+        }
         Ok(())
     }
 
-    /// Applies records to the state machine and the views, then shows them to the tap.
-    fn apply_records(&mut self, batch: Vec<(u64, Record)>) -> Result<()> {
+    /// Applies record entries to the state machine and the views, shows the records of
+    /// those that applied to the tap, and notes which of ours they were.
+    fn apply_records(&mut self, batch: Vec<LogEntry>, answers: &mut Vec<(u64, u64, Outcome)>) -> Result<()> {
         if batch.is_empty() {
             return Ok(());
         }
-        let fx = self.sm.apply(&batch)?;
-        self.views.apply(&self.sm, &fx)?;
-        if let Some(Tap(tap)) = &self.cfg.tap {
-            for (index, rec) in &batch {
-                tap(*index, rec);
+        let applied = self.sm.apply_entries(&batch)?;
+        self.views.apply(&self.sm, &applied.effects)?;
+        for (e, outcome) in batch.iter().zip(&applied.outcomes) {
+            if *outcome == Outcome::Applied {
+                if let Some(Tap(tap)) = &self.cfg.tap {
+                    for rec in &e.records {
+                        tap(e.index, rec);
+                    }
+                }
+            }
+            if let Some(seq) = self.proposals.ours(e.id.as_ref()) {
+                answers.push((seq, e.index, *outcome));
             }
         }
         Ok(())

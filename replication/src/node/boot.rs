@@ -16,7 +16,9 @@
 //!    entries, the views are rebuilt. Views pointed at empty places (a wiped cache, a
 //!    shared filesystem left for local directories) are rebuilt too: the log, not the
 //!    files, is the truth.
-//! 4. **Build** raft-rs's `RawNode` over the log, starting from the applied index.
+//! 4. Start a new **incarnation** (persisted in the log's directory, larger than any
+//!    before: part of every proposal's identity), and **build** raft-rs's `RawNode`
+//!    over the log, starting from the applied index.
 //! 5. Read the member **address book** from the log (`membership.rs`), hand it to the
 //!    transport, and start the driver thread (`driver.rs`).
 
@@ -55,6 +57,11 @@ pub(super) fn start(log: RaftLog, sm: Arc<StateMachine>, mut views: Views, cfg: 
         .into());
     }
     recover_views(&log, &sm, &mut views, applied)?;
+    // Never below what the log has already seen of this node (a disk restored from an
+    // older copy, a clock that went back), so no proposal identity repeats.
+    let seen = sm.proposer_mark(cfg.id)?.map_or(0, |(inc, _)| inc.saturating_add(1));
+    let incarnation = log.next_incarnation(halite_storage::format::now_ns().max(seen))?;
+    tracing::info!(id = cfg.id, incarnation, "node incarnation");
     let raw = raft_node(&cfg, &log, applied)?;
     let solo = log.conf_state()?.voters == vec![cfg.id];
     let book = membership::address_book(&log)?;
@@ -70,9 +77,9 @@ pub(super) fn start(log: RaftLog, sm: Arc<StateMachine>, mut views: Views, cfg: 
     let Mailbox(tx, rx) = mailbox;
     let id = cfg.id;
     let leader = Arc::new(AtomicU64::new(0));
-    let d = Driver::new(raw, log.clone(), sm.clone(), views, cfg, outbox, leader.clone(), announce, solo, book.clone());
+    let d = Driver::new(raw, log.clone(), sm.clone(), views, cfg, outbox, leader.clone(), announce, solo, book.clone(), incarnation);
     let thread = driver::spawn(d, rx)?;
-    Ok(Node { tx, thread: Some(thread), sm, log, leader, id, book })
+    Ok(Node { tx, thread: Some(thread), sm, log, leader, id, book, incarnation })
 }
 
 /// Writes the founding membership into a new log: the configured voters (this node

@@ -8,7 +8,8 @@
 //!    messages from peers are stepped at once;
 //! 2. queue the group as waiting proposals and hand raft those it can take now
 //!    (`proposals.rs`);
-//! 3. on a tick: tick raft, expire late proposals, promote caught-up learners;
+//! 3. on a tick: tick raft, expire late proposals, promote caught-up learners (again
+//!    if an earlier promotion was lost);
 //! 4. handle raft's `Ready` ([`Driver::on_ready`]): send messages, apply what committed
 //!    (`apply.rs`), append new entries and the hard state in one write with one fsync
 //!    (the group commit), send the messages that had to wait for that fsync;
@@ -92,9 +93,13 @@ impl Driver {
         announce: Option<SocketAddr>,
         solo: bool,
         book: AddressBook,
+        incarnation: u64,
     ) -> Self {
+        // A forward the leader dropped is handed over again after three election
+        // timeouts (the state machine applies a proposal at most once).
+        let resubmit_after = cfg.tick * (3 * cfg.election_tick.max(1)) as u32;
         Driver {
-            proposals: Proposals::new(cfg.id, cfg.propose_timeout),
+            proposals: Proposals::new(cfg.id, incarnation, cfg.propose_timeout, resubmit_after),
             membership: Membership::new(cfg.id, cfg.auto_promote, announce, book),
             raw,
             log,
@@ -134,7 +139,7 @@ impl Driver {
             let raw = &mut self.raw;
             let mut push = |m: Msg, group: &mut Vec<Proposal>, members: &mut Vec<MemberChange>, stop: &mut bool, n: &mut usize| match m {
                 Msg::Propose(p) => {
-                    *n += p.data.len();
+                    *n += p.records;
                     group.push(p);
                 }
                 Msg::Member(c) => members.push(c),
@@ -165,7 +170,9 @@ impl Driver {
                 self.raw.tick();
                 next_tick = Instant::now() + self.cfg.tick;
                 self.proposals.expire();
-                for c in self.membership.promotions(&self.raw) {
+                let proposals = &self.proposals;
+                let promote = self.membership.promotions(&self.raw, |id| proposals.member_change_waiting(id));
+                for c in promote {
                     self.propose_member(c);
                 }
             }

@@ -13,11 +13,15 @@
 //!   addresses were recorded) proposes an `AddNode` for itself with its address the first
 //!   time it leads;
 //! - **promote**: with `auto_promote`, a learner whose log has caught up with the
-//!   committed index is proposed as a voter, once per learner.
+//!   committed index is proposed as a voter, unless a change of its membership is
+//!   already waiting. A promotion that is lost (dropped with a leader, expired while
+//!   another change was pending) is so proposed again on a later tick: a learner never
+//!   stays "promoting" for good. (A change is not handed to raft while another is
+//!   pending, see `proposals.rs`.)
 //!
 //! [`NodeHandle::addresses`]: super::NodeHandle::addresses
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 
@@ -111,14 +115,12 @@ pub(super) struct Membership {
     announce: Option<SocketAddr>,
     /// The announcing change, proposed with the next group.
     pending_announce: Option<MemberChange>,
-    /// Learners a promotion was proposed for.
-    promoting: HashSet<u64>,
     pub(super) book: AddressBook,
 }
 
 impl Membership {
     pub(super) fn new(me: u64, auto_promote: bool, announce: Option<SocketAddr>, book: AddressBook) -> Self {
-        Membership { me, auto_promote, announce, pending_announce: None, promoting: HashSet::new(), book }
+        Membership { me, auto_promote, announce, pending_announce: None, book }
     }
 
     /// On becoming leader: if this node's address is still to be announced, queue the
@@ -135,18 +137,17 @@ impl Membership {
     }
 
     /// As leader: a voter change for each learner whose log matches the committed index
-    /// (it has caught up), once per learner.
-    pub(super) fn promotions(&mut self, raw: &RawNode<RaftLog>) -> Vec<MemberChange> {
+    /// (it has caught up) and for which no membership change is `waiting` already.
+    pub(super) fn promotions(&mut self, raw: &RawNode<RaftLog>, waiting: impl Fn(u64) -> bool) -> Vec<MemberChange> {
         if !self.auto_promote || raw.raft.state != raft::StateRole::Leader {
             return Vec::new();
         }
         let committed = raw.raft.raft_log.committed;
         let learners: Vec<u64> = raw.raft.prs().conf().learners().iter().copied().collect();
-        self.promoting.retain(|id| learners.contains(id));
         let mut out = Vec::new();
         for id in learners {
             let caught_up = raw.raft.prs().get(id).is_some_and(|p| p.matched >= committed);
-            if caught_up && self.promoting.insert(id) {
+            if caught_up && !waiting(id) {
                 tracing::info!(node = id, committed, "learner caught up: promoting it to voter");
                 out.push(MemberChange::unasked(ConfChangeType::AddNode, id, None));
             }

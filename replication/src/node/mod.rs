@@ -5,11 +5,11 @@
 //!
 //! 1. wait for a request or the next tick; then take every request already queued (up
 //!    to [`NodeConfig::max_batch`] records): this is the group;
-//! 2. propose each record to raft (I/O-free);
+//! 2. propose each proposal to raft as one entry (I/O-free);
 //! 3. take raft's `Ready`: append its entries and hard state to the log in **one**
 //!    raft-engine write with **one** fsync, send its messages (none with one voter);
 //! 4. apply newly committed entries to the state machine and the views, in order;
-//! 5. answer every caller whose last record is now applied;
+//! 5. answer every caller whose own entry is now applied;
 //! 6. every second under load (or when idle), make the views durable and record the
 //!    index they reflect; after a crash the entries touched since are resynced.
 //!
@@ -19,12 +19,16 @@
 //! With peers ([`Node::start_peered`]) the same loop also steps the raft messages that
 //! arrive in its [`Mailbox`] and hands the ones raft produces to an [`Outbox`] (the TCP
 //! transport). Any node takes proposals: a follower's are forwarded by raft to the
-//! leader. A proposal is recognised when it is applied by the context of its last entry
-//! (this node's id and a sequence number), not by its index, since a leader change can
-//! replace an uncommitted index with another node's entry; one that is not applied
-//! within [`NodeConfig::propose_timeout`] is answered with [`NodeError::Timeout`] (every
-//! record kind applies idempotently, so retrying is safe). A proposal made during an
-//! election is held until a leader is known (or the same timeout passes).
+//! leader. A proposal is **one entry** (its records applied all-or-nothing) whose
+//! context names it uniquely across restarts: this node's id, this process's
+//! incarnation, a sequence number (`proposals.rs`). It is recognised when applied by
+//! that identity, not by its index, since a leader change can replace an uncommitted
+//! index with another node's entry. A proposal may be handed to raft again (a new term,
+//! or a forward not applied after three election timeouts); the state machine applies
+//! it at most once. One not applied within [`NodeConfig::propose_timeout`] is answered
+//! with [`NodeError::Timeout`]: its outcome is unknown (it may still apply, once). A
+//! proposal made during an election is held until a leader is known (or the same
+//! timeout passes).
 //!
 //! ## Where each part lives
 //!
@@ -36,7 +40,7 @@
 //! | `proposals.rs` | proposals waiting to be applied: submitting them in the current term, expiry, answering them on apply |
 //! | `apply.rs` | committed entries → state machine and views, in log order, and the tap |
 //! | `membership.rs` | conf changes, the member address book, announcing this node, promoting learners |
-//! | `context.rs` | the bytes of an entry's `context` (proposer, sequence, member address) |
+//! | `context.rs` | the bytes of an entry's `context` (proposal identity, member address); re-exports `halite_storage::context` |
 //!
 //! The driver thread owns one `driver::Driver`, which holds the raft core, a
 //! `proposals::Proposals` and a `membership::Membership`; those two know nothing of the
@@ -51,6 +55,8 @@ mod membership;
 mod proposals;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_proposals;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -65,6 +71,7 @@ use raft::eraftpb::{ConfChangeType, Message};
 
 use halite_storage::log::RaftLog;
 use halite_storage::state::StateMachine;
+use halite_storage::entry::{MAX_BATCH_RECORDS, MAX_ENTRY_LEN};
 use halite_storage::views::Views;
 use halite_storage::{Error as StorageError, Record};
 
@@ -80,8 +87,10 @@ pub enum NodeError {
     Refused(String),
     #[error("no leader was elected in time; retry shortly")]
     NotLeader,
-    #[error("not committed within {0:?} (a leader change or lost quorum); retry")]
+    #[error("not applied within {0:?} (a leader change or lost quorum): the outcome is unknown, it may still apply once")]
     Timeout(Duration),
+    #[error("{0} proposals are already waiting on this node; retry shortly")]
+    Busy(usize),
     #[error("the node has stopped: {0}")]
     Stopped(String),
     #[error(transparent)]
@@ -187,9 +196,11 @@ pub fn open_storage(data: &DataDir) -> Result<(RaftLog, Arc<StateMachine>)> {
 /// can await.
 type Reply = tokio::sync::oneshot::Sender<Result<u64>>;
 
-/// Records to propose, already encoded, and who to answer.
+/// One proposal: its entry's data (records already encoded, `halite_storage::entry`),
+/// how many records that is, and who to answer.
 struct Proposal {
-    data: Vec<Vec<u8>>,
+    data: Vec<u8>,
+    records: usize,
     reply: Reply,
 }
 
@@ -227,7 +238,7 @@ pub struct Pending {
 }
 
 impl Pending {
-    /// Blocks until the records are committed and applied; returns the last one's index.
+    /// Blocks until the proposal's entry is committed and applied; returns its index.
     /// (Not from inside an async task: use [`Pending::committed`] there.)
     pub fn wait(self) -> Result<u64> {
         self.rx.blocking_recv().map_err(|_| NodeError::Stopped("node thread dropped the request".into()))?
@@ -249,6 +260,7 @@ pub struct Node {
     leader: Arc<AtomicU64>,
     id: u64,
     book: AddressBook,
+    incarnation: u64,
 }
 
 /// Membership operations on a running node, usable from any thread.
@@ -352,6 +364,12 @@ impl Node {
         self.id
     }
 
+    /// This process's incarnation: part of every proposal's identity, larger at every
+    /// start of the node (persisted in the log's directory).
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
     /// The leader this node last knew of (`None` while there is none).
     pub fn leader(&self) -> Option<u64> {
         self.handle().leader()
@@ -372,41 +390,50 @@ impl Node {
         NodeHandle { tx: self.tx.clone(), log: self.log.clone(), leader: self.leader.clone(), id: self.id, book: self.book.clone() }
     }
 
-    /// Proposes records and waits until all are committed and applied. Returns the log
-    /// index of the last one. Records are validated and encoded before anything is sent.
+    /// Proposes records as one entry and waits until it is committed and applied
+    /// (all of them, or none if this proposal's entry was a copy of one applied
+    /// before, which is then this one's outcome). Returns the entry's log index.
+    /// Records are validated and encoded before anything is sent.
     pub fn propose(&self, records: &[Record]) -> Result<u64> {
         self.propose_async(records)?.wait()
     }
 
-    /// Proposes records without waiting: the returned [`Pending`] answers once they are
-    /// committed and applied. A caller with much to write keeps several groups in flight.
+    /// Proposes records as one entry without waiting: the returned [`Pending`] answers
+    /// once it is committed and applied. A caller with much to write keeps several
+    /// proposals in flight. Records that do not fit one entry (more than
+    /// `MAX_ENTRY_LEN` bytes) are refused: cut them with [`Record::fit_groups`].
     pub fn propose_async(&self, records: &[Record]) -> Result<Pending> {
-        let data = records.iter().map(|r| r.encode().map_err(|e| NodeError::Refused(e.to_string()))).collect::<Result<Vec<_>>>()?;
         let (reply, rx) = tokio::sync::oneshot::channel();
-        if data.is_empty() {
+        if records.is_empty() {
             let _ = reply.send(self.sm.applied_index().map_err(Into::into));
             return Ok(Pending { rx });
         }
-        self.tx.send(Msg::Propose(Proposal { data, reply })).map_err(|_| NodeError::Stopped("node thread is gone".into()))?;
+        let data = Record::encode_batch(records).map_err(|e| NodeError::Refused(e.to_string()))?;
+        self.tx.send(Msg::Propose(Proposal { data, records: records.len(), reply })).map_err(|_| NodeError::Stopped("node thread is gone".into()))?;
         Ok(Pending { rx })
     }
 
-    /// Proposes `groups` in order, each one proposal, keeping up to `in_flight` of them
-    /// waiting at once so the driver never idles for the caller; `progress(done, total)`
-    /// counts records as their groups apply. Stops at the first failure (groups already
-    /// handed over may still commit: every record kind applies idempotently). Returns the
-    /// index of the last group's last entry (0 when there is nothing to propose).
+    /// Proposes `groups` in order, each one entry (a group too large for one entry is
+    /// cut with [`Record::fit_groups`] into several, in order), keeping up to
+    /// `in_flight` of them waiting at once so the driver never idles for the caller;
+    /// `progress(done, total)` counts records as their entries apply. Stops at the first
+    /// failure (entries already handed over may still apply, each at most once). Returns
+    /// the index of the last entry (0 when there is nothing to propose).
     pub fn propose_all(&self, groups: &[Vec<Record>], in_flight: usize, progress: &mut dyn FnMut(u64, u64)) -> Result<u64> {
         let total: u64 = groups.iter().map(|g| g.len() as u64).sum();
         let mut waiting = std::collections::VecDeque::new();
         let (mut done, mut last) = (0u64, 0u64);
         for g in groups {
-            waiting.push_back((self.propose_async(g)?, g.len() as u64));
-            while waiting.len() >= in_flight.max(1) {
-                let Some((p, n)) = waiting.pop_front() else { break };
-                last = p.wait()?;
-                done += n;
-                progress(done, total);
+            let parts = if g.len() > 1 { Record::fit_ranges(g, MAX_BATCH_RECORDS, MAX_ENTRY_LEN).map_err(|e| NodeError::Refused(e.to_string()))? } else { vec![0..g.len()] };
+            for part in parts {
+                let part = &g[part];
+                waiting.push_back((self.propose_async(part)?, part.len() as u64));
+                while waiting.len() >= in_flight.max(1) {
+                    let Some((p, n)) = waiting.pop_front() else { break };
+                    last = p.wait()?;
+                    done += n;
+                    progress(done, total);
+                }
             }
         }
         for (p, n) in waiting {

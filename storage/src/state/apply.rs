@@ -1,6 +1,7 @@
-//! Applying committed records to the state machine: one RocksDB write batch per group,
+//! Applying committed entries to the state machine: one RocksDB write batch per group,
 //! with the new `applied_index`, so applying is atomic and idempotent (entries at or
-//! below the applied index are skipped). What each record kind does to the column
+//! below the applied index are skipped, and so are copies of a proposal applied before:
+//! `proposals.rs`). What each record kind does to the column
 //! families is here, in one `match`; what a view must do about it comes back as
 //! [`Effect`]s.
 
@@ -10,37 +11,77 @@ use rocksdb::WriteBatch;
 use sha2::{Digest, Sha256};
 
 use super::{chunk_key, from_msgpack, no_wal, roots_key, to_msgpack, Effect, RootsMeta, StateMachine, APPLIED_INDEX, CF_AES, CF_CHUNKS, CF_DENIED, CF_GRAINS, CF_IMPORTS, CF_JOBS, CF_KEYS, CF_META, CF_RETURNS, CF_ROOTS, CLUSTER_KEY, MASTER_KEY};
+use super::proposals::{Outcome, Tracker};
+use crate::context::ProposalId;
+use crate::entry::LogEntry;
 use crate::error::{Error, Result};
 use crate::format::{KeyExpect, KeySet, KeyState, Record};
 use crate::keys::BankState;
 
+/// What applying a group of entries did.
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// What the views must do.
+    pub effects: Vec<Effect>,
+    /// One per entry, in order: applied, or why it was skipped.
+    pub outcomes: Vec<Outcome>,
+}
+
 impl StateMachine {
-    /// Applies committed records in log order. Records at or below the applied index are
-    /// skipped. Returns what the views must do. (RocksDB's WAL is never written; see the
-    /// module docs. A bulk replay calls [`StateMachine::flush`] once at the end.)
+    /// Applies committed records in log order, each as an entry of its own that names
+    /// no proposal (replays of bare records, tests). Returns what the views must do.
     pub fn apply(&self, entries: &[(u64, Record)]) -> Result<Vec<Effect>> {
+        let refs: Vec<EntryRef> = entries.iter().map(|(i, r)| EntryRef { index: *i, id: None, settled_below: 0, records: std::slice::from_ref(r) }).collect();
+        Ok(self.apply_refs(&refs)?.effects)
+    }
+
+    /// Applies committed entries in log order, each all-or-nothing: an entry at or
+    /// below the applied index, or whose proposal was applied before or is stale
+    /// (`proposals.rs`), changes nothing; otherwise all its records apply. One RocksDB
+    /// write holds the whole group and the new applied index. (RocksDB's WAL is never
+    /// written; see the module docs. A bulk replay calls [`StateMachine::flush`] once
+    /// at the end.)
+    pub fn apply_entries(&self, entries: &[LogEntry]) -> Result<Applied> {
+        let refs: Vec<EntryRef> = entries.iter().map(|e| EntryRef { index: e.index, id: e.id, settled_below: e.settled_below, records: &e.records }).collect();
+        self.apply_refs(&refs)
+    }
+
+    fn apply_refs(&self, entries: &[EntryRef]) -> Result<Applied> {
         let applied = self.applied_index()?;
         let mut batch = WriteBatch::default();
-        let mut effects = Vec::new();
+        let mut out = Applied { effects: Vec::new(), outcomes: Vec::with_capacity(entries.len()) };
         let mut last = applied;
         // Changes earlier in this batch that later records of the batch must see.
         let mut overlay = Overlay::default();
-        for (index, rec) in entries {
-            if *index <= last {
+        let mut tracker = Tracker::default();
+        for e in entries {
+            if e.index <= last {
+                out.outcomes.push(Outcome::Past);
                 continue;
             }
-            self.apply_one(*index, rec, &mut batch, &mut effects, &mut overlay)?;
-            last = *index;
+            last = e.index;
+            let outcome = match &e.id {
+                Some(id) => self.admit(id, e.settled_below, &mut tracker, &mut batch)?,
+                None => Outcome::Applied,
+            };
+            if outcome == Outcome::Applied {
+                for (pos, rec) in e.records.iter().enumerate() {
+                    self.apply_one(e.index, pos, rec, &mut batch, &mut out.effects, &mut overlay)?;
+                }
+            } else {
+                tracing::info!(index = e.index, id = ?e.id, ?outcome, "entry skipped: its proposal was applied before or its proposer has restarted");
+            }
+            out.outcomes.push(outcome);
         }
         if last == applied {
-            return Ok(effects);
+            return Ok(out);
         }
         batch.put_cf(self.cf(CF_META)?, APPLIED_INDEX, last.to_be_bytes());
         self.db.write_opt(batch, &no_wal())?;
-        Ok(effects)
+        Ok(out)
     }
 
-    fn apply_one(&self, index: u64, rec: &Record, b: &mut WriteBatch, fx: &mut Vec<Effect>, ov: &mut Overlay) -> Result<()> {
+    fn apply_one(&self, index: u64, pos: usize, rec: &Record, b: &mut WriteBatch, fx: &mut Vec<Effect>, ov: &mut Overlay) -> Result<()> {
         match rec {
             Record::KeySet(k) if !self.expectation_holds(k, ov)? => {
                 // Decided from a read the log has since moved past: nothing changes, on
@@ -189,7 +230,14 @@ impl StateMachine {
                     ov.set_once.insert(tag);
                 }
             }
-            Record::ImportMarker(m) => b.put_cf(self.cf(CF_IMPORTS)?, index.to_be_bytes(), to_msgpack(m)?),
+            Record::ImportMarker(m) => {
+                // Keyed by the entry's index, and its position in a batch entry after the first.
+                let mut k = index.to_be_bytes().to_vec();
+                if pos > 0 {
+                    k.extend_from_slice(&(pos as u32).to_be_bytes());
+                }
+                b.put_cf(self.cf(CF_IMPORTS)?, k, to_msgpack(m)?)
+            }
             Record::ClusterKeyPair(k) => {
                 if !ov.set_once.contains(CLUSTER_KEY) && self.db.get_pinned_cf(self.cf(CF_META)?, CLUSTER_KEY)?.is_none() {
                     b.put_cf(self.cf(CF_META)?, CLUSTER_KEY, to_msgpack(k)?);
@@ -241,6 +289,14 @@ impl StateMachine {
             _ => false,
         })
     }
+}
+
+/// An entry to apply, borrowed.
+struct EntryRef<'a> {
+    index: u64,
+    id: Option<ProposalId>,
+    settled_below: u64,
+    records: &'a [Record],
 }
 
 /// Changes made earlier in the same apply batch, which later records must see.

@@ -16,7 +16,8 @@
 //! | `roots`   | tree, NUL, saltenv, NUL, path | `RootsMeta` (msgpack)                         |
 //! | `chunks`  | roots key, NUL, u32 BE chunk | chunk bytes                                    |
 //! | `aes`     | u64 BE generation           | the `AesKeyRotation` payload (msgpack)          |
-//! | `imports` | u64 BE log index            | the `ImportMarker` payload (msgpack)            |
+//! | `imports` | u64 BE log index [, u32 BE position] | the `ImportMarker` payload (msgpack)   |
+//! | `proposals` | u64 BE proposer [, u64 BE incarnation, u64 BE seq] | proposals applied (`proposals.rs`) |
 //!
 //! Applying is deterministic and idempotent: a batch of records and the new applied index
 //! are one atomic RocksDB write, and entries at or below the applied index are skipped.
@@ -33,8 +34,11 @@ use sha2::{Digest, Sha256};
 
 mod apply;
 mod digest;
+mod proposals;
 
+pub use apply::Applied;
 pub use digest::StateDigest;
+pub use proposals::Outcome;
 
 use crate::error::{Error, Result};
 use crate::format::{KeyExpect, Record, RootsTree, ROOTS_CHUNK_LEN};
@@ -50,7 +54,8 @@ pub const CF_ROOTS: &str = "roots";
 pub const CF_CHUNKS: &str = "chunks";
 pub const CF_AES: &str = "aes";
 pub const CF_IMPORTS: &str = "imports";
-pub const ALL_CFS: [&str; 10] = [CF_META, CF_KEYS, CF_DENIED, CF_JOBS, CF_RETURNS, CF_GRAINS, CF_ROOTS, CF_CHUNKS, CF_AES, CF_IMPORTS];
+pub const CF_PROPOSALS: &str = "proposals";
+pub const ALL_CFS: [&str; 11] = [CF_META, CF_KEYS, CF_DENIED, CF_JOBS, CF_RETURNS, CF_GRAINS, CF_ROOTS, CF_CHUNKS, CF_AES, CF_IMPORTS, CF_PROPOSALS];
 const APPLIED_INDEX: &[u8] = b"applied_index";
 /// `meta` key of the cluster key pair record (set once).
 const CLUSTER_KEY: &[u8] = b"cluster_key_pair";

@@ -1,0 +1,263 @@
+//! Exact proposal tracking, end to end over the sealed TCP transport: a learner's
+//! proposals are forwarded to the leader through a fault-injecting outbox (duplicated,
+//! dropped), and every caller hears success only for its own entry, applied once; a
+//! restarted node proposes under a new incarnation; membership changes made while
+//! another is pending, and the leader's promotion of a learner among them, all complete.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use raft::eraftpb::{Message, MessageType};
+
+use halite_storage::context::ProposalId;
+use halite_storage::format::{GrainsReport, Record};
+use halite_storage::keys::mmap::MmapKeys;
+use halite_storage::keys::Geometry;
+use halite_storage::log::RaftLog;
+use halite_storage::roots::{RootsDirs, RootsMaterialiser};
+use halite_storage::views::Views;
+
+use super::{mailbox, DataDir, Node, NodeConfig, NodeError, Tap};
+use crate::testutil::{free_addr, wait_until};
+use crate::transport::Outbox;
+use crate::TcpTransport;
+
+/// What the outbox does to the proposals a node forwards to its leader.
+#[derive(Clone, Copy)]
+enum Fault {
+    None,
+    /// Every forwarded proposal is sent twice.
+    Duplicate,
+    /// The first `n` forwarded proposals are lost.
+    DropFirst(usize),
+    /// Every forwarded proposal is lost.
+    DropAll,
+}
+
+/// The TCP transport with a fault between the node and the wire.
+struct Faulty {
+    inner: Arc<TcpTransport>,
+    fault: Fault,
+    seen: AtomicUsize,
+}
+
+impl Outbox for Faulty {
+    fn send(&self, msgs: Vec<Message>) {
+        let mut out = Vec::with_capacity(msgs.len());
+        for m in msgs {
+            if m.get_msg_type() != MessageType::MsgPropose {
+                out.push(m);
+                continue;
+            }
+            let n = self.seen.fetch_add(1, Ordering::SeqCst);
+            match self.fault {
+                Fault::None => out.push(m),
+                Fault::Duplicate => {
+                    out.push(m.clone());
+                    out.push(m);
+                }
+                Fault::DropFirst(k) if n < k => {}
+                Fault::DropFirst(_) => out.push(m),
+                Fault::DropAll => {}
+            }
+        }
+        self.inner.send(out);
+    }
+
+    fn set_peer(&self, id: u64, addr: Option<SocketAddr>) {
+        self.inner.set_peer(id, addr);
+    }
+}
+
+struct Member {
+    node: Node,
+    transport: Arc<TcpTransport>,
+    /// Every record the node applied, by the tap: (index, grains id).
+    applied: Arc<Mutex<Vec<(u64, String)>>>,
+}
+
+impl Member {
+    fn stop(self) {
+        self.node.stop();
+        self.transport.shutdown();
+    }
+
+    /// How many times the node applied a record for `id`.
+    fn applied_count(&self, id: &str) -> usize {
+        self.applied.lock().unwrap().iter().filter(|(_, g)| g == id).count()
+    }
+}
+
+struct Opts {
+    voters: Vec<u64>,
+    join: bool,
+    auto_promote: bool,
+    fault: Fault,
+    timeout: Duration,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Opts { voters: vec![], join: false, auto_promote: false, fault: Fault::None, timeout: Duration::from_secs(20) }
+    }
+}
+
+fn start(root: &Path, id: u64, listen: SocketAddr, peers: HashMap<u64, SocketAddr>, o: Opts) -> Member {
+    let (inbox, mb) = mailbox();
+    let t = TcpTransport::start(id, listen, peers, crate::ClusterKey::from_secret("s"), Arc::new(move |m| inbox.deliver(m))).unwrap();
+    let applied = Arc::new(Mutex::new(Vec::new()));
+    let seen = applied.clone();
+    let tap = Tap(Arc::new(move |index: u64, r: &Record| {
+        if let Record::GrainsReport(g) = r {
+            seen.lock().unwrap().push((index, g.id.clone()));
+        }
+    }));
+    let dir = root.join(format!("n{id}"));
+    let cfg = NodeConfig { id, voters: o.voters, join: o.join, addrs: [(id, listen)].into(), auto_promote: o.auto_promote, propose_timeout: o.timeout, tap: Some(tap), ..Default::default() };
+    let geo = Geometry { size: 4096, slot_size: 96, key_size: 64, max_segment_bytes: 1 << 20 };
+    let views = Views::new(Box::new(MmapKeys::open(&dir.join("pki"), geo).unwrap()), RootsMaterialiser::new(RootsDirs::default()));
+    let outbox: Arc<dyn Outbox> = Arc::new(Faulty { inner: t.clone(), fault: o.fault, seen: AtomicUsize::new(0) });
+    let node = Node::start_peered(&DataDir::new(&dir.join("data")), views, cfg, outbox, mb).unwrap();
+    Member { node, transport: t, applied }
+}
+
+fn grains(id: &str) -> Record {
+    Record::GrainsReport(GrainsReport { id: id.into(), grains: vec![0x80], time_ns: 1 })
+}
+
+/// A founder (node 1, sole voter) and a learner (node 2) whose forwards go through
+/// `fault`, the learner following the founder.
+fn pair(root: &Path, fault: Fault, timeout: Duration) -> (Member, Member) {
+    let a1 = free_addr("127.0.0.1");
+    let n1 = start(root, 1, a1, HashMap::new(), Opts { voters: vec![1], ..Default::default() });
+    let a2 = free_addr("127.0.0.2");
+    let n2 = start(root, 2, a2, [(1, a1)].into(), Opts { join: true, fault, timeout, ..Default::default() });
+    n1.node.add_learner(2, a2).unwrap();
+    wait_until("the learner to follow the founder", 20, || n2.node.leader() == Some(1));
+    (n1, n2)
+}
+
+/// The entries of the log in `dir` that carry the proposals of node `proposer`.
+fn copies_in_log(dir: &Path, proposer: u64) -> Vec<ProposalId> {
+    let log = RaftLog::open(&dir.join("n1/data/log")).unwrap();
+    let mut out = Vec::new();
+    log.for_each_entry(1, None, |_, e| {
+        out.extend(e.unwrap().id.filter(|id| id.proposer == proposer));
+        Ok(())
+    })
+    .unwrap();
+    out
+}
+
+#[test]
+fn a_proposal_delivered_twice_is_applied_once_on_every_member() {
+    let dir = tempfile::tempdir().unwrap();
+    let (n1, n2) = pair(dir.path(), Fault::Duplicate, Duration::from_secs(20));
+    // Several records: one entry, applied all-or-nothing, once.
+    n2.node.propose(&[grains("twice-a"), grains("twice-b")]).unwrap();
+    n1.node.propose(&[grains("after")]).unwrap();
+    wait_until("the learner to apply what follows", 20, || n2.applied_count("after") == 1);
+    for m in [&n1, &n2] {
+        assert_eq!((m.applied_count("twice-a"), m.applied_count("twice-b")), (1, 1));
+    }
+    n1.stop();
+    n2.stop();
+    let ids = copies_in_log(dir.path(), 2);
+    assert_eq!(ids.len(), 2, "the log holds both copies: {ids:?}");
+    assert_eq!(ids[0], ids[1]);
+}
+
+#[test]
+fn a_forward_the_leader_never_got_is_resubmitted_and_answered_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (n1, n2) = pair(dir.path(), Fault::DropFirst(1), Duration::from_secs(30));
+    // The first forward is lost; the learner hands it over again after three election
+    // timeouts, and only that copy answers the caller.
+    let index = n2.node.propose(&[grains("lost-once-a"), grains("lost-once-b")]).unwrap();
+    wait_until("the leader's entry at the answered index to hold the caller's records", 20, || n1.applied.lock().unwrap().iter().filter(|(i, _)| *i == index).count() == 2);
+    wait_until("the learner to apply it", 20, || n2.applied_count("lost-once-b") == 1);
+    assert_eq!(n1.applied_count("lost-once-a"), 1);
+    n1.stop();
+    n2.stop();
+    assert_eq!(copies_in_log(dir.path(), 2).len(), 1);
+}
+
+#[test]
+fn a_caller_is_never_answered_with_success_for_an_entry_that_is_not_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    // No forward ever arrives, and the timeout comes before any resubmission.
+    let (n1, n2) = pair(dir.path(), Fault::DropAll, Duration::from_secs(2));
+    let lost = n2.node.propose_async(&[grains("never")]).unwrap();
+    // Meanwhile other entries apply on the learner; none of them answers it.
+    for i in 0..5 {
+        n1.node.propose(&[grains(&format!("other-{i}"))]).unwrap();
+    }
+    wait_until("the learner to apply the others", 20, || n2.applied_count("other-4") == 1);
+    match lost.wait() {
+        Err(NodeError::Timeout(_)) => {}
+        other => panic!("a proposal that never reached the log was answered {other:?}"),
+    }
+    assert_eq!(n1.applied_count("never") + n2.applied_count("never"), 0);
+    n1.stop();
+    n2.stop();
+}
+
+#[test]
+fn a_restarted_node_proposes_under_a_new_incarnation() {
+    let dir = tempfile::tempdir().unwrap();
+    let a1 = free_addr("127.0.0.1");
+    let n1 = start(dir.path(), 1, a1, HashMap::new(), Opts { voters: vec![1], ..Default::default() });
+    let first = n1.node.incarnation();
+    n1.node.propose(&[grains("one")]).unwrap();
+    assert_eq!(n1.node.state().proposer_mark(1).unwrap().map(|m| m.0), Some(first));
+    n1.stop();
+    let n1 = start(dir.path(), 1, a1, HashMap::new(), Opts { voters: vec![1], ..Default::default() });
+    let second = n1.node.incarnation();
+    assert!(second > first, "{second} after {first}");
+    // Its first proposal has sequence number 1 again, and is neither taken for the
+    // earlier incarnation's nor skipped.
+    n1.node.propose(&[grains("two")]).unwrap();
+    assert_eq!(n1.applied_count("two"), 1);
+    assert_eq!(n1.node.state().proposer_mark(1).unwrap().map(|m| m.0), Some(second));
+    n1.stop();
+    let mut ids = copies_in_log(dir.path(), 1);
+    ids.dedup_by_key(|id| id.incarnation);
+    assert_eq!(ids.iter().map(|id| (id.incarnation, id.seq)).collect::<Vec<_>>(), vec![(first, 1), (second, 1)]);
+}
+
+#[test]
+fn membership_changes_made_while_another_is_pending_all_complete_and_the_promotion_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let a1 = free_addr("127.0.0.1");
+    let n1 = start(dir.path(), 1, a1, HashMap::new(), Opts { voters: vec![1], auto_promote: true, ..Default::default() });
+    let a2 = free_addr("127.0.0.2");
+    let n2 = start(dir.path(), 2, a2, [(1, a1)].into(), Opts { join: true, ..Default::default() });
+    // Several changes at once: raft-rs takes one at a time (a second proposed while one
+    // is pending becomes an empty entry); each must still apply and be answered, and
+    // the leader's own promotion of node 2, once it has caught up, must not be lost
+    // among them. Nodes 10..=13 are learners that never answer (nothing listens).
+    let handle = n1.node.handle();
+    let mut threads = vec![std::thread::spawn({
+        let h = handle.clone();
+        move || h.add_learner(2, a2)
+    })];
+    for id in 10..=13u64 {
+        let h = handle.clone();
+        let addr = free_addr("127.0.0.4");
+        threads.push(std::thread::spawn(move || h.add_learner(id, addr)));
+    }
+    for t in threads {
+        t.join().unwrap().unwrap();
+    }
+    wait_until("node 2 to be promoted", 30, || n1.node.membership().unwrap().1 == vec![1, 2]);
+    assert_eq!(n1.node.membership().unwrap().2, vec![10, 11, 12, 13]);
+    // And a write needs both voters now.
+    n1.node.propose(&[grains("two-voters")]).unwrap();
+    wait_until("node 2 to apply it", 20, || n2.applied_count("two-voters") == 1);
+    n1.stop();
+    n2.stop();
+}

@@ -1,0 +1,211 @@
+//! A raft entry's data: the records of one proposal, applied all-or-nothing.
+//!
+//! One proposal is one log entry, whatever its number of records, so that it commits,
+//! is deduplicated and is applied as one unit (`state/proposals.rs`) and its proposer
+//! answers once, for exactly that entry. The entry's `data` is:
+//!
+//! - **one record**: the framed record itself (`format.rs`), the layout every entry
+//!   had before batches existed, so old logs read unchanged;
+//! - **several records**: a batch:
+//!
+//! ```text
+//! offset  size  field
+//! 0       2     magic, the ASCII bytes "HB" (0x48 0x42)
+//! 2       1     batch version, 1
+//! 3       1     reserved, 0
+//! 4       4     count N of records, u32 LE, 2 ..= MAX_BATCH_RECORDS
+//! 8       ...   N framed records back to back (each with its own header and CRC)
+//! ```
+//!
+//! The whole entry is at most [`MAX_ENTRY_LEN`] bytes (one record of the largest
+//! payload fits). A decoder checks the bounds before it allocates (the count against
+//! what the bytes could hold), every record as [`Record::decode_prefix`] does, and that
+//! the records end exactly where the entry ends; any failure is an
+//! [`Error::BadRecord`] naming the offset, never a panic.
+//!
+//! [`LogEntry`] is an entry as the state machine sees it: its index, the proposal
+//! identity its [context](crate::context) names, and its records.
+
+use std::io::Write;
+use std::ops::Range;
+
+use raft::eraftpb::{Entry, EntryType};
+
+use crate::context::{self, ProposalId};
+use crate::error::{Error, Result};
+use crate::format::{Record, HEADER_LEN, MAGIC};
+
+/// The magic of a batch entry.
+pub const BATCH_MAGIC: [u8; 2] = *b"HB";
+/// The batch layout version this build writes and reads.
+pub const BATCH_VERSION: u8 = 1;
+/// Length of a batch's header.
+pub const BATCH_HEADER_LEN: usize = 8;
+/// Upper bound of an entry's data.
+pub const MAX_ENTRY_LEN: usize = 65 << 20;
+/// Upper bound of the records in one batch.
+pub const MAX_BATCH_RECORDS: usize = 1 << 20;
+
+impl Record {
+    /// The data of one entry holding `records`, in order: the record itself for one, a
+    /// batch for several. Refuses none, too many, and more than [`MAX_ENTRY_LEN`] bytes.
+    pub fn encode_batch(records: &[Record]) -> Result<Vec<u8>> {
+        match records {
+            [] => Err(Error::Invalid("an entry needs at least one record".into())),
+            [one] => one.encode(),
+            _ if records.len() > MAX_BATCH_RECORDS => Err(Error::Invalid(format!("{} records exceed the {MAX_BATCH_RECORDS}-record limit of one entry", records.len()))),
+            _ => {
+                let mut out = Vec::with_capacity(BATCH_HEADER_LEN + records.len() * 256);
+                out.extend_from_slice(&BATCH_MAGIC);
+                out.push(BATCH_VERSION);
+                out.push(0);
+                out.extend_from_slice(&(records.len() as u32).to_le_bytes());
+                for r in records {
+                    out.extend_from_slice(&r.encode()?);
+                    if out.len() > MAX_ENTRY_LEN {
+                        return Err(Error::Invalid(format!("{} records exceed the {MAX_ENTRY_LEN}-byte limit of one entry", records.len())));
+                    }
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// The records of one entry's data (a plain record or a batch).
+    pub fn decode_entry(buf: &[u8]) -> Result<Vec<Record>> {
+        if buf.len() > MAX_ENTRY_LEN {
+            return Err(bad(0, format!("entry of {} bytes exceeds the {MAX_ENTRY_LEN}-byte limit", buf.len())));
+        }
+        if buf.len() < 2 || buf[0..2] != BATCH_MAGIC {
+            // A single record; its decoder reports a wrong magic.
+            return Ok(vec![Record::decode(buf)?]);
+        }
+        if buf.len() < BATCH_HEADER_LEN {
+            return Err(bad(0, format!("{} bytes, shorter than the {BATCH_HEADER_LEN}-byte batch header", buf.len())));
+        }
+        if buf[2] != BATCH_VERSION {
+            return Err(bad(2, format!("unknown batch version {} (this build reads version {BATCH_VERSION})", buf[2])));
+        }
+        if buf[3] != 0 {
+            return Err(bad(3, format!("reserved batch byte is {}, not 0", buf[3])));
+        }
+        let count = u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]]) as usize;
+        // Every record takes at least its header: a count the bytes cannot hold is
+        // refused before anything is allocated for it.
+        let room = (buf.len() - BATCH_HEADER_LEN) / HEADER_LEN;
+        if !(2..=MAX_BATCH_RECORDS).contains(&count) || count > room {
+            return Err(bad(4, format!("batch of {count} records refused (2 to {MAX_BATCH_RECORDS}, and at most {room} fit in {} bytes)", buf.len())));
+        }
+        let mut out = Vec::with_capacity(count);
+        let mut at = BATCH_HEADER_LEN;
+        for i in 0..count {
+            let (rec, used) = Record::decode_prefix(&buf[at..]).map_err(|e| match e {
+                Error::BadRecord { offset, why } => bad(at + offset as usize, format!("record {i} of the batch: {why}")),
+                other => other,
+            })?;
+            out.push(rec);
+            at += used;
+        }
+        if at != buf.len() {
+            return Err(bad(at, format!("{} trailing bytes after the batch's {count} records", buf.len() - at)));
+        }
+        Ok(out)
+    }
+
+    /// The length of this record's framed bytes, computed without building them.
+    pub fn encoded_len(&self) -> Result<usize> {
+        let mut n = Counter(0);
+        rmp_serde::encode::write_named(&mut n, self).map_err(|e| Error::Invalid(format!("cannot encode {} record: {e}", self.kind().name())))?;
+        Ok(HEADER_LEN + n.0)
+    }
+
+    /// Cuts `records` (in order) into groups that each make one entry of at most
+    /// `max_records` records and `max_len` bytes (capped at [`MAX_ENTRY_LEN`]). A record
+    /// too large for `max_len` on its own gets a group of its own.
+    pub fn fit_groups(records: Vec<Record>, max_records: usize, max_len: usize) -> Result<Vec<Vec<Record>>> {
+        let ranges = Self::fit_ranges(&records, max_records, max_len)?;
+        let mut rest = records.into_iter();
+        Ok(ranges.into_iter().map(|r| rest.by_ref().take(r.len()).collect()).collect())
+    }
+
+    /// [`Record::fit_groups`] as index ranges into `records` (nothing is copied).
+    pub fn fit_ranges(records: &[Record], max_records: usize, max_len: usize) -> Result<Vec<Range<usize>>> {
+        let max_records = max_records.clamp(1, MAX_BATCH_RECORDS);
+        let max_len = max_len.min(MAX_ENTRY_LEN);
+        let mut out = Vec::new();
+        let (mut start, mut len) = (0, BATCH_HEADER_LEN);
+        for (i, r) in records.iter().enumerate() {
+            let n = r.encoded_len()?;
+            if i > start && (i - start >= max_records || len + n > max_len) {
+                out.push(start..i);
+                (start, len) = (i, BATCH_HEADER_LEN);
+            }
+            len += n;
+        }
+        if start < records.len() {
+            out.push(start..records.len());
+        }
+        Ok(out)
+    }
+}
+
+/// Counts the bytes written to it.
+struct Counter(usize);
+
+impl Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn bad(offset: usize, why: impl Into<String>) -> Error {
+    Error::BadRecord { offset: offset as u64, why: why.into() }
+}
+
+/// A committed entry that carries records, as the state machine applies it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogEntry {
+    pub index: u64,
+    /// The proposal the entry carries, when its context names one (see
+    /// [`context::EntryContext::id`]); entries without one apply unconditionally.
+    pub id: Option<ProposalId>,
+    /// The proposer's settled mark at the time it handed the entry to raft.
+    pub settled_below: u64,
+    pub records: Vec<Record>,
+}
+
+impl LogEntry {
+    /// An entry that names no proposal (tests, replays of records without entries).
+    pub fn plain(index: u64, records: Vec<Record>) -> Self {
+        LogEntry { index, id: None, settled_below: 0, records }
+    }
+
+    /// Reads a raft entry: `Ok(None)` for entries without records (a new leader's empty
+    /// entry, membership changes), an error when its data does not decode. A context
+    /// that does not decode names no proposal (logged; every member reads it the same).
+    pub fn from_raft(e: &Entry) -> Result<Option<LogEntry>> {
+        if e.data.is_empty() || e.get_entry_type() != EntryType::EntryNormal {
+            return Ok(None);
+        }
+        let records = Record::decode_entry(&e.data)?;
+        let ctx = match context::decode(&e.context) {
+            Ok(c) => c,
+            Err(err) => {
+                tracing::warn!(index = e.index, "entry context not understood, the entry is applied untracked: {err}");
+                None
+            }
+        };
+        Ok(Some(LogEntry { index: e.index, id: ctx.and_then(|c| c.id()), settled_below: ctx.map_or(0, |c| c.settled_below), records }))
+    }
+}
+
+// The single-record layout's magic must differ from a batch's.
+const _: () = assert!(MAGIC[1] != BATCH_MAGIC[1]);
+
+#[cfg(test)]
+#[path = "entry_tests.rs"]
+mod tests;

@@ -1,0 +1,124 @@
+//! Exact proposal tracking in the state machine: an entry applies all-or-nothing, a
+//! copy of a proposal applied before is skipped, an older incarnation's entry is stale,
+//! the same on every member (two state machines fed the same log), and the bookkeeping
+//! stays small.
+
+use crate::context::ProposalId;
+use crate::entry::LogEntry;
+use crate::format::{GrainsReport, KeySet, KeyState, Record};
+use crate::state::{Outcome, StateMachine, CF_PROPOSALS};
+
+fn grains(id: &str, v: u8) -> Record {
+    Record::GrainsReport(GrainsReport { id: id.into(), grains: vec![0x91, v], time_ns: v as u64 })
+}
+
+fn entry(index: u64, proposer: u64, incarnation: u64, seq: u64, settled_below: u64, records: Vec<Record>) -> LogEntry {
+    LogEntry { index, id: Some(ProposalId { proposer, incarnation, seq }), settled_below, records }
+}
+
+fn open(d: &tempfile::TempDir, name: &str) -> StateMachine {
+    StateMachine::open(&d.path().join(name)).unwrap()
+}
+
+/// A log where proposer 7's proposal 1 was handed to raft twice (a forward resubmitted
+/// after a leader change) around a newer write of the same key by proposer 8, and a
+/// proposal of an older incarnation of 7 commits after its restart.
+fn log() -> Vec<LogEntry> {
+    vec![
+        entry(1, 7, 100, 1, 1, vec![grains("a", 1), grains("b", 1)]),
+        entry(2, 8, 50, 1, 1, vec![grains("a", 2)]),
+        // The resubmitted copy: applying it again would undo proposer 8's newer write.
+        entry(3, 7, 100, 1, 1, vec![grains("a", 1), grains("b", 1)]),
+        entry(4, 7, 100, 2, 2, vec![grains("c", 1)]),
+        // 7 restarted (incarnation 200) and proposed again...
+        entry(5, 7, 200, 1, 1, vec![grains("d", 1)]),
+        // ...then a proposal of the old process commits: nobody waits for it.
+        entry(6, 7, 100, 3, 3, vec![grains("a", 9)]),
+        // An untracked entry (an old log's, or an offline replay's) always applies.
+        LogEntry::plain(7, vec![grains("e", 1)]),
+    ]
+}
+
+#[test]
+fn a_resubmitted_proposal_applies_once_and_stale_ones_not_at_all_on_every_member() {
+    let d = tempfile::tempdir().unwrap();
+    let want = vec![Outcome::Applied, Outcome::Applied, Outcome::Duplicate, Outcome::Applied, Outcome::Applied, Outcome::Stale, Outcome::Applied];
+    // Member one applies the log in one batch, member two entry by entry.
+    let one = open(&d, "one");
+    assert_eq!(one.apply_entries(&log()).unwrap().outcomes, want);
+    let two = open(&d, "two");
+    let outcomes: Vec<Outcome> = log().into_iter().flat_map(|e| two.apply_entries(&[e]).unwrap().outcomes).collect();
+    assert_eq!(outcomes, want);
+    for sm in [&one, &two] {
+        assert_eq!(sm.grains("a").unwrap(), Some(vec![0x91, 2]), "the newer write stands");
+        for id in ["b", "c", "d", "e"] {
+            assert!(sm.grains(id).unwrap().is_some(), "{id}");
+        }
+        assert_eq!(sm.applied_index().unwrap(), 7);
+        assert_eq!(sm.proposer_mark(7).unwrap(), Some((200, 1)));
+    }
+    assert_eq!(one.scan(CF_PROPOSALS, b"").unwrap(), two.scan(CF_PROPOSALS, b"").unwrap());
+    // Entries at or below the applied index are past; re-applying changes nothing.
+    assert!(one.apply_entries(&log()).unwrap().outcomes.iter().all(|o| *o == Outcome::Past));
+}
+
+#[test]
+fn an_entry_is_all_or_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let sm = open(&d, "s");
+    let pk = |id: &str| format!("PUB {id}").into_bytes();
+    let recs = vec![Record::KeySet(KeySet::new("k1", KeyState::Pending, pk("k1"), 1)), Record::KeySet(KeySet::new("k2", KeyState::Pending, pk("k2"), 1)), grains("k1", 1)];
+    let fx = sm.apply_entries(&[entry(1, 3, 1, 5, 5, recs.clone())]).unwrap();
+    assert_eq!(fx.outcomes, vec![Outcome::Applied]);
+    assert_eq!(fx.effects.len(), 2);
+    // Its copy: none of its records, no effects.
+    sm.apply_entries(&[entry(2, 9, 1, 1, 1, vec![Record::KeySet(KeySet::new("k2", KeyState::Deleted, vec![], 2))])]).unwrap();
+    let fx = sm.apply_entries(&[entry(3, 3, 1, 5, 5, recs)]).unwrap();
+    assert_eq!((fx.outcomes, fx.effects.len()), (vec![Outcome::Duplicate], 0));
+    assert!(sm.get_key("k2").unwrap().is_none(), "the deleted key stays deleted");
+}
+
+#[test]
+fn the_settled_mark_prunes_the_bookkeeping_and_skips_what_it_covers() {
+    let d = tempfile::tempdir().unwrap();
+    let sm = open(&d, "s");
+    // Proposal 1 waits (say, its forward was lost) while 2..=200 apply.
+    let mut index = 0;
+    let mut next = |seq, settled| {
+        index += 1;
+        entry(index, 4, 1, seq, settled, vec![grains("x", seq as u8)])
+    };
+    let batch: Vec<LogEntry> = (2..=200).map(|s| next(s, 1)).collect();
+    sm.apply_entries(&batch).unwrap();
+    assert_eq!(sm.count(CF_PROPOSALS).unwrap(), 1 + 199);
+    // Proposal 1 applies, and the next entry says everything below 201 is settled.
+    let e1 = next(1, 1);
+    let e201 = next(201, 201);
+    assert_eq!(sm.apply_entries(&[e1.clone(), e201]).unwrap().outcomes, vec![Outcome::Applied, Outcome::Applied]);
+    assert_eq!(sm.count(CF_PROPOSALS).unwrap(), 2, "the mark and proposal 201");
+    assert_eq!(sm.proposer_mark(4).unwrap(), Some((1, 201)));
+    // Anything below the mark is skipped, found or not.
+    let again = LogEntry { index: 1000, ..e1 };
+    assert_eq!(sm.apply_entries(&[again]).unwrap().outcomes, vec![Outcome::Duplicate]);
+    // A mark far ahead (a long-waiting proposal settled at last) prunes with a range.
+    let far = entry(1001, 4, 1, 100_000, 100_000, vec![grains("y", 1)]);
+    assert_eq!(sm.apply_entries(&[far]).unwrap().outcomes, vec![Outcome::Applied]);
+    assert_eq!(sm.count(CF_PROPOSALS).unwrap(), 2);
+    // A new incarnation drops what the old one left.
+    let restarted = entry(1002, 4, 2, 1, 1, vec![grains("z", 1)]);
+    assert_eq!(sm.apply_entries(&[restarted]).unwrap().outcomes, vec![Outcome::Applied]);
+    assert_eq!(sm.count(CF_PROPOSALS).unwrap(), 2);
+    assert_eq!(sm.proposer_mark(4).unwrap(), Some((2, 1)));
+}
+
+#[test]
+fn a_mark_above_the_entry_itself_is_capped_at_its_seq() {
+    // A hostile or buggy context claiming its own proposal is settled must not make the
+    // entry's copies apply twice or hide it.
+    let d = tempfile::tempdir().unwrap();
+    let sm = open(&d, "s");
+    let e = entry(1, 6, 1, 3, u64::MAX, vec![grains("q", 1)]);
+    assert_eq!(sm.apply_entries(&[e.clone()]).unwrap().outcomes, vec![Outcome::Applied]);
+    assert_eq!(sm.proposer_mark(6).unwrap(), Some((1, 3)));
+    assert_eq!(sm.apply_entries(&[LogEntry { index: 2, ..e }]).unwrap().outcomes, vec![Outcome::Duplicate]);
+}
