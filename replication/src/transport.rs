@@ -124,6 +124,8 @@ pub struct TcpTransport {
     local: SocketAddr,
     stopped: Arc<AtomicBool>,
     control: Arc<Mutex<Option<ControlHandler>>>,
+    /// The accept loop; joined by [`TcpTransport::shutdown`] so the port is free after it.
+    listening: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl TcpTransport {
@@ -137,7 +139,7 @@ impl TcpTransport {
         let stop2 = stopped.clone();
         let control: Arc<Mutex<Option<ControlHandler>>> = Arc::new(Mutex::new(None));
         let control2 = control.clone();
-        std::thread::Builder::new().name(format!("raft-listen-{id}")).spawn(move || {
+        let listening = std::thread::Builder::new().name(format!("raft-listen-{id}")).spawn(move || {
             for conn in listener.incoming() {
                 if stop2.load(Ordering::SeqCst) {
                     return;
@@ -151,7 +153,7 @@ impl TcpTransport {
                 }
             }
         })?;
-        Ok(Arc::new(TcpTransport { id, key, peers: Mutex::new(HashMap::new()), addrs: Mutex::new(peers), local, stopped, control }))
+        Ok(Arc::new(TcpTransport { id, key, peers: Mutex::new(HashMap::new()), addrs: Mutex::new(peers), local, stopped, control, listening: Mutex::new(Some(listening)) }))
     }
 
     /// Where control messages received from now on go.
@@ -177,13 +179,20 @@ impl TcpTransport {
         });
     }
 
-    /// Stops listening (the port is free once this returns... give or take the accept
-    /// thread's wake-up), drops outbound connections and stops delivering.
+    /// Stops listening (the port is free once this returns), drops outbound connections
+    /// and stops delivering.
     pub fn shutdown(&self) {
         self.stopped.store(true, Ordering::SeqCst);
         self.peers.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        // Wake the accept loop so it sees the flag and drops the listener.
-        let _ = TcpStream::connect_timeout(&self.local, CONNECT_TIMEOUT);
+        // Wake the accept loop so it sees the flag and drops the listener, and wait for
+        // it: a node restarted in the same process binds the same address next.
+        let woken = TcpStream::connect_timeout(&self.local, CONNECT_TIMEOUT).is_ok();
+        let handle = self.listening.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let (true, Some(h)) = (woken, handle) {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
     }
 
     /// The address the listener is bound to.
