@@ -7,7 +7,7 @@
 //! the log is the order of effects. Once the whole batch is applied the state machine
 //! records the last index, and the proposals the batch completes are answered
 //! (`proposals.rs`). Apply is deterministic: every member applying the same log gets the
-//! same state. A committed record that does not decode is a corrupt log: the node stops
+//! same state. A view that cannot be written does not stop the apply (`faults.rs`). A committed record that does not decode is a corrupt log: the node stops
 //! rather than skip it.
 
 use raft::eraftpb::{Entry, EntryType};
@@ -58,7 +58,8 @@ impl Driver {
             return Ok(());
         }
         let fx = self.sm.apply(&batch)?;
-        self.views.apply(&self.sm, &fx)?;
+        // A view that cannot be written is marked dirty and rebuilt later (`faults.rs`).
+        self.apply_views(&batch, &fx);
         if let Some(Tap(tap)) = &self.cfg.tap {
             for (index, rec) in &batch {
                 tap(*index, rec);
