@@ -80,6 +80,9 @@ pub struct MasterConfig {
     pub halite_data_dir: PathBuf,
     /// Largest request body accepted on the request port, in bytes.
     pub halite_max_request_bytes: usize,
+    /// The port of the HTTP health endpoint (`/alive`, `/ready`, `/metrics`) on
+    /// `interface`; `None` (0 or absent) serves none.
+    pub halite_health_port: Option<u16>,
     /// Every option as read (after includes), for the ones Halite does not model.
     pub raw: Mapping,
     /// Which file each option came from.
@@ -93,7 +96,7 @@ const KNOWN: &[&str] = &[
     "autosign_file", "autoreject_file", "autosign_grains_dir", "keep_jobs_seconds", "keep_jobs", "publish_session", "timeout",
     "keys.cache_driver", "mmap_key_size", "mmap_key_slot_size", "mmap_key_id_size", "mmap_key_max_segment_bytes",
     "mmap_cache_max_segment_bytes", "cluster_id", "cluster_peers", "cluster_pki_dir", "cluster_pool_port",
-    "cluster_secret", "cluster_isolated_filesystem", "halite_data_dir", "halite_max_request_bytes", "default_include", "include", "user",
+    "cluster_secret", "cluster_isolated_filesystem", "halite_data_dir", "halite_max_request_bytes", "halite_health_port", "default_include", "include", "user",
     "zmq_backlog", "max_minions", "loop_interval", "request_server_ttl", "cluster_pub_fingerprint", "tcp_keepalive", "tcp_keepalive_idle", "tcp_keepalive_cnt", "tcp_keepalive_intvl", "rotate_aes_key",
 ];
 
@@ -228,6 +231,10 @@ impl MasterConfig {
             cluster_id,
             halite_data_dir: PathBuf::from(r.string("halite_data_dir", "/var/lib/salt/halite")?),
             halite_max_request_bytes: r.uint("halite_max_request_bytes", 64 << 20)?.max(4096) as usize,
+            halite_health_port: match r.uint("halite_health_port", 0)? {
+                0 => None,
+                p => Some(u16::try_from(p).map_err(|_| r.invalid("halite_health_port", format!("{p} is not a TCP port")))?),
+            },
             root_dir,
             raw: raw.clone(),
             origin: origin.clone(),
