@@ -152,18 +152,19 @@ async fn serve(master: Arc<Master>, applied_rx: mpsc::UnboundedReceiver<publish:
     let pub_ep = endpoint(&cfg.interface, cfg.publish_port);
     let pub_listener = listen::bind(&cfg.interface, cfg.publish_port, cfg.ipv6, listen::ListenOptions::publish(cfg)).map_err(|e| bind_err(&pub_ep, &e))?;
     publisher_sock.bind_listener(pub_listener).await.map_err(|e| bind_err(&pub_ep, &e))?;
+    // Before the admin socket: once that answers, everything else is served.
+    if let Some(port) = cfg.halite_health_port {
+        let addr = if cfg.interface.contains(':') { format!("[{}]:{port}", cfg.interface) } else { format!("{}:{port}", cfg.interface) };
+        let l = tokio::net::TcpListener::bind(&addr).await.map_err(|e| bind_err(&addr, &e))?;
+        tracing::info!(addr = %addr, "health endpoint: /alive, /ready, /metrics");
+        tokio::spawn(health::serve(master.clone(), l));
+    }
     let sock_path = crate::admin::client::socket_path(&cfg.sock_dir);
     let _ = std::fs::remove_file(&sock_path);
     let admin_listener = tokio::net::UnixListener::bind(&sock_path).ctx(|| format!("binding {}", sock_path.display()))?;
     {
         use std::os::unix::fs::PermissionsExt;
         let _ = std::fs::set_permissions(&sock_path, std::fs::Permissions::from_mode(0o600));
-    }
-    if let Some(port) = cfg.halite_health_port {
-        let addr = if cfg.interface.contains(':') { format!("[{}]:{port}", cfg.interface) } else { format!("{}:{port}", cfg.interface) };
-        let l = tokio::net::TcpListener::bind(&addr).await.map_err(|e| bind_err(&addr, &e))?;
-        tracing::info!(addr = %addr, "health endpoint: /alive, /ready, /metrics");
-        tokio::spawn(health::serve(master.clone(), l));
     }
     write_pidfile(&cfg.pidfile);
     probes.startup();
