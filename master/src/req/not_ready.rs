@@ -52,3 +52,44 @@ pub fn answer(view: &dyn View, body: &[u8]) -> Outcome {
 pub fn cluster_retry() -> Vec<u8> {
     encode(&map([("enc", Value::from("clear")), ("load", map([("ret", Value::Boolean(false)), ("cluster_retry", Value::Boolean(true))]))]))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::view::memory::MemoryView;
+    use crate::wire::payload::{decode, get_bytes};
+
+    fn clear(load: Value) -> Vec<u8> {
+        encode(&map([("enc", Value::from("clear")), ("load", load), ("version", Value::from(3))]))
+    }
+
+    #[test]
+    fn a_sign_in_is_told_to_retry_and_records_nothing() {
+        let v = MemoryView::new();
+        let load = map([("cmd", Value::from("_auth")), ("id", Value::from("m1")), ("nonce", Value::from("n-1")), ("pub", Value::from("PEM"))]);
+        let o = answer(&v, &clear(load));
+        assert!(o.records.is_empty() && o.effects.is_empty() && o.events.is_empty() && o.claims.is_empty());
+        let reply = decode(&o.reply).unwrap();
+        let inner = get_bytes(&reply, "load").expect("a signed reply");
+        let sig = get_bytes(&reply, "sig").unwrap();
+        assert!(v.keys.private.public_key().unwrap().verify(inner, sig, SigAlgo::Pkcs1v15Sha1).unwrap());
+        let inner = decode(inner).unwrap();
+        assert_eq!(get(&inner, "ret"), Some(&Value::Boolean(true)));
+        assert_eq!(get_text(&inner, "nonce"), Some("n-1"));
+    }
+
+    #[test]
+    fn other_requests_get_salts_cluster_retry_and_ping_is_answered() {
+        let v = MemoryView::new();
+        let aes = encode(&map([("enc", Value::from("aes")), ("load", bin(vec![1, 2, 3])), ("id", Value::from("m1")), ("version", Value::from(3))]));
+        let o = answer(&v, &aes);
+        assert!(o.records.is_empty());
+        let reply = decode(&o.reply).unwrap();
+        let load = get(&reply, "load").unwrap();
+        assert_eq!(get(load, "cluster_retry"), Some(&Value::Boolean(true)));
+        assert_eq!(get(load, "ret"), Some(&Value::Boolean(false)));
+        let ping = map([("cmd", Value::from("ping")), ("x", Value::from(1))]);
+        assert_eq!(decode(&answer(&v, &clear(ping.clone())).reply).unwrap(), ping);
+        assert_eq!(answer(&v, b"\xc1garbage").reply, envelope::bad_load());
+    }
+}
