@@ -17,6 +17,7 @@
 //! | `halite_data_dir` | `/var/lib/salt/halite` | the log (`log/`) and state machine (`state/`) |
 //! | `halite_max_request_bytes` | 67108864 (64 MiB) | largest request accepted on `ret_port`; larger ones get `"bad load"` (a message over it + 64 KiB is refused from its frame header, `daemon::sockets`) |
 //! | `halite_max_pending_keys` | 10000 | most pending keys; a new id signing in beyond it is answered `full` and nothing is written (0 = no cap) |
+//! | `halite_health_port` | 0 (off) | port of the HTTP health endpoint on `interface`: `/alive`, `/ready`, `/metrics` |
 //! | `halite_log_max_bytes` | 268435456 (256 MiB) | compact the log (snapshot + drop the history) when its files exceed this; `0` or `null`: no byte limit |
 //!
 //! Salt's `pub_hwm` (default 1000) bounds the publishes queued per subscriber on
@@ -95,6 +96,9 @@ pub struct MasterConfig {
     pub halite_max_pending_keys: u64,
     /// Publishes queued per subscriber before further ones are dropped for it.
     pub pub_hwm: usize,
+    /// The port of the HTTP health endpoint (`/alive`, `/ready`, `/metrics`) on
+    /// `interface`; `None` (0 or absent) serves none.
+    pub halite_health_port: Option<u16>,
     /// Every option as read (after includes), for the ones Halite does not model.
     pub raw: Mapping,
     /// Which file each option came from.
@@ -109,7 +113,7 @@ const KNOWN: &[&str] = &[
     "keys.cache_driver", "mmap_key_size", "mmap_key_slot_size", "mmap_key_id_size", "mmap_key_max_segment_bytes",
     "mmap_cache_max_segment_bytes", "cluster_id", "cluster_peers", "cluster_pki_dir", "cluster_pool_port",
     "cluster_secret", "cluster_isolated_filesystem", "halite_data_dir", "halite_max_request_bytes", "cluster_max_log_size", "halite_log_max_bytes",
-    "halite_max_pending_keys", "pub_hwm", "default_include", "include", "user",
+    "halite_max_pending_keys", "pub_hwm", "halite_health_port", "default_include", "include", "user",
     "zmq_backlog", "max_minions", "loop_interval", "request_server_ttl", "cluster_pub_fingerprint", "tcp_keepalive", "tcp_keepalive_idle", "tcp_keepalive_cnt", "tcp_keepalive_intvl", "rotate_aes_key",
 ];
 
@@ -251,6 +255,10 @@ impl MasterConfig {
             },
             halite_max_pending_keys: r.uint("halite_max_pending_keys", 10_000)?,
             pub_hwm: r.uint("pub_hwm", 1000)?.clamp(1, 1 << 20) as usize,
+            halite_health_port: match r.uint("halite_health_port", 0)? {
+                0 => None,
+                p => Some(u16::try_from(p).map_err(|_| r.invalid("halite_health_port", format!("{p} is not a TCP port")))?),
+            },
             root_dir,
             raw: raw.clone(),
             origin: origin.clone(),

@@ -8,7 +8,10 @@
 //!
 //! | metric | type | labels |
 //! |---|---|---|
-//! | `halite_refused_total` | counter | `port` (request, publish, cluster, admin, disk), `reason` |
+//! | `halite_refused_total` | counter | `port` (request, publish, cluster, admin, disk, health), `reason` |
+//!
+//! The cluster and traffic metrics (indexes, lag, leader, proposals, returns, sign-ins,
+//! view errors, connected minions) are in `daemon/node_metrics.rs`.
 
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};
@@ -39,6 +42,8 @@ pub enum Port {
     Admin,
     /// Bytes read from disk.
     Disk,
+    /// The HTTP health endpoint (`halite_health_port`).
+    Health,
 }
 
 impl Port {
@@ -49,6 +54,7 @@ impl Port {
             Port::Cluster => "cluster",
             Port::Admin => "admin",
             Port::Disk => "disk",
+            Port::Health => "health",
         }
     }
 }

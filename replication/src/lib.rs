@@ -22,6 +22,6 @@ pub mod transport;
 mod testutil;
 
 pub use cluster::{member_id, ClusterPlan};
-pub use node::{DataDir, Inbox, Mailbox, Node, NodeConfig, NodeError, NodeHandle, Pending, Tap};
+pub use node::{DataDir, Inbox, Mailbox, Node, NodeConfig, NodeError, NodeHandle, NodeStatus, Pending, Tap};
 pub use ring::HashRing;
 pub use transport::{ClusterKey, Outbox, TcpTransport};

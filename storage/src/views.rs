@@ -13,6 +13,42 @@ use crate::keys::{pair, KeyEntry, KeyView};
 use crate::roots::RootsMaterialiser;
 use crate::state::{Effect, StateMachine};
 
+/// One view, as far as faults go: each fails, is marked dirty and is recovered on its
+/// own, while the state machine and the other view go on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ViewKind {
+    /// The key view (`localfs_key` or `mmap_key`) with the master bank's key pairs.
+    Keys,
+    /// The `file_roots` / `pillar_roots` trees.
+    Roots,
+}
+
+impl ViewKind {
+    pub const ALL: [ViewKind; 2] = [ViewKind::Keys, ViewKind::Roots];
+
+    /// The view an effect writes.
+    pub fn of(fx: &Effect) -> ViewKind {
+        match fx {
+            Effect::RootsWritten { .. } | Effect::RootsRemoved { .. } => ViewKind::Roots,
+            _ => ViewKind::Keys,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ViewKind::Keys => "keys",
+            ViewKind::Roots => "roots",
+        }
+    }
+}
+
+/// A view that could not be written (a full disk, a directory replaced by a file).
+#[derive(Debug)]
+pub struct ViewFault {
+    pub view: ViewKind,
+    pub error: crate::error::Error,
+}
+
 pub struct Views {
     pub keys: Box<dyn KeyView>,
     pub roots: RootsMaterialiser,
@@ -148,10 +184,28 @@ impl Views {
         Views { keys, roots }
     }
 
-    /// Mirrors one applied batch. A view entry that cannot be written (an id too long for
-    /// the mmap geometry) is logged and skipped: the state machine still holds it.
+    /// Mirrors one applied batch; the first failure is the error (for callers that stop
+    /// on it: the offline tools and the tests). The node uses [`Views::apply_each`].
     pub fn apply(&mut self, sm: &StateMachine, effects: &[Effect]) -> Result<()> {
+        match self.apply_each(sm, effects, &mut |_| false).into_iter().next() {
+            Some(f) => Err(f.error),
+            None => Ok(()),
+        }
+    }
+
+    /// Mirrors one applied batch into every view that `skip` does not name, and returns
+    /// what failed: at most one [`ViewFault`] per view, whose remaining effects in the
+    /// batch are then skipped (the caller marks it dirty and rebuilds it later). A view
+    /// entry that can never be written (an id too long for the mmap geometry, a symlink
+    /// in a roots tree) is logged and skipped: the state machine still holds it, and it
+    /// is not a fault of the view.
+    pub fn apply_each(&mut self, sm: &StateMachine, effects: &[Effect], skip: &mut dyn FnMut(ViewKind) -> bool) -> Vec<ViewFault> {
+        let mut faults: Vec<ViewFault> = Vec::new();
         for fx in effects {
+            let view = ViewKind::of(fx);
+            if faults.iter().any(|f| f.view == view) || skip(view) {
+                continue;
+            }
             let r = match fx {
                 Effect::KeySet { id, state, pub_key, time_ns } => self.keys.set_key(id, *state, pub_key, *time_ns),
                 Effect::KeyRemoved { id } => self.keys.remove_key(id).map(|_| ()),
@@ -162,13 +216,34 @@ impl Views {
                 Effect::MasterKeyPair { name, private_pem } => self.write_master_pair(name, private_pem),
                 Effect::ClusterKeyPair { private_pem } => self.write_cluster_pair(private_pem),
             };
-            if let Err(e) = r {
-                match e {
-                    crate::error::Error::Invalid(_) | crate::error::Error::InvalidId { .. } | crate::error::Error::InvalidPath { .. } => {
-                        tracing::error!(driver = self.keys.driver(), "view not updated: {e}");
-                    }
-                    other => return Err(other),
+            match r {
+                Ok(()) => {}
+                Err(e @ (crate::error::Error::Invalid(_) | crate::error::Error::InvalidId { .. } | crate::error::Error::InvalidPath { .. })) => {
+                    tracing::error!(driver = self.keys.driver(), "view not updated: {e}");
                 }
+                Err(error) => faults.push(ViewFault { view, error }),
+            }
+        }
+        faults
+    }
+
+    /// Brings a view that failed back to the state machine: the key view is cleared and
+    /// written again (with its key pairs); the roots trees get every file the state
+    /// holds, and the `touched` paths (changed while the view was failing, removals
+    /// included) are made equal to the state.
+    pub fn recover(&mut self, sm: &StateMachine, view: ViewKind, touched: &Touched) -> Result<()> {
+        match view {
+            ViewKind::Keys => {
+                self.rebuild_keys(sm, |_, _| {})?;
+            }
+            ViewKind::Roots => {
+                for (tree, env, path) in &touched.roots {
+                    match sm.roots_file(*tree, env, path)? {
+                        Some((meta, data)) => self.roots.write(*tree, env, path, meta.mode, &data)?,
+                        None => self.roots.remove(*tree, env, path)?,
+                    }
+                }
+                self.roots.rebuild(sm)?;
             }
         }
         Ok(())

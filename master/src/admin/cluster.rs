@@ -102,6 +102,14 @@ pub fn members(node_id: &str, m: &Members) -> J {
         "term": m.term,
         "unhealthy_voters": [],
         "recently_demoted": [],
+        // Halite: each member's progress as this member knows it (its own applied
+        // index; on the leader, every peer's matched index), by name.
+        "progress": m.progress.iter().map(|(id, p)| (m.name(*id), json!({
+            "applied_index": p.applied,
+            "matched_index": p.matched,
+            "lag": p.lag,
+            "ready": p.ready,
+        }))).collect::<serde_json::Map<String, J>>(),
     })
 }
 

@@ -63,6 +63,22 @@ pub struct Members {
     pub leader: Option<u64>,
     /// Raft id → member name (its address, Salt's identity).
     pub names: BTreeMap<u64, String>,
+    /// What this master knows of each member's progress: its own applied index and
+    /// readiness, and, on the leader, how far each peer's log matches.
+    pub progress: BTreeMap<u64, MemberProgress>,
+}
+
+/// One member's progress as this master sees it (`None`: not known here).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemberProgress {
+    /// Its last applied index (known for this master only).
+    pub applied: Option<u64>,
+    /// The highest index the leader knows is in its log (known on the leader).
+    pub matched: Option<u64>,
+    /// Entries it is behind the commit index this master knows.
+    pub lag: Option<u64>,
+    /// Caught up with the cluster (known for this master only).
+    pub ready: Option<bool>,
 }
 
 impl Members {

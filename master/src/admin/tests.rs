@@ -28,7 +28,7 @@ impl Fixture {
         Fixture {
             cfg: MasterConfig::under(std::path::Path::new("/nonexistent/halite-admin-test")),
             sm: StateMachine::open_in_memory(name).unwrap(),
-            members: Members { term: 1, voters: vec![1], learners: vec![], leader: Some(1), names: [(1, "m1".to_string())].into() },
+            members: Members { term: 1, voters: vec![1], learners: vec![], leader: Some(1), names: [(1, "m1".to_string())].into(), ..Default::default() },
             local: BTreeMap::new(),
             pki: (vec![], PkiCounts::default()),
             index: std::cell::Cell::new(0),
@@ -218,9 +218,19 @@ fn cluster_runners_report_the_group() {
     assert!(f.run(json!({"cmd": "runner", "fun": "cluster.remove_member", "name": "m1"})).unwrap_err().to_string().contains("not a cluster member"));
     f.cfg.cluster_id = Some("c".into());
     let ids: Vec<u64> = ["10.0.0.1", "10.0.0.2", "10.0.0.3"].iter().map(|n| crate::start::member_id(n)).collect();
-    f.members = Members { term: 4, voters: ids.clone(), learners: vec![], leader: Some(ids[1]), names: ids.iter().zip(["10.0.0.1", "10.0.0.2", "10.0.0.3"]).map(|(i, n)| (*i, n.to_string())).collect() };
+    f.members = Members { term: 4, voters: ids.clone(), learners: vec![], leader: Some(ids[1]), names: ids.iter().zip(["10.0.0.1", "10.0.0.2", "10.0.0.3"]).map(|(i, n)| (*i, n.to_string())).collect(), ..Default::default() };
     let m = f.now(json!({"cmd": "runner", "fun": "cluster.members"}))["return"].clone();
     assert_eq!((m["voters"].clone(), m["leader_id"].clone(), m["term"].clone()), (json!(["10.0.0.1", "10.0.0.2", "10.0.0.3"]), json!("10.0.0.2"), json!(4)));
+    assert_eq!(m["progress"], json!({}));
+    // On the leader: its own applied index, each peer's matched index and lag.
+    f.members.progress = [
+        (ids[1], crate::admin::MemberProgress { applied: Some(90), matched: None, lag: Some(0), ready: Some(true) }),
+        (ids[2], crate::admin::MemberProgress { applied: None, matched: Some(40), lag: Some(50), ready: None }),
+    ]
+    .into();
+    let m = f.now(json!({"cmd": "runner", "fun": "cluster.members"}))["return"].clone();
+    assert_eq!(m["progress"]["10.0.0.2"], json!({"applied_index": 90, "matched_index": null, "lag": 0, "ready": true}));
+    assert_eq!(m["progress"]["10.0.0.3"], json!({"applied_index": null, "matched_index": 40, "lag": 50, "ready": null}));
     let ring = f.now(json!({"cmd": "runner", "fun": "cluster.ring_info"}))["return"].clone();
     assert_eq!((ring["node_count"].clone(), ring["vnodes"].clone()), (json!(3), json!(150)));
     assert!(f.run(json!({"cmd": "runner", "fun": "cluster.remove_member", "name": "10.9.9.9"})).unwrap_err().to_string().contains("is not a member"));

@@ -232,7 +232,7 @@ impl AdminView for Master {
     }
     fn members(&self) -> Result<Members> {
         let (term, voters, learners) = self.node.membership()?;
-        Ok(Members { term, voters, learners, leader: self.node.leader(), names: crate::start::member_names(&self.cfg, Some(&self.node.handle())) })
+        Ok(Members { term, voters, learners, leader: self.node.leader(), names: crate::start::member_names(&self.cfg, Some(&self.node.handle())), progress: progress(&self.node.status().get()) })
     }
     fn new_jid(&self) -> String {
         crate::jobs::new_jid()
@@ -246,6 +246,17 @@ impl AdminView for Master {
     fn localfs_pki(&self) -> Result<(Vec<Record>, PkiCounts)> {
         Ok(read_localfs_pki(self.cfg.keys_dir())?)
     }
+}
+
+/// Each member's progress as the node's status shows it: this member's applied index,
+/// lag and readiness; on the leader, every peer's matched index and lag.
+fn progress(s: &halite_replication::node::Status) -> std::collections::BTreeMap<u64, crate::admin::MemberProgress> {
+    let mut out = std::collections::BTreeMap::new();
+    out.insert(s.id, crate::admin::MemberProgress { applied: Some(s.applied), matched: None, lag: Some(s.lag()), ready: Some(s.ready) });
+    for p in &s.peers {
+        out.insert(p.id, crate::admin::MemberProgress { applied: None, matched: Some(p.matched), lag: Some(s.commit.saturating_sub(p.matched)), ready: None });
+    }
+    out
 }
 
 /// This master's directory of a saltenv's roots, read as records.

@@ -14,13 +14,18 @@
 //! | [`sessions`], [`replay`], [`bus`] | session keys, nonces of applied requests, the event bus |
 //! | [`listen`] | TCP listeners with Salt's keepalive and backlog |
 //! | [`sockets`] | the request and publish sockets, their bounds, their refusals counted |
+//! | [`health`], [`http`], [`node_metrics`], [`probes`] | readiness: the HTTP endpoint (`/alive`, `/ready`, `/metrics`), its metrics, Salt's probe files |
 
 pub mod admin;
 pub mod bus;
 pub mod cluster;
+pub mod health;
+pub mod http;
 pub mod listen;
 pub mod live;
 pub mod maintenance;
+pub mod node_metrics;
+pub mod probes;
 pub mod publish;
 pub mod replay;
 pub mod requests;
@@ -43,6 +48,10 @@ use live::Master;
 /// Threads that run request handlers and admin commands (tokio's blocking pool).
 const MAX_BLOCKING_THREADS: usize = 16;
 
+/// Longest wait at start for the node to catch up with the cluster before the ports
+/// open (until it is ready, minions get Salt's retry answers: `req::not_ready`).
+pub const READY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 fn mkdir_private(p: &std::path::Path) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(p).ctx(|| format!("creating {}", p.display()))?;
@@ -53,6 +62,8 @@ fn mkdir_private(p: &std::path::Path) -> Result<()> {
 pub fn run(cfg: MasterConfig) -> Result<()> {
     let started = std::time::Instant::now();
     std::fs::create_dir_all(&cfg.cachedir).ctx(|| format!("creating {}", cfg.cachedir.display()))?;
+    // A probe file left by the last run must not pass a probe.
+    let probes = probes::Probes::reset(&cfg);
     mkdir_private(&cfg.sock_dir)?;
     if matches!(cfg.key_driver, halite_storage::keys::KeyDriver::Localfs) {
         LocalfsKeys::open(cfg.keys_dir()).and_then(|v| v.ensure_layout())?;
@@ -72,6 +83,7 @@ pub fn run(cfg: MasterConfig) -> Result<()> {
         (master_keys(&cfg, &node, found)?, Crypticle::generate(), 0)
     };
     let publish_key = PublishKey::new(aes, &keys)?;
+    wait_ready(&node);
     let master = Arc::new(Master::new(cfg, node, keys, publish_key, generation));
     // Request handlers run on the blocking pool (RSA, pillar rendering, file reads): a few
     // threads per core keep the CPU busy; more only add stacks and allocator arenas.
@@ -81,7 +93,29 @@ pub fn run(cfg: MasterConfig) -> Result<()> {
         .enable_all()
         .build()
         .ctx(|| "starting the runtime".into())?;
-    rt.block_on(serve(master, applied_rx, started))
+    rt.block_on(serve(master, applied_rx, started, probes))
+}
+
+/// Waits up to [`READY_WAIT`] for the node to be caught up with the cluster, so a member
+/// restarted behind does not open its ports only to answer retries (a lone master is
+/// ready as soon as its log is applied).
+fn wait_ready(node: &halite_replication::Node) {
+    let end = std::time::Instant::now() + READY_WAIT;
+    let mut said = false;
+    while !node.status().ready() && std::time::Instant::now() < end {
+        if !said {
+            let s = node.status().get();
+            tracing::info!(applied = s.applied, commit = s.commit, leader = ?s.leader, "catching up with the cluster before serving");
+            said = true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let s = node.status().get();
+    if s.ready {
+        tracing::info!(applied = s.applied, "caught up with the cluster");
+    } else {
+        tracing::warn!(applied = s.applied, commit = s.commit, leader = ?s.leader, "not caught up after {READY_WAIT:?}: serving; minions get Salt's retry answers until this member is ready");
+    }
 }
 
 /// A lone master's key pair, from its log; recorded first if the log has none (the pair
@@ -100,10 +134,17 @@ fn master_keys(cfg: &MasterConfig, node: &halite_replication::Node, found: Optio
     }
 }
 
-async fn serve(master: Arc<Master>, applied_rx: mpsc::UnboundedReceiver<publish::Applied>, started: std::time::Instant) -> Result<()> {
+async fn serve(master: Arc<Master>, applied_rx: mpsc::UnboundedReceiver<publish::Applied>, started: std::time::Instant, probes: probes::Probes) -> Result<()> {
     let cfg = &master.cfg;
     let (router, ret_ep) = sockets::request(cfg).await?;
     let (publisher_sock, pub_ep) = sockets::publish(cfg).await?;
+    // Before the admin socket: once that answers, everything else is served.
+    if let Some(port) = cfg.halite_health_port {
+        let addr = if cfg.interface.contains(':') { format!("[{}]:{port}", cfg.interface) } else { format!("{}:{port}", cfg.interface) };
+        let l = tokio::net::TcpListener::bind(&addr).await.map_err(|e| sockets::bind_err(&addr, &e))?;
+        tracing::info!(addr = %addr, "health endpoint: /alive, /ready, /metrics");
+        tokio::spawn(health::serve(master.clone(), l));
+    }
     let sock_path = crate::admin::client::socket_path(&cfg.sock_dir);
     let _ = std::fs::remove_file(&sock_path);
     let admin_listener = tokio::net::UnixListener::bind(&sock_path).ctx(|| format!("binding {}", sock_path.display()))?;
@@ -112,6 +153,9 @@ async fn serve(master: Arc<Master>, applied_rx: mpsc::UnboundedReceiver<publish:
         let _ = std::fs::set_permissions(&sock_path, std::fs::Permissions::from_mode(0o600));
     }
     write_pidfile(&cfg.pidfile);
+    probes.startup();
+    let m = master.clone();
+    tokio::spawn(probes::run(probes, move || m.node.status().ready()));
     tracing::info!(ret = %ret_ep, publish = %pub_ep, admin = %sock_path.display(), ms = started.elapsed().as_millis() as u64, "salt-master serving");
 
     let (pub_tx, pub_rx) = mpsc::unbounded_channel::<Vec<u8>>();

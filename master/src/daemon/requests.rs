@@ -12,6 +12,9 @@
 //! 4. effects applied (session key, autosign stub, nonce), events fired;
 //! 5. the reply sent on the request's own routing envelope.
 //!
+//! A member that is not ready (not caught up with the cluster) answers everything with
+//! Salt's retry answers instead (`req::not_ready`).
+//!
 //! A reply is sent only after its records are committed and applied, so an
 //! acknowledged key change or return is durable, and a sign-in's answer is what the
 //! log decided, never what a lagging member read. If the commit fails the minion gets
@@ -71,6 +74,28 @@ async fn commit(master: &Master, out: &Outcome) -> Result<(), halite_replication
 
 /// The reply to one request body, with everything it calls for carried out.
 async fn answer(master: &Arc<Master>, body: Bytes) -> Option<Vec<u8>> {
+    if !master.node.status().ready() {
+        // Not caught up with the cluster: decide nothing from a stale state.
+        return not_ready(master, body).await;
+    }
+    let out = settle(master, body).await?;
+    super::node_metrics::answered(&out.0, out.1);
+    Some(out.2)
+}
+
+/// Salt's retry answers (`req::not_ready`), on the blocking pool (a sign-in's reply is
+/// signed).
+async fn not_ready(master: &Arc<Master>, body: Bytes) -> Option<Vec<u8>> {
+    let m = master.clone();
+    let out = tokio::task::spawn_blocking(move || req::not_ready::answer(m.as_ref(), &body)).await.ok()?;
+    if out.cmd == "_auth" {
+        super::node_metrics::auth_not_ready();
+    }
+    Some(out.reply)
+}
+
+/// Handles, commits and settles a request: (command, signed in, reply).
+async fn settle(master: &Arc<Master>, body: Bytes) -> Option<(String, bool, Vec<u8>)> {
     let mut out = handle_blocking(master, &body).await?;
     // Places granted along the way: kept only if the request ends signed in.
     let mut granted: Vec<Claim> = out.claims.clone();
@@ -79,7 +104,7 @@ async fn answer(master: &Arc<Master>, body: Bytes) -> Option<Vec<u8>> {
         if let Err(e) = commit(master, &out).await {
             tracing::error!(cmd = %out.cmd, id = %out.id, "records not committed: {e}; answering bad load");
             master.release(&granted);
-            return Some(envelope::bad_load());
+            return Some((String::new(), false, envelope::bad_load()));
         }
         if !out.recheck || out.applied_as_decided(master.as_ref()) {
             break;
@@ -99,7 +124,7 @@ async fn answer(master: &Arc<Master>, body: Bytes) -> Option<Vec<u8>> {
             Err(again) => {
                 tracing::warn!(cmd = %again.cmd, id = %again.id, "the state kept changing under a request; the minion will retry");
                 master.release(&granted);
-                return Some(envelope::bad_load());
+                return Some((String::new(), false, envelope::bad_load()));
             }
         }
     }
@@ -110,7 +135,7 @@ async fn answer(master: &Arc<Master>, body: Bytes) -> Option<Vec<u8>> {
     for e in out.events {
         master.bus.fire(e);
     }
-    Some(out.reply)
+    Some((out.cmd, out.signed_in, out.reply))
 }
 
 /// One request: handle, commit what it produced, reply on its own routing envelope.

@@ -66,7 +66,7 @@ fn endpoint(interface: &str, port: u16) -> String {
     }
 }
 
-fn bind_err(ep: &str, e: &dyn std::fmt::Display) -> Error {
+pub(super) fn bind_err(ep: &str, e: &dyn std::fmt::Display) -> Error {
     Error::refused(format!("binding {ep}: {e}"))
 }
 

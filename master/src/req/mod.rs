@@ -16,6 +16,7 @@
 //! | `_file_*`, `_serve_file`, `_dir_list`, `_symlink_list` | [`files`] | the file server |
 //! | `_minion_event` | [`events`] | events onto the bus |
 //! | `_master_opts`, `_master_tops`, `_register_resources`, `_mine*`, others | [`misc`] | |
+//! | any, while this member is not caught up with the cluster | [`not_ready`] | Salt's retry answers |
 //!
 //! Every failure of decoding, crypto or validation is answered with `"bad load"` (which
 //! makes a stock minion sign in again) and logged; nothing is written for it.
@@ -24,6 +25,7 @@ pub mod auth;
 pub mod events;
 pub mod files;
 pub mod misc;
+pub mod not_ready;
 pub mod pillar;
 pub mod returns;
 

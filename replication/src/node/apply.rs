@@ -9,7 +9,8 @@
 //! one of a proposer's earlier incarnation, the same way on every member, and says so
 //! per entry. A caller is answered when **its** entry (its proposal identity, not an
 //! index) has applied, with that outcome; the tap sees only what applied. A committed
-//! entry that does not decode is a corrupt log: the node stops rather than skip it.
+//! entry that does not decode is a corrupt log: the node stops rather than skip it. A
+//! view that cannot be written does not stop the apply (`faults.rs`).
 
 use raft::eraftpb::{Entry, EntryType};
 
@@ -60,7 +61,8 @@ impl Driver {
             return Ok(());
         }
         let applied = self.sm.apply_entries(&batch)?;
-        self.views.apply(&self.sm, &applied.effects)?;
+        // A view that cannot be written is marked dirty and rebuilt later (`faults.rs`).
+        self.apply_views(&batch, &applied.effects);
         for (e, outcome) in batch.iter().zip(&applied.outcomes) {
             if *outcome == Outcome::Applied {
                 if let Some(Tap(tap)) = &self.cfg.tap {

@@ -10,7 +10,8 @@
 //! 2. **Check** the log: every entry and record is read and checked before serving, and a
 //!    state machine that has applied more than the log holds is refused (committed
 //!    records would be missing; `halite-ctl verify` says more).
-//! 3. **Recover the views**: views are derived from the state machine and synced lazily
+//! 3. **Recover the views** (a view that cannot be written is left dirty, not fatal:
+//!    `faults.rs`): views are derived from the state machine and synced lazily
 //!    (see `driver.rs`), so after a crash they can be behind. Entries touched since their
 //!    last sync are resynced from the state machine, or, if the log no longer holds those
 //!    entries, the views are rebuilt. Views pointed at empty places (a wiped cache, a
@@ -36,7 +37,9 @@ use halite_storage::Error as StorageError;
 
 use super::context::{self, EntryContext};
 use super::driver::{self, Driver};
+use super::faults;
 use super::membership;
+use super::status::{Health, NodeStatus};
 use super::{Mailbox, Node, NodeConfig, Result};
 use crate::transport::Outbox;
 
@@ -56,7 +59,12 @@ pub(super) fn start(log: RaftLog, sm: Arc<StateMachine>, mut views: Views, cfg: 
         ))
         .into());
     }
-    recover_views(&log, &sm, &mut views, applied)?;
+    let faults = match recover_views(&log, &sm, &mut views, applied) {
+        Ok(()) => faults::ViewFaults::default(),
+        // A view that cannot be written does not keep the node from starting: it is
+        // dirty from the start and recovered once it can be written (`faults.rs`).
+        Err(e) => faults::ViewFaults::at_start(&log, &sm, &e),
+    };
     // Never below what the log has already seen of this node (a disk restored from an
     // older copy, a clock that went back), so no proposal identity repeats.
     let seen = sm.proposer_mark(cfg.id)?.map_or(0, |(inc, _)| inc.saturating_add(1));
@@ -77,9 +85,11 @@ pub(super) fn start(log: RaftLog, sm: Arc<StateMachine>, mut views: Views, cfg: 
     let Mailbox(tx, rx) = mailbox;
     let id = cfg.id;
     let leader = Arc::new(AtomicU64::new(0));
-    let d = Driver::new(raw, log.clone(), sm.clone(), views, cfg, outbox, leader.clone(), announce, solo, book.clone(), incarnation);
+    let status = NodeStatus::new(id);
+    let health = Health { status: status.clone(), readiness: Default::default(), faults };
+    let d = Driver::new(raw, log.clone(), sm.clone(), views, cfg, outbox, leader.clone(), announce, solo, book.clone(), incarnation, health);
     let thread = driver::spawn(d, rx)?;
-    Ok(Node { tx, thread: Some(thread), sm, log, leader, id, book, incarnation })
+    Ok(Node { tx, thread: Some(thread), sm, log, leader, id, book, incarnation, status })
 }
 
 /// Writes the founding membership into a new log: the configured voters (this node

@@ -13,7 +13,9 @@
 //! 4. handle raft's `Ready` ([`Driver::on_ready`]): send messages, apply what committed
 //!    (`apply.rs`), append new entries and the hard state in one write with one fsync
 //!    (the group commit), send the messages that had to wait for that fsync;
-//! 5. make the views durable when [`VIEWS_SYNC_INTERVAL`] has passed (or when idle).
+//! 5. make the views durable when [`VIEWS_SYNC_INTERVAL`] has passed (or when idle);
+//! 6. publish the node's status, readiness, and recover dirty views when due
+//!    (`status.rs`, `faults.rs`).
 //!
 //! A stop request, or the last sender gone, ends the loop after the group in progress;
 //! an error ends it too, and every waiting proposal is answered with the reason.
@@ -34,6 +36,7 @@ use halite_storage::views::Views;
 
 use super::membership::{AddressBook, MemberChange, Membership};
 use super::proposals::{Payload, Proposals};
+use super::status::Health;
 use super::{Msg, NodeConfig, NodeError, Proposal, Result};
 use crate::transport::Outbox;
 
@@ -64,6 +67,9 @@ pub(super) struct Driver {
     /// Highest index applied to the views but not yet synced, and when they last were.
     pub(super) views_dirty_to: Option<u64>,
     pub(super) views_synced_at: Instant,
+
+    /// The status readers see, readiness and dirty views (`status.rs`, `faults.rs`).
+    pub(super) health: Health,
 }
 
 /// Starts the driver thread. If the loop fails, the error is logged and every waiting
@@ -94,6 +100,7 @@ impl Driver {
         solo: bool,
         book: AddressBook,
         incarnation: u64,
+        health: Health,
     ) -> Self {
         // A forward the leader dropped is handed over again after three election
         // timeouts (the state machine applies a proposal at most once).
@@ -111,6 +118,7 @@ impl Driver {
             solo,
             views_dirty_to: None,
             views_synced_at: Instant::now(),
+            health,
         }
     }
 
@@ -181,6 +189,7 @@ impl Driver {
             self.proposals.submit(&mut self.raw);
             self.on_ready()?;
             self.sync_views(false)?;
+            self.end_turn();
             if stop {
                 self.sync_views(true)?;
                 self.proposals.fail_all("the node is stopping");
@@ -225,6 +234,7 @@ impl Driver {
             return Ok(());
         }
         let mut rd = self.raw.ready();
+        self.health.readiness.answers(rd.read_states());
         if let Some(ss) = rd.ss() {
             let leader = if ss.leader_id == raft::INVALID_ID { 0 } else { ss.leader_id };
             self.leader.store(leader, Ordering::Relaxed);
@@ -261,8 +271,13 @@ impl Driver {
         if !force && self.views_synced_at.elapsed() < VIEWS_SYNC_INTERVAL {
             return Ok(());
         }
-        self.views.sync()?;
-        self.sm.set_views_index(to)?;
+        // A view that cannot be made durable is dirty; its index waits for its recovery.
+        if let Err(e) = self.views.sync() {
+            self.view_sync_failed(halite_storage::views::ViewKind::Keys, &e);
+        }
+        if !self.health.faults.any() {
+            self.sm.set_views_index(to)?;
+        }
         self.views_dirty_to = None;
         self.views_synced_at = Instant::now();
         Ok(())

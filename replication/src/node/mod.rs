@@ -41,6 +41,8 @@
 //! | `apply.rs` | committed entries → state machine and views, in log order, and the tap |
 //! | `membership.rs` | conf changes, the member address book, announcing this node, promoting learners |
 //! | `context.rs` | the bytes of an entry's `context` (proposal identity, member address); re-exports `halite_storage::context` |
+//! | `status.rs` | [`NodeStatus`]: role, indexes, peers' progress, readiness (caught up with the cluster's commit index, learned by ReadIndex) |
+//! | `faults.rs` | views that cannot be written: marked dirty, counted, recovered later with backoff; the node goes on |
 //!
 //! The driver thread owns one `driver::Driver`, which holds the raft core, a
 //! `proposals::Proposals` and a `membership::Membership`; those two know nothing of the
@@ -53,6 +55,10 @@ pub mod context;
 mod driver;
 mod membership;
 mod proposals;
+mod faults;
+pub mod status;
+#[cfg(test)]
+mod status_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -78,6 +84,7 @@ use halite_storage::{Error as StorageError, Record};
 use crate::transport::Outbox;
 
 pub use driver::VIEWS_SYNC_INTERVAL;
+pub use status::{NodeStatus, PeerProgress, Role, Status};
 use membership::{AddressBook, MemberChange};
 
 /// Errors a proposer can get.
@@ -261,6 +268,7 @@ pub struct Node {
     id: u64,
     book: AddressBook,
     incarnation: u64,
+    status: NodeStatus,
 }
 
 /// Membership operations on a running node, usable from any thread.
@@ -375,6 +383,12 @@ impl Node {
         self.handle().leader()
     }
 
+    /// The node's status (role, indexes, readiness, dirty views), readable from any
+    /// thread: see [`status`].
+    pub fn status(&self) -> &NodeStatus {
+        &self.status
+    }
+
     /// The state machine, for reads.
     pub fn state(&self) -> &Arc<StateMachine> {
         &self.sm
@@ -410,6 +424,7 @@ impl Node {
         }
         let data = Record::encode_batch(records).map_err(|e| NodeError::Refused(e.to_string()))?;
         self.tx.send(Msg::Propose(Proposal { data, records: records.len(), reply })).map_err(|_| NodeError::Stopped("node thread is gone".into()))?;
+        self.status.count_proposal();
         Ok(Pending { rx })
     }
 

@@ -25,4 +25,5 @@ mod wire;
 mod cluster;
 mod cluster_join;
 mod cluster_shared;
+mod health;
 mod multimaster;

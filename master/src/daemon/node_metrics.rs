@@ -1,0 +1,179 @@
+//! The cluster and traffic metrics of `/metrics` (registered in the process-wide
+//! registry of `crate::metrics` the first time they are used):
+//!
+//! | metric | type | what |
+//! |---|---|---|
+//! | `halite_commit_index` | gauge | highest commit index this member knows |
+//! | `halite_applied_index` | gauge | last index applied to its state machine |
+//! | `halite_lag_entries` | gauge | commit − applied |
+//! | `halite_ready` | gauge | 1 when caught up with the cluster (serving minions) |
+//! | `halite_term` | gauge | raft term |
+//! | `halite_is_leader` | gauge | 1 on the leader |
+//! | `halite_leader_info{leader}` | gauge | 1, labelled with the leader's name (none while there is none) |
+//! | `halite_proposals_total` | counter | proposals handed to the node |
+//! | `halite_view_errors_total` | counter | view writes that failed (`replication/src/node/faults.rs`) |
+//! | `halite_view_dirty{view}` | gauge | 1 while that view (`keys`, `roots`) waits to be rebuilt |
+//! | `halite_returns_total` | counter | job returns committed (`_return`) |
+//! | `halite_auths_total{result}` | counter | sign-ins answered: `accepted`, `other` (pending, rejected, denied, full), `not_ready` |
+//! | `halite_minions_connected` | gauge | established TCP connections on `publish_port` (Salt counts the same way) |
+//!
+//! The node's values are copied from its [`NodeStatus`] when `/metrics` is read
+//! ([`refresh`]); the request counters are bumped by the request path ([`answered`]).
+
+use std::sync::{LazyLock, Mutex};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+
+use halite_replication::node::status::Role;
+use halite_replication::NodeStatus;
+
+use crate::metrics::metrics;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LeaderLabels {
+    pub leader: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ViewLabels {
+    pub view: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AuthLabels {
+    pub result: String,
+}
+
+pub struct NodeMetrics {
+    commit: Gauge,
+    applied: Gauge,
+    lag: Gauge,
+    ready: Gauge,
+    term: Gauge,
+    is_leader: Gauge,
+    leader: Family<LeaderLabels, Gauge>,
+    proposals: Counter,
+    view_errors: Counter,
+    dirty: Family<ViewLabels, Gauge>,
+    returns: Counter,
+    auths: Family<AuthLabels, Counter>,
+    connected: Gauge,
+    /// One refresh at a time (the counters are brought up to the node's totals).
+    refreshing: Mutex<()>,
+}
+
+static NODE: LazyLock<NodeMetrics> = LazyLock::new(|| {
+    let n = NodeMetrics {
+        commit: Gauge::default(),
+        applied: Gauge::default(),
+        lag: Gauge::default(),
+        ready: Gauge::default(),
+        term: Gauge::default(),
+        is_leader: Gauge::default(),
+        leader: Family::default(),
+        proposals: Counter::default(),
+        view_errors: Counter::default(),
+        dirty: Family::default(),
+        returns: Counter::default(),
+        auths: Family::default(),
+        connected: Gauge::default(),
+        refreshing: Mutex::new(()),
+    };
+    let m = metrics();
+    m.register("commit_index", "Highest raft commit index this member knows", n.commit.clone());
+    m.register("applied_index", "Last log index applied to this member's state machine", n.applied.clone());
+    m.register("lag_entries", "Committed entries not yet applied on this member", n.lag.clone());
+    m.register("ready", "1 when this member has caught up with the cluster and serves minions", n.ready.clone());
+    m.register("term", "Raft term", n.term.clone());
+    m.register("is_leader", "1 when this member is the raft leader", n.is_leader.clone());
+    m.register("leader_info", "The leader this member knows, by name", n.leader.clone());
+    m.register("proposals", "Proposals handed to this member's node", n.proposals.clone());
+    m.register("view_errors", "View writes that failed (the view is then rebuilt)", n.view_errors.clone());
+    m.register("view_dirty", "1 while a view waits to be rebuilt", n.dirty.clone());
+    m.register("returns", "Job returns committed through this member", n.returns.clone());
+    m.register("auths", "Sign-ins answered by this member, by result", n.auths.clone());
+    m.register("minions_connected", "Established TCP connections on the publish port", n.connected.clone());
+    n
+});
+
+/// Brings the metrics up to the node's status: `leader_name` names the leader,
+/// `publish_port` is where minions connect.
+pub fn refresh(status: &NodeStatus, leader_name: Option<String>, publish_port: u16) {
+    let n = &*NODE;
+    let _one = n.refreshing.lock().unwrap_or_else(|p| p.into_inner());
+    let s = status.get();
+    let g = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    n.commit.set(g(s.commit));
+    n.applied.set(g(s.applied));
+    n.lag.set(g(s.lag()));
+    n.ready.set(i64::from(s.ready));
+    n.term.set(g(s.term));
+    n.is_leader.set(i64::from(s.role == Role::Leader));
+    n.leader.clear();
+    if let Some(l) = leader_name {
+        n.leader.get_or_create(&LeaderLabels { leader: l }).set(1);
+    }
+    n.proposals.inc_by(status.proposals().saturating_sub(n.proposals.get()));
+    n.view_errors.inc_by(status.view_errors().saturating_sub(n.view_errors.get()));
+    for v in halite_storage::views::ViewKind::ALL {
+        n.dirty.get_or_create(&ViewLabels { view: v.as_str().into() }).set(i64::from(s.dirty_views.contains(&v.as_str())));
+    }
+    n.connected.set(g(established_on(publish_port)));
+    // So every series exists from the first scrape.
+    for r in ["accepted", "other", "not_ready"] {
+        let _ = n.auths.get_or_create(&AuthLabels { result: r.into() });
+    }
+}
+
+/// Counts a request answered: `cmd` and, for `_auth`, whether it signed the minion in.
+pub fn answered(cmd: &str, signed_in: bool) {
+    match cmd {
+        "_return" => {
+            NODE.returns.inc();
+        }
+        "_auth" => {
+            NODE.auths.get_or_create(&AuthLabels { result: if signed_in { "accepted" } else { "other" }.into() }).inc();
+        }
+        _ => {}
+    }
+}
+
+/// Counts a sign-in answered with a retry because this member is not ready.
+pub fn auth_not_ready() {
+    NODE.auths.get_or_create(&AuthLabels { result: "not_ready".into() }).inc();
+}
+
+/// Established TCP connections whose local port is `port` (`/proc/net/tcp` and
+/// `tcp6`; 0 where those cannot be read).
+fn established_on(port: u16) -> u64 {
+    let want = format!(":{port:04X}");
+    let mut n = 0;
+    for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(f) else { continue };
+        for line in text.lines().skip(1) {
+            let mut cols = line.split_whitespace();
+            let (Some(_), Some(local), Some(_), Some(state)) = (cols.next(), cols.next(), cols.next(), cols.next()) else { continue };
+            // State 01 is ESTABLISHED.
+            if state == "01" && local.ends_with(&want) {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn counts_established_connections_on_a_port() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let before = super::established_on(port);
+        let _c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let _s = l.accept().unwrap();
+        assert_eq!(super::established_on(port), before + 1);
+    }
+}
