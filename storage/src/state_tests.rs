@@ -306,3 +306,50 @@ fn key_pairs_are_set_once_and_the_key_view_follows_them() {
     assert_eq!(mviews.keys.get_master_key("salt.pem").unwrap().unwrap(), pem);
     assert_eq!(mviews.keys.get_master_key("cluster.pub").unwrap().unwrap(), public);
 }
+
+/// A view that fails reports one fault and is skipped for the rest of the batch; the
+/// other view is written; `recover` brings the failed one back, removals included.
+#[test]
+fn a_failing_view_is_reported_once_and_recovered_from_the_state() {
+    use crate::views::{Touched, ViewKind};
+    let d = tempfile::tempdir().unwrap();
+    let sm = StateMachine::open(&d.path().join("s")).unwrap();
+    let root = d.path().join("srv/salt");
+    let mut dirs = RootsDirs::default();
+    dirs.file.insert("base".into(), root.clone());
+    let mut views = Views::new(Box::new(LocalfsKeys::open(&d.path().join("pki")).unwrap()), RootsMaterialiser::new(dirs));
+    let mut recs = roots_records(RootsTree::File, "base", "old.sls", 0o644, b"old");
+    let fx = sm.apply(&numbered(recs.clone(), 1)).unwrap();
+    assert!(views.apply_each(&sm, &fx, &mut |_| false).is_empty());
+    // The tree's directory becomes a file: every roots write fails, keys still go in.
+    std::fs::remove_dir_all(&root).unwrap();
+    std::fs::write(&root, b"in the way").unwrap();
+    recs = roots_records(RootsTree::File, "base", "a.sls", 0o644, b"a");
+    recs.extend(roots_records(RootsTree::File, "base", "b.sls", 0o644, b"b"));
+    recs.push(Record::RootsTombstone(RootsTombstone { tree: RootsTree::File, saltenv: "base".into(), path: "old.sls".into() }));
+    recs.push(key("k", KeyState::Pending, 5));
+    let batch = numbered(recs, 10);
+    let fx = sm.apply(&batch).unwrap();
+    let faults = views.apply_each(&sm, &fx, &mut |_| false);
+    assert_eq!(faults.iter().map(|f| f.view).collect::<Vec<_>>(), vec![ViewKind::Roots]);
+    assert!(d.path().join("pki/minions_pre/k").is_file(), "the key view is written");
+    // A dirty view is skipped.
+    let fx = sm.apply(&numbered(vec![key("k2", KeyState::Pending, 6)], 20)).unwrap();
+    assert!(views.apply_each(&sm, &fx, &mut |v| v == ViewKind::Keys).is_empty());
+    assert!(!d.path().join("pki/minions_pre/k2").exists());
+    // Recovery fails while the obstacle is there, then brings both views to the state.
+    let mut touched = Touched::default();
+    for (_, r) in &batch {
+        touched.add(r);
+    }
+    assert!(views.recover(&sm, ViewKind::Roots, &touched).is_err());
+    std::fs::remove_file(&root).unwrap();
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("old.sls"), b"old").unwrap();
+    views.recover(&sm, ViewKind::Roots, &touched).unwrap();
+    assert_eq!(std::fs::read(root.join("a.sls")).unwrap(), b"a");
+    assert_eq!(std::fs::read(root.join("b.sls")).unwrap(), b"b");
+    assert!(!root.join("old.sls").exists(), "the tombstone applied while the view was dirty is carried out");
+    views.recover(&sm, ViewKind::Keys, &Touched::default()).unwrap();
+    assert!(d.path().join("pki/minions_pre/k2").exists());
+}
