@@ -14,7 +14,8 @@
 //! The request body's own check (`halite_max_request_bytes`, `wire::envelope::decode`)
 //! still applies to what is read.
 //!
-//! The publish socket queues at most `pub_hwm` publishes per subscriber (Salt's option,
+//! The publish socket keeps at most [`MAX_SUBSCRIPTIONS`] subscriptions per subscriber
+//! and queues at most `pub_hwm` publishes per subscriber (Salt's option,
 //! default 1000); past that, publishes to a subscriber that does not read are dropped for
 //! it, as ZeroMQ's high-water mark does for Salt.
 //!
@@ -39,6 +40,10 @@ pub const REQUEST_SLACK: usize = 64 << 10;
 /// Largest message a subscriber may send on the publish port.
 pub const PUBLISH_MAX_MESSAGE: usize = 4 << 10;
 
+/// Subscriptions kept per subscriber (a salt-minion makes one or two); more are ignored,
+/// so a subscriber holds at most 64 × 4 KiB of them.
+pub const MAX_SUBSCRIPTIONS: usize = 64;
+
 /// Most peers whose address is remembered for the refusal log (one per connection; past
 /// it the memory is cleared and later refusals name the peer by its identity).
 const MAX_REMEMBERED_PEERS: usize = 200_000;
@@ -55,6 +60,7 @@ pub fn publish_options(cfg: &MasterConfig) -> SocketOptions {
     let mut o = SocketOptions::default();
     o.max_message_size(PUBLISH_MAX_MESSAGE);
     o.send_queue_capacity(cfg.pub_hwm.max(1));
+    o.max_subscriptions(MAX_SUBSCRIPTIONS);
     o
 }
 

@@ -362,6 +362,7 @@ pub struct SocketOptions {
     pub(crate) read_buffer_short_reads: usize,
     pub(crate) max_message_size: Option<usize>,
     pub(crate) send_queue_capacity: Option<usize>,
+    pub(crate) max_subscriptions: Option<usize>,
 }
 
 impl Default for SocketOptions {
@@ -374,6 +375,7 @@ impl Default for SocketOptions {
             read_buffer_short_reads: 2,
             max_message_size: None,
             send_queue_capacity: None,
+            max_subscriptions: None,
         }
     }
 }
@@ -470,6 +472,15 @@ impl SocketOptions {
     pub fn send_queue_capacity(&mut self, capacity: usize) -> &mut Self {
         assert!(capacity > 0, "send queue capacity must be positive");
         self.send_queue_capacity = Some(capacity);
+        self
+    }
+
+    /// Subscriptions a PUB socket keeps per subscriber; further ones are ignored (and
+    /// logged). Unset, any number: with it and `max_message_size`, a subscriber holds
+    /// at most about `max_subscriptions * max_message_size` bytes of subscriptions.
+    /// Other socket types ignore it. Set it before constructing the socket.
+    pub fn max_subscriptions(&mut self, max: usize) -> &mut Self {
+        self.max_subscriptions = Some(max);
         self
     }
 
