@@ -363,6 +363,7 @@ pub struct SocketOptions {
     pub(crate) max_message_size: Option<usize>,
     pub(crate) send_queue_capacity: Option<usize>,
     pub(crate) max_subscriptions: Option<usize>,
+    pub(crate) handshake_timeout: Option<Duration>,
 }
 
 impl Default for SocketOptions {
@@ -376,6 +377,7 @@ impl Default for SocketOptions {
             max_message_size: None,
             send_queue_capacity: None,
             max_subscriptions: None,
+            handshake_timeout: None,
         }
     }
 }
@@ -481,6 +483,15 @@ impl SocketOptions {
     /// Other socket types ignore it. Set it before constructing the socket.
     pub fn max_subscriptions(&mut self, max: usize) -> &mut Self {
         self.max_subscriptions = Some(max);
+        self
+    }
+
+    /// How long an accepted connection may take to complete the ZMTP handshake
+    /// (greeting and `READY`); past it the connection is closed and the monitor gets
+    /// `HandshakeFailed` with `ZmqError::ConnectTimeout`. Unset (the default), a peer
+    /// that connects and sends nothing holds its connection for as long as it likes.
+    pub fn handshake_timeout(&mut self, timeout: Duration) -> &mut Self {
+        self.handshake_timeout = Some(timeout);
         self
     }
 

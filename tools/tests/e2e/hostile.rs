@@ -97,6 +97,31 @@ fn truncated_frames_and_garbage_after_the_greeting_leave_the_master_serving() {
 }
 
 #[test]
+fn a_silent_or_trickling_peer_is_closed_after_the_handshake_timeout() {
+    let s = Served::start(Accept::Auto, "", "");
+    let mut held = Vec::new();
+    for port in [s.env.ret, s.env.publish] {
+        // One connects and says nothing; one sends half a greeting and stops.
+        let silent = TcpStream::connect((s.env.ip.as_str(), port)).expect("connect");
+        let mut half = TcpStream::connect((s.env.ip.as_str(), port)).expect("connect");
+        half.write_all(&greeting()[..30]).expect("half a greeting");
+        held.push(silent);
+        held.push(half);
+    }
+    for mut c in held {
+        c.set_read_timeout(Some(Duration::from_secs(120))).expect("timeout");
+        let mut got = Vec::new();
+        match c.read_to_end(&mut got) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            Err(e) => panic!("a connection that never completed its handshake was kept open: {e}"),
+        }
+    }
+    wait_refusal(&s.env, "handshake_timeout", 4);
+    still_served(&s);
+}
+
+#[test]
 fn a_message_over_the_request_bound_is_refused_from_its_header() {
     // halite_max_request_bytes 64 KiB: the transport takes at most 64 KiB + 64 KiB.
     let s = Served::start(Accept::Auto, "halite_max_request_bytes: 65536\n", "");
