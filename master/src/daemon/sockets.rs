@@ -14,12 +14,17 @@
 //! The request body's own check (`halite_max_request_bytes`, `wire::envelope::decode`)
 //! still applies to what is read.
 //!
-//! The publish socket queues at most `pub_hwm` publishes per subscriber (Salt's option,
+//! The publish socket keeps at most [`MAX_SUBSCRIPTIONS`] subscriptions per subscriber
+//! and queues at most `pub_hwm` publishes per subscriber (Salt's option,
 //! default 1000); past that, publishes to a subscriber that does not read are dropped for
 //! it, as ZeroMQ's high-water mark does for Salt.
 //!
+//! A connection must complete the ZMTP handshake within [`HANDSHAKE_TIMEOUT`], so a
+//! peer that connects and stays silent (or trickles its greeting) does not hold a
+//! connection and a task for ever.
+//!
 //! Every peer refused by the transport (a message over the bound, a frame that does not
-//! decode, a failed handshake) is counted and logged through [`crate::metrics::refuse`]
+//! decode, a failed or timed-out handshake) is counted and logged through [`crate::metrics::refuse`]
 //! by [`watch`], from the sockets' monitor events, with the peer's address.
 
 use std::collections::HashMap;
@@ -39,6 +44,14 @@ pub const REQUEST_SLACK: usize = 64 << 10;
 /// Largest message a subscriber may send on the publish port.
 pub const PUBLISH_MAX_MESSAGE: usize = 4 << 10;
 
+/// How long a connection to either port may take to complete the ZMTP handshake
+/// (a salt-minion does it at once); a silent or slow peer is closed after it.
+pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Subscriptions kept per subscriber (a salt-minion makes one or two); more are ignored,
+/// so a subscriber holds at most 64 × 4 KiB of them.
+pub const MAX_SUBSCRIPTIONS: usize = 64;
+
 /// Most peers whose address is remembered for the refusal log (one per connection; past
 /// it the memory is cleared and later refusals name the peer by its identity).
 const MAX_REMEMBERED_PEERS: usize = 200_000;
@@ -47,6 +60,7 @@ const MAX_REMEMBERED_PEERS: usize = 200_000;
 pub fn request_options(cfg: &MasterConfig) -> SocketOptions {
     let mut o = SocketOptions::default();
     o.max_message_size(cfg.halite_max_request_bytes.saturating_add(REQUEST_SLACK));
+    o.handshake_timeout(HANDSHAKE_TIMEOUT);
     o
 }
 
@@ -54,7 +68,9 @@ pub fn request_options(cfg: &MasterConfig) -> SocketOptions {
 pub fn publish_options(cfg: &MasterConfig) -> SocketOptions {
     let mut o = SocketOptions::default();
     o.max_message_size(PUBLISH_MAX_MESSAGE);
+    o.handshake_timeout(HANDSHAKE_TIMEOUT);
     o.send_queue_capacity(cfg.pub_hwm.max(1));
+    o.max_subscriptions(MAX_SUBSCRIPTIONS);
     o
 }
 
@@ -96,6 +112,7 @@ pub async fn publish(cfg: &MasterConfig) -> Result<(zeromq::PubSocket, String)> 
 pub fn reason(e: &ZmqError, handshake: bool) -> Option<&'static str> {
     match e {
         ZmqError::Codec(CodecError::MessageTooLarge { .. }) => Some("message_too_large"),
+        ZmqError::ConnectTimeout(_) => Some("handshake_timeout"),
         ZmqError::Codec(CodecError::Io(_)) | ZmqError::Network(_) => None,
         _ if handshake => Some("bad_handshake"),
         _ => Some("bad_frame"),
@@ -145,5 +162,6 @@ mod tests {
         assert!(reason(&ZmqError::Network(std::io::Error::other("reset")), false).is_none());
         assert_eq!(reason(&ZmqError::Codec(CodecError::Decode("x")), false), Some("bad_frame"));
         assert_eq!(reason(&ZmqError::Other("x"), true), Some("bad_handshake"));
+        assert_eq!(reason(&ZmqError::ConnectTimeout(HANDSHAKE_TIMEOUT), true), Some("handshake_timeout"));
     }
 }

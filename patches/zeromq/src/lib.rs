@@ -362,6 +362,8 @@ pub struct SocketOptions {
     pub(crate) read_buffer_short_reads: usize,
     pub(crate) max_message_size: Option<usize>,
     pub(crate) send_queue_capacity: Option<usize>,
+    pub(crate) max_subscriptions: Option<usize>,
+    pub(crate) handshake_timeout: Option<Duration>,
 }
 
 impl Default for SocketOptions {
@@ -374,6 +376,8 @@ impl Default for SocketOptions {
             read_buffer_short_reads: 2,
             max_message_size: None,
             send_queue_capacity: None,
+            max_subscriptions: None,
+            handshake_timeout: None,
         }
     }
 }
@@ -470,6 +474,24 @@ impl SocketOptions {
     pub fn send_queue_capacity(&mut self, capacity: usize) -> &mut Self {
         assert!(capacity > 0, "send queue capacity must be positive");
         self.send_queue_capacity = Some(capacity);
+        self
+    }
+
+    /// Subscriptions a PUB socket keeps per subscriber; further ones are ignored (and
+    /// logged). Unset, any number: with it and `max_message_size`, a subscriber holds
+    /// at most about `max_subscriptions * max_message_size` bytes of subscriptions.
+    /// Other socket types ignore it. Set it before constructing the socket.
+    pub fn max_subscriptions(&mut self, max: usize) -> &mut Self {
+        self.max_subscriptions = Some(max);
+        self
+    }
+
+    /// How long an accepted connection may take to complete the ZMTP handshake
+    /// (greeting and `READY`); past it the connection is closed and the monitor gets
+    /// `HandshakeFailed` with `ZmqError::ConnectTimeout`. Unset (the default), a peer
+    /// that connects and sends nothing holds its connection for as long as it likes.
+    pub fn handshake_timeout(&mut self, timeout: Duration) -> &mut Self {
+        self.handshake_timeout = Some(timeout);
         self
     }
 

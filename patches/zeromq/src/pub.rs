@@ -163,7 +163,16 @@ impl PubSocketBackend {
             Some(1) => {
                 // Subscribe
                 if let Some(mut entry) = self.subscribers.get_sync(peer_id) {
-                    entry.subscriptions.push(Vec::from(&data[1..]));
+                    match self.socket_options.max_subscriptions {
+                        Some(max) if entry.subscriptions.len() >= max => {
+                            log::warn!(
+                                "Subscriber {:?} holds {} subscriptions already; ignoring another",
+                                peer_id,
+                                max
+                            );
+                        }
+                        _ => entry.subscriptions.push(Vec::from(&data[1..])),
+                    }
                 }
             }
             Some(0) => {
@@ -397,6 +406,26 @@ mod tests {
 
     fn queued_frame(message: ZmqMessage) -> Bytes {
         message.get(0).expect("queued frame").clone()
+    }
+
+    #[async_rt::test]
+    async fn test_subscriptions_beyond_the_maximum_are_ignored() {
+        let mut options = SocketOptions::default();
+        options.max_subscriptions(2);
+        let backend = PubSocketBackend {
+            socket_options: Arc::new(options),
+            ..test_backend()
+        };
+        let peer_id: PeerIdentity = "many-subscriptions".parse().expect("peer id");
+        let (sender, _receiver) = mpsc::channel(8);
+        insert_test_subscriber(&backend, peer_id.clone(), vec![], sender).await;
+        for topic in [b"a", b"b", b"c", b"d"] {
+            let mut data = vec![1u8];
+            data.extend_from_slice(topic);
+            backend.message_received(&peer_id, Message::Message(ZmqMessage::from(data)));
+        }
+        let entry = backend.subscribers.get_sync(&peer_id).expect("subscriber");
+        assert_eq!(entry.subscriptions, vec![b"a".to_vec(), b"b".to_vec()]);
     }
 
     #[test]

@@ -209,3 +209,41 @@ impl SocketRecv for RouterRecvHalf {
         }
     }
 }
+
+#[cfg(all(test, feature = "tokio-runtime"))]
+mod handshake_timeout_tests {
+    use super::*;
+    use crate::async_rt;
+    use futures::StreamExt;
+    use std::time::Duration;
+
+    #[async_rt::test]
+    async fn a_peer_that_never_completes_the_handshake_is_closed() {
+        let mut options = SocketOptions::default();
+        options.handshake_timeout(Duration::from_millis(200));
+        let mut socket = RouterSocket::with_options(options);
+        let mut monitor = socket.monitor();
+        let endpoint = socket.bind("tcp://127.0.0.1:0").await.expect("bind");
+        let Endpoint::Tcp(_, port) = endpoint else {
+            panic!("tcp endpoint")
+        };
+        // Connects and sends nothing at all.
+        let mut silent = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connect");
+        loop {
+            match monitor.next().await.expect("monitor event") {
+                SocketEvent::HandshakeFailed(_, ZmqError::ConnectTimeout(d)) => {
+                    assert_eq!(d, Duration::from_millis(200));
+                    break;
+                }
+                SocketEvent::Listening(_) => {}
+                other => panic!("unexpected event {other:?}"),
+            }
+        }
+        // The master side closed it: the greeting it sent, then end of stream.
+        let mut buf = Vec::new();
+        let _ = tokio::io::AsyncReadExt::read_to_end(&mut silent, &mut buf).await;
+        assert!(buf.len() <= 64, "{buf:?}");
+    }
+}

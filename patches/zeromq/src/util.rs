@@ -191,7 +191,11 @@ pub(crate) async fn peer_connected(
     mut raw_socket: FramedIo,
     backend: Arc<dyn MultiPeerBackend>,
 ) -> ZmqResult<PeerIdentity> {
-    let peer_id = peer_handshake(&mut raw_socket, backend.clone()).await?;
+    let peer_id = run_with_timeout(
+        backend.socket_options().handshake_timeout,
+        peer_handshake(&mut raw_socket, backend.clone()),
+    )
+    .await?;
     backend.peer_connected(&peer_id, raw_socket).await;
     Ok(peer_id)
 }

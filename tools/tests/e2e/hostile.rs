@@ -1,9 +1,10 @@
 //! What an attacker sends to a running master's minion-facing ports and admin socket,
 //! byte by byte: ZMTP frames that declare more than any bound (the 9-byte header that
 //! once made a master reserve a terabyte and abort), truncated frames, messages over the
-//! request bound, an admin line that never ends. After each, the master is still
-//! running, a real salt-minion is still served, nothing stored changed, and the refusal
-//! is in the master's log with its reason. And a real salt-minion's scheduled job: it
+//! request bound, a silent or trickling handshake, an admin line that never ends, another
+//! user on the admin socket, a new id beyond the pending-key cap. After each, the master
+//! is still running, a real salt-minion is still served, nothing stored changed, and the
+//! refusal is in the master's log with its reason. And a real salt-minion's scheduled job: it
 //! runs as often as scheduled, never a second time because the master published it, and
 //! its return is stored once.
 
@@ -93,6 +94,31 @@ fn truncated_frames_and_garbage_after_the_greeting_leave_the_master_serving() {
         // A command that is not one.
         send_and_expect_close(&s.env.ip, port, &[0x04, 3, 0xff, 0xff, 0xff], false);
     }
+    still_served(&s);
+}
+
+#[test]
+fn a_silent_or_trickling_peer_is_closed_after_the_handshake_timeout() {
+    let s = Served::start(Accept::Auto, "", "");
+    let mut held = Vec::new();
+    for port in [s.env.ret, s.env.publish] {
+        // One connects and says nothing; one sends half a greeting and stops.
+        let silent = TcpStream::connect((s.env.ip.as_str(), port)).expect("connect");
+        let mut half = TcpStream::connect((s.env.ip.as_str(), port)).expect("connect");
+        half.write_all(&greeting()[..30]).expect("half a greeting");
+        held.push(silent);
+        held.push(half);
+    }
+    for mut c in held {
+        c.set_read_timeout(Some(Duration::from_secs(120))).expect("timeout");
+        let mut got = Vec::new();
+        match c.read_to_end(&mut got) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            Err(e) => panic!("a connection that never completed its handshake was kept open: {e}"),
+        }
+    }
+    wait_refusal(&s.env, "handshake_timeout", 4);
     still_served(&s);
 }
 
@@ -221,4 +247,32 @@ fn a_scheduled_job_runs_as_scheduled_and_its_return_is_stored_once() {
     // Each run was returned and stored once; at most the run under way when the minion
     // was killed was not.
     assert!(ran >= scheduled.len() && ran <= scheduled.len() + 1, "{ran} runs, {} stored jobs", scheduled.len());
+}
+
+#[test]
+fn a_new_id_beyond_the_pending_cap_is_answered_full_and_stores_nothing() {
+    let env = Env::master(&one_ip(), "localfs_key", "halite_max_pending_keys: 2\n");
+    seed_pending(&env, &["p1", "p2"]);
+    let m = Running::start(env);
+    let ghost = m.env.root.join("ghost.pub");
+    std::fs::write(&ghost, halite_master::wire::crypto::PrivateKey::generate(2048).expect("key").public_pem().expect("pem")).expect("ghost.pub");
+    let script = format!(
+        r#"
+import zmq, msgpack
+s = zmq.Context().socket(zmq.REQ); s.setsockopt(zmq.LINGER, 0); s.setsockopt(zmq.RCVTIMEO, 30000)
+s.connect("tcp://{ip}:{ret}")
+s.send(msgpack.packb({{"enc": "clear", "load": {{"cmd": "_auth", "id": "ghost", "pub": open("{pub_path}").read(), "nonce": "1" * 32,
+    "enc_algo": "OAEP-SHA1", "sig_algo": "PKCS1v15-SHA1"}}, "version": 3}}))
+r = msgpack.unpackb(s.recv(), raw=False)
+print("ret", msgpack.unpackb(r["load"], raw=False)["ret"])
+"#,
+        ip = m.env.ip,
+        ret = m.env.ret,
+        pub_path = ghost.display()
+    );
+    let o = run(Command::new(reference_venv().join("bin/python")).arg("-c").arg(script), TOOL_TIMEOUT);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("ret full"), "{out}{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(m.env.listing()["minions_pre"], json!(["p1", "p2"]), "nothing stored for the new id");
+    wait_refusal(&m.env, "pending_keys_cap", 1);
 }
