@@ -261,3 +261,30 @@ fn membership_changes_made_while_another_is_pending_all_complete_and_the_promoti
     n1.stop();
     n2.stop();
 }
+
+#[test]
+fn a_group_larger_than_one_entry_is_refused_whole_or_cut_by_propose_all() {
+    use halite_storage::format::RootsTree;
+    let dir = tempfile::tempdir().unwrap();
+    let n1 = start(dir.path(), 1, free_addr("127.0.0.1"), HashMap::new(), Opts { voters: vec![1], ..Default::default() });
+    // A 66 MiB roots file: 66 chunks of 1 MiB, more than one entry holds.
+    let content: Vec<u8> = (0..66u32 << 20).map(|i| (i % 251) as u8).collect();
+    let chunks = halite_storage::state::roots_records(RootsTree::File, "base", "big.bin", 0o644, &content);
+    assert!(matches!(n1.node.propose(&chunks), Err(NodeError::Refused(_))), "one proposal is one entry, and this one does not fit");
+    assert!(n1.node.state().roots_file(RootsTree::File, "base", "big.bin").unwrap().is_none());
+    let mut seen = 0;
+    n1.node.propose_all(&[chunks], 2, &mut |done, _| seen = done).unwrap();
+    assert_eq!(seen, 66);
+    let (meta, data) = n1.node.state().roots_file(RootsTree::File, "base", "big.bin").unwrap().unwrap();
+    assert_eq!((meta.chunks, data == content), (66, true));
+    n1.stop();
+    let log = RaftLog::open(&dir.path().join("n1/data/log")).unwrap();
+    let mut sizes = Vec::new();
+    log.for_each_entry(1, None, |_, e| {
+        sizes.push(e.unwrap().records.len());
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(sizes.iter().sum::<usize>(), 66);
+    assert!(sizes.len() >= 2, "{sizes:?}");
+}
