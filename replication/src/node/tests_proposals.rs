@@ -215,7 +215,9 @@ fn a_restarted_node_proposes_under_a_new_incarnation() {
     n1.node.propose(&[grains("one")]).unwrap();
     assert_eq!(n1.node.state().proposer_mark(1).unwrap().map(|m| m.0), Some(first));
     n1.stop();
-    let n1 = start(dir.path(), 1, a1, HashMap::new(), Opts { voters: vec![1], ..Default::default() });
+    // (A new port: the old one may be taken by a parallel test by now; a lone voter
+    // needs no peer to find it.)
+    let n1 = start(dir.path(), 1, free_addr("127.0.0.1"), HashMap::new(), Opts { voters: vec![1], ..Default::default() });
     let second = n1.node.incarnation();
     assert!(second > first, "{second} after {first}");
     // Its first proposal has sequence number 1 again, and is neither taken for the
