@@ -118,7 +118,7 @@ fn a_mark_above_the_entry_itself_is_capped_at_its_seq() {
     let d = tempfile::tempdir().unwrap();
     let sm = open(&d, "s");
     let e = entry(1, 6, 1, 3, u64::MAX, vec![grains("q", 1)]);
-    assert_eq!(sm.apply_entries(&[e.clone()]).unwrap().outcomes, vec![Outcome::Applied]);
+    assert_eq!(sm.apply_entries(std::slice::from_ref(&e)).unwrap().outcomes, vec![Outcome::Applied]);
     assert_eq!(sm.proposer_mark(6).unwrap(), Some((1, 3)));
     assert_eq!(sm.apply_entries(&[LogEntry { index: 2, ..e }]).unwrap().outcomes, vec![Outcome::Duplicate]);
 }

@@ -439,7 +439,7 @@ impl Node {
         let mut waiting = std::collections::VecDeque::new();
         let (mut done, mut last) = (0u64, 0u64);
         for g in groups {
-            let parts = if g.len() > 1 { Record::fit_ranges(g, MAX_BATCH_RECORDS, MAX_ENTRY_LEN).map_err(|e| NodeError::Refused(e.to_string()))? } else { vec![0..g.len()] };
+            let parts = if g.len() > 1 { Record::fit_ranges(g, MAX_BATCH_RECORDS, MAX_ENTRY_LEN).map_err(|e| NodeError::Refused(e.to_string()))? } else { std::iter::once(0..g.len()).collect() };
             for part in parts {
                 let part = &g[part];
                 waiting.push_back((self.propose_async(part)?, part.len() as u64));

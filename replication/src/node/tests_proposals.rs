@@ -215,7 +215,9 @@ fn a_restarted_node_proposes_under_a_new_incarnation() {
     n1.node.propose(&[grains("one")]).unwrap();
     assert_eq!(n1.node.state().proposer_mark(1).unwrap().map(|m| m.0), Some(first));
     n1.stop();
-    let n1 = start(dir.path(), 1, a1, HashMap::new(), Opts { voters: vec![1], ..Default::default() });
+    // (A new port: the old one may be taken by a parallel test by now; a lone voter
+    // needs no peer to find it.)
+    let n1 = start(dir.path(), 1, free_addr("127.0.0.1"), HashMap::new(), Opts { voters: vec![1], ..Default::default() });
     let second = n1.node.incarnation();
     assert!(second > first, "{second} after {first}");
     // Its first proposal has sequence number 1 again, and is neither taken for the
@@ -260,4 +262,31 @@ fn membership_changes_made_while_another_is_pending_all_complete_and_the_promoti
     wait_until("node 2 to apply it", 20, || n2.applied_count("two-voters") == 1);
     n1.stop();
     n2.stop();
+}
+
+#[test]
+fn a_group_larger_than_one_entry_is_refused_whole_or_cut_by_propose_all() {
+    use halite_storage::format::RootsTree;
+    let dir = tempfile::tempdir().unwrap();
+    let n1 = start(dir.path(), 1, free_addr("127.0.0.1"), HashMap::new(), Opts { voters: vec![1], ..Default::default() });
+    // A 66 MiB roots file: 66 chunks of 1 MiB, more than one entry holds.
+    let content: Vec<u8> = (0..66u32 << 20).map(|i| (i % 251) as u8).collect();
+    let chunks = halite_storage::state::roots_records(RootsTree::File, "base", "big.bin", 0o644, &content);
+    assert!(matches!(n1.node.propose(&chunks), Err(NodeError::Refused(_))), "one proposal is one entry, and this one does not fit");
+    assert!(n1.node.state().roots_file(RootsTree::File, "base", "big.bin").unwrap().is_none());
+    let mut seen = 0;
+    n1.node.propose_all(&[chunks], 2, &mut |done, _| seen = done).unwrap();
+    assert_eq!(seen, 66);
+    let (meta, data) = n1.node.state().roots_file(RootsTree::File, "base", "big.bin").unwrap().unwrap();
+    assert_eq!((meta.chunks, data == content), (66, true));
+    n1.stop();
+    let log = RaftLog::open(&dir.path().join("n1/data/log")).unwrap();
+    let mut sizes = Vec::new();
+    log.for_each_entry(1, None, |_, e| {
+        sizes.push(e.unwrap().records.len());
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(sizes.iter().sum::<usize>(), 66);
+    assert!(sizes.len() >= 2, "{sizes:?}");
 }
