@@ -53,3 +53,6 @@ mod state_tests;
 
 #[cfg(test)]
 mod proposals_tests;
+
+#[cfg(test)]
+mod fuzz_tests;

@@ -33,6 +33,8 @@ pub mod returns;
 mod tests;
 #[cfg(test)]
 mod tests_hostile;
+#[cfg(test)]
+mod fuzz_tests;
 
 use rmpv::Value;
 
