@@ -31,6 +31,8 @@ pub mod replay;
 pub mod requests;
 pub mod sessions;
 pub mod sockets;
+#[cfg(test)]
+mod sockets_fuzz_tests;
 
 use std::sync::Arc;
 
