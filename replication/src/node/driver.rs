@@ -9,7 +9,8 @@
 //! 2. queue the group as waiting proposals and hand raft those it can take now
 //!    (`proposals.rs`);
 //! 3. on a tick: tick raft, expire late proposals, promote caught-up learners (again
-//!    if an earlier promotion was lost);
+//!    if an earlier promotion was lost), compact the log if the policy says so
+//!    (`compaction.rs`);
 //! 4. handle raft's `Ready` ([`Driver::on_ready`]): send messages, apply what committed
 //!    (`apply.rs`), append new entries and the hard state in one write with one fsync
 //!    (the group commit), send the messages that had to wait for that fsync;
@@ -34,6 +35,7 @@ use halite_storage::log::RaftLog;
 use halite_storage::state::StateMachine;
 use halite_storage::views::Views;
 
+use super::compaction::Compactor;
 use super::membership::{AddressBook, MemberChange, Membership};
 use super::proposals::{Payload, Proposals};
 use super::status::Health;
@@ -70,6 +72,10 @@ pub(super) struct Driver {
 
     /// The status readers see, readiness and dirty views (`status.rs`, `faults.rs`).
     pub(super) health: Health,
+
+    /// Log compaction by the policy (`compaction.rs`); `None`: never (a node started
+    /// over a log and state machine without their data directory).
+    pub(super) compactor: Option<Compactor>,
 }
 
 /// Starts the driver thread. If the loop fails, the error is logged and every waiting
@@ -119,6 +125,7 @@ impl Driver {
             views_dirty_to: None,
             views_synced_at: Instant::now(),
             health,
+            compactor: None,
         }
     }
 
@@ -183,6 +190,7 @@ impl Driver {
                 for c in promote {
                     self.propose_member(c);
                 }
+                self.maybe_compact()?;
             }
             self.on_ready()?;
             self.campaign_if_solo()?;
