@@ -88,7 +88,10 @@ pub(super) fn start(log: RaftLog, sm: Arc<StateMachine>, mut views: Views, cfg: 
     let leader = Arc::new(AtomicU64::new(0));
     let status = NodeStatus::new(id);
     let health = Health { status: status.clone(), readiness: Default::default(), faults };
-    let mut d = Driver::new(raw, log.clone(), sm.clone(), views, cfg, outbox, leader.clone(), announce, solo, book.clone(), incarnation, health);
+    if let (Some(o), Some(s)) = (&outbox, &snapshots) {
+        o.take_snapshots(super::snapshots::inbox(s.clone(), tx.clone()));
+    }
+    let mut d = Driver::new(raw, log.clone(), sm.clone(), views, cfg, outbox, leader.clone(), announce, solo, book.clone(), incarnation, health, tx.clone());
     d.compactor = snapshots.map(super::compaction::Compactor::new);
     let thread = driver::spawn(d, rx)?;
     Ok(Node { tx, thread: Some(thread), sm, log, leader, id, book, incarnation, status })

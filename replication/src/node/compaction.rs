@@ -10,13 +10,12 @@
 //! manifest; the log line says how long it took. The check itself (the log's first and
 //! last index and the bytes of its files) is cheap.
 //!
-//! **Who compacts.** A node started without peers (no transport) compacts by the policy
-//! alone. A node with peers does not compact yet: raft-rs would answer a member whose
-//! next entry is below the log's first index with a snapshot, and this build does not
-//! send snapshots over the transport yet, so that member (a learner joining, a member
-//! restarted on an empty disk) could never catch up. Not compacting is the simplest rule
-//! that is safe for every member; the log of a cluster member grows as before.
-//! (`halite-ctl compact` on a stopped member is the operator's tool meanwhile.)
+//! **Who compacts.** Every node, by the policy alone, leader or not: a member whose next
+//! entry is below the log's first index gets the snapshot instead (`snapshots.rs`). One
+//! more reason, as leader: a peer that needs a snapshot but was added after the log's
+//! snapshot was taken is not in that snapshot's membership, and raft-rs would refuse it
+//! (the log answers raft "temporarily unavailable" for it meanwhile); a new snapshot is
+//! taken at once, whatever the limits.
 //!
 //! A compaction that fails (a full disk) is logged and tried again after
 //! [`RETRY_AFTER`]: the node goes on; the log just stays longer.
@@ -47,22 +46,29 @@ impl Compactor {
     pub(super) fn new(store: SnapshotStore) -> Self {
         Compactor { store, not_before: None, done: 0 }
     }
+
+    /// The node's snapshot store (also what snapshots are sent from and received into).
+    pub(super) fn store(&self) -> &SnapshotStore {
+        &self.store
+    }
 }
 
 impl Driver {
     /// Compacts the log if the policy says so (see the module docs). Never fails the
     /// loop: an error is logged and retried later.
     pub(super) fn maybe_compact(&mut self) -> Result<()> {
-        if self.outbox.is_some() {
+        if self.compactor.as_ref().is_none_or(|c| c.not_before.is_some_and(|t| Instant::now() < t)) {
             return Ok(());
         }
+        let waiting = self.peer_waits_for_snapshot()?;
         let Some(c) = self.compactor.as_mut() else { return Ok(()) };
-        if c.not_before.is_some_and(|t| Instant::now() < t) {
-            return Ok(());
-        }
         let applied = self.sm.applied_index()?;
         let before = self.log.facts(applied)?;
-        let Decision::Compact { through, reason } = compaction::decide(before, self.cfg.compaction) else { return Ok(()) };
+        let decision = match waiting {
+            Some(peer) => Decision::Compact { through: applied, reason: format!("member {peer} needs a snapshot that includes it") },
+            None => compaction::decide(before, self.cfg.compaction),
+        };
+        let Decision::Compact { through, reason } = decision else { return Ok(()) };
         let started = Instant::now();
         match compaction::compact(&self.log, &self.sm, &c.store, |_, _| {}) {
             Ok(Some(done)) => {
@@ -92,5 +98,27 @@ impl Driver {
             }
         }
         Ok(())
+    }
+
+    /// As leader: a peer whose next entry is below the log's first index (it needs a
+    /// snapshot) but that the log's snapshot does not include (it was added after):
+    /// raft-rs cannot send it that snapshot, so a new one is taken.
+    fn peer_waits_for_snapshot(&self) -> Result<Option<u64>> {
+        if self.raw.raft.state != raft::StateRole::Leader {
+            return Ok(None);
+        }
+        let meta = self.log.snapshot_meta()?;
+        if meta.index == 0 {
+            return Ok(None);
+        }
+        let first = self.log.first_entry_index().unwrap_or(meta.index + 1);
+        let cs = meta.get_conf_state();
+        Ok(self
+            .raw
+            .raft
+            .prs()
+            .iter()
+            .find(|(id, p)| **id != self.cfg.id && p.next_idx < first && !cs.voters.contains(id) && !cs.learners.contains(id))
+            .map(|(id, _)| *id))
     }
 }

@@ -43,6 +43,7 @@
 //! | `context.rs` | the bytes of an entry's `context` (proposal identity, member address); re-exports `halite_storage::context` |
 //! | `status.rs` | [`NodeStatus`]: role, indexes, peers' progress, readiness (caught up with the cluster's commit index, learned by ReadIndex) |
 //! | `faults.rs` | views that cannot be written: marked dirty, counted, recovered later with backoff; the node goes on |
+//! | `snapshots.rs` | a snapshot sent to a member behind the log's first index (through the transport, off the driver thread), and one received installed |
 //! | `compaction.rs` | compacting the log by the policy while the node runs (who may compact, retry after a failure) |
 //!
 //! The driver thread owns one `driver::Driver`, which holds the raft core, a
@@ -57,6 +58,7 @@ pub mod context;
 mod driver;
 mod membership;
 mod proposals;
+mod snapshots;
 mod faults;
 pub mod status;
 #[cfg(test)]
@@ -65,6 +67,8 @@ mod status_tests;
 mod tests;
 #[cfg(test)]
 mod tests_proposals;
+#[cfg(test)]
+mod tests_snapshots;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -225,6 +229,8 @@ enum Msg {
     Propose(Proposal),
     Member(MemberChange),
     Raft(Box<Message>),
+    /// A snapshot transfer to this peer ended (`snapshots.rs`): whether it was sent.
+    SnapshotSent(u64, bool),
     Stop,
 }
 
