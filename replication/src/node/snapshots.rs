@@ -28,7 +28,7 @@ use raft::SnapshotStatus;
 
 use super::driver::Driver;
 use super::membership;
-use super::{Msg, NodeError, Result};
+use super::{Msg, NodeError, Result, Tap};
 
 impl Driver {
     /// Hands a `MsgSnapshot` to the transport with the snapshot's files.
@@ -79,8 +79,9 @@ impl Driver {
         // Salt's line for a joiner's state transfer, in Halite's terms (session: the
         // snapshot, channel: the state machine).
         tracing::info!("state-sync snapshot-{index}/state seq=0 installed {items} items");
-        // The views are rebuilt from the new state; one that cannot be written is dirty.
-        if let Err(e) = self.views.rebuild_keys(&self.sm, |_, _| {}) {
+        // The views are rebuilt from the new state (key pairs included); one that cannot
+        // be written is dirty.
+        if let Err(e) = self.views.rebuild_keys(&self.sm, |_, _| {}).and_then(|_| self.views.write_pairs(&self.sm)) {
             self.view_sync_failed(halite_storage::views::ViewKind::Keys, &e);
         }
         if let Err(e) = self.views.roots.rebuild(&self.sm) {
@@ -97,6 +98,12 @@ impl Driver {
             }
         }
         *self.membership.book.write().unwrap_or_else(|p| p.into_inner()) = book;
+        // The tap saw none of the records the snapshot covers (old jobs are not to be
+        // published again); the one a running member must not miss is the current AES
+        // key, shown again (a generation already installed is ignored by the daemon).
+        if let (Some(Tap(tap)), Some(a)) = (&self.cfg.tap, self.sm.latest_aes()?) {
+            tap(index, &halite_storage::Record::AesKeyRotation(a));
+        }
         let pruned = store.prune(index)?;
         tracing::info!(index, term = snap.manifest().term, items, bytes = snap.manifest().total_bytes(), pruned, ms = started.elapsed().as_millis() as u64, "snapshot installed; the log's tail follows");
         Ok(())
