@@ -57,7 +57,7 @@ pub fn start_node(cfg: &MasterConfig, views: Views) -> Result<Node, halite_repli
 /// it applies, whichever master they were proposed on).
 pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> Result<Node, halite_replication::NodeError> {
     let Some(plan) = cluster_plan(cfg)? else {
-        return Node::start(&data_dir(cfg), views, NodeConfig { tap, ..Default::default() });
+        return Node::start(&data_dir(cfg), views, NodeConfig { tap, compaction: cfg.compaction, ..Default::default() });
     };
     let (inbox, mailbox) = halite_replication::node::mailbox();
     let peers = plan.addrs.iter().filter(|(id, _)| **id != plan.me).map(|(id, a)| (*id, *a)).collect();
@@ -88,6 +88,7 @@ pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> 
         addrs: plan.addrs.clone(),
         tap,
         join: join_via.is_some(),
+        compaction: cfg.compaction,
         ..Default::default()
     };
     let node = Node::start_peered(&data_dir(cfg), views, ncfg, transport.clone(), mailbox)?;

@@ -9,6 +9,7 @@
 //! | [`cluster`] | the cluster plan: member names → raft ids, addresses, the transport key |
 //! | [`join`] | the join handshake: hello / welcome / join as control frames, a new member added as a learner |
 //! | [`ring`] | the HashRing of members |
+//! | [`snapshot_transfer`] | a snapshot streamed to a peer over the transport (manifest, chunks, then raft's message) and received, checked, into its store |
 //! | [`logging`] | raft-rs's slog output into `tracing` |
 
 pub mod cluster;
@@ -16,6 +17,7 @@ pub mod join;
 pub mod logging;
 pub mod node;
 pub mod ring;
+pub mod snapshot_transfer;
 pub mod transport;
 
 #[cfg(test)]

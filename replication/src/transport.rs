@@ -6,7 +6,9 @@
 //! u32 BE  length of the rest (nonce + ciphertext + tag), at most MAX_FRAME
 //! [12]    random nonce
 //! [n]     AES-256-GCM ciphertext of:  u8 kind | u64 BE sender id | u64 BE recipient id | body
-//!         (kind 1: a raft Message, protobuf; kind 2: a control message of the layer above)
+//!         (kind 1: a raft Message, protobuf; kind 2: a control message of the layer above;
+//!         kind 3: a part of a snapshot transfer, `snapshot_transfer.rs`, on a connection
+//!         of its own)
 //! [16]    GCM tag; the additional data is the ASCII "halite-raft-v1"
 //! ```
 //!
@@ -29,6 +31,10 @@ use openssl::symm::{decrypt_aead, encrypt_aead, Cipher};
 use protobuf::Message as _;
 use raft::eraftpb::Message;
 use sha2::{Digest, Sha256};
+
+use halite_storage::snapshot::{Snapshot, SnapshotSource};
+
+use crate::snapshot_transfer::{self, SnapshotInbox};
 
 /// Largest frame accepted (raft sends at most 4 MiB of entries per message, but a single
 /// record may be up to 64 MiB).
@@ -93,6 +99,7 @@ impl ClusterKey {
         let what = match plain[0] {
             KIND_RAFT => Frame::Raft(Box::new(Message::parse_from_bytes(&plain[17..]).map_err(|e| format!("raft message does not decode: {e}"))?)),
             KIND_CONTROL => Frame::Control(plain[17..].to_vec()),
+            KIND_SNAPSHOT => Frame::Snapshot(plain[17..].to_vec()),
             k => return Err(format!("unknown frame kind {k}")),
         };
         Ok((from, to, what))
@@ -101,16 +108,24 @@ impl ClusterKey {
 
 const KIND_RAFT: u8 = 1;
 const KIND_CONTROL: u8 = 2;
+const KIND_SNAPSHOT: u8 = 3;
+/// A snapshot transfer's writes may wait this long for the peer to read.
+const SNAPSHOT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What a frame carries: a raft message, or a control message (the join handshake),
 /// whose bytes the layer above defines.
 pub enum Frame {
     Raft(Box<Message>),
     Control(Vec<u8>),
+    /// A part of a snapshot transfer (`snapshot_transfer.rs`).
+    Snapshot(Vec<u8>),
 }
 
 /// Where control messages go: the sender's id and the bytes.
 pub type ControlHandler = Arc<dyn Fn(u64, Vec<u8>) + Send + Sync>;
+
+/// Where received snapshots go, once set.
+type Snapshots = Arc<Mutex<Option<Arc<dyn SnapshotInbox>>>>;
 
 /// Where received messages go (the node's inbox).
 pub type Deliver = Arc<dyn Fn(Message) + Send + Sync>;
@@ -124,6 +139,7 @@ pub struct TcpTransport {
     local: SocketAddr,
     stopped: Arc<AtomicBool>,
     control: Arc<Mutex<Option<ControlHandler>>>,
+    snapshots: Snapshots,
     /// The accept loop; joined by [`TcpTransport::shutdown`] so the port is free after it.
     listening: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -139,6 +155,8 @@ impl TcpTransport {
         let stop2 = stopped.clone();
         let control: Arc<Mutex<Option<ControlHandler>>> = Arc::new(Mutex::new(None));
         let control2 = control.clone();
+        let snapshots: Snapshots = Arc::new(Mutex::new(None));
+        let snapshots2 = snapshots.clone();
         let listening = std::thread::Builder::new().name(format!("raft-listen-{id}")).spawn(move || {
             for conn in listener.incoming() {
                 if stop2.load(Ordering::SeqCst) {
@@ -146,19 +164,49 @@ impl TcpTransport {
                 }
                 match conn {
                     Ok(stream) => {
-                        let (k, d, s, c) = (k2.clone(), deliver.clone(), stop2.clone(), control2.clone());
-                        let _ = std::thread::Builder::new().name(format!("raft-in-{id}")).spawn(move || read_peer(id, stream, k, d, s, c));
+                        let (k, d, s, c, snaps) = (k2.clone(), deliver.clone(), stop2.clone(), control2.clone(), snapshots2.clone());
+                        let _ = std::thread::Builder::new().name(format!("raft-in-{id}")).spawn(move || read_peer(id, stream, k, d, s, c, snaps));
                     }
                     Err(e) => tracing::warn!("raft listener: {e}"),
                 }
             }
         })?;
-        Ok(Arc::new(TcpTransport { id, key, peers: Mutex::new(HashMap::new()), addrs: Mutex::new(peers), local, stopped, control, listening: Mutex::new(Some(listening)) }))
+        Ok(Arc::new(TcpTransport { id, key, peers: Mutex::new(HashMap::new()), addrs: Mutex::new(peers), local, stopped, control, snapshots, listening: Mutex::new(Some(listening)) }))
     }
 
     /// Where control messages received from now on go.
     pub fn on_control(&self, handler: ControlHandler) {
         *self.control.lock().unwrap_or_else(|p| p.into_inner()) = Some(handler);
+    }
+
+    /// Where snapshot transfers received from now on go (none are taken before).
+    pub fn on_snapshot(&self, inbox: Arc<dyn SnapshotInbox>) {
+        *self.snapshots.lock().unwrap_or_else(|p| p.into_inner()) = Some(inbox);
+    }
+
+    /// Sends snapshot `snap` and then `msg` (raft's `MsgSnapshot` naming it) to peer
+    /// `msg.to`, on a connection and a thread of their own (`snapshot_transfer.rs`), so
+    /// the caller never waits; `done` hears whether every byte was written (a peer that
+    /// refuses a part closes the connection: that is an error here). Progress is logged.
+    pub fn send_snapshot(&self, snap: Snapshot, msg: Message, done: Box<dyn FnOnce(Result<(), String>) + Send>) {
+        let to = msg.to;
+        let Some(addr) = self.addrs.lock().unwrap_or_else(|p| p.into_inner()).get(&to).copied() else {
+            done(Err(format!("no address for peer {to}")));
+            return;
+        };
+        let (key, me) = (self.key.clone(), self.id);
+        let spawned = std::thread::Builder::new().name(format!("raft-snap-{me}-{to}")).spawn(move || {
+            let started = Instant::now();
+            let r = stream_snapshot(&key, me, to, addr, &snap, &msg);
+            match &r {
+                Ok(bytes) => tracing::info!(to, index = snap.index(), bytes, ms = started.elapsed().as_millis() as u64, "snapshot sent"),
+                Err(e) => tracing::warn!(to, index = snap.index(), "snapshot transfer failed: {e}"),
+            }
+            done(r.map(|_| ()));
+        });
+        if let Err(e) = spawned {
+            tracing::error!(to, "cannot start a snapshot transfer thread: {e}");
+        }
     }
 
     /// Sends one control message to `addr` (a peer that may not be a member yet), on a
@@ -266,9 +314,38 @@ fn write_peer(to: u64, addr: SocketAddr, rx: Receiver<Vec<u8>>) {
     }
 }
 
+/// Writes one snapshot transfer to `addr`: begin, chunks, end. Returns the file bytes
+/// sent.
+fn stream_snapshot(key: &ClusterKey, me: u64, to: u64, addr: SocketAddr, snap: &Snapshot, msg: &Message) -> Result<u64, String> {
+    let mut s = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(|e| format!("connecting to {addr}: {e}"))?;
+    let _ = s.set_nodelay(true);
+    s.set_write_timeout(Some(SNAPSHOT_WRITE_TIMEOUT)).map_err(|e| e.to_string())?;
+    let mut transfer = [0u8; 8];
+    openssl::rand::rand_bytes(&mut transfer).map_err(|e| e.to_string())?;
+    let transfer = u64::from_be_bytes(transfer);
+    let mut write = |part: u8, payload: &[u8]| -> Result<(), String> {
+        let frame = key.seal_kind(KIND_SNAPSHOT, me, to, &snapshot_transfer::encode_part(part, transfer, payload))?;
+        s.write_all(&frame).map_err(|e| format!("writing to {addr}: {e}"))
+    };
+    let mut src = SnapshotSource::new(snap);
+    tracing::info!(to, index = snap.index(), bytes = src.total_bytes(), "snapshot transfer begins");
+    write(snapshot_transfer::PART_BEGIN, &src.manifest_bytes())?;
+    let (total, mut logged) = (src.total_bytes(), 0u64);
+    while let Some(chunk) = src.next_chunk().map_err(|e| e.to_string())? {
+        write(snapshot_transfer::PART_CHUNK, &chunk)?;
+        if src.sent_bytes() >= logged + (total / 10).clamp(1, 256 << 20) {
+            logged = src.sent_bytes();
+            tracing::info!(to, bytes = logged, total, "snapshot sent {}%", logged * 100 / total.max(1));
+        }
+    }
+    write(snapshot_transfer::PART_END, &msg.write_to_bytes().map_err(|e| e.to_string())?)?;
+    Ok(src.sent_bytes())
+}
+
 /// One inbound connection: read frames until EOF or a bad frame.
-fn read_peer(me: u64, mut stream: TcpStream, key: ClusterKey, deliver: Deliver, stopped: Arc<AtomicBool>, control: Arc<Mutex<Option<ControlHandler>>>) {
+fn read_peer(me: u64, mut stream: TcpStream, key: ClusterKey, deliver: Deliver, stopped: Arc<AtomicBool>, control: Arc<Mutex<Option<ControlHandler>>>, snapshots: Snapshots) {
     let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+    let mut incoming = snapshot_transfer::Incoming::default();
     let mut len = [0u8; 4];
     loop {
         if stopped.load(Ordering::SeqCst) {
@@ -299,6 +376,20 @@ fn read_peer(me: u64, mut stream: TcpStream, key: ClusterKey, deliver: Deliver, 
                 }
             }
             Ok((from, to, Frame::Control(_))) => tracing::warn!(%peer, from, to, "control frame for another node dropped"),
+            Ok((from, to, Frame::Snapshot(body))) if to == me => {
+                let Some(inbox) = snapshots.lock().unwrap_or_else(|p| p.into_inner()).clone() else {
+                    tracing::warn!(%peer, from, "snapshot transfer refused: this node takes no snapshots; closing the connection");
+                    return;
+                };
+                if let Err(e) = incoming.part(from, &body, inbox.as_ref()) {
+                    tracing::warn!(%peer, from, "snapshot transfer refused: {e}; closing the connection");
+                    return;
+                }
+            }
+            Ok((from, to, Frame::Snapshot(_))) => {
+                tracing::warn!(%peer, from, to, "snapshot frame for another node dropped; closing the connection");
+                return;
+            }
             Err(e) => {
                 tracing::warn!(%peer, "raft frame refused: {e}; closing the connection");
                 return;
@@ -313,11 +404,26 @@ pub trait Outbox: Send + Sync {
     /// Learns (or forgets, with `None`) where peer `id` listens; membership changes in
     /// the log carry the addresses.
     fn set_peer(&self, id: u64, addr: Option<SocketAddr>);
+    /// Sends a snapshot and then `msg` (its `MsgSnapshot`) to `msg.to` without blocking
+    /// the caller; `done` hears how it ended. Without this, a snapshot cannot be sent.
+    fn send_snapshot(&self, _snap: Snapshot, msg: Message, done: Box<dyn FnOnce(Result<(), String>) + Send>) {
+        done(Err(format!("this transport cannot send a snapshot to {}", msg.to)))
+    }
+    /// Where snapshots received from peers go (none are taken before).
+    fn take_snapshots(&self, _inbox: Arc<dyn SnapshotInbox>) {}
 }
 
 impl Outbox for TcpTransport {
     fn send(&self, msgs: Vec<Message>) {
         TcpTransport::send(self, msgs)
+    }
+
+    fn send_snapshot(&self, snap: Snapshot, msg: Message, done: Box<dyn FnOnce(Result<(), String>) + Send>) {
+        TcpTransport::send_snapshot(self, snap, msg, done)
+    }
+
+    fn take_snapshots(&self, inbox: Arc<dyn SnapshotInbox>) {
+        self.on_snapshot(inbox)
     }
 
     fn set_peer(&self, id: u64, addr: Option<SocketAddr>) {

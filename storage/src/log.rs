@@ -511,13 +511,21 @@ impl Storage for RaftLog {
         }
     }
 
-    fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+    fn snapshot(&self, _request_index: u64, to: u64) -> raft::Result<Snapshot> {
         // The metadata of the newest snapshot (the one the log was compacted through).
         // raft-rs puts it in the `MsgSnapshot` it sends to a follower that needs entries
         // below `first_index`; the files themselves travel separately, in chunks, from
         // `crate::snapshot::SnapshotStore::get(meta.index)`. Index 0: no snapshot yet.
+        // A member added after that snapshot is not in its conf state, and raft-rs on
+        // its side would refuse it: "not yet", until the node snapshots again (the
+        // replication driver does when a peer waits for one).
+        let meta = self.snapshot_meta().map_err(store_err)?;
+        let cs = meta.get_conf_state();
+        if to != 0 && meta.index > 0 && !cs.voters.contains(&to) && !cs.learners.contains(&to) {
+            return Err(raft::Error::Store(raft::StorageError::SnapshotTemporarilyUnavailable));
+        }
         let mut snap = Snapshot::default();
-        snap.set_metadata(self.snapshot_meta().map_err(store_err)?);
+        snap.set_metadata(meta);
         Ok(snap)
     }
 }

@@ -31,6 +31,7 @@ use raft::eraftpb::{ConfChange, ConfChangeType, ConfState, Entry, EntryType, Har
 use raft::{Config as RaftConfig, RawNode, Storage};
 
 use halite_storage::log::RaftLog;
+use halite_storage::snapshot::SnapshotStore;
 use halite_storage::state::StateMachine;
 use halite_storage::views::{Touched, Views};
 use halite_storage::Error as StorageError;
@@ -44,7 +45,7 @@ use super::{Mailbox, Node, NodeConfig, Result};
 use crate::transport::Outbox;
 
 /// Opens a node over `log` and `sm` and starts its driver thread (see the module docs).
-pub(super) fn start(log: RaftLog, sm: Arc<StateMachine>, mut views: Views, cfg: NodeConfig, outbox: Option<Arc<dyn Outbox>>, mailbox: Mailbox) -> Result<Node> {
+pub(super) fn start(log: RaftLog, sm: Arc<StateMachine>, mut views: Views, cfg: NodeConfig, outbox: Option<Arc<dyn Outbox>>, mailbox: Mailbox, snapshots: Option<SnapshotStore>) -> Result<Node> {
     if log.is_new()? && cfg.join {
         tracing::info!(id = cfg.id, "new log: joining; waiting for the leader to replicate the group's log");
     } else if log.is_new()? {
@@ -87,7 +88,11 @@ pub(super) fn start(log: RaftLog, sm: Arc<StateMachine>, mut views: Views, cfg: 
     let leader = Arc::new(AtomicU64::new(0));
     let status = NodeStatus::new(id);
     let health = Health { status: status.clone(), readiness: Default::default(), faults };
-    let d = Driver::new(raw, log.clone(), sm.clone(), views, cfg, outbox, leader.clone(), announce, solo, book.clone(), incarnation, health);
+    if let (Some(o), Some(s)) = (&outbox, &snapshots) {
+        o.take_snapshots(super::snapshots::inbox(s.clone(), tx.clone()));
+    }
+    let mut d = Driver::new(raw, log.clone(), sm.clone(), views, cfg, outbox, leader.clone(), announce, solo, book.clone(), incarnation, health, tx.clone());
+    d.compactor = snapshots.map(super::compaction::Compactor::new);
     let thread = driver::spawn(d, rx)?;
     Ok(Node { tx, thread: Some(thread), sm, log, leader, id, book, incarnation, status })
 }

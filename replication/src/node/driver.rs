@@ -9,7 +9,8 @@
 //! 2. queue the group as waiting proposals and hand raft those it can take now
 //!    (`proposals.rs`);
 //! 3. on a tick: tick raft, expire late proposals, promote caught-up learners (again
-//!    if an earlier promotion was lost);
+//!    if an earlier promotion was lost), compact the log if the policy says so
+//!    (`compaction.rs`);
 //! 4. handle raft's `Ready` ([`Driver::on_ready`]): send messages, apply what committed
 //!    (`apply.rs`), append new entries and the hard state in one write with one fsync
 //!    (the group commit), send the messages that had to wait for that fsync;
@@ -34,6 +35,7 @@ use halite_storage::log::RaftLog;
 use halite_storage::state::StateMachine;
 use halite_storage::views::Views;
 
+use super::compaction::Compactor;
 use super::membership::{AddressBook, MemberChange, Membership};
 use super::proposals::{Payload, Proposals};
 use super::status::Health;
@@ -70,6 +72,14 @@ pub(super) struct Driver {
 
     /// The status readers see, readiness and dirty views (`status.rs`, `faults.rs`).
     pub(super) health: Health,
+
+    /// Log compaction by the policy (`compaction.rs`); `None`: never (a node started
+    /// over a log and state machine without their data directory).
+    pub(super) compactor: Option<Compactor>,
+    /// This driver's own channel (snapshot transfers report their end on it).
+    pub(super) self_tx: std::sync::mpsc::Sender<Msg>,
+    /// Peers a snapshot is being sent to (`snapshots.rs`).
+    pub(super) sending: std::collections::HashSet<u64>,
 }
 
 /// Starts the driver thread. If the loop fails, the error is logged and every waiting
@@ -101,6 +111,7 @@ impl Driver {
         book: AddressBook,
         incarnation: u64,
         health: Health,
+        self_tx: std::sync::mpsc::Sender<Msg>,
     ) -> Self {
         // A forward the leader dropped is handed over again after three election
         // timeouts (the state machine applies a proposal at most once).
@@ -119,6 +130,9 @@ impl Driver {
             views_dirty_to: None,
             views_synced_at: Instant::now(),
             health,
+            compactor: None,
+            self_tx,
+            sending: Default::default(),
         }
     }
 
@@ -144,6 +158,7 @@ impl Driver {
             let mut members = Vec::new();
             let mut stop = false;
             let mut n = 0;
+            let mut sent = Vec::new();
             let raw = &mut self.raw;
             let mut push = |m: Msg, group: &mut Vec<Proposal>, members: &mut Vec<MemberChange>, stop: &mut bool, n: &mut usize| match m {
                 Msg::Propose(p) => {
@@ -156,6 +171,7 @@ impl Driver {
                         tracing::debug!("raft message not stepped: {e}");
                     }
                 }
+                Msg::SnapshotSent(to, ok) => sent.push((to, ok)),
                 Msg::Stop => *stop = true,
             };
             if let Some(m) = first {
@@ -166,6 +182,9 @@ impl Driver {
                         Err(_) => break,
                     }
                 }
+            }
+            for (to, ok) in sent {
+                self.snapshot_sent(to, ok);
             }
             for p in group {
                 self.proposals.enqueue(Payload::Records(p.data), p.reply);
@@ -183,6 +202,7 @@ impl Driver {
                 for c in promote {
                     self.propose_member(c);
                 }
+                self.maybe_compact()?;
             }
             self.on_ready()?;
             self.campaign_if_solo()?;
@@ -216,10 +236,18 @@ impl Driver {
         Ok(())
     }
 
-    /// Hands raft's outgoing messages to the transport (dropped without peers).
-    fn send(&self, msgs: Vec<Message>) {
+    /// Hands raft's outgoing messages to the transport (dropped without peers); a
+    /// snapshot goes its own way (`snapshots.rs`).
+    fn send(&mut self, mut msgs: Vec<Message>) {
         if msgs.is_empty() {
             return;
+        }
+        if msgs.iter().any(|m| m.get_msg_type() == raft::eraftpb::MessageType::MsgSnapshot) {
+            let (snaps, rest): (Vec<Message>, Vec<Message>) = msgs.into_iter().partition(|m| m.get_msg_type() == raft::eraftpb::MessageType::MsgSnapshot);
+            for m in snaps {
+                self.send_snapshot(m);
+            }
+            msgs = rest;
         }
         match &self.outbox {
             Some(o) => o.send(msgs),
@@ -245,8 +273,8 @@ impl Driver {
         }
         self.send(rd.take_messages());
         if !rd.snapshot().is_empty() {
-            // Logs are not compacted yet, so a peer always catches up from entries.
-            return Err(NodeError::Stopped("received a snapshot; snapshot transfer is not supported yet".into()));
+            // A snapshot received from the leader, that raft wants installed.
+            self.install_snapshot(rd.snapshot())?;
         }
         self.apply(rd.take_committed_entries())?;
         self.log.append(rd.entries(), rd.hs(), None, rd.must_sync())?;

@@ -43,6 +43,8 @@
 //! | `context.rs` | the bytes of an entry's `context` (proposal identity, member address); re-exports `halite_storage::context` |
 //! | `status.rs` | [`NodeStatus`]: role, indexes, peers' progress, readiness (caught up with the cluster's commit index, learned by ReadIndex) |
 //! | `faults.rs` | views that cannot be written: marked dirty, counted, recovered later with backoff; the node goes on |
+//! | `snapshots.rs` | a snapshot sent to a member behind the log's first index (through the transport, off the driver thread), and one received installed |
+//! | `compaction.rs` | compacting the log by the policy while the node runs (who may compact, retry after a failure) |
 //!
 //! The driver thread owns one `driver::Driver`, which holds the raft core, a
 //! `proposals::Proposals` and a `membership::Membership`; those two know nothing of the
@@ -51,10 +53,12 @@
 
 mod apply;
 mod boot;
+mod compaction;
 pub mod context;
 mod driver;
 mod membership;
 mod proposals;
+mod snapshots;
 mod faults;
 pub mod status;
 #[cfg(test)]
@@ -63,6 +67,8 @@ mod status_tests;
 mod tests;
 #[cfg(test)]
 mod tests_proposals;
+#[cfg(test)]
+mod tests_snapshots;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -75,7 +81,9 @@ use std::time::Duration;
 
 use raft::eraftpb::{ConfChangeType, Message};
 
+use halite_storage::compaction::CompactionLimits;
 use halite_storage::log::RaftLog;
+use halite_storage::snapshot::SnapshotStore;
 use halite_storage::state::StateMachine;
 use halite_storage::entry::{MAX_BATCH_RECORDS, MAX_ENTRY_LEN};
 use halite_storage::views::Views;
@@ -134,6 +142,9 @@ pub struct NodeConfig {
     pub tap: Option<Tap>,
     /// As leader, promote a learner to voter once it has caught up with the log.
     pub auto_promote: bool,
+    /// When the log is compacted (`compaction.rs`; the master's `cluster_max_log_size`
+    /// and `halite_log_max_bytes`).
+    pub compaction: CompactionLimits,
 }
 
 /// What a [`Tap`] calls: the log index and the record.
@@ -163,6 +174,7 @@ impl Default for NodeConfig {
             addrs: HashMap::new(),
             tap: None,
             auto_promote: true,
+            compaction: CompactionLimits::default(),
         }
     }
 }
@@ -217,6 +229,8 @@ enum Msg {
     Propose(Proposal),
     Member(MemberChange),
     Raft(Box<Message>),
+    /// A snapshot transfer to this peer ended (`snapshots.rs`): whether it was sent.
+    SnapshotSent(u64, bool),
     Stop,
 }
 
@@ -336,19 +350,20 @@ impl Node {
     /// starts the driver thread. A new log is bootstrapped with this node as sole voter.
     pub fn start(data: &DataDir, views: Views, cfg: NodeConfig) -> Result<Node> {
         let (log, sm) = open_storage(data)?;
-        Self::start_with(log, sm, views, cfg)
+        let (_, mailbox) = mailbox();
+        boot::start(log, sm, views, cfg, None, mailbox, Some(SnapshotStore::open(&data.snapshots())?))
     }
 
     pub fn start_with(log: RaftLog, sm: Arc<StateMachine>, views: Views, cfg: NodeConfig) -> Result<Node> {
         let (_, mailbox) = mailbox();
-        boot::start(log, sm, views, cfg, None, mailbox)
+        boot::start(log, sm, views, cfg, None, mailbox, None)
     }
 
     /// Starts a node that talks to peers: messages arrive through `mailbox` (fed by the
     /// transport's [`Inbox`]) and leave through `outbox`.
     pub fn start_peered(data: &DataDir, views: Views, cfg: NodeConfig, outbox: Arc<dyn Outbox>, mailbox: Mailbox) -> Result<Node> {
         let (log, sm) = open_storage(data)?;
-        boot::start(log, sm, views, cfg, Some(outbox), mailbox)
+        boot::start(log, sm, views, cfg, Some(outbox), mailbox, Some(SnapshotStore::open(&data.snapshots())?))
     }
 
     /// Adds `node` (listening at `addr`) as a learner: it receives the log but does not

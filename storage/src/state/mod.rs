@@ -34,6 +34,7 @@ use sha2::{Digest, Sha256};
 
 mod apply;
 mod digest;
+mod replace;
 mod proposals;
 
 pub use apply::Applied;

@@ -1,0 +1,124 @@
+//! Log compaction in the running node: the driver thread asks the policy
+//! ([`halite_storage::compaction::decide`], limits from [`NodeConfig::compaction`],
+//! i.e. the master's `cluster_max_log_size` and `halite_log_max_bytes`) once per tick,
+//! and when a limit is exceeded snapshots the state machine at its applied index and
+//! compacts the log through it ([`halite_storage::compaction::compact`]).
+//!
+//! It runs on the driver thread, between two turns of the loop, because the applied
+//! index must not move while the snapshot is taken. What that costs the loop is a
+//! RocksDB checkpoint (hard links, no copy) and hashing the checkpoint's files for the
+//! manifest; the log line says how long it took. The check itself (the log's first and
+//! last index and the bytes of its files) is cheap.
+//!
+//! **Who compacts.** Every node, by the policy alone, leader or not: a member whose next
+//! entry is below the log's first index gets the snapshot instead (`snapshots.rs`). One
+//! more reason, as leader: a peer that needs a snapshot but was added after the log's
+//! snapshot was taken is not in that snapshot's membership, and raft-rs would refuse it
+//! (the log answers raft "temporarily unavailable" for it meanwhile); a new snapshot is
+//! taken at once, whatever the limits.
+//!
+//! A compaction that fails (a full disk) is logged and tried again after
+//! [`RETRY_AFTER`]: the node goes on; the log just stays longer.
+//!
+//! [`NodeConfig::compaction`]: super::NodeConfig::compaction
+
+use std::time::{Duration, Instant};
+
+use halite_storage::compaction::{self, Decision};
+use halite_storage::snapshot::SnapshotStore;
+
+use super::driver::Driver;
+use super::Result;
+
+/// How long after a failed compaction the next one is tried.
+pub const RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// The driver's compaction state.
+pub(super) struct Compactor {
+    store: SnapshotStore,
+    /// No compaction before this (after a failure).
+    not_before: Option<Instant>,
+    /// Compactions done by this process (for the log line).
+    done: u64,
+}
+
+impl Compactor {
+    pub(super) fn new(store: SnapshotStore) -> Self {
+        Compactor { store, not_before: None, done: 0 }
+    }
+
+    /// The node's snapshot store (also what snapshots are sent from and received into).
+    pub(super) fn store(&self) -> &SnapshotStore {
+        &self.store
+    }
+}
+
+impl Driver {
+    /// Compacts the log if the policy says so (see the module docs). Never fails the
+    /// loop: an error is logged and retried later.
+    pub(super) fn maybe_compact(&mut self) -> Result<()> {
+        if self.compactor.as_ref().is_none_or(|c| c.not_before.is_some_and(|t| Instant::now() < t)) {
+            return Ok(());
+        }
+        let waiting = self.peer_waits_for_snapshot()?;
+        let Some(c) = self.compactor.as_mut() else { return Ok(()) };
+        let applied = self.sm.applied_index()?;
+        let before = self.log.facts(applied)?;
+        let decision = match waiting {
+            Some(peer) => Decision::Compact { through: applied, reason: format!("member {peer} needs a snapshot that includes it") },
+            None => compaction::decide(before, self.cfg.compaction),
+        };
+        let Decision::Compact { through, reason } = decision else { return Ok(()) };
+        let started = Instant::now();
+        match compaction::compact(&self.log, &self.sm, &c.store, |_, _| {}) {
+            Ok(Some(done)) => {
+                c.done += 1;
+                c.not_before = None;
+                let after = self.log.facts(applied)?;
+                tracing::info!(
+                    id = self.cfg.id,
+                    through,
+                    reason = %reason,
+                    entries_before = before.entries(),
+                    entries_after = after.entries(),
+                    dropped = done.dropped,
+                    log_bytes_before = before.log_bytes,
+                    log_bytes_after = after.log_bytes,
+                    snapshot_bytes = done.snapshot.manifest().total_bytes(),
+                    snapshots_pruned = done.pruned,
+                    ms = started.elapsed().as_millis() as u64,
+                    compactions = c.done,
+                    "log compacted by the policy"
+                );
+            }
+            Ok(None) => {}
+            Err(e) => {
+                c.not_before = Some(Instant::now() + RETRY_AFTER);
+                tracing::warn!(id = self.cfg.id, through, "log compaction failed, retried in {RETRY_AFTER:?}; the node goes on with a longer log: {e}");
+            }
+        }
+        Ok(())
+    }
+
+    /// As leader: a peer whose next entry is below the log's first index (it needs a
+    /// snapshot) but that the log's snapshot does not include (it was added after):
+    /// raft-rs cannot send it that snapshot, so a new one is taken.
+    fn peer_waits_for_snapshot(&self) -> Result<Option<u64>> {
+        if self.raw.raft.state != raft::StateRole::Leader {
+            return Ok(None);
+        }
+        let meta = self.log.snapshot_meta()?;
+        if meta.index == 0 {
+            return Ok(None);
+        }
+        let first = self.log.first_entry_index().unwrap_or(meta.index + 1);
+        let cs = meta.get_conf_state();
+        Ok(self
+            .raw
+            .raft
+            .prs()
+            .iter()
+            .find(|(id, p)| **id != self.cfg.id && p.next_idx < first && !cs.voters.contains(id) && !cs.learners.contains(id))
+            .map(|(id, _)| *id))
+    }
+}

@@ -1,0 +1,133 @@
+//! Snapshots between members, on the driver thread.
+//!
+//! **Sending.** raft-rs answers a member whose next entry is below the log's first index
+//! (a joiner after a compaction, a member restarted on an empty disk, one that was away
+//! long) with a `MsgSnapshot` naming the snapshot the log was compacted through
+//! (`RaftLog`'s `Storage::snapshot`). The driver never sends that message itself: it
+//! hands it, with the snapshot's files from the store, to the transport
+//! ([`Outbox::send_snapshot`]), which streams manifest, chunks, then the message on a
+//! thread and connection of their own (`snapshot_transfer.rs`), so the raft loop never
+//! waits. One transfer per peer at a time; when it ends the driver tells raft
+//! (`report_snapshot`: finished, or failed and tried again after raft's probe).
+//!
+//! **Receiving.** The transport receives a transfer into this node's snapshot store,
+//! checking every byte, and only then delivers the `MsgSnapshot` to the node like any
+//! raft message. raft-rs decides whether it needs it; if so its `Ready` carries the
+//! snapshot and [`Driver::install_snapshot`] installs it: the log records the snapshot
+//! (dropping its entries), the state machine's content is replaced by the snapshot's in
+//! place (`StateMachine::replace_from`: readers keep their handle), the views are
+//! rebuilt from it, and the address book is read again from the log. The log's tail
+//! follows from the leader as usual.
+//!
+//! [`Outbox::send_snapshot`]: crate::transport::Outbox::send_snapshot
+
+use std::time::Instant;
+
+use raft::eraftpb::{Message, Snapshot as RaftSnapshot};
+use raft::SnapshotStatus;
+
+use super::driver::Driver;
+use super::membership;
+use super::{Msg, NodeError, Result, Tap};
+
+impl Driver {
+    /// Hands a `MsgSnapshot` to the transport with the snapshot's files.
+    pub(super) fn send_snapshot(&mut self, m: Message) {
+        let to = m.to;
+        if !self.sending.insert(to) {
+            return; // a transfer to that peer is under way
+        }
+        let index = m.get_snapshot().get_metadata().index;
+        let found = match (&self.compactor, &self.outbox) {
+            (Some(c), Some(o)) => c.store().get(index).map(|s| s.map(|s| (s, o.clone()))),
+            _ => Ok(None),
+        };
+        match found {
+            Ok(Some((snap, outbox))) => {
+                let tx = self.self_tx.clone();
+                tracing::info!(to, index, bytes = snap.manifest().total_bytes(), "peer is behind the log's first index: sending it the snapshot");
+                outbox.send_snapshot(snap, m, Box::new(move |r| {
+                    let _ = tx.send(Msg::SnapshotSent(to, r.is_ok()));
+                }));
+            }
+            Ok(None) => {
+                tracing::warn!(to, index, "raft asked to send snapshot {index}, which the snapshot store does not hold");
+                self.snapshot_sent(to, false);
+            }
+            Err(e) => {
+                tracing::warn!(to, index, "cannot read snapshot {index}: {e}");
+                self.snapshot_sent(to, false);
+            }
+        }
+    }
+
+    /// A transfer to `to` ended.
+    pub(super) fn snapshot_sent(&mut self, to: u64, ok: bool) {
+        self.sending.remove(&to);
+        self.raw.report_snapshot(to, if ok { SnapshotStatus::Finish } else { SnapshotStatus::Failure });
+    }
+
+    /// Installs the snapshot raft's `Ready` carries (received before its message was
+    /// delivered; see the module docs).
+    pub(super) fn install_snapshot(&mut self, rs: &RaftSnapshot) -> Result<()> {
+        let index = rs.get_metadata().index;
+        let started = Instant::now();
+        let store = self.compactor.as_ref().map(|c| c.store().clone()).ok_or_else(|| NodeError::Stopped("received a snapshot but this node has no snapshot store".into()))?;
+        let snap = store.get(index)?.ok_or_else(|| NodeError::Stopped(format!("raft installs snapshot {index}, which the snapshot store does not hold")))?;
+        self.log.install_snapshot(&snap.metadata(), &snap.manifest().members()?)?;
+        let items = self.sm.replace_from(&snap.state_dir(), |_| {})?;
+        // Salt's line for a joiner's state transfer, in Halite's terms (session: the
+        // snapshot, channel: the state machine).
+        tracing::info!("state-sync snapshot-{index}/state seq=0 installed {items} items");
+        // The views are rebuilt from the new state (key pairs included); one that cannot
+        // be written is dirty.
+        if let Err(e) = self.views.rebuild_keys(&self.sm, |_, _| {}).and_then(|_| self.views.write_pairs(&self.sm)) {
+            self.view_sync_failed(halite_storage::views::ViewKind::Keys, &e);
+        }
+        if let Err(e) = self.views.roots.rebuild(&self.sm) {
+            self.view_sync_failed(halite_storage::views::ViewKind::Roots, &e);
+        }
+        if !self.health.faults.any() {
+            self.sm.set_views_index(index)?;
+        }
+        // The members and their addresses, as the snapshot knows them.
+        let book = membership::address_book(&self.log)?;
+        if let Some(o) = &self.outbox {
+            for (id, addr) in &book {
+                o.set_peer(*id, Some(*addr));
+            }
+        }
+        *self.membership.book.write().unwrap_or_else(|p| p.into_inner()) = book;
+        // The tap saw none of the records the snapshot covers (old jobs are not to be
+        // published again); the one a running member must not miss is the current AES
+        // key, shown again (a generation already installed is ignored by the daemon).
+        if let (Some(Tap(tap)), Some(a)) = (&self.cfg.tap, self.sm.latest_aes()?) {
+            tap(index, &halite_storage::Record::AesKeyRotation(a));
+        }
+        let pruned = store.prune(index)?;
+        tracing::info!(index, term = snap.manifest().term, items, bytes = snap.manifest().total_bytes(), pruned, ms = started.elapsed().as_millis() as u64, "snapshot installed; the log's tail follows");
+        Ok(())
+    }
+}
+
+/// What the transport receives snapshots with: this node's store, and its channel for
+/// the `MsgSnapshot` once the files are complete.
+struct NodeSnapshots {
+    store: halite_storage::snapshot::SnapshotStore,
+    tx: std::sync::Mutex<std::sync::mpsc::Sender<Msg>>,
+}
+
+impl crate::snapshot_transfer::SnapshotInbox for NodeSnapshots {
+    fn store(&self, _from: u64) -> Option<halite_storage::snapshot::SnapshotStore> {
+        Some(self.store.clone())
+    }
+
+    fn received(&self, _from: u64, _snap: halite_storage::snapshot::Snapshot, msg: Message) {
+        let _ = self.tx.lock().unwrap_or_else(|p| p.into_inner()).send(Msg::Raft(Box::new(msg)));
+    }
+}
+
+/// The inbox the transport hands received snapshots to (`boot.rs` registers it).
+pub(super) fn inbox(store: halite_storage::snapshot::SnapshotStore, tx: std::sync::mpsc::Sender<Msg>) -> std::sync::Arc<dyn crate::snapshot_transfer::SnapshotInbox> {
+    std::sync::Arc::new(NodeSnapshots { store, tx: std::sync::Mutex::new(tx) })
+}

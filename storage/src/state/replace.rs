@@ -1,0 +1,78 @@
+//! Replacing the whole applied state with a snapshot's, in place: how a running member
+//! installs a snapshot received from the leader without closing its state machine
+//! (readers elsewhere in the process hold it open).
+//!
+//! Every column family is emptied and refilled from the snapshot's checkpoint, in
+//! batches; the `meta` family's `applied_index` is written in the **last** batch, and
+//! `views_index` is set to 0 (the views are rebuilt from the result). So a crash part
+//! way leaves a state machine whose applied index is still the old one, behind the
+//! log's snapshot (the log records the snapshot first), and the next start installs
+//! the snapshot by swapping directories (`snapshot::recover_at_start`). Readers during
+//! the replacement may see a mix; a member installing a snapshot is not ready (it is
+//! behind the cluster's commit index), so it serves none.
+
+use std::path::Path;
+
+use rocksdb::{IteratorMode, WriteBatch, WriteOptions};
+
+use super::{StateMachine, ALL_CFS, APPLIED_INDEX, CF_META, VIEWS_INDEX};
+use crate::error::Result;
+
+/// Bytes of keys and values written per batch.
+const BATCH_BYTES: usize = 32 << 20;
+
+impl StateMachine {
+    /// Replaces everything this state machine holds with the state machine at `src` (a
+    /// snapshot's checkpoint, opened read-only). Returns the key/value pairs copied.
+    /// `progress(items)` is called after each batch.
+    pub fn replace_from(&self, src: &Path, mut progress: impl FnMut(u64)) -> Result<u64> {
+        let from = StateMachine::open_read_only(src)?;
+        let mut wo = WriteOptions::default();
+        wo.disable_wal(true);
+        let mut items = 0u64;
+        let mut applied = None;
+        for name in ALL_CFS {
+            let cf = self.cf(name)?;
+            // Empty it (a range covering every key: no key sorts after the longest
+            // run of 0xff a key could start with, so delete each one found instead).
+            let mut batch = WriteBatch::default();
+            for kv in self.db.iterator_cf(cf, IteratorMode::Start) {
+                let (k, _) = kv?;
+                batch.delete_cf(cf, &k);
+                if batch.size_in_bytes() >= BATCH_BYTES {
+                    self.db.write_opt(std::mem::take(&mut batch), &wo)?;
+                }
+            }
+            self.db.write_opt(batch, &wo)?;
+            let src_cf = from.cf(name)?;
+            let mut batch = WriteBatch::default();
+            for kv in from.db.iterator_cf(src_cf, IteratorMode::Start) {
+                let (k, v) = kv?;
+                if name == CF_META && (&*k == APPLIED_INDEX || &*k == VIEWS_INDEX) {
+                    if &*k == APPLIED_INDEX {
+                        applied = Some(v.to_vec());
+                    }
+                    continue;
+                }
+                batch.put_cf(cf, &k, &v);
+                items += 1;
+                if batch.size_in_bytes() >= BATCH_BYTES {
+                    self.db.write_opt(std::mem::take(&mut batch), &wo)?;
+                    progress(items);
+                }
+            }
+            self.db.write_opt(batch, &wo)?;
+            progress(items);
+        }
+        let meta = self.cf(CF_META)?;
+        let mut last = WriteBatch::default();
+        last.put_cf(meta, VIEWS_INDEX, 0u64.to_be_bytes());
+        if let Some(a) = applied {
+            last.put_cf(meta, APPLIED_INDEX, a);
+        }
+        self.db.write_opt(last, &wo)?;
+        // No WAL: make it durable now (all families together, see `open`).
+        self.flush()?;
+        Ok(items)
+    }
+}
