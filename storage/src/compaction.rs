@@ -157,4 +157,19 @@ mod tests {
         // Never past the applied index.
         assert!(matches!(decide(facts(1, 500, 200, 0, 0), l), Decision::Compact { through: 200, .. }));
     }
+
+    /// The byte limit reads what the log's files hold, not raft-engine's whole-file
+    /// estimate (two files of 128 MiB for a log of a few entries).
+    #[test]
+    fn the_byte_figure_is_what_the_files_hold() {
+        use raft::eraftpb::Entry;
+        let dir = tempfile::tempdir().unwrap();
+        let log = crate::log::RaftLog::open(dir.path()).unwrap();
+        let small = log.facts(0).unwrap().log_bytes;
+        assert!(small < 16 << 20, "a new log reads as {small} bytes");
+        let es: Vec<Entry> = (1..=64).map(|i| Entry { index: i, term: 1, data: vec![7u8; 64 << 10].into(), ..Default::default() }).collect();
+        log.append(&es, None, None, true).unwrap();
+        let grown = log.facts(0).unwrap().log_bytes;
+        assert!(grown >= small + (4 << 20), "64 entries of 64 KiB: {small} -> {grown}");
+    }
 }

@@ -196,6 +196,18 @@ impl RaftLog {
         Ok(fold_members(out))
     }
 
+    /// The bytes the log's files hold on disk. (raft-engine's `get_used_size` counts
+    /// whole files of `target_file_size` each, 128 MiB, so a tiny log reads as 256 MiB;
+    /// the policy needs what is really there.) A file that cannot be read counts as 0.
+    pub fn disk_bytes(&self) -> u64 {
+        let Ok(dir) = std::fs::read_dir(&self.dir) else { return 0 };
+        dir.filter_map(|e| e.ok())
+            .filter(|e| e.path().extension().is_some_and(|x| x == "raftlog" || x == "rewrite"))
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.len())
+            .sum()
+    }
+
     /// Facts about the log for the compaction policy
     /// ([`crate::compaction::decide`]).
     pub fn facts(&self, applied_index: u64) -> Result<crate::compaction::LogFacts> {
@@ -205,7 +217,7 @@ impl RaftLog {
             last_index: self.last_entry_index().unwrap_or(snap),
             applied_index,
             snapshot_index: snap,
-            log_bytes: self.engine.get_used_size() as u64,
+            log_bytes: self.disk_bytes(),
         })
     }
 
