@@ -265,3 +265,34 @@ fn an_idle_writer_keeps_its_connection_and_a_silent_one_loses_it() {
     a.shutdown();
     b.shutdown();
 }
+
+/// Figures for `docs/benchmarks.md`, not a check:
+/// `cargo test -p halite-replication --release --lib transport::tests::measure -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement; run it by name with --ignored --nocapture"]
+fn measure_handshakes_and_frames() {
+    let (b, rx, _) = member2(Limits::default());
+    let n = 2000;
+    let t = Instant::now();
+    for _ in 0..n {
+        drop(signed_in(&b, 1, "s"));
+    }
+    let hs = t.elapsed();
+    let frames = 200_000;
+    let (mut s, mut sealer) = signed_in(&b, 1, "s");
+    let body = msg(1, 2).write_to_bytes().unwrap();
+    let t = Instant::now();
+    let writer = std::thread::spawn(move || {
+        for _ in 0..frames {
+            s.write_all(&sealer.seal(KIND_RAFT, 1, 2, &body).unwrap()).unwrap();
+        }
+        s
+    });
+    for _ in 0..frames {
+        rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    }
+    let fr = t.elapsed();
+    drop(writer.join());
+    println!("{n} handshakes in {hs:?} ({:.0}/s); {frames} heartbeat frames delivered in {fr:?} ({:.0}/s)", n as f64 / hs.as_secs_f64(), frames as f64 / fr.as_secs_f64());
+    b.shutdown();
+}
