@@ -61,6 +61,8 @@ pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> 
     };
     let (inbox, mailbox) = halite_replication::node::mailbox();
     let peers = plan.addrs.iter().filter(|(id, _)| **id != plan.me).map(|(id, a)| (*id, *a)).collect();
+    // Refusals on the cluster port are counted and logged like every other port's.
+    halite_replication::transport::refusal::set_hook(|source, reason, detail| crate::metrics::refuse(crate::metrics::Port::Cluster, source, reason, detail));
     let transport: Arc<TcpTransport> = TcpTransport::start(plan.me, plan.listen, peers, plan.key.clone(), Arc::new(move |m| inbox.deliver(m)))
         .map_err(|e| NodeError::Refused(format!("binding the cluster port {}: {e}", plan.listen)))?;
     tracing::info!(me = %cfg.interface, id = plan.me, listen = %plan.listen, members = ?plan.names.values().collect::<Vec<_>>(), "cluster member");

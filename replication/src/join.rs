@@ -1,9 +1,11 @@
 //! Adding a member to a running cluster: the join handshake, over the sealed transport.
 //!
-//! Every message is a control frame (`transport.rs`, kind 2) sealed with the key derived
-//! from the cluster secret, so only a member configured with the cluster's secret can
-//! ask to join; the secret itself is never sent, not even hashed: knowing it is proved
-//! by every frame.
+//! Every message is a control frame (`transport/frame.rs`, kind 2) on a connection whose
+//! handshake proved the cluster secret (`transport/handshake.rs`), so only a member
+//! configured with the cluster's secret can ask to join; the secret itself is never
+//! sent, not even hashed. The sender id a handler sees is the one the connection's
+//! handshake named, and a frame is accepted once: a captured `join` sent again does
+//! nothing.
 //!
 //! 1. A member starting on an empty data directory sends `hello` to each founding peer
 //!    of its [`ClusterPlan`] and waits up to [`DISCOVER_FOR`] for `welcome`s

@@ -1,6 +1,6 @@
 //! Snapshot transfer over the peer transport: a snapshot's manifest, then its chunks,
-//! then the raft `MsgSnapshot` that refers to it, as sealed frames of kind 3 (see the
-//! frame layout in `transport.rs` and docs/formats.md §5).
+//! then the raft `MsgSnapshot` that refers to it, as sealed frames of kind 4 (see the
+//! frame layout in `transport/frame.rs` and docs/formats.md §5 and §6).
 //!
 //! A transfer has a connection of its own, opened by the sender's thread
 //! ([`crate::transport::TcpTransport::send_snapshot`]): raft's frames to the same peer

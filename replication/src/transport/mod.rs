@@ -1,0 +1,543 @@
+//! The peer transport: raft and control messages between masters over TCP
+//! (`cluster_pool_port`).
+//!
+//! A connection carries frames one way, from the side that connected to the side that
+//! accepted. It starts with a handshake ([`handshake`]): both sides send fresh nonces and
+//! their member ids, derive this connection's keys with HKDF-SHA256 from the cluster key
+//! (a hash of `cluster_secret`), and prove to each other that they hold it. Every frame
+//! after that ([`frame`]) is sealed under the connection's key with a counter as its
+//! nonce; the receiver opens only the next counter, and only frames claiming the member
+//! id that did the handshake. So a frame captured on the wire and sent again, on its
+//! connection or on another, delivers nothing, and a connection speaks for one member.
+//!
+//! Bounds: at most [`Limits::max_unauthenticated`] accepted connections may be in their
+//! handshake at once (more are closed on accept); a handshake must complete within
+//! [`Limits::handshake`]; the handshake's messages have fixed sizes (no length is read
+//! from an unauthenticated peer); after it, a declared frame length is checked against
+//! [`MAX_FRAME`] before any of it is read, and the buffer grows only as bytes arrive.
+//! Writers send a keepalive frame when idle for [`Limits::keepalive`]; a reader closes a
+//! connection silent for [`Limits::idle`].
+//!
+//! A snapshot (raft's `MsgSnapshot` to a member behind the leader's first index) travels
+//! on a connection and a thread of its own, as frames of kind 4 carrying its manifest,
+//! its chunks and then the raft message (`snapshot_transfer.rs`), so raft's frames to
+//! the same peer never wait behind it.
+//!
+//! Raft tolerates lost, repeated and reordered messages, so the transport never retries:
+//! it sends, and drops what it cannot send (raft resends). One thread per peer writes;
+//! one thread per inbound connection reads. Every refusal closes the connection and is
+//! counted and logged ([`refusal`]).
+
+mod frame;
+mod handshake;
+pub mod refusal;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use protobuf::Message as _;
+use raft::eraftpb::Message;
+use sha2::{Digest, Sha256};
+
+use frame::{Opener, Sealer, KIND_CONTROL, KIND_KEEPALIVE, KIND_RAFT, KIND_SNAPSHOT, MIN_BODY};
+use refusal::{Refusals, Refused};
+
+use halite_storage::snapshot::{Snapshot, SnapshotSource};
+
+use crate::snapshot_transfer::{self, SnapshotInbox};
+
+/// Largest frame accepted (raft sends at most 4 MiB of entries per message, but a single
+/// record may be up to 64 MiB).
+pub const MAX_FRAME: usize = 80 << 20;
+/// Messages queued per peer before new ones are dropped.
+const QUEUE: usize = 4096;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// After a failed connect, messages to that peer are dropped for this long.
+const RETRY_AFTER: Duration = Duration::from_millis(200);
+/// How long a write may block before the connection is given up.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// A frame body is read in pieces of at most this many bytes, so memory follows the
+/// bytes that arrived, not the length a peer declared.
+const READ_PIECE: usize = 64 << 10;
+/// A snapshot transfer's writes may wait this long for the peer to read.
+const SNAPSHOT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The transport's resource bounds (see the module documentation).
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Accepted connections still in their handshake, at most.
+    pub max_unauthenticated: usize,
+    /// Time allowed for a whole handshake.
+    pub handshake: Duration,
+    /// An authenticated connection silent this long is closed.
+    pub idle: Duration,
+    /// An idle writer sends a keepalive frame this often (well under `idle`).
+    pub keepalive: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_unauthenticated: 64, handshake: Duration::from_secs(5), idle: Duration::from_secs(60), keepalive: Duration::from_secs(10) }
+    }
+}
+
+/// The secret every member derives from `cluster_secret`: the input of each
+/// connection's key derivation, never a key frames are sealed with.
+#[derive(Clone)]
+pub struct ClusterKey([u8; 32]);
+
+impl ClusterKey {
+    pub fn from_secret(secret: &str) -> Self {
+        let mut h = Sha256::new();
+        h.update(b"halite-cluster-v1\0");
+        h.update(secret.as_bytes());
+        ClusterKey(h.finalize().into())
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// Where control messages go: the sender's id (the member id its connection proved) and
+/// the bytes.
+pub type ControlHandler = Arc<dyn Fn(u64, Vec<u8>) + Send + Sync>;
+
+/// Where received messages go (the node's inbox).
+pub type Deliver = Arc<dyn Fn(Message) + Send + Sync>;
+
+/// Where received snapshots go, once set.
+type Snapshots = Arc<Mutex<Option<Arc<dyn SnapshotInbox>>>>;
+
+/// What an accepted connection's reader needs.
+#[derive(Clone)]
+struct Inbound {
+    me: u64,
+    key: ClusterKey,
+    deliver: Deliver,
+    control: Arc<Mutex<Option<ControlHandler>>>,
+    snapshots: Snapshots,
+    stopped: Arc<AtomicBool>,
+    refusals: Arc<Refusals>,
+    limits: Limits,
+}
+
+/// Sends raft messages to peers and receives theirs.
+pub struct TcpTransport {
+    id: u64,
+    key: ClusterKey,
+    peers: Mutex<HashMap<u64, SyncSender<Vec<u8>>>>,
+    addrs: Mutex<HashMap<u64, SocketAddr>>,
+    local: SocketAddr,
+    stopped: Arc<AtomicBool>,
+    control: Arc<Mutex<Option<ControlHandler>>>,
+    snapshots: Snapshots,
+    refusals: Arc<Refusals>,
+    limits: Limits,
+    /// The accept loop; joined by [`TcpTransport::shutdown`] so the port is free after it.
+    listening: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// Decrements the count of connections in their handshake when dropped.
+struct Unauthenticated(Arc<AtomicUsize>);
+
+impl Drop for Unauthenticated {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl TcpTransport {
+    /// Binds `listen` and starts accepting peers' frames for node `id`, handing each
+    /// message to `deliver`. `peers` maps the other nodes' ids to their addresses.
+    pub fn start(id: u64, listen: SocketAddr, peers: HashMap<u64, SocketAddr>, key: ClusterKey, deliver: Deliver) -> std::io::Result<Arc<Self>> {
+        Self::start_with(id, listen, peers, key, deliver, Limits::default())
+    }
+
+    /// [`TcpTransport::start`] with other bounds.
+    pub fn start_with(id: u64, listen: SocketAddr, peers: HashMap<u64, SocketAddr>, key: ClusterKey, deliver: Deliver, limits: Limits) -> std::io::Result<Arc<Self>> {
+        let listener = TcpListener::bind(listen)?;
+        let local = listener.local_addr()?;
+        let stopped = Arc::new(AtomicBool::new(false));
+        let control: Arc<Mutex<Option<ControlHandler>>> = Arc::new(Mutex::new(None));
+        let refusals = Arc::new(Refusals::default());
+        let snapshots: Snapshots = Arc::new(Mutex::new(None));
+        let inbound = Inbound { me: id, key: key.clone(), deliver, control: control.clone(), snapshots: snapshots.clone(), stopped: stopped.clone(), refusals: refusals.clone(), limits };
+        let listening = std::thread::Builder::new().name(format!("raft-listen-{id}")).spawn(move || accept(listener, inbound))?;
+        Ok(Arc::new(TcpTransport { id, key, peers: Mutex::new(HashMap::new()), addrs: Mutex::new(peers), local, stopped, control, snapshots, refusals, limits, listening: Mutex::new(Some(listening)) }))
+    }
+
+    /// How many connections or frames this transport refused for `reason` (a word such
+    /// as `bad_proof`, `replayed`, `sender_mismatch`, `too_many_unauthenticated`,
+    /// `handshake_timeout`, `frame_too_large`).
+    pub fn refused(&self, reason: &str) -> u64 {
+        self.refusals.count(reason)
+    }
+
+    /// Where control messages received from now on go.
+    pub fn on_control(&self, handler: ControlHandler) {
+        *self.control.lock().unwrap_or_else(|p| p.into_inner()) = Some(handler);
+    }
+
+    /// Where snapshot transfers received from now on go (none are taken before).
+    pub fn on_snapshot(&self, inbox: Arc<dyn SnapshotInbox>) {
+        *self.snapshots.lock().unwrap_or_else(|p| p.into_inner()) = Some(inbox);
+    }
+
+    /// Sends snapshot `snap` and then `msg` (raft's `MsgSnapshot` naming it) to peer
+    /// `msg.to`, on a connection and a thread of their own (`snapshot_transfer.rs`), so
+    /// the caller never waits; `done` hears whether every byte was written (a peer that
+    /// refuses a part closes the connection: that is an error here). Progress is logged.
+    pub fn send_snapshot(&self, snap: Snapshot, msg: Message, done: Box<dyn FnOnce(Result<(), String>) + Send>) {
+        let to = msg.to;
+        let Some(addr) = self.addrs.lock().unwrap_or_else(|p| p.into_inner()).get(&to).copied() else {
+            done(Err(format!("no address for peer {to}")));
+            return;
+        };
+        let (key, me, limits) = (self.key.clone(), self.id, self.limits);
+        let spawned = std::thread::Builder::new().name(format!("raft-snap-{me}-{to}")).spawn(move || {
+            let started = Instant::now();
+            let r = stream_snapshot(&key, me, to, addr, limits, &snap, &msg);
+            match &r {
+                Ok(bytes) => tracing::info!(to, index = snap.index(), bytes, ms = started.elapsed().as_millis() as u64, "snapshot sent"),
+                Err(e) => tracing::warn!(to, index = snap.index(), "snapshot transfer failed: {e}"),
+            }
+            done(r.map(|_| ()));
+        });
+        if let Err(e) = spawned {
+            tracing::error!(to, "cannot start a snapshot transfer thread: {e}");
+        }
+    }
+
+    /// Sends one control message to `addr` (a peer that may not be a member yet), on a
+    /// connection of its own; failures are logged.
+    pub fn send_control(&self, to: u64, addr: SocketAddr, body: &[u8]) {
+        if 8 + 17 + body.len() + 16 > MAX_FRAME {
+            tracing::error!(to, len = body.len(), "control message larger than the frame limit not sent");
+            return;
+        }
+        let (me, key, body, refusals, limits) = (self.id, self.key.clone(), body.to_vec(), self.refusals.clone(), self.limits);
+        let _ = std::thread::Builder::new().name("raft-control".into()).spawn(move || {
+            let sent = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(|e| Refused::new("io", e)).and_then(|mut s| {
+                let _ = s.set_write_timeout(Some(WRITE_TIMEOUT));
+                let mut sealer = handshake::initiate(&mut s, &key, me, to, Instant::now() + limits.handshake)?;
+                let frame = sealer.seal(KIND_CONTROL, me, to, &body).map_err(|e| Refused::new("io", e))?;
+                s.write_all(&frame).map_err(|e| Refused::new("io", e))
+            });
+            if let Err(r) = sent {
+                refusals.refuse(&addr.to_string(), &r);
+                tracing::debug!(%addr, "control message not delivered: {}", r.detail);
+            }
+        });
+    }
+
+    /// Stops listening (the port is free once this returns), drops outbound connections
+    /// and stops delivering.
+    pub fn shutdown(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        self.peers.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        // Wake the accept loop so it sees the flag and drops the listener, and wait for
+        // it: a node restarted in the same process binds the same address next.
+        let woken = TcpStream::connect_timeout(&self.local, CONNECT_TIMEOUT).is_ok();
+        let handle = self.listening.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let (true, Some(h)) = (woken, handle) {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+
+    /// The address the listener is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Sends messages (each to its `to`); never blocks on the network.
+    pub fn send(&self, msgs: Vec<Message>) {
+        for m in msgs {
+            let to = m.to;
+            let Some(addr) = self.addrs.lock().unwrap_or_else(|p| p.into_inner()).get(&to).copied() else {
+                tracing::debug!(to, "raft message for an unknown peer dropped");
+                continue;
+            };
+            let body = match m.write_to_bytes() {
+                Ok(b) if 8 + 17 + b.len() + 16 <= MAX_FRAME => b,
+                Ok(b) => {
+                    tracing::error!(to, len = b.len(), "raft message larger than the frame limit not sent");
+                    continue;
+                }
+                Err(e) => {
+                    tracing::error!(to, "raft message not sent: {e}");
+                    continue;
+                }
+            };
+            let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+            let tx = peers.entry(to).or_insert_with(|| {
+                let (tx, rx) = mpsc::sync_channel(QUEUE);
+                let out = Outbound { me: self.id, to, addr, key: self.key.clone(), refusals: self.refusals.clone(), limits: self.limits };
+                let me = self.id;
+                let _ = std::thread::Builder::new().name(format!("raft-out-{me}-{to}")).spawn(move || write_peer(out, rx));
+                tx
+            });
+            match tx.try_send(body) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_)) => tracing::debug!(to, "raft queue to peer full; message dropped"),
+                Err(TrySendError::Disconnected(_)) => {
+                    peers.remove(&to);
+                }
+            }
+        }
+    }
+}
+
+/// The accept loop: bounds the connections in their handshake, one thread each.
+fn accept(listener: TcpListener, inbound: Inbound) {
+    let unauthenticated = Arc::new(AtomicUsize::new(0));
+    for conn in listener.incoming() {
+        if inbound.stopped.load(Ordering::SeqCst) {
+            return;
+        }
+        let stream = match conn {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("raft listener: {e}");
+                continue;
+            }
+        };
+        let source = stream.peer_addr().map(|a| a.ip().to_string()).unwrap_or_default();
+        if unauthenticated.load(Ordering::SeqCst) >= inbound.limits.max_unauthenticated {
+            let limit = inbound.limits.max_unauthenticated;
+            inbound.refusals.refuse(&source, &Refused::new("too_many_unauthenticated", format!("{limit} connections are already in their handshake; closed")));
+            continue;
+        }
+        unauthenticated.fetch_add(1, Ordering::SeqCst);
+        let pending = Unauthenticated(unauthenticated.clone());
+        let inb = inbound.clone();
+        // If the thread cannot start, the closure (and `pending`) is dropped with it.
+        let _ = std::thread::Builder::new().name(format!("raft-in-{}", inbound.me)).spawn(move || read_peer(stream, source, pending, inb));
+    }
+}
+
+/// One inbound connection: the handshake, then frames until EOF, silence or a refusal.
+fn read_peer(mut stream: TcpStream, source: String, pending: Unauthenticated, inb: Inbound) {
+    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+    let (peer, mut opener) = match handshake::respond(&mut stream, &inb.key, inb.me, Instant::now() + inb.limits.handshake) {
+        Ok(x) => x,
+        Err(r) => return inb.refusals.refuse(&source, &r),
+    };
+    drop(pending);
+    if let Err(r) = stream.set_read_timeout(Some(inb.limits.idle)) {
+        return inb.refusals.refuse(&source, &Refused::new("io", r));
+    }
+    let mut incoming = snapshot_transfer::Incoming::default();
+    loop {
+        if inb.stopped.load(Ordering::SeqCst) {
+            return;
+        }
+        if let Err(r) = read_frame(&mut stream, &mut opener, peer, &inb, &mut incoming) {
+            return inb.refusals.refuse(&source, &r);
+        }
+    }
+}
+
+fn io_refusal(e: std::io::Error) -> Refused {
+    match e.kind() {
+        ErrorKind::UnexpectedEof => Refused::closed(),
+        ErrorKind::WouldBlock | ErrorKind::TimedOut => Refused::new("io", "idle connection closed"),
+        _ => Refused::new("io", e),
+    }
+}
+
+/// Reads, opens, checks and hands on one frame of an authenticated connection from
+/// member `peer` (a snapshot part to the connection's transfer, `incoming`).
+fn read_frame(stream: &mut TcpStream, opener: &mut Opener, peer: u64, inb: &Inbound, incoming: &mut snapshot_transfer::Incoming) -> Result<(), Refused> {
+    let mut len = [0u8; 4];
+    stream.read_exact(&mut len).map_err(io_refusal)?;
+    let n = u32::from_be_bytes(len) as usize;
+    if !(MIN_BODY..=MAX_FRAME).contains(&n) {
+        return Err(Refused::new("frame_too_large", format!("a frame of {n} bytes is outside {MIN_BODY}..={MAX_FRAME}")));
+    }
+    let mut body = Vec::with_capacity(n.min(READ_PIECE));
+    while body.len() < n {
+        let want = (n - body.len()).min(READ_PIECE);
+        let got = (&mut *stream).take(want as u64).read_to_end(&mut body).map_err(io_refusal)?;
+        if got == 0 {
+            return Err(Refused::closed());
+        }
+    }
+    let f = opener.open(&body)?;
+    if f.from != peer {
+        return Err(Refused::new("sender_mismatch", format!("a frame claims member {} on member {peer}'s connection", f.from)));
+    }
+    if f.to != inb.me {
+        return Err(Refused::new("wrong_recipient", format!("a frame for member {} reached member {}", f.to, inb.me)));
+    }
+    match f.kind {
+        KIND_RAFT => {
+            let msg = Message::parse_from_bytes(&f.body).map_err(|e| Refused::new("bad_frame", format!("raft message does not decode: {e}")))?;
+            if msg.from != peer || msg.to != inb.me {
+                return Err(Refused::new("sender_mismatch", format!("a raft message from {} to {} on member {peer}'s connection", msg.from, msg.to)));
+            }
+            (inb.deliver)(msg);
+        }
+        KIND_CONTROL => {
+            let handler = inb.control.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            match handler {
+                Some(h) => h(peer, f.body),
+                None => tracing::debug!(from = peer, "control message with no handler dropped"),
+            }
+        }
+        KIND_KEEPALIVE => {}
+        KIND_SNAPSHOT => {
+            let Some(inbox) = inb.snapshots.lock().unwrap_or_else(|p| p.into_inner()).clone() else {
+                return Err(Refused::new("snapshot_refused", "this node takes no snapshots"));
+            };
+            incoming.part(peer, &f.body, inbox.as_ref()).map_err(|e| Refused::new("snapshot_refused", format!("snapshot transfer refused: {e}")))?;
+        }
+        k => return Err(Refused::new("bad_frame", format!("unknown frame kind {k}"))),
+    }
+    Ok(())
+}
+
+/// What one outbound connection's writer needs.
+struct Outbound {
+    me: u64,
+    to: u64,
+    addr: SocketAddr,
+    key: ClusterKey,
+    refusals: Arc<Refusals>,
+    limits: Limits,
+}
+
+impl Outbound {
+    fn connect(&self) -> Result<(TcpStream, Sealer), Refused> {
+        let mut s = TcpStream::connect_timeout(&self.addr, CONNECT_TIMEOUT).map_err(|e| Refused::new("io", e))?;
+        let _ = s.set_nodelay(true);
+        let _ = s.set_write_timeout(Some(WRITE_TIMEOUT));
+        let sealer = handshake::initiate(&mut s, &self.key, self.me, self.to, Instant::now() + self.limits.handshake)?;
+        Ok((s, sealer))
+    }
+}
+
+/// One outbound connection: connect and handshake lazily, write frames (a keepalive
+/// when idle), reconnect on error.
+fn write_peer(out: Outbound, rx: Receiver<Vec<u8>>) {
+    let (to, addr) = (out.to, out.addr);
+    let mut conn: Option<(TcpStream, Sealer)> = None;
+    let mut down_until: Option<Instant> = None;
+    loop {
+        let (kind, body) = match rx.recv_timeout(out.limits.keepalive) {
+            Ok(body) => (KIND_RAFT, body),
+            Err(RecvTimeoutError::Timeout) if conn.is_some() => (KIND_KEEPALIVE, Vec::new()),
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        if down_until.is_some_and(|t| Instant::now() < t) {
+            continue;
+        }
+        if conn.is_none() {
+            match out.connect() {
+                Ok(c) => {
+                    tracing::info!(to, %addr, "connected to raft peer");
+                    conn = Some(c);
+                    down_until = None;
+                }
+                Err(r) => {
+                    out.refusals.refuse(&addr.to_string(), &r);
+                    tracing::debug!(to, %addr, "raft peer unreachable: {}", r.detail);
+                    down_until = Some(Instant::now() + RETRY_AFTER);
+                    continue;
+                }
+            }
+        }
+        if let Some((s, sealer)) = conn.as_mut() {
+            let written = sealer.seal(kind, out.me, to, &body).map_err(std::io::Error::other).and_then(|f| s.write_all(&f));
+            if let Err(e) = written {
+                tracing::info!(to, %addr, "raft peer connection lost: {e}");
+                conn = None;
+            }
+        }
+    }
+}
+
+/// Writes one snapshot transfer to `addr` on a connection of its own: the handshake,
+/// then begin, chunks, end. Returns the file bytes sent.
+fn stream_snapshot(key: &ClusterKey, me: u64, to: u64, addr: SocketAddr, limits: Limits, snap: &Snapshot, msg: &Message) -> Result<u64, String> {
+    let mut s = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(|e| format!("connecting to {addr}: {e}"))?;
+    let _ = s.set_nodelay(true);
+    s.set_write_timeout(Some(SNAPSHOT_WRITE_TIMEOUT)).map_err(|e| e.to_string())?;
+    let mut sealer = handshake::initiate(&mut s, key, me, to, Instant::now() + limits.handshake).map_err(|r| r.detail)?;
+    let mut transfer = [0u8; 8];
+    openssl::rand::rand_bytes(&mut transfer).map_err(|e| e.to_string())?;
+    let transfer = u64::from_be_bytes(transfer);
+    let mut write = |part: u8, payload: &[u8]| -> Result<(), String> {
+        let frame = sealer.seal(KIND_SNAPSHOT, me, to, &snapshot_transfer::encode_part(part, transfer, payload))?;
+        s.write_all(&frame).map_err(|e| format!("writing to {addr}: {e}"))
+    };
+    let mut src = SnapshotSource::new(snap);
+    tracing::info!(to, index = snap.index(), bytes = src.total_bytes(), "snapshot transfer begins");
+    write(snapshot_transfer::PART_BEGIN, &src.manifest_bytes())?;
+    let (total, mut logged) = (src.total_bytes(), 0u64);
+    while let Some(chunk) = src.next_chunk().map_err(|e| e.to_string())? {
+        write(snapshot_transfer::PART_CHUNK, &chunk)?;
+        if src.sent_bytes() >= logged + (total / 10).clamp(1, 256 << 20) {
+            logged = src.sent_bytes();
+            tracing::info!(to, bytes = logged, total, "snapshot sent {}%", logged * 100 / total.max(1));
+        }
+    }
+    write(snapshot_transfer::PART_END, &msg.write_to_bytes().map_err(|e| e.to_string())?)?;
+    Ok(src.sent_bytes())
+}
+
+/// What the node's driver sends its outgoing raft messages through.
+pub trait Outbox: Send + Sync {
+    fn send(&self, msgs: Vec<Message>);
+    /// Learns (or forgets, with `None`) where peer `id` listens; membership changes in
+    /// the log carry the addresses.
+    fn set_peer(&self, id: u64, addr: Option<SocketAddr>);
+    /// Sends a snapshot and then `msg` (its `MsgSnapshot`) to `msg.to` without blocking
+    /// the caller; `done` hears how it ended. Without this, a snapshot cannot be sent.
+    fn send_snapshot(&self, _snap: Snapshot, msg: Message, done: Box<dyn FnOnce(Result<(), String>) + Send>) {
+        done(Err(format!("this transport cannot send a snapshot to {}", msg.to)))
+    }
+    /// Where snapshots received from peers go (none are taken before).
+    fn take_snapshots(&self, _inbox: Arc<dyn SnapshotInbox>) {}
+}
+
+impl Outbox for TcpTransport {
+    fn send(&self, msgs: Vec<Message>) {
+        TcpTransport::send(self, msgs)
+    }
+
+    fn send_snapshot(&self, snap: Snapshot, msg: Message, done: Box<dyn FnOnce(Result<(), String>) + Send>) {
+        TcpTransport::send_snapshot(self, snap, msg, done)
+    }
+
+    fn take_snapshots(&self, inbox: Arc<dyn SnapshotInbox>) {
+        self.on_snapshot(inbox)
+    }
+
+    fn set_peer(&self, id: u64, addr: Option<SocketAddr>) {
+        if id == self.id {
+            return;
+        }
+        let mut addrs = self.addrs.lock().unwrap_or_else(|p| p.into_inner());
+        let changed = match addr {
+            Some(a) => addrs.insert(id, a) != Some(a),
+            None => addrs.remove(&id).is_some(),
+        };
+        if changed {
+            // A new address gets a new connection.
+            self.peers.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+            tracing::info!(peer = id, ?addr, "raft peer address");
+        }
+    }
+}
+
