@@ -1,7 +1,7 @@
 //! Faults of a three-member cluster, each checked record by record: a member wiped and
-//! restarted on an empty disk; the whole cluster killed with `kill -9` and started
-//! again. After each, every
-//! member holds every acknowledged change, and every member's state digest
+//! restarted on an empty disk; the leader killed with `kill -9` while a real minion's
+//! returns stream in and keys are accepted; the whole cluster killed and started again.
+//! After each, every member holds every acknowledged change, and every member's state digest
 //! (`StateMachine::digest`, printed by `halite-ctl verify` on a stopped member) is the
 //! same.
 
@@ -209,5 +209,71 @@ fn a_whole_cluster_killed_and_started_again_holds_the_same_state_and_serves() {
     assert_eq!(c.envs[1].salt_json(&["after-restart", "test.echo", "again"], 20), json!({"after-restart": "again"}));
     minion.stop();
     acked.keys.push("after-restart".into());
+    assert_every_member_holds(&mut c, &acked);
+}
+
+#[test]
+fn every_acknowledged_return_and_accept_survives_a_leader_killed_under_load() {
+    let mut c = three();
+    let l = leader(&c, 0);
+    let s = (l + 1) % 3;
+    let mut minion = served(&c, "streaming", s, s);
+    let mut killed = c.procs[l].take().expect("the leader runs");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (nr, nk) = (std::sync::atomic::AtomicUsize::new(0), std::sync::atomic::AtomicUsize::new(0));
+    let env = &c.envs[s];
+    let mut acked = std::thread::scope(|sc| {
+        use std::sync::atomic::Ordering::SeqCst;
+        // The clients stop when this scope ends, also when a wait in it fails.
+        struct Stop<'a>(&'a std::sync::atomic::AtomicBool);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, SeqCst);
+            }
+        }
+        let _stop = Stop(&stop);
+        // Returns stream in: jobs published through the survivor, one after another.
+        let returns = sc.spawn(|| {
+            let mut ok = Vec::new();
+            for i in 0.. {
+                if stop.load(SeqCst) {
+                    break;
+                }
+                let v = format!("r{i}");
+                if env.salt_json(&["streaming", "test.echo", &v], 10) == json!({"streaming": v}) {
+                    ok.push(("streaming".to_string(), v));
+                    nr.fetch_add(1, SeqCst);
+                }
+            }
+            ok
+        });
+        // Keys: a new minion's key registered and accepted, one after another.
+        let keys = sc.spawn(|| {
+            let mut ok = Vec::new();
+            for i in 0.. {
+                if stop.load(SeqCst) {
+                    break;
+                }
+                let id = format!("k{i}");
+                register_key(env, &id);
+                let out = env.run(SALT_KEY, &["-a", &id, "-y"]);
+                if out.status.success() && String::from_utf8_lossy(&out.stdout).contains(&format!("Key for minion {id} accepted.")) {
+                    ok.push(id);
+                    nk.fetch_add(1, SeqCst);
+                }
+            }
+            ok
+        });
+        wait_for("returns and accepts acknowledged before the kill", 120, || nr.load(SeqCst) >= 3 && nk.load(SeqCst) >= 2);
+        killed.kill9();
+        wait_for("another leader", 60, || members(env)["leader_id"].as_str().is_some_and(|id| id != c.envs[l].ip));
+        let (r, k) = (nr.load(SeqCst), nk.load(SeqCst));
+        wait_for("returns and accepts acknowledged after the kill", 120, || nr.load(SeqCst) >= r + 3 && nk.load(SeqCst) >= k + 2);
+        stop.store(true, SeqCst);
+        Acked { returns: returns.join().expect("returns thread"), keys: keys.join().expect("keys thread") }
+    });
+    minion.stop();
+    acked.keys.push("streaming".into());
+    c.procs[l] = Some(start_master(&c.envs[l]));
     assert_every_member_holds(&mut c, &acked);
 }
