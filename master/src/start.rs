@@ -18,7 +18,7 @@ use crate::store::{data_dir, key_view, views};
 
 /// The cluster plan and member ids live in [`halite_replication::cluster`] (they know no
 /// Salt).
-pub use halite_replication::cluster::{member_id, ClusterPlan};
+pub use halite_replication::cluster::{incarnation_id, member_id, ClusterPlan};
 
 /// Raft id → name of this master and its `cluster_peers` (no address resolution).
 fn founder_names(cfg: &MasterConfig) -> BTreeMap<u64, String> {
@@ -59,22 +59,24 @@ pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> 
     let Some(plan) = cluster_plan(cfg)? else {
         return Node::start(&data_dir(cfg), views, NodeConfig { tap, compaction: cfg.compaction, ..Default::default() });
     };
-    let (inbox, mailbox) = halite_replication::node::mailbox();
-    let peers = plan.addrs.iter().filter(|(id, _)| **id != plan.me).map(|(id, a)| (*id, *a)).collect();
+    // This member's raft id: that of its name, or of a later incarnation once it joined
+    // again from an empty disk (`halite_replication::join`).
+    let incarnation = read_incarnation(cfg)?;
+    let me = incarnation_id(&cfg.interface, incarnation);
     // Refusals on the cluster port are counted and logged like every other port's.
     halite_replication::transport::refusal::set_hook(|source, reason, detail| crate::metrics::refuse(crate::metrics::Port::Cluster, source, reason, detail));
-    let transport: Arc<TcpTransport> = TcpTransport::start(plan.me, plan.listen, peers, plan.key.clone(), Arc::new(move |m| inbox.deliver(m)))
-        .map_err(|e| NodeError::Refused(format!("binding the cluster port {}: {e}", plan.listen)))?;
-    tracing::info!(me = %cfg.interface, id = plan.me, listen = %plan.listen, members = ?plan.names.values().collect::<Vec<_>>(), "cluster member");
+    let (mut transport, mut mailbox) = cluster_transport(&plan, me)?;
+    tracing::info!(me = %cfg.interface, id = me, incarnation, listen = %plan.listen, members = ?plan.names.values().collect::<Vec<_>>(), "cluster member");
     // The join handshake (`halite_replication::join`): a member answers hellos and joins,
     // announcing the SHA-256 of its `cluster.pub`; a new data dir first asks its peers
-    // whether they already run a cluster it is not part of.
-    let slot: Arc<std::sync::OnceLock<NodeHandle>> = Arc::new(std::sync::OnceLock::new());
+    // whether they already run a cluster it is not part of (or one it was part of before
+    // its disk was emptied).
     let cluster_pub = cfg.keys_dir().join("cluster.pub");
     let announce: join::Fingerprint = Arc::new(move || std::fs::read(&cluster_pub).ok().map(|b| crate::wire::crypto::sha256_hex(&b)));
-    let handshake = join::serve(&transport, plan.me, plan.listen, announce, slot.clone());
+    let mut slot: Arc<std::sync::OnceLock<NodeHandle>> = Arc::new(std::sync::OnceLock::new());
+    let mut handshake = join::serve(&transport, me, plan.listen, announce.clone(), slot.clone());
     let fingerprint = cfg.raw.get("cluster_pub_fingerprint").and_then(|v| v.as_str());
-    let join_via = if log_is_new(&data_dir(cfg).log()) {
+    let found = if log_is_new(&data_dir(cfg).log()) {
         handshake.discover(&plan, fingerprint).map_err(|e| match e {
             join::JoinError::FingerprintMismatch { announced, expected } => NodeError::Refused(format!(
                 "refusing to join: the cluster's cluster.pub has SHA-256 {}, not the configured cluster_pub_fingerprint {expected}",
@@ -82,10 +84,32 @@ pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> 
             )),
         })?
     } else {
-        None
+        join::Discovered::Found
+    };
+    let (mut me, mut incarnation) = (me, incarnation);
+    let join_via = match found {
+        join::Discovered::Found => None,
+        join::Discovered::Join(id, addr) => Some((id, addr)),
+        join::Discovered::Rejoin(id, addr) => {
+            // A new incarnation, under a new raft id, persisted before anything is sent
+            // under it; the transport is started again under that id.
+            incarnation = now_ns().max(incarnation + 1);
+            write_incarnation(cfg, incarnation)?;
+            me = incarnation_id(&cfg.interface, incarnation);
+            tracing::warn!(id = me, incarnation, "joining again as a new incarnation");
+            let seen = handshake.members_seen();
+            transport.shutdown();
+            (transport, mailbox) = cluster_transport(&plan, me)?;
+            for (id, a) in seen {
+                halite_replication::Outbox::set_peer(&*transport, id, Some(a));
+            }
+            slot = Arc::new(std::sync::OnceLock::new());
+            handshake = join::serve(&transport, me, plan.listen, announce, slot.clone());
+            Some((id, addr))
+        }
     };
     let ncfg = NodeConfig {
-        id: plan.me,
+        id: me,
         voters: plan.names.keys().copied().collect(),
         addrs: plan.addrs.clone(),
         tap,
@@ -96,9 +120,47 @@ pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> 
     let node = Node::start_peered(&data_dir(cfg), views, ncfg, transport.clone(), mailbox)?;
     let _ = slot.set(node.handle());
     if let Some(peer) = join_via {
-        handshake.request(cfg.interface.clone(), peer, node.handle());
+        handshake.request(cfg.interface.clone(), incarnation, peer, node.handle());
     }
     Ok(node)
+}
+
+/// The sealed transport of member `me` on the plan's listen address, and the mailbox
+/// its messages go to.
+fn cluster_transport(plan: &ClusterPlan, me: u64) -> Result<(Arc<TcpTransport>, halite_replication::node::Mailbox), NodeError> {
+    let (inbox, mailbox) = halite_replication::node::mailbox();
+    let peers = plan.addrs.iter().filter(|(_, a)| **a != plan.listen).map(|(id, a)| (*id, *a)).collect();
+    let transport = TcpTransport::start(me, plan.listen, peers, plan.key.clone(), Arc::new(move |m| inbox.deliver(m)))
+        .map_err(|e| NodeError::Refused(format!("binding the cluster port {}: {e}", plan.listen)))?;
+    Ok((transport, mailbox))
+}
+
+/// Where a member that joined again from an empty disk keeps its member incarnation
+/// number (not the node's process incarnation, which the log keeps)
+/// (absent: the first incarnation, 0), beside its log.
+fn incarnation_file(cfg: &MasterConfig) -> std::path::PathBuf {
+    data_dir(cfg).root.join("member_incarnation")
+}
+
+/// This member's incarnation (see [`incarnation_file`]).
+pub fn read_incarnation(cfg: &MasterConfig) -> Result<u64, NodeError> {
+    let path = incarnation_file(cfg);
+    match std::fs::read_to_string(&path) {
+        Ok(s) => s.trim().parse().map_err(|_| NodeError::Refused(format!("{}: not an incarnation number: {:?}", path.display(), s.trim()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(NodeError::Refused(format!("reading {}: {e}", path.display()))),
+    }
+}
+
+fn write_incarnation(cfg: &MasterConfig, incarnation: u64) -> Result<(), NodeError> {
+    let path = incarnation_file(cfg);
+    let io = |e: std::io::Error| NodeError::Refused(format!("writing {}: {e}", path.display()));
+    std::fs::create_dir_all(&data_dir(cfg).root).map_err(io)?;
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, format!("{incarnation}\n")).map_err(io)?;
+    std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(io)?;
+    std::fs::rename(&tmp, &path).map_err(io)?;
+    Ok(())
 }
 
 /// Whether a log directory holds no log yet (absent, or no raft-engine file in it).
@@ -116,6 +178,9 @@ pub fn member_names(cfg: &MasterConfig, node: Option<&NodeHandle>) -> BTreeMap<u
     match cfg.cluster_id {
         Some(_) => {
             let mut names = founder_names(cfg);
+            if let Ok(n) = read_incarnation(cfg) {
+                names.insert(incarnation_id(&cfg.interface, n), cfg.interface.clone());
+            }
             for (id, a) in node.map(|n| n.addresses()).unwrap_or_default() {
                 names.entry(id).or_insert_with(|| a.ip().to_string());
             }

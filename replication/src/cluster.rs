@@ -48,6 +48,17 @@ pub fn member_id(name: &str) -> u64 {
     (u64::from_be_bytes(b) >> 1).max(1)
 }
 
+/// The raft id of incarnation `incarnation` of member `name`: [`member_id`] of the name
+/// for the first (0), of `name#incarnation` for later ones. A member that lost its disk
+/// cannot know what it voted for, so it never takes back its old id: it joins again under
+/// a new incarnation, and the old id is removed from the group (see `join.rs`).
+pub fn incarnation_id(name: &str, incarnation: u64) -> u64 {
+    match incarnation {
+        0 => member_id(name),
+        n => member_id(&format!("{name}#{n}")),
+    }
+}
+
 /// Raft id → name of this member and its founding peers (no address resolution). A
 /// name listed twice (this member among its own peers) counts once.
 pub fn founder_names(me: &str, peers: &[String]) -> BTreeMap<u64, String> {
@@ -100,6 +111,13 @@ mod tests {
         assert_eq!(p.names.len(), 3, "this member listed among its peers counts once");
         assert_eq!(p.addrs[&member_id("127.0.0.3")], "127.0.0.3:4520".parse().unwrap());
         assert_eq!(p.names.keys().collect::<Vec<_>>(), p.addrs.keys().collect::<std::collections::BTreeSet<_>>().into_iter().collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_later_incarnation_has_another_id() {
+        assert_eq!(incarnation_id("127.0.0.1", 0), member_id("127.0.0.1"));
+        assert_ne!(incarnation_id("127.0.0.1", 1), member_id("127.0.0.1"));
+        assert_eq!(incarnation_id("127.0.0.1", 7), member_id("127.0.0.1#7"));
     }
 
     #[test]

@@ -21,18 +21,34 @@
 //!    state sync: every record and every member's address) and the leader promotes it to
 //!    voter once it has caught up. If the newcomer expects a fingerprint and the cluster
 //!    announces another (or none), it refuses to join ([`JoinError`]).
-//!    Otherwise (nobody established, or already a member) it starts as a founder.
+//!    Otherwise (nobody established) it starts as a founder.
+//! 4. **A member on an empty disk** (wiped, or a founder that starts after the others
+//!    elected a leader) is listed as a member by its peers, but it cannot know what it
+//!    voted for or acknowledged before: taking its old raft id back with a fresh hard
+//!    state could vote twice in a term, and a heartbeat naming a commit index past its
+//!    (empty) log end would stop raft-rs. So it never re-founds: it joins again as a new
+//!    **incarnation**, under a new raft id ([`incarnation_id`] of its name and a number
+//!    chosen from the clock, persisted beside its log), and the member handling its
+//!    `join` first removes the old id (the member at the same address) from the group,
+//!    then adds the new one as a learner (promoted once caught up). Frames for the old id
+//!    are dropped by the transport of the new one. Raft changes one member at a time, so
+//!    every step keeps a majority in common with the one before. If the peers list it
+//!    but none leads and their term shows an election happened, it waits for a leader
+//!    (re-asking every two seconds) rather than found: it would rather not serve than
+//!    risk a second vote. A member whose peers are still at the founding term 1 (nothing
+//!    was ever elected, so it never voted) founds as before.
 //!
 //! The messages are JSON objects tagged by `"t"`:
 //!
 //! ```text
 //! {"t":"hello","id":<raft id>,"addr":"ip:port"}
-//! {"t":"welcome","established":bool,"member":bool,"members":[[<id>,"ip:port"],...],"cluster_pub_sha256":"<hex>"|null}
-//! {"t":"join","id":<raft id>,"name":"<member name>","addr":"ip:port"}
+//! {"t":"welcome","established":bool,"member":bool,"members":[[<id>,"ip:port"],...],"cluster_pub_sha256":"<hex>"|null,"term":<raft term>}
+//! {"t":"join","id":<raft id>,"name":"<member name>","addr":"ip:port","incarnation":<n>}
 //! ```
 //!
-//! A hello or join whose `id` is not its sender's (or, for a join, not the id of its
-//! `name`) is dropped; a message that does not parse is logged and dropped.
+//! (`term` and `incarnation` are 0 when absent, as from an older member.) A hello or join
+//! whose `id` is not its sender's (or, for a join, not the id of incarnation
+//! `incarnation` of its `name`) is dropped; a message that does not parse is logged and dropped.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -41,7 +57,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::{member_id, ClusterPlan};
+use crate::cluster::{incarnation_id, ClusterPlan};
 use crate::{NodeHandle, Outbox, TcpTransport};
 
 /// How long a new member waits for its peers' answers before founding a cluster.
@@ -69,12 +85,31 @@ enum Control {
         members: Vec<(u64, String)>,
         #[serde(default, rename = "cluster_pub_sha256")]
         fingerprint: Option<String>,
+        /// The answering member's raft term: above 1, an election has happened.
+        #[serde(default)]
+        term: u64,
     },
     Join {
         id: u64,
         name: String,
         addr: String,
+        /// Which incarnation of `name` asks (`id` is [`incarnation_id`] of both).
+        #[serde(default)]
+        incarnation: u64,
     },
+}
+
+/// What [`Handshake::discover`] decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Discovered {
+    /// Nobody runs an established cluster (or only founders that never elected):
+    /// start as a founding member.
+    Found,
+    /// An established cluster this member is not in: join it through this peer.
+    Join(u64, SocketAddr),
+    /// An established cluster that lists this member, which starts on an empty disk:
+    /// join again through this peer as a new incarnation (see the module docs).
+    Rejoin(u64, SocketAddr),
 }
 
 /// A peer's answer to our hello.
@@ -85,6 +120,7 @@ struct Welcome {
     member: bool,
     members: Vec<(u64, SocketAddr)>,
     fingerprint: Option<String>,
+    term: u64,
 }
 
 /// Why a member did not join.
@@ -128,10 +164,10 @@ pub fn serve(transport: &Arc<TcpTransport>, me: u64, listen: SocketAddr, fingerp
                 return;
             }
         };
-        let membership = |id: u64| -> Option<(bool, bool)> {
+        let membership = |id: u64| -> Option<(bool, bool, u64)> {
             let h = node.get()?;
-            let (_, voters, learners) = h.membership().ok()?;
-            Some((h.leader().is_some(), voters.contains(&id) || learners.contains(&id)))
+            let (term, voters, learners) = h.membership().ok()?;
+            Some((h.leader().is_some(), voters.contains(&id) || learners.contains(&id), term))
         };
         match msg {
             Control::Hello { id, addr } => {
@@ -140,29 +176,47 @@ pub fn serve(transport: &Arc<TcpTransport>, me: u64, listen: SocketAddr, fingerp
                     tracing::warn!(from, id, "hello with a mismatched id dropped");
                     return;
                 }
-                let (established, member) = membership(id).unwrap_or((false, false));
+                let (established, member, term) = membership(id).unwrap_or((false, false, 0));
                 let members = node.get().map(|h| h.addresses()).unwrap_or_default().into_iter().map(|(id, a)| (id, a.to_string())).collect();
                 let fingerprint = (hs.fingerprint)();
-                send(&hs.transport, id, addr, &Control::Welcome { established, member, members, fingerprint });
+                send(&hs.transport, id, addr, &Control::Welcome { established, member, members, fingerprint, term });
             }
-            Control::Welcome { established, member, members, fingerprint } => {
+            Control::Welcome { established, member, members, fingerprint, term } => {
                 let members = members.into_iter().filter_map(|(id, a)| Some((id, a.parse().ok()?))).collect();
-                hs.welcomes.lock().unwrap_or_else(|p| p.into_inner()).push(Welcome { from, established, member, members, fingerprint });
+                hs.welcomes.lock().unwrap_or_else(|p| p.into_inner()).push(Welcome { from, established, member, members, fingerprint, term });
             }
-            Control::Join { id, name, addr } => {
+            Control::Join { id, name, addr, incarnation } => {
                 let Ok(addr) = addr.parse::<SocketAddr>() else { return };
-                if id != from || id != member_id(&name) {
-                    tracing::warn!(from, id, name = %name, "join with a mismatched id dropped");
+                if id != from || id != incarnation_id(&name, incarnation) {
+                    tracing::warn!(from, id, name = %name, incarnation, "join with a mismatched id dropped");
                     return;
                 }
                 let Some(h) = node.get().cloned() else { return };
-                if membership(id).is_some_and(|(_, member)| member) {
+                if membership(id).is_some_and(|(_, member, _)| member) {
                     return;
                 }
-                tracing::info!(name = %name, id, %addr, "a member asks to join: adding it as a learner");
-                let _ = std::thread::Builder::new().name("cluster-join".into()).spawn(move || match h.add_learner(id, addr) {
-                    Ok(_) => tracing::info!(name = %name, "joined as a learner; it is promoted once caught up"),
-                    Err(e) => tracing::warn!(name = %name, "adding the learner failed (it will ask again): {e}"),
+                // An earlier incarnation at the same address is removed first (one change
+                // at a time: see the module docs).
+                let (_, voters, learners) = match h.membership() {
+                    Ok(m) => m,
+                    Err(_) => return,
+                };
+                let old: Vec<u64> = h.addresses().into_iter().filter(|(o, a)| *o != id && *a == addr && (voters.contains(o) || learners.contains(o))).map(|(o, _)| o).collect();
+                tracing::info!(name = %name, id, incarnation, %addr, replaces = ?old, "a member asks to join: adding it as a learner");
+                let _ = std::thread::Builder::new().name("cluster-join".into()).spawn(move || {
+                    for o in old {
+                        match h.remove_member(o) {
+                            Ok(_) => tracing::info!(name = %name, old = o, "the member's earlier incarnation removed"),
+                            Err(e) => {
+                                tracing::warn!(name = %name, old = o, "removing the member's earlier incarnation failed (it will ask again): {e}");
+                                return;
+                            }
+                        }
+                    }
+                    match h.add_learner(id, addr) {
+                        Ok(_) => tracing::info!(name = %name, "joined as a learner; it is promoted once caught up"),
+                        Err(e) => tracing::warn!(name = %name, "adding the learner failed (it will ask again): {e}"),
+                    }
                 });
             }
         }
@@ -175,44 +229,77 @@ impl Handshake {
     /// `expect`, an established cluster announcing another fingerprint (compared without
     /// regard to ASCII case or surrounding blanks) is refused: an error, and nothing
     /// joined.
-    pub fn discover(&self, plan: &ClusterPlan, expect: Option<&str>) -> Result<Option<(u64, SocketAddr)>, JoinError> {
-        let peers: Vec<(u64, SocketAddr)> = plan.addrs.iter().filter(|(id, _)| **id != self.me).map(|(id, a)| (*id, *a)).collect();
-        for (id, addr) in &peers {
-            send(&self.transport, *id, *addr, &Control::Hello { id: self.me, addr: self.listen.to_string() });
-        }
-        let deadline = Instant::now() + DISCOVER_FOR;
+    pub fn discover(&self, plan: &ClusterPlan, expect: Option<&str>) -> Result<Discovered, JoinError> {
+        // Not this member itself (under an earlier incarnation's id, it is in the plan too).
+        let peers: Vec<(u64, SocketAddr)> = plan.addrs.iter().filter(|(id, a)| **id != self.me && **a != self.listen).map(|(id, a)| (*id, *a)).collect();
+        let hello = || {
+            for (id, addr) in &peers {
+                send(&self.transport, *id, *addr, &Control::Hello { id: self.me, addr: self.listen.to_string() });
+            }
+        };
+        hello();
+        let started = Instant::now();
+        let mut asked = Instant::now();
         loop {
             let got = self.welcomes.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            if got.iter().any(|w| w.member) {
-                tracing::info!("a peer lists this member as a member: starting as a founding member");
-                return Ok(None);
-            }
             if let Some(w) = got.iter().find(|w| w.established) {
                 if let Some(fp) = expect {
                     if !w.fingerprint.as_deref().is_some_and(|h| h.eq_ignore_ascii_case(fp.trim())) {
                         return Err(JoinError::FingerprintMismatch { announced: w.fingerprint.clone(), expected: fp.to_string() });
                     }
                 }
-                let Some(addr) = peers.iter().find(|(id, _)| *id == w.from).map(|(_, a)| *a) else { return Ok(None) };
-                tracing::info!(peer = %addr, members = w.members.len(), "the peers run a cluster this member is not in: joining it");
+                let Some(addr) = peers.iter().find(|(id, _)| *id == w.from).map(|(_, a)| *a) else { return Ok(Discovered::Found) };
                 // Whichever member leads must be reachable before the log arrives.
                 for (id, a) in &w.members {
                     self.transport.set_peer(*id, Some(*a));
                 }
-                return Ok(Some((w.from, addr)));
+                if got.iter().any(|w| w.member) {
+                    tracing::warn!(peer = %addr, "the cluster lists this member but its disk is empty: joining again as a new incarnation (never founding anew)");
+                    return Ok(Discovered::Rejoin(w.from, addr));
+                }
+                tracing::info!(peer = %addr, members = w.members.len(), "the peers run a cluster this member is not in: joining it");
+                return Ok(Discovered::Join(w.from, addr));
             }
-            let answered: HashSet<u64> = got.iter().map(|w| w.from).collect();
-            if answered.len() == peers.len() || Instant::now() >= deadline {
-                tracing::info!(answered = answered.len(), peers = peers.len(), "no established cluster among the peers: founding one");
-                return Ok(None);
+            let listed = got.iter().filter(|w| w.member).map(|w| w.term).max();
+            match listed {
+                // Listed by a peer that has seen an election: this member may have voted
+                // before it lost its disk. Wait for a leader to join through.
+                Some(term) if term > 1 => {
+                    if asked.elapsed() >= Duration::from_secs(2) {
+                        tracing::warn!(term, waited_s = started.elapsed().as_secs(), "the peers list this member, its disk is empty and none of them leads: waiting for a leader to join again through");
+                        self.welcomes.lock().unwrap_or_else(|p| p.into_inner()).clear();
+                        hello();
+                        asked = Instant::now();
+                    }
+                }
+                Some(_) => {
+                    tracing::info!("a peer lists this member and nothing was elected yet: starting as a founding member");
+                    return Ok(Discovered::Found);
+                }
+                None => {
+                    let answered: HashSet<u64> = got.iter().map(|w| w.from).collect();
+                    if answered.len() == peers.len() || started.elapsed() >= DISCOVER_FOR {
+                        tracing::info!(answered = answered.len(), peers = peers.len(), "no established cluster among the peers: founding one");
+                        return Ok(Discovered::Found);
+                    }
+                }
             }
             std::thread::sleep(Duration::from_millis(50));
         }
     }
 
-    /// Asks `peer` to add this member under `name`, every two seconds until the log
-    /// names it a member (or two minutes pass).
-    pub fn request(self: &Arc<Self>, name: String, peer: (u64, SocketAddr), node: NodeHandle) {
+    /// Every member (id and address) the welcomes received so far name.
+    pub fn members_seen(&self) -> Vec<(u64, SocketAddr)> {
+        let got = self.welcomes.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all: Vec<(u64, SocketAddr)> = got.iter().flat_map(|w| w.members.iter().copied()).collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    }
+
+    /// Asks `peer` to add this member, incarnation `incarnation` of `name`, every two
+    /// seconds until the log names it a member (or two minutes pass).
+    pub fn request(self: &Arc<Self>, name: String, incarnation: u64, peer: (u64, SocketAddr), node: NodeHandle) {
         let hs = self.clone();
         let _ = std::thread::Builder::new().name("cluster-join-request".into()).spawn(move || {
             let started = Instant::now();
@@ -221,7 +308,7 @@ impl Handshake {
                     tracing::info!("this member is now a cluster member");
                     return;
                 }
-                send(&hs.transport, peer.0, peer.1, &Control::Join { id: hs.me, name: name.clone(), addr: hs.listen.to_string() });
+                send(&hs.transport, peer.0, peer.1, &Control::Join { id: hs.me, name: name.clone(), addr: hs.listen.to_string(), incarnation });
                 std::thread::sleep(Duration::from_secs(2));
             }
             tracing::error!("not admitted to the cluster after two minutes; check the cluster secret and the peers' logs");
@@ -232,22 +319,25 @@ impl Handshake {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::member_id;
     use crate::testutil::{free_addr, wait_until};
 
     /// The wire form is shared with members running other builds: keys and tags as
     /// documented above.
     #[test]
     fn control_messages_keep_their_wire_form() {
-        let w = Control::Welcome { established: true, member: false, members: vec![(7, "127.0.0.1:4520".into())], fingerprint: Some("ab".into()) };
+        let w = Control::Welcome { established: true, member: false, members: vec![(7, "127.0.0.1:4520".into())], fingerprint: Some("ab".into()), term: 3 };
         let v: serde_json::Value = serde_json::to_value(&w).unwrap();
-        assert_eq!(v, serde_json::json!({"t": "welcome", "established": true, "member": false, "members": [[7, "127.0.0.1:4520"]], "cluster_pub_sha256": "ab"}));
+        assert_eq!(v, serde_json::json!({"t": "welcome", "established": true, "member": false, "members": [[7, "127.0.0.1:4520"]], "cluster_pub_sha256": "ab", "term": 3}));
         // A welcome without the fingerprint key (an older member) still parses.
         let old: Control = serde_json::from_str(r#"{"t":"welcome","established":false,"member":false,"members":[]}"#).unwrap();
-        assert!(matches!(old, Control::Welcome { fingerprint: None, .. }));
+        assert!(matches!(old, Control::Welcome { fingerprint: None, term: 0, .. }));
         let h = serde_json::to_value(Control::Hello { id: 1, addr: "127.0.0.1:1".into() }).unwrap();
         assert_eq!(h, serde_json::json!({"t": "hello", "id": 1, "addr": "127.0.0.1:1"}));
-        let j = serde_json::to_value(Control::Join { id: 2, name: "n".into(), addr: "127.0.0.2:1".into() }).unwrap();
-        assert_eq!(j, serde_json::json!({"t": "join", "id": 2, "name": "n", "addr": "127.0.0.2:1"}));
+        let j = serde_json::to_value(Control::Join { id: 2, name: "n".into(), addr: "127.0.0.2:1".into(), incarnation: 4 }).unwrap();
+        assert_eq!(j, serde_json::json!({"t": "join", "id": 2, "name": "n", "addr": "127.0.0.2:1", "incarnation": 4}));
+        let old: Control = serde_json::from_str(r#"{"t":"join","id":2,"name":"n","addr":"127.0.0.2:1"}"#).unwrap();
+        assert!(matches!(old, Control::Join { incarnation: 0, .. }));
         for bad in ["", "{}", "[]", r#"{"t":"hello"}"#, r#"{"t":"nope","id":1}"#, r#"{"t":"hello","id":-1,"addr":"x"}"#] {
             assert!(serde_json::from_str::<Control>(bad).is_err(), "{bad}");
         }
@@ -308,7 +398,7 @@ mod tests {
         // Before any node runs, nobody is established: a newcomer would found.
         let mut a = member("127.0.0.1", &[], Some("AB12"));
         let early = member("127.0.0.4", &[&a], None);
-        assert_eq!(early.hs.discover(&plan_of(&early, &[&a]), None).unwrap(), None);
+        assert_eq!(early.hs.discover(&plan_of(&early, &[&a]), None).unwrap(), Discovered::Found);
         // The founder runs alone and leads.
         let founders = vec![a.id];
         let n1 = start_node(dir.path(), &mut a, founders, false);
@@ -334,9 +424,9 @@ mod tests {
         // learner, caught up and promoted.
         let mut b = member("127.0.0.2", &[&a], None);
         let via = b.hs.discover(&plan_of(&b, &[&a]), Some(" ab12 ")).unwrap();
-        assert_eq!(via, Some((a.id, a.listen)));
+        assert_eq!(via, Discovered::Join(a.id, a.listen));
         let n2 = start_node(dir.path(), &mut b, vec![], true);
-        b.hs.request(b.name.clone(), via.unwrap(), n2.handle());
+        b.hs.request(b.name.clone(), 0, (a.id, a.listen), n2.handle());
         wait_until("the newcomer to catch up", 30, || n2.state().get_key("before-join").unwrap().is_some());
         wait_until("the newcomer to be promoted", 30, || n1.membership().unwrap().1 == {
             let mut v = vec![a.id, b.id];

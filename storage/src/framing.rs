@@ -108,6 +108,19 @@ pub fn check_file(path: &Path) -> Result<usize> {
     Ok(n)
 }
 
+/// [`check_file`] on the first `end` bytes of `path` (a copy of them in a scratch
+/// directory): a file whose zero padding after its last batch start-up would cut.
+pub fn check_prefix(path: &Path, end: u64) -> Result<usize> {
+    let data = std::fs::read(path).ctx(|| format!("reading {}", path.display()))?;
+    let end = (end as usize).min(data.len());
+    let scratch = std::env::temp_dir().join(format!("halite-verify-{}-{}", std::process::id(), crate::format::now_ns()));
+    std::fs::create_dir_all(&scratch).ctx(|| format!("creating {}", scratch.display()))?;
+    let copy = scratch.join(path.file_name().unwrap_or_default());
+    let checked = std::fs::write(&copy, &data[..end]).ctx(|| format!("writing {}", copy.display())).and_then(|()| check_file(&copy));
+    let _ = std::fs::remove_dir_all(&scratch);
+    checked
+}
+
 /// The byte offset of the first batch of `path` that raft-engine refuses (`None` when it
 /// reads the whole file), found by checking growing prefixes of a copy of the file
 /// (a binary search over batch boundaries).

@@ -57,11 +57,14 @@ impl ClusterCmd {
                     return Err(Error::refused("cluster.remove_member: this master is not a cluster member"));
                 }
                 let m = view.members()?;
-                // A member's raft id is derived from its name (its interface address).
-                let id = crate::start::member_id(&name);
-                if !m.voters.contains(&id) && !m.learners.contains(&id) {
+                // A member's raft id is derived from its name (its interface address), or
+                // from its name and incarnation once it joined again from an empty disk:
+                // the member of that name, whichever incarnation is in the group.
+                let is_member = |id: &u64| m.voters.contains(id) || m.learners.contains(id);
+                let by_name = m.names.iter().filter(|(id, n)| **n == name && is_member(id)).map(|(id, _)| *id).next();
+                let Some(id) = by_name.or(Some(crate::start::member_id(&name)).filter(is_member)) else {
                     return Err(Error::refused(format!("{name} is not a member")));
-                }
+                };
                 Ok(Plan {
                     membership: Some(MemberChange::Remove(id)),
                     answer: Answer::After(Box::new(move |v: &dyn AdminView| {

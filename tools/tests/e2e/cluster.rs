@@ -11,7 +11,7 @@ use serde_json::json;
 use crate::support::*;
 
 /// Three founding members, each with its own ports.
-fn three() -> Cluster {
+pub(crate) fn three() -> Cluster {
     let ips = loopback(3);
     let ipr: Vec<&str> = ips.iter().map(String::as_str).collect();
     let pool = port_free_on(&ipr);
@@ -27,7 +27,7 @@ fn three() -> Cluster {
 
 /// A key for `id` registered (pending) through member `on` and accepted through member
 /// `by`; returns once every member's view has it accepted.
-fn accepted_key(c: &Cluster, id: &str, on: usize, by: usize) {
+pub(crate) fn accepted_key(c: &Cluster, id: &str, on: usize, by: usize) {
     register_key(&c.envs[on], id);
     wait_for("the pending key on the accepting member", 30, || c.envs[by].ids("minions_pre").iter().any(|k| k == id));
     c.envs[by].ok(SALT_KEY, &["-a", id, "-y"]);

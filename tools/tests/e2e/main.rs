@@ -25,5 +25,6 @@ mod wire;
 mod cluster;
 mod cluster_join;
 mod cluster_shared;
+mod faults;
 mod health;
 mod multimaster;
