@@ -93,13 +93,7 @@ fn member(root: &Path, id: u64, addrs: &HashMap<u64, std::net::SocketAddr>) -> (
 #[test]
 fn a_member_is_ready_only_once_caught_up_and_not_while_cut_off() {
     let dir = tempfile::tempdir().unwrap();
-    let addrs: HashMap<u64, std::net::SocketAddr> = (1..=3u64)
-        .map(|i| {
-            let ip = format!("127.0.0.{i}");
-            let port = std::net::TcpListener::bind((ip.as_str(), 0)).unwrap().local_addr().unwrap().port();
-            (i, format!("{ip}:{port}").parse().unwrap())
-        })
-        .collect();
+    let addrs = crate::testutil::member_addrs(3);
     let mut nodes: HashMap<u64, (Node, Arc<crate::TcpTransport>)> = (1..=3).map(|i| (i, member(dir.path(), i, &addrs))).collect();
     wait_until("all three ready", 20, || (1..=3).all(|i| nodes[&i].0.status().ready()));
     // The leader sees every peer's progress.

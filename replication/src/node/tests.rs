@@ -115,13 +115,7 @@ fn propose_retrying(node: &Node, recs: &[Record]) -> u64 {
 #[test]
 fn three_nodes_over_tcp_elect_replicate_fail_over_and_catch_up() {
     let dir = tempfile::tempdir().unwrap();
-    let addrs: HashMap<u64, std::net::SocketAddr> = (1..=3u64)
-        .map(|i| {
-            let ip = format!("127.0.0.{i}");
-            let port = std::net::TcpListener::bind((ip.as_str(), 0)).unwrap().local_addr().unwrap().port();
-            (i, format!("{ip}:{port}").parse().unwrap())
-        })
-        .collect();
+    let addrs = crate::testutil::member_addrs(3);
     let mut nodes: HashMap<u64, (Node, Arc<crate::TcpTransport>)> = (1..=3).map(|i| (i, member(dir.path(), i, &addrs, "shared secret"))).collect();
     // One leader, known to all.
     let mut leader = 0;

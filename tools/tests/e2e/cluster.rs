@@ -12,14 +12,20 @@ use crate::support::*;
 
 /// Three founding members, each with its own ports.
 pub(crate) fn three() -> Cluster {
-    let ips = loopback(3);
+    founding(3, "halite-test", "")
+}
+
+/// `n` founding members of cluster `cluster_id` on addresses of the test's own, each
+/// with its own ports and `extra` appended to its config.
+pub(crate) fn founding(n: u8, cluster_id: &str, extra: &str) -> Cluster {
+    let ips = loopback(n);
     let ipr: Vec<&str> = ips.iter().map(String::as_str).collect();
     let pool = port_free_on(&ipr);
     let envs = ips
         .iter()
         .map(|ip| {
             let peers: Vec<&str> = ipr.iter().copied().filter(|p| p != ip).collect();
-            Env::master(ip, "localfs_key", &member_conf(ip, &peers, pool, "halite-test", "s3cret"))
+            Env::master(ip, "localfs_key", &format!("{}{extra}", member_conf(ip, &peers, pool, cluster_id, "s3cret")))
         })
         .collect();
     Cluster::start(envs)

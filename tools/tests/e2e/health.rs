@@ -117,17 +117,7 @@ fn a_key_view_that_cannot_be_written_does_not_stop_the_master_and_is_rebuilt() {
 
 /// Two founding members on addresses of the test's own, each with a health port.
 fn two(health: u16) -> Cluster {
-    let ips = loopback(2);
-    let ipr: Vec<&str> = ips.iter().map(String::as_str).collect();
-    let pool = port_free_on(&ipr);
-    let envs = ips
-        .iter()
-        .map(|ip| {
-            let peers: Vec<&str> = ipr.iter().copied().filter(|p| p != ip).collect();
-            Env::master(ip, "localfs_key", &format!("{}halite_health_port: {health}\n", member_conf(ip, &peers, pool, "health-test", "s3cret")))
-        })
-        .collect();
-    Cluster::start(envs)
+    crate::cluster::founding(2, "health-test", &format!("halite_health_port: {health}\n"))
 }
 
 #[test]
