@@ -183,3 +183,23 @@ fn a_master_pinned_to_another_cluster_key_refuses_to_join() {
     assert!(log.contains("refusing to join") && log.contains("cluster_pub_fingerprint"), "{log}");
     assert_eq!(members(&f.c.envs[0])["voter_count"], 2);
 }
+
+/// A member configured without `cluster_secret` (or with an empty one) refuses to start:
+/// Halite seals every byte between members with keys derived from it.
+#[test]
+fn a_member_without_a_cluster_secret_refuses_to_start() {
+    let ips = loopback(2);
+    let ipr: Vec<&str> = ips.iter().map(String::as_str).collect();
+    let pool = port_free_on(&ipr);
+    for (i, secret_line) in ["", "cluster_secret: ''\n"].into_iter().enumerate() {
+        let conf = member_conf(&ips[i], &[&ips[1 - i]], pool, "no-secret", "s3cret").replace("cluster_secret: s3cret\n", secret_line);
+        assert!(!conf.contains("s3cret"));
+        let env = Env::master(&ips[i], "localfs_key", &conf);
+        let mut p = spawn_master(&env);
+        let status = p.wait_exit("the member without a secret to exit", 30);
+        assert!(!status.success());
+        let log = env.master_log();
+        assert!(log.contains("cluster_id is set but cluster_secret is not"), "{log}");
+        assert!(!env.root.join("data").join("log").exists() || std::fs::read_dir(env.root.join("data").join("log")).map(|d| d.count()).unwrap_or(0) == 0, "nothing is founded");
+    }
+}
