@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+pub mod cluster;
+
 use halite_storage::keys::BankState;
 use halite_storage::mmap_cache::{Geometry, MmapWriter};
 
@@ -22,4 +24,18 @@ pub fn fill_mmap(path: &Path, geo: Geometry, n: u64) {
         assert!(w.put(format!("minion-{i:08}").as_bytes(), &v, 1).expect("put"));
     }
     w.finish().expect("finish");
+}
+
+/// Random bytes (xorshift), so that RocksDB's compression cannot shrink them.
+pub fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
 }

@@ -90,6 +90,10 @@ pub struct MasterConfig {
     pub halite_data_dir: PathBuf,
     /// Largest request body accepted on the request port, in bytes.
     pub halite_max_request_bytes: usize,
+    /// A follower's election timeout window in milliseconds (Salt's
+    /// `cluster_election_min`, `cluster_election_max`: 750, 1500): how long after its
+    /// last contact with the leader a member stands for election.
+    pub cluster_election_ms: (u64, u64),
     /// When the log is compacted (`cluster_max_log_size`, `halite_log_max_bytes`).
     pub compaction: halite_storage::compaction::CompactionLimits,
     /// Most pending keys kept; a new id beyond it is answered `full` (0 = no cap).
@@ -113,6 +117,7 @@ const KNOWN: &[&str] = &[
     "keys.cache_driver", "mmap_key_size", "mmap_key_slot_size", "mmap_key_id_size", "mmap_key_max_segment_bytes",
     "mmap_cache_max_segment_bytes", "cluster_id", "cluster_peers", "cluster_pki_dir", "cluster_pool_port",
     "cluster_secret", "cluster_isolated_filesystem", "halite_data_dir", "halite_max_request_bytes", "cluster_max_log_size", "halite_log_max_bytes",
+    "cluster_election_min", "cluster_election_max",
     "halite_max_pending_keys", "pub_hwm", "halite_health_port", "default_include", "include", "user",
     "zmq_backlog", "max_minions", "loop_interval", "request_server_ttl", "cluster_pub_fingerprint", "tcp_keepalive", "tcp_keepalive_idle", "tcp_keepalive_cnt", "tcp_keepalive_intvl", "rotate_aes_key",
 ];
@@ -248,6 +253,16 @@ impl MasterConfig {
             cluster_id,
             halite_data_dir: PathBuf::from(r.string("halite_data_dir", "/var/lib/salt/halite")?),
             halite_max_request_bytes: r.uint("halite_max_request_bytes", 64 << 20)?.max(4096) as usize,
+            cluster_election_ms: {
+                let (min, max) = (r.uint("cluster_election_min", 750)?, r.uint("cluster_election_max", 1500)?);
+                if min < 150 {
+                    return Err(r.invalid("cluster_election_min", format!("{min} ms is shorter than three heartbeats (150 ms)")));
+                }
+                if max <= min {
+                    return Err(r.invalid("cluster_election_max", format!("{max} ms is not above cluster_election_min ({min} ms)")));
+                }
+                (min, max)
+            },
             compaction: halite_storage::compaction::CompactionLimits {
                 max_entries: r.limit("cluster_max_log_size", halite_storage::compaction::DEFAULT_MAX_ENTRIES)?,
                 max_bytes: r.limit("halite_log_max_bytes", halite_storage::compaction::DEFAULT_MAX_BYTES)?,
@@ -491,6 +506,19 @@ impl Reader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Salt's election window, 750–1500 ms unless set; a window that cannot work is refused.
+    #[test]
+    fn election_window() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(MasterConfig::load(d.path()).unwrap().cluster_election_ms, (750, 1500));
+        std::fs::write(d.path().join("master"), "cluster_election_min: 1000\ncluster_election_max: 3000\n").unwrap();
+        assert_eq!(MasterConfig::load(d.path()).unwrap().cluster_election_ms, (1000, 3000));
+        std::fs::write(d.path().join("master"), "cluster_election_min: 1000\ncluster_election_max: 1000\n").unwrap();
+        assert!(MasterConfig::load(d.path()).unwrap_err().to_string().contains("cluster_election_max"));
+        std::fs::write(d.path().join("master"), "cluster_election_min: 50\n").unwrap();
+        assert!(MasterConfig::load(d.path()).unwrap_err().to_string().contains("cluster_election_min"));
+    }
 
     /// `cluster_max_log_size` is Salt's (None there: never); Halite's defaults compact.
     #[test]

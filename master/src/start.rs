@@ -115,6 +115,8 @@ pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> 
         tap,
         join: join_via.is_some(),
         compaction: cfg.compaction,
+        election_tick: election_ticks(cfg.cluster_election_ms.0),
+        max_election_tick: election_ticks(cfg.cluster_election_ms.1),
         ..Default::default()
     };
     let node = Node::start_peered(&data_dir(cfg), views, ncfg, transport.clone(), mailbox)?;
@@ -243,3 +245,9 @@ pub fn adoption(sm: &StateMachine, keys: Vec<halite_storage::keys::KeyEntry>, de
     Ok(groups)
 }
 
+
+/// Milliseconds of an election timeout as raft ticks of the node's default interval.
+fn election_ticks(ms: u64) -> usize {
+    let tick = NodeConfig::default().tick.as_millis().max(1) as u64;
+    ms.div_ceil(tick) as usize
+}

@@ -13,6 +13,14 @@
 //!                                              CRC, sha256), install it; digests compared
 //! halite-bench restart [--total N]            node start-up time after N records, before
 //!                                              and after compacting the log
+//! halite-bench cluster-commit [--total N] [--threads T] [--groups 1,16,256]
+//!                                              committed records/s on three members over
+//!                                              the sealed transport on loopback
+//! halite-bench failover [--rounds R]          leader stopped abruptly → the next write
+//!                                              committed through a follower (ms)
+//! halite-bench join [--keys N] [--roots-mib M]
+//!                                              a member joining a compacted cluster: the
+//!                                              snapshot over the transport, then the tail
 //! ```
 //! Build with `cargo build --release -p halite-benches -p halite-tools` first: `migrate`
 //! runs the release `salt-run` and `salt-key` next to this binary.
@@ -76,6 +84,24 @@ enum Cmd {
         #[arg(long, default_value_t = 1_000_000)]
         total: u64,
     },
+    ClusterCommit {
+        #[arg(long, default_value_t = 200_000)]
+        total: u64,
+        #[arg(long, default_value_t = 8)]
+        threads: u64,
+        #[arg(long, value_delimiter = ',', default_value = "1,16,256")]
+        groups: Vec<u64>,
+    },
+    Failover {
+        #[arg(long, default_value_t = 10)]
+        rounds: u64,
+    },
+    Join {
+        #[arg(long, default_value_t = 100_000)]
+        keys: u64,
+        #[arg(long, default_value_t = 1024)]
+        roots_mib: u64,
+    },
     Migrate {
         #[arg(long, default_value_t = 100_000)]
         keys: u64,
@@ -111,6 +137,9 @@ fn main() {
         Cmd::Migrate { keys, reference } => migrate(keys, reference),
         Cmd::Snapshot { keys, roots_mib } => snapshot(keys, roots_mib),
         Cmd::Restart { total } => restart(total),
+        Cmd::ClusterCommit { total, threads, groups } => halite_benches::cluster::commit(total, threads, &groups),
+        Cmd::Failover { rounds } => halite_benches::cluster::failover(rounds),
+        Cmd::Join { keys, roots_mib } => halite_benches::cluster::join(keys, roots_mib),
     }
 }
 
@@ -154,20 +183,6 @@ fn restart(total: u64) {
     println!("| after compaction (snapshot + empty tail) | {compacted_s:.2} |");
 }
 
-/// Random bytes (xorshift), so that RocksDB's compression cannot shrink them.
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out.truncate(len);
-    out
-}
-
 fn snapshot(keys: u64, roots_mib: u64) {
     use halite_storage::format::RootsTree;
     use halite_storage::snapshot::{swap_in, ReceiveLimits, Receiver, SnapshotSource, SnapshotStore};
@@ -182,7 +197,7 @@ fn snapshot(keys: u64, roots_mib: u64) {
         sm.apply(&recs).expect("apply");
     }
     for f in 0..roots_mib.div_ceil(16) {
-        let content = noise(16 << 20, f + 1);
+        let content = halite_benches::noise(16 << 20, f + 1);
         let recs = halite_storage::state::roots_records(RootsTree::File, "base", &format!("blob/{f:04}.bin"), 0o644, &content);
         let numbered: Vec<(u64, Record)> = recs.into_iter().map(|r| {
             index += 1;

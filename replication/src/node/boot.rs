@@ -181,6 +181,8 @@ fn raft_node(cfg: &NodeConfig, log: &RaftLog, applied: u64) -> Result<RawNode<Ra
     let rc = RaftConfig {
         id: cfg.id,
         election_tick: cfg.election_tick,
+        min_election_tick: cfg.election_tick,
+        max_election_tick: cfg.max_election_tick,
         heartbeat_tick: cfg.heartbeat_tick,
         applied,
         max_size_per_msg: 4 << 20,

@@ -123,7 +123,14 @@ pub struct NodeConfig {
     pub id: u64,
     /// Raft tick interval.
     pub tick: Duration,
+    /// A follower's election timeout is drawn uniformly from
+    /// `[election_tick, max_election_tick)` ticks after it last heard from a leader; a
+    /// leader that has not heard from a majority for `election_tick` ticks steps down
+    /// (check quorum). The master sets them from Salt's `cluster_election_min` and
+    /// `cluster_election_max` (750 and 1500 ms by default, as Salt's).
     pub election_tick: usize,
+    pub max_election_tick: usize,
+    /// The leader's heartbeat interval, in ticks.
     pub heartbeat_tick: usize,
     /// Most records proposed in one group.
     pub max_batch: usize,
@@ -164,9 +171,10 @@ impl Default for NodeConfig {
     fn default() -> Self {
         NodeConfig {
             id: 1,
-            tick: Duration::from_millis(100),
-            election_tick: 10,
-            heartbeat_tick: 3,
+            tick: Duration::from_millis(50),
+            election_tick: 15,
+            max_election_tick: 30,
+            heartbeat_tick: 2,
             max_batch: 8192,
             voters: Vec::new(),
             propose_timeout: Duration::from_secs(10),
@@ -402,6 +410,11 @@ impl Node {
     /// thread: see [`status`].
     pub fn status(&self) -> &NodeStatus {
         &self.status
+    }
+
+    /// The node's raft log, for reading (first index, snapshot metadata, sizes).
+    pub fn log(&self) -> &RaftLog {
+        &self.log
     }
 
     /// The state machine, for reads.
