@@ -2,8 +2,13 @@
 //! installs a snapshot received from the leader without closing its state machine
 //! (readers elsewhere in the process hold it open).
 //!
-//! Every column family is emptied and refilled from the snapshot's checkpoint, in
-//! batches; the `meta` family's `applied_index` is written in the **last** batch, and
+//! Every column family is emptied and refilled from the snapshot's checkpoint: the
+//! family's items are written, in order, into one SST file beside the database
+//! (`ingest-<family>.sst`, RocksDB's `SstFileWriter`) which RocksDB then takes in whole
+//! (external file ingestion, the file moved, not copied), so a large state (roots of a
+//! gigabyte) is written once, sequentially, instead of going through the memtable,
+//! flushes and compactions; `meta` is refilled by batches. The `meta` family's
+//! `applied_index` is written in the **last** batch, and
 //! `views_index` is set to 0 (the views are rebuilt from the result). So a crash part
 //! way leaves a state machine whose applied index is still the old one, behind the
 //! log's snapshot (the log records the snapshot first), and the next start installs
@@ -13,10 +18,10 @@
 
 use std::path::Path;
 
-use rocksdb::{IteratorMode, WriteBatch, WriteOptions};
+use rocksdb::{IngestExternalFileOptions, IteratorMode, Options, SstFileWriter, WriteBatch, WriteOptions};
 
 use super::{StateMachine, ALL_CFS, APPLIED_INDEX, CF_META, VIEWS_INDEX};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Bytes of keys and values written per batch.
 const BATCH_BYTES: usize = 32 << 20;
@@ -45,10 +50,15 @@ impl StateMachine {
             }
             self.db.write_opt(batch, &wo)?;
             let src_cf = from.cf(name)?;
+            if name != CF_META {
+                items += self.ingest_family(name, from.db.iterator_cf(src_cf, IteratorMode::Start))?;
+                progress(items);
+                continue;
+            }
             let mut batch = WriteBatch::default();
             for kv in from.db.iterator_cf(src_cf, IteratorMode::Start) {
                 let (k, v) = kv?;
-                if name == CF_META && (&*k == APPLIED_INDEX || &*k == VIEWS_INDEX) {
+                if &*k == APPLIED_INDEX || &*k == VIEWS_INDEX {
                     if &*k == APPLIED_INDEX {
                         applied = Some(v.to_vec());
                     }
@@ -74,5 +84,34 @@ impl StateMachine {
         // No WAL: make it durable now (all families together, see `open`).
         self.flush()?;
         Ok(items)
+    }
+
+    /// Writes `items` (in key order, as an iterator over a family yields them) into one
+    /// SST file and has RocksDB ingest it into family `name`. Returns the items written.
+    fn ingest_family(&self, name: &str, items: impl Iterator<Item = std::result::Result<(Box<[u8]>, Box<[u8]>), rocksdb::Error>>) -> Result<u64> {
+        let path = self.path.join(format!("ingest-{name}.sst"));
+        let _ = std::fs::remove_file(&path);
+        let opts = Options::default();
+        let mut w = SstFileWriter::create(&opts);
+        w.open(&path)?;
+        let mut n = 0u64;
+        for kv in items {
+            let (k, v) = kv?;
+            w.put(&k, &v)?;
+            n += 1;
+        }
+        if n == 0 {
+            // An empty file cannot be finished or ingested: nothing to take in.
+            drop(w);
+            let _ = std::fs::remove_file(&path);
+            return Ok(0);
+        }
+        w.finish()?;
+        let mut io = IngestExternalFileOptions::default();
+        io.set_move_files(true);
+        let r = self.db.ingest_external_file_cf_opts(self.cf(name)?, &io, vec![&path]);
+        let _ = std::fs::remove_file(&path);
+        r.map_err(|e| Error::Invalid(format!("ingesting the snapshot's {name} items: {e}")))?;
+        Ok(n)
     }
 }
