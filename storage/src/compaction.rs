@@ -17,7 +17,8 @@
 
 use crate::error::{Error, Result};
 use crate::log::RaftLog;
-use crate::snapshot::{Snapshot, SnapshotStore};
+use crate::snapshot::{Build, Snapshot, SnapshotStore};
+use raft::eraftpb::{ConfState, Entry};
 use crate::state::StateMachine;
 
 /// Default of `cluster_max_log_size` (entries).
@@ -95,14 +96,44 @@ pub struct Compacted {
     pub pruned: usize,
 }
 
-/// A snapshot of `sm` at its applied index in `store` (the one already there if the
-/// store has one at that index), with the term, conf state and membership entries the
-/// log gives for that index. `progress(bytes, total)` follows the hashing of its files.
-pub fn snapshot_now(log: &RaftLog, sm: &StateMachine, store: &SnapshotStore, progress: impl FnMut(u64, u64)) -> Result<Snapshot> {
+/// A compaction under way: the checkpoint is taken, and with it everything the log
+/// says about its index (term, conf state, membership entries); what is left is hashing
+/// the checkpoint's files and publishing the snapshot ([`Prepared::finish`], which may
+/// run on any thread while the node goes on applying), then compacting the log through
+/// it ([`complete`]).
+pub enum Prepared {
+    /// The store already holds a snapshot at the applied index.
+    Existing(Snapshot),
+    /// A checkpoint to hash and publish.
+    Build { build: Build, term: u64, conf_state: ConfState, members: Vec<Entry> },
+}
+
+impl Prepared {
+    /// The applied index the snapshot holds.
+    pub fn index(&self) -> u64 {
+        match self {
+            Prepared::Existing(s) => s.index(),
+            Prepared::Build { build, .. } => build.index(),
+        }
+    }
+
+    /// Hashes and publishes the snapshot (`progress(bytes, total)` after each file).
+    pub fn finish(self, progress: impl FnMut(u64, u64)) -> Result<Snapshot> {
+        match self {
+            Prepared::Existing(s) => Ok(s),
+            Prepared::Build { build, term, conf_state, members } => build.finish_with(term, &conf_state, &members, progress),
+        }
+    }
+}
+
+/// Starts a snapshot of `sm` at its applied index in `store`: the checkpoint, and the
+/// term, conf state and membership entries the log gives for that index. Call it from
+/// the thread that applies (the applied index must not move during the call).
+pub fn prepare(log: &RaftLog, sm: &StateMachine, store: &SnapshotStore) -> Result<Prepared> {
     let build = store.begin_build(sm)?;
     let index = build.index();
     if let Some(s) = store.get(index)? {
-        return Ok(s);
+        return Ok(Prepared::Existing(s));
     }
     let first = log.first_entry_index().unwrap_or(log.snapshot_meta()?.index + 1);
     let last = log.last_entry_index().unwrap_or(first - 1);
@@ -110,7 +141,29 @@ pub fn snapshot_now(log: &RaftLog, sm: &StateMachine, store: &SnapshotStore, pro
         return Err(Error::Invalid(format!("the state machine has applied {index}, outside the log's entries {first}..={last}: nothing to snapshot")));
     }
     let term = raft::Storage::term(log, index)?;
-    build.finish_with(term, &log.conf_state()?, &log.members_through(index)?, progress)
+    Ok(Prepared::Build { build, term, conf_state: log.conf_state()?, members: log.members_through(index)? })
+}
+
+/// A snapshot of `sm` at its applied index in `store` (the one already there if the
+/// store has one at that index), with the term, conf state and membership entries the
+/// log gives for that index. `progress(bytes, total)` follows the hashing of its files.
+pub fn snapshot_now(log: &RaftLog, sm: &StateMachine, store: &SnapshotStore, progress: impl FnMut(u64, u64)) -> Result<Snapshot> {
+    prepare(log, sm, store)?.finish(progress)
+}
+
+/// Compacts `log` through a published `snapshot` (complete and fsynced, so the log may
+/// refer to it) and removes older snapshots from `store`. `None` when the log is
+/// already compacted through its index (a newer compaction came first).
+pub fn complete(log: &RaftLog, store: &SnapshotStore, snapshot: Snapshot) -> Result<Option<Compacted>> {
+    let index = snapshot.index();
+    if index <= log.snapshot_meta()?.index {
+        return Ok(None);
+    }
+    let members = snapshot.manifest().members()?;
+    let dropped = log.compact_through(&snapshot.metadata(), &members)?;
+    let pruned = store.prune(index)?;
+    tracing::info!(index, term = snapshot.manifest().term, dropped, bytes = snapshot.manifest().total_bytes(), "log compacted through a snapshot");
+    Ok(Some(Compacted { snapshot, dropped, pruned }))
 }
 
 /// Snapshots `sm` at its applied index into `store` ([`snapshot_now`]) and compacts
@@ -124,15 +177,7 @@ pub fn compact(log: &RaftLog, sm: &StateMachine, store: &SnapshotStore, progress
         return Ok(None);
     }
     let snapshot = snapshot_now(log, sm, store, progress)?;
-    let index = snapshot.index();
-    if index <= current {
-        return Ok(None);
-    }
-    let members = snapshot.manifest().members()?;
-    let dropped = log.compact_through(&snapshot.metadata(), &members)?;
-    let pruned = store.prune(index)?;
-    tracing::info!(index, term = snapshot.manifest().term, dropped, bytes = snapshot.manifest().total_bytes(), "log compacted through a snapshot");
-    Ok(Some(Compacted { snapshot, dropped, pruned }))
+    complete(log, store, snapshot)
 }
 
 #[cfg(test)]

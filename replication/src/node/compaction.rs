@@ -4,11 +4,14 @@
 //! and when a limit is exceeded snapshots the state machine at its applied index and
 //! compacts the log through it ([`halite_storage::compaction::compact`]).
 //!
-//! It runs on the driver thread, between two turns of the loop, because the applied
-//! index must not move while the snapshot is taken. What that costs the loop is a
-//! RocksDB checkpoint (hard links, no copy) and hashing the checkpoint's files for the
-//! manifest; the log line says how long it took. The check itself (the log's first and
-//! last index and the bytes of its files) is cheap.
+//! The checkpoint is taken on the driver thread, between two turns of the loop, because
+//! the applied index must not move while it is taken: a RocksDB checkpoint is hard links
+//! and a flush, no copy. Hashing the checkpoint's files for the manifest (seconds for a
+//! gigabyte of roots) runs on a thread of its own while the driver goes on (heartbeats
+//! included: a leader busy hashing would otherwise be voted out); when it is done the
+//! driver compacts the log through the published snapshot ([`Msg::Compacted`]). One
+//! compaction at a time. The check itself (the log's first and last index and the bytes
+//! of its files) is cheap.
 //!
 //! **Who compacts.** Every node, by the policy alone, leader or not: a member whose next
 //! entry is below the log's first index gets the snapshot instead (`snapshots.rs`). One
@@ -24,11 +27,11 @@
 
 use std::time::{Duration, Instant};
 
-use halite_storage::compaction::{self, Decision};
-use halite_storage::snapshot::SnapshotStore;
+use halite_storage::compaction::{self, Decision, LogFacts};
+use halite_storage::snapshot::{Snapshot, SnapshotStore};
 
 use super::driver::Driver;
-use super::Result;
+use super::{Msg, Result};
 
 /// How long after a failed compaction the next one is tried.
 pub const RETRY_AFTER: Duration = Duration::from_secs(60);
@@ -40,11 +43,23 @@ pub(super) struct Compactor {
     not_before: Option<Instant>,
     /// Compactions done by this process (for the log line).
     done: u64,
+    /// The index of the snapshot being hashed on its own thread, if one is.
+    building: Option<u64>,
+}
+
+/// A snapshot hashed and published off the driver thread (or why not), and what the
+/// log line about its compaction needs.
+pub(super) struct Built {
+    result: std::result::Result<Snapshot, String>,
+    through: u64,
+    reason: String,
+    before: LogFacts,
+    started: Instant,
 }
 
 impl Compactor {
     pub(super) fn new(store: SnapshotStore) -> Self {
-        Compactor { store, not_before: None, done: 0 }
+        Compactor { store, not_before: None, done: 0, building: None }
     }
 
     /// The node's snapshot store (also what snapshots are sent from and received into).
@@ -57,7 +72,7 @@ impl Driver {
     /// Compacts the log if the policy says so (see the module docs). Never fails the
     /// loop: an error is logged and retried later.
     pub(super) fn maybe_compact(&mut self) -> Result<()> {
-        if self.compactor.as_ref().is_none_or(|c| c.not_before.is_some_and(|t| Instant::now() < t)) {
+        if self.compactor.as_ref().is_none_or(|c| c.building.is_some() || c.not_before.is_some_and(|t| Instant::now() < t)) {
             return Ok(());
         }
         let waiting = self.peer_waits_for_snapshot()?;
@@ -70,23 +85,50 @@ impl Driver {
         };
         let Decision::Compact { through, reason } = decision else { return Ok(()) };
         let started = Instant::now();
-        match compaction::compact(&self.log, &self.sm, &c.store, |_, _| {}) {
+        let prepared = match compaction::prepare(&self.log, &self.sm, &c.store) {
+            Ok(p) => p,
+            Err(e) => {
+                c.not_before = Some(Instant::now() + RETRY_AFTER);
+                tracing::warn!(id = self.cfg.id, through, "log compaction failed, retried in {RETRY_AFTER:?}; the node goes on with a longer log: {e}");
+                return Ok(());
+            }
+        };
+        c.building = Some(prepared.index());
+        let tx = self.self_tx.clone();
+        let spawned = std::thread::Builder::new().name("halite-snapshot-build".into()).spawn(move || {
+            let result = prepared.finish(|_, _| {}).map_err(|e| e.to_string());
+            let _ = tx.send(Msg::Compacted(Box::new(Built { result, through, reason, before, started })));
+        });
+        if let Err(e) = spawned {
+            c.building = None;
+            c.not_before = Some(Instant::now() + RETRY_AFTER);
+            tracing::warn!(id = self.cfg.id, through, "cannot start the snapshot thread, compaction retried in {RETRY_AFTER:?}: {e}");
+        }
+        Ok(())
+    }
+
+    /// A snapshot built off the driver thread is published: compact the log through it.
+    pub(super) fn compacted(&mut self, b: Built) -> Result<()> {
+        let Some(c) = self.compactor.as_mut() else { return Ok(()) };
+        c.building = None;
+        let done = b.result.map_err(halite_storage::Error::Invalid).and_then(|snap| compaction::complete(&self.log, &c.store, snap));
+        match done {
             Ok(Some(done)) => {
                 c.done += 1;
                 c.not_before = None;
-                let after = self.log.facts(applied)?;
+                let after = self.log.facts(self.sm.applied_index()?)?;
                 tracing::info!(
                     id = self.cfg.id,
-                    through,
-                    reason = %reason,
-                    entries_before = before.entries(),
+                    through = b.through,
+                    reason = %b.reason,
+                    entries_before = b.before.entries(),
                     entries_after = after.entries(),
                     dropped = done.dropped,
-                    log_bytes_before = before.log_bytes,
+                    log_bytes_before = b.before.log_bytes,
                     log_bytes_after = after.log_bytes,
                     snapshot_bytes = done.snapshot.manifest().total_bytes(),
                     snapshots_pruned = done.pruned,
-                    ms = started.elapsed().as_millis() as u64,
+                    ms = b.started.elapsed().as_millis() as u64,
                     compactions = c.done,
                     "log compacted by the policy"
                 );
@@ -94,7 +136,7 @@ impl Driver {
             Ok(None) => {}
             Err(e) => {
                 c.not_before = Some(Instant::now() + RETRY_AFTER);
-                tracing::warn!(id = self.cfg.id, through, "log compaction failed, retried in {RETRY_AFTER:?}; the node goes on with a longer log: {e}");
+                tracing::warn!(id = self.cfg.id, through = b.through, "log compaction failed, retried in {RETRY_AFTER:?}; the node goes on with a longer log: {e}");
             }
         }
         Ok(())

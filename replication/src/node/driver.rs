@@ -159,6 +159,7 @@ impl Driver {
             let mut stop = false;
             let mut n = 0;
             let mut sent = Vec::new();
+            let mut built = Vec::new();
             let raw = &mut self.raw;
             let mut push = |m: Msg, group: &mut Vec<Proposal>, members: &mut Vec<MemberChange>, stop: &mut bool, n: &mut usize| match m {
                 Msg::Propose(p) => {
@@ -172,6 +173,7 @@ impl Driver {
                     }
                 }
                 Msg::SnapshotSent(to, ok) => sent.push((to, ok)),
+                Msg::Compacted(b) => built.push(b),
                 Msg::Stop => *stop = true,
             };
             if let Some(m) = first {
@@ -185,6 +187,9 @@ impl Driver {
             }
             for (to, ok) in sent {
                 self.snapshot_sent(to, ok);
+            }
+            for b in built {
+                self.compacted(*b)?;
             }
             for p in group {
                 self.proposals.enqueue(Payload::Records(p.data), p.reply);

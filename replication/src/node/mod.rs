@@ -239,6 +239,8 @@ enum Msg {
     Raft(Box<Message>),
     /// A snapshot transfer to this peer ended (`snapshots.rs`): whether it was sent.
     SnapshotSent(u64, bool),
+    /// A snapshot built for a compaction off the driver thread (`compaction.rs`).
+    Compacted(Box<compaction::Built>),
     Stop,
 }
 
