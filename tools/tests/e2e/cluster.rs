@@ -177,6 +177,32 @@ fn every_member_holds_the_same_cluster_key_pair() {
     }
 }
 
+/// A member restarted with a `cluster_pub_fingerprint` that is not the cluster's refuses
+/// to serve and names both fingerprints, while the others go on; pinned to the right one
+/// (the SHA-256 of `cluster.pub`, any case) it serves again.
+#[test]
+fn a_member_pinned_to_another_cluster_key_refuses_to_serve() {
+    use sha2::{Digest, Sha256};
+    let mut c = three();
+    let good = hex::encode(Sha256::digest(std::fs::read(c.envs[2].root.join("cpki/cluster.pub")).expect("cluster.pub")));
+    c.stop(2);
+    let conf = c.envs[2].root.join("conf/master");
+    let plain = std::fs::read_to_string(&conf).expect("config");
+    c.envs[2].append_conf(&format!("cluster_pub_fingerprint: {}\n", "cd".repeat(32)));
+    let mut p = spawn_master(&c.envs[2]);
+    let status = p.wait_exit("the wrongly pinned member to exit", 60);
+    assert!(!status.success());
+    let log = c.envs[2].master_log();
+    assert!(log.contains("refusing to serve") && log.contains(&good) && log.contains(&"cd".repeat(32)), "{log}");
+    // The other two are a majority and go on changing keys.
+    register_key(&c.envs[0], "while-pinned");
+    wait_for("the pending key on the second member", 30, || c.envs[1].ids("minions_pre").iter().any(|k| k == "while-pinned"));
+    c.envs[1].ok(SALT_KEY, &["-a", "while-pinned", "-y"]);
+    std::fs::write(&conf, plain + &format!("cluster_pub_fingerprint: {}\n", good.to_uppercase())).expect("config");
+    c.restart(2);
+    wait_for("the accept on the re-pinned member", 30, || c.envs[2].ids("minions").iter().any(|k| k == "while-pinned"));
+}
+
 // ---------------------------------------------------------------------------------------
 // Losing, restarting and retiring members.
 
