@@ -58,10 +58,12 @@ pub enum RecordKind {
     JobsExpired = 9,
     ClusterKeyPair = 10,
     MasterKeyPair = 11,
+    RootsStage = 12,
+    RootsSync = 13,
 }
 
 impl RecordKind {
-    pub const ALL: [RecordKind; 11] = [
+    pub const ALL: [RecordKind; 13] = [
         RecordKind::KeySet,
         RecordKind::JobPublished,
         RecordKind::JobReturn,
@@ -73,6 +75,8 @@ impl RecordKind {
         RecordKind::JobsExpired,
         RecordKind::ClusterKeyPair,
         RecordKind::MasterKeyPair,
+        RecordKind::RootsStage,
+        RecordKind::RootsSync,
     ];
 
     pub fn from_u8(b: u8) -> Option<Self> {
@@ -93,6 +97,8 @@ impl RecordKind {
             RecordKind::JobsExpired => "jobs_expired",
             RecordKind::ClusterKeyPair => "cluster_key_pair",
             RecordKind::MasterKeyPair => "master_key_pair",
+            RecordKind::RootsStage => "roots_stage",
+            RecordKind::RootsSync => "roots_sync",
         }
     }
 
@@ -266,6 +272,47 @@ pub struct RootsTombstone {
     pub path: String,
 }
 
+/// Length of a roots sync's id (random bytes the proposer draws).
+pub const SYNC_ID_LEN: usize = 16;
+
+/// One chunk of a file that a `cluster.sync_roots` brings, staged apart from the live
+/// roots under the sync's id until the sync's [`RootsSync`] applies (or is dropped when
+/// another sync applies first). Nothing reads staged content but that record's apply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RootsStage {
+    #[serde(with = "serde_bytes")]
+    pub sync: Vec<u8>,
+    pub blob: RootsBlob,
+}
+
+/// A file as a [`RootsSync`] names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RootsSyncFile {
+    pub tree: RootsTree,
+    pub saltenv: String,
+    pub path: String,
+    pub mode: u32,
+    pub size: u64,
+    #[serde(with = "serde_bytes")]
+    pub sha256: Vec<u8>,
+}
+
+/// The commit of a `cluster.sync_roots`: after it applies, the roots `trees` hold exactly
+/// `files`, or nothing changed. Decided at apply, the same way on every member: each file
+/// must be live already with that content and mode, or staged complete under `sync`
+/// with that content; every live file of those trees that is not in `files` must be in
+/// `remove` (what the proposer expected to remove). Anything else (content staged by
+/// nobody, a file another sync added since the proposer read its state) fails the whole
+/// sync. The staging area is cleared either way.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RootsSync {
+    #[serde(with = "serde_bytes")]
+    pub sync: Vec<u8>,
+    pub trees: Vec<RootsTree>,
+    pub files: Vec<RootsSyncFile>,
+    pub remove: Vec<RootsTombstone>,
+}
+
 /// A new cluster AES key (the key that encrypts publishes), by generation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AesKeyRotation {
@@ -343,6 +390,63 @@ pub enum Record {
     JobsExpired(JobsExpired),
     ClusterKeyPair(ClusterKeyPair),
     MasterKeyPair(MasterKeyPair),
+    RootsStage(RootsStage),
+    RootsSync(RootsSync),
+}
+
+/// The checks of one roots blob (live or staged).
+fn check_blob(b: &RootsBlob) -> Result<()> {
+    validate_saltenv(&b.saltenv)?;
+    validate_relative_path(&b.path)?;
+    if b.sha256.len() != 32 {
+        return Err(Error::Invalid("roots blob sha256 is not 32 bytes".into()));
+    }
+    let expect_chunks = (b.size.div_ceil(ROOTS_CHUNK_LEN as u64)).max(1);
+    if b.chunks as u64 != expect_chunks || b.chunk >= b.chunks {
+        return Err(Error::Invalid(format!("roots blob {}: chunk {}/{} does not fit size {}", b.path, b.chunk, b.chunks, b.size)));
+    }
+    let start = b.chunk as u64 * ROOTS_CHUNK_LEN as u64;
+    let expect_len = (b.size - start).min(ROOTS_CHUNK_LEN as u64);
+    if b.data.len() as u64 != expect_len {
+        return Err(Error::Invalid(format!("roots blob {}: chunk {} holds {} bytes, expected {}", b.path, b.chunk, b.data.len(), expect_len)));
+    }
+    if b.mode & !0o7777 != 0 {
+        return Err(Error::Invalid(format!("roots blob {}: mode {:o} refused", b.path, b.mode)));
+    }
+    Ok(())
+}
+
+fn check_sync_id(sync: &[u8]) -> Result<()> {
+    if sync.len() != SYNC_ID_LEN {
+        return Err(Error::Invalid(format!("roots sync id of {} bytes, not {SYNC_ID_LEN}", sync.len())));
+    }
+    Ok(())
+}
+
+fn check_sync(s: &RootsSync) -> Result<()> {
+    check_sync_id(&s.sync)?;
+    if s.trees.is_empty() || s.trees.len() > 2 || (s.trees.len() == 2 && s.trees[0] == s.trees[1]) {
+        return Err(Error::Invalid("roots sync: trees must be file, pillar or both, once each".into()));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for f in &s.files {
+        validate_saltenv(&f.saltenv)?;
+        validate_relative_path(&f.path)?;
+        if !s.trees.contains(&f.tree) || f.sha256.len() != 32 || f.mode & !0o7777 != 0 {
+            return Err(Error::Invalid(format!("roots sync: file {} outside its trees, with a bad sha256 or mode", f.path)));
+        }
+        if !seen.insert((f.tree, f.saltenv.as_str(), f.path.as_str())) {
+            return Err(Error::Invalid(format!("roots sync: file {} named twice", f.path)));
+        }
+    }
+    for t in &s.remove {
+        validate_saltenv(&t.saltenv)?;
+        validate_relative_path(&t.path)?;
+        if !s.trees.contains(&t.tree) || seen.contains(&(t.tree, t.saltenv.as_str(), t.path.as_str())) {
+            return Err(Error::Invalid(format!("roots sync: removal of {} outside its trees or of a file it keeps", t.path)));
+        }
+    }
+    Ok(())
 }
 
 fn check_private_pem(what: &str, pem: &[u8]) -> Result<()> {
@@ -373,6 +477,8 @@ impl Record {
             Record::JobsExpired(_) => RecordKind::JobsExpired,
             Record::ClusterKeyPair(_) => RecordKind::ClusterKeyPair,
             Record::MasterKeyPair(_) => RecordKind::MasterKeyPair,
+            Record::RootsStage(_) => RecordKind::RootsStage,
+            Record::RootsSync(_) => RecordKind::RootsSync,
         }
     }
 
@@ -418,34 +524,12 @@ impl Record {
             Record::GrainsReport(g) => {
                 validate_minion_id(&g.id)?;
             }
-            Record::RootsBlob(b) => {
-                validate_saltenv(&b.saltenv)?;
-                validate_relative_path(&b.path)?;
-                if b.sha256.len() != 32 {
-                    return Err(Error::Invalid("roots blob sha256 is not 32 bytes".into()));
-                }
-                let expect_chunks = (b.size.div_ceil(ROOTS_CHUNK_LEN as u64)).max(1);
-                if b.chunks as u64 != expect_chunks || b.chunk >= b.chunks {
-                    return Err(Error::Invalid(format!(
-                        "roots blob {}: chunk {}/{} does not fit size {}",
-                        b.path, b.chunk, b.chunks, b.size
-                    )));
-                }
-                let start = b.chunk as u64 * ROOTS_CHUNK_LEN as u64;
-                let expect_len = (b.size - start).min(ROOTS_CHUNK_LEN as u64);
-                if b.data.len() as u64 != expect_len {
-                    return Err(Error::Invalid(format!(
-                        "roots blob {}: chunk {} holds {} bytes, expected {}",
-                        b.path,
-                        b.chunk,
-                        b.data.len(),
-                        expect_len
-                    )));
-                }
-                if b.mode & !0o7777 != 0 {
-                    return Err(Error::Invalid(format!("roots blob {}: mode {:o} refused", b.path, b.mode)));
-                }
+            Record::RootsBlob(b) => check_blob(b)?,
+            Record::RootsStage(st) => {
+                check_sync_id(&st.sync)?;
+                check_blob(&st.blob)?;
             }
+            Record::RootsSync(sy) => check_sync(sy)?,
             Record::RootsTombstone(t) => {
                 validate_saltenv(&t.saltenv)?;
                 validate_relative_path(&t.path)?;
@@ -576,6 +660,8 @@ fn decode_payload(kind: RecordKind, payload: &[u8]) -> std::result::Result<Recor
         RecordKind::JobsExpired => Record::JobsExpired(de(payload)?),
         RecordKind::ClusterKeyPair => Record::ClusterKeyPair(de(payload)?),
         RecordKind::MasterKeyPair => Record::MasterKeyPair(de(payload)?),
+        RecordKind::RootsStage => Record::RootsStage(de(payload)?),
+        RecordKind::RootsSync => Record::RootsSync(de(payload)?),
     })
 }
 

@@ -93,6 +93,12 @@ impl Touched {
             Record::RootsTombstone(t) => {
                 self.roots.insert((t.tree, t.saltenv.clone(), t.path.clone()));
             }
+            // A sync's commit names every file it can write and every one it can remove
+            // (what its apply decided is in the state machine; the view is made equal).
+            Record::RootsSync(sy) => {
+                self.roots.extend(sy.files.iter().map(|f| (f.tree, f.saltenv.clone(), f.path.clone())));
+                self.roots.extend(sy.remove.iter().map(|t| (t.tree, t.saltenv.clone(), t.path.clone())));
+            }
             Record::MasterKeyPair(_) | Record::ClusterKeyPair(_) => self.pairs = true,
             _ => {}
         }

@@ -49,6 +49,16 @@ pub fn record_json(index: u64, r: &Record) -> Value {
         Record::GrainsReport(g) => json!({"id": g.id, "grains": msgpack(&g.grains), "time_ns": g.time_ns}),
         Record::RootsBlob(b) => json!({"tree": b.tree.as_str(), "saltenv": b.saltenv, "path": b.path, "mode": format!("{:o}", b.mode), "sha256": hex::encode(&b.sha256), "size": b.size, "chunk": b.chunk, "chunks": b.chunks, "bytes": b.data.len()}),
         Record::RootsTombstone(t) => json!({"tree": t.tree.as_str(), "saltenv": t.saltenv, "path": t.path}),
+        Record::RootsStage(st) => {
+            let b = &st.blob;
+            json!({"sync": hex::encode(&st.sync), "tree": b.tree.as_str(), "saltenv": b.saltenv, "path": b.path, "mode": format!("{:o}", b.mode), "sha256": hex::encode(&b.sha256), "size": b.size, "chunk": b.chunk, "chunks": b.chunks, "bytes": b.data.len()})
+        }
+        Record::RootsSync(sy) => json!({
+            "sync": hex::encode(&sy.sync),
+            "trees": sy.trees.iter().map(|t| t.as_str()).collect::<Vec<_>>(),
+            "files": sy.files.iter().map(|f| json!({"tree": f.tree.as_str(), "saltenv": f.saltenv, "path": f.path, "mode": format!("{:o}", f.mode), "size": f.size, "sha256": hex::encode(&f.sha256)})).collect::<Vec<_>>(),
+            "remove": sy.remove.iter().map(|t| json!({"tree": t.tree.as_str(), "saltenv": t.saltenv, "path": t.path})).collect::<Vec<_>>(),
+        }),
         Record::AesKeyRotation(a) => json!({"generation": a.generation, "key_bytes": a.key.len(), "time_ns": a.time_ns}),
         Record::ImportMarker(m) => json!({"source": m.source, "phase": format!("{:?}", m.phase).to_lowercase(), "counts": m.counts, "time_ns": m.time_ns}),
         Record::JobsExpired(e) => json!({"before_jid": e.before_jid, "time_ns": e.time_ns}),

@@ -4,24 +4,31 @@
 //!
 //! `cluster.sync_roots [roots=file|pillar|both]` makes every member's `file_roots` /
 //! `pillar_roots` equal this master's: its roots directories (the first directory of
-//! each saltenv, where the materialiser writes) are compared with the roots the state
-//! machine holds; a file that is new or whose content or mode differs becomes
-//! `roots_blob` records (1 MiB chunks with the file's sha256), a file the state holds
-//! but the directory no longer has becomes a `roots_tombstone`. Once committed, every
-//! member (this one included) materialises them; a member that joins later gets them by
-//! replay. Symlinks are not followed. Unlike the reference's fire-and-forget fan-out,
-//! the answer comes once the records are committed by a majority.
+//! each saltenv, where the materialiser writes) are read, and the sync is proposed as one
+//! unit: `roots_stage` records (1 MiB chunks with the file's sha256, staged apart from
+//! the live roots) for the files whose content or mode differs from what this member has
+//! applied, then one `roots_sync` naming every file the trees must hold and the applied
+//! files it expects to remove. The state machine decides at apply, the same way on every
+//! member (`halite_storage::state::roots`): all of it becomes live at once, or, if this
+//! member read an older state than the log holds (another sync came first), nothing
+//! does. The answer is read from the applied state once the commit has applied: a sync
+//! that did not apply is an error that says to run it again. Once applied, every member
+//! (this one included) materialises the files; a member that joins later gets them by
+//! replay or snapshot. Symlinks are not followed. Unlike the reference's
+//! fire-and-forget fan-out, the answer comes once the records are committed by a
+//! majority and applied.
 
 use std::collections::{BTreeMap, HashSet};
 
 use serde_json::{json, Value as J};
 
-use halite_storage::format::{Record, RootsTombstone, RootsTree};
+use halite_storage::format::{Record, RootsStage, RootsSync, RootsSyncFile, RootsTombstone, RootsTree, SYNC_ID_LEN};
 
 use super::{AdminView, Answer, MemberChange, Members, Plan};
 use crate::error::{Error, Result};
 
-/// Most roots records (1 MiB chunks) in one proposal.
+/// Most staged roots records (1 MiB chunks) in one proposal; the commit is a proposal
+/// of its own.
 pub const SYNC_GROUP: usize = 32;
 
 /// A `cluster.*` runner.
@@ -85,11 +92,39 @@ impl ClusterCmd {
                     "removed": plan.removed,
                     "unchanged": plan.unchanged,
                 }});
-                // Chunks stay in order; at most SYNC_GROUP records (32 MiB) per proposal.
-                Ok(Plan { proposals: plan.records.chunks(SYNC_GROUP).map(<[Record]>::to_vec).collect(), progress: Some("cluster.sync_roots"), ..Plan::answer(answer) })
+                // Chunks stay in order; at most SYNC_GROUP records (32 MiB) per proposal,
+                // the commit last, alone.
+                let mut proposals: Vec<Vec<Record>> = plan.records.chunks(SYNC_GROUP).map(<[Record]>::to_vec).collect();
+                let commit = plan.commit.clone();
+                proposals.push(vec![Record::RootsSync(plan.commit)]);
+                let answer = Answer::After(Box::new(move |v: &dyn AdminView| match sync_outcome(v.state(), &commit)? {
+                    None => Ok(answer.into()),
+                    Some(why) => Err(Error::refused(format!("cluster.sync_roots did not apply, nothing changed: {why}; run it again"))),
+                }));
+                Ok(Plan { proposals, progress: Some("cluster.sync_roots"), answer, ..Default::default() })
             }
         }
     }
+}
+
+/// Whether the applied roots are what `commit` says (`None`), or what differs. Read
+/// after the commit applied: a sync that did not apply left them as they were.
+pub fn sync_outcome(sm: &halite_storage::state::StateMachine, commit: &RootsSync) -> Result<Option<String>> {
+    let live: BTreeMap<(RootsTree, String, String), (u32, Vec<u8>)> = sm
+        .roots_files()?
+        .into_iter()
+        .filter(|(t, ..)| commit.trees.contains(t))
+        .map(|(t, env, path, meta)| ((t, env, path), (meta.mode, meta.sha256)))
+        .collect();
+    for f in &commit.files {
+        if live.get(&(f.tree, f.saltenv.clone(), f.path.clone())) != Some(&(f.mode, f.sha256.clone())) {
+            return Ok(Some(format!("{}_roots {} {} is not the synced content", f.tree.as_str(), f.saltenv, f.path)));
+        }
+    }
+    if live.len() != commit.files.len() {
+        return Ok(Some(format!("the trees hold {} files, the sync named {}", live.len(), commit.files.len())));
+    }
+    Ok(None)
 }
 
 /// `cluster.members` in Salt 3008's shape.
@@ -132,10 +167,13 @@ pub fn ring_info(clustered: bool, m: &Members) -> J {
     })
 }
 
-/// What a sync found.
-#[derive(Debug, Default, PartialEq, Eq)]
+/// What a sync found: the staged records, the commit, and counts.
+#[derive(Debug, PartialEq, Eq)]
 pub struct SyncPlan {
+    /// `roots_stage` records of the files whose content differs from the applied state.
     pub records: Vec<Record>,
+    /// The `roots_sync` commit (last).
+    pub commit: RootsSync,
     pub written: u64,
     pub removed: u64,
     pub unchanged: u64,
@@ -151,7 +189,7 @@ pub fn trees(arg: &str) -> Result<Vec<RootsTree>> {
     }
 }
 
-/// The records that bring the applied roots to this master's directories.
+/// The records that bring the applied roots to this master's directories, as one unit.
 pub fn sync_plan(view: &dyn AdminView, trees: &[RootsTree]) -> Result<SyncPlan> {
     let dirs = view.config().roots_dirs();
     let applied: BTreeMap<(RootsTree, String, String), (u32, Vec<u8>)> = view
@@ -161,7 +199,14 @@ pub fn sync_plan(view: &dyn AdminView, trees: &[RootsTree]) -> Result<SyncPlan> 
         .filter(|(t, ..)| trees.contains(t))
         .map(|(t, env, path, meta)| ((t, env, path), (meta.mode, meta.sha256)))
         .collect();
-    let mut plan = SyncPlan::default();
+    let sync: [u8; SYNC_ID_LEN] = rand::random();
+    let mut plan = SyncPlan {
+        records: Vec::new(),
+        commit: RootsSync { sync: sync.to_vec(), trees: trees.to_vec(), files: Vec::new(), remove: Vec::new() },
+        written: 0,
+        removed: 0,
+        unchanged: 0,
+    };
     let mut seen: HashSet<(RootsTree, String, String)> = HashSet::new();
     for &tree in trees {
         let envs = match tree {
@@ -169,10 +214,11 @@ pub fn sync_plan(view: &dyn AdminView, trees: &[RootsTree]) -> Result<SyncPlan> 
             RootsTree::Pillar => &dirs.pillar,
         };
         for env in envs.keys() {
-            // Keep the chunks of files that differ from what is applied.
+            // Stage the chunks of files that differ from what this member has applied;
+            // name every file in the commit.
             let mut keep = false;
             for r in view.local_roots(tree, env)? {
-                if let Record::RootsBlob(b) = &r {
+                if let Record::RootsBlob(b) = r {
                     if b.chunk == 0 {
                         let k = (tree, env.clone(), b.path.clone());
                         keep = applied.get(&k) != Some(&(b.mode, b.sha256.clone()));
@@ -181,10 +227,11 @@ pub fn sync_plan(view: &dyn AdminView, trees: &[RootsTree]) -> Result<SyncPlan> 
                         } else {
                             plan.unchanged += 1;
                         }
+                        plan.commit.files.push(RootsSyncFile { tree, saltenv: env.clone(), path: b.path.clone(), mode: b.mode, size: b.size, sha256: b.sha256.clone() });
                         seen.insert(k);
                     }
                     if keep {
-                        plan.records.push(r);
+                        plan.records.push(Record::RootsStage(RootsStage { sync: sync.to_vec(), blob: b }));
                     }
                 }
             }
@@ -193,7 +240,7 @@ pub fn sync_plan(view: &dyn AdminView, trees: &[RootsTree]) -> Result<SyncPlan> 
     for (tree, env, path) in applied.keys() {
         if !seen.contains(&(*tree, env.clone(), path.clone())) {
             plan.removed += 1;
-            plan.records.push(Record::RootsTombstone(RootsTombstone { tree: *tree, saltenv: env.clone(), path: path.clone() }));
+            plan.commit.remove.push(RootsTombstone { tree: *tree, saltenv: env.clone(), path: path.clone() });
         }
     }
     Ok(plan)

@@ -254,16 +254,24 @@ fn sync_roots_proposes_what_differs_from_the_applied_roots() {
     local.extend(roots_records(RootsTree::File, "base", "new.sls", 0o600, b"new"));
     f.local.insert((RootsTree::File, "base".into()), local);
     let plan = f.run(json!({"cmd": "runner", "fun": "cluster.sync_roots", "roots": "file"})).unwrap();
-    let touched: Vec<(RecordKind, String)> = all(&plan)
-        .iter()
-        .map(|r| match r {
-            Record::RootsBlob(b) => (r.kind(), b.path.clone()),
-            Record::RootsTombstone(t) => (r.kind(), t.path.clone()),
-            _ => panic!("{r:?}"),
-        })
-        .collect();
-    assert_eq!(touched, vec![(RecordKind::RootsBlob, "changed.sls".into()), (RecordKind::RootsBlob, "new.sls".into()), (RecordKind::RootsTombstone, "gone.sls".into())]);
-    let Answer::Now(a) = plan.answer else { panic!() };
+    // Staged content of what differs, then the commit (alone, last) naming every file
+    // and the removal it expects.
+    let recs = all(&plan);
+    let staged: Vec<String> = recs.iter().filter_map(|r| if let Record::RootsStage(s) = r { Some(s.blob.path.clone()) } else { None }).collect();
+    assert_eq!(staged, ["changed.sls", "new.sls"]);
+    assert_eq!(plan.proposals.last().map(Vec::len), Some(1));
+    let Some(Record::RootsSync(commit)) = recs.last() else { panic!("no commit last: {recs:?}") };
+    let named: Vec<&str> = commit.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(named, ["same.sls", "changed.sls", "new.sls"]);
+    assert_eq!(commit.remove.iter().map(|t| t.path.as_str()).collect::<Vec<_>>(), ["gone.sls"]);
+    // The answer is read from the applied state: before the records apply, the sync
+    // reads as not applied; once they do, the counts.
+    let Answer::After(after) = plan.answer else { panic!("answered before the commit") };
+    let plan2 = f.run(json!({"cmd": "runner", "fun": "cluster.sync_roots", "roots": "file"})).unwrap();
+    let Answer::After(early) = plan2.answer else { panic!() };
+    assert!(early(&f).unwrap_err().to_string().contains("did not apply"));
+    f.apply(&recs);
+    let a = after(&f).unwrap().value;
     assert_eq!((a["return"]["written"].clone(), a["return"]["removed"].clone(), a["return"]["unchanged"].clone()), (json!(2), json!(1), json!(1)));
     assert!(f.run(json!({"cmd": "runner", "fun": "cluster.sync_roots", "roots": "everything"})).is_err());
 }

@@ -8,9 +8,8 @@
 use std::collections::{HashMap, HashSet};
 
 use rocksdb::WriteBatch;
-use sha2::{Digest, Sha256};
 
-use super::{chunk_key, from_msgpack, no_wal, roots_key, to_msgpack, Effect, RootsMeta, StateMachine, APPLIED_INDEX, CF_AES, CF_CHUNKS, CF_DENIED, CF_GRAINS, CF_IMPORTS, CF_JOBS, CF_KEYS, CF_META, CF_RETURNS, CF_ROOTS, CLUSTER_KEY, MASTER_KEY};
+use super::{no_wal, to_msgpack, Effect, RootsMeta, StateMachine, APPLIED_INDEX, CF_AES, CF_DENIED, CF_GRAINS, CF_IMPORTS, CF_JOBS, CF_KEYS, CF_META, CF_RETURNS, CLUSTER_KEY, MASTER_KEY};
 use super::proposals::{Outcome, Tracker};
 use crate::context::ProposalId;
 use crate::entry::LogEntry;
@@ -149,75 +148,10 @@ impl StateMachine {
                 b.put_cf(self.cf(CF_RETURNS)?, k, to_msgpack(r)?);
             }
             Record::GrainsReport(g) => b.put_cf(self.cf(CF_GRAINS)?, g.id.as_bytes(), to_msgpack(g)?),
-            Record::RootsBlob(blob) => {
-                let rk = roots_key(blob.tree, &blob.saltenv, &blob.path);
-                let prev = match ov.roots.get(&rk) {
-                    Some(m) => m.clone(),
-                    None => match self.db.get_cf(self.cf(CF_ROOTS)?, &rk)? {
-                        Some(v) => Some(from_msgpack::<RootsMeta>("roots", &v)?),
-                        None => None,
-                    },
-                };
-                let mut meta = if blob.chunk == 0 {
-                    // Chunk 0 starts a new version of the file; drop chunks of the old one.
-                    if let Some(p) = &prev {
-                        for c in blob.chunks..p.chunks {
-                            b.delete_cf(self.cf(CF_CHUNKS)?, chunk_key(&rk, c));
-                        }
-                    }
-                    RootsMeta { mode: blob.mode, sha256: blob.sha256.clone(), size: blob.size, chunks: blob.chunks, received: 0, complete: false }
-                } else {
-                    match prev {
-                        Some(p) if !p.complete && p.sha256 == blob.sha256 && p.received == blob.chunk && p.chunks == blob.chunks => p,
-                        _ => {
-                            tracing::error!(index, path = %blob.path, chunk = blob.chunk, "roots chunk out of order or for another version; ignored");
-                            return Ok(());
-                        }
-                    }
-                };
-                b.put_cf(self.cf(CF_CHUNKS)?, chunk_key(&rk, blob.chunk), &blob.data);
-                ov.chunks.insert(chunk_key(&rk, blob.chunk), blob.data.clone());
-                meta.received += 1;
-                if meta.received == meta.chunks {
-                    let mut h = Sha256::new();
-                    for c in 0..meta.chunks {
-                        let ck = chunk_key(&rk, c);
-                        match ov.chunks.get(&ck) {
-                            Some(d) => h.update(d),
-                            None => match self.db.get_pinned_cf(self.cf(CF_CHUNKS)?, &ck)? {
-                                Some(d) => h.update(&d),
-                                None => return Err(Error::Invalid(format!("roots chunk {c} of {} missing", blob.path))),
-                            },
-                        }
-                    }
-                    if h.finalize().as_slice() == meta.sha256.as_slice() {
-                        meta.complete = true;
-                        fx.push(Effect::RootsWritten { tree: blob.tree, saltenv: blob.saltenv.clone(), path: blob.path.clone() });
-                    } else {
-                        tracing::error!(index, path = %blob.path, "roots file does not match its sha256; not materialised");
-                    }
-                }
-                b.put_cf(self.cf(CF_ROOTS)?, &rk, to_msgpack(&meta)?);
-                ov.roots.insert(rk, Some(meta));
-            }
-            Record::RootsTombstone(t) => {
-                let rk = roots_key(t.tree, &t.saltenv, &t.path);
-                let prev = match ov.roots.get(&rk) {
-                    Some(m) => m.clone(),
-                    None => match self.db.get_cf(self.cf(CF_ROOTS)?, &rk)? {
-                        Some(v) => Some(from_msgpack::<RootsMeta>("roots", &v)?),
-                        None => None,
-                    },
-                };
-                if let Some(p) = prev {
-                    for c in 0..p.chunks {
-                        b.delete_cf(self.cf(CF_CHUNKS)?, chunk_key(&rk, c));
-                    }
-                    b.delete_cf(self.cf(CF_ROOTS)?, &rk);
-                    ov.roots.insert(rk, None);
-                }
-                fx.push(Effect::RootsRemoved { tree: t.tree, saltenv: t.saltenv.clone(), path: t.path.clone() });
-            }
+            Record::RootsBlob(blob) => self.apply_roots_blob(index, blob, b, fx, ov)?,
+            Record::RootsTombstone(t) => self.apply_roots_tombstone(t, b, fx, ov)?,
+            Record::RootsStage(st) => self.apply_roots_stage(index, &st.sync, &st.blob, b, ov)?,
+            Record::RootsSync(sy) => self.apply_roots_sync(index, sy, b, fx, ov)?,
             // Secrets every member must hold identically are set once: if two leaders in
             // a row propose one (a leader change while proposing), the first committed
             // wins on every node.
@@ -301,15 +235,15 @@ struct EntryRef<'a> {
 
 /// Changes made earlier in the same apply batch, which later records must see.
 #[derive(Default)]
-struct Overlay {
+pub(super) struct Overlay {
     keys: HashMap<String, bool>,
     /// What the keys bank holds for an id after this batch's changes so far (`None`:
     /// nothing), and the same for the denied bank (the public key).
     keys_held: HashMap<String, Option<(KeyState, Vec<u8>)>>,
     denied_held: HashMap<String, Option<Vec<u8>>>,
     denied: HashMap<String, bool>,
-    roots: HashMap<Vec<u8>, Option<RootsMeta>>,
-    chunks: HashMap<Vec<u8>, Vec<u8>>,
+    pub(super) roots: HashMap<Vec<u8>, Option<RootsMeta>>,
+    pub(super) chunks: HashMap<Vec<u8>, Vec<u8>>,
     /// Set-once values written earlier in the same batch (cluster key, AES generations).
     set_once: HashSet<Vec<u8>>,
 }

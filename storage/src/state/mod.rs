@@ -35,6 +35,7 @@ use sha2::{Digest, Sha256};
 mod apply;
 mod digest;
 mod replace;
+mod roots;
 mod proposals;
 
 pub use apply::Applied;
@@ -300,6 +301,9 @@ impl StateMachine {
         let mut out = Vec::new();
         for item in self.db.iterator_cf(self.cf(CF_ROOTS)?, IteratorMode::Start) {
             let (k, v) = item?;
+            if k.starts_with(roots::STAGE_PREFIX) {
+                continue; // a sync's staged files are not live
+            }
             let meta: RootsMeta = from_msgpack("roots", &v)?;
             if !meta.complete {
                 continue;
@@ -492,4 +496,21 @@ pub fn roots_records(tree: RootsTree, saltenv: &str, path: &str, mode: u32, cont
             })
         })
         .collect()
+}
+
+/// A file's content as the staged records of sync `sync` (what `cluster.sync_roots`
+/// proposes before its [`crate::format::RootsSync`]).
+pub fn staged_records(sync: &[u8], tree: RootsTree, saltenv: &str, path: &str, mode: u32, content: &[u8]) -> Vec<Record> {
+    roots_records(tree, saltenv, path, mode, content)
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::RootsBlob(blob) => Some(Record::RootsStage(crate::format::RootsStage { sync: sync.to_vec(), blob })),
+            _ => None,
+        })
+        .collect()
+}
+
+/// How a [`crate::format::RootsSync`] names a file of this content.
+pub fn sync_file(tree: RootsTree, saltenv: &str, path: &str, mode: u32, content: &[u8]) -> crate::format::RootsSyncFile {
+    crate::format::RootsSyncFile { tree, saltenv: saltenv.to_string(), path: path.to_string(), mode, size: content.len() as u64, sha256: Sha256::digest(content).to_vec() }
 }

@@ -32,7 +32,7 @@ enum Cmd {
         #[arg(long)]
         to: Option<u64>,
         /// Only records of this kind (key_set, job_published, job_return, grains_report,
-        /// roots_blob, roots_tombstone, aes_key_rotation, import_marker).
+        /// roots_blob, roots_tombstone, roots_stage, roots_sync, aes_key_rotation, import_marker, ...
         #[arg(long)]
         kind: Option<String>,
         /// One JSON object per line instead of text.
