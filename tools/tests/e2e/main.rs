@@ -28,3 +28,4 @@ mod cluster_shared;
 mod faults;
 mod health;
 mod multimaster;
+mod partition;
