@@ -22,6 +22,7 @@ mod minion;
 mod wire;
 
 // Several masters.
+mod claims;
 mod cluster;
 mod cluster_join;
 mod cluster_shared;
