@@ -30,3 +30,4 @@ mod faults;
 mod health;
 mod multimaster;
 mod partition;
+mod swarm;
