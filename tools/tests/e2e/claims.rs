@@ -5,6 +5,8 @@
 //! - A key rejected through one member rotates the AES key on every member: a real
 //!   minion connected through another member signs in again and keeps answering, the
 //!   rejected minion is refused.
+//! - A member whose cluster key pair does not match its `cluster_pub_fingerprint`
+//!   refuses to serve (and serves with the right pin).
 //! - A member joining a cluster whose log was compacted (`cluster_max_log_size`) is given
 //!   the state as a snapshot over the peer transport (Salt's `state-sync ... installed N
 //!   items` line), catches up on the tail, serves a real minion, and ends with the same
@@ -161,4 +163,31 @@ fn a_member_joining_after_compaction_gets_a_snapshot_catches_up_and_serves() {
     assert_eq!(c.envs[3].salt_json(&["after-join", "test.echo", "joined"], 20), json!({"after-join": "joined"}));
     minion.stop();
     assert_same_digests(&mut c);
+}
+
+#[test]
+fn a_member_refuses_to_serve_with_a_cluster_key_pair_that_does_not_match_its_pin() {
+    let mut c = three();
+    accepted_key(&c, "k1", 0, 1);
+    let right = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(std::fs::read(c.envs[0].root.join("cpki/cluster.pub")).expect("cluster.pub")))
+    };
+    // A member already in the cluster (its log holds the key pair) restarted with a pin
+    // to another key: it exits, saying why, and never opens its ports.
+    c.stop(2);
+    let env = &c.envs[2];
+    let conf = std::fs::read_to_string(env.root.join("conf/master")).expect("config");
+    env.append_conf(&format!("cluster_pub_fingerprint: {}\n", "ab".repeat(32)));
+    let mut p = spawn_master(env);
+    let status = p.wait_exit("the wrongly pinned member to exit", 60);
+    assert!(!status.success());
+    let log = env.master_log();
+    assert!(log.contains("not the configured cluster_pub_fingerprint") && log.contains("refusing to serve") && log.contains(&right), "{log}");
+    assert!(std::net::TcpStream::connect((env.ip.as_str(), env.ret)).is_err(), "the request port is open");
+    // Pinned to the cluster's key (upper case: case does not matter), it serves.
+    std::fs::write(env.root.join("conf/master"), format!("{conf}cluster_pub_fingerprint: {}\n", right.to_uppercase())).expect("config");
+    c.procs[2] = Some(start_master(&c.envs[2]));
+    assert_eq!(c.envs[2].ids("minions"), ["k1"]);
+    accepted_key(&c, "k2", 2, 2);
 }
