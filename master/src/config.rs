@@ -103,6 +103,9 @@ pub struct MasterConfig {
     /// The port of the HTTP health endpoint (`/alive`, `/ready`, `/metrics`) on
     /// `interface`; `None` (0 or absent) serves none.
     pub halite_health_port: Option<u16>,
+    /// `halite_cluster_dial`: member name → `host:port` this member connects to instead
+    /// of the member's own address (a forwarder or NAT in between; the fault tests' proxy).
+    pub halite_cluster_dial: BTreeMap<String, String>,
     /// Every option as read (after includes), for the ones Halite does not model.
     pub raw: Mapping,
     /// Which file each option came from.
@@ -118,7 +121,7 @@ const KNOWN: &[&str] = &[
     "mmap_cache_max_segment_bytes", "cluster_id", "cluster_peers", "cluster_pki_dir", "cluster_pool_port",
     "cluster_secret", "cluster_isolated_filesystem", "halite_data_dir", "halite_max_request_bytes", "cluster_max_log_size", "halite_log_max_bytes",
     "cluster_election_min", "cluster_election_max",
-    "halite_max_pending_keys", "pub_hwm", "halite_health_port", "default_include", "include", "user",
+    "halite_max_pending_keys", "pub_hwm", "halite_health_port", "halite_cluster_dial", "default_include", "include", "user",
     "zmq_backlog", "max_minions", "loop_interval", "request_server_ttl", "cluster_pub_fingerprint", "tcp_keepalive", "tcp_keepalive_idle", "tcp_keepalive_cnt", "tcp_keepalive_intvl", "rotate_aes_key",
 ];
 
@@ -274,6 +277,7 @@ impl MasterConfig {
                 0 => None,
                 p => Some(u16::try_from(p).map_err(|_| r.invalid("halite_health_port", format!("{p} is not a TCP port")))?),
             },
+            halite_cluster_dial: r.string_map("halite_cluster_dial")?,
             root_dir,
             raw: raw.clone(),
             origin: origin.clone(),
@@ -478,6 +482,20 @@ impl Reader<'_> {
         }
     }
 
+    fn string_map(&self, key: &str) -> Result<BTreeMap<String, String>> {
+        match self.get(key) {
+            None => Ok(BTreeMap::new()),
+            Some(Value::Mapping(m)) => m
+                .iter()
+                .map(|(k, v)| match (k.as_str(), v.as_str()) {
+                    (Some(k), Some(v)) => Ok((k.to_string(), v.to_string())),
+                    _ => Err(self.invalid(key, "expected a mapping of strings to strings".into())),
+                })
+                .collect(),
+            Some(_) => Err(self.invalid(key, "expected a mapping of strings to strings".into())),
+        }
+    }
+
     fn roots(&self, key: &str, default: &[&str]) -> Result<BTreeMap<String, Vec<PathBuf>>> {
         match self.get(key) {
             None => Ok([("base".to_string(), default.iter().map(PathBuf::from).collect())].into_iter().collect()),
@@ -535,6 +553,18 @@ mod tests {
         assert_eq!((c.compaction.max_entries, c.compaction.max_bytes), (Some(5000), Some(1 << 20)));
         std::fs::write(d.path().join("master"), "cluster_max_log_size: lots\n").unwrap();
         assert!(MasterConfig::load(d.path()).unwrap_err().to_string().contains("cluster_max_log_size"));
+    }
+
+    /// `halite_cluster_dial`: member name → `host:port`, strings only.
+    #[test]
+    fn cluster_dial_routes() {
+        let d = tempfile::tempdir().unwrap();
+        assert!(MasterConfig::load(d.path()).unwrap().halite_cluster_dial.is_empty());
+        std::fs::write(d.path().join("master"), "halite_cluster_dial:\n  10.0.0.2: 192.168.7.2:4520\n").unwrap();
+        let c = MasterConfig::load(d.path()).unwrap();
+        assert_eq!(c.halite_cluster_dial.into_iter().collect::<Vec<_>>(), vec![("10.0.0.2".to_string(), "192.168.7.2:4520".to_string())]);
+        std::fs::write(d.path().join("master"), "halite_cluster_dial: [10.0.0.2]\n").unwrap();
+        assert!(MasterConfig::load(d.path()).unwrap_err().to_string().contains("halite_cluster_dial"));
     }
 
     #[test]

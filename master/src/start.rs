@@ -65,7 +65,8 @@ pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> 
     let me = incarnation_id(&cfg.interface, incarnation);
     // Refusals on the cluster port are counted and logged like every other port's.
     halite_replication::transport::refusal::set_hook(|source, reason, detail| crate::metrics::refuse(crate::metrics::Port::Cluster, source, reason, detail));
-    let (mut transport, mut mailbox) = cluster_transport(&plan, me)?;
+    let routes = dial_routes(cfg)?;
+    let (mut transport, mut mailbox) = cluster_transport(&plan, me, &routes)?;
     tracing::info!(me = %cfg.interface, id = me, incarnation, listen = %plan.listen, members = ?plan.names.values().collect::<Vec<_>>(), "cluster member");
     // The join handshake (`halite_replication::join`): a member answers hellos and joins,
     // announcing the SHA-256 of its `cluster.pub`; a new data dir first asks its peers
@@ -99,7 +100,7 @@ pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> 
             tracing::warn!(id = me, incarnation, "joining again as a new incarnation");
             let seen = handshake.members_seen();
             transport.shutdown();
-            (transport, mailbox) = cluster_transport(&plan, me)?;
+            (transport, mailbox) = cluster_transport(&plan, me, &routes)?;
             for (id, a) in seen {
                 halite_replication::Outbox::set_peer(&*transport, id, Some(a));
             }
@@ -127,13 +128,38 @@ pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> 
     Ok(node)
 }
 
-/// The sealed transport of member `me` on the plan's listen address, and the mailbox
-/// its messages go to.
-fn cluster_transport(plan: &ClusterPlan, me: u64) -> Result<(Arc<TcpTransport>, halite_replication::node::Mailbox), NodeError> {
+/// `halite_cluster_dial` resolved: a member's address on the pool port → where this
+/// member connects to reach it.
+fn dial_routes(cfg: &MasterConfig) -> Result<std::collections::HashMap<std::net::SocketAddr, std::net::SocketAddr>, NodeError> {
+    use std::net::ToSocketAddrs;
+    let first = |what: &str, s: (&str, u16)| -> Result<std::net::SocketAddr, NodeError> {
+        s.to_socket_addrs()
+            .map_err(|e| NodeError::Refused(format!("halite_cluster_dial: {what} {}: {e}", s.0)))?
+            .next()
+            .ok_or_else(|| NodeError::Refused(format!("halite_cluster_dial: {what} {} has no address", s.0)))
+    };
+    let mut routes = std::collections::HashMap::new();
+    for (name, target) in &cfg.halite_cluster_dial {
+        let (host, port) = target
+            .rsplit_once(':')
+            .and_then(|(h, p)| Some((h.trim_start_matches('[').trim_end_matches(']'), p.parse::<u16>().ok()?)))
+            .ok_or_else(|| NodeError::Refused(format!("halite_cluster_dial: {name}: {target:?} is not host:port")))?;
+        routes.insert(first("member", (name, cfg.cluster_pool_port))?, first("target", (host, port))?);
+    }
+    if !routes.is_empty() {
+        tracing::info!(?routes, "reaching cluster members through halite_cluster_dial");
+    }
+    Ok(routes)
+}
+
+/// The sealed transport of member `me` on the plan's listen address, connecting to
+/// peers through `routes` (`halite_cluster_dial`), and the mailbox its messages go to.
+fn cluster_transport(plan: &ClusterPlan, me: u64, routes: &std::collections::HashMap<std::net::SocketAddr, std::net::SocketAddr>) -> Result<(Arc<TcpTransport>, halite_replication::node::Mailbox), NodeError> {
     let (inbox, mailbox) = halite_replication::node::mailbox();
     let peers = plan.addrs.iter().filter(|(_, a)| **a != plan.listen).map(|(id, a)| (*id, *a)).collect();
     let transport = TcpTransport::start(me, plan.listen, peers, plan.key.clone(), Arc::new(move |m| inbox.deliver(m)))
         .map_err(|e| NodeError::Refused(format!("binding the cluster port {}: {e}", plan.listen)))?;
+    transport.dial_via(routes.clone());
     Ok((transport, mailbox))
 }
 

@@ -135,6 +135,8 @@ pub struct TcpTransport {
     key: ClusterKey,
     peers: Mutex<HashMap<u64, SyncSender<Vec<u8>>>>,
     addrs: Mutex<HashMap<u64, SocketAddr>>,
+    /// Where to connect instead of a peer's own address ([`TcpTransport::dial_via`]).
+    via: Mutex<HashMap<SocketAddr, SocketAddr>>,
     local: SocketAddr,
     stopped: Arc<AtomicBool>,
     control: Arc<Mutex<Option<ControlHandler>>>,
@@ -171,7 +173,7 @@ impl TcpTransport {
         let snapshots: Snapshots = Arc::new(Mutex::new(None));
         let inbound = Inbound { me: id, key: key.clone(), deliver, control: control.clone(), snapshots: snapshots.clone(), stopped: stopped.clone(), refusals: refusals.clone(), limits };
         let listening = std::thread::Builder::new().name(format!("raft-listen-{id}")).spawn(move || accept(listener, inbound))?;
-        Ok(Arc::new(TcpTransport { id, key, peers: Mutex::new(HashMap::new()), addrs: Mutex::new(peers), local, stopped, control, snapshots, refusals, limits, listening: Mutex::new(Some(listening)) }))
+        Ok(Arc::new(TcpTransport { id, key, peers: Mutex::new(HashMap::new()), addrs: Mutex::new(peers), via: Mutex::new(HashMap::new()), local, stopped, control, snapshots, refusals, limits, listening: Mutex::new(Some(listening)) }))
     }
 
     /// How many connections or frames this transport refused for `reason` (a word such
@@ -179,6 +181,19 @@ impl TcpTransport {
     /// `handshake_timeout`, `frame_too_large`).
     pub fn refused(&self, reason: &str) -> u64 {
         self.refusals.count(reason)
+    }
+
+    /// Connect to `to` whenever a peer's address is `from` (a peer reached through a
+    /// forwarder or a NAT, the master's `halite_cluster_dial`): the peer keeps its
+    /// address as its identity in the address book; only where this transport opens its
+    /// connections changes. Applies to connections opened after the call.
+    pub fn dial_via(&self, routes: HashMap<SocketAddr, SocketAddr>) {
+        *self.via.lock().unwrap_or_else(|p| p.into_inner()) = routes;
+    }
+
+    /// Where to connect to reach a peer whose address is `addr`.
+    fn route(&self, addr: SocketAddr) -> SocketAddr {
+        self.via.lock().unwrap_or_else(|p| p.into_inner()).get(&addr).copied().unwrap_or(addr)
     }
 
     /// Where control messages received from now on go.
@@ -201,6 +216,7 @@ impl TcpTransport {
             done(Err(format!("no address for peer {to}")));
             return;
         };
+        let addr = self.route(addr);
         let (key, me, limits) = (self.key.clone(), self.id, self.limits);
         let spawned = std::thread::Builder::new().name(format!("raft-snap-{me}-{to}")).spawn(move || {
             let started = Instant::now();
@@ -223,6 +239,7 @@ impl TcpTransport {
             tracing::error!(to, len = body.len(), "control message larger than the frame limit not sent");
             return;
         }
+        let addr = self.route(addr);
         let (me, key, body, refusals, limits) = (self.id, self.key.clone(), body.to_vec(), self.refusals.clone(), self.limits);
         let _ = std::thread::Builder::new().name("raft-control".into()).spawn(move || {
             let sent = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(|e| Refused::new("io", e)).and_then(|mut s| {
@@ -281,7 +298,7 @@ impl TcpTransport {
             let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
             let tx = peers.entry(to).or_insert_with(|| {
                 let (tx, rx) = mpsc::sync_channel(QUEUE);
-                let out = Outbound { me: self.id, to, addr, key: self.key.clone(), refusals: self.refusals.clone(), limits: self.limits };
+                let out = Outbound { me: self.id, to, addr: self.route(addr), key: self.key.clone(), refusals: self.refusals.clone(), limits: self.limits };
                 let me = self.id;
                 let _ = std::thread::Builder::new().name(format!("raft-out-{me}-{to}")).spawn(move || write_peer(out, rx));
                 tx

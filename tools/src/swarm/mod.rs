@@ -243,8 +243,13 @@ async fn live(swarm: Arc<Swarm>, me: Identity, mut creds: Creds, ready: mpsc::Un
     }
 }
 
-/// Sends a `_return` (salt-minion: 3 tries, a fresh socket after a timeout, a new
-/// sign-in and one resend after `"bad load"`).
+/// Sends a `_return` (salt-minion: 3 tries, a fresh socket after a timeout or a broken
+/// connection, a new sign-in and one resend after `"bad load"`).
+///
+/// A REQ socket whose connection broke (the master restarted, or a balancer moved it)
+/// never answers again: this socket type does not reconnect by itself, so every later
+/// return on it failed ("Minion did not return" for every job after a member restart).
+/// Any transport error therefore replaces the socket, as a timeout does.
 async fn send_return(swarm: &Swarm, me: &Identity, creds: &mut Creds, req: &mut zeromq::ReqSocket, job: &minion::Job) -> std::result::Result<(), MinionError> {
     let timeout = Duration::from_secs(10);
     let mut reauthed = false;
@@ -252,15 +257,22 @@ async fn send_return(swarm: &Swarm, me: &Identity, creds: &mut Creds, req: &mut 
     loop {
         tries += 1;
         let (body, nonce) = minion::aes_request(me, &creds.session, minion::return_load(job))?;
-        req.send(ZmqMessage::from(body)).await.map_err(|e| MinionError::Transport(e.to_string()))?;
-        let reply = match tokio::time::timeout(timeout, req.recv()).await {
-            Ok(Ok(m)) => m.into_vec().pop().map(|b| b.to_vec()).unwrap_or_default(),
-            Ok(Err(e)) => return Err(MinionError::Transport(e.to_string())),
-            Err(_) => {
+        let answer = match req.send(ZmqMessage::from(body)).await {
+            Err(e) => Err(MinionError::Transport(e.to_string())),
+            Ok(()) => match tokio::time::timeout(timeout, req.recv()).await {
+                Ok(Ok(m)) => Ok(m.into_vec().pop().map(|b| b.to_vec()).unwrap_or_default()),
+                Ok(Err(e)) => Err(MinionError::Transport(e.to_string())),
+                Err(_) => Err(MinionError::Timeout("_return", timeout)),
+            },
+        };
+        let reply = match answer {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!(id = %me.id, jid = %job.jid, "return try {tries} failed, on a fresh socket next: {e}");
                 *req = zeromq::ReqSocket::new();
                 req.connect(&swarm.endpoint).await.map_err(|e| MinionError::Transport(e.to_string()))?;
                 if tries >= 3 {
-                    return Err(MinionError::Timeout("_return", timeout));
+                    return Err(e);
                 }
                 continue;
             }

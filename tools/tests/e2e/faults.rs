@@ -11,14 +11,14 @@ use crate::cluster::{accepted_key, three};
 use crate::support::*;
 
 /// The applied index a member reports for itself in `cluster.members`.
-fn applied(env: &Env) -> Option<u64> {
+pub(crate) fn applied(env: &Env) -> Option<u64> {
     members(env)["progress"][&env.ip]["applied_index"].as_u64()
 }
 
 /// Waits until every member reports the same applied index (nothing in flight), then
 /// stops them all (cleanly) and returns each one's state digest and applied index, read
 /// offline by `halite-ctl verify`.
-fn settled_digests(c: &mut Cluster) -> Vec<(String, u64)> {
+pub(crate) fn settled_digests(c: &mut Cluster) -> Vec<(String, u64)> {
     wait_for("every member at the same applied index", 60, || {
         let a: Vec<Option<u64>> = c.envs.iter().map(applied).collect();
         a[0].is_some() && a.iter().all(|x| *x == a[0])
@@ -39,7 +39,7 @@ fn digest(env: &Env) -> (String, u64) {
     (d, a)
 }
 
-fn assert_same_digests(c: &mut Cluster) {
+pub(crate) fn assert_same_digests(c: &mut Cluster) {
     let d = settled_digests(c);
     assert!(d.iter().all(|x| x == &d[0]), "state digests (digest, applied index) differ between members: {d:?}");
 }
@@ -58,7 +58,7 @@ fn wipe(env: &Env) {
 
 /// A real salt-minion signed in to member `on`, its key accepted through member `by`,
 /// answering jobs published through every member.
-fn served(c: &Cluster, id: &str, on: usize, by: usize) -> Proc {
+pub(crate) fn served(c: &Cluster, id: &str, on: usize, by: usize) -> Proc {
     let env = &c.envs[on];
     let minion = start_minion(&env.root, id, &format!("master: {}\nmaster_port: {}\n", env.ip, env.ret));
     wait_for("the real minion's key pending on the accepting member", 90, || c.envs[by].ids("minions_pre").iter().any(|k| k == id));
@@ -118,7 +118,7 @@ fn ips(c: &Cluster) -> Vec<String> {
 }
 
 /// The member index of the current leader, as member `via` reports it.
-fn leader(c: &Cluster, via: usize) -> usize {
+pub(crate) fn leader(c: &Cluster, via: usize) -> usize {
     let mut at = None;
     wait_for("a leader", 60, || {
         at = members(&c.envs[via])["leader_id"].as_str().and_then(|l| ips(c).iter().position(|ip| ip == l));
@@ -129,7 +129,7 @@ fn leader(c: &Cluster, via: usize) -> usize {
 
 /// Every (minion, returned value) of the `test.echo` jobs in a member's job cache,
 /// read job by job (`jobs.list_jobs`, then `jobs.lookup_jid` for each).
-fn echo_returns(env: &Env) -> std::collections::BTreeSet<(String, String)> {
+pub(crate) fn echo_returns(env: &Env) -> std::collections::BTreeSet<(String, String)> {
     let jobs = env.runner(&["jobs.list_jobs"]);
     let mut out = std::collections::BTreeSet::new();
     for (jid, job) in jobs.as_object().into_iter().flatten() {
@@ -144,7 +144,7 @@ fn echo_returns(env: &Env) -> std::collections::BTreeSet<(String, String)> {
 }
 
 /// Waits until every member reports the same applied index.
-fn settle(c: &Cluster) {
+pub(crate) fn settle(c: &Cluster) {
     wait_for("every member at the same applied index", 60, || {
         let a: Vec<Option<u64>> = c.envs.iter().map(applied).collect();
         a[0].is_some() && a.iter().all(|x| *x == a[0])

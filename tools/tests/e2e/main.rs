@@ -22,9 +22,12 @@ mod minion;
 mod wire;
 
 // Several masters.
+mod claims;
 mod cluster;
 mod cluster_join;
 mod cluster_shared;
 mod faults;
 mod health;
 mod multimaster;
+mod partition;
+mod swarm;

@@ -29,6 +29,7 @@
 //! | `masters.rs` | starting masters, [`Running`], [`Cluster`] |
 //! | `minions.rs` | real salt-minions, [`Served`], `halite-swarm` |
 //! | `hand.rs` | [`WireMinion`]: requests made by hand over the wire |
+//! | `proxy.rs` | [`Proxy`], [`Mesh`]: fault-injecting forwarders between cluster members |
 
 #![allow(dead_code, unused_imports)] // each test module uses a part of the fixtures
 
@@ -38,6 +39,7 @@ mod masters;
 mod minions;
 mod net;
 mod process;
+mod proxy;
 
 pub use env::*;
 pub use hand::*;
@@ -45,6 +47,7 @@ pub use masters::*;
 pub use minions::*;
 pub use net::*;
 pub use process::*;
+pub use proxy::*;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
