@@ -82,6 +82,13 @@ fn verify_names_a_corrupt_log_entry() {
     assert!(!o.status.success());
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("BAD: entry ") && out.contains("checksum"), "{out}");
+    // The file and the byte offset of the batch that holds the damage (the flipped
+    // byte made `r` an `R`).
+    let (file, at) = find_in_log(&env, b"corRupt-me-01");
+    let bytes = std::fs::read(&file).expect("log file");
+    let batch = halite_storage::framing::batch_offsets(&bytes).into_iter().filter(|o| *o <= at as u64).max().expect("a batch before the damage");
+    let named = format!("BAD: {}: the entries block of the batch at byte offset {batch} fails its checksum", file.display());
+    assert!(out.contains(&named), "wanted {named:?} in {out}");
 }
 
 #[test]
