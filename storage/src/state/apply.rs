@@ -160,10 +160,10 @@ impl StateMachine {
                 };
                 let mut meta = if blob.chunk == 0 {
                     // Chunk 0 starts a new version of the file; drop chunks of the old one.
-                    if let Some(p) = &prev {
-                        for c in blob.chunks..p.chunks {
-                            b.delete_cf(self.cf(CF_CHUNKS)?, chunk_key(&rk, c));
-                        }
+                    // One range delete, not one per chunk: the old version may have
+                    // declared up to u32::MAX chunks (a file of petabytes).
+                    if let Some(p) = prev.as_ref().filter(|p| p.chunks > blob.chunks) {
+                        b.delete_range_cf(self.cf(CF_CHUNKS)?, chunk_key(&rk, blob.chunks), chunk_key(&rk, p.chunks));
                     }
                     RootsMeta { mode: blob.mode, sha256: blob.sha256.clone(), size: blob.size, chunks: blob.chunks, received: 0, complete: false }
                 } else {
