@@ -16,6 +16,7 @@
 //! |-------------------|----------------------|-----------------------------------------------|
 //! | `halite_data_dir` | `/var/lib/salt/halite` | the log (`log/`) and state machine (`state/`) |
 //! | `halite_max_request_bytes` | 67108864 (64 MiB) | largest request accepted on `ret_port`; larger ones get `"bad load"` (a message over it + 64 KiB is refused from its frame header, `daemon::sockets`) |
+//! | `halite_max_inflight_bytes` | 268435456 (256 MiB) | most bytes of requests handled at once on `ret_port` (all requests in flight together); past it the port is not read until replies free room (`daemon::budget`). At least `halite_max_request_bytes` + 64 KiB |
 //! | `halite_max_pending_keys` | 10000 | most pending keys; a new id signing in beyond it is answered `full` and nothing is written (0 = no cap) |
 //! | `halite_health_port` | 0 (off) | port of the HTTP health endpoint on `interface`: `/alive`, `/ready`, `/metrics` |
 //! | `halite_log_max_bytes` | 268435456 (256 MiB) | compact the log (snapshot + drop the history) when its files exceed this; `0` or `null`: no byte limit |
@@ -94,6 +95,8 @@ pub struct MasterConfig {
     /// `cluster_election_min`, `cluster_election_max`: 750, 1500): how long after its
     /// last contact with the leader a member stands for election.
     pub cluster_election_ms: (u64, u64),
+    /// Most bytes of requests handled at once on the request port (`daemon::budget`).
+    pub halite_max_inflight_bytes: usize,
     /// When the log is compacted (`cluster_max_log_size`, `halite_log_max_bytes`).
     pub compaction: halite_storage::compaction::CompactionLimits,
     /// Most pending keys kept; a new id beyond it is answered `full` (0 = no cap).
@@ -119,7 +122,7 @@ const KNOWN: &[&str] = &[
     "autosign_file", "autoreject_file", "autosign_grains_dir", "keep_jobs_seconds", "keep_jobs", "publish_session", "timeout",
     "keys.cache_driver", "mmap_key_size", "mmap_key_slot_size", "mmap_key_id_size", "mmap_key_max_segment_bytes",
     "mmap_cache_max_segment_bytes", "cluster_id", "cluster_peers", "cluster_pki_dir", "cluster_pool_port",
-    "cluster_secret", "cluster_isolated_filesystem", "halite_data_dir", "halite_max_request_bytes", "cluster_max_log_size", "halite_log_max_bytes",
+    "cluster_secret", "cluster_isolated_filesystem", "halite_data_dir", "halite_max_request_bytes", "halite_max_inflight_bytes", "cluster_max_log_size", "halite_log_max_bytes",
     "cluster_election_min", "cluster_election_max",
     "halite_max_pending_keys", "pub_hwm", "halite_health_port", "halite_cluster_dial", "default_include", "include", "user",
     "zmq_backlog", "max_minions", "loop_interval", "request_server_ttl", "cluster_pub_fingerprint", "tcp_keepalive", "tcp_keepalive_idle", "tcp_keepalive_cnt", "tcp_keepalive_intvl", "rotate_aes_key",
@@ -219,7 +222,9 @@ impl MasterConfig {
         let default_id = format!("{}_master", hostname());
         let keep_jobs_seconds = match raw.get("keep_jobs_seconds") {
             Some(_) => r.uint("keep_jobs_seconds", 86400)?,
-            None => r.uint("keep_jobs", 24)? * 3600,
+            // Hours; a count too large to be seconds means keep for ever (found by the
+            // config fuzzing: the multiplication overflowed).
+            None => r.uint("keep_jobs", 24)?.saturating_mul(3600),
         };
         let mut c = MasterConfig {
             config_dir: config_dir.to_path_buf(),
@@ -266,6 +271,7 @@ impl MasterConfig {
                 }
                 (min, max)
             },
+            halite_max_inflight_bytes: 0,
             compaction: halite_storage::compaction::CompactionLimits {
                 max_entries: r.limit("cluster_max_log_size", halite_storage::compaction::DEFAULT_MAX_ENTRIES)?,
                 max_bytes: r.limit("halite_log_max_bytes", halite_storage::compaction::DEFAULT_MAX_BYTES)?,
@@ -282,6 +288,8 @@ impl MasterConfig {
             raw: raw.clone(),
             origin: origin.clone(),
         };
+        // Room for at least one largest request besides its routing frames.
+        c.halite_max_inflight_bytes = (r.uint("halite_max_inflight_bytes", 256 << 20)?.min(1 << 40) as usize).max(c.halite_max_request_bytes.saturating_add(64 << 10));
         if !["garbage", "trace", "debug", "info", "warning", "warn", "error", "critical", "quiet", "all", "profile"].contains(&c.log_level.as_str()) {
             return Err(r.invalid("log_level", format!("unknown level {:?}", c.log_level)));
         }
@@ -522,6 +530,10 @@ impl Reader<'_> {
 }
 
 #[cfg(test)]
+#[path = "config_fuzz_tests.rs"]
+mod fuzz_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -565,6 +577,19 @@ mod tests {
         assert_eq!(c.halite_cluster_dial.into_iter().collect::<Vec<_>>(), vec![("10.0.0.2".to_string(), "192.168.7.2:4520".to_string())]);
         std::fs::write(d.path().join("master"), "halite_cluster_dial: [10.0.0.2]\n").unwrap();
         assert!(MasterConfig::load(d.path()).unwrap_err().to_string().contains("halite_cluster_dial"));
+    }
+
+    /// The in-flight budget: 256 MiB by default, never below one largest request.
+    #[test]
+    fn inflight_budget() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(MasterConfig::load(d.path()).unwrap().halite_max_inflight_bytes, 256 << 20);
+        std::fs::write(d.path().join("master"), "halite_max_inflight_bytes: 1000000000\n").unwrap();
+        assert_eq!(MasterConfig::load(d.path()).unwrap().halite_max_inflight_bytes, 1_000_000_000);
+        std::fs::write(d.path().join("master"), "halite_max_request_bytes: 1048576\nhalite_max_inflight_bytes: 1024\n").unwrap();
+        assert_eq!(MasterConfig::load(d.path()).unwrap().halite_max_inflight_bytes, (1 << 20) + (64 << 10));
+        std::fs::write(d.path().join("master"), "halite_max_inflight_bytes: -1\n").unwrap();
+        assert!(MasterConfig::load(d.path()).unwrap_err().to_string().contains("halite_max_inflight_bytes"));
     }
 
     #[test]

@@ -19,6 +19,11 @@ pub enum Error {
     #[error("corrupt log: {0}")]
     CorruptLog(String),
 
+    /// The state machine has applied an index past the end of its log (the log restored
+    /// from an older backup, or lost); the text names both indexes and the recovery.
+    #[error("state machine ahead of its log: {0}")]
+    StateAheadOfLog(String),
+
     #[error("corrupt view {path}: {why}")]
     CorruptView { path: PathBuf, why: String },
 

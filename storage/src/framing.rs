@@ -62,6 +62,39 @@ pub fn batch_offsets(file: &[u8]) -> Vec<u64> {
     out
 }
 
+/// The batch offsets of a file's bytes whose **entries block** fails its checksum.
+///
+/// A batch holds, after its 16-byte header, the entries block (the entries' bytes,
+/// compressed or not, then a u32 LE CRC-32 of them) up to its footer offset, then the
+/// item footer. raft-engine checks the footer's checksum when it opens a file, but an
+/// entries block only when those entries are read: a flipped byte there passes
+/// [`check_file`]. This finds it without decoding anything: the block's bytes and its
+/// checksum are where the batch header says.
+pub fn bad_entry_blocks(file: &[u8]) -> Vec<u64> {
+    let mut bad = Vec::new();
+    for at in batch_offsets(file) {
+        let start = at as usize;
+        let Some(header) = file.get(start..start + BATCH_HEADER_LEN as usize) else { break };
+        let footer = u64::from_be_bytes(header[8..16].try_into().unwrap_or([0; 8])) as usize;
+        // An empty block (no entries in this batch) has no checksum either.
+        if footer <= BATCH_HEADER_LEN as usize {
+            continue;
+        }
+        let Some(block) = file.get(start + BATCH_HEADER_LEN as usize..start + footer) else {
+            bad.push(at);
+            continue;
+        };
+        let ok = block.len() > 4 && {
+            let (data, sum) = block.split_at(block.len() - 4);
+            crc32fast::hash(data) == u32::from_le_bytes(sum.try_into().unwrap_or([0; 4]))
+        };
+        if !ok {
+            bad.push(at);
+        }
+    }
+    bad
+}
+
 /// The log files of a raft-engine directory (`*.raftlog` and `*.rewrite`), oldest first.
 pub fn log_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)

@@ -73,6 +73,39 @@ proptest! {
         let _ = Manifest::decode(&p, 1 << 30);
     }
 
+    /// Arbitrary bytes as the index (of the length the geometry needs, so the reader
+    /// looks inside) and as the heap: every slot the reader finds is read without a
+    /// panic, and no value is larger than its segment bound.
+    #[test]
+    fn fuzz_mmap_key_arbitrary_files(seed in bytes(512), heap in bytes(1024), dense in any::<bool>()) {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join(".mmap_keys.idx");
+        let len = geo().index_len() as usize;
+        // The seed repeated over the index (dense), or scattered over zeros (most slots
+        // empty, as in a real index).
+        let mut idx = vec![0u8; len];
+        if !seed.is_empty() {
+            for (i, b) in idx.iter_mut().enumerate() {
+                if dense || i % 97 < 8 {
+                    *b = seed[i % seed.len()];
+                }
+            }
+        }
+        std::fs::write(&p, &idx).unwrap();
+        std::fs::write(d.path().join(".mmap_keys.idx.heap"), &heap).unwrap();
+        if let Ok(Some(r)) = MmapReader::open(&p, geo()) {
+            let _ = r.roster();
+            let _ = r.segment_sizes();
+            for s in r.all_slots() {
+                if let Ok(v) = r.read_value(&s) {
+                    prop_assert!(v.len() as u64 <= geo().max_segment_bytes);
+                }
+            }
+            let _ = r.live_slots();
+            let _ = r.get(b"minion3");
+        }
+    }
+
     /// A cache written by our writer, then one byte of its index or heap changed: the
     /// reader answers every question without a panic and never returns a value larger
     /// than its segment.

@@ -56,3 +56,6 @@ mod proposals_tests;
 
 #[cfg(test)]
 mod fuzz_tests;
+
+#[cfg(test)]
+mod fuzz_roots_tests;

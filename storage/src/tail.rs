@@ -35,7 +35,8 @@ pub const MAX_TORN_BATCH: u64 = 256 << 20;
 pub enum TailState {
     /// No log file, or the newest file ends exactly after its last batch.
     Clean,
-    /// Zero padding after the last batch was cut.
+    /// Zero padding after the last batch was cut (`at` 0: the whole file was zeros,
+    /// its header too, and it was removed).
     ZerosCut { file: PathBuf, at: u64 },
     /// An unfinished last batch was cut.
     TornCut { file: PathBuf, at: u64, bytes: u64 },
@@ -54,10 +55,19 @@ pub fn check_tail(dir: &Path, repair: bool) -> Result<TailState> {
     let header_len = match file_header_len(&mut f, size)? {
         Some(h) => h,
         None => {
-            // A file whose header never made it to disk holds no batch at all.
+            // A file whose header never made it to disk holds no batch at all (raft-engine
+            // writes a new file's header before any batch). raft-engine refuses a file
+            // without its header, even an empty one, so the file is removed: the log ends
+            // with the file before it, and raft-engine starts a new one.
             if all_zero_from(&mut f, 0, size)? {
-                tracing::warn!(file = %path.display(), "log file with an empty header: truncating it to zero length");
-                cut(&mut f, &path, 0, repair)?;
+                tracing::warn!(file = %path.display(), "newest log file of only zeros (its header never reached the disk): removing it");
+                if repair {
+                    drop(f);
+                    std::fs::remove_file(&path).ctx(|| format!("removing {}", path.display()))?;
+                    if let Some(dir) = path.parent() {
+                        File::open(dir).and_then(|d| d.sync_all()).ctx(|| format!("syncing {}", dir.display()))?;
+                    }
+                }
                 return Ok(TailState::ZerosCut { file: path, at: 0 });
             }
             return Err(corrupt(&path, 0, "the file header is damaged"));
@@ -190,3 +200,7 @@ fn last_non_zero(f: &mut File, from: u64, size: u64) -> Result<Option<u64>> {
 fn all_zero_from(f: &mut File, from: u64, size: u64) -> Result<bool> {
     Ok(last_non_zero(f, from, size)?.is_none())
 }
+
+#[cfg(test)]
+#[path = "tail_tests.rs"]
+mod tests;

@@ -141,20 +141,32 @@ pub fn verify(cfg: &MasterConfig, check_views: bool) -> Result<VerifyReport> {
         Ok(TailState::TornCut { file, at, bytes }) => rep.notes.push(format!("torn tail: {bytes} bytes of an unfinished batch at {}:{at} (never acknowledged); start-up cuts it", file.display())),
         Err(e) => rep.problems.push(e.to_string()),
     }
+    // Batches whose entries block is damaged (file and byte offset).
+    let mut blocks: Vec<String> = Vec::new();
     for f in framing::log_files(&log_dir)? {
         let checked = match &padded {
+            // A newest file of only zeros (its header too): start-up removes it.
+            Some((p, 0)) if *p == f => continue,
             Some((p, at)) if *p == f => framing::check_prefix(&f, *at),
             _ => framing::check_file(&f),
         };
         if let Err(e) = checked {
             let at = framing::first_bad_batch(&f)?.map(|o| format!(" (first bad batch at byte offset {o})")).unwrap_or_default();
             rep.problems.push(format!("{}: {e}{at}", f.display()));
+            continue;
+        }
+        // raft-engine checks an entries block only when it is read: name the batch here
+        // (the entry scan below then names the entry).
+        let bytes = std::fs::read(&f).map_err(|e| halite_storage::Error::io(format!("reading {}", f.display()), e))?;
+        if let Some(o) = framing::bad_entry_blocks(&bytes).first() {
+            blocks.push(format!("{}: the entries block of the batch at byte offset {o} fails its checksum (first bad batch)", f.display()));
         }
     }
     if !rep.problems.is_empty() {
         rep.problems.push(format!("the log cannot be opened safely; entries after the damage may be lost. Keep a copy of {} before repairing", log_dir.display()));
         return Ok(rep);
     }
+    rep.problems.extend(blocks);
     let log = match RaftLog::open(&log_dir) {
         Ok(l) => l,
         Err(e) => {
@@ -216,7 +228,11 @@ pub fn verify(cfg: &MasterConfig, check_views: bool) -> Result<VerifyReport> {
         let sm = StateMachine::open(&state)?;
         let applied = sm.applied_index()?;
         if applied > last {
-            rep.problems.push(format!("the state machine applied index {applied} is past the end of the log ({last}): committed entries are missing"));
+            rep.problems.push(format!(
+                "the state machine applied index {applied} is past the end of the log ({last}): the log is older than the state (restored from an older backup, or lost) and committed entries are missing; \
+                 start-up refuses it. Restore the log and the state from the same backup, or on a cluster member move the data dir away and start again to rejoin, \
+                 or `halite-ctl replay` (what was applied after {last} is lost)"
+            ));
         }
         if applied < snap_index {
             rep.notes.push(format!("the state machine (applied {applied}) is behind the log's snapshot {snap_index}: start-up installs the snapshot"));

@@ -17,6 +17,7 @@
 //! | [`health`], [`http`], [`node_metrics`], [`probes`] | readiness: the HTTP endpoint (`/alive`, `/ready`, `/metrics`), its metrics, Salt's probe files |
 
 pub mod admin;
+pub mod budget;
 pub mod bus;
 pub mod cluster;
 pub mod health;
@@ -177,6 +178,8 @@ async fn serve(master: Arc<Master>, applied_rx: mpsc::UnboundedReceiver<publish:
     tokio::spawn(maintenance::run(master.clone()));
     let (send, mut recv) = router.split();
     let in_flight = Arc::new(tokio::sync::Semaphore::new(requests::MAX_IN_FLIGHT));
+    // The bytes of the requests in flight, bounded as a whole (`budget.rs`).
+    let budget = budget::Budget::new(master.cfg.halite_max_inflight_bytes);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ctx(|| "installing the SIGTERM handler".into())?;
     loop {
         use zeromq::SocketRecv;
@@ -189,9 +192,12 @@ async fn serve(master: Arc<Master>, applied_rx: mpsc::UnboundedReceiver<publish:
                         Ok(p) => p,
                         Err(_) => break,
                     };
+                    // And by bytes: while the budget is spent, the socket is not read.
+                    let Some(charge) = budget.charge(budget::message_bytes(&msg)).await else { break };
                     let (m, s) = (master.clone(), send.clone());
                     tokio::spawn(async move {
                         requests::request(m, s, msg).await;
+                        drop(charge);
                         drop(permit);
                     });
                 }

@@ -15,7 +15,7 @@ use rmpv::Value;
 
 use halite_storage::format::Record;
 
-use super::handle;
+use super::{handle, Effect, Outcome};
 use super::tests::{signed_in, Minion};
 use crate::view::memory::MemoryView;
 use crate::wire::crypto::Crypticle;
@@ -68,6 +68,11 @@ fn value() -> impl Strategy<Value = Value> {
     })
 }
 
+/// Whether a request made a session key (only an accepted sign-in may).
+fn made_session(o: &Outcome) -> bool {
+    o.effects.iter().any(|e| matches!(e, Effect::SessionKey { .. }))
+}
+
 /// The records a request made that an unauthenticated sender could not have caused.
 fn stored_returns(records: &[Record]) -> usize {
     records.iter().filter(|r| matches!(r, Record::JobReturn(_) | Record::JobPublished(_))).count()
@@ -84,6 +89,7 @@ proptest! {
     fn fuzz_random_bodies_record_nothing(body in proptest::collection::vec(any::<u8>(), 0..2048)) {
         let o = handle(&fixture().view, &body);
         prop_assert!(o.records.is_empty(), "{:?}", o.records);
+        prop_assert!(!made_session(&o), "a session key for bytes that authenticate nothing");
         prop_assert!(!o.reply.is_empty());
     }
 
@@ -98,6 +104,7 @@ proptest! {
         // stored; a clear load may at most be a sign-in (a pending key).
         prop_assert_eq!(stored_returns(&o.records), 0);
         prop_assert!(o.records.iter().all(|r| matches!(r, Record::KeySet(_))), "{:?}", o.records);
+        prop_assert!(!made_session(&o), "a session key for an id that did not sign in");
     }
 
     /// A signed-in minion's return, one byte changed and/or cut short: the AES and
@@ -135,6 +142,8 @@ proptest! {
             let o = handle(&f.view, body);
             prop_assert!(o.records.iter().all(|r| matches!(r, Record::KeySet(_))), "{:?}", o.records);
             prop_assert!(o.records.len() <= 1);
+            // The stranger's key is not accepted: whatever the change, no session key.
+            prop_assert!(!made_session(&o), "a session key for a pending sign-in");
         }
     }
 
@@ -144,5 +153,6 @@ proptest! {
         let body = encode(&map([("enc", Value::from("aes")), ("load", bin(load)), ("id", Value::from("m1")), ("version", Value::from(3))]));
         let o = handle(&fixture().view, &body);
         prop_assert!(o.records.is_empty());
+        prop_assert!(!made_session(&o));
     }
 }

@@ -46,20 +46,17 @@ use crate::transport::Outbox;
 
 /// Opens a node over `log` and `sm` and starts its driver thread (see the module docs).
 pub(super) fn start(log: RaftLog, sm: Arc<StateMachine>, mut views: Views, cfg: NodeConfig, outbox: Option<Arc<dyn Outbox>>, mailbox: Mailbox, snapshots: Option<SnapshotStore>) -> Result<Node> {
+    // Before anything is written: a new (empty) log under a state machine that has
+    // applied entries is a lost or replaced log directory, not a new member.
+    state_not_ahead(&log, &sm)?;
     if log.is_new()? && cfg.join {
         tracing::info!(id = cfg.id, "new log: joining; waiting for the leader to replicate the group's log");
     } else if log.is_new()? {
         found(&log, &cfg)?;
     }
     log.check_all()?;
+    state_not_ahead(&log, &sm)?;
     let applied = sm.applied_index()?;
-    let last = Storage::last_index(&log)?;
-    if applied > last {
-        return Err(StorageError::CorruptLog(format!(
-            "the state machine has applied index {applied} but the log ends at {last}: committed records are missing from the log. Run `halite-ctl verify`"
-        ))
-        .into());
-    }
     let faults = match recover_views(&log, &sm, &mut views, applied) {
         Ok(()) => faults::ViewFaults::default(),
         // A view that cannot be written does not keep the node from starting: it is
@@ -95,6 +92,29 @@ pub(super) fn start(log: RaftLog, sm: Arc<StateMachine>, mut views: Views, cfg: 
     d.compactor = snapshots.map(super::compaction::Compactor::new);
     let thread = driver::spawn(d, rx)?;
     Ok(Node { tx, thread: Some(thread), sm, log, leader, id, book, incarnation, status })
+}
+
+/// Refuses a state machine **ahead of its log**: one that has applied an index the log
+/// does not hold (the log directory restored from an older backup than the state, or
+/// lost). Serving from it would answer from records no member can replay, and raft
+/// would hand this member's indexes to new entries: the error names both indexes and
+/// the ways back. A new log counts as ending at 0.
+pub(super) fn state_not_ahead(log: &RaftLog, sm: &StateMachine) -> Result<()> {
+    let applied = sm.applied_index()?;
+    let last = if log.is_new()? { 0 } else { Storage::last_index(log)? };
+    if applied <= last {
+        return Ok(());
+    }
+    Err(StorageError::StateAheadOfLog(format!(
+        "the state machine in {} has applied log index {applied} but the log in {} ends at index {last}: \
+         the log is older than the state (restored from an older backup, or lost), so committed records are missing. \
+         Refusing to start. `halite-ctl verify` shows both; to recover, restore the log and the state from the same backup, \
+         or on a cluster member move the data dir away and start again to rejoin from the others, \
+         or run `halite-ctl replay` to rebuild the state machine from this log (what was applied after index {last} is lost)",
+        sm.path().display(),
+        log.dir().display()
+    ))
+    .into())
 }
 
 /// Writes the founding membership into a new log: the configured voters (this node

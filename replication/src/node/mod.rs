@@ -66,6 +66,8 @@ mod status_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_ahead;
+#[cfg(test)]
 mod tests_proposals;
 #[cfg(test)]
 mod tests_snapshots;

@@ -32,6 +32,8 @@ mod frame;
 mod handshake;
 pub mod refusal;
 #[cfg(test)]
+mod fuzz_tests;
+#[cfg(test)]
 mod tests;
 
 use std::collections::HashMap;

@@ -331,7 +331,10 @@ impl StateMachine {
         if !meta.complete {
             return Ok(None);
         }
-        let mut data = Vec::with_capacity(meta.size as usize);
+        // `size` is read from disk: reserve no more than the chunks can hold, and at
+        // most one payload up front (the chunks themselves are each bounded).
+        let reserve = meta.size.min(meta.chunks as u64 * crate::format::ROOTS_CHUNK_LEN as u64).min(crate::format::MAX_PAYLOAD_LEN as u64);
+        let mut data = Vec::with_capacity(reserve as usize);
         for c in 0..meta.chunks {
             match self.db.get_pinned_cf(self.cf(CF_CHUNKS)?, chunk_key(&rk, c))? {
                 Some(d) => data.extend_from_slice(&d),

@@ -69,11 +69,11 @@ impl StateMachine {
     /// Deletes the file at `rk` (meta and chunks), if there is one.
     fn drop_file(&self, rk: &[u8], b: &mut WriteBatch, ov: &mut Overlay) -> Result<bool> {
         let Some(p) = self.roots_meta(rk, ov)? else { return Ok(false) };
-        for c in 0..p.chunks {
-            let ck = chunk_key(rk, c);
-            b.delete_cf(self.cf(CF_CHUNKS)?, &ck);
-            ov.chunks.remove(&ck);
-        }
+        // A range delete and a prefix filter: the meta may declare up to u32::MAX chunks.
+        b.delete_range_cf(self.cf(CF_CHUNKS)?, chunk_key(rk, 0), chunk_key(rk, p.chunks));
+        let mut prefix = rk.to_vec();
+        prefix.push(0);
+        ov.chunks.retain(|k, _| !k.starts_with(&prefix));
         b.delete_cf(self.cf(CF_ROOTS)?, rk);
         ov.roots.insert(rk.to_vec(), None);
         Ok(true)
@@ -85,10 +85,10 @@ impl StateMachine {
         let prev = self.roots_meta(rk, ov)?;
         let mut meta = if blob.chunk == 0 {
             // Chunk 0 starts a new version of the file; drop chunks of the old one.
-            if let Some(p) = &prev {
-                for c in blob.chunks..p.chunks {
-                    b.delete_cf(self.cf(CF_CHUNKS)?, chunk_key(rk, c));
-                }
+            // One range delete, not one per chunk: the old version may have declared up
+            // to u32::MAX chunks (a file of petabytes).
+            if let Some(p) = prev.as_ref().filter(|p| p.chunks > blob.chunks) {
+                b.delete_range_cf(self.cf(CF_CHUNKS)?, chunk_key(rk, blob.chunks), chunk_key(rk, p.chunks));
             }
             RootsMeta { mode: blob.mode, sha256: blob.sha256.clone(), size: blob.size, chunks: blob.chunks, received: 0, complete: false }
         } else {

@@ -1,6 +1,6 @@
 //! The log is the truth, and survives damage: key changes as records, `halite-ctl replay`
-//! and `rebuild-views`, a corrupt entry named by `verify` and refused at start, a torn tail
-//! cut, `kill -9` in the middle of a migration or a replay, and `import-shared` (a Salt
+//! and `rebuild-views`, a corrupt entry named by `verify` and refused at start, a log
+//! older than the state machine refused, a torn tail cut, `kill -9` in the middle of a migration or a replay, and `import-shared` (a Salt
 //! cluster's shared tree becoming records and local views).
 
 use std::path::PathBuf;
@@ -82,6 +82,13 @@ fn verify_names_a_corrupt_log_entry() {
     assert!(!o.status.success());
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("BAD: entry ") && out.contains("checksum"), "{out}");
+    // The file and the byte offset of the batch that holds the damage (the flipped
+    // byte made `r` an `R`).
+    let (file, at) = find_in_log(&env, b"corRupt-me-01");
+    let bytes = std::fs::read(&file).expect("log file");
+    let batch = halite_storage::framing::batch_offsets(&bytes).into_iter().filter(|o| *o <= at as u64).max().expect("a batch before the damage");
+    let named = format!("BAD: {}: the entries block of the batch at byte offset {batch} fails its checksum", file.display());
+    assert!(out.contains(&named), "wanted {named:?} in {out}");
 }
 
 #[test]
@@ -91,6 +98,53 @@ fn a_corrupt_log_is_refused_at_start_naming_the_tool() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("halite-ctl verify"), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------
+// A state machine ahead of its log.
+
+/// Two accepts, a copy of the log directory, three more accepts, then the old copy put
+/// back: the log ends before what the state machine applied.
+#[test]
+fn a_log_older_than_the_state_is_refused_by_the_tools_and_named_by_verify() {
+    let env = Env::new("localfs_key", "");
+    let pre = env.pki().join("minions_pre");
+    std::fs::create_dir_all(&pre).expect("minions_pre");
+    let accept = |name: &str, n: usize| {
+        std::fs::write(pre.join(name), fake_pub(n)).expect("key");
+        env.ok(SALT_KEY, &["-a", name, "-y"]);
+    };
+    accept("old-1", 1);
+    accept("old-2", 2);
+    let log = env.root.join("data/log");
+    let backup = env.root.join("log-backup");
+    std::fs::create_dir_all(&backup).expect("backup dir");
+    for e in std::fs::read_dir(&log).expect("log dir") {
+        let e = e.expect("entry");
+        std::fs::copy(e.path(), backup.join(e.file_name())).expect("copy");
+    }
+    for (i, n) in ["new-1", "new-2", "new-3"].iter().zip(3usize..) {
+        accept(i, n);
+    }
+    std::fs::remove_dir_all(&log).expect("remove log");
+    std::fs::rename(&backup, &log).expect("restore the older log");
+    let before = std::fs::read_dir(&log).expect("log dir").count();
+
+    let o = env.run(SALT_KEY, &["-A", "-y"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("state machine ahead of its log") && err.contains("applied log index") && err.contains("ends at index"), "{err}");
+    assert!(err.contains("halite-ctl replay"), "the recovery is named: {err}");
+    let o = env.run(CTL, &["verify"]);
+    assert!(!o.status.success());
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("BAD: the state machine applied index") && out.contains("past the end of the log"), "{out}");
+    assert_eq!(std::fs::read_dir(&log).expect("log dir").count(), before, "the refused start wrote no new log file");
+    // The recovery the message names: replay rebuilds the state from this log.
+    env.ok(CTL, &["replay"]);
+    assert_eq!(env.listing()["minions"], json!(["old-1", "old-2"]));
+    let v = env.ok(CTL, &["verify"]);
+    assert!(v.ends_with("OK\n"), "{v}");
 }
 
 // ---------------------------------------------------------------------------------------
