@@ -33,6 +33,23 @@ fn geo() -> Geometry {
     Geometry { size: 32, slot_size: 96, key_size: 64, max_segment_bytes: 2048 }
 }
 
+/// Asks an mmap_key reader over the files at `p` every question it answers: none may
+/// panic, and no value may be larger than its segment.
+fn ask_everything(p: &std::path::Path) -> Result<(), TestCaseError> {
+    if let Ok(Some(r)) = MmapReader::open(p, geo()) {
+        let _ = r.roster();
+        let _ = r.segment_sizes();
+        for s in r.all_slots() {
+            if let Ok(v) = r.read_value(&s) {
+                prop_assert!(v.len() as u64 <= geo().max_segment_bytes);
+            }
+        }
+        let _ = r.live_slots();
+        let _ = r.get(b"minion3");
+    }
+    Ok(())
+}
+
 proptest! {
     #[test]
     fn fuzz_entry_contexts(raw in bytes(128), pos in any::<usize>(), val in any::<u8>(), cut in any::<usize>(), seq in any::<u64>()) {
@@ -93,17 +110,7 @@ proptest! {
         }
         std::fs::write(&p, &idx).unwrap();
         std::fs::write(d.path().join(".mmap_keys.idx.heap"), &heap).unwrap();
-        if let Ok(Some(r)) = MmapReader::open(&p, geo()) {
-            let _ = r.roster();
-            let _ = r.segment_sizes();
-            for s in r.all_slots() {
-                if let Ok(v) = r.read_value(&s) {
-                    prop_assert!(v.len() as u64 <= geo().max_segment_bytes);
-                }
-            }
-            let _ = r.live_slots();
-            let _ = r.get(b"minion3");
-        }
+        ask_everything(&p)?;
     }
 
     /// A cache written by our writer, then one byte of its index or heap changed: the
@@ -127,16 +134,6 @@ proptest! {
             b[at] = val;
             std::fs::write(f, &b).unwrap();
         }
-        if let Ok(Some(r)) = MmapReader::open(&p, geo()) {
-            let _ = r.roster();
-            let _ = r.segment_sizes();
-            for s in r.all_slots() {
-                if let Ok(v) = r.read_value(&s) {
-                    prop_assert!(v.len() as u64 <= geo().max_segment_bytes);
-                }
-            }
-            let _ = r.live_slots();
-            let _ = r.get(b"minion3");
-        }
+        ask_everything(&p)?;
     }
 }
