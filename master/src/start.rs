@@ -130,6 +130,8 @@ pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> 
         ..Default::default()
     };
     let node = Node::start_peered(&data_dir(cfg), views, ncfg, transport.clone(), mailbox)?;
+    // Bind every known peer's member key now (`TcpTransport::introduce`).
+    transport.introduce();
     let _ = slot.set(node.handle());
     if let Some(peer) = join_via {
         handshake.request(cfg.interface.clone(), incarnation, peer, node.handle());

@@ -331,6 +331,36 @@ impl TcpTransport {
         });
     }
 
+    /// Opens a connection to every peer whose address this transport knows, for the
+    /// handshake alone, so that both sides bind each other's member key now rather than
+    /// at their first raft message (two followers may never exchange one; an id left
+    /// unbound is bound by whoever signs in under it first). Failures are counted and
+    /// logged like any refusal; nothing is retried (a later connection binds as well).
+    pub fn introduce(&self) {
+        let addrs: Vec<(u64, SocketAddr)> = self.addrs.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(id, a)| (*id, *a)).collect();
+        for (id, addr) in addrs {
+            self.introduce_to(id, addr);
+        }
+    }
+
+    /// [`TcpTransport::introduce`] to one peer, on a thread of its own.
+    fn introduce_to(&self, to: u64, addr: SocketAddr) {
+        if addr == self.local {
+            // An earlier incarnation of this member, at its own address.
+            return;
+        }
+        let (me, key, refusals, limits) = (self.id, self.key.clone(), self.refusals.clone(), self.limits);
+        let _ = std::thread::Builder::new().name("raft-introduce".into()).spawn(move || {
+            let done = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(|e| Refused::new("io", e)).and_then(|mut s| {
+                let _ = s.set_write_timeout(Some(WRITE_TIMEOUT));
+                handshake::initiate(&mut s, &key, me, to, Instant::now() + limits.handshake).map(|_| ())
+            });
+            if let Err(r) = done {
+                refusals.refuse(&addr.to_string(), &r);
+            }
+        });
+    }
+
     /// Stops listening (the port is free once this returns), drops outbound connections
     /// and stops delivering.
     pub fn shutdown(&self) {
@@ -640,6 +670,9 @@ impl Outbox for TcpTransport {
             // A new address gets a new connection.
             self.peers.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
             tracing::info!(peer = id, ?addr, "raft peer address");
+            if let Some(a) = addr {
+                self.introduce_to(id, a);
+            }
         }
     }
 }
