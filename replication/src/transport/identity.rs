@@ -136,7 +136,7 @@ impl PeerKeys {
         match bound.get(&id) {
             Some(k) if openssl::memcmp::eq(k, public) => return Ok(()),
             Some(_) => return Err(Refused::new("peer_key_mismatch", format!("a peer claims member {id} but signs with another key than the one member {id} is bound to"))),
-            None if bound.len() >= MAX_BOUND => return Err(Refused::new("peer_key_mismatch", format!("{MAX_BOUND} member keys are bound already; member {id} is not admitted"))),
+            None if bound.len() >= MAX_BOUND => return Err(Refused::new("member_keys_full", format!("{MAX_BOUND} member keys are bound already; member {id} is not admitted"))),
             None => {
                 bound.insert(id, *public);
             }
