@@ -134,3 +134,43 @@ pub fn credentials(cfg: &MasterConfig, plan: &ClusterPlan) -> Result<Credentials
     }));
     Ok(Credentials::new(plan.key.clone(), key, peers))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn config(dir: &Path) -> MasterConfig {
+        let d = dir.display();
+        let text = format!(
+            "id: 127.0.0.1\ninterface: 127.0.0.1\ncluster_id: t\ncluster_secret: s\ncluster_peers: [127.0.0.2]\n\
+             pki_dir: {d}/pki\ncluster_pki_dir: {d}/cpki\nhalite_data_dir: {d}/data\ncachedir: {d}/cache\n"
+        );
+        std::fs::write(dir.join("master"), text).unwrap();
+        MasterConfig::load(dir).unwrap()
+    }
+
+    #[test]
+    fn a_member_keeps_its_key_publishes_it_pins_its_peers_files_and_refuses_another_own_file() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = config(d.path());
+        let plan = crate::start::cluster_plan(&cfg).unwrap().unwrap();
+        // The peer's public key is in the peers dir before this member first starts.
+        let peer = MemberKey::generate().unwrap();
+        std::fs::create_dir_all(cfg.keys_dir().join("peers")).unwrap();
+        std::fs::write(peer_path(&cfg, "127.0.0.2"), peer.public_pem().unwrap()).unwrap();
+
+        let first = credentials(&cfg, &plan).unwrap();
+        assert_eq!(std::fs::metadata(key_path(&cfg)).unwrap().permissions().mode() & 0o777, 0o600);
+        let own = public_from_pem(&std::fs::read(peer_path(&cfg, "127.0.0.1")).unwrap()).unwrap();
+        assert_eq!(own, first.member.public(), "its own peers file holds its public key");
+        assert_eq!(first.peers.bound(halite_replication::member_id("127.0.0.2")), Some(peer.public()), "the peer is pinned from its file");
+        // Started again: the same key.
+        assert_eq!(credentials(&cfg, &plan).unwrap().member.public(), first.member.public());
+        // Its own peers file holding another key: it refuses to start.
+        std::fs::write(peer_path(&cfg, "127.0.0.1"), peer.public_pem().unwrap()).unwrap();
+        let refused = credentials(&cfg, &plan).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(refused.contains("remove it to continue"), "{refused}");
+    }
+}
