@@ -24,6 +24,7 @@ pub mod glob;
 pub mod jobs;
 pub mod masterkeys;
 pub mod matcher;
+pub mod memberkey;
 pub mod metrics;
 pub mod pillar;
 pub mod pki;

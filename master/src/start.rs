@@ -66,7 +66,16 @@ pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> 
     // Refusals on the cluster port are counted and logged like every other port's.
     halite_replication::transport::refusal::set_hook(|source, reason, detail| crate::metrics::refuse(crate::metrics::Port::Cluster, source, reason, detail));
     let routes = dial_routes(cfg)?;
-    let (mut transport, mut mailbox) = cluster_transport(&plan, me, &routes)?;
+    // This member's identity on the cluster port (`memberkey`).
+    let creds = crate::memberkey::credentials(cfg, &plan)?;
+    // A member on a new data dir first asks its peers under a provisional id, the id of
+    // the incarnation it would take if it has to join again: a wiped member's key is new,
+    // and its peers hold its old id bound to its old key, so they would refuse a hello
+    // under the old id. A founder or a first-time joiner then takes its own id.
+    let fresh = log_is_new(&data_dir(cfg).log());
+    let probe = fresh.then(|| now_ns().max(incarnation + 1));
+    let first = probe.map_or(me, |n| incarnation_id(&cfg.interface, n));
+    let (mut transport, mut mailbox) = cluster_transport(&plan, &creds, first, &routes)?;
     tracing::info!(me = %cfg.interface, id = me, incarnation, listen = %plan.listen, members = ?plan.names.values().collect::<Vec<_>>(), "cluster member");
     // The join handshake (`halite_replication::join`): a member answers hellos and joins,
     // announcing the SHA-256 of its `cluster.pub`; a new data dir first asks its peers
@@ -75,9 +84,9 @@ pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> 
     let cluster_pub = cfg.keys_dir().join("cluster.pub");
     let announce: join::Fingerprint = Arc::new(move || std::fs::read(&cluster_pub).ok().map(|b| crate::wire::crypto::sha256_hex(&b)));
     let mut slot: Arc<std::sync::OnceLock<NodeHandle>> = Arc::new(std::sync::OnceLock::new());
-    let mut handshake = join::serve(&transport, me, plan.listen, announce.clone(), slot.clone());
+    let mut handshake = join::serve(&transport, first, plan.listen, announce.clone(), slot.clone());
     let fingerprint = cfg.raw.get("cluster_pub_fingerprint").and_then(|v| v.as_str());
-    let found = if log_is_new(&data_dir(cfg).log()) {
+    let found = if fresh {
         handshake.discover(&plan, fingerprint).map_err(|e| match e {
             join::JoinError::FingerprintMismatch { announced, expected } => NodeError::Refused(format!(
                 "refusing to join: the cluster's cluster.pub has SHA-256 {}, not the configured cluster_pub_fingerprint {expected}",
@@ -92,23 +101,26 @@ pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> 
         join::Discovered::Found => None,
         join::Discovered::Join(id, addr) => Some((id, addr)),
         join::Discovered::Rejoin(id, addr) => {
-            // A new incarnation, under a new raft id, persisted before anything is sent
-            // under it; the transport is started again under that id.
-            incarnation = now_ns().max(incarnation + 1);
+            // A new incarnation, under a new raft id (the provisional one), persisted
+            // before any raft message is sent under it.
+            incarnation = probe.unwrap_or_else(|| now_ns().max(incarnation + 1));
             write_incarnation(cfg, incarnation)?;
             me = incarnation_id(&cfg.interface, incarnation);
             tracing::warn!(id = me, incarnation, "joining again as a new incarnation");
-            let seen = handshake.members_seen();
-            transport.shutdown();
-            (transport, mailbox) = cluster_transport(&plan, me, &routes)?;
-            for (id, a) in seen {
-                halite_replication::Outbox::set_peer(&*transport, id, Some(a));
-            }
-            slot = Arc::new(std::sync::OnceLock::new());
-            handshake = join::serve(&transport, me, plan.listen, announce, slot.clone());
             Some((id, addr))
         }
     };
+    if me != first {
+        // The transport is started again under the member's id.
+        let seen = handshake.members_seen();
+        transport.shutdown();
+        (transport, mailbox) = cluster_transport(&plan, &creds, me, &routes)?;
+        for (id, a) in seen {
+            halite_replication::Outbox::set_peer(&*transport, id, Some(a));
+        }
+        slot = Arc::new(std::sync::OnceLock::new());
+        handshake = join::serve(&transport, me, plan.listen, announce, slot.clone());
+    }
     let ncfg = NodeConfig {
         id: me,
         voters: plan.names.keys().copied().collect(),
@@ -121,6 +133,8 @@ pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> 
         ..Default::default()
     };
     let node = Node::start_peered(&data_dir(cfg), views, ncfg, transport.clone(), mailbox)?;
+    // Bind every known peer's member key now (`TcpTransport::introduce`).
+    transport.introduce();
     let _ = slot.set(node.handle());
     if let Some(peer) = join_via {
         handshake.request(cfg.interface.clone(), incarnation, peer, node.handle());
@@ -154,10 +168,10 @@ fn dial_routes(cfg: &MasterConfig) -> Result<std::collections::HashMap<std::net:
 
 /// The sealed transport of member `me` on the plan's listen address, connecting to
 /// peers through `routes` (`halite_cluster_dial`), and the mailbox its messages go to.
-fn cluster_transport(plan: &ClusterPlan, me: u64, routes: &std::collections::HashMap<std::net::SocketAddr, std::net::SocketAddr>) -> Result<(Arc<TcpTransport>, halite_replication::node::Mailbox), NodeError> {
+fn cluster_transport(plan: &ClusterPlan, creds: &halite_replication::Credentials, me: u64, routes: &std::collections::HashMap<std::net::SocketAddr, std::net::SocketAddr>) -> Result<(Arc<TcpTransport>, halite_replication::node::Mailbox), NodeError> {
     let (inbox, mailbox) = halite_replication::node::mailbox();
     let peers = plan.addrs.iter().filter(|(_, a)| **a != plan.listen).map(|(id, a)| (*id, *a)).collect();
-    let transport = TcpTransport::start(me, plan.listen, peers, plan.key.clone(), Arc::new(move |m| inbox.deliver(m)))
+    let transport = TcpTransport::start(me, plan.listen, peers, creds.clone(), Arc::new(move |m| inbox.deliver(m)))
         .map_err(|e| NodeError::Refused(format!("binding the cluster port {}: {e}", plan.listen)))?;
     transport.dial_via(routes.clone());
     Ok((transport, mailbox))

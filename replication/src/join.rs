@@ -176,7 +176,11 @@ pub fn serve(transport: &Arc<TcpTransport>, me: u64, listen: SocketAddr, fingerp
                     tracing::warn!(from, id, "hello with a mismatched id dropped");
                     return;
                 }
+                // A member is known by its id, or by its address: a member on a new data
+                // dir says hello under a provisional id (its member key is new, and its
+                // old id is bound to its old one; see `transport::identity`).
                 let (established, member, term) = membership(id).unwrap_or((false, false, 0));
+                let member = member || node.get().is_some_and(|h| h.addresses().iter().any(|(o, a)| *a == addr && membership(*o).is_some_and(|(_, m, _)| m)));
                 let members = node.get().map(|h| h.addresses()).unwrap_or_default().into_iter().map(|(id, a)| (id, a.to_string())).collect();
                 let fingerprint = (hs.fingerprint)();
                 send(&hs.transport, id, addr, &Control::Welcome { established, member, members, fingerprint, term });

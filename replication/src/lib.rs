@@ -26,4 +26,4 @@ mod testutil;
 pub use cluster::{member_id, ClusterPlan};
 pub use node::{DataDir, Inbox, Mailbox, Node, NodeConfig, NodeError, NodeHandle, NodeStatus, Pending, Tap};
 pub use ring::HashRing;
-pub use transport::{ClusterKey, Outbox, TcpTransport};
+pub use transport::{ClusterKey, Credentials, Outbox, TcpTransport};

@@ -17,6 +17,10 @@
 //! replay or snapshot. Symlinks are not followed. Unlike the reference's
 //! fire-and-forget fan-out, the answer comes once the records are committed by a
 //! majority and applied.
+//!
+//! `cluster.digest` (Halite's, for checks) answers this member's state digest
+//! (`StateMachine::digest`, what `halite-ctl verify` prints on a stopped master) and its
+//! applied index: members that applied the same log to the same index answer the same.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -38,6 +42,7 @@ pub enum ClusterCmd {
     RingInfo,
     RemoveMember { name: String },
     SyncRoots { trees: Vec<RootsTree> },
+    Digest,
 }
 
 impl ClusterCmd {
@@ -50,6 +55,7 @@ impl ClusterCmd {
                 name: s("name").ok_or_else(|| Error::refused("cluster.remove_member needs the member's name (its interface address)"))?.to_string(),
             },
             "cluster.sync_roots" => ClusterCmd::SyncRoots { trees: trees(s("roots").unwrap_or("both"))? },
+            "cluster.digest" => ClusterCmd::Digest,
             other => return Err(Error::refused(format!("'{other}' is not available."))),
         })
     }
@@ -59,6 +65,10 @@ impl ClusterCmd {
         match self {
             ClusterCmd::Members => Ok(Plan::answer(json!({ "return": members(&cfg.node_id(), &view.members()?) }))),
             ClusterCmd::RingInfo => Ok(Plan::answer(json!({ "return": ring_info(cfg.cluster_id.is_some(), &view.members()?) }))),
+            ClusterCmd::Digest => {
+                let sm = view.state();
+                Ok(Plan::answer(json!({ "return": { "digest": sm.digest()?.to_string(), "applied_index": sm.applied_index()? } })))
+            }
             ClusterCmd::RemoveMember { name } => {
                 if cfg.cluster_id.is_none() {
                     return Err(Error::refused("cluster.remove_member: this master is not a cluster member"));

@@ -50,6 +50,9 @@ pub struct Master {
     pub counted: Mutex<HashSet<String>>,
     /// The pending keys counted last, and when (see [`View::pending_keys`]).
     pub pending: Mutex<Option<(std::time::Instant, u64)>>,
+    /// New pending keys granted a place under `halite_max_pending_keys` and not yet
+    /// released (their request is in flight; [`Claim::Pending`]).
+    pub pending_claims: Mutex<HashSet<String>>,
     pub roots: FsRoots,
     pub autosign: FsAutosign,
     pub bus: EventBus,
@@ -67,6 +70,7 @@ impl Master {
             nonces: Mutex::new(Nonces::new(std::time::Duration::from_secs(window), REPLAY_CAPACITY)),
             counted: Default::default(),
             pending: Mutex::new(None),
+            pending_claims: Default::default(),
             roots: FsRoots::new(&cfg),
             autosign: FsAutosign::new(&cfg),
             bus: EventBus::default(),
@@ -87,31 +91,82 @@ impl Master {
     /// Grants the claims of a request; all or none.
     pub fn claim(&self, claims: &[Claim]) -> bool {
         let mut counted = self.counted.lock().unwrap_or_else(|p| p.into_inner());
-        let mut taken = Vec::new();
-        for Claim::Count(id) in claims {
-            match Admission::of(self.cfg.max_minions, counted.contains(id), counted.len()) {
-                Admission::Counted => {}
-                Admission::Room => {
-                    counted.insert(id.clone());
-                    taken.push(id.clone());
-                }
-                Admission::Full => {
-                    for t in taken {
-                        counted.remove(&t);
+        let mut pending = self.pending_claims.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut taken, mut taken_pending) = (Vec::new(), Vec::new());
+        let mut full = false;
+        for c in claims {
+            match c {
+                Claim::Count(id) => match Admission::of(self.cfg.max_minions, counted.contains(id), counted.len()) {
+                    Admission::Counted => {}
+                    Admission::Room => {
+                        counted.insert(id.clone());
+                        taken.push(id.clone());
                     }
-                    return false;
+                    Admission::Full => full = true,
+                },
+                Claim::Pending(id) if pending.contains(id) => {}
+                Claim::Pending(id) => {
+                    let cap = self.cfg.halite_max_pending_keys;
+                    if cap > 0 && self.counted_pending() + pending.len() as u64 >= cap {
+                        full = true;
+                    } else {
+                        pending.insert(id.clone());
+                        taken_pending.push(id.clone());
+                    }
                 }
+            }
+            if full {
+                for t in taken {
+                    counted.remove(&t);
+                }
+                for t in taken_pending {
+                    pending.remove(&t);
+                }
+                return false;
             }
         }
         true
     }
 
-    /// Gives claims back (their request was not committed).
+    /// Gives claims back: their request was not committed, or (pending places) it is
+    /// done and the state machine now counts what it committed.
     pub fn release(&self, claims: &[Claim]) {
         let mut counted = self.counted.lock().unwrap_or_else(|p| p.into_inner());
-        for Claim::Count(id) in claims {
-            counted.remove(id);
+        let mut pending = self.pending_claims.lock().unwrap_or_else(|p| p.into_inner());
+        let mut recount = false;
+        for c in claims {
+            match c {
+                Claim::Count(id) => {
+                    counted.remove(id);
+                }
+                Claim::Pending(id) => recount |= pending.remove(id),
+            }
         }
+        if recount {
+            // The key it held a place for may have applied since the last count.
+            *self.pending.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        }
+    }
+
+    /// The pending keys in the state machine, counted at most once per second (a flood
+    /// of new ids signing in must not scan the keys bank once each) or after a place
+    /// was released.
+    fn counted_pending(&self) -> u64 {
+        let mut cached = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((at, n)) = *cached {
+            if at.elapsed() < PENDING_COUNT_MAX_AGE {
+                return n;
+            }
+        }
+        let n = match self.sm().count_keys(halite_storage::keys::BankState::Pending) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::error!("cannot count the pending keys: {e}");
+                0
+            }
+        };
+        *cached = Some((std::time::Instant::now(), n));
+        n
     }
 
     /// Carries out a committed request's effects.
@@ -182,23 +237,9 @@ impl View for Master {
         Admission::of(self.cfg.max_minions, counted.contains(id), counted.len())
     }
     fn pending_keys(&self) -> u64 {
-        // Counted from the state machine at most once per second (a flood of new ids
-        // signing in must not scan the keys bank once each).
-        let mut cached = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((at, n)) = *cached {
-            if at.elapsed() < PENDING_COUNT_MAX_AGE {
-                return n;
-            }
-        }
-        let n = match self.sm().count_keys(halite_storage::keys::BankState::Pending) {
-            Ok(n) => n,
-            Err(e) => {
-                tracing::error!("cannot count the pending keys: {e}");
-                0
-            }
-        };
-        *cached = Some((std::time::Instant::now(), n));
-        n
+        // The state machine's count and the places held by new pending keys in flight.
+        let held = self.pending_claims.lock().unwrap_or_else(|p| p.into_inner()).len() as u64;
+        self.counted_pending() + held
     }
     fn replayed(&self, id: &str, nonce: &str) -> bool {
         self.nonces.lock().unwrap_or_else(|p| p.into_inner()).seen(id, nonce)

@@ -42,12 +42,13 @@ fn handle(master: &Master, body: &[u8]) -> Outcome {
     if master.claim(&out.claims) {
         return out;
     }
-    // Another request took the last place meanwhile: the view now says so.
+    // Another request took the last place meanwhile (of `max_minions`, or of
+    // `halite_max_pending_keys`): the view now says so.
     let again = req::handle(master, body);
     if master.claim(&again.claims) {
         again
     } else {
-        Outcome::bad_load("max_minions: no place left", &again.cmd, &again.id)
+        Outcome::bad_load("max_minions or halite_max_pending_keys: no place left", &again.cmd, &again.id)
     }
 }
 
@@ -130,6 +131,10 @@ async fn settle(master: &Arc<Master>, body: Bytes) -> Option<(String, bool, Vec<
     }
     if !out.signed_in && !granted.is_empty() {
         master.release(&granted);
+    } else {
+        // A pending key's place is held only while its request is in flight.
+        let pending: Vec<Claim> = granted.into_iter().filter(|c| matches!(c, Claim::Pending(_))).collect();
+        master.release(&pending);
     }
     master.apply_effects(out.effects);
     for e in out.events {

@@ -128,7 +128,11 @@ impl Auth {
                 "pub": get_text(load, "pub").unwrap_or("").trim(),
             }),
         );
+        let new_pending = d.act == Act::Pend && d.records.iter().any(|r| matches!(r, Record::KeySet(k) if k.state == KeyState::Pending));
         let mut out = Outcome::reply(encode(&d.reply), "_auth", &id);
+        if new_pending && view.config().halite_max_pending_keys > 0 {
+            out.claims.push(Claim::Pending(id.clone()));
+        }
         // The records were decided from this member's read: answer from what applied.
         out.recheck = !d.records.is_empty();
         out.signed_in = d.act == Act::Accept;

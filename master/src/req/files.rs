@@ -126,9 +126,14 @@ pub fn safe_rel(path: &str) -> Option<String> {
 fn find(view: &dyn View, path: &str, saltenv: &str) -> Option<FileRef> {
     let (path, saltenv) = split_query(path, saltenv);
     let Some(rel) = safe_rel(path) else {
-        tracing::warn!(path = %path.escape_debug(), "file server: refusing an unsafe path");
+        crate::metrics::refuse(crate::metrics::Port::Request, "file request", "unsafe_path", &format_args!("file server: refusing an unsafe path {:?}", path.escape_debug().to_string()));
         return None;
     };
+    // A saltenv names a configured environment, never a path.
+    if saltenv.contains(['/', '\\', '\0']) || saltenv == ".." || saltenv == "." {
+        crate::metrics::refuse(crate::metrics::Port::Request, "file request", "unsafe_path", &format_args!("file server: refusing the saltenv {:?}", saltenv.escape_debug().to_string()));
+        return None;
+    }
     view.roots().find(TREE, saltenv, &rel)
 }
 

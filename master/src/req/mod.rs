@@ -80,6 +80,10 @@ pub struct Outcome {
 pub enum Claim {
     /// A place among the `max_minions` minions counted.
     Count(String),
+    /// A place among the `halite_max_pending_keys` pending keys, held while the new
+    /// pending key is proposed: requests in flight count against the cap, so a flood of
+    /// new ids cannot all pass the check before any of them applies.
+    Pending(String),
 }
 
 /// A change outside the log that follows a committed request.
@@ -219,7 +223,7 @@ fn handle_clear(view: &dyn View, load: &Value) -> Outcome {
         // (publish, runner, wheel, ...) and the internal ones behind CVE-2020-11651
         // (_send_pub, _prep_auth_info). Halite serves none of them to the network.
         _ => {
-            tracing::warn!(cmd = %cmd.escape_debug(), "clear command refused");
+            crate::metrics::refuse(crate::metrics::Port::Request, "clear channel", "clear_command", &format_args!("clear command {:?} refused", cmd.escape_debug().to_string()));
             Outcome::reply(encode(&Value::Map(vec![])), cmd, "")
         }
     }

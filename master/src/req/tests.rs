@@ -105,7 +105,9 @@ fn a_new_key_is_pending_and_recorded() {
     assert_eq!(get_text(&i, "nonce"), Some(NONCE));
     assert_eq!(o.events[0].tag, "salt/auth");
     assert_eq!(o.events[0].data["act"], "pend");
-    assert!(o.effects.is_empty() && o.claims.is_empty());
+    // A new pending key holds a place under halite_max_pending_keys while in flight.
+    assert!(o.effects.is_empty());
+    assert_eq!(o.claims, vec![Claim::Pending("m1".into())]);
 }
 
 /// A sign-in decided on a member that is behind: its record names the (stale) read, the
@@ -287,9 +289,9 @@ fn max_minions_claims_a_place_on_accept_and_answers_full_when_reached() {
     let o = handle(&v, &m2.auth(vec![]));
     assert_eq!(get_text(&signed_inner(&v, &o), "ret"), Some("full"));
     assert!(o.records.is_empty() && o.effects.is_empty() && o.claims.is_empty());
-    // A pending answer claims nothing.
+    // A pending answer claims no max_minions place (only a pending-key place).
     v.counted.clear();
-    assert!(handle(&v, &Minion::new("m3").auth(vec![])).claims.is_empty());
+    assert_eq!(handle(&v, &Minion::new("m3").auth(vec![])).claims, vec![Claim::Pending("m3".into())]);
 }
 
 #[test]

@@ -5,7 +5,7 @@
 //! u64 BE  counter: 0 for the connection's first frame, then +1 per frame
 //! [n]     AES-256-GCM ciphertext of:  u8 kind | u64 BE sender id | u64 BE recipient id | body
 //! [16]    GCM tag; nonce = u32 BE direction (0: initiator to responder) | u64 BE counter,
-//!         additional data = the ASCII "halite-peer-v2"
+//!         additional data = the ASCII "halite-peer-v3"
 //! ```
 //!
 //! The key is the connection's key for this direction (`handshake.rs`), so a nonce is
@@ -18,7 +18,7 @@ use openssl::symm::{decrypt_aead, encrypt_aead, Cipher};
 use super::refusal::Refused;
 use super::MAX_FRAME;
 
-const AAD: &[u8] = b"halite-peer-v2";
+const AAD: &[u8] = b"halite-peer-v3";
 /// Counter + kind + ids + tag: the smallest frame body.
 pub const MIN_BODY: usize = 8 + 17 + 16;
 

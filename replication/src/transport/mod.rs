@@ -2,9 +2,12 @@
 //! (`cluster_pool_port`).
 //!
 //! A connection carries frames one way, from the side that connected to the side that
-//! accepted. It starts with a handshake ([`handshake`]): both sides send fresh nonces and
-//! their member ids, derive this connection's keys with HKDF-SHA256 from the cluster key
-//! (a hash of `cluster_secret`), and prove to each other that they hold it. Every frame
+//! accepted. It starts with a handshake ([`handshake`]): both sides send fresh nonces,
+//! their member ids and their member public keys, derive this connection's keys with
+//! HKDF-SHA256 from the cluster key (a hash of `cluster_secret`), prove to each other that
+//! they hold it, and sign the transcript with their member keys; an id is bound to one
+//! member key ([`identity`]), so a holder of the secret cannot speak as a member whose
+//! private key it lacks. Every frame
 //! after that ([`frame`]) is sealed under the connection's key with a counter as its
 //! nonce; the receiver opens only the next counter, and only frames claiming the member
 //! id that did the handshake. So a frame captured on the wire and sent again, on its
@@ -15,6 +18,9 @@
 //! [`Limits::handshake`]; the handshake's messages have fixed sizes (no length is read
 //! from an unauthenticated peer); after it, a declared frame length is checked against
 //! [`MAX_FRAME`] before any of it is read, and the buffer grows only as bytes arrive.
+//! Authenticated inbound connections are capped too: at most [`Limits::max_per_peer`]
+//! per member id and [`Limits::max_authenticated`] in all (more are closed right after
+//! their handshake, `too_many_connections`).
 //! Writers send a keepalive frame when idle for [`Limits::keepalive`]; a reader closes a
 //! connection silent for [`Limits::idle`].
 //!
@@ -30,6 +36,8 @@
 
 mod frame;
 mod handshake;
+pub mod identity;
+mod limits;
 pub mod refusal;
 #[cfg(test)]
 mod fuzz_tests;
@@ -49,6 +57,9 @@ use raft::eraftpb::Message;
 use sha2::{Digest, Sha256};
 
 use frame::{Opener, Sealer, KIND_CONTROL, KIND_KEEPALIVE, KIND_RAFT, KIND_SNAPSHOT, MIN_BODY};
+use identity::{MemberKey, PeerKeys};
+use limits::{Authenticated, Unauthenticated};
+pub use limits::Limits;
 use refusal::{Refusals, Refused};
 
 use halite_storage::snapshot::{Snapshot, SnapshotSource};
@@ -71,25 +82,6 @@ const READ_PIECE: usize = 64 << 10;
 /// A snapshot transfer's writes may wait this long for the peer to read.
 const SNAPSHOT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The transport's resource bounds (see the module documentation).
-#[derive(Clone, Copy, Debug)]
-pub struct Limits {
-    /// Accepted connections still in their handshake, at most.
-    pub max_unauthenticated: usize,
-    /// Time allowed for a whole handshake.
-    pub handshake: Duration,
-    /// An authenticated connection silent this long is closed.
-    pub idle: Duration,
-    /// An idle writer sends a keepalive frame this often (well under `idle`).
-    pub keepalive: Duration,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits { max_unauthenticated: 64, handshake: Duration::from_secs(5), idle: Duration::from_secs(60), keepalive: Duration::from_secs(10) }
-    }
-}
-
 /// The secret every member derives from `cluster_secret`: the input of each
 /// connection's key derivation, never a key frames are sealed with.
 #[derive(Clone)]
@@ -108,6 +100,35 @@ impl ClusterKey {
     }
 }
 
+/// What a member proves itself with: the cluster key, its own member key, and the keys
+/// it knows its peers by.
+#[derive(Clone)]
+pub struct Credentials {
+    pub secret: ClusterKey,
+    pub member: Arc<MemberKey>,
+    pub peers: Arc<PeerKeys>,
+}
+
+impl Credentials {
+    pub fn new(secret: ClusterKey, member: MemberKey, peers: Arc<PeerKeys>) -> Self {
+        Credentials { secret, member: Arc::new(member), peers }
+    }
+}
+
+/// The cluster key with this process's ephemeral member key (made once, kept in memory
+/// only) and no peer bound in advance: for tests and tools that keep no identity on
+/// disk. Every transport of the process presents the same key, so one restarted in the
+/// same process (same id) is still the member its peers bound. A master uses
+/// [`Credentials::new`] with its own key from disk.
+impl From<ClusterKey> for Credentials {
+    fn from(secret: ClusterKey) -> Self {
+        static PROCESS_KEY: std::sync::OnceLock<Arc<MemberKey>> = std::sync::OnceLock::new();
+        // Generating an Ed25519 key reads the system RNG; it does not fail in practice.
+        let member = PROCESS_KEY.get_or_init(|| Arc::new(MemberKey::generate().unwrap_or_else(|e| panic!("cannot generate a member key: {e}")))).clone();
+        Credentials { secret, member, peers: Arc::default() }
+    }
+}
+
 /// Where control messages go: the sender's id (the member id its connection proved) and
 /// the bytes.
 pub type ControlHandler = Arc<dyn Fn(u64, Vec<u8>) + Send + Sync>;
@@ -122,19 +143,21 @@ type Snapshots = Arc<Mutex<Option<Arc<dyn SnapshotInbox>>>>;
 #[derive(Clone)]
 struct Inbound {
     me: u64,
-    key: ClusterKey,
+    key: Credentials,
     deliver: Deliver,
     control: Arc<Mutex<Option<ControlHandler>>>,
     snapshots: Snapshots,
     stopped: Arc<AtomicBool>,
     refusals: Arc<Refusals>,
     limits: Limits,
+    /// Authenticated inbound connections, per member id.
+    open: Arc<Mutex<HashMap<u64, usize>>>,
 }
 
 /// Sends raft messages to peers and receives theirs.
 pub struct TcpTransport {
     id: u64,
-    key: ClusterKey,
+    key: Credentials,
     peers: Mutex<HashMap<u64, SyncSender<Vec<u8>>>>,
     addrs: Mutex<HashMap<u64, SocketAddr>>,
     /// Where to connect instead of a peer's own address ([`TcpTransport::dial_via`]).
@@ -149,38 +172,31 @@ pub struct TcpTransport {
     listening: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
-/// Decrements the count of connections in their handshake when dropped.
-struct Unauthenticated(Arc<AtomicUsize>);
-
-impl Drop for Unauthenticated {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
 impl TcpTransport {
     /// Binds `listen` and starts accepting peers' frames for node `id`, handing each
     /// message to `deliver`. `peers` maps the other nodes' ids to their addresses.
-    pub fn start(id: u64, listen: SocketAddr, peers: HashMap<u64, SocketAddr>, key: ClusterKey, deliver: Deliver) -> std::io::Result<Arc<Self>> {
+    pub fn start(id: u64, listen: SocketAddr, peers: HashMap<u64, SocketAddr>, key: impl Into<Credentials>, deliver: Deliver) -> std::io::Result<Arc<Self>> {
         Self::start_with(id, listen, peers, key, deliver, Limits::default())
     }
 
     /// [`TcpTransport::start`] with other bounds.
-    pub fn start_with(id: u64, listen: SocketAddr, peers: HashMap<u64, SocketAddr>, key: ClusterKey, deliver: Deliver, limits: Limits) -> std::io::Result<Arc<Self>> {
+    pub fn start_with(id: u64, listen: SocketAddr, peers: HashMap<u64, SocketAddr>, key: impl Into<Credentials>, deliver: Deliver, limits: Limits) -> std::io::Result<Arc<Self>> {
+        let key: Credentials = key.into();
         let listener = TcpListener::bind(listen)?;
         let local = listener.local_addr()?;
         let stopped = Arc::new(AtomicBool::new(false));
         let control: Arc<Mutex<Option<ControlHandler>>> = Arc::new(Mutex::new(None));
         let refusals = Arc::new(Refusals::default());
         let snapshots: Snapshots = Arc::new(Mutex::new(None));
-        let inbound = Inbound { me: id, key: key.clone(), deliver, control: control.clone(), snapshots: snapshots.clone(), stopped: stopped.clone(), refusals: refusals.clone(), limits };
+        let inbound = Inbound { me: id, key: key.clone(), deliver, control: control.clone(), snapshots: snapshots.clone(), stopped: stopped.clone(), refusals: refusals.clone(), limits, open: Arc::default() };
         let listening = std::thread::Builder::new().name(format!("raft-listen-{id}")).spawn(move || accept(listener, inbound))?;
         Ok(Arc::new(TcpTransport { id, key, peers: Mutex::new(HashMap::new()), addrs: Mutex::new(peers), via: Mutex::new(HashMap::new()), local, stopped, control, snapshots, refusals, limits, listening: Mutex::new(Some(listening)) }))
     }
 
     /// How many connections or frames this transport refused for `reason` (a word such
     /// as `bad_proof`, `replayed`, `sender_mismatch`, `too_many_unauthenticated`,
-    /// `handshake_timeout`, `frame_too_large`).
+    /// `handshake_timeout`, `frame_too_large`, `bad_signature`, `peer_key_mismatch`,
+    /// `too_many_connections`).
     pub fn refused(&self, reason: &str) -> u64 {
         self.refusals.count(reason)
     }
@@ -219,15 +235,20 @@ impl TcpTransport {
             return;
         };
         let addr = self.route(addr);
-        let (key, me, limits) = (self.key.clone(), self.id, self.limits);
+        let (key, me, limits, refusals) = (self.key.clone(), self.id, self.limits, self.refusals.clone());
         let spawned = std::thread::Builder::new().name(format!("raft-snap-{me}-{to}")).spawn(move || {
             let started = Instant::now();
             let r = stream_snapshot(&key, me, to, addr, limits, &snap, &msg);
             match &r {
                 Ok(bytes) => tracing::info!(to, index = snap.index(), bytes, ms = started.elapsed().as_millis() as u64, "snapshot sent"),
-                Err(e) => tracing::warn!(to, index = snap.index(), "snapshot transfer failed: {e}"),
+                Err(e) => {
+                    tracing::warn!(to, index = snap.index(), "snapshot transfer failed: {}", e.detail);
+                    // Counted like every refusal on the cluster port (a handshake
+                    // refusal keeps its own reason).
+                    refusals.refuse(&addr.to_string(), e);
+                }
             }
-            done(r.map(|_| ()));
+            done(r.map(|_| ()).map_err(|e| e.detail));
         });
         if let Err(e) = spawned {
             tracing::error!(to, "cannot start a snapshot transfer thread: {e}");
@@ -253,6 +274,37 @@ impl TcpTransport {
             if let Err(r) = sent {
                 refusals.refuse(&addr.to_string(), &r);
                 tracing::debug!(%addr, "control message not delivered: {}", r.detail);
+            }
+        });
+    }
+
+    /// Opens a connection to every peer whose address this transport knows, for the
+    /// handshake alone, so that both sides bind each other's member key now rather than
+    /// at their first raft message (two followers may never exchange one; an id left
+    /// unbound is bound by whoever signs in under it first). Failures are counted and
+    /// logged like any refusal; nothing is retried (a later connection binds as well).
+    pub fn introduce(&self) {
+        let addrs: Vec<(u64, SocketAddr)> = self.addrs.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(id, a)| (*id, *a)).collect();
+        for (id, addr) in addrs {
+            self.introduce_to(id, addr);
+        }
+    }
+
+    /// [`TcpTransport::introduce`] to one peer, on a thread of its own.
+    fn introduce_to(&self, to: u64, addr: SocketAddr) {
+        if addr == self.local {
+            // An earlier incarnation of this member, at its own address.
+            return;
+        }
+        let addr = self.route(addr);
+        let (me, key, refusals, limits) = (self.id, self.key.clone(), self.refusals.clone(), self.limits);
+        let _ = std::thread::Builder::new().name("raft-introduce".into()).spawn(move || {
+            let done = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(|e| Refused::new("io", e)).and_then(|mut s| {
+                let _ = s.set_write_timeout(Some(WRITE_TIMEOUT));
+                handshake::initiate(&mut s, &key, me, to, Instant::now() + limits.handshake).map(|_| ())
+            });
+            if let Err(r) = done {
+                refusals.refuse(&addr.to_string(), &r);
             }
         });
     }
@@ -352,6 +404,10 @@ fn read_peer(mut stream: TcpStream, source: String, pending: Unauthenticated, in
         Err(r) => return inb.refusals.refuse(&source, &r),
     };
     drop(pending);
+    let _counted = match Authenticated::admit(&inb.open, peer, &inb.limits) {
+        Ok(c) => c,
+        Err(r) => return inb.refusals.refuse(&source, &r),
+    };
     if let Err(r) = stream.set_read_timeout(Some(inb.limits.idle)) {
         return inb.refusals.refuse(&source, &Refused::new("io", r));
     }
@@ -430,7 +486,7 @@ struct Outbound {
     me: u64,
     to: u64,
     addr: SocketAddr,
-    key: ClusterKey,
+    key: Credentials,
     refusals: Arc<Refusals>,
     limits: Limits,
 }
@@ -487,12 +543,18 @@ fn write_peer(out: Outbound, rx: Receiver<Vec<u8>>) {
 }
 
 /// Writes one snapshot transfer to `addr` on a connection of its own: the handshake,
-/// then begin, chunks, end. Returns the file bytes sent.
-fn stream_snapshot(key: &ClusterKey, me: u64, to: u64, addr: SocketAddr, limits: Limits, snap: &Snapshot, msg: &Message) -> Result<u64, String> {
-    let mut s = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(|e| format!("connecting to {addr}: {e}"))?;
+/// then begin, chunks, end. Returns the file bytes sent; a failure is a refusal to count
+/// (the handshake's own, or `snapshot_send_failed`).
+fn stream_snapshot(key: &Credentials, me: u64, to: u64, addr: SocketAddr, limits: Limits, snap: &Snapshot, msg: &Message) -> Result<u64, Refused> {
+    let mut s = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(|e| Refused::new("snapshot_send_failed", format!("connecting to {addr}: {e}")))?;
     let _ = s.set_nodelay(true);
-    s.set_write_timeout(Some(SNAPSHOT_WRITE_TIMEOUT)).map_err(|e| e.to_string())?;
-    let mut sealer = handshake::initiate(&mut s, key, me, to, Instant::now() + limits.handshake).map_err(|r| r.detail)?;
+    s.set_write_timeout(Some(SNAPSHOT_WRITE_TIMEOUT)).map_err(|e| Refused::new("snapshot_send_failed", e))?;
+    let sealer = handshake::initiate(&mut s, key, me, to, Instant::now() + limits.handshake)?;
+    stream_parts(s, sealer, me, to, addr, snap, msg).map_err(|e| Refused::new("snapshot_send_failed", e))
+}
+
+/// The parts of one snapshot transfer, on an authenticated connection.
+fn stream_parts(mut s: TcpStream, mut sealer: Sealer, me: u64, to: u64, addr: SocketAddr, snap: &Snapshot, msg: &Message) -> Result<u64, String> {
     let mut transfer = [0u8; 8];
     openssl::rand::rand_bytes(&mut transfer).map_err(|e| e.to_string())?;
     let transfer = u64::from_be_bytes(transfer);
@@ -556,6 +618,9 @@ impl Outbox for TcpTransport {
             // A new address gets a new connection.
             self.peers.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
             tracing::info!(peer = id, ?addr, "raft peer address");
+            if let Some(a) = addr {
+                self.introduce_to(id, a);
+            }
         }
     }
 }

@@ -1,5 +1,6 @@
 //! `salt-run`: runners. Through the running master's admin socket: `jobs.list_jobs`,
-//! `jobs.lookup_jid JID`, `manage.up`, `manage.down`, `manage.status`, `cluster.members`.
+//! `jobs.lookup_jid JID`, `manage.up`, `manage.down`, `manage.status`, `cluster.members`,
+//! `cluster.digest` (this master's state digest and applied index).
 //! `pki.migrate_to_mmap` goes through the running master's log, or, with the master
 //! stopped, through the data dir directly (as do `jobs.*` and `cluster.members`).
 
@@ -87,6 +88,10 @@ fn real_main(a: Args) -> Result<()> {
             }
             None => offline_runner(&cfg, &a.fun, if a.fun == "jobs.lookup_jid" { Some(jid()?) } else { None })?,
         },
+        "cluster.digest" => {
+            let c = admin.as_mut().ok_or_else(|| Failure::new("cluster.digest: the master is not running (halite-ctl verify prints a stopped master's digest)", 1))?;
+            c.call(&json!({ "cmd": "runner", "fun": "cluster.digest" }))?["return"].clone()
+        }
         "cluster.remove_member" => {
             let c = admin.as_mut().ok_or_else(|| Failure::new("cluster.remove_member: the master is not running", 1))?;
             let name = kwargs.get("name").cloned().or_else(|| positional.first().cloned()).ok_or_else(|| Failure::new("cluster.remove_member needs the member's name", 2))?;

@@ -15,6 +15,9 @@ mod compaction;
 mod keys;
 mod recovery;
 
+// One master, and a cluster: the black-box attack suite.
+mod attacks;
+
 // One master.
 mod files_pillar;
 mod hostile;

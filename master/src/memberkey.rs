@@ -1,0 +1,176 @@
+//! A cluster member's own identity: its member key pair, and the keys it knows its
+//! founding peers by (`halite_replication::transport::identity` explains the handshake
+//! that uses them).
+//!
+//! - `<pki_dir>/member.pem`: this member's private key (Ed25519, PKCS#8 PEM, mode 0600),
+//!   made at the first start in cluster mode and never replicated. It is not Salt's
+//!   `master.pem`: in a cluster the key view and the import of a Salt tree treat
+//!   `master.pem` as the master key pair of the bank, and a member's identity must stay
+//!   its own.
+//! - `<cluster_pki_dir>/peers/<name>.pub`: each member's public key (SubjectPublicKeyInfo
+//!   PEM), named as Salt names them (the member's `interface`, as `cluster_peers` lists
+//!   it). A member writes its own at start, and refuses to start if the file holds
+//!   another key (Salt's rule: remove it to continue). At start it binds each founding
+//!   peer's raft id to the key its file holds, so with a shared `cluster_pki_dir`, or
+//!   files an operator distributed, no first handshake is trusted. A founding peer's key
+//!   learned from its first handshake is written to its file if there is none (Salt
+//!   writes remote peers' files the same way, only if absent).
+//!
+//! A member without a file for a peer binds that peer's id to the first key that
+//! completes a handshake under it (proving `cluster_secret` and signing with the key);
+//! that is how a member that joined later, or a new incarnation of a wiped member (a new
+//! raft id), becomes known.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use halite_replication::transport::identity::{public_from_pem, public_to_pem, MemberKey, PeerKeys};
+use halite_replication::{ClusterPlan, Credentials, NodeError};
+
+use crate::config::MasterConfig;
+
+/// Largest key file read (a PEM key is a few hundred bytes).
+const MAX_KEY_FILE: u64 = 64 << 10;
+
+fn refused(what: impl std::fmt::Display) -> NodeError {
+    NodeError::Refused(what.to_string())
+}
+
+/// Reads a key file of at most [`MAX_KEY_FILE`] bytes (`None`: absent).
+fn read_small(path: &Path) -> Result<Option<Vec<u8>>, NodeError> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.len() > MAX_KEY_FILE => Err(refused(format!("{}: {} bytes, not a key file (over {MAX_KEY_FILE})", path.display(), m.len()))),
+        Ok(_) => std::fs::read(path).map(Some).map_err(|e| refused(format!("reading {}: {e}", path.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(refused(format!("reading {}: {e}", path.display()))),
+    }
+}
+
+/// Writes `bytes` to `path` through a temporary file created with `mode` (never wider
+/// first), synced, then renamed into place.
+fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<(), NodeError> {
+    let io = |e: std::io::Error| refused(format!("writing {}: {e}", path.display()));
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io)?;
+    }
+    let tmp = path.with_extension("tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp).map_err(io)?;
+    f.write_all(bytes).and_then(|_| f.sync_all()).map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)
+}
+
+/// Where this member's private key is.
+pub fn key_path(cfg: &MasterConfig) -> PathBuf {
+    cfg.pki_dir.join("member.pem")
+}
+
+/// Where member `name`'s public key is.
+pub fn peer_path(cfg: &MasterConfig, name: &str) -> PathBuf {
+    cfg.keys_dir().join("peers").join(format!("{name}.pub"))
+}
+
+/// This member's key pair: read from [`key_path`], or made and written there.
+pub fn member_key(cfg: &MasterConfig) -> Result<MemberKey, NodeError> {
+    let path = key_path(cfg);
+    if let Some(pem) = read_small(&path)? {
+        return MemberKey::from_pem(&pem).map_err(|e| refused(format!("{}: {e}", path.display())));
+    }
+    let key = MemberKey::generate().map_err(refused)?;
+    write_new(&path, &key.to_pem().map_err(refused)?, 0o600)?;
+    tracing::info!(path = %path.display(), "made this member's key pair");
+    Ok(key)
+}
+
+/// The credentials this member's transport proves itself with: `cluster_secret`'s key,
+/// its member key, and its founding peers' keys from the peers directory. Writes its own
+/// `peers/<name>.pub` (refusing to start if the file holds another key).
+pub fn credentials(cfg: &MasterConfig, plan: &ClusterPlan) -> Result<Credentials, NodeError> {
+    let key = member_key(cfg)?;
+    let own = peer_path(cfg, &cfg.interface);
+    match read_small(&own)? {
+        Some(pem) => match public_from_pem(&pem) {
+            Ok(k) if k == key.public() => {}
+            _ => {
+                return Err(refused(format!(
+                    "{} does not hold this member's public key (the one of {}): remove it to continue",
+                    own.display(),
+                    key_path(cfg).display()
+                )))
+            }
+        },
+        None => write_new(&own, &key.public_pem().map_err(refused)?, 0o644)?,
+    }
+    let peers = Arc::new(PeerKeys::default());
+    for (id, name) in &plan.names {
+        if *id == plan.me {
+            continue;
+        }
+        let path = peer_path(cfg, name);
+        match read_small(&path) {
+            Ok(Some(pem)) => match public_from_pem(&pem) {
+                Ok(k) => peers.pin(*id, k),
+                Err(e) => tracing::warn!(path = %path.display(), "not a member public key, not used: {e}"),
+            },
+            Ok(None) => {}
+            Err(e) => tracing::warn!("{e}"),
+        }
+    }
+    // A founding peer's key first learned from its handshake goes to its file, if absent.
+    let names = plan.names.clone();
+    let dir = cfg.keys_dir().join("peers");
+    peers.on_learned(Arc::new(move |id, public| {
+        let Some(name) = names.get(&id) else { return };
+        let path = dir.join(format!("{name}.pub"));
+        if path.exists() {
+            return;
+        }
+        match public_to_pem(public).map_err(refused).and_then(|pem| write_new(&path, &pem, 0o644)) {
+            Ok(()) => tracing::info!(member = %name, path = %path.display(), "peer member key recorded"),
+            Err(e) => tracing::warn!(member = %name, "peer member key not recorded: {e}"),
+        }
+    }));
+    Ok(Credentials::new(plan.key.clone(), key, peers))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn config(dir: &Path) -> MasterConfig {
+        let d = dir.display();
+        let text = format!(
+            "id: 127.0.0.1\ninterface: 127.0.0.1\ncluster_id: t\ncluster_secret: s\ncluster_peers: [127.0.0.2]\n\
+             pki_dir: {d}/pki\ncluster_pki_dir: {d}/cpki\nhalite_data_dir: {d}/data\ncachedir: {d}/cache\n"
+        );
+        std::fs::write(dir.join("master"), text).unwrap();
+        MasterConfig::load(dir).unwrap()
+    }
+
+    #[test]
+    fn a_member_keeps_its_key_publishes_it_pins_its_peers_files_and_refuses_another_own_file() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = config(d.path());
+        let plan = crate::start::cluster_plan(&cfg).unwrap().unwrap();
+        // The peer's public key is in the peers dir before this member first starts.
+        let peer = MemberKey::generate().unwrap();
+        std::fs::create_dir_all(cfg.keys_dir().join("peers")).unwrap();
+        std::fs::write(peer_path(&cfg, "127.0.0.2"), peer.public_pem().unwrap()).unwrap();
+
+        let first = credentials(&cfg, &plan).unwrap();
+        assert_eq!(std::fs::metadata(key_path(&cfg)).unwrap().permissions().mode() & 0o777, 0o600);
+        let own = public_from_pem(&std::fs::read(peer_path(&cfg, "127.0.0.1")).unwrap()).unwrap();
+        assert_eq!(own, first.member.public(), "its own peers file holds its public key");
+        assert_eq!(first.peers.bound(halite_replication::member_id("127.0.0.2")), Some(peer.public()), "the peer is pinned from its file");
+        // Started again: the same key.
+        assert_eq!(credentials(&cfg, &plan).unwrap().member.public(), first.member.public());
+        // Its own peers file holding another key: it refuses to start.
+        std::fs::write(peer_path(&cfg, "127.0.0.1"), peer.public_pem().unwrap()).unwrap();
+        let refused = credentials(&cfg, &plan).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(refused.contains("remove it to continue"), "{refused}");
+    }
+}

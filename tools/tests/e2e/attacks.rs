@@ -1,0 +1,384 @@
+//! The black-box attack suite: what an attacker sends to a running lone master and to a
+//! running three-member cluster, on every port, as bytes (and, for the cluster port, as
+//! a holder of `cluster_secret` without any member's key). After the attacks every
+//! member's state digest (`salt-run cluster.digest`, `StateMachine::digest`) is what it
+//! was before, every refusal is counted in the member's `/metrics`, and a real
+//! salt-minion 3008.5 is still served (`test.ping`).
+//!
+//! The lone master: the huge-frame header on the request, publish and health ports,
+//! truncated frames, slowloris connections on all three, the clear commands of
+//! CVE-2020-11651 (`_prep_auth_info`, `_send_pub`, `wheel`, `runner`, `publish`), the
+//! path traversals of CVE-2020-11652 (`../` in `path` and in `saltenv`, from a minion
+//! that signed in), and `_auth` from 10,000 new ids (bounded by
+//! `halite_max_pending_keys`: only that many pending keys are stored, memory stays
+//! bounded).
+//!
+//! The cluster: garbage and silence on the cluster port, slowloris past the
+//! unauthenticated-connection cap, a peer that holds the secret and speaks under another
+//! member's id (a vote for a far higher term, a heartbeat, a join), and a real member's
+//! bytes captured through a recording proxy and replayed later on a new connection.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::Command;
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use halite_replication::{member_id, ClusterKey, TcpTransport};
+use raft::eraftpb::{Message, MessageType};
+use serde_json::json;
+
+use crate::support::*;
+
+/// A ZMTP 3.0 greeting with the NULL mechanism.
+fn greeting() -> Vec<u8> {
+    let mut g = vec![0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0x7f, 3, 0];
+    g.extend_from_slice(b"NULL");
+    g.resize(64, 0);
+    g
+}
+
+/// A long ZMTP frame header declaring `len` bytes.
+fn long_header(flags: u8, len: u64) -> Vec<u8> {
+    let mut h = vec![flags | 0x02];
+    h.extend_from_slice(&len.to_be_bytes());
+    h
+}
+
+/// Sends `bytes` on a new connection to `ip:port` (optionally half-closing after) and
+/// reads until the master closes it; fails the test if it stays open.
+fn expect_closed(ip: &str, port: u16, bytes: &[u8], half_close: bool) {
+    let mut s = TcpStream::connect((ip, port)).unwrap_or_else(|e| panic!("connect {ip}:{port}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
+    let _ = s.write_all(bytes);
+    if half_close {
+        let _ = s.shutdown(std::net::Shutdown::Write);
+    }
+    let mut got = Vec::new();
+    match s.read_to_end(&mut got) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("{ip}:{port} kept a connection open after {:02x?}: {e}", &bytes[..bytes.len().min(16)]),
+    }
+}
+
+/// The huge-frame header and truncated frames on a ZMTP port.
+fn zmtp_attacks(ip: &str, port: u16) {
+    for header in [long_header(0, 1 << 40), long_header(0x04, 1 << 40), long_header(0x01, u64::MAX)] {
+        expect_closed(ip, port, &[greeting(), header].concat(), false);
+    }
+    let mut truncated = long_header(0x04, 1000);
+    truncated.extend_from_slice(&[0x41; 10]);
+    expect_closed(ip, port, &[greeting(), truncated].concat(), true);
+    expect_closed(ip, port, &[greeting(), vec![0x02, 0, 0, 0]].concat(), true);
+}
+
+/// The health port's equivalent: a request head that never ends (1 MiB, no blank line)
+/// and one that is not HTTP.
+fn health_attacks(ip: &str, port: u16) {
+    expect_closed(ip, port, &vec![b'A'; 1 << 20], false);
+    expect_closed(ip, port, &[0xff; 64], true);
+}
+
+/// Opens `n` connections to each of `ports` and sends one byte a second on each until
+/// the other side closes it. Returns how many were closed by the master (all of them,
+/// or the thread never ends; the test then fails on its own bound).
+fn slowloris(ip: &str, ports: &[u16], n: usize) -> std::thread::JoinHandle<usize> {
+    let conns: Vec<TcpStream> = ports.iter().flat_map(|p| (0..n).filter_map(move |_| TcpStream::connect((ip, *p)).ok())).collect();
+    std::thread::spawn(move || {
+        let mut open = conns;
+        let mut closed = 0;
+        for _ in 0..120 {
+            if open.is_empty() {
+                break;
+            }
+            open.retain_mut(|c| {
+                if c.write_all(b"\x01").is_err() {
+                    closed += 1;
+                    return false;
+                }
+                true
+            });
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        assert!(open.is_empty(), "{} slow connections were kept open for two minutes", open.len());
+        closed
+    })
+}
+
+/// One HTTP/1.0 GET; the body.
+fn http_get(ip: &str, port: u16, path: &str) -> String {
+    let mut s = TcpStream::connect((ip, port)).expect("connect to the health port");
+    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes()).expect("send");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("read");
+    out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default()
+}
+
+/// `halite_refused_total{port,reason}` on a member's `/metrics` (0 if absent).
+fn refused(env: &Env, health: u16, port: &str, reason: &str) -> f64 {
+    let line = format!("halite_refused_total{{port=\"{port}\",reason=\"{reason}\"}} ");
+    http_get(&env.ip, health, "/metrics").lines().find_map(|l| l.strip_prefix(&line).and_then(|v| v.trim().parse().ok())).unwrap_or(0.0)
+}
+
+fn wait_counted(env: &Env, health: u16, port: &str, reason: &str, at_least: f64) {
+    wait_for(&format!("{at_least} refusal(s) {port}/{reason} counted on {}", env.ip), 90, || refused(env, health, port, reason) >= at_least);
+}
+
+/// This member's state digest and applied index (`salt-run cluster.digest`).
+fn digest(env: &Env) -> String {
+    let d = env.runner(&["cluster.digest"]);
+    d["digest"].as_str().unwrap_or_else(|| panic!("no digest from {}: {d}", env.ip)).to_string()
+}
+
+/// Runs `body` in the reference venv's Python (zmq, msgpack) and returns its stdout.
+fn python(body: &str) -> String {
+    let o = run(Command::new(reference_venv().join("bin/python")).arg("-c").arg(body), Duration::from_secs(300));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+/// The clear commands behind CVE-2020-11651, each with a load that would delete every
+/// key, sent to `ip:ret`: each must be answered with an empty map.
+fn cve_2020_11651(ip: &str, ret: u16) {
+    let out = python(&format!(
+        r#"
+import zmq, msgpack
+ctx = zmq.Context()
+for cmd in ["_prep_auth_info", "_send_pub", "wheel", "runner", "publish"]:
+    s = ctx.socket(zmq.REQ); s.setsockopt(zmq.LINGER, 0); s.setsockopt(zmq.RCVTIMEO, 10000)
+    s.connect("tcp://{ip}:{ret}")
+    s.send(msgpack.packb({{"enc": "clear", "load": {{"cmd": cmd, "fun": "key.delete", "match": "*", "tgt": "*", "arg": ["id"]}}, "version": 3}}))
+    r = msgpack.unpackb(s.recv(), raw=False, strict_map_key=False)
+    assert r == {{}}, (cmd, r)
+print("answered empty")
+"#
+    ));
+    assert!(out.contains("answered empty"), "{out}");
+}
+
+/// Member `i`'s raft id (founding members: the id of their address).
+fn id_of(c: &Cluster, i: usize) -> u64 {
+    member_id(&c.envs[i].ip)
+}
+
+#[test]
+fn attacks_on_a_lone_master_change_nothing_and_are_counted() {
+    let health = port_free_on(&loopback(1).iter().map(String::as_str).collect::<Vec<_>>());
+    let cap = 50;
+    let s = Served::start(Accept::Operator, &format!("halite_health_port: {health}\nhalite_max_pending_keys: {cap}\n"), "");
+    let env = &s.env;
+    // A minion of the attacker's, signed in and accepted: it may ask for files.
+    let key_pem = halite_master::wire::crypto::PrivateKey::generate(2048).expect("key").to_pem().expect("pem");
+    let me = || Identity::new("intruder".into(), halite_master::wire::crypto::PrivateKey::from_pem(&key_pem).expect("key")).expect("identity");
+    assert!(WireMinion::try_sign_in_with(&env.ip, env.ret, me(), None).is_err(), "pending first");
+    env.ok(SALT_KEY, &["-a", "intruder", "-y"]);
+    let intruder = WireMinion::sign_in_with(&env.ip, env.ret, me());
+    let before = digest(env);
+
+    let slow = slowloris(&env.ip, &[env.ret, env.publish, health], 20);
+    for port in [env.ret, env.publish] {
+        zmtp_attacks(&env.ip, port);
+    }
+    health_attacks(&env.ip, health);
+    cve_2020_11651(&env.ip, env.ret);
+    // CVE-2020-11652: out of the roots through `path` and through `saltenv`.
+    use rmpv::Value as V;
+    for (cmd, path, saltenv) in [
+        ("_serve_file", "../../../../../etc/passwd", "base"),
+        ("_serve_file", "salt://../../etc/shadow", "base"),
+        ("_file_find", "/etc/passwd", "base"),
+        ("_file_hash", "passwd", "../../../../etc"),
+        ("_file_hash_and_stat", "etc/passwd", "../.."),
+    ] {
+        let r = intruder.ask(load(&[("cmd", V::from(cmd)), ("path", V::from(path)), ("saltenv", V::from(saltenv)), ("loc", V::from(0))]));
+        let text = match r {
+            AesReply::Value(v) => v.to_string(),
+            AesReply::BadLoad => "bad load".to_string(),
+        };
+        assert!(!text.contains("root:") && !text.contains("hsum"), "{cmd} {path} {saltenv}: {text}");
+    }
+    assert_eq!(slow.join().expect("slowloris"), 60, "every slow connection was closed by the master");
+    wait_counted(env, health, "request", "message_too_large", 3.0);
+    wait_counted(env, health, "publish", "message_too_large", 3.0);
+    wait_counted(env, health, "request", "handshake_timeout", 20.0);
+    wait_counted(env, health, "health", "timeout", 20.0);
+    wait_counted(env, health, "request", "clear_command", 5.0);
+    wait_counted(env, health, "request", "unsafe_path", 5.0);
+    assert_eq!(digest(env), before, "the attacks changed nothing stored");
+
+    // 10,000 new ids sign in at once (one pipelined stream of `_auth`): the first `cap`
+    // are pending, the rest answered "full"; nothing else is stored.
+    let rss = || std::fs::read_to_string(format!("/proc/{}/status", s.master.pid())).ok().and_then(|t| t.lines().find_map(|l| l.strip_prefix("VmRSS:").and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok()))).unwrap_or(0);
+    let rss_before = rss();
+    let pub_path = env.root.join("ghost.pub");
+    std::fs::write(&pub_path, halite_master::wire::crypto::PrivateKey::generate(2048).expect("key").public_pem().expect("pem")).expect("ghost.pub");
+    let out = python(&format!(
+        r#"
+import zmq, msgpack, collections
+pub = open("{pub_path}").read()
+s = zmq.Context().socket(zmq.DEALER); s.setsockopt(zmq.LINGER, 0); s.setsockopt(zmq.RCVTIMEO, 120000)
+s.setsockopt(zmq.SNDHWM, 0); s.setsockopt(zmq.RCVHWM, 0)
+s.connect("tcp://{ip}:{ret}")
+n = 10000
+for i in range(n):
+    s.send_multipart([b"", msgpack.packb({{"enc": "clear", "load": {{"cmd": "_auth", "id": "ghost-%05d" % i, "pub": pub, "nonce": "%032d" % i,
+        "enc_algo": "OAEP-SHA1", "sig_algo": "PKCS1v15-SHA1"}}, "version": 3}})])
+seen = collections.Counter()
+for i in range(n):
+    r = msgpack.unpackb(s.recv_multipart()[-1], raw=False, strict_map_key=False)
+    ret = msgpack.unpackb(r["load"], raw=False)["ret"] if isinstance(r, dict) and "load" in r else r
+    seen[str(ret)] += 1
+print("answers", dict(seen))
+"#,
+        pub_path = pub_path.display(),
+        ip = env.ip,
+        ret = env.ret
+    ));
+    let pending = env.ids("minions_pre");
+    assert_eq!(pending.len(), cap, "exactly halite_max_pending_keys ids are pending: {out}");
+    assert!(pending.iter().all(|p| p.starts_with("ghost-")), "{pending:?}");
+    assert_eq!(env.ids("minions"), ["intruder", MINION]);
+    assert!(out.contains(&format!("'full': {}", 10_000 - cap)), "the rest were answered full: {out}");
+    wait_counted(env, health, "request", "pending_keys_cap", 1.0);
+    let grown_mb = rss().saturating_sub(rss_before) / 1024;
+    eprintln!("10k _auth: {out} master RSS {} MiB -> {} MiB", rss_before / 1024, rss() / 1024);
+    assert!(grown_mb < 256, "the master grew by {grown_mb} MiB for 10,000 unauthenticated ids");
+    assert!(ping_via(env, MINION, 30), "the real minion is still served");
+}
+
+/// Forwards one connection from its own port to `to`, recording what the connecting side
+/// sent.
+fn recording_proxy(ip: &str, to: SocketAddr) -> (SocketAddr, mpsc::Receiver<Vec<u8>>) {
+    let l = TcpListener::bind((ip, 0)).expect("proxy");
+    let at = l.local_addr().expect("addr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let Ok((mut client, _)) = l.accept() else { return };
+        let Ok(mut server) = TcpStream::connect(to) else { return };
+        let (Ok(mut c2), Ok(mut s2)) = (client.try_clone(), server.try_clone()) else { return };
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut s2, &mut c2);
+            let _ = c2.shutdown(std::net::Shutdown::Both);
+        });
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        let _ = client.set_read_timeout(Some(Duration::from_secs(5)));
+        while let Ok(n) = client.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            seen.extend_from_slice(&buf[..n]);
+            let _ = server.write_all(&buf[..n]);
+        }
+        let _ = tx.send(seen);
+    });
+    (at, rx)
+}
+
+/// A raft message from `from` to `to`.
+fn raft(kind: MessageType, from: u64, to: u64, term: u64) -> Message {
+    let mut m = Message::default();
+    m.set_msg_type(kind);
+    m.from = from;
+    m.to = to;
+    m.term = term;
+    m
+}
+
+#[test]
+fn attacks_on_a_three_member_cluster_change_nothing_and_are_counted() {
+    let health = port_free_on(&loopback(1).iter().map(String::as_str).collect::<Vec<_>>());
+    let c = crate::cluster::founding(3, "attack-test", &format!("halite_health_port: {health}\n"));
+    let pool: u16 = std::fs::read_to_string(c.envs[0].root.join("conf/master")).expect("conf").lines().find_map(|l| l.strip_prefix("cluster_pool_port: ")?.trim().parse().ok()).expect("pool port");
+    // A real minion signed in to member 0, accepted through member 1.
+    let env0 = &c.envs[0];
+    let mut minion = start_minion(&env0.root, MINION, &format!("master: {}\nmaster_port: {}\n", env0.ip, env0.ret));
+    wait_for("the minion's key pending", 90, || c.envs[1].ids("minions_pre") == [MINION]);
+    c.envs[1].ok(SALT_KEY, &["-a", MINION, "-y"]);
+    wait_minion_ready(&env0.root, MINION, 1, 90);
+    wait_ping(env0, MINION, 90);
+    let settled = || {
+        let mut d = Vec::new();
+        wait_for("every member at the same digest", 60, || {
+            d = c.envs.iter().map(digest).collect();
+            d.iter().all(|x| x == &d[0])
+        });
+        d
+    };
+    let before = settled();
+    let term = members(env0)["term"].clone();
+
+    // Garbage and a truncated hello on every member's cluster port; then slowloris past
+    // the cap of 64 connections in their handshake on member 2 (while it lasts, member 2
+    // takes no new connection, from members either: 5 s, the handshake timeout).
+    for env in &c.envs {
+        expect_closed(&env.ip, pool, &[0xff; 76], false);
+        expect_closed(&env.ip, pool, b"HLP3\0\0\0\0\0\0\0\x07", true);
+    }
+    let slow = slowloris(&c.envs[2].ip, &[pool], 70);
+    for port in [env0.ret, env0.publish] {
+        zmtp_attacks(&env0.ip, port);
+    }
+    health_attacks(&env0.ip, health);
+    cve_2020_11651(&env0.ip, env0.ret);
+    assert_eq!(slow.join().expect("slowloris"), 70, "every slow connection was closed");
+    wait_counted(&c.envs[2], health, "cluster", "too_many_unauthenticated", 6.0);
+    wait_counted(&c.envs[2], health, "cluster", "handshake_timeout", 64.0);
+
+    // A holder of the secret speaks as member 1 to member 0 (its own key, not member 1's):
+    // a vote request for a far higher term, a heartbeat, a join.
+    let (id0, id1) = (id_of(&c, 0), id_of(&c, 1));
+    let addr = |i: usize| -> SocketAddr { format!("{}:{pool}", c.envs[i].ip).parse().expect("addr") };
+    let impostor = TcpTransport::start(id1, format!("{}:0", env0.ip).parse().expect("addr"), [(id0, addr(0))].into(), ClusterKey::from_secret("s3cret"), Arc::new(|_| {})).expect("impostor");
+    wait_for("member 0 refuses the impostor", 60, || {
+        impostor.send(vec![raft(MessageType::MsgRequestVote, id1, id0, 1_000_000), raft(MessageType::MsgHeartbeat, id1, id0, 1_000_000)]);
+        impostor.send_control(id0, addr(0), &serde_json::to_vec(&json!({"t": "join", "id": id1, "name": c.envs[1].ip, "addr": addr(1).to_string(), "incarnation": 0})).expect("json"));
+        std::thread::sleep(Duration::from_millis(200));
+        refused(env0, health, "cluster", "peer_key_mismatch") >= 2.0
+    });
+    impostor.shutdown();
+
+    // A real member's bytes, captured: ask member 1 for a welcome at an address that is a
+    // recording proxy in front of a transport of ours (id 4242). Member 1 connects there,
+    // does its handshake, sends its welcome; the proxy keeps what member 1 sent.
+    let (tx, welcomed) = mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let ours = TcpTransport::start(4242, format!("{}:0", env0.ip).parse().expect("addr"), Default::default(), ClusterKey::from_secret("s3cret"), Arc::new(|_| {})).expect("listener");
+    ours.on_control(Arc::new(move |from, body| {
+        let _ = tx.lock().unwrap_or_else(|p| p.into_inner()).send((from, body));
+    }));
+    let (proxy, captured) = recording_proxy(&env0.ip, ours.local_addr());
+    ours.send_control(id1, addr(1), &serde_json::to_vec(&json!({"t": "hello", "id": 4242, "addr": proxy.to_string()})).expect("json"));
+    let (from, body) = welcomed.recv_timeout(Duration::from_secs(30)).expect("member 1's welcome through the proxy");
+    assert_eq!(from, id1);
+    assert!(String::from_utf8_lossy(&body).contains("welcome"));
+    let bytes = captured.recv_timeout(Duration::from_secs(30)).expect("the capture");
+    ours.shutdown();
+    // Replayed later, on new connections, to every member: member 1's hello, proof and
+    // signature were for another connection's nonces.
+    for i in 0..3 {
+        let mut s = TcpStream::connect(addr(i)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+        let _ = s.write_all(&bytes);
+        let mut sink = Vec::new();
+        let _ = s.read_to_end(&mut sink);
+    }
+    for env in &c.envs {
+        wait_counted(env, health, "cluster", "bad_hello", 1.0);
+        wait_counted(env, health, "cluster", "bad_proof", 1.0);
+    }
+    wait_counted(env0, health, "request", "clear_command", 5.0);
+    wait_counted(env0, health, "request", "message_too_large", 3.0);
+
+    // Nothing stored changed on any member, the term is the one before, and the minion
+    // is served through every member.
+    assert_eq!(settled(), before, "the attacks changed what the members store");
+    assert_eq!(members(env0)["term"], term, "no impostor moved the term");
+    for env in &c.envs {
+        assert_eq!(env.salt_json(&[MINION, "test.ping"], 30), json!({ MINION: true }), "served through {}", env.ip);
+    }
+    minion.stop();
+}
