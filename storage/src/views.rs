@@ -52,6 +52,12 @@ pub struct ViewFault {
 pub struct Views {
     pub keys: Box<dyn KeyView>,
     pub roots: RootsMaterialiser,
+    /// Set when the views are on a filesystem other members write too
+    /// (`cluster_isolated_filesystem: False`): see [`crate::shared_views`].
+    pub shared: Option<crate::shared_views::SharedViews>,
+    /// Set for views of its own (isolated) whose files may have been copied from a
+    /// shared tree: the marks found there, read and removed at start.
+    pub left_shared: Option<crate::shared_views::SharedViews>,
 }
 
 /// Counts of a key-view rebuild.
@@ -181,7 +187,36 @@ impl Views {
     }
 
     pub fn new(keys: Box<dyn KeyView>, roots: RootsMaterialiser) -> Self {
-        Views { keys, roots }
+        Views { keys, roots, shared: None, left_shared: None }
+    }
+
+    /// These views are shared with other members (see [`crate::shared_views`]).
+    pub fn shared_with(mut self, shared: crate::shared_views::SharedViews) -> Self {
+        self.shared = Some(shared);
+        self
+    }
+
+    /// Mirrors a batch of applied entries (their effects `effects`) into the views
+    /// `skip` does not name, and returns what failed (as [`Views::apply_each`]). Shared
+    /// views follow [`crate::shared_views`]: one member writes each change, from the
+    /// state machine, under the view's mark; `log` supplies the entries between the
+    /// mark and the batch.
+    pub fn apply_entries(&mut self, sm: &StateMachine, log: Option<&crate::log::RaftLog>, entries: &[crate::entry::LogEntry], effects: &[Effect], skip: &mut dyn FnMut(ViewKind) -> bool) -> Vec<ViewFault> {
+        if self.shared.is_none() {
+            return self.apply_each(sm, effects, skip);
+        }
+        let mut faults = Vec::new();
+        for view in ViewKind::ALL {
+            let write = !skip(view);
+            if let Err(error) = self.apply_shared(sm, log, entries, view, write) {
+                faults.push(ViewFault { view, error });
+                if view == ViewKind::Keys {
+                    // A view that failed must not keep others out.
+                    let _ = self.keys.release();
+                }
+            }
+        }
+        faults
     }
 
     /// Mirrors one applied batch; the first failure is the error (for callers that stop
@@ -222,6 +257,16 @@ impl Views {
                     tracing::error!(driver = self.keys.driver(), "view not updated: {e}");
                 }
                 Err(error) => faults.push(ViewFault { view, error }),
+            }
+        }
+        // The group of changes ends here: the key view's writer locks are released.
+        let wrote_keys = effects.iter().any(|fx| ViewKind::of(fx) == ViewKind::Keys);
+        // (Also after a failure: a view that failed must not keep others out.)
+        if wrote_keys && !skip(ViewKind::Keys) {
+            if let Err(error) = self.keys.release() {
+                if !faults.iter().any(|f| f.view == ViewKind::Keys) {
+                    faults.push(ViewFault { view: ViewKind::Keys, error });
+                }
             }
         }
         faults
