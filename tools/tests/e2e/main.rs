@@ -25,6 +25,7 @@ mod wire;
 mod cluster;
 mod cluster_join;
 mod cluster_shared;
+mod cluster_topologies;
 mod faults;
 mod health;
 mod multimaster;
