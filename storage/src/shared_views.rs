@@ -69,6 +69,8 @@ pub struct Turn {
     path: PathBuf,
     cluster_id: String,
     mark: Option<u64>,
+    /// A mark file was there, of another cluster or unreadable.
+    foreign: bool,
 }
 
 fn slot(kind: ViewKind) -> usize {
@@ -118,7 +120,8 @@ impl SharedViews {
         let lock = Flock::acquire(&self.lock_path(kind), LOCK_WAIT)?;
         let path = self.mark_path(kind);
         let mark = read_mark(&path, &self.cluster_id)?;
-        Ok(Turn { _lock: lock, path, cluster_id: self.cluster_id.clone(), mark })
+        let foreign = mark.is_none() && path.exists();
+        Ok(Turn { _lock: lock, path, cluster_id: self.cluster_id.clone(), mark, foreign })
     }
 }
 
@@ -187,6 +190,12 @@ impl Turn {
     /// The index whose state the view shows (`None`: unknown).
     pub fn mark(&self) -> Option<u64> {
         self.mark
+    }
+
+    /// Whether a member (of this cluster or another) has written the view before: then
+    /// entries the state machine does not hold are removed when reconciling.
+    pub fn written_before(&self) -> bool {
+        self.mark.is_some() || self.foreign
     }
 
     /// Records that the view shows the state at `index` (temp file, fsync, rename).
@@ -258,7 +267,7 @@ impl Views {
                 }
                 _ => {
                     tracing::info!(view = kind.as_str(), ?mark, to, "shared view: reconciling it with the state machine");
-                    self.reconcile(sm, kind)?;
+                    self.reconcile(sm, kind, turn.written_before())?;
                     return turn.set(to);
                 }
             }
@@ -304,16 +313,18 @@ impl Views {
             }
             None => {
                 tracing::info!(view = kind.as_str(), ?mark, applied, "shared view: reconciling it with the state machine");
-                self.reconcile(sm, kind)?;
+                self.reconcile(sm, kind, turn.written_before())?;
             }
         }
         turn.set(applied)
     }
 
     /// Makes a view equal to the state machine without ever emptying it: writes what
-    /// differs, removes key entries the state machine does not hold (a roots tree keeps
-    /// files it does not know: they may be an operator's).
-    pub fn reconcile(&mut self, sm: &StateMachine, kind: ViewKind) -> Result<()> {
+    /// differs and, with `remove_extras`, removes key entries the state machine does not
+    /// hold (a roots tree keeps files it does not know: they may be an operator's).
+    /// Without a mark the tree has never been written by a member (a tree Salt filled,
+    /// whose keys the members import at start): nothing is removed then.
+    pub fn reconcile(&mut self, sm: &StateMachine, kind: ViewKind, remove_extras: bool) -> Result<()> {
         match kind {
             ViewKind::Keys => {
                 let (view_keys, view_denied) = self.keys.entries()?;
@@ -324,7 +335,7 @@ impl Views {
                         skip_invalid(self.keys.set_key(&id, k.state, &k.pub_key, k.time_ns))?;
                     }
                 }
-                for id in vk.keys() {
+                for id in vk.keys().filter(|_| remove_extras) {
                     self.keys.remove_key(id)?;
                 }
                 let mut vd: std::collections::BTreeMap<String, Vec<u8>> = view_denied.into_iter().collect();
@@ -333,7 +344,7 @@ impl Views {
                         skip_invalid(self.keys.set_denied(&id, &p, t))?;
                     }
                 }
-                for id in vd.keys() {
+                for id in vd.keys().filter(|_| remove_extras) {
                     self.keys.remove_denied(id)?;
                 }
                 if self.missing_pairs(sm)? {

@@ -167,3 +167,18 @@ fn an_mmap_key_view_releases_its_lock_after_each_batch() {
     let ids: Vec<_> = keys.iter().map(|k| k.id.as_str()).collect();
     assert_eq!(ids, ["m1", "m2", "m3"], "each writer saw the other's changes");
 }
+
+#[test]
+fn a_tree_no_member_has_marked_keeps_the_keys_salt_left_there() {
+    let d = tempfile::tempdir().unwrap();
+    let pki = d.path().join("pki");
+    // Keys Salt wrote, not (yet) imported into any member's log.
+    let mut salt = MmapKeys::open(&pki, geo()).unwrap();
+    salt.set_key("from-salt", BankState::Accepted, b"PUB from-salt", 1).unwrap();
+    salt.release().unwrap();
+    let mut a = Member::new(d.path(), "a", &pki);
+    a.views.catch_up_shared(&a.sm, None, ViewKind::Keys, 0).unwrap();
+    a.apply(&[LogEntry::plain(1, vec![key("m1", KeyState::Accepted, 1)])]);
+    assert_eq!(state_of(&pki, "from-salt"), Some(BankState::Accepted), "not removed by a member that never marked the tree");
+    assert_eq!(state_of(&pki, "m1"), Some(BankState::Accepted));
+}
