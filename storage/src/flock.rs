@@ -3,8 +3,9 @@
 //! Views on a shared filesystem are written by several processes: the members of a
 //! cluster and Salt's own tools (`salt-key`, `pki.migrate_to_mmap`). Salt 3008.5 takes an
 //! exclusive `flock` on `P.lock` around each change of an MmapCache, and Halite takes the
-//! same lock for each group of changes it writes (one applied batch), releasing it before
-//! the apply returns. A writer never waits for ever: the node's raft thread is the
+//! same lock for each group of changes it writes (on a shared filesystem one applied
+//! batch, released before the apply returns; otherwise until the views are next made
+//! durable, at most about a second under load). A writer never waits for ever: the node's raft thread is the
 //! caller, and a lock held elsewhere (a stuck process, a rebuild on another member) must
 //! not stop it. Past [`LOCK_WAIT`] the attempt fails with an error of kind
 //! `WouldBlock`; the view is then marked dirty and written again later

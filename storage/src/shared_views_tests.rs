@@ -145,17 +145,20 @@ fn a_member_that_cannot_get_the_lock_in_time_fails_instead_of_waiting_for_ever()
 }
 
 #[test]
-fn an_mmap_key_view_releases_its_lock_after_each_batch() {
+fn an_mmap_key_view_releases_its_lock_when_made_durable() {
     let d = tempfile::tempdir().unwrap();
     let pki = d.path().join("pki");
-    // Not shared: the lock is still Salt's, taken per batch.
+    // Not shared: batches share the lock until the views are made durable.
     let sm = StateMachine::open(&d.path().join("s")).unwrap();
     let mut views = Views::new(Box::new(MmapKeys::open(&pki, geo()).unwrap()), RootsMaterialiser::new(RootsDirs::default()));
     let es = [LogEntry::plain(1, vec![key("m1", KeyState::Accepted, 1)])];
     let applied = sm.apply_entries(&es).unwrap();
     assert!(views.apply_entries(&sm, None, &es, &applied.effects, &mut |_| false).is_empty());
+    let lock = pki.join(".mmap_keys.idx.lock");
+    assert!(crate::flock::Flock::acquire(&lock, std::time::Duration::from_millis(1)).is_err(), "held between batches");
+    views.sync().unwrap();
     // Another writer gets the lock at once while the view is still open.
-    crate::flock::Flock::acquire(&pki.join(".mmap_keys.idx.lock"), std::time::Duration::from_millis(1)).expect("released after the batch");
+    crate::flock::Flock::acquire(&lock, std::time::Duration::from_millis(1)).expect("released once durable");
     // And a second view over the same files (another member) writes next.
     let mut other = MmapKeys::open(&pki, geo()).unwrap();
     other.set_key("m2", BankState::Pending, b"PUB m2", 2).unwrap();
@@ -163,6 +166,7 @@ fn an_mmap_key_view_releases_its_lock_after_each_batch() {
     let es = [LogEntry::plain(2, vec![key("m3", KeyState::Accepted, 3)])];
     let applied = sm.apply_entries(&es).unwrap();
     assert!(views.apply_entries(&sm, None, &es, &applied.effects, &mut |_| false).is_empty());
+    views.sync().unwrap();
     let (keys, _) = MmapKeys::open(&pki, geo()).unwrap().entries().unwrap();
     let ids: Vec<_> = keys.iter().map(|k| k.id.as_str()).collect();
     assert_eq!(ids, ["m1", "m2", "m3"], "each writer saw the other's changes");

@@ -259,15 +259,12 @@ impl Views {
                 Err(error) => faults.push(ViewFault { view, error }),
             }
         }
-        // The group of changes ends here: the key view's writer locks are released.
-        let wrote_keys = effects.iter().any(|fx| ViewKind::of(fx) == ViewKind::Keys);
-        // (Also after a failure: a view that failed must not keep others out.)
-        if wrote_keys && !skip(ViewKind::Keys) {
-            if let Err(error) = self.keys.release() {
-                if !faults.iter().any(|f| f.view == ViewKind::Keys) {
-                    faults.push(ViewFault { view: ViewKind::Keys, error });
-                }
-            }
+        // The key view keeps its writer locks until it is next made durable (`sync`:
+        // the node does it at least once a second while it applies, at once when idle),
+        // so batches under load share one lock and one fsync. A view that failed must
+        // not keep others out: its locks go now.
+        if faults.iter().any(|f| f.view == ViewKind::Keys) {
+            let _ = self.keys.release();
         }
         faults
     }

@@ -8,11 +8,12 @@
 //!
 //! A bank's writer is opened at its first change, which takes Salt's writer lock (`flock`
 //! on `<index>.lock`, waiting at most [`crate::flock::LOCK_WAIT`]), and is kept until
-//! [`KeyView::sync`], which makes the changes durable and **releases the lock**: the view
-//! holds it for one group of changes (one applied batch, one rebuild), never between
-//! them, so other members on a shared `cluster_pki_dir` and Salt's own tools can write in
-//! between. Each writer maps the files afresh, so it sees their changes. Readers,
-//! Halite's or Salt's own `salt-key`, never need the lock.
+//! [`KeyView::sync`] (or `release`), which makes the changes durable and **releases the
+//! lock**: the view holds it for one group of changes (on a shared `cluster_pki_dir` one
+//! applied batch; on a member's own directory until the node next makes its views
+//! durable, at most about a second under load), never for good, so other members and
+//! Salt's own tools can write in between. Each writer maps the files afresh, so it sees
+//! their changes. Readers, Halite's or Salt's own `salt-key`, never need the lock.
 
 use std::path::{Path, PathBuf};
 
