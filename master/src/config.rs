@@ -357,6 +357,13 @@ impl MasterConfig {
         RootsDirs { file: first(&self.file_roots), pillar: first(&self.pillar_roots) }
     }
 
+    /// Salt's shared-filesystem topology: a cluster member (`cluster_id`) with
+    /// `cluster_isolated_filesystem` false, whose `cluster_pki_dir`, `cachedir` and roots
+    /// other members write too.
+    pub fn shared_filesystem(&self) -> bool {
+        self.cluster_id.is_some() && !self.cluster_isolated_filesystem
+    }
+
     /// The node id Salt's cluster runners report: `id`, falling back to `interface`.
     pub fn node_id(&self) -> String {
         if self.id.is_empty() {

@@ -242,7 +242,10 @@ pub fn start_node_adopting(cfg: &MasterConfig) -> Result<Node, NodeError> {
 
 /// [`start_node_adopting`] with a tap (see [`start_node_tapped`]).
 pub fn start_node_adopting_tapped(cfg: &MasterConfig, tap: Option<Tap>) -> Result<Node, NodeError> {
-    let (keys, denied) = key_view(cfg)?.entries()?;
+    // A shared tree other Halite members already maintain (it carries their marks) holds
+    // what their logs hold: a member that is behind must not take it for keys to import.
+    let maintained = cfg.shared_filesystem() && cfg.cluster_id.as_deref().is_some_and(|c| halite_storage::shared_views::SharedViews::new(cfg.keys_dir(), c, cfg.key_driver_name()).maintained());
+    let (keys, denied) = if maintained { Default::default() } else { key_view(cfg)?.entries()? };
     let node = start_node_tapped(cfg, views(cfg, key_view(cfg)?), tap)?;
     let source = format!("{}:{}", cfg.key_driver_name(), cfg.keys_dir().display());
     let groups = adoption(node.state(), keys, denied, &source, now_ns())?;

@@ -5,6 +5,7 @@
 use halite_replication::DataDir;
 use halite_storage::keys::{open_view, KeyDriver, KeyView};
 use halite_storage::roots::RootsMaterialiser;
+use halite_storage::shared_views::SharedViews;
 use halite_storage::views::Views;
 
 use crate::config::MasterConfig;
@@ -25,7 +26,19 @@ pub fn key_view_of(cfg: &MasterConfig, driver: &KeyDriver) -> halite_storage::Re
     open_view(driver, cfg.keys_dir())
 }
 
-/// All views of this master.
+/// All views of this master. On a shared filesystem (`cluster_isolated_filesystem`
+/// false) they are written one member at a time under their marks
+/// (`halite_storage::shared_views`); a cluster member with its own directories reads and
+/// drops the marks a copied shared tree may carry.
 pub fn views(cfg: &MasterConfig, keys: Box<dyn KeyView>) -> Views {
-    Views::new(keys, RootsMaterialiser::new(cfg.roots_dirs()))
+    let mut v = Views::new(keys, RootsMaterialiser::new(cfg.roots_dirs()));
+    if let Some(cluster) = &cfg.cluster_id {
+        let marks = SharedViews::new(cfg.keys_dir(), cluster, cfg.key_driver_name());
+        if cfg.shared_filesystem() {
+            v = v.shared_with(marks);
+        } else {
+            v.left_shared = Some(marks);
+        }
+    }
+    v
 }

@@ -18,16 +18,19 @@
 //! | [`state`]     | the RocksDB state machine, apply, checkpoints, digest     |
 //! | [`snapshot`]  | snapshots: build, transfer chunks, receive, install, recover |
 //! | [`compaction`]| the compaction policy and compacting the log through a snapshot |
+//! | [`flock`]     | Salt's `flock` writer lock, taken with a bounded wait        |
 //! | [`mmap_cache`]| the MmapCache file engine (Salt's `mmap_cache.py` format) |
 //! | [`keys`]      | key view drivers `localfs_key` and `mmap_key`             |
 //! | [`roots`]     | the roots materialiser                                    |
 //! | [`views`]     | applying effects to views, rebuilding them                |
+//! | [`shared_views`] | views on a shared filesystem: one writer at a time, by a mark |
 //! | [`import`]    | reading outside trees (localfs pki, shared cluster dirs) into records |
 
 pub mod compaction;
 pub mod context;
 pub mod entry;
 pub mod error;
+pub mod flock;
 pub mod format;
 pub mod framing;
 pub mod id;
@@ -36,6 +39,7 @@ pub mod keys;
 pub mod log;
 pub mod mmap_cache;
 pub mod roots;
+pub mod shared_views;
 pub mod snapshot;
 pub mod state;
 pub mod tail;
@@ -59,3 +63,6 @@ mod fuzz_tests;
 
 #[cfg(test)]
 mod fuzz_roots_tests;
+
+#[cfg(test)]
+mod shared_views_tests;

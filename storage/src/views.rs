@@ -52,6 +52,12 @@ pub struct ViewFault {
 pub struct Views {
     pub keys: Box<dyn KeyView>,
     pub roots: RootsMaterialiser,
+    /// Set when the views are on a filesystem other members write too
+    /// (`cluster_isolated_filesystem: False`): see [`crate::shared_views`].
+    pub shared: Option<crate::shared_views::SharedViews>,
+    /// Set for views of its own (isolated) whose files may have been copied from a
+    /// shared tree: the marks found there, read and removed at start.
+    pub left_shared: Option<crate::shared_views::SharedViews>,
 }
 
 /// Counts of a key-view rebuild.
@@ -187,7 +193,36 @@ impl Views {
     }
 
     pub fn new(keys: Box<dyn KeyView>, roots: RootsMaterialiser) -> Self {
-        Views { keys, roots }
+        Views { keys, roots, shared: None, left_shared: None }
+    }
+
+    /// These views are shared with other members (see [`crate::shared_views`]).
+    pub fn shared_with(mut self, shared: crate::shared_views::SharedViews) -> Self {
+        self.shared = Some(shared);
+        self
+    }
+
+    /// Mirrors a batch of applied entries (their effects `effects`) into the views
+    /// `skip` does not name, and returns what failed (as [`Views::apply_each`]). Shared
+    /// views follow [`crate::shared_views`]: one member writes each change, from the
+    /// state machine, under the view's mark; `log` supplies the entries between the
+    /// mark and the batch.
+    pub fn apply_entries(&mut self, sm: &StateMachine, log: Option<&crate::log::RaftLog>, entries: &[crate::entry::LogEntry], effects: &[Effect], skip: &mut dyn FnMut(ViewKind) -> bool) -> Vec<ViewFault> {
+        if self.shared.is_none() {
+            return self.apply_each(sm, effects, skip);
+        }
+        let mut faults = Vec::new();
+        for view in ViewKind::ALL {
+            let write = !skip(view);
+            if let Err(error) = self.apply_shared(sm, log, entries, view, write) {
+                faults.push(ViewFault { view, error });
+                if view == ViewKind::Keys {
+                    // A view that failed must not keep others out.
+                    let _ = self.keys.release();
+                }
+            }
+        }
+        faults
     }
 
     /// Mirrors one applied batch; the first failure is the error (for callers that stop
@@ -229,6 +264,13 @@ impl Views {
                 }
                 Err(error) => faults.push(ViewFault { view, error }),
             }
+        }
+        // The key view keeps its writer locks until it is next made durable (`sync`:
+        // the node does it at least once a second while it applies, at once when idle),
+        // so batches under load share one lock and one fsync. A view that failed must
+        // not keep others out: its locks go now.
+        if faults.iter().any(|f| f.view == ViewKind::Keys) {
+            let _ = self.keys.release();
         }
         faults
     }

@@ -12,8 +12,11 @@
 //! 4. effects applied (session key, autosign stub, nonce), events fired;
 //! 5. the reply sent on the request's own routing envelope.
 //!
-//! A member that is not ready (not caught up with the cluster) answers everything with
-//! Salt's retry answers instead (`req::not_ready`).
+//! A member that is not ready (not caught up with the cluster) first holds the request
+//! up to [`NOT_READY_GRACE`] for readiness (an election after a member stops, a leader
+//! change: usually about a second), then answers Salt's retry answers instead
+//! (`req::not_ready`). Salt 3008.5's minion does not resend a job return answered with
+//! `cluster_retry`, so answering it at once during an election loses that return.
 //!
 //! A reply is sent only after its records are committed and applied, so an
 //! acknowledged key change or return is durable, and a sign-in's answer is what the
@@ -35,6 +38,11 @@ pub const MAX_IN_FLIGHT: usize = 1024;
 /// Most times a request decided from a read is committed before the minion is told to
 /// retry (each round reads a state that includes the previous round's entry).
 pub const MAX_SETTLE: usize = 3;
+
+/// How long a request waits for a member that is not ready to become ready before it is
+/// answered with Salt's retry. Below the minion's shortest request timeout
+/// (`return_retry_timer`, 5 s), so the minion still hears the answer.
+pub const NOT_READY_GRACE: std::time::Duration = std::time::Duration::from_secs(4);
 
 /// Handles a request and grants its claims (see the module docs).
 fn handle(master: &Master, body: &[u8]) -> Outcome {
@@ -75,13 +83,30 @@ async fn commit(master: &Master, out: &Outcome) -> Result<(), halite_replication
 
 /// The reply to one request body, with everything it calls for carried out.
 async fn answer(master: &Arc<Master>, body: Bytes) -> Option<Vec<u8>> {
-    if !master.node.status().ready() {
+    if !ready_within(master, NOT_READY_GRACE).await {
         // Not caught up with the cluster: decide nothing from a stale state.
         return not_ready(master, body).await;
     }
     let out = settle(master, body).await?;
     super::node_metrics::answered(&out.0, out.1);
     Some(out.2)
+}
+
+/// Whether the member is ready now or becomes ready within `grace` (polled; the request
+/// holds only its task meanwhile).
+async fn ready_within(master: &Master, grace: std::time::Duration) -> bool {
+    let status = master.node.status();
+    if status.ready() {
+        return true;
+    }
+    let deadline = tokio::time::Instant::now() + grace;
+    while tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        if status.ready() {
+            return true;
+        }
+    }
+    false
 }
 
 /// Salt's retry answers (`req::not_ready`), on the blocking pool (a sign-in's reply is

@@ -155,7 +155,29 @@ fn found(log: &RaftLog, cfg: &NodeConfig) -> Result<()> {
 
 /// Brings the views up to the state machine's `applied` index (see the module docs).
 fn recover_views(log: &RaftLog, sm: &StateMachine, views: &mut Views, applied: u64) -> Result<()> {
-    let views_at = sm.views_index()?;
+    if views.is_shared() {
+        // Shared with other members: their mark, not this member's views index, says
+        // what the files show; a member behind it writes nothing
+        // (`halite_storage::shared_views`).
+        for kind in halite_storage::views::ViewKind::ALL {
+            views.catch_up_shared(sm, Some(log), kind, applied)?;
+        }
+        sm.set_views_index(applied)?;
+        return Ok(());
+    }
+    let mut views_at = sm.views_index()?;
+    // Files copied from a shared tree show at least their mark's state, maybe less than
+    // this member's views index: resync from the lower of the two.
+    let left = views.left_shared.take().filter(|l| l.has_marks());
+    if let Some(m) = left.as_ref().and_then(|l| l.left_mark()) {
+        if m < views_at {
+            tracing::info!(mark = m, views_at, "views copied from a shared tree: resyncing from its mark");
+            views_at = m;
+        }
+    } else if left.is_some() {
+        // Marks of another cluster, or unreadable: the copy's state is unknown.
+        views_at = 0;
+    }
     if views_at < applied {
         // The views missed the end of what was applied (a crash between apply and the
         // views' periodic sync): bring the touched entries up to date from the state
@@ -191,6 +213,10 @@ fn recover_views(log: &RaftLog, sm: &StateMachine, views: &mut Views, applied: u
     if views.roots.missing_any(sm)? {
         tracing::warn!("roots files the state machine holds are missing from their directories: rewriting them");
         views.roots.rebuild(sm)?;
+    }
+    if let Some(l) = left {
+        views.keys.sync()?;
+        l.remove_marks()?;
     }
     Ok(())
 }

@@ -13,6 +13,11 @@
 //! While a view is dirty its index is not recorded, so a restart resyncs it from the
 //! log; a failure there marks it dirty too (`boot.rs`), instead of refusing to start.
 //!
+//! Views on a shared filesystem (`halite_storage::shared_views`) fail the same way,
+//! including when another member keeps their lock past `LOCK_WAIT`; they are recovered
+//! from their mark (never cleared), and not at all if another member has written them
+//! past this one's applied index meanwhile.
+//!
 //! [`Views::recover`]: halite_storage::views::Views::recover
 
 use std::collections::BTreeMap;
@@ -140,7 +145,7 @@ impl Driver {
     /// becomes dirty (see the module docs). Never fails.
     pub(super) fn apply_views(&mut self, batch: &[LogEntry], fx: &[Effect]) {
         let faults = &self.health.faults;
-        let found = self.views.apply_each(&self.sm, fx, &mut |v| faults.is_dirty(v));
+        let found = self.views.apply_entries(&self.sm, Some(&self.log), batch, fx, &mut |v| faults.is_dirty(v));
         // The records of the batch that failed count as touched by it.
         for f in &found {
             self.health.faults.fault(f.view, &f.error, &self.health.status);
@@ -162,7 +167,15 @@ impl Driver {
         }
         for view in due {
             let touched = self.health.faults.dirty.get(&view).map(|d| d.touched.clone()).unwrap_or_default();
-            let r = self.views.recover(&self.sm, view, &touched).and_then(|()| self.views.sync());
+            let r = if self.views.is_shared() {
+                // A shared view is caught up from its mark, never cleared
+                // (`halite_storage::shared_views`); if another member wrote past this
+                // one meanwhile, there is nothing to do.
+                let applied = self.raw.raft.raft_log.applied;
+                self.views.catch_up_shared(&self.sm, Some(&self.log), view, applied)
+            } else {
+                self.views.recover(&self.sm, view, &touched).and_then(|()| self.views.sync())
+            };
             match r {
                 Ok(()) => {
                     self.health.faults.dirty.remove(&view);

@@ -81,11 +81,20 @@ impl Driver {
         tracing::info!("state-sync snapshot-{index}/state seq=0 installed {items} items");
         // The views are rebuilt from the new state (key pairs included); one that cannot
         // be written is dirty.
-        if let Err(e) = self.views.rebuild_keys(&self.sm, |_, _| {}).and_then(|_| self.views.write_pairs(&self.sm)) {
-            self.view_sync_failed(halite_storage::views::ViewKind::Keys, &e);
-        }
-        if let Err(e) = self.views.roots.rebuild(&self.sm) {
-            self.view_sync_failed(halite_storage::views::ViewKind::Roots, &e);
+        if self.views.is_shared() {
+            // Shared with other members: caught up from the mark, never cleared.
+            for kind in halite_storage::views::ViewKind::ALL {
+                if let Err(e) = self.views.catch_up_shared(&self.sm, None, kind, index) {
+                    self.view_sync_failed(kind, &e);
+                }
+            }
+        } else {
+            if let Err(e) = self.views.rebuild_keys(&self.sm, |_, _| {}).and_then(|_| self.views.write_pairs(&self.sm)) {
+                self.view_sync_failed(halite_storage::views::ViewKind::Keys, &e);
+            }
+            if let Err(e) = self.views.roots.rebuild(&self.sm) {
+                self.view_sync_failed(halite_storage::views::ViewKind::Roots, &e);
+            }
         }
         if !self.health.faults.any() {
             self.sm.set_views_index(index)?;

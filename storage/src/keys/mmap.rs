@@ -6,9 +6,14 @@
 //! | `denied_keys` | `.mmap_denied.idx`   | pub text of the first denied key        |
 //! | `master_keys` | `.mmap_master.idx`   | the key file's bytes                    |
 //!
-//! A bank's writer is opened at its first change and kept (with its flock) until the view
-//! is dropped; [`KeyView::sync`] makes the changes so far durable. Readers, Halite's or
-//! Salt's own `salt-key`, never need the lock.
+//! A bank's writer is opened at its first change, which takes Salt's writer lock (`flock`
+//! on `<index>.lock`, waiting at most [`crate::flock::LOCK_WAIT`]), and is kept until
+//! [`KeyView::sync`] (or `release`), which makes the changes durable and **releases the
+//! lock**: the view holds it for one group of changes (on a shared `cluster_pki_dir` one
+//! applied batch; on a member's own directory until the node next makes its views
+//! durable, at most about a second under load), never for good, so other members and
+//! Salt's own tools can write in between. Each writer maps the files afresh, so it sees
+//! their changes. Readers, Halite's or Salt's own `salt-key`, never need the lock.
 
 use std::path::{Path, PathBuf};
 
@@ -205,11 +210,21 @@ impl KeyView for MmapKeys {
         Ok(())
     }
 
+    /// Makes the changes durable and releases every bank's lock.
     fn sync(&mut self) -> Result<()> {
-        for w in self.writers.iter_mut().flatten() {
-            w.flush()?;
+        let mut first_err = None;
+        for slot in self.writers.iter_mut() {
+            if let Some(w) = slot.take() {
+                if let Err(e) = w.finish() {
+                    first_err.get_or_insert(e);
+                }
+            }
         }
-        Ok(())
+        first_err.map_or(Ok(()), Err)
+    }
+
+    fn release(&mut self) -> Result<()> {
+        self.sync()
     }
 }
 

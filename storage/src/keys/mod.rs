@@ -173,6 +173,13 @@ pub trait KeyView: Send {
     fn clear(&mut self) -> Result<()>;
     /// Makes every change so far durable.
     fn sync(&mut self) -> Result<()>;
+    /// Ends a group of changes: releases any writer lock the view holds, so that other
+    /// writers of the same files (members on a shared `cluster_pki_dir`, Salt's tools)
+    /// get their turn. `mmap_key` makes its changes durable and releases its `flock`s;
+    /// `localfs_key` holds no lock (each file is written by a rename) and does nothing.
+    fn release(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Which driver, and its settings, from the master config.

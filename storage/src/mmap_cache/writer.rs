@@ -1,45 +1,26 @@
 //! Writing one MmapCache under the reference's lock, with the reference's bytes and
 //! fsync order.
+//!
+//! A writer is meant to live for one group of changes: it takes the lock, maps the files
+//! as they are then (so it sees what other writers, Salt's included, did before it:
+//! heap sizes, new segments, a roster or an index swapped in by Salt's rebuild), makes its
+//! changes, and [`MmapWriter::finish`] makes them durable and releases the lock. The wait
+//! for the lock is bounded ([`crate::flock::LOCK_WAIT`]): another writer that keeps it
+//! makes `open` fail, never hang.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use memmap2::MmapMut;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::*;
-
-/// Takes BSD `flock(LOCK_EX)` on `P.lock` (the lock the reference's writers use).
-struct FlockGuard {
-    file: File,
-}
-
-impl FlockGuard {
-    fn acquire(p: &Path) -> Result<Self> {
-        let file = OpenOptions::new().create(true).truncate(false).write(true).open(p).ctx(|| format!("opening {}", p.display()))?;
-        // SAFETY: flock on a valid, owned file descriptor.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-        if rc != 0 {
-            return Err(Error::io(format!("flock {}", p.display()), std::io::Error::last_os_error()));
-        }
-        Ok(FlockGuard { file })
-    }
-}
-
-impl Drop for FlockGuard {
-    fn drop(&mut self) {
-        // SAFETY: unlocking our own descriptor; closing it would release the lock anyway.
-        unsafe {
-            libc::flock(self.file.as_raw_fd(), libc::LOCK_UN);
-        }
-    }
-}
+use crate::flock::{Flock, LOCK_WAIT};
 
 /// Write access to one MmapCache: holds the flock for its whole life, so a group of
-/// changes is one critical section. With `durable` set every change is fsynced in the
+/// changes is one critical section (keep that life short: one batch). With `durable` set every change is fsynced in the
 /// reference's order (heap, slot, header, roster, index); otherwise [`MmapWriter::finish`]
 /// syncs once at the end (used by bulk builds whose source of truth is elsewhere).
 pub struct MmapWriter {
@@ -59,7 +40,7 @@ pub struct MmapWriter {
     /// Heap segments written since the last flush.
     dirty_segments: std::collections::BTreeSet<usize>,
     roster_dirty: bool,
-    _lock: FlockGuard,
+    _lock: Flock,
 }
 
 impl MmapWriter {
@@ -70,7 +51,7 @@ impl MmapWriter {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).ctx(|| format!("creating {}", dir.display()))?;
         }
-        let lock = FlockGuard::acquire(&suffixed(path, ".lock"))?;
+        let lock = Flock::acquire(&suffixed(path, ".lock"), LOCK_WAIT)?;
         let f = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).ctx(|| format!("opening {}", path.display()))?;
         let len = f.metadata().ctx(|| format!("stat {}", path.display()))?.len();
         if len == 0 {

@@ -29,6 +29,7 @@ mod claims;
 mod cluster;
 mod cluster_join;
 mod cluster_shared;
+mod cluster_topologies;
 mod faults;
 mod health;
 mod multimaster;
