@@ -401,7 +401,7 @@ fn touched_kind(r: &crate::format::Record) -> Option<ViewKind> {
     use crate::format::Record;
     match r {
         Record::KeySet(_) | Record::MasterKeyPair(_) | Record::ClusterKeyPair(_) => Some(ViewKind::Keys),
-        Record::RootsBlob(_) | Record::RootsTombstone(_) => Some(ViewKind::Roots),
+        Record::RootsBlob(_) | Record::RootsTombstone(_) | Record::RootsSync(_) => Some(ViewKind::Roots),
         _ => None,
     }
 }
