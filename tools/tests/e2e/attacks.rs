@@ -28,22 +28,8 @@ use halite_replication::{member_id, ClusterKey, TcpTransport};
 use raft::eraftpb::{Message, MessageType};
 use serde_json::json;
 
+use crate::hostile::{greeting, long_header};
 use crate::support::*;
-
-/// A ZMTP 3.0 greeting with the NULL mechanism.
-fn greeting() -> Vec<u8> {
-    let mut g = vec![0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0x7f, 3, 0];
-    g.extend_from_slice(b"NULL");
-    g.resize(64, 0);
-    g
-}
-
-/// A long ZMTP frame header declaring `len` bytes.
-fn long_header(flags: u8, len: u64) -> Vec<u8> {
-    let mut h = vec![flags | 0x02];
-    h.extend_from_slice(&len.to_be_bytes());
-    h
-}
 
 /// Sends `bytes` on a new connection to `ip:port` (optionally half-closing after) and
 /// reads until the master closes it; fails the test if it stays open.

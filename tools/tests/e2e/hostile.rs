@@ -18,7 +18,7 @@ use serde_json::json;
 use crate::support::*;
 
 /// A ZMTP 3.0 greeting with the NULL mechanism, as a client sends it.
-fn greeting() -> Vec<u8> {
+pub(crate) fn greeting() -> Vec<u8> {
     let mut g = vec![0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0x7f, 3, 0];
     g.extend_from_slice(b"NULL");
     g.resize(64, 0);
@@ -26,7 +26,7 @@ fn greeting() -> Vec<u8> {
 }
 
 /// A long frame's header: `flags` (with the long bit) and a declared length.
-fn long_header(flags: u8, len: u64) -> Vec<u8> {
+pub(crate) fn long_header(flags: u8, len: u64) -> Vec<u8> {
     let mut h = vec![flags | 0x02];
     h.extend_from_slice(&len.to_be_bytes());
     h
