@@ -19,6 +19,7 @@ mod recovery;
 mod files_pillar;
 mod hostile;
 mod minion;
+mod targeting;
 mod wire;
 
 // Several masters.
