@@ -1,7 +1,8 @@
 //! Targeting with two real salt-minion 3008.5 processes, as Salt documents it: pillar
 //! (`-I`, `-J`, `I@`) from the pillar the master compiled and cached for each minion,
 //! nodegroups (`-N`, `N@`, nested), ipcidr (`-S`, `S@`) from the `ipv4` grains, `--subset`,
-//! and the same targets in the pillar top and in the state top the minions evaluate.
+//! the same targets in the pillar top and in the state top the minions evaluate, and a
+//! pillar target resolved by another member of a cluster than the one that compiled it.
 
 use serde_json::{json, Value};
 
@@ -125,4 +126,24 @@ fn tops_use_nodegroups_pillar_and_ipcidr() {
     let top = t.env.salt_json(&["*", "state.show_top"], 30);
     assert_eq!(top["m1"], json!({"base": ["a", "c"]}), "{top}");
     assert_eq!(top["m2"], json!({"base": ["b"]}), "{top}");
+}
+
+#[test]
+fn a_pillar_target_resolves_on_every_member_of_a_cluster() {
+    // The minion signs in to the third member, which compiles its pillar; the cache is a
+    // record, so the first member resolves `-I` the same and its job reaches the minion.
+    let c = crate::cluster::founding(3, "targeting", "auto_accept: True\n");
+    for env in &c.envs {
+        let pil = env.root.join("srv/pillar");
+        std::fs::create_dir_all(&pil).expect("pillar roots");
+        std::fs::write(pil.join("top.sls"), "base:\n  '*':\n    - web\n").expect("top.sls");
+        std::fs::write(pil.join("web.sls"), "role: web\n").expect("web.sls");
+    }
+    let third = &c.envs[2];
+    let _minion = start_minion(&third.root, "real-1", &format!("master: {}\nmaster_port: {}\n", third.ip, third.ret));
+    wait_minion_ready(&third.root, "real-1", 1, 90);
+    wait_ping(&c.envs[0], "real-1", 90);
+    // Each member applies the record when it learns it is committed: retried, not timed.
+    wait_for("-I through the first member", 60, || c.envs[0].salt_json(&["-I", "role:web", "test.ping"], 10) == json!({"real-1": true}));
+    wait_for("I@ through the second member", 60, || c.envs[1].salt_json(&["-C", "I@role:web and real-*", "test.ping"], 10) == json!({"real-1": true}));
 }
