@@ -146,10 +146,11 @@ fn ipcidr(grains: &J, tgt: &str) -> bool {
     })
 }
 
-/// Evaluates a compound expression.
+/// Evaluates a compound expression. Words are separated by whitespace only, as in Salt:
+/// parentheses are words of their own (`( G@os:Debian or web* )`), and a parenthesis
+/// inside a word belongs to it (`E@(web|db)[0-9]` is one regular expression).
 pub fn compound(s: &Subject, expr: &str) -> bool {
-    let spaced = expr.replace('(', " ( ").replace(')', " ) ");
-    let tokens: Vec<&str> = spaced.split_whitespace().collect();
+    let tokens: Vec<&str> = expr.split_whitespace().collect();
     let mut pos = 0;
     let v = or_expr(s, &tokens, &mut pos);
     v && pos == tokens.len()
@@ -245,6 +246,8 @@ mod tests {
         assert!(matches(&s, "tier:p.o", "pillar_pcre"));
         assert!(!matches(&s, "tier:pr*", "pillar_exact"));
         assert!(matches(&s, "J@tier:pro. and I@tier:prod", "compound"));
+        assert!(matches(&s, "E@(web|db)0[0-9] and J@tier:(prod|dev)", "compound"), "parentheses inside a word are the word's");
+        assert!(!matches(&s, "(G@os:Debian and web*)", "compound"), "unspaced parentheses are not operators (Salt's rule)");
     }
 
     #[test]

