@@ -109,6 +109,8 @@ pub struct MasterConfig {
     /// `halite_cluster_dial`: member name → `host:port` this member connects to instead
     /// of the member's own address (a forwarder or NAT in between; the fault tests' proxy).
     pub halite_cluster_dial: BTreeMap<String, String>,
+    /// `nodegroups`: named targets, expanded before matching (`crate::nodegroups`).
+    pub nodegroups: crate::nodegroups::Nodegroups,
     /// Every option as read (after includes), for the ones Halite does not model.
     pub raw: Mapping,
     /// Which file each option came from.
@@ -126,6 +128,7 @@ const KNOWN: &[&str] = &[
     "cluster_election_min", "cluster_election_max",
     "halite_max_pending_keys", "pub_hwm", "halite_health_port", "halite_cluster_dial", "default_include", "include", "user",
     "zmq_backlog", "max_minions", "loop_interval", "request_server_ttl", "cluster_pub_fingerprint", "tcp_keepalive", "tcp_keepalive_idle", "tcp_keepalive_cnt", "tcp_keepalive_intvl", "rotate_aes_key",
+    "nodegroups",
 ];
 
 fn read_yaml(path: &Path) -> Result<Mapping> {
@@ -284,6 +287,7 @@ impl MasterConfig {
                 p => Some(u16::try_from(p).map_err(|_| r.invalid("halite_health_port", format!("{p} is not a TCP port")))?),
             },
             halite_cluster_dial: r.string_map("halite_cluster_dial")?,
+            nodegroups: crate::nodegroups::from_option(raw.get("nodegroups")).map_err(|why| r.invalid("nodegroups", why))?,
             root_dir,
             raw: raw.clone(),
             origin: origin.clone(),

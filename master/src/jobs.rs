@@ -106,14 +106,18 @@ pub fn expected_minions(sm: &StateMachine, tgt: &serde_json::Value, tgt_type: &s
                 v => v.to_string(),
             };
             let mut out = Vec::new();
+            let decode = |b: Option<Vec<u8>>| match b {
+                Some(b) => crate::wire::payload::decode(&b).map(|v| crate::wire::payload::to_json(&v)).unwrap_or(empty.clone()),
+                None => empty.clone(),
+            };
+            let wants_pillar = other.starts_with("pillar") || (other == "compound" && (pattern.contains("I@") || pattern.contains("J@")));
             for id in accepted {
-                // Grain-based targets match the grains the minion reported; a minion that
-                // reported none matches no grain expression (Salt's rule).
-                let grains = match sm.grains(&id)? {
-                    Some(g) => crate::wire::payload::decode(&g).map(|v| crate::wire::payload::to_json(&v)).unwrap_or(empty.clone()),
-                    None => empty.clone(),
-                };
-                let subject = crate::matcher::Subject { id: &id, grains: &grains, pillar: &empty };
+                // Grain and pillar targets match what the master cached for the minion
+                // (the grains it reported, the pillar last compiled for it); a minion with
+                // nothing cached matches no such expression (Salt's rule).
+                let grains = decode(sm.grains(&id)?);
+                let pillar = if wants_pillar { decode(sm.pillar(&id)?) } else { empty.clone() };
+                let subject = crate::matcher::Subject { id: &id, grains: &grains, pillar: &pillar };
                 if crate::matcher::matches(&subject, &pattern, other) {
                     out.push(id);
                 }

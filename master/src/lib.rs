@@ -26,6 +26,7 @@ pub mod masterkeys;
 pub mod matcher;
 pub mod memberkey;
 pub mod metrics;
+pub mod nodegroups;
 pub mod pillar;
 pub mod pki;
 pub mod req;

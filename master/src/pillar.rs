@@ -205,6 +205,13 @@ pub fn compile(cfg: &MasterConfig, roots: &dyn RootsSource, id: &str, grains: &J
             for (tgt, items) in targets {
                 let J::Array(items) = items else { continue };
                 let tgt_type = items.iter().find_map(|i| i.get("match").and_then(J::as_str)).unwrap_or("glob").to_string();
+                let (tgt, tgt_type) = match crate::nodegroups::resolve(&tgt, &tgt_type, &cfg.nodegroups) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        c.error(format!("Pillar top target '{tgt}': {e}"));
+                        continue;
+                    }
+                };
                 if !matches(&subject, &tgt, &tgt_type) {
                     continue;
                 }

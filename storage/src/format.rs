@@ -60,10 +60,11 @@ pub enum RecordKind {
     MasterKeyPair = 11,
     RootsStage = 12,
     RootsSync = 13,
+    PillarCache = 14,
 }
 
 impl RecordKind {
-    pub const ALL: [RecordKind; 13] = [
+    pub const ALL: [RecordKind; 14] = [
         RecordKind::KeySet,
         RecordKind::JobPublished,
         RecordKind::JobReturn,
@@ -77,6 +78,7 @@ impl RecordKind {
         RecordKind::MasterKeyPair,
         RecordKind::RootsStage,
         RecordKind::RootsSync,
+        RecordKind::PillarCache,
     ];
 
     pub fn from_u8(b: u8) -> Option<Self> {
@@ -99,6 +101,7 @@ impl RecordKind {
             RecordKind::MasterKeyPair => "master_key_pair",
             RecordKind::RootsStage => "roots_stage",
             RecordKind::RootsSync => "roots_sync",
+            RecordKind::PillarCache => "pillar_cache",
         }
     }
 
@@ -226,6 +229,21 @@ pub struct GrainsReport {
     pub id: String,
     #[serde(with = "serde_bytes")]
     pub grains: Vec<u8>,
+    pub time_ns: u64,
+}
+
+/// The largest pillar kept in the pillar cache (msgpack bytes); a larger one is not
+/// cached (pillar targeting then does not see that minion, as Salt without a cache entry).
+pub const MAX_PILLAR_CACHE_LEN: usize = 4 << 20;
+
+/// The pillar last compiled for a minion, kept so the master can resolve pillar targets
+/// (`-I`, `I@`, `-J`, `J@`) as Salt's minion data cache does. Replaces the previous one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PillarCache {
+    pub id: String,
+    /// The compiled pillar, msgpack (a map), at most [`MAX_PILLAR_CACHE_LEN`] bytes.
+    #[serde(with = "serde_bytes")]
+    pub pillar: Vec<u8>,
     pub time_ns: u64,
 }
 
@@ -392,6 +410,7 @@ pub enum Record {
     MasterKeyPair(MasterKeyPair),
     RootsStage(RootsStage),
     RootsSync(RootsSync),
+    PillarCache(PillarCache),
 }
 
 /// The checks of one roots blob (live or staged).
@@ -479,6 +498,7 @@ impl Record {
             Record::MasterKeyPair(_) => RecordKind::MasterKeyPair,
             Record::RootsStage(_) => RecordKind::RootsStage,
             Record::RootsSync(_) => RecordKind::RootsSync,
+            Record::PillarCache(_) => RecordKind::PillarCache,
         }
     }
 
@@ -523,6 +543,12 @@ impl Record {
             }
             Record::GrainsReport(g) => {
                 validate_minion_id(&g.id)?;
+            }
+            Record::PillarCache(p) => {
+                validate_minion_id(&p.id)?;
+                if p.pillar.len() > MAX_PILLAR_CACHE_LEN {
+                    return Err(Error::Invalid(format!("pillar cache of {:?}: {} bytes, more than {MAX_PILLAR_CACHE_LEN}", p.id, p.pillar.len())));
+                }
             }
             Record::RootsBlob(b) => check_blob(b)?,
             Record::RootsStage(st) => {
@@ -662,6 +688,7 @@ fn decode_payload(kind: RecordKind, payload: &[u8]) -> std::result::Result<Recor
         RecordKind::MasterKeyPair => Record::MasterKeyPair(de(payload)?),
         RecordKind::RootsStage => Record::RootsStage(de(payload)?),
         RecordKind::RootsSync => Record::RootsSync(de(payload)?),
+        RecordKind::PillarCache => Record::PillarCache(de(payload)?),
     })
 }
 

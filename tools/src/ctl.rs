@@ -47,6 +47,8 @@ pub fn record_json(index: u64, r: &Record) -> Value {
         Record::JobPublished(j) => json!({"jid": j.jid, "minions": j.minions, "load": msgpack(&j.load), "time_ns": j.time_ns, "started_by": j.started_by}),
         Record::JobReturn(j) => json!({"jid": j.jid, "id": j.id, "load": msgpack(&j.load), "time_ns": j.time_ns}),
         Record::GrainsReport(g) => json!({"id": g.id, "grains": msgpack(&g.grains), "time_ns": g.time_ns}),
+        // Pillar holds secrets: shown by size only.
+        Record::PillarCache(p) => json!({"id": p.id, "pillar_bytes": p.pillar.len(), "time_ns": p.time_ns}),
         Record::RootsBlob(b) => json!({"tree": b.tree.as_str(), "saltenv": b.saltenv, "path": b.path, "mode": format!("{:o}", b.mode), "sha256": hex::encode(&b.sha256), "size": b.size, "chunk": b.chunk, "chunks": b.chunks, "bytes": b.data.len()}),
         Record::RootsTombstone(t) => json!({"tree": t.tree.as_str(), "saltenv": t.saltenv, "path": t.path}),
         Record::RootsStage(st) => {

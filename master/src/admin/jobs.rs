@@ -76,6 +76,14 @@ fn publish(view: &dyn AdminView, fun: String, tgt: J, tgt_type: String, mut args
         k.insert("__kwarg__".into(), J::Bool(true));
         args.push(J::Object(k));
     }
+    // Nodegroups are expanded here, so minions only ever see compound expressions.
+    let (tgt, tgt_type) = match &tgt {
+        J::String(t) => {
+            let (t, ty) = crate::nodegroups::resolve(t, &tgt_type, &view.config().nodegroups).map_err(Error::refused)?;
+            (J::String(t), ty)
+        }
+        _ => (tgt, tgt_type),
+    };
     let (minions, missing) = crate::jobs::expected_minions(view.state(), &tgt, &tgt_type)?;
     if minions.is_empty() {
         return Err(Error::refused("No minions matched the target. No command was sent, no jid was assigned."));

@@ -232,6 +232,9 @@ impl View for Master {
     fn denied(&self, id: &str) -> Result<bool> {
         Ok(self.sm().get_denied(id)?.is_some())
     }
+    fn cached_pillar(&self, id: &str) -> Option<Vec<u8>> {
+        self.sm().pillar(id).ok().flatten()
+    }
     fn admission(&self, id: &str) -> Admission {
         let counted = self.counted.lock().unwrap_or_else(|p| p.into_inner());
         Admission::of(self.cfg.max_minions, counted.contains(id), counted.len())

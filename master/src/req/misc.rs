@@ -44,6 +44,17 @@ impl Misc {
     }
 }
 
+/// The nodegroups for a minion's state top (`- match: nodegroup`), each already expanded
+/// (no `N@` left), so the minion's own expansion has nothing nested to get wrong.
+fn nodegroups(cfg: &MasterConfig) -> Value {
+    Value::Map(
+        cfg.nodegroups
+            .keys()
+            .filter_map(|name| crate::nodegroups::expand(name, &cfg.nodegroups).ok().map(|e| (Value::from(name.as_str()), Value::from(e))))
+            .collect(),
+    )
+}
+
 /// `_master_opts`: the options a minion's state compiler needs from its master.
 pub fn master_opts(cfg: &MasterConfig, env_only: bool) -> Value {
     let roots = Value::Map(cfg.file_roots.keys().map(|k| (Value::from(k.as_str()), Value::Array(vec![]))).collect());
@@ -59,7 +70,7 @@ pub fn master_opts(cfg: &MasterConfig, env_only: bool) -> Value {
             ("failhard", Value::Boolean(false)),
             ("state_top", Value::from("top.sls")),
             ("state_top_saltenv", Value::Nil),
-            ("nodegroups", Value::Map(vec![])),
+            ("nodegroups", nodegroups(cfg)),
             ("state_auto_order", Value::Boolean(true)),
             ("state_events", Value::Boolean(false)),
             ("state_aggregate", Value::Boolean(false)),

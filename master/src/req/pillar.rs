@@ -1,11 +1,12 @@
-//! `_pillar`: records the minion's grains (a `grains_report` record) and answers with its
-//! pillar, compiled from `pillar_roots` (`crate::pillar`), privately encrypted (spec
+//! `_pillar`: records the minion's grains (a `grains_report` record) and, when it
+//! changed, the compiled pillar (a `pillar_cache` record, for pillar targeting), and
+//! answers with its pillar, compiled from `pillar_roots` (`crate::pillar`), privately encrypted (spec
 //! §7.2): a fresh AES key, RSA-encrypted to the minion, seals the signed pillar, so no
 //! other minion sharing a session key (a cluster's) can read it.
 
 use rmpv::Value;
 
-use halite_storage::format::{GrainsReport, Record};
+use halite_storage::format::{GrainsReport, PillarCache, Record, MAX_PILLAR_CACHE_LEN};
 
 use super::{Answer, Ctx};
 use crate::error::Result;
@@ -31,6 +32,16 @@ impl Pillar {
             m.insert("id".into(), serde_json::Value::String(ctx.id.to_string()));
         }
         let pillar = payload::from_json(&crate::pillar::compile(view.config(), view.roots(), ctx.id, &grains_json));
+        let mut records = vec![rec];
+        // The pillar cache (Salt's minion data cache) for pillar targeting: a new record
+        // only when the pillar changed; one too large to keep is left out (the master then
+        // does not target this minion by pillar).
+        let cached = encode(&pillar);
+        if cached.len() > MAX_PILLAR_CACHE_LEN {
+            tracing::warn!(minion = ctx.id, bytes = cached.len(), "pillar larger than {MAX_PILLAR_CACHE_LEN} bytes: not cached for pillar targeting");
+        } else if view.cached_pillar(ctx.id).as_deref() != Some(&cached[..]) {
+            records.push(Record::PillarCache(PillarCache { id: ctx.id.to_string(), pillar: cached, time_ns: view.now_ns() }));
+        }
         let k = view.fresh_key();
         let enc_k = ctx.minion_pub.encrypt_oaep(k.key_string().as_bytes(), ctx.enc)?;
         let data = encode(&map([("key", bin(enc_k.clone())), ("pillar", pillar), ("nonce", Value::from(ctx.nonce))]));
@@ -41,7 +52,7 @@ impl Pillar {
         Ok(Answer {
             value: map([("key", bin(enc_k)), ("pillar", bin(blob))]),
             private: true,
-            records: vec![rec],
+            records,
             events: vec![event(format!("minion/refresh/{}", ctx.id), serde_json::json!({ "Minion data cache refresh": ctx.id }))],
         })
     }

@@ -423,8 +423,9 @@ fn pillar_is_compiled_from_the_roots_and_sealed_for_the_minion_alone() {
     v.roots.put(RootsTree::Pillar, "base", "top.sls", b"base:\n  'web*':\n    - web\n");
     v.roots.put(RootsTree::Pillar, "base", "web.sls", b"role: {{ grains['os'] }}-web\n");
     let o = handle(&v, &m.aes(&s, "_pillar", vec![(Value::from("grains"), map([("os", Value::from("Debian"))]))]));
-    let [Record::GrainsReport(g)] = &o.records[..] else { panic!("{:?}", o.records) };
+    let [Record::GrainsReport(g), Record::PillarCache(p)] = &o.records[..] else { panic!("{:?}", o.records) };
     assert_eq!(g.id, "web01");
+    assert_eq!((p.id.as_str(), payload::to_json(&decode(&p.pillar).unwrap())), ("web01", serde_json::json!({"role": "Debian-web"})), "the pillar cache holds what was compiled");
     assert_eq!(o.events[0].tag, "minion/refresh/web01");
     let reply = decode(&o.reply).unwrap();
     let k = m.key.decrypt_oaep(get_bytes(&reply, "key").unwrap(), EncAlgo::OaepSha1).unwrap();

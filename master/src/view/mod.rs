@@ -79,6 +79,11 @@ pub trait View: Send + Sync {
     fn key(&self, id: &str) -> Result<Option<StoredKey>>;
     /// Whether the id already has a denied key (only the first is kept).
     fn denied(&self, id: &str) -> Result<bool>;
+    /// The pillar cached for a minion (msgpack, `pillar_cache` records), to propose a new
+    /// one only when it changed. `None` when there is none.
+    fn cached_pillar(&self, _id: &str) -> Option<Vec<u8>> {
+        None
+    }
     /// Whether the id may be counted against `max_minions`.
     fn admission(&self, id: &str) -> Admission;
     /// How many keys are pending (for `halite_max_pending_keys`; may be up to a second old).

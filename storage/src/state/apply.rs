@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 
 use rocksdb::WriteBatch;
 
-use super::{no_wal, to_msgpack, Effect, RootsMeta, StateMachine, APPLIED_INDEX, CF_AES, CF_DENIED, CF_GRAINS, CF_IMPORTS, CF_JOBS, CF_KEYS, CF_META, CF_RETURNS, CLUSTER_KEY, MASTER_KEY};
+use super::{no_wal, to_msgpack, Effect, RootsMeta, StateMachine, APPLIED_INDEX, CF_AES, CF_DENIED, CF_GRAINS, CF_IMPORTS, CF_JOBS, CF_KEYS, CF_META, CF_PILLAR, CF_RETURNS, CLUSTER_KEY, MASTER_KEY};
 use super::proposals::{Outcome, Tracker};
 use crate::context::ProposalId;
 use crate::entry::LogEntry;
@@ -106,6 +106,8 @@ impl StateMachine {
                     };
                     if exists {
                         b.delete_cf(self.cf(CF_KEYS)?, k.id.as_bytes());
+                        // A deleted minion's cached pillar (its secrets) goes with its key.
+                        b.delete_cf(self.cf(CF_PILLAR)?, k.id.as_bytes());
                         ov.keys.insert(k.id.clone(), false);
                         ov.keys_held.insert(k.id.clone(), None);
                         fx.push(Effect::KeyRemoved { id: k.id.clone() });
@@ -148,6 +150,7 @@ impl StateMachine {
                 b.put_cf(self.cf(CF_RETURNS)?, k, to_msgpack(r)?);
             }
             Record::GrainsReport(g) => b.put_cf(self.cf(CF_GRAINS)?, g.id.as_bytes(), to_msgpack(g)?),
+            Record::PillarCache(p) => b.put_cf(self.cf(CF_PILLAR)?, p.id.as_bytes(), to_msgpack(p)?),
             Record::RootsBlob(blob) => self.apply_roots_blob(index, blob, b, fx, ov)?,
             Record::RootsTombstone(t) => self.apply_roots_tombstone(t, b, fx, ov)?,
             Record::RootsStage(st) => self.apply_roots_stage(index, &st.sync, &st.blob, b, ov)?,

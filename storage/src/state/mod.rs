@@ -13,6 +13,7 @@
 //! | `jobs`    | jid                         | the `JobPublished` payload (msgpack)            |
 //! | `returns` | jid, NUL, minion id         | the `JobReturn` payload (msgpack)               |
 //! | `grains`  | minion id                   | the `GrainsReport` payload (msgpack)            |
+//! | `pillar`  | minion id                   | the `PillarCache` payload (msgpack)             |
 //! | `roots`   | tree, NUL, saltenv, NUL, path | `RootsMeta` (msgpack)                         |
 //! | `chunks`  | roots key, NUL, u32 BE chunk | chunk bytes                                    |
 //! | `aes`     | u64 BE generation           | the `AesKeyRotation` payload (msgpack)          |
@@ -57,7 +58,8 @@ pub const CF_CHUNKS: &str = "chunks";
 pub const CF_AES: &str = "aes";
 pub const CF_IMPORTS: &str = "imports";
 pub const CF_PROPOSALS: &str = "proposals";
-pub const ALL_CFS: [&str; 11] = [CF_META, CF_KEYS, CF_DENIED, CF_JOBS, CF_RETURNS, CF_GRAINS, CF_ROOTS, CF_CHUNKS, CF_AES, CF_IMPORTS, CF_PROPOSALS];
+pub const CF_PILLAR: &str = "pillar";
+pub const ALL_CFS: [&str; 12] = [CF_META, CF_KEYS, CF_DENIED, CF_JOBS, CF_RETURNS, CF_GRAINS, CF_ROOTS, CF_CHUNKS, CF_AES, CF_IMPORTS, CF_PROPOSALS, CF_PILLAR];
 const APPLIED_INDEX: &[u8] = b"applied_index";
 /// `meta` key of the cluster key pair record (set once).
 const CLUSTER_KEY: &[u8] = b"cluster_key_pair";
@@ -351,6 +353,14 @@ impl StateMachine {
     pub fn grains(&self, id: &str) -> Result<Option<Vec<u8>>> {
         match self.db.get_cf(self.cf(CF_GRAINS)?, id.as_bytes())? {
             Some(v) => Ok(Some(from_msgpack::<crate::format::GrainsReport>("grains", &v)?.grains)),
+            None => Ok(None),
+        }
+    }
+
+    /// The pillar last compiled for a minion (msgpack), from the pillar cache.
+    pub fn pillar(&self, id: &str) -> Result<Option<Vec<u8>>> {
+        match self.db.get_cf(self.cf(CF_PILLAR)?, id.as_bytes())? {
+            Some(v) => Ok(Some(from_msgpack::<crate::format::PillarCache>("pillar", &v)?.pillar)),
             None => Ok(None),
         }
     }

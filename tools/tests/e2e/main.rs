@@ -22,6 +22,7 @@ mod attacks;
 mod files_pillar;
 mod hostile;
 mod minion;
+mod targeting;
 mod wire;
 
 // Several masters.
