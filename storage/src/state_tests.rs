@@ -396,3 +396,29 @@ fn replace_from_takes_exactly_the_checkpoints_state() {
     again.replace_from(&d.path().join("cp-empty"), |_| {}).unwrap();
     assert!(again.get_key("kept").unwrap().is_none());
 }
+
+/// A checkpoint written before a column family existed (here: without `pillar`) opens
+/// read-only, digests as if the family were empty, and installs into a running state
+/// machine (a snapshot from an older member).
+#[test]
+fn a_checkpoint_from_before_a_family_existed_opens_and_installs() {
+    use crate::state::{ALL_CFS, CF_PILLAR};
+    let d = tempfile::tempdir().unwrap();
+    let old = d.path().join("old");
+    {
+        let mut opts = rocksdb::Options::default();
+        opts.create_if_missing(true);
+        opts.create_missing_column_families(true);
+        let cfs: Vec<&str> = ALL_CFS.iter().copied().filter(|c| *c != CF_PILLAR).collect();
+        let db = rocksdb::DB::open_cf(&opts, &old, cfs).unwrap();
+        db.put_cf(db.cf_handle("keys").unwrap(), b"m1", b"x").unwrap();
+        db.flush_cf(db.cf_handle("keys").unwrap()).unwrap();
+    }
+    let ro = StateMachine::open_read_only(&old).unwrap();
+    let want = ro.digest().unwrap();
+    assert_eq!(want.items, 1);
+    let dst = StateMachine::open(&d.path().join("dst")).unwrap();
+    dst.replace_from(&old, |_| {}).unwrap();
+    let got = dst.digest().unwrap();
+    assert_eq!((got.items, got.sha256), (want.items, want.sha256));
+}

@@ -9,7 +9,6 @@
 //! `applied_index` (reported beside the digest instead, so that members at different
 //! indexes show as such rather than as a mere hash mismatch).
 
-use rocksdb::IteratorMode;
 use sha2::{Digest, Sha256};
 
 use super::{StateMachine, ALL_CFS, APPLIED_INDEX, CF_META, VIEWS_INDEX};
@@ -43,7 +42,7 @@ impl StateMachine {
         let mut items = 0u64;
         for cf in ALL_CFS {
             put(&mut h, cf.as_bytes());
-            for item in self.db.iterator_cf(self.cf(cf)?, IteratorMode::Start) {
+            for item in self.items_of(cf) {
                 let (k, v) = item?;
                 if cf == CF_META && (&*k == APPLIED_INDEX || &*k == VIEWS_INDEX) {
                     continue;

@@ -160,10 +160,14 @@ impl StateMachine {
         Ok(StateMachine { db: Arc::new(db), path: path.to_path_buf() })
     }
 
-    /// Opens a state machine read-only (a snapshot's checkpoint, to look inside).
+    /// Opens a state machine read-only (a snapshot's checkpoint, to look inside). A
+    /// checkpoint written before a column family existed opens without it; readers see
+    /// that family as empty.
     pub fn open_read_only(path: &Path) -> Result<Self> {
         let opts = Options::default();
-        let db = DB::open_cf_for_read_only(&opts, path, ALL_CFS, false)?;
+        let present = DB::list_cf(&opts, path).unwrap_or_else(|_| ALL_CFS.iter().map(|s| s.to_string()).collect());
+        let cfs: Vec<&str> = ALL_CFS.iter().copied().filter(|c| present.iter().any(|p| p == c)).collect();
+        let db = DB::open_cf_for_read_only(&opts, path, cfs, false)?;
         Ok(StateMachine { db: Arc::new(db), path: path.to_path_buf() })
     }
 
@@ -187,6 +191,12 @@ impl StateMachine {
 
     fn cf(&self, name: &str) -> Result<&ColumnFamily> {
         self.db.cf_handle(name).ok_or_else(|| Error::Invalid(format!("column family {name} missing")))
+    }
+
+    /// Every item of family `name`, in key order; none if this state machine (an older
+    /// checkpoint opened read-only) lacks the family.
+    fn items_of(&self, name: &str) -> impl Iterator<Item = std::result::Result<(Box<[u8]>, Box<[u8]>), rocksdb::Error>> + '_ {
+        self.db.cf_handle(name).into_iter().flat_map(|cf| self.db.iterator_cf(cf, IteratorMode::Start))
     }
 
     pub fn applied_index(&self) -> Result<u64> {

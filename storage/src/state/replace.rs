@@ -49,14 +49,13 @@ impl StateMachine {
                 }
             }
             self.db.write_opt(batch, &wo)?;
-            let src_cf = from.cf(name)?;
             if name != CF_META {
-                items += self.ingest_family(name, from.db.iterator_cf(src_cf, IteratorMode::Start))?;
+                items += self.ingest_family(name, from.items_of(name))?;
                 progress(items);
                 continue;
             }
             let mut batch = WriteBatch::default();
-            for kv in from.db.iterator_cf(src_cf, IteratorMode::Start) {
+            for kv in from.items_of(name) {
                 let (k, v) = kv?;
                 if &*k == APPLIED_INDEX || &*k == VIEWS_INDEX {
                     if &*k == APPLIED_INDEX {
