@@ -25,6 +25,7 @@ pub mod jobs;
 pub mod masterkeys;
 pub mod matcher;
 pub mod metrics;
+pub mod mine;
 pub mod pillar;
 pub mod pki;
 pub mod req;

@@ -59,3 +59,6 @@ mod fuzz_tests;
 
 #[cfg(test)]
 mod fuzz_roots_tests;
+
+#[cfg(test)]
+mod mine_tests;

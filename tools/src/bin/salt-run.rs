@@ -1,5 +1,6 @@
 //! `salt-run`: runners. Through the running master's admin socket: `jobs.list_jobs`,
-//! `jobs.lookup_jid JID`, `manage.up`, `manage.down`, `manage.status`, `cluster.members`.
+//! `jobs.lookup_jid JID`, `manage.up`, `manage.down`, `manage.status`, `cluster.members`,
+//! `mine.get TGT FUN [TGT_TYPE]`.
 //! `pki.migrate_to_mmap` goes through the running master's log, or, with the master
 //! stopped, through the data dir directly (as do `jobs.*` and `cluster.members`).
 
@@ -87,6 +88,15 @@ fn real_main(a: Args) -> Result<()> {
             }
             None => offline_runner(&cfg, &a.fun, if a.fun == "jobs.lookup_jid" { Some(jid()?) } else { None })?,
         },
+        "mine.get" => {
+            // Salt's `mine.get(tgt, fun, tgt_type='glob')`, positional or keyword.
+            let c = admin.as_mut().ok_or_else(|| Failure::new("mine.get: the master is not running", 1))?;
+            let arg = |i: usize, k: &str| kwargs.get(k).cloned().or_else(|| positional.get(i).cloned());
+            let tgt = arg(0, "tgt").ok_or_else(|| Failure::new("mine.get needs a target and a function", 2))?;
+            let fun = arg(1, "fun").ok_or_else(|| Failure::new("mine.get needs a target and a function", 2))?;
+            let tgt_type = arg(2, "tgt_type").unwrap_or_else(|| "glob".into());
+            c.call(&json!({ "cmd": "runner", "fun": "mine.get", "tgt": tgt, "mine_fun": fun, "tgt_type": tgt_type }))?["return"].clone()
+        }
         "cluster.remove_member" => {
             let c = admin.as_mut().ok_or_else(|| Failure::new("cluster.remove_member: the master is not running", 1))?;
             let name = kwargs.get("name").cloned().or_else(|| positional.first().cloned()).ok_or_else(|| Failure::new("cluster.remove_member needs the member's name", 2))?;

@@ -18,6 +18,7 @@ mod recovery;
 // One master.
 mod files_pillar;
 mod hostile;
+mod mine;
 mod minion;
 mod wire;
 
