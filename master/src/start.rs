@@ -122,6 +122,8 @@ pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> 
     };
     let node = Node::start_peered(&data_dir(cfg), views, ncfg, transport.clone(), mailbox)?;
     let _ = slot.set(node.handle());
+    // Events fired on this member reach the others through the handshake's messages.
+    crate::daemon::peer_events::attach(handshake.clone(), cfg.node_id());
     if let Some(peer) = join_via {
         handshake.request(cfg.interface.clone(), incarnation, peer, node.handle());
     }

@@ -476,6 +476,11 @@ fn minion_events_fire_with_pretags_and_never_under_reserved_tags() {
     assert_eq!(super::events::tags(&o.events), vec!["pre/my/tag", "my/tag"]);
     assert_eq!(o.events[1].data, serde_json::json!({"x": 1}));
     assert!(o.records.is_empty());
+    // A single reserved tag is dropped too: a minion cannot pose as a cluster member.
+    for tag in ["cluster/event/10.0.0.1/salt/key", "salt/key"] {
+        let o = handle(&v, &m.aes(&s, "_minion_event", vec![(Value::from("tag"), Value::from(tag)), (Value::from("data"), map([]))]));
+        assert!(o.events.is_empty(), "{tag}: {:?}", o.events);
+    }
 }
 
 #[test]

@@ -25,6 +25,7 @@ mod wire;
 // Several masters.
 mod claims;
 mod cluster;
+mod cluster_events;
 mod cluster_join;
 mod cluster_shared;
 mod faults;
