@@ -125,16 +125,17 @@ impl Query {
             Value::Array(list) => list.iter().filter_map(text).map(String::from).collect::<Vec<_>>(),
             v => text(v)?.split(',').map(String::from).collect(),
         };
-        let by_fun = matches!(get(load, "fun"), Some(Value::Array(_))) || funs.len() > 1;
-        Some(Query::new(requester, tgt, tgt_type, funs, by_fun))
+        let listed = matches!(get(load, "fun"), Some(Value::Array(_)));
+        Some(Query::new(requester, tgt, tgt_type, funs, listed))
     }
 
-    /// From the runner's arguments (`salt-run mine.get TGT FUN [TGT_TYPE]`), asked as
-    /// the master's `id`, as Salt's runner does.
-    pub fn new(requester: &str, tgt: J, tgt_type: &str, mut funs: Vec<String>, by_fun: bool) -> Query {
+    /// A read of `funs` (duplicates count once, as in Salt); the answer is keyed by
+    /// function when they were `listed` (a list, not a string) or are several.
+    pub fn new(requester: &str, tgt: J, tgt_type: &str, mut funs: Vec<String>, listed: bool) -> Query {
         funs.sort();
         funs.dedup();
         funs.truncate(MAX_MINE_FUNS);
+        let by_fun = listed || funs.len() > 1;
         // Salt's `pillar` and `compound` reads use the exact pillar matchers; ours match
         // pillar targets on nothing either way.
         Query { requester: requester.to_string(), tgt, tgt_type: tgt_type.to_lowercase(), funs, by_fun }

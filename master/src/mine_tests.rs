@@ -38,6 +38,8 @@ fn reads_have_salts_shapes_and_acls() {
     assert_eq!(ask(&v, "m1", json!({"tgt": "*", "fun": "test.ping"})), json!({"m1": true, "m2": true, "web1": "pong"}));
     assert_eq!(ask(&v, "m1", json!({"tgt": "m*", "fun": "test.ping,grains.item"})), json!({"test.ping": {"m1": true, "m2": true}, "grains.item": {"m1": {"os": "Debian"}}}));
     assert_eq!(ask(&v, "m1", json!({"tgt": ["m2"], "fun": ["test.ping"], "tgt_type": "list"})), json!({"test.ping": {"m2": true}}));
+    // A function named twice in a string is one function: answered by minion.
+    assert_eq!(ask(&v, "m1", json!({"tgt": "m2", "fun": "test.ping,test.ping"})), json!({"m2": true}));
     // The minion-side ACL: only web* may read web1's secret.
     assert_eq!(ask(&v, "m1", json!({"tgt": "*", "fun": "secret"})), json!({}));
     assert_eq!(ask(&v, "web1", json!({"tgt": "*", "fun": "secret"})), json!({"web1": "s"}));
