@@ -11,10 +11,12 @@ pub struct Event {
     pub data: J,
 }
 
-/// Tags minions may not fire (Salt's `_minion_event` blacklist for `events` lists).
+/// Tags minions may not fire: Salt's `_minion_event` blacklist for `events` lists, and
+/// `cluster/*` (the tags members use among themselves, spec §9.1). Halite applies it to
+/// a single `tag` too.
 pub fn blacklisted(tag: &str) -> bool {
     use crate::glob::fnmatch;
-    ["salt/job/*/publish", "salt/job/*/new", "salt/job/*/return", "salt/key", "salt/cloud/*", "salt/run/*", "salt/cluster/*", "salt/wheel/*/new", "salt/wheel/*/return"]
+    ["cluster/*", "salt/job/*/publish", "salt/job/*/new", "salt/job/*/return", "salt/key", "salt/cloud/*", "salt/run/*", "salt/cluster/*", "salt/wheel/*/new", "salt/wheel/*/return"]
         .iter()
         .any(|p| fnmatch(p, tag))
 }
@@ -55,6 +57,7 @@ mod tests {
     fn blacklist_and_stamp() {
         assert!(super::blacklisted("salt/job/123/new"));
         assert!(super::blacklisted("salt/key"));
+        assert!(super::blacklisted("cluster/event/10.0.0.1/x"));
         assert!(!super::blacklisted("my/custom/tag"));
         assert_eq!(super::stamp_at(1_795_000_000_123_456), "2026-11-18T11:06:40.123456");
         let e = super::event("t", serde_json::json!(3)).stamped(0);

@@ -27,6 +27,7 @@ pub mod matcher;
 pub mod memberkey;
 pub mod metrics;
 pub mod nodegroups;
+pub mod mine;
 pub mod pillar;
 pub mod pki;
 pub mod req;

@@ -20,7 +20,7 @@ pub struct Subject<'a> {
 }
 
 /// Regex match anchored at the start, as Python's `re.match`.
-fn re_match(pat: &str, s: &str) -> bool {
+pub fn re_match(pat: &str, s: &str) -> bool {
     match regex::Regex::new(&format!("^(?:{pat})")) {
         Ok(r) => r.is_match(s),
         Err(e) => {

@@ -136,6 +136,8 @@ pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> 
     // Bind every known peer's member key now (`TcpTransport::introduce`).
     transport.introduce();
     let _ = slot.set(node.handle());
+    // Events fired on this member reach the others through the handshake's messages.
+    crate::daemon::peer_events::attach(handshake.clone(), cfg.node_id());
     if let Some(peer) = join_via {
         handshake.request(cfg.interface.clone(), incarnation, peer, node.handle());
     }

@@ -97,7 +97,16 @@ enum Control {
         #[serde(default)]
         incarnation: u64,
     },
+    /// A message of the application above the raft group (the master's event fan-out):
+    /// opaque JSON, best effort, handed to the handler set with [`Handshake::on_app`].
+    App {
+        body: serde_json::Value,
+    },
 }
+
+/// Where application messages go: the sender's raft id (proved by its connection) and
+/// the body.
+pub type AppHandler = Arc<dyn Fn(u64, serde_json::Value) + Send + Sync>;
 
 /// What [`Handshake::discover`] decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,6 +149,9 @@ pub struct Handshake {
     /// What this member announces as the cluster's fingerprint.
     fingerprint: Fingerprint,
     welcomes: Mutex<Vec<Welcome>>,
+    /// The node, once started (the members to send application messages to).
+    node: Arc<OnceLock<NodeHandle>>,
+    app: Mutex<Option<AppHandler>>,
 }
 
 fn send(transport: &TcpTransport, to: u64, addr: SocketAddr, c: &Control) {
@@ -152,7 +164,7 @@ fn send(transport: &TcpTransport, to: u64, addr: SocketAddr, c: &Control) {
 /// Installs the control handler: answers hellos (announcing `fingerprint()`) and joins
 /// (once `node` is set), and collects welcomes for [`Handshake::discover`].
 pub fn serve(transport: &Arc<TcpTransport>, me: u64, listen: SocketAddr, fingerprint: Fingerprint, node: Arc<OnceLock<NodeHandle>>) -> Arc<Handshake> {
-    let hs = Arc::new(Handshake { transport: transport.clone(), me, listen, fingerprint, welcomes: Mutex::new(Vec::new()) });
+    let hs = Arc::new(Handshake { transport: transport.clone(), me, listen, fingerprint, welcomes: Mutex::new(Vec::new()), node: node.clone(), app: Mutex::new(None) });
     // The handler keeps the handshake alive as long as the transport (the process).
     let hs2 = hs.clone();
     transport.on_control(Arc::new(move |from, body| {
@@ -170,6 +182,12 @@ pub fn serve(transport: &Arc<TcpTransport>, me: u64, listen: SocketAddr, fingerp
             Some((h.leader().is_some(), voters.contains(&id) || learners.contains(&id), term))
         };
         match msg {
+            Control::App { body } => {
+                let handler = hs.app.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                if let Some(h) = handler {
+                    h(from, body);
+                }
+            }
             Control::Hello { id, addr } => {
                 let Ok(addr) = addr.parse::<SocketAddr>() else { return };
                 if id != from {
@@ -229,6 +247,23 @@ pub fn serve(transport: &Arc<TcpTransport>, me: u64, listen: SocketAddr, fingerp
 }
 
 impl Handshake {
+    /// Where application messages received from now on go.
+    pub fn on_app(&self, handler: AppHandler) {
+        *self.app.lock().unwrap_or_else(|p| p.into_inner()) = Some(handler);
+    }
+
+    /// Sends an application message to every other member the node knows (none before
+    /// it started), each on a connection of its own: best effort, failures are logged.
+    pub fn send_app(&self, body: serde_json::Value) {
+        let Some(h) = self.node.get() else { return };
+        let msg = Control::App { body };
+        for (id, addr) in h.addresses() {
+            if id != self.me && addr != self.listen {
+                send(&self.transport, id, addr, &msg);
+            }
+        }
+    }
+
     /// Asks the peers whether to join (returns the peer to join through) or found. With
     /// `expect`, an established cluster announcing another fingerprint (compared without
     /// regard to ASCII case or surrounding blanks) is refused: an error, and nothing
@@ -336,6 +371,8 @@ mod tests {
         // A welcome without the fingerprint key (an older member) still parses.
         let old: Control = serde_json::from_str(r#"{"t":"welcome","established":false,"member":false,"members":[]}"#).unwrap();
         assert!(matches!(old, Control::Welcome { fingerprint: None, term: 0, .. }));
+        let a = serde_json::to_value(Control::App { body: serde_json::json!({"events": 1}) }).unwrap();
+        assert_eq!(a, serde_json::json!({"t": "app", "body": {"events": 1}}));
         let h = serde_json::to_value(Control::Hello { id: 1, addr: "127.0.0.1:1".into() }).unwrap();
         assert_eq!(h, serde_json::json!({"t": "hello", "id": 1, "addr": "127.0.0.1:1"}));
         let j = serde_json::to_value(Control::Join { id: 2, name: "n".into(), addr: "127.0.0.2:1".into(), incarnation: 4 }).unwrap();

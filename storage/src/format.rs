@@ -7,7 +7,7 @@
 //! offset  size  field
 //!      0     2  magic, the ASCII bytes "HL" (0x48 0x4C)
 //!      2     1  format version, currently 1
-//!      3     1  kind (see RecordKind: 1 key set ... 11 master key pair)
+//!      3     1  kind (see RecordKind: 1 key set ... 13 roots sync, 16 mine update)
 //!      4     4  payload length N, u32 little-endian, at most MAX_PAYLOAD_LEN
 //!      8     4  CRC-32 (IEEE, as crc32fast computes it) of bytes 0..8 and the payload
 //!     12     N  payload: a msgpack map with the kind's named fields (rmp-serde)
@@ -61,10 +61,11 @@ pub enum RecordKind {
     RootsStage = 12,
     RootsSync = 13,
     PillarCache = 14,
+    MineUpdate = 16,
 }
 
 impl RecordKind {
-    pub const ALL: [RecordKind; 14] = [
+    pub const ALL: [RecordKind; 15] = [
         RecordKind::KeySet,
         RecordKind::JobPublished,
         RecordKind::JobReturn,
@@ -79,6 +80,7 @@ impl RecordKind {
         RecordKind::RootsStage,
         RecordKind::RootsSync,
         RecordKind::PillarCache,
+        RecordKind::MineUpdate,
     ];
 
     pub fn from_u8(b: u8) -> Option<Self> {
@@ -102,6 +104,7 @@ impl RecordKind {
             RecordKind::RootsStage => "roots_stage",
             RecordKind::RootsSync => "roots_sync",
             RecordKind::PillarCache => "pillar_cache",
+            RecordKind::MineUpdate => "mine_update",
         }
     }
 
@@ -331,6 +334,70 @@ pub struct RootsSync {
     pub remove: Vec<RootsTombstone>,
 }
 
+/// Most functions one mine update names.
+pub const MAX_MINE_FUNS: usize = 1000;
+/// Longest mine function name.
+pub const MAX_MINE_FUN_LEN: usize = 1024;
+/// Most bytes of data one mine update carries (all its functions together).
+pub const MAX_MINE_BYTES: usize = 4 << 20;
+
+/// What a [`MineUpdate`] does to one minion's mine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MineOp {
+    /// `_mine`: store each entry's data under its function (after removing every
+    /// function first when `clear`).
+    Send,
+    /// `_mine_delete`: remove the entries' functions (their data is empty).
+    Delete,
+    /// `_mine_flush`: remove the whole mine (no entries).
+    Flush,
+}
+
+/// One function of a mine update: its name and, for a send, its data (msgpack).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MineEntry {
+    pub fun: String,
+    #[serde(with = "serde_bytes")]
+    pub data: Vec<u8>,
+}
+
+/// A change to one minion's mine (Salt's `mine` cache bank). The id is the minion that
+/// sent the request (authenticated), never a field of its load. It does not depend on
+/// the state it applies to: applied in log order, every member holds the same mine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MineUpdate {
+    pub id: String,
+    pub op: MineOp,
+    pub clear: bool,
+    pub entries: Vec<MineEntry>,
+    pub time_ns: u64,
+}
+
+fn check_mine(m: &MineUpdate) -> Result<()> {
+    validate_minion_id(&m.id)?;
+    if m.entries.len() > MAX_MINE_FUNS {
+        return Err(Error::Invalid(format!("mine update of {:?} names {} functions, more than {MAX_MINE_FUNS}", m.id, m.entries.len())));
+    }
+    let mut bytes = 0usize;
+    for e in &m.entries {
+        if e.fun.is_empty() || e.fun.len() > MAX_MINE_FUN_LEN || e.fun.contains('\0') {
+            return Err(Error::Invalid(format!("mine update of {:?}: function name empty, longer than {MAX_MINE_FUN_LEN} bytes or with a NUL", m.id)));
+        }
+        if m.op != MineOp::Send && !e.data.is_empty() {
+            return Err(Error::Invalid(format!("mine update of {:?}: a delete carries no data", m.id)));
+        }
+        bytes += e.data.len();
+    }
+    if bytes > MAX_MINE_BYTES {
+        return Err(Error::Invalid(format!("mine update of {:?} carries {bytes} bytes, more than {MAX_MINE_BYTES}", m.id)));
+    }
+    if (m.op == MineOp::Flush && !m.entries.is_empty()) || (m.op != MineOp::Send && m.clear) {
+        return Err(Error::Invalid(format!("mine update of {:?}: a flush names no function, only a send clears", m.id)));
+    }
+    Ok(())
+}
+
 /// A new cluster AES key (the key that encrypts publishes), by generation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AesKeyRotation {
@@ -411,6 +478,7 @@ pub enum Record {
     RootsStage(RootsStage),
     RootsSync(RootsSync),
     PillarCache(PillarCache),
+    MineUpdate(MineUpdate),
 }
 
 /// The checks of one roots blob (live or staged).
@@ -499,6 +567,7 @@ impl Record {
             Record::RootsStage(_) => RecordKind::RootsStage,
             Record::RootsSync(_) => RecordKind::RootsSync,
             Record::PillarCache(_) => RecordKind::PillarCache,
+            Record::MineUpdate(_) => RecordKind::MineUpdate,
         }
     }
 
@@ -556,6 +625,7 @@ impl Record {
                 check_blob(&st.blob)?;
             }
             Record::RootsSync(sy) => check_sync(sy)?,
+            Record::MineUpdate(m) => check_mine(m)?,
             Record::RootsTombstone(t) => {
                 validate_saltenv(&t.saltenv)?;
                 validate_relative_path(&t.path)?;
@@ -689,6 +759,7 @@ fn decode_payload(kind: RecordKind, payload: &[u8]) -> std::result::Result<Recor
         RecordKind::RootsStage => Record::RootsStage(de(payload)?),
         RecordKind::RootsSync => Record::RootsSync(de(payload)?),
         RecordKind::PillarCache => Record::PillarCache(de(payload)?),
+        RecordKind::MineUpdate => Record::MineUpdate(de(payload)?),
     })
 }
 

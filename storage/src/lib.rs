@@ -66,3 +66,6 @@ mod fuzz_roots_tests;
 
 #[cfg(test)]
 mod shared_views_tests;
+
+#[cfg(test)]
+mod mine_tests;

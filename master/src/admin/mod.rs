@@ -15,12 +15,14 @@
 //! | `runner` `jobs.list_jobs`, `jobs.lookup_jid` | `salt-run` | [`jobs`] |
 //! | `runner` `cluster.members`, `cluster.ring_info`, `cluster.remove_member`, `cluster.sync_roots` | `salt-run` | [`cluster`] |
 //! | `runner` `pki.migrate_to_mmap` | `salt-run` | [`pki`] |
+//! | `runner` `mine.get` | `salt-run` | [`mine`] |
 //! | `events.watch` | `salt-run state.event` | the daemon streams the bus |
 
 pub mod client;
 pub mod cluster;
 pub mod jobs;
 pub mod keys;
+pub mod mine;
 pub mod pki;
 
 #[cfg(test)]
@@ -101,6 +103,7 @@ pub enum Command {
     Jobs(jobs::JobCmd),
     Cluster(cluster::ClusterCmd),
     MigrateToMmap,
+    Mine(mine::MineCmd),
     /// Turns the connection into an event stream (handled by the daemon).
     EventsWatch,
 }
@@ -193,6 +196,7 @@ impl Command {
             "runner" => match s("fun").unwrap_or("") {
                 "jobs.list_jobs" | "jobs.lookup_jid" => Command::Jobs(jobs::JobCmd::parse(req)?),
                 "pki.migrate_to_mmap" => Command::MigrateToMmap,
+                "mine.get" => Command::Mine(mine::MineCmd::parse(req)?),
                 f if f.starts_with("cluster.") => Command::Cluster(cluster::ClusterCmd::parse(f, req)?),
                 other => return Err(Error::refused(format!("'{other}' is not available."))),
             },
@@ -207,6 +211,7 @@ impl Command {
             Command::Jobs(c) => c.answer(view),
             Command::Cluster(c) => c.answer(view),
             Command::MigrateToMmap => pki::migrate_plan(view),
+            Command::Mine(c) => c.answer(view),
             Command::EventsWatch => Err(Error::refused("events.watch streams; it has no single answer")),
         }
     }

@@ -1,14 +1,23 @@
 //! The event bus: events fanned out to watchers of the admin socket (`salt-run
 //! state.event`), stamped with Salt's `_stamp` as they are fired. A bounded broadcast
 //! channel: a watcher that falls behind loses the oldest events (and is told how many).
+//! In a cluster, what is fired here is also handed to the forwarder to the other
+//! members (`peer_events`), and what they forward is fired here without being handed
+//! on again.
+
+use std::sync::{Arc, OnceLock};
 
 use tokio::sync::broadcast;
 
 use crate::events::Event;
 
+/// Where fired events are handed on (the forwarder to the other members).
+pub type Forward = Arc<dyn Fn(&Event) + Send + Sync>;
+
 #[derive(Clone)]
 pub struct EventBus {
     tx: broadcast::Sender<Event>,
+    forward: Arc<OnceLock<Forward>>,
 }
 
 /// Events kept for a slow watcher.
@@ -16,15 +25,31 @@ const CAPACITY: usize = 4096;
 
 impl Default for EventBus {
     fn default() -> Self {
-        EventBus { tx: broadcast::channel(CAPACITY).0 }
+        EventBus { tx: broadcast::channel(CAPACITY).0, forward: Arc::new(OnceLock::new()) }
     }
 }
 
 impl EventBus {
+    /// Fires an event of this member (stamped now), and hands it on to the other members.
     pub fn fire(&self, e: Event) {
         tracing::debug!(tag = %e.tag, "event");
         let micros = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_micros() as u64;
-        let _ = self.tx.send(e.stamped(micros));
+        let e = e.stamped(micros);
+        if let Some(f) = self.forward.get() {
+            f(&e);
+        }
+        let _ = self.tx.send(e);
+    }
+
+    /// Fires an event another member forwarded (it keeps its own `_stamp`).
+    pub fn fire_from_peer(&self, e: Event) {
+        tracing::debug!(tag = %e.tag, "event from a peer");
+        let _ = self.tx.send(e);
+    }
+
+    /// Hands every event fired from now on to `f` too (set once).
+    pub fn forward_to(&self, f: Forward) {
+        let _ = self.forward.set(f);
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {

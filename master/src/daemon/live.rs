@@ -265,6 +265,9 @@ impl View for Master {
     fn new_jid(&self) -> String {
         crate::jobs::new_jid()
     }
+    fn mine_read(&self) -> &dyn crate::mine::MineRead {
+        &**self.sm()
+    }
 }
 
 impl AdminView for Master {

@@ -24,6 +24,7 @@ pub mod health;
 pub mod http;
 pub mod listen;
 pub mod live;
+pub mod peer_events;
 pub mod maintenance;
 pub mod node_metrics;
 pub mod probes;
@@ -88,6 +89,7 @@ pub fn run(cfg: MasterConfig) -> Result<()> {
     let publish_key = PublishKey::new(aes, &keys)?;
     wait_ready(&node);
     let master = Arc::new(Master::new(cfg, node, keys, publish_key, generation));
+    peer_events::start(&master.bus);
     // Request handlers run on the blocking pool (RSA, pillar rendering, file reads): a few
     // threads per core keep the CPU busy; more only add stacks and allocator arenas.
     let rt = tokio::runtime::Builder::new_multi_thread()

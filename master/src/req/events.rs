@@ -1,14 +1,18 @@
 //! `_minion_event`: events a minion fires onto the master's bus (spec §9.3).
 //!
 //! A single `tag` + `data` fires the whole load under that tag; an `events` list fires
-//! each `data` under its `tag` (at most 1,000; tags Salt reserves are dropped); with a
-//! `pretag` each is also fired as `<pretag>/<tag>`. Tags longer than 1,024 bytes are
-//! dropped. Nothing is stored.
+//! each `data` under its `tag` (at most 1,000); with a `pretag` each is also fired as
+//! `<pretag>/<tag>`. Reserved tags (`crate::events::blacklisted`: the ones Salt reserves,
+//! and `cluster/*`), whether single or in a list, are dropped and counted
+//! (`halite_refused_total{port="request",reason="reserved_tag"}`), as are tags longer
+//! than 1,024 bytes. Nothing is stored. In a cluster every event fired here reaches every
+//! member's bus (`crate::daemon::peer_events`).
 
 use rmpv::Value;
 
 use super::{Answer, Ctx};
 use crate::events::{blacklisted, event};
+use crate::metrics::{refuse, Port};
 use crate::wire::payload::{self, get, get_text};
 
 /// Most events taken from one request's `events` list.
@@ -34,6 +38,10 @@ impl MinionEvent {
             if tag.is_empty() || tag.len() > MAX_TAG {
                 return;
             }
+            if blacklisted(tag) {
+                refuse(Port::Request, ctx.id, "reserved_tag", &format_args!("minion event with the reserved tag {:?} dropped", tag.escape_debug().to_string()));
+                return;
+            }
             if let Some(p) = &pretag {
                 events.push(event(format!("{p}/{tag}"), data.clone()));
             }
@@ -45,10 +53,6 @@ impl MinionEvent {
         if let Some(Value::Array(list)) = get(load, "events") {
             for e in list.iter().take(MAX_EVENTS) {
                 let Some(tag) = get_text(e, "tag") else { continue };
-                if blacklisted(tag) {
-                    tracing::warn!(id = ctx.id, tag, "minion event with a reserved tag dropped");
-                    continue;
-                }
                 fire(tag, get(e, "data").map(payload::to_json).unwrap_or(serde_json::Value::Null));
             }
         }

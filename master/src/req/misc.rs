@@ -1,6 +1,6 @@
 //! The small AES commands: `_master_opts` (spec §7.4), `_master_tops`,
-//! `_register_resources`, the mine (`_mine`, `_mine_delete`, `_mine_flush`, `_mine_get`:
-//! acknowledged, not kept yet) and anything unknown (an empty map, as Salt answers).
+//! `_register_resources` and anything unknown (an empty map, as Salt answers). The mine
+//! is [`super::mine`].
 
 use rmpv::Value;
 
@@ -14,8 +14,6 @@ pub enum Misc {
     MasterOpts { env_only: bool },
     MasterTops,
     RegisterResources,
-    Mine,
-    MineGet,
     Unknown(String),
 }
 
@@ -25,8 +23,6 @@ impl Misc {
             "_master_opts" => Misc::MasterOpts { env_only: get(inner, "env_only").and_then(Value::as_bool).unwrap_or(false) },
             "_master_tops" => Misc::MasterTops,
             "_register_resources" => Misc::RegisterResources,
-            "_mine" | "_mine_delete" | "_mine_flush" => Misc::Mine,
-            "_mine_get" => Misc::MineGet,
             other => Misc::Unknown(other.to_string()),
         }
     }
@@ -34,8 +30,8 @@ impl Misc {
     pub fn answer(self, ctx: &Ctx, view: &dyn View) -> Answer {
         Answer::value(match self {
             Misc::MasterOpts { env_only } => master_opts(view.config(), env_only),
-            Misc::MasterTops | Misc::MineGet => Value::Map(vec![]),
-            Misc::RegisterResources | Misc::Mine => Value::Boolean(true),
+            Misc::MasterTops => Value::Map(vec![]),
+            Misc::RegisterResources => Value::Boolean(true),
             Misc::Unknown(cmd) => {
                 tracing::debug!(cmd = %cmd.escape_debug(), id = ctx.id, "unknown command");
                 Value::Map(vec![])

@@ -15,7 +15,8 @@
 //! | `_pillar` | [`pillar`] | records grains, compiles the pillar |
 //! | `_file_*`, `_serve_file`, `_dir_list`, `_symlink_list` | [`files`] | the file server |
 //! | `_minion_event` | [`events`] | events onto the bus |
-//! | `_master_opts`, `_master_tops`, `_register_resources`, `_mine*`, others | [`misc`] | |
+//! | `_mine`, `_mine_delete`, `_mine_flush`, `_mine_get` | [`mine`] | mine records; mine reads |
+//! | `_master_opts`, `_master_tops`, `_register_resources`, others | [`misc`] | |
 //! | any, while this member is not caught up with the cluster | [`not_ready`] | Salt's retry answers |
 //!
 //! Every failure of decoding, crypto or validation is answered with `"bad load"` (which
@@ -24,6 +25,7 @@
 pub mod auth;
 pub mod events;
 pub mod files;
+pub mod mine;
 pub mod misc;
 pub mod not_ready;
 pub mod pillar;
@@ -146,6 +148,7 @@ pub enum Command {
     Pillar(pillar::Pillar),
     Files(files::Files),
     MinionEvent(events::MinionEvent),
+    Mine(mine::Mine),
     Misc(misc::Misc),
 }
 
@@ -182,6 +185,9 @@ impl Command {
         if let Some(f) = files::Files::parse(cmd, inner) {
             return Command::Files(f);
         }
+        if let Some(m) = mine::Mine::parse(cmd, inner) {
+            return Command::Mine(m);
+        }
         match cmd {
             "_return" => Command::Return(returns::Return::parse(inner)),
             "_pillar" => Command::Pillar(pillar::Pillar::parse(inner)),
@@ -197,6 +203,7 @@ impl Command {
             Command::Pillar(c) => c.answer(ctx, view),
             Command::Files(c) => Ok(c.answer(view)),
             Command::MinionEvent(c) => Ok(c.answer(ctx)),
+            Command::Mine(c) => Ok(c.answer(ctx, view)),
             Command::Misc(c) => Ok(c.answer(ctx, view)),
         }
     }

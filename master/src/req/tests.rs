@@ -479,6 +479,11 @@ fn minion_events_fire_with_pretags_and_never_under_reserved_tags() {
     assert_eq!(super::events::tags(&o.events), vec!["pre/my/tag", "my/tag"]);
     assert_eq!(o.events[1].data, serde_json::json!({"x": 1}));
     assert!(o.records.is_empty());
+    // A single reserved tag is dropped too: a minion cannot pose as a cluster member.
+    for tag in ["cluster/event/10.0.0.1/salt/key", "salt/key"] {
+        let o = handle(&v, &m.aes(&s, "_minion_event", vec![(Value::from("tag"), Value::from(tag)), (Value::from("data"), map([]))]));
+        assert!(o.events.is_empty(), "{tag}: {:?}", o.events);
+    }
 }
 
 #[test]
@@ -490,6 +495,13 @@ fn small_commands_answer_in_salts_shapes() {
     let env_only = aes_reply(&s, &handle(&v, &m.aes(&s, "_master_opts", vec![(Value::from("env_only"), Value::Boolean(true))])));
     assert!(get(&env_only, "renderer").is_none() && get(&env_only, "file_roots").is_some());
     assert_eq!(aes_reply(&s, &handle(&v, &m.aes(&s, "_master_tops", vec![]))), Value::Map(vec![]));
-    assert_eq!(aes_reply(&s, &handle(&v, &m.aes(&s, "_mine", vec![]))), Value::Boolean(true));
+    // `_mine` without data is refused (Salt's False); with data it is a record for the
+    // sender (the envelope's authenticated id).
+    let refused = handle(&v, &m.aes(&s, "_mine", vec![]));
+    assert_eq!((aes_reply(&s, &refused), refused.records.len()), (Value::Boolean(false), 0));
+    let sent = handle(&v, &m.aes(&s, "_mine", vec![(Value::from("data"), map([("test.ping", Value::Boolean(true))]))]));
+    assert_eq!(aes_reply(&s, &sent), Value::Boolean(true));
+    assert!(matches!(&sent.records[..], [halite_storage::format::Record::MineUpdate(u)] if u.id == "m1"), "{:?}", sent.records);
+    assert_eq!(aes_reply(&s, &handle(&v, &m.aes(&s, "_mine_get", vec![(Value::from("tgt"), Value::from("*")), (Value::from("fun"), Value::from("test.ping"))]))), Value::Map(vec![]));
     assert_eq!(aes_reply(&s, &handle(&v, &m.aes(&s, "_no_such_thing", vec![]))), Value::Map(vec![]));
 }

@@ -82,6 +82,8 @@ pub struct MemoryView {
     pub stubs: BTreeSet<String>,
     pub roots: MemoryRoots,
     pub now_ns: u64,
+    /// Each minion's mine: (function, msgpack data).
+    pub mine: HashMap<String, Vec<(String, Vec<u8>)>>,
     counter: std::sync::atomic::AtomicU64,
 }
 
@@ -119,6 +121,7 @@ impl MemoryView {
             stubs: BTreeSet::new(),
             roots: MemoryRoots::default(),
             now_ns: 1_795_000_000_000_000_000,
+            mine: HashMap::new(),
             counter: Default::default(),
         }
     }
@@ -188,5 +191,30 @@ impl View for MemoryView {
     fn new_jid(&self) -> String {
         let n = self.counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         format!("2026112300000000{n:04}")
+    }
+    fn mine_read(&self) -> &dyn crate::mine::MineRead {
+        self
+    }
+}
+
+/// Targets match the accepted keys by id only (no grains are kept here).
+impl crate::mine::MineRead for MemoryView {
+    fn mine(&self, id: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        Ok(self.mine.get(id).cloned().unwrap_or_default())
+    }
+    fn target(&self, tgt: &serde_json::Value, tgt_type: &str) -> Result<Vec<String>> {
+        let empty = serde_json::json!({});
+        let pattern = match tgt {
+            serde_json::Value::Array(a) => a.iter().filter_map(|v| v.as_str()).collect::<Vec<_>>().join(","),
+            other => other.as_str().map(String::from).unwrap_or_else(|| other.to_string()),
+        };
+        let mut ids: Vec<String> = self
+            .minion_keys
+            .iter()
+            .filter(|(id, k)| k.state == BankState::Accepted && crate::matcher::matches(&crate::matcher::Subject { id, grains: &empty, pillar: &empty }, &pattern, tgt_type))
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.sort();
+        Ok(ids)
     }
 }

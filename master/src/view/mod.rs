@@ -103,6 +103,8 @@ pub trait View: Send + Sync {
     fn fresh_key(&self) -> Crypticle;
     /// A new jid, unique on this master.
     fn new_jid(&self) -> String;
+    /// The mine and the targets it is read by (the applied state).
+    fn mine_read(&self) -> &dyn crate::mine::MineRead;
 }
 
 /// A file found in a roots tree.

@@ -9,12 +9,12 @@ use std::collections::{HashMap, HashSet};
 
 use rocksdb::WriteBatch;
 
-use super::{no_wal, to_msgpack, Effect, RootsMeta, StateMachine, APPLIED_INDEX, CF_AES, CF_DENIED, CF_GRAINS, CF_IMPORTS, CF_JOBS, CF_KEYS, CF_META, CF_PILLAR, CF_RETURNS, CLUSTER_KEY, MASTER_KEY};
+use super::{no_wal, to_msgpack, Effect, RootsMeta, StateMachine, APPLIED_INDEX, CF_AES, CF_DENIED, CF_GRAINS, CF_IMPORTS, CF_JOBS, CF_KEYS, CF_META, CF_MINE, CF_PILLAR, CF_RETURNS, CLUSTER_KEY, MASTER_KEY};
 use super::proposals::{Outcome, Tracker};
 use crate::context::ProposalId;
 use crate::entry::LogEntry;
 use crate::error::{Error, Result};
-use crate::format::{KeyExpect, KeySet, KeyState, Record};
+use crate::format::{KeyExpect, KeySet, KeyState, MineOp, Record};
 use crate::keys::BankState;
 
 /// What applying a group of entries did.
@@ -151,6 +151,32 @@ impl StateMachine {
             }
             Record::GrainsReport(g) => b.put_cf(self.cf(CF_GRAINS)?, g.id.as_bytes(), to_msgpack(g)?),
             Record::PillarCache(p) => b.put_cf(self.cf(CF_PILLAR)?, p.id.as_bytes(), to_msgpack(p)?),
+            Record::MineUpdate(m) => {
+                // Keys `id NUL fun`: one range (`id NUL` .. `id SOH`) is the whole mine.
+                // Later operations of a batch win over earlier ones (RocksDB applies a
+                // batch in order), so a clear followed by puts keeps the puts.
+                let prefix = |end: u8| {
+                    let mut k = m.id.as_bytes().to_vec();
+                    k.push(end);
+                    k
+                };
+                let key = |fun: &str| {
+                    let mut k = prefix(0);
+                    k.extend_from_slice(fun.as_bytes());
+                    k
+                };
+                let cf = self.cf(CF_MINE)?;
+                match m.op {
+                    MineOp::Flush => b.delete_range_cf(cf, prefix(0), prefix(1)),
+                    MineOp::Delete => m.entries.iter().for_each(|e| b.delete_cf(cf, key(&e.fun))),
+                    MineOp::Send => {
+                        if m.clear {
+                            b.delete_range_cf(cf, prefix(0), prefix(1));
+                        }
+                        m.entries.iter().for_each(|e| b.put_cf(cf, key(&e.fun), &e.data));
+                    }
+                }
+            }
             Record::RootsBlob(blob) => self.apply_roots_blob(index, blob, b, fx, ov)?,
             Record::RootsTombstone(t) => self.apply_roots_tombstone(t, b, fx, ov)?,
             Record::RootsStage(st) => self.apply_roots_stage(index, &st.sync, &st.blob, b, ov)?,

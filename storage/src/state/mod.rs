@@ -18,6 +18,7 @@
 //! | `chunks`  | roots key, NUL, u32 BE chunk | chunk bytes                                    |
 //! | `aes`     | u64 BE generation           | the `AesKeyRotation` payload (msgpack)          |
 //! | `imports` | u64 BE log index [, u32 BE position] | the `ImportMarker` payload (msgpack)   |
+//! | `mine`    | minion id, NUL, function    | the function's mine data (msgpack)              |
 //! | `proposals` | u64 BE proposer [, u64 BE incarnation, u64 BE seq] | proposals applied (`proposals.rs`) |
 //!
 //! Applying is deterministic and idempotent: a batch of records and the new applied index
@@ -59,7 +60,8 @@ pub const CF_AES: &str = "aes";
 pub const CF_IMPORTS: &str = "imports";
 pub const CF_PROPOSALS: &str = "proposals";
 pub const CF_PILLAR: &str = "pillar";
-pub const ALL_CFS: [&str; 12] = [CF_META, CF_KEYS, CF_DENIED, CF_JOBS, CF_RETURNS, CF_GRAINS, CF_ROOTS, CF_CHUNKS, CF_AES, CF_IMPORTS, CF_PROPOSALS, CF_PILLAR];
+pub const CF_MINE: &str = "mine";
+pub const ALL_CFS: [&str; 13] = [CF_META, CF_KEYS, CF_DENIED, CF_JOBS, CF_RETURNS, CF_GRAINS, CF_ROOTS, CF_CHUNKS, CF_AES, CF_IMPORTS, CF_PROPOSALS, CF_PILLAR, CF_MINE];
 const APPLIED_INDEX: &[u8] = b"applied_index";
 /// `meta` key of the cluster key pair record (set once).
 const CLUSTER_KEY: &[u8] = b"cluster_key_pair";
@@ -357,6 +359,17 @@ impl StateMachine {
             return Err(Error::Invalid(format!("roots file {path} in the state machine does not match its sha256")));
         }
         Ok(Some((meta, data)))
+    }
+
+    /// A minion's mine: each function it sent with its data (msgpack), by name.
+    pub fn mine(&self, id: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        let mut prefix = id.as_bytes().to_vec();
+        prefix.push(0);
+        Ok(self
+            .scan(CF_MINE, &prefix)?
+            .into_iter()
+            .map(|(k, v)| (String::from_utf8_lossy(&k[prefix.len()..]).into_owned(), v))
+            .collect())
     }
 
     /// The grains a minion last reported (msgpack).

@@ -1,6 +1,7 @@
 //! `salt-run`: runners. Through the running master's admin socket: `jobs.list_jobs`,
 //! `jobs.lookup_jid JID`, `manage.up`, `manage.down`, `manage.status`, `cluster.members`,
-//! `cluster.digest` (this master's state digest and applied index).
+//! `cluster.digest` (this master's state digest and applied index),
+//! `mine.get TGT FUN [TGT_TYPE]`.
 //! `pki.migrate_to_mmap` goes through the running master's log, or, with the master
 //! stopped, through the data dir directly (as do `jobs.*` and `cluster.members`).
 
@@ -91,6 +92,15 @@ fn real_main(a: Args) -> Result<()> {
         "cluster.digest" => {
             let c = admin.as_mut().ok_or_else(|| Failure::new("cluster.digest: the master is not running (halite-ctl verify prints a stopped master's digest)", 1))?;
             c.call(&json!({ "cmd": "runner", "fun": "cluster.digest" }))?["return"].clone()
+        }
+        "mine.get" => {
+            // Salt's `mine.get(tgt, fun, tgt_type='glob')`, positional or keyword.
+            let c = admin.as_mut().ok_or_else(|| Failure::new("mine.get: the master is not running", 1))?;
+            let arg = |i: usize, k: &str| kwargs.get(k).cloned().or_else(|| positional.get(i).cloned());
+            let tgt = arg(0, "tgt").ok_or_else(|| Failure::new("mine.get needs a target and a function", 2))?;
+            let fun = arg(1, "fun").ok_or_else(|| Failure::new("mine.get needs a target and a function", 2))?;
+            let tgt_type = arg(2, "tgt_type").unwrap_or_else(|| "glob".into());
+            c.call(&json!({ "cmd": "runner", "fun": "mine.get", "tgt": tgt, "mine_fun": fun, "tgt_type": tgt_type }))?["return"].clone()
         }
         "cluster.remove_member" => {
             let c = admin.as_mut().ok_or_else(|| Failure::new("cluster.remove_member: the master is not running", 1))?;

@@ -21,6 +21,7 @@ mod attacks;
 // One master.
 mod files_pillar;
 mod hostile;
+mod mine;
 mod minion;
 mod targeting;
 mod wire;
@@ -28,6 +29,7 @@ mod wire;
 // Several masters.
 mod claims;
 mod cluster;
+mod cluster_events;
 mod cluster_join;
 mod cluster_shared;
 mod cluster_topologies;
