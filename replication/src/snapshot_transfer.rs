@@ -17,10 +17,7 @@
 //! ```
 //!
 //! The receiving side ([`Incoming`]) feeds the parts to a
-//! [`halite_storage::snapshot::Receiver`] on a writer thread of the transfer's own (the
-//! connection's thread reads and opens the next frames meanwhile; at most four chunks
-//! wait between them; the sender likewise reads the next chunks while it seals and
-//! writes), which checks everything a peer declares
+//! [`halite_storage::snapshot::Receiver`], which checks everything a peer declares
 //! (manifest bounds and paths, chunk CRCs and order, each file's sha256); any part out
 //! of place or refused ends the transfer (its staging directory is removed) and closes
 //! the connection, and the sender starts over when raft asks again. Once the end part
@@ -60,70 +57,14 @@ pub fn encode_part(part: u8, transfer: u64, payload: &[u8]) -> Vec<u8> {
 /// The transfer in progress on one inbound connection.
 #[derive(Default)]
 pub struct Incoming {
-    current: Option<Transfer>,
-}
-
-/// Chunks waiting for the writer thread (1 MiB each).
-const AHEAD: usize = 4;
-
-/// A transfer being received: its chunks are checked, hashed and written by a thread of
-/// its own (the [`Receiver`] lives there) while the connection's thread reads and opens
-/// the next frames; the first error the writer meets refuses the transfer at the next part.
-struct Transfer {
-    id: u64,
-    chunks: std::sync::mpsc::SyncSender<Vec<u8>>,
-    writer: std::thread::JoinHandle<Result<Receiver, String>>,
-    failed: std::sync::Arc<std::sync::Mutex<Option<String>>>,
-}
-
-impl Transfer {
-    fn start(from: u64, id: u64, r: Receiver) -> Result<Transfer, String> {
-        let (chunks, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(AHEAD);
-        let failed: std::sync::Arc<std::sync::Mutex<Option<String>>> = Default::default();
-        let fail = failed.clone();
-        let writer = std::thread::Builder::new()
-            .name(format!("raft-snap-recv-{from}"))
-            .spawn(move || {
-                let mut r = r;
-                let mut logged = 0u64;
-                for chunk in rx {
-                    match r.accept(&chunk) {
-                        Ok(got) => {
-                            // Progress at every tenth of the whole (and every 256 MiB).
-                            if got.bytes >= logged + (got.total / 10).clamp(1, 256 << 20) || got.complete {
-                                logged = got.bytes;
-                                let pct = (got.bytes * 100).checked_div(got.total).unwrap_or(100);
-                                tracing::info!(from, bytes = got.bytes, total = got.total, "snapshot transfer {pct}%");
-                            }
-                        }
-                        Err(e) => {
-                            let e = e.to_string();
-                            *fail.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
-                            return Err(e);
-                        }
-                    }
-                }
-                Ok(r)
-            })
-            .map_err(|e| format!("cannot start the snapshot writer: {e}"))?;
-        Ok(Transfer { id, chunks, writer, failed })
-    }
-
-    /// The writer's error, if it met one.
-    fn failed(&self) -> Option<String> {
-        self.failed.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// Waits for the writer to take every chunk sent; its receiver, or its error.
-    fn finish(self) -> Result<Receiver, String> {
-        drop(self.chunks);
-        self.writer.join().map_err(|_| "the snapshot writer panicked".to_string())?
-    }
+    current: Option<(u64, Receiver)>,
+    /// Bytes received when progress was last logged.
+    logged: u64,
 }
 
 impl Incoming {
     /// Takes one part from `from`. An error refuses the transfer (the caller closes the
-    /// connection; the writer thread ends and removes the staging directory).
+    /// connection; dropping `self` removes the staging directory).
     pub fn part(&mut self, from: u64, body: &[u8], inbox: &dyn SnapshotInbox) -> Result<(), String> {
         if body.len() < 9 {
             return Err("snapshot part too short".into());
@@ -141,28 +82,29 @@ impl Incoming {
                 let store = inbox.store(from).ok_or("this node takes no snapshot now")?;
                 let r = Receiver::begin(&store, payload, ReceiveLimits::default()).map_err(|e| e.to_string())?;
                 tracing::info!(from, index = r.manifest().index, files = r.manifest().files.len(), bytes = r.manifest().total_bytes(), "snapshot transfer begins");
-                self.current = Some(Transfer::start(from, transfer, r)?);
+                self.current = Some((transfer, r));
+                self.logged = 0;
                 Ok(())
             }
             PART_CHUNK => {
-                let t = self.current.as_ref().ok_or("a snapshot chunk outside a transfer")?;
-                if t.id != transfer {
+                let (id, r) = self.current.as_mut().ok_or("a snapshot chunk outside a transfer")?;
+                if *id != transfer {
                     return Err("a snapshot chunk of another transfer".into());
                 }
-                if t.failed().is_some() || t.chunks.send(payload.to_vec()).is_err() {
-                    // The writer refused an earlier chunk: it has ended (and removed its
-                    // staging directory once joined here).
-                    let t = self.current.take().ok_or("a snapshot chunk outside a transfer")?;
-                    return Err(t.finish().err().unwrap_or_else(|| "the snapshot writer ended".into()));
+                let got = r.accept(payload).map_err(|e| e.to_string())?;
+                // Progress at every tenth of the whole (and every 256 MiB).
+                if got.bytes >= self.logged + (got.total / 10).clamp(1, 256 << 20) || got.complete {
+                    self.logged = got.bytes;
+                    let pct = (got.bytes * 100).checked_div(got.total).unwrap_or(100);
+                    tracing::info!(from, bytes = got.bytes, total = got.total, "snapshot transfer {pct}%");
                 }
                 Ok(())
             }
             PART_END => {
-                let t = self.current.take().ok_or("a snapshot end outside a transfer")?;
-                if t.id != transfer {
+                let (id, r) = self.current.take().ok_or("a snapshot end outside a transfer")?;
+                if id != transfer {
                     return Err("the end of another snapshot transfer".into());
                 }
-                let r = t.finish()?;
                 let msg = Message::parse_from_bytes(payload).map_err(|e| format!("the snapshot's raft message does not decode: {e}"))?;
                 if msg.get_msg_type() != MessageType::MsgSnapshot || msg.from != from {
                     return Err(format!("the end of a snapshot transfer carries a {:?} from {}", msg.get_msg_type(), msg.from));
@@ -215,57 +157,5 @@ mod tests {
         assert!(inbox.1.lock().unwrap().is_empty());
         // Nothing was left behind in the store.
         assert!(inbox.0.list().unwrap().is_empty());
-    }
-
-    /// A snapshot of a small state machine as the parts a sender writes.
-    fn parts_of(dir: &std::path::Path, transfer: u64) -> (Vec<Vec<u8>>, u64) {
-        use halite_storage::snapshot::SnapshotSource;
-        let sm = halite_storage::state::StateMachine::open(&dir.join("sm")).unwrap();
-        let recs: Vec<(u64, halite_storage::Record)> = (1..=3)
-            .map(|i| (i, halite_storage::Record::KeySet(halite_storage::format::KeySet { id: format!("m{i}"), state: halite_storage::KeyState::Pending, pub_key: vec![b'k'; 3000], time_ns: i, expect: None })))
-            .collect();
-        sm.apply(&recs).unwrap();
-        let store = SnapshotStore::open(&dir.join("src")).unwrap();
-        let cs = raft::eraftpb::ConfState { voters: vec![1], ..Default::default() };
-        let snap = store.begin_build(&sm).unwrap().finish(1, &cs, &[]).unwrap();
-        let mut src = SnapshotSource::new(&snap);
-        let mut parts = vec![encode_part(PART_BEGIN, transfer, &src.manifest_bytes())];
-        while let Some(c) = src.next_chunk().unwrap() {
-            parts.push(encode_part(PART_CHUNK, transfer, &c));
-        }
-        let mut msg = Message::default();
-        msg.set_msg_type(MessageType::MsgSnapshot);
-        msg.from = 2;
-        msg.mut_snapshot().mut_metadata().index = snap.index();
-        parts.push(encode_part(PART_END, transfer, &msg.write_to_bytes().unwrap()));
-        (parts, snap.index())
-    }
-
-    /// Through the writer thread: a whole transfer is received and handed over; one with
-    /// a damaged chunk is refused (at a later part: the writer checks behind the reader)
-    /// and leaves nothing in the store.
-    #[test]
-    fn a_transfer_is_written_behind_the_reader_and_a_bad_chunk_still_refuses_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let (parts, _) = parts_of(dir.path(), 5);
-        assert!(parts.len() >= 3);
-        let inbox = Store(SnapshotStore::open(&dir.path().join("good")).unwrap(), Default::default());
-        let mut inc = Incoming::default();
-        for p in &parts {
-            inc.part(2, p, &inbox).unwrap();
-        }
-        assert_eq!(*inbox.1.lock().unwrap(), vec![2]);
-
-        let bad = Store(SnapshotStore::open(&dir.path().join("bad")).unwrap(), Default::default());
-        let mut inc = Incoming::default();
-        let mut damaged = parts.clone();
-        let last = damaged[1].len() - 1;
-        damaged[1][last] ^= 0xff;
-        let refused = damaged.iter().map(|p| inc.part(2, p, &bad)).find_map(Result::err).expect("a damaged chunk is refused");
-        assert!(!refused.is_empty());
-        assert!(bad.1.lock().unwrap().is_empty());
-        assert!(bad.0.list().unwrap().is_empty());
-        let staged = std::fs::read_dir(dir.path().join("bad")).unwrap().flatten().count();
-        assert_eq!(staged, 0, "the staging directory is removed");
     }
 }

@@ -565,37 +565,16 @@ fn stream_parts(mut s: TcpStream, mut sealer: Sealer, me: u64, to: u64, addr: So
     let mut src = SnapshotSource::new(snap);
     tracing::info!(to, index = snap.index(), bytes = src.total_bytes(), "snapshot transfer begins");
     write(snapshot_transfer::PART_BEGIN, &src.manifest_bytes())?;
-    let total = src.total_bytes();
-    // Reading and checksumming the next chunks (a thread of their own) overlaps sealing
-    // and writing this one; at most `AHEAD` chunks (1 MiB each) wait in between.
-    const AHEAD: usize = 4;
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Result<(Vec<u8>, u64), String>>(AHEAD);
-    let sent = std::thread::scope(|scope| -> Result<u64, String> {
-        scope.spawn(move || loop {
-            let next = match src.next_chunk() {
-                Ok(Some(c)) => Ok((c, src.sent_bytes())),
-                Ok(None) => break,
-                Err(e) => Err(e.to_string()),
-            };
-            let failed = next.is_err();
-            if tx.send(next).is_err() || failed {
-                break; // the writer gave up, or a read failed (the writer hears it)
-            }
-        });
-        let (mut sent, mut logged) = (0u64, 0u64);
-        for next in rx {
-            let (chunk, so_far) = next?;
-            write(snapshot_transfer::PART_CHUNK, &chunk)?;
-            sent = so_far;
-            if sent >= logged + (total / 10).clamp(1, 256 << 20) {
-                logged = sent;
-                tracing::info!(to, bytes = logged, total, "snapshot sent {}%", logged * 100 / total.max(1));
-            }
+    let (total, mut logged) = (src.total_bytes(), 0u64);
+    while let Some(chunk) = src.next_chunk().map_err(|e| e.to_string())? {
+        write(snapshot_transfer::PART_CHUNK, &chunk)?;
+        if src.sent_bytes() >= logged + (total / 10).clamp(1, 256 << 20) {
+            logged = src.sent_bytes();
+            tracing::info!(to, bytes = logged, total, "snapshot sent {}%", logged * 100 / total.max(1));
         }
-        Ok(sent)
-    })?;
+    }
     write(snapshot_transfer::PART_END, &msg.write_to_bytes().map_err(|e| e.to_string())?)?;
-    Ok(sent)
+    Ok(src.sent_bytes())
 }
 
 /// What the node's driver sends its outgoing raft messages through.
