@@ -27,15 +27,22 @@ fn minion_mine(env: &Env, id: &str, args: &[&str]) -> Value {
     env.salt_json(&full, 30)[id].clone()
 }
 
-#[test]
-fn minions_read_each_others_mine_and_the_operator_reads_it_too() {
-    let m = Running::start(Env::master(&one_ip(), "localfs_key", "auto_accept: True\n"));
+/// A master with `conf`, and minions m1 and m2 answering pings with their mines sent.
+fn master_with_two_mines(conf: &str) -> (Running, [Proc; 2]) {
+    let m = Running::start(Env::master(&one_ip(), "localfs_key", conf));
     let env = &m.env;
-    let _m1 = start_minion(&env.root, "m1", &mine_conf(&env.ip, env.ret, "m1"));
-    let _m2 = start_minion(&env.root, "m2", &mine_conf(&env.ip, env.ret, "m2"));
+    let m1 = start_minion(&env.root, "m1", &mine_conf(&env.ip, env.ret, "m1"));
+    let m2 = start_minion(&env.root, "m2", &mine_conf(&env.ip, env.ret, "m2"));
     wait_ping(env, "m1", 90);
     wait_ping(env, "m2", 90);
     assert_eq!(env.salt_json(&["*", "mine.update"], 30), json!({"m1": true, "m2": true}));
+    (m, [m1, m2])
+}
+
+#[test]
+fn minions_read_each_others_mine_and_the_operator_reads_it_too() {
+    let (m, _minions) = master_with_two_mines("auto_accept: True\n");
+    let env = &m.env;
 
     let both = json!({"m1": true, "m2": true});
     assert_eq!(minion_mine(env, "m1", &["*", "test.ping"]), both);
@@ -60,13 +67,8 @@ fn minions_read_each_others_mine_and_the_operator_reads_it_too() {
 #[test]
 fn the_mine_get_option_limits_what_each_minion_reads() {
     // m1 may read test.* functions; m2 (and the runner, asked as the master's id) nothing.
-    let m = Running::start(Env::master(&one_ip(), "localfs_key", "auto_accept: True\nmine_get:\n  m1:\n    - 'test\\.p.*'\n"));
+    let (m, _minions) = master_with_two_mines("auto_accept: True\nmine_get:\n  m1:\n    - 'test\\.p.*'\n");
     let env = &m.env;
-    let _m1 = start_minion(&env.root, "m1", &mine_conf(&env.ip, env.ret, "m1"));
-    let _m2 = start_minion(&env.root, "m2", &mine_conf(&env.ip, env.ret, "m2"));
-    wait_ping(env, "m1", 90);
-    wait_ping(env, "m2", 90);
-    assert_eq!(env.salt_json(&["*", "mine.update"], 30), json!({"m1": true, "m2": true}));
     assert_eq!(minion_mine(env, "m1", &["*", "test.ping"]), json!({"m1": true, "m2": true}));
     assert_eq!(minion_mine(env, "m1", &["*", "test.echo"]), json!({}));
     assert_eq!(minion_mine(env, "m2", &["*", "test.ping"]), json!({}));
