@@ -1,5 +1,8 @@
 //! The record format: the bytes of one state change, as stored in each raft entry.
 //!
+//! (Over 600 lines on purpose: the byte format is kept in one documented file, each
+//! kind's struct beside its checks; the tests are in `format_tests.rs`.)
+//!
 //! Every state change Halite knows is one [`Record`]. A record is framed so that it can be
 //! checked on its own, whoever hands it to us (the local log, a peer, a dump file):
 //!

@@ -28,7 +28,7 @@ use halite_replication::{member_id, ClusterKey, TcpTransport};
 use raft::eraftpb::{Message, MessageType};
 use serde_json::json;
 
-use crate::hostile::{greeting, long_header};
+use crate::hostile::{greeting, long_header, read_until_closed};
 use crate::support::*;
 
 /// Sends `bytes` on a new connection to `ip:port` (optionally half-closing after) and
@@ -40,12 +40,7 @@ fn expect_closed(ip: &str, port: u16, bytes: &[u8], half_close: bool) {
     if half_close {
         let _ = s.shutdown(std::net::Shutdown::Write);
     }
-    let mut got = Vec::new();
-    match s.read_to_end(&mut got) {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
-        Err(e) => panic!("{ip}:{port} kept a connection open after {:02x?}: {e}", &bytes[..bytes.len().min(16)]),
-    }
+    read_until_closed(s, ip, port, bytes);
 }
 
 /// The huge-frame header and truncated frames on a ZMTP port.

@@ -44,6 +44,12 @@ fn send_and_expect_close(ip: &str, port: u16, bytes: &[u8], close_after: bool) {
         // A truncated frame: the peer goes away mid-frame.
         let _ = s.shutdown(std::net::Shutdown::Write);
     }
+    read_until_closed(s, ip, port, bytes);
+}
+
+/// Reads from `s` until the master closes it (a reset counts); fails the test, naming
+/// the first bytes sent, if it is still open when the read times out.
+pub(crate) fn read_until_closed(mut s: TcpStream, ip: &str, port: u16, bytes: &[u8]) {
     let mut got = Vec::new();
     match s.read_to_end(&mut got) {
         Ok(_) => {}
