@@ -219,7 +219,11 @@ fn haproxy_drains_a_member_cut_off_from_its_peers_until_it_has_caught_up() {
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("leader none"), "{body}");
     wait_for("HAProxy to drain the cut-off member", 30, || haproxy_state(&sock, "ret_members", "m2") == "DOWN" && haproxy_state(&sock, "pub_members", "m2") == "DOWN");
-    // The minion is served by the others, and the others take writes meanwhile.
+    // The minion is served by the others, and the others take writes meanwhile. (If its
+    // connections were on the member that went away, it first reconnects through HAProxy
+    // on its own schedule: Salt's randomized `recon_default`..`recon_max` interval and its
+    // return retries, which under a loaded machine can take longer than one job's timeout.)
+    wait_ping(&c.envs[0], "m1", 120);
     for i in 0..5 {
         assert_eq!(c.envs[i % 2].salt_json(&["m1", "test.echo", &format!("while-drained-{i}")], 30), json!({"m1": format!("while-drained-{i}")}));
     }
