@@ -26,7 +26,7 @@ use crate::wire::crypto::Crypticle;
 use crate::wire::publish::Publisher;
 
 /// How long, without `request_server_ttl`, a side-effecting request's nonce is kept,
-/// and how many are kept at most (about 150 bytes each).
+/// and how many are kept at most (about 64 bytes each: `replay.rs`).
 const REPLAY_WINDOW_SECS: u64 = 900;
 const REPLAY_CAPACITY: usize = 65_536;
 /// How old the count of pending keys may be when a new id signs in.

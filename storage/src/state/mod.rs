@@ -148,6 +148,12 @@ fn from_msgpack<'a, T: Deserialize<'a>>(what: &str, b: &'a [u8]) -> Result<T> {
     rmp_serde::from_slice(b).map_err(|e| Error::Invalid(format!("state machine value for {what} is damaged: {e}")))
 }
 
+/// One column family's memtable is flushed when it holds this much.
+pub const MEMTABLE_BYTES: usize = 8 << 20;
+/// All memtables together: past this, RocksDB flushes (all families at once, as
+/// `atomic_flush` keeps them consistent with `applied_index`).
+pub const MEMTABLES_TOTAL_BYTES: usize = 16 << 20;
+
 impl StateMachine {
     /// Opens (or creates) the state machine at `path`.
     pub fn open(path: &Path) -> Result<Self> {
@@ -158,6 +164,12 @@ impl StateMachine {
         // No WAL (the raft log is the durable copy), so column families must be flushed
         // together to stay consistent with `applied_index`.
         opts.set_atomic_flush(true);
+        // Memory is bounded, not left to RocksDB's defaults (a 64 MiB memtable per column
+        // family, two of them per family before writes stall): returns arrive all the time,
+        // and a master's memory would otherwise grow by the size of that family's
+        // memtables before the first flush. See docs/operations.md "Memory".
+        opts.set_write_buffer_size(MEMTABLE_BYTES);
+        opts.set_db_write_buffer_size(MEMTABLES_TOTAL_BYTES);
         let db = DB::open_cf(&opts, path, ALL_CFS)?;
         Ok(StateMachine { db: Arc::new(db), path: path.to_path_buf() })
     }
