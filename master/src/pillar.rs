@@ -238,6 +238,71 @@ pub fn compile(cfg: &MasterConfig, roots: &dyn RootsSource, id: &str, grains: &J
     c.pillar
 }
 
+/// One saltenv's top targets: (target, order, items).
+type TopTargets = Vec<(String, i64, Vec<J>)>;
+
+/// The pillar top data as Salt's `pillar.show_top` gives it (Salt's `get_top`): every
+/// env's `top.sls` rendered for minion `id` with its `grains`, merged into `{saltenv:
+/// {target: [{match: ...}, sls, ...]}}` (a target named again by a later top file is
+/// replaced; `include` is skipped), targets ordered by their `order` (default 0, stable),
+/// with the rendering errors.
+pub fn top(cfg: &MasterConfig, roots: &dyn RootsSource, id: &str, grains: &J) -> (J, Vec<String>) {
+    let mut c = Compiler { roots, id, grains, pillar: J::Object(Map::new()), errors: Vec::new(), rendered: Default::default() };
+    let mut envs: Vec<&String> = cfg.pillar_roots.keys().collect();
+    envs.sort_by_key(|e| (e.as_str() != "base", e.as_str().to_string()));
+    // saltenv → [(target, order, items)] in first-seen order.
+    let mut merged: Vec<(String, TopTargets)> = Vec::new();
+    for env in envs {
+        let Some(text) = c.sls_text(env, "top") else { continue };
+        let Some(J::Object(top)) = c.render(env, "top", &text) else { continue };
+        for (top_env, targets) in top {
+            if top_env == "include" {
+                continue;
+            }
+            let J::Object(targets) = targets else { continue };
+            let slot = match merged.iter().position(|m| m.0 == top_env) {
+                Some(i) => i,
+                None => {
+                    merged.push((top_env.clone(), Vec::new()));
+                    merged.len() - 1
+                }
+            };
+            for (tgt, items) in targets {
+                let J::Array(items) = items else { continue };
+                let mut matches = Vec::new();
+                let mut states: Vec<J> = Vec::new();
+                let mut order = 0i64;
+                for i in &items {
+                    match i {
+                        J::Object(o) => {
+                            if o.contains_key("match") {
+                                matches.push(i.clone());
+                            }
+                            if let Some(v) = o.get("order") {
+                                order = v.as_i64().or_else(|| v.as_str().and_then(|s| s.trim().parse().ok())).unwrap_or(0);
+                            }
+                        }
+                        J::String(_) if !states.contains(i) => states.push(i.clone()),
+                        _ => {}
+                    }
+                }
+                matches.extend(states);
+                let list = &mut merged[slot].1;
+                match list.iter_mut().find(|t| t.0 == tgt) {
+                    Some(t) => *t = (tgt, order, matches),
+                    None => list.push((tgt, order, matches)),
+                }
+            }
+        }
+    }
+    let mut out = Map::new();
+    for (env, mut targets) in merged {
+        targets.sort_by_key(|t| t.1);
+        out.insert(env, J::Object(targets.into_iter().map(|(t, _, items)| (t, J::Array(items))).collect()));
+    }
+    (J::Object(out), c.errors)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

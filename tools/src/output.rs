@@ -156,36 +156,148 @@ pub fn key_outputter(data: &serde_json::Map<String, Value>, color: bool) -> Stri
     lines.join("\n")
 }
 
-/// Prints `v` in the chosen format (`key` and `nested` fall back to a readable form).
+/// Prints `v` in the chosen format (`key` falls back to `nested` for other shapes).
 pub fn render(v: &Value, out: Out, color: bool) -> String {
     match out {
         Out::Json => python_json(v),
         Out::Yaml => yaml(v).trim_end().to_string(),
         Out::Key => match v {
             Value::Object(m) => key_outputter(m, color),
-            other => nested(other, 0),
+            other => nested_colored(other, color),
         },
-        Out::Nested | Out::Txt => nested(v, 0),
+        Out::Nested => nested_colored(v, color),
+        Out::Txt => txt(v).trim_end_matches('\n').to_string(),
     }
 }
 
-/// Salt's `nested` outputter, simplified: mappings as `key:` with children indented by
-/// four spaces, lists as `- item`, scalars as text.
+/// Salt's `nested` outputter without colours (`--no-color`, or not a terminal).
 pub fn nested(v: &Value, indent: usize) -> String {
-    let pad = " ".repeat(indent);
-    match v {
-        Value::Object(m) => m
-            .iter()
-            .map(|(k, x)| match x {
-                Value::Object(_) | Value::Array(_) => format!("{pad}{k}:\n{}", nested(x, indent + 4)),
-                _ => format!("{pad}{k}:\n{}", nested(x, indent + 4)),
-            })
-            .collect::<Vec<_>>()
-            .join("\n"),
-        Value::Array(a) => a.iter().map(|x| format!("{pad}- {}", nested(x, 0).trim_start())).collect::<Vec<_>>().join("\n"),
-        Value::String(s) => s.lines().map(|l| format!("{pad}{l}")).collect::<Vec<_>>().join("\n"),
-        other => format!("{pad}{other}"),
+    let mut out = Vec::new();
+    Nest { color: false }.display(v, indent, "", &mut out);
+    out.join("\n")
+}
+
+/// Salt's `nested` outputter, coloured as Salt colours it on a terminal.
+pub fn nested_colored(v: &Value, color: bool) -> String {
+    let mut out = Vec::new();
+    Nest { color }.display(v, 0, "", &mut out);
+    out.join("\n")
+}
+
+/// Salt's `NestDisplay`: mappings as `key:` with the value four spaces further in (keys
+/// sorted; a nested mapping opens with `----------`), lists as `- item` (a list or a
+/// mapping inside a list as `|_` with the item two spaces further in), scalars as
+/// Python prints them (`True`, `None`), multi-line text one line each.
+struct Nest {
+    color: bool,
+}
+
+const LIGHT_YELLOW: &str = "\x1b[1;33m";
+const GREEN: &str = "\x1b[0;32m";
+const CYAN: &str = "\x1b[0;36m";
+const ENDC: &str = "\x1b[0;0m";
+
+impl Nest {
+    fn line(&self, indent: usize, color: &str, prefix: &str, msg: &str, suffix: &str) -> String {
+        let (c, e) = if self.color { (color, ENDC) } else { ("", "") };
+        format!("{}{c}{prefix}{msg}{e}{suffix}", " ".repeat(indent))
     }
+
+    fn display(&self, v: &Value, indent: usize, prefix: &str, out: &mut Vec<String>) {
+        match v {
+            Value::Null | Value::Bool(_) | Value::Number(_) => out.push(self.line(indent, LIGHT_YELLOW, prefix, &py_repr(v), "")),
+            Value::String(s) => {
+                for (i, l) in s.lines().enumerate() {
+                    let p = if i == 0 { prefix.to_string() } else { " ".repeat(prefix.len()) };
+                    out.push(self.line(indent, GREEN, &p, l, ""));
+                }
+            }
+            Value::Array(a) => {
+                for x in a {
+                    match x {
+                        Value::Array(_) | Value::Object(_) => {
+                            out.push(self.line(indent, GREEN, "", "|_", ""));
+                            let p = if x.is_object() { "" } else { "- " };
+                            self.display(x, indent + 2, p, out);
+                        }
+                        _ => self.display(x, indent, "- ", out),
+                    }
+                }
+            }
+            Value::Object(m) => {
+                if indent > 0 {
+                    out.push(self.line(indent, CYAN, "", "----------", ""));
+                }
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort();
+                for k in keys {
+                    out.push(self.line(indent, CYAN, prefix, k, ":"));
+                    self.display(&m[k], indent + 4, "", out);
+                }
+            }
+        }
+    }
+}
+
+/// Python's `repr` of a decoded value (`True`, `None`, `'text'`, `[1, 'a']`, `{'k': 1}`).
+pub fn py_repr(v: &Value) -> String {
+    match v {
+        Value::Null => "None".into(),
+        Value::Bool(true) => "True".into(),
+        Value::Bool(false) => "False".into(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => {
+            let q = if s.contains('\'') && !s.contains('"') { '"' } else { '\'' };
+            let mut o = String::from(q);
+            for c in s.chars() {
+                match c {
+                    '\\' => o.push_str("\\\\"),
+                    '\n' => o.push_str("\\n"),
+                    '\r' => o.push_str("\\r"),
+                    '\t' => o.push_str("\\t"),
+                    c if c == q => {
+                        o.push('\\');
+                        o.push(c);
+                    }
+                    c if (c as u32) < 0x20 || c as u32 == 0x7f => o.push_str(&format!("\\x{:02x}", c as u32)),
+                    c => o.push(c),
+                }
+            }
+            o.push(q);
+            o
+        }
+        Value::Array(a) => format!("[{}]", a.iter().map(py_repr).collect::<Vec<_>>().join(", ")),
+        Value::Object(m) => format!("{{{}}}", m.iter().map(|(k, x)| format!("{}: {}", py_repr(&Value::String(k.clone())), py_repr(x))).collect::<Vec<_>>().join(", ")),
+    }
+}
+
+/// Salt's `txt` outputter: for a mapping, `key: line` for each line of a text value and
+/// `key: repr(value)` otherwise; text alone as it is; anything else as its repr.
+pub fn txt(v: &Value) -> String {
+    let mut out = String::new();
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                match x {
+                    Value::String(s) => {
+                        for l in s.lines() {
+                            out.push_str(&format!("{k}: {l}\n"));
+                        }
+                    }
+                    other => out.push_str(&format!("{k}: {}\n", py_repr(other))),
+                }
+            }
+        }
+        Value::String(s) => {
+            out.push_str(s);
+            out.push('\n');
+        }
+        other => {
+            out.push_str(&py_repr(other));
+            out.push('\n');
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -196,6 +308,45 @@ mod tests {
     fn python_json_shape() {
         let v: Value = serde_json::from_str(r#"{"minions_pre": [], "minions": ["a", "ü"], "n": {"x": 1}}"#).unwrap();
         assert_eq!(python_json(&v), "{\n    \"minions_pre\": [],\n    \"minions\": [\n        \"a\",\n        \"\\u00fc\"\n    ],\n    \"n\": {\n        \"x\": 1\n    }\n}");
+    }
+
+    #[test]
+    fn nested_is_salts_nested() {
+        let v: Value = serde_json::from_str(r#"{"web2": true, "web1": {"Result": {"b": [1, "x", {"k": null}, [2]], "a": "two\nlines"}, "n": 1.5}, "e": []}"#).unwrap();
+        let expected = [
+            "e:",
+            "web1:",
+            "    ----------",
+            "    Result:",
+            "        ----------",
+            "        a:",
+            "            two",
+            "            lines",
+            "        b:",
+            "            - 1",
+            "            - x",
+            "            |_",
+            "              ----------",
+            "              k:",
+            "                  None",
+            "            |_",
+            "              - 2",
+            "    n:",
+            "        1.5",
+            "web2:",
+            "    True",
+        ]
+        .join("\n");
+        assert_eq!(nested(&v, 0), expected);
+        assert_eq!(nested(&serde_json::json!(["a", "b"]), 0), "- a\n- b", "a runner's list, as manage.present prints it");
+        assert_eq!(nested_colored(&serde_json::json!({"a": true}), true), "\x1b[0;36ma\x1b[0;0m:\n    \x1b[1;33mTrue\x1b[0;0m");
+    }
+
+    #[test]
+    fn txt_is_salts_txt() {
+        let v: Value = serde_json::from_str(r#"{"m1": "a\nb", "m2": {"k": [true, null, "it's"]}}"#).unwrap();
+        assert_eq!(txt(&v), "m1: a\nm1: b\nm2: {'k': [True, None, \"it's\"]}\n");
+        assert_eq!(txt(&serde_json::json!(["x"])), "['x']\n");
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! | `publish` | `tgt`, `tgt_type`, `fun`, `arg` (list), `kwarg` (map) | `{"jid", "minions", "missing"}` |
 //! | `job.returns` | `jid` | `{"returns": {id: return load}}` |
 //! | `job.list` | | `{"jobs": {jid: {fun, tgt, minions}}}` |
-//! | `runner` | `fun`: `jobs.list_jobs`, `jobs.lookup_jid` + `jid`, `cluster.members`, `cluster.ring_info`, `cluster.sync_roots` + `roots`, `cluster.remove_member` + `name`, `cluster.digest`, `pki.migrate_to_mmap`, `mine.get` + `tgt`, `mine_fun`, `tgt_type` | `{"return": ...}` |
+//! | `runner` | `fun`: `jobs.list_jobs`, `jobs.lookup_jid` + `jid`, `cluster.members`, `cluster.ring_info`, `cluster.sync_roots` + `roots`, `cluster.remove_member` + `name`, `cluster.digest`, `pki.migrate_to_mmap`, `mine.get` + `tgt`, `mine_fun`, `tgt_type`; `jobs.list_job`, `jobs.print_job`, `jobs.exit_success`, `manage.present`, `manage.not_present`, `fileserver.*`, `pillar.show_*`, `cache.*` + `arg` (list), `kwarg` (map), bound as Salt binds them; `jobs.active` + `running` (`{minion: saltutil.running return}`); `manage.versions` + `returns` (`{minion: test.version return load or null}`) | `{"return": ...}` |
 //! | `events.watch` | | from then on, one `{"tag", "data"}` line per event on the master bus |
 //!
 //! Failures answer `{"error": "..."}`. What each verb does is in [`crate::admin`]; this

@@ -1,5 +1,12 @@
 //! Jobs: `publish` (what `salt` sends), `job.returns`, `job.list`, and the runners
-//! `jobs.list_jobs` and `jobs.lookup_jid` in Salt's output shapes.
+//! `jobs.list_jobs`, `jobs.lookup_jid`, `jobs.list_job`, `jobs.print_job`,
+//! `jobs.exit_success` and `jobs.active` in Salt's output shapes, read from the job
+//! cache of the applied state (so every member of a cluster answers the same).
+//!
+//! `jobs.active` is asked as Salt asks it: `salt-run` publishes `saltutil.running` to
+//! every minion, gathers the returns for the timeout, and hands them here as `running`
+//! (`{minion: [job, ...]}`); this file shapes them and adds, from the job cache, which
+//! minions have already returned each running job.
 //!
 //! A publish is a `job_published` record; once committed and applied, every master's
 //! publisher (`daemon::publish`) sends it to the minions connected to it, whichever
@@ -11,6 +18,7 @@ use serde_json::{json, Map, Value as J};
 use halite_storage::format::{JobPublished, Record};
 use halite_storage::state::StateMachine;
 
+use super::runner_args::RunnerArgs;
 use super::{AdminView, Plan};
 use crate::error::{Error, Result};
 use crate::events::event;
@@ -24,6 +32,14 @@ pub enum JobCmd {
     List,
     ListJobs,
     LookupJid { jid: String },
+    /// `jobs.list_job JID`: the job and its returns.
+    ListJob { jid: String },
+    /// `jobs.print_job JID`: the same under the jid.
+    PrintJob { jid: String },
+    /// `jobs.exit_success JID`: `{minion: returned something true}`.
+    ExitSuccess { jid: String },
+    /// `jobs.active`, with what the minions answered to `saltutil.running`.
+    Active { running: Map<String, J> },
 }
 
 impl JobCmd {
@@ -41,6 +57,16 @@ impl JobCmd {
             ("job.returns", _) => JobCmd::Returns { jid: jid("job.returns")? },
             ("job.list", _) => JobCmd::List,
             (_, "jobs.lookup_jid") => JobCmd::LookupJid { jid: jid("jobs.lookup_jid")? },
+            (_, f @ ("jobs.list_job" | "jobs.print_job" | "jobs.exit_success")) => {
+                let b = RunnerArgs::from_req(req).bind(f, &[("jid", None), ("ext_source", Some(J::Null))], false)?;
+                let jid = b.text("jid").ok_or_else(|| Error::refused(format!("{f} needs a jid")))?;
+                match f {
+                    "jobs.list_job" => JobCmd::ListJob { jid },
+                    "jobs.print_job" => JobCmd::PrintJob { jid },
+                    _ => JobCmd::ExitSuccess { jid },
+                }
+            }
+            (_, "jobs.active") => JobCmd::Active { running: req.get("running").and_then(J::as_object).cloned().unwrap_or_default() },
             _ => JobCmd::ListJobs,
         })
     }
@@ -66,6 +92,18 @@ impl JobCmd {
             }
             JobCmd::ListJobs => Ok(Plan::answer(json!({ "return": list_jobs(sm)? }))),
             JobCmd::LookupJid { jid } => Ok(Plan::answer(json!({ "return": lookup_jid(sm, &jid)? }))),
+            JobCmd::ListJob { jid } => Ok(Plan::answer(json!({ "return": list_job(sm, &jid)? }))),
+            JobCmd::PrintJob { jid } => {
+                let mut job = list_job(sm, &jid)?;
+                if let J::Object(m) = &mut job {
+                    m.remove("jid");
+                }
+                let mut out = Map::new();
+                out.insert(jid, job);
+                Ok(Plan::answer(json!({ "return": out })))
+            }
+            JobCmd::ExitSuccess { jid } => Ok(Plan::answer(json!({ "return": exit_success(sm, &jid)? }))),
+            JobCmd::Active { running } => Ok(Plan::answer(json!({ "return": active(sm, &running)? }))),
         }
     }
 }
@@ -121,6 +159,128 @@ fn job_instance(jid: &str, load: &J) -> J {
     m.insert("User".into(), load.get("user").cloned().unwrap_or(J::String("root".into())));
     m.insert("StartTime".into(), J::String(jid_to_time(jid)));
     J::Object(m)
+}
+
+/// Salt's `_format_job_instance` of a job cache load (with `Minions`, as the cache's
+/// `get_load` adds them): an unknown job is `{"Error": ...}`.
+fn job_cache_instance(jid: &str, load: Option<&J>, minions: Option<&[String]>) -> Map<String, J> {
+    let mut m = Map::new();
+    let Some(load) = load.filter(|l| l.as_object().is_some_and(|o| !o.is_empty())) else {
+        m.insert("Error".into(), J::String("Cannot contact returner or no job with this jid".into()));
+        m.insert("StartTime".into(), J::String(jid_to_time(jid)));
+        return m;
+    };
+    if let J::Object(base) = job_instance(jid, load) {
+        m = base;
+    }
+    let start = m.remove("StartTime").unwrap_or(J::Null);
+    let kwarg_metadata = load.get("arg").and_then(J::as_array).and_then(|a| a.iter().find_map(|x| (x.get("__kwarg__") == Some(&J::Bool(true))).then(|| x.get("metadata")).flatten()));
+    if let Some(md) = load.get("metadata").or_else(|| load.get("kwargs").and_then(|k| k.get("metadata"))).or(kwarg_metadata) {
+        m.insert("Metadata".into(), md.clone());
+    }
+    if let Some(ids) = minions {
+        let mut ids = ids.to_vec();
+        ids.sort();
+        m.insert("Minions".into(), json!(ids));
+    }
+    m.insert("StartTime".into(), start);
+    m
+}
+
+/// The job cache's `get_jid`: `{minion: {"return", "retcode"?, "success"?, "out"?}}`.
+pub fn get_jid(sm: &StateMachine, jid: &str) -> Result<Map<String, J>> {
+    let mut out = Map::new();
+    for r in sm.job_returns(jid)? {
+        let load = payload::decode(&r.load).map(|v| payload::to_json(&v)).unwrap_or(J::Null);
+        let mut one = Map::new();
+        one.insert("return".into(), load.get("return").cloned().unwrap_or(J::Null));
+        for k in ["retcode", "success", "out"] {
+            if let Some(v) = load.get(k) {
+                one.insert(k.into(), v.clone());
+            }
+        }
+        out.insert(r.id, J::Object(one));
+    }
+    Ok(out)
+}
+
+/// `jobs.list_job JID`: `{"jid", Function, Arguments, Target, Target-type, User,
+/// Minions, StartTime, Result: get_jid}`.
+pub fn list_job(sm: &StateMachine, jid: &str) -> Result<J> {
+    let job = sm.job(jid)?;
+    let load = job.as_ref().map(|j| payload::decode(&j.load).map(|v| payload::to_json(&v)).unwrap_or(J::Null));
+    let mut out = Map::new();
+    out.insert("jid".into(), J::String(jid.to_string()));
+    out.extend(job_cache_instance(jid, load.as_ref(), job.as_ref().map(|j| j.minions.as_slice())));
+    out.insert("Result".into(), J::Object(get_jid(sm, jid)?));
+    Ok(J::Object(out))
+}
+
+/// `jobs.exit_success JID`: each expected minion is true when its return is truthy
+/// (Python's truth: not null/false/0/empty), false when absent or falsy; a minion that
+/// returned without being expected is listed when its return is truthy.
+pub fn exit_success(sm: &StateMachine, jid: &str) -> Result<J> {
+    let minions = sm.job(jid)?.map(|j| j.minions).unwrap_or_default();
+    let result = get_jid(sm, jid)?;
+    let truthy = |m: &str| result.get(m).and_then(|r| r.get("return")).is_some_and(py_truthy);
+    let mut sorted = minions;
+    sorted.sort();
+    let mut out = Map::new();
+    for m in &sorted {
+        out.insert(m.clone(), J::Bool(truthy(m)));
+    }
+    for m in result.keys() {
+        if truthy(m) {
+            out.insert(m.clone(), J::Bool(true));
+        }
+    }
+    Ok(J::Object(out))
+}
+
+/// Python's truth value of a decoded value.
+pub fn py_truthy(v: &J) -> bool {
+    match v {
+        J::Null => false,
+        J::Bool(b) => *b,
+        J::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
+        J::String(s) => !s.is_empty(),
+        J::Array(a) => !a.is_empty(),
+        J::Object(o) => !o.is_empty(),
+    }
+}
+
+/// `jobs.active`: from each minion's `saltutil.running` list, `{jid: {Function,
+/// Arguments, Target, Target-type, User, StartTime, Running: [{minion: pid}], Returned:
+/// [minions whose return is in the job cache]}}`. Minions are taken in id order; an
+/// answer that is not a list (an error) is skipped, as Salt skips it.
+pub fn active(sm: &StateMachine, running: &Map<String, J>) -> Result<J> {
+    let mut ids: Vec<&String> = running.keys().collect();
+    ids.sort();
+    let mut out = Map::new();
+    for id in ids {
+        let Some(jobs) = running[id].as_array() else { continue };
+        for job in jobs {
+            let Some(jid) = job.get("jid").map(|j| j.as_str().map(String::from).unwrap_or_else(|| j.to_string())) else { continue };
+            let pid = job.get("pid").cloned().unwrap_or(J::Null);
+            let entry = out.entry(jid.clone()).or_insert_with(|| {
+                let mut e = match job_instance(&jid, job) {
+                    J::Object(m) => m,
+                    _ => Map::new(),
+                };
+                e.insert("Running".into(), J::Array(vec![]));
+                e.insert("Returned".into(), J::Array(vec![]));
+                J::Object(e)
+            });
+            if let Some(J::Array(r)) = entry.get_mut("Running") {
+                r.push(json!({ id.as_str(): pid }));
+            }
+        }
+    }
+    for (jid, e) in out.iter_mut() {
+        let returned: Vec<J> = sm.job_returns(jid)?.into_iter().map(|r| J::String(r.id)).collect();
+        e["Returned"] = J::Array(returned);
+    }
+    Ok(J::Object(out))
 }
 
 /// `jobs.list_jobs`: `{jid: {Function, Arguments, Target, Target-type, User, StartTime}}`.

@@ -12,21 +12,32 @@
 //! |---|---|---|
 //! | `key.list`, `key.select`, `key.apply` | `salt-key` | [`keys`] |
 //! | `publish`, `job.returns`, `job.list` | `salt`, `manage.*` | [`jobs`] |
-//! | `runner` `jobs.list_jobs`, `jobs.lookup_jid` | `salt-run` | [`jobs`] |
+//! | `runner` `jobs.list_jobs`, `jobs.lookup_jid`, `jobs.list_job`, `jobs.print_job`, `jobs.exit_success`, `jobs.active` | `salt-run` | [`jobs`] |
+//! | `runner` `manage.present`, `manage.not_present`, `manage.versions` | `salt-run` | [`manage`] |
+//! | `runner` `fileserver.file_list`, `fileserver.dir_list`, `fileserver.envs` | `salt-run` | [`fileserver`] |
+//! | `runner` `pillar.show_pillar`, `pillar.show_top` | `salt-run` | [`pillar`] |
+//! | `runner` `cache.grains`, `cache.pillar`, `cache.mine` | `salt-run` | [`cache`] |
 //! | `runner` `cluster.members`, `cluster.ring_info`, `cluster.remove_member`, `cluster.sync_roots` | `salt-run` | [`cluster`] |
 //! | `runner` `pki.migrate_to_mmap` | `salt-run` | [`pki`] |
 //! | `runner` `mine.get` | `salt-run` | [`mine`] |
 //! | `events.watch` | `salt-run state.event` | the daemon streams the bus |
 
+pub mod cache;
 pub mod client;
 pub mod cluster;
+pub mod fileserver;
 pub mod jobs;
 pub mod keys;
+pub mod manage;
 pub mod mine;
+pub mod pillar;
 pub mod pki;
+pub mod runner_args;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod runners_tests;
 
 use std::collections::BTreeMap;
 
@@ -104,6 +115,10 @@ pub enum Command {
     Cluster(cluster::ClusterCmd),
     MigrateToMmap,
     Mine(mine::MineCmd),
+    Manage(manage::ManageCmd),
+    Fileserver(fileserver::FileserverCmd),
+    Pillar(pillar::PillarCmd),
+    Cache(cache::CacheCmd),
     /// Turns the connection into an event stream (handled by the daemon).
     EventsWatch,
 }
@@ -194,7 +209,11 @@ impl Command {
             "publish" | "job.returns" | "job.list" => Command::Jobs(jobs::JobCmd::parse(req)?),
             "events.watch" => Command::EventsWatch,
             "runner" => match s("fun").unwrap_or("") {
-                "jobs.list_jobs" | "jobs.lookup_jid" => Command::Jobs(jobs::JobCmd::parse(req)?),
+                "jobs.list_jobs" | "jobs.lookup_jid" | "jobs.list_job" | "jobs.print_job" | "jobs.exit_success" | "jobs.active" => Command::Jobs(jobs::JobCmd::parse(req)?),
+                f @ ("manage.present" | "manage.not_present" | "manage.versions") => Command::Manage(manage::ManageCmd::parse(f, req)?),
+                f @ ("fileserver.file_list" | "fileserver.dir_list" | "fileserver.envs") => Command::Fileserver(fileserver::FileserverCmd::parse(f, req)?),
+                f @ ("pillar.show_pillar" | "pillar.show_top") => Command::Pillar(pillar::PillarCmd::parse(f, req)?),
+                f @ ("cache.grains" | "cache.pillar" | "cache.mine") => Command::Cache(cache::CacheCmd::parse(f, req)?),
                 "pki.migrate_to_mmap" => Command::MigrateToMmap,
                 "mine.get" => Command::Mine(mine::MineCmd::parse(req)?),
                 f if f.starts_with("cluster.") => Command::Cluster(cluster::ClusterCmd::parse(f, req)?),
@@ -212,6 +231,10 @@ impl Command {
             Command::Cluster(c) => c.answer(view),
             Command::MigrateToMmap => pki::migrate_plan(view),
             Command::Mine(c) => c.answer(view),
+            Command::Manage(c) => c.answer(view),
+            Command::Fileserver(c) => c.answer(view),
+            Command::Pillar(c) => c.answer(view),
+            Command::Cache(c) => c.answer(view),
             Command::EventsWatch => Err(Error::refused("events.watch streams; it has no single answer")),
         }
     }

@@ -14,9 +14,9 @@ use crate::config::MasterConfig;
 
 const PUB: &str = "-----BEGIN PUBLIC KEY-----\nMIIBIjANBgkq\n-----END PUBLIC KEY-----";
 
-struct Fixture {
-    cfg: MasterConfig,
-    sm: StateMachine,
+pub(super) struct Fixture {
+    pub(super) cfg: MasterConfig,
+    pub(super) sm: StateMachine,
     members: Members,
     local: BTreeMap<(RootsTree, String), Vec<Record>>,
     pki: (Vec<Record>, PkiCounts),
@@ -24,7 +24,7 @@ struct Fixture {
 }
 
 impl Fixture {
-    fn new(name: &str) -> Self {
+    pub(super) fn new(name: &str) -> Self {
         Fixture {
             cfg: MasterConfig::under(std::path::Path::new("/nonexistent/halite-admin-test")),
             sm: StateMachine::open_in_memory(name).unwrap(),
@@ -36,7 +36,7 @@ impl Fixture {
     }
 
     /// Applies records as the node would once they are committed.
-    fn apply(&self, recs: &[Record]) {
+    pub(super) fn apply(&self, recs: &[Record]) {
         let entries: Vec<(u64, Record)> = recs
             .iter()
             .map(|r| {
@@ -47,15 +47,15 @@ impl Fixture {
         self.sm.apply(&entries).unwrap();
     }
 
-    fn key(&self, id: &str, state: KeyState, pub_key: &str) {
+    pub(super) fn key(&self, id: &str, state: KeyState, pub_key: &str) {
         self.apply(&[Record::KeySet(KeySet { id: id.into(), state, pub_key: pub_key.as_bytes().to_vec(), time_ns: 1, expect: None })]);
     }
 
-    fn run(&self, req: J) -> Result<Plan> {
+    pub(super) fn run(&self, req: J) -> Result<Plan> {
         Command::parse(&req)?.answer(self)
     }
 
-    fn now(&self, req: J) -> J {
+    pub(super) fn now(&self, req: J) -> J {
         match self.run(req).unwrap().answer {
             Answer::Now(v) => v,
             Answer::After(f) => f(self).unwrap().value,

@@ -392,6 +392,14 @@ impl StateMachine {
         }
     }
 
+    /// When a minion last reported its grains (ns since the epoch).
+    pub fn grains_time_ns(&self, id: &str) -> Result<Option<u64>> {
+        match self.db.get_cf(self.cf(CF_GRAINS)?, id.as_bytes())? {
+            Some(v) => Ok(Some(from_msgpack::<crate::format::GrainsReport>("grains", &v)?.time_ns)),
+            None => Ok(None),
+        }
+    }
+
     /// The pillar last compiled for a minion (msgpack), from the pillar cache.
     pub fn pillar(&self, id: &str) -> Result<Option<Vec<u8>>> {
         match self.db.get_cf(self.cf(CF_PILLAR)?, id.as_bytes())? {

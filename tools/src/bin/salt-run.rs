@@ -1,7 +1,11 @@
 //! `salt-run`: runners. Through the running master's admin socket: `jobs.list_jobs`,
 //! `jobs.lookup_jid JID`, `manage.up`, `manage.down`, `manage.status`, `cluster.members`,
 //! `cluster.digest` (this master's state digest and applied index),
-//! `mine.get TGT FUN [TGT_TYPE]`.
+//! `mine.get TGT FUN [TGT_TYPE]`, and the runners of [`MASTER_RUNNERS`] (answered by the
+//! master from its applied state, arguments bound there as Salt binds them).
+//! `jobs.active` and `manage.versions` ask the minions first, as Salt does
+//! (`saltutil.running`, `test.version` published to `*`, returns gathered for the
+//! timeout), and let the master shape the answers.
 //! `pki.migrate_to_mmap` goes through the running master's log, or, with the master
 //! stopped, through the data dir directly (as do `jobs.*` and `cluster.members`).
 
@@ -38,6 +42,23 @@ struct Args {
     args: Vec<String>,
 }
 
+/// Runners the master answers from `{"fun", "arg", "kwarg"}` (`halite_master::admin`).
+const MASTER_RUNNERS: &[&str] = &[
+    "jobs.list_job",
+    "jobs.print_job",
+    "jobs.exit_success",
+    "manage.present",
+    "manage.not_present",
+    "fileserver.file_list",
+    "fileserver.dir_list",
+    "fileserver.envs",
+    "pillar.show_pillar",
+    "pillar.show_top",
+    "cache.grains",
+    "cache.pillar",
+    "cache.mine",
+];
+
 fn main() {
     let args = Args::parse();
     init_logging(&args.log_level);
@@ -51,16 +72,7 @@ fn truthy(v: &str) -> Result<bool> {
 
 fn real_main(a: Args) -> Result<()> {
     let cfg = load_config(&a.config_dir)?;
-    let mut kwargs = BTreeMap::new();
-    let mut positional = Vec::new();
-    for x in &a.args {
-        match x.split_once('=') {
-            Some((k, v)) => {
-                kwargs.insert(k.to_string(), v.to_string());
-            }
-            None => positional.push(x.clone()),
-        }
-    }
+    let (positional, kwargs) = split_args(&a.args);
     let dry = || -> Result<bool> {
         let mut d = false;
         for k in ["test", "dry_run"] {
@@ -73,6 +85,26 @@ fn real_main(a: Args) -> Result<()> {
     let jid = || positional.first().cloned().or_else(|| kwargs.get("jid").cloned()).ok_or_else(|| Failure::new(format!("{} needs a jid", a.fun), 2));
     let mut admin = AdminClient::connect(&cfg.sock_dir);
     let ret: Value = match a.fun.as_str() {
+        f if MASTER_RUNNERS.contains(&f) => {
+            let c = admin.as_mut().ok_or_else(|| Failure::new(format!("{f}: the master is not running"), 1))?;
+            let arg: Vec<Value> = positional.iter().map(|v| yamlify(v)).collect();
+            let kwarg: serde_json::Map<String, Value> = kwargs.iter().map(|(k, v)| (k.clone(), yamlify(v))).collect();
+            c.call(&json!({ "cmd": "runner", "fun": f, "arg": arg, "kwarg": kwarg }))?["return"].clone()
+        }
+        "jobs.active" => {
+            let c = admin.as_mut().ok_or_else(|| Failure::new("jobs.active: the master is not running", 1))?;
+            let (returns, _) = gather(c, "saltutil.running", Duration::from_secs(a.timeout.unwrap_or(cfg.timeout)))?;
+            let running: serde_json::Map<String, Value> = returns.into_iter().map(|(m, load)| (m, load["return"].clone())).collect();
+            c.call(&json!({ "cmd": "runner", "fun": "jobs.active", "running": running }))?["return"].clone()
+        }
+        "manage.versions" => {
+            let c = admin.as_mut().ok_or_else(|| Failure::new("manage.versions: the master is not running", 1))?;
+            let (mut returns, expected) = gather(c, "test.version", Duration::from_secs(a.timeout.unwrap_or(cfg.timeout)))?;
+            for m in expected {
+                returns.entry(m).or_insert(Value::Null);
+            }
+            c.call(&json!({ "cmd": "runner", "fun": "manage.versions", "returns": returns }))?["return"].clone()
+        }
         "pki.status" => Value::String(pki::status(&cfg)),
         "pki.migrate_to_mmap" => match &mut admin {
             // Online: through the running master's log.
@@ -170,6 +202,58 @@ fn offline_runner(cfg: &halite_master::MasterConfig, fun: &str, jid: Option<Stri
     })
 }
 
+/// `salt-run` arguments: positional ones, and `key=value` keywords (a `=` inside a
+/// value that starts like a YAML mapping or list does not make a keyword).
+fn split_args(args: &[String]) -> (Vec<String>, BTreeMap<String, String>) {
+    let mut kwargs = BTreeMap::new();
+    let mut positional = Vec::new();
+    for x in args {
+        match x.split_once('=') {
+            Some((k, v)) if !k.is_empty() && !k.contains([' ', '{', '[', ':']) => {
+                kwargs.insert(k.to_string(), v.to_string());
+            }
+            _ => positional.push(x.clone()),
+        }
+    }
+    (positional, kwargs)
+}
+
+/// A command-line value as Salt reads it (`yamlify_arg`), as far as these runners need:
+/// `True`/`False`, `None`, YAML lists and mappings; anything else (numbers included:
+/// a jid stays the jid) is text.
+fn yamlify(v: &str) -> Value {
+    match v.trim() {
+        "True" | "true" => Value::Bool(true),
+        "False" | "false" => Value::Bool(false),
+        "None" | "null" | "~" => Value::Null,
+        t if t.starts_with('[') || t.starts_with('{') => serde_yaml::from_str::<Value>(t).unwrap_or_else(|_| Value::String(v.to_string())),
+        _ => Value::String(v.to_string()),
+    }
+}
+
+/// Publishes `fun` to every minion and gathers the return loads until every expected
+/// minion answered or `timeout` passed; returns them and the minions expected.
+fn gather(c: &mut AdminClient, fun: &str, timeout: Duration) -> Result<(serde_json::Map<String, Value>, Vec<String>)> {
+    let p = match c.call(&json!({ "cmd": "publish", "tgt": "*", "tgt_type": "glob", "fun": fun, "arg": [] })) {
+        Ok(p) => p,
+        // No accepted minion: nothing to ask.
+        Err(e) if e.to_string().contains("No minions matched") => return Ok((serde_json::Map::new(), vec![])),
+        Err(e) => return Err(e.into()),
+    };
+    let jid = p["jid"].as_str().unwrap_or("").to_string();
+    let expected: Vec<String> = p["minions"].as_array().into_iter().flatten().filter_map(|v| v.as_str().map(String::from)).collect();
+    let start = Instant::now();
+    let mut returned = serde_json::Map::new();
+    while start.elapsed() < timeout {
+        returned = c.call(&json!({ "cmd": "job.returns", "jid": jid }))?["returns"].as_object().cloned().unwrap_or_default();
+        if expected.iter().all(|m| returned.contains_key(m)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok((returned, expected))
+}
+
 /// Pings every accepted minion; returns (up, down), each sorted.
 fn manage(c: &mut AdminClient, timeout: Duration) -> Result<(Vec<String>, Vec<String>)> {
     let l = c.call(&json!({ "cmd": "key.list" }))?;
@@ -190,4 +274,22 @@ fn manage(c: &mut AdminClient, timeout: Duration) -> Result<(Vec<String>, Vec<St
     }
     let (up, down): (Vec<String>, Vec<String>) = accepted.into_iter().partition(|m| returned.contains_key(m));
     Ok((up, down))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_split_and_read_as_salt_reads_them() {
+        let args: Vec<String> = ["20261124001122334455", "saltenv=dev", "subset=[a, b]", "{a: b=c}", "show_ip=True"].iter().map(|s| s.to_string()).collect();
+        let (pos, kw) = split_args(&args);
+        assert_eq!(pos, ["20261124001122334455", "{a: b=c}"]);
+        assert_eq!(kw.keys().collect::<Vec<_>>(), ["saltenv", "show_ip", "subset"]);
+        assert_eq!(yamlify(&pos[0]), json!("20261124001122334455"), "a jid stays text");
+        assert_eq!(yamlify(&kw["subset"]), json!(["a", "b"]));
+        assert_eq!(yamlify(&kw["show_ip"]), json!(true));
+        assert_eq!(yamlify("None"), Value::Null);
+        assert_eq!(yamlify("[unclosed"), json!("[unclosed"));
+    }
 }

@@ -23,6 +23,7 @@ mod files_pillar;
 mod hostile;
 mod mine;
 mod minion;
+mod runners;
 mod targeting;
 mod wire;
 

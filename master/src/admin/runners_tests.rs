@@ -1,0 +1,153 @@
+//! The runners of `jobs`, `manage`, `fileserver`, `pillar` and `cache` answered from an
+//! in-memory state machine: content and shape of each answer.
+
+use serde_json::{json, Value as J};
+
+use halite_storage::format::{GrainsReport, JobPublished, JobReturn, KeyState, PillarCache, Record, RootsTree};
+use halite_storage::state::roots_records;
+
+use super::tests::Fixture;
+use crate::wire::payload;
+
+const PUB: &str = "-----BEGIN PUBLIC KEY-----\nMIIBIjANBgkq\n-----END PUBLIC KEY-----";
+const JID: &str = "20261124001122334455";
+
+fn enc(v: J) -> Vec<u8> {
+    payload::encode(&payload::from_json(&v))
+}
+
+fn ret(f: &Fixture, req: J) -> J {
+    f.now(req)["return"].clone()
+}
+
+fn runner(fun: &str, arg: J, kwarg: J) -> J {
+    json!({ "cmd": "runner", "fun": fun, "arg": arg, "kwarg": kwarg })
+}
+
+/// Two accepted minions with grains (web1 also a pillar and a mine), one accepted
+/// minion never heard from, one pending; a job to web1 and web2 that only web1 answered;
+/// file and pillar roots.
+fn fixture(name: &str) -> Fixture {
+    let f = Fixture::new(name);
+    for id in ["web1", "web2", "db1"] {
+        f.key(id, KeyState::Accepted, PUB);
+    }
+    f.key("new1", KeyState::Pending, PUB);
+    for (id, role) in [("web1", "web"), ("web2", "web")] {
+        f.apply(&[Record::GrainsReport(GrainsReport { id: id.into(), grains: enc(json!({"id": id, "role": role, "ipv4": ["127.0.0.1", "10.0.0.5"], "saltversion": "3008.5"})), time_ns: 3 })]);
+    }
+    f.apply(&[Record::PillarCache(PillarCache { id: "web1".into(), pillar: enc(json!({"app": {"port": 8080}})), time_ns: 3 })]);
+    let mine = payload::from_json(&json!({"data": {"network.ip_addrs": ["10.0.0.5"]}}));
+    f.apply(&[crate::mine::send("web1", &mine, 3).unwrap()]);
+    let load = json!({"fun": "test.arg", "arg": ["a", {"metadata": {"ticket": 7}, "__kwarg__": true}], "tgt": "web*", "jid": JID, "ret": "", "tgt_type": "glob", "user": "root"});
+    f.apply(&[Record::JobPublished(JobPublished { jid: JID.into(), load: enc(load), minions: vec!["web2".into(), "web1".into()], time_ns: 1, started_by: None })]);
+    f.apply(&[Record::JobReturn(JobReturn { jid: JID.into(), id: "web1".into(), load: enc(json!({"return": {"args": ["a"]}, "retcode": 0, "success": true, "fun": "test.arg", "jid": JID, "id": "web1"})), time_ns: 4 })]);
+    for (tree, env, path, body) in [
+        (RootsTree::File, "base", "top.sls", "base:\n  '*':\n    - web\n"),
+        (RootsTree::File, "base", "web/init.sls", "nginx: {pkg.installed: []}\n"),
+        (RootsTree::File, "base", "web/files/nginx.conf", "x\n"),
+        (RootsTree::File, "dev", "dev.sls", "{}\n"),
+        (RootsTree::Pillar, "base", "top.sls", "base:\n  '*':\n    - common\n  'role:web':\n    - match: grain\n    - web\n"),
+        (RootsTree::Pillar, "base", "common.sls", "site: {{ salt['grains.get']('role', 'none') }}\n"),
+        (RootsTree::Pillar, "base", "web.sls", "app:\n  port: 80\n"),
+    ] {
+        f.apply(&roots_records(tree, env, path, 0o644, body.as_bytes()));
+    }
+    f
+}
+
+#[test]
+fn list_job_and_print_job_show_the_job_and_its_returns() {
+    let f = fixture("runners-list-job");
+    let j = ret(&f, runner("jobs.list_job", json!([JID]), json!({})));
+    let keys: Vec<&String> = j.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["jid", "Function", "Arguments", "Target", "Target-type", "User", "Metadata", "Minions", "StartTime", "Result"], "Salt's key order");
+    assert_eq!(j["Function"], "test.arg");
+    assert_eq!(j["Metadata"], json!({"ticket": 7}), "metadata given as a keyword is surfaced");
+    assert_eq!(j["Minions"], json!(["web1", "web2"]));
+    assert_eq!(j["StartTime"], "2026, Nov 24 00:11:22.334455");
+    assert_eq!(j["Result"], json!({"web1": {"return": {"args": ["a"]}, "retcode": 0, "success": true}}));
+    let p = ret(&f, runner("jobs.print_job", json!([]), json!({"jid": JID})));
+    let mut expected = j.clone();
+    expected.as_object_mut().unwrap().remove("jid");
+    assert_eq!(p, json!({ JID: expected }));
+    let unknown = ret(&f, runner("jobs.list_job", json!(["20260101000000000000"]), json!({})));
+    assert_eq!(unknown, json!({"jid": "20260101000000000000", "Error": "Cannot contact returner or no job with this jid", "StartTime": "2026, Jan 01 00:00:00.000000", "Result": {}}));
+    let e = f.run(runner("jobs.list_job", json!([]), json!({}))).unwrap_err().to_string();
+    assert!(e.contains("list_job() missing 1 required positional argument: 'jid'"), "{e}");
+}
+
+#[test]
+fn exit_success_is_true_only_for_minions_that_returned_something() {
+    let f = fixture("runners-exit-success");
+    assert_eq!(ret(&f, runner("jobs.exit_success", json!([JID]), json!({}))), json!({"web1": true, "web2": false}));
+    assert_eq!(ret(&f, runner("jobs.exit_success", json!(["20260101000000000000"]), json!({}))), json!({}));
+}
+
+#[test]
+fn active_groups_running_jobs_by_jid_with_who_returned() {
+    let f = fixture("runners-active");
+    let running = json!({
+        "web2": [{"jid": JID, "pid": 42, "fun": "test.arg", "arg": ["a"], "tgt": "web*", "tgt_type": "glob", "user": "root"}],
+        "web1": [{"jid": JID, "pid": 41, "fun": "test.arg", "arg": ["a"], "tgt": "web*", "tgt_type": "glob", "user": "root"},
+                 {"jid": "20261124001122334499", "pid": 43, "fun": "test.sleep", "arg": [30], "tgt": "web1", "tgt_type": "glob", "user": "sudo_x"}],
+        "db1": "'saltutil.running' is not available.",
+    });
+    let a = ret(&f, json!({"cmd": "runner", "fun": "jobs.active", "running": running}));
+    assert_eq!(
+        a,
+        json!({
+            JID: {"Function": "test.arg", "Arguments": ["a"], "Target": "web*", "Target-type": "glob", "User": "root", "StartTime": "2026, Nov 24 00:11:22.334455",
+                  "Running": [{"web1": 41}, {"web2": 42}], "Returned": ["web1"]},
+            "20261124001122334499": {"Function": "test.sleep", "Arguments": [30], "Target": "web1", "Target-type": "glob", "User": "sudo_x", "StartTime": "2026, Nov 24 00:11:22.334499",
+                  "Running": [{"web1": 43}], "Returned": []},
+        })
+    );
+}
+
+#[test]
+fn presence_is_recent_contact_recorded_in_the_state() {
+    let f = fixture("runners-present");
+    assert_eq!(ret(&f, runner("manage.present", json!([]), json!({}))), json!(["web1", "web2"]), "db1 never reported");
+    assert_eq!(ret(&f, runner("manage.not_present", json!([]), json!({}))), json!(["db1"]));
+    assert_eq!(ret(&f, runner("manage.present", json!([]), json!({"subset": "web2,db1"}))), json!(["web2"]));
+    assert_eq!(ret(&f, runner("manage.present", json!([]), json!({"show_ip": true}))), json!({"web1": "10.0.0.5", "web2": "10.0.0.5"}));
+    let hour = super::manage::PRESENCE_WINDOW.as_nanos() as u64;
+    assert_eq!(super::manage::present(&f.sm, 3 + hour, None).unwrap(), ["web1", "web2"], "at the edge of the window");
+    assert_eq!(super::manage::present(&f.sm, 4 + hour, None).unwrap(), ["web1"], "web1's return is newer than its grains");
+    assert!(super::manage::present(&f.sm, 5 + hour, None).unwrap().is_empty());
+}
+
+#[test]
+fn fileserver_lists_the_file_roots_of_the_state() {
+    let f = fixture("runners-fileserver");
+    assert_eq!(ret(&f, runner("fileserver.file_list", json!([]), json!({}))), json!(["top.sls", "web/files/nginx.conf", "web/init.sls"]));
+    assert_eq!(ret(&f, runner("fileserver.file_list", json!(["dev"]), json!({}))), json!(["dev.sls"]));
+    assert_eq!(ret(&f, runner("fileserver.file_list", json!([]), json!({"backend": "git"}))), json!([]));
+    assert_eq!(ret(&f, runner("fileserver.dir_list", json!([]), json!({"saltenv": "base"}))), json!(["web", "web/files"]));
+    assert_eq!(ret(&f, runner("fileserver.envs", json!([]), json!({}))), json!(["base", "dev"]));
+    assert_eq!(ret(&f, runner("fileserver.envs", json!([]), json!({"sources": true}))), json!(["roots"]));
+}
+
+#[test]
+fn show_pillar_and_show_top_compile_from_the_state() {
+    let f = fixture("runners-pillar");
+    assert_eq!(ret(&f, runner("pillar.show_pillar", json!(["web1"]), json!({}))), json!({"site": "web", "app": {"port": 80}}));
+    assert_eq!(ret(&f, runner("pillar.show_pillar", json!([]), json!({}))), json!({"site": "none"}), "'*' with no grains matches only '*'");
+    assert_eq!(ret(&f, runner("pillar.show_pillar", json!([]), json!({"role": "web"}))), json!({"site": "web", "app": {"port": 80}}), "keywords are grains");
+    assert_eq!(ret(&f, runner("pillar.show_top", json!([]), json!({}))), json!({"base": {"*": ["common"], "role:web": [{"match": "grain"}, "web"]}}));
+}
+
+#[test]
+fn cache_runners_read_the_minion_data_cache() {
+    let f = fixture("runners-cache");
+    let g = ret(&f, runner("cache.grains", json!(["web*"]), json!({})));
+    assert_eq!(g["web1"]["role"], "web");
+    assert_eq!(g.as_object().unwrap().keys().collect::<Vec<_>>(), ["web1", "web2"]);
+    assert_eq!(ret(&f, runner("cache.grains", json!(["role:web"]), json!({"tgt_type": "grain"}))).as_object().unwrap().len(), 2);
+    assert_eq!(ret(&f, runner("cache.grains", json!(["db1"]), json!({}))), json!({"db1": {}}), "matched but nothing cached");
+    assert!(f.run(runner("cache.grains", json!([]), json!({}))).unwrap_err().to_string().contains("missing 1 required positional argument: 'tgt'"));
+    assert_eq!(ret(&f, runner("cache.pillar", json!([]), json!({}))), json!({"db1": {}, "web1": {"app": {"port": 8080}}, "web2": {}}));
+    assert_eq!(ret(&f, runner("cache.mine", json!([]), json!({}))), json!({"web1": {"network.ip_addrs": ["10.0.0.5"]}}));
+    assert_eq!(ret(&f, runner("cache.mine", json!(["L@web2,db1"]), json!({"tgt_type": "compound"}))), json!({}));
+}
