@@ -10,7 +10,8 @@
 //! (counted, `halite_refused_total{port="admin",reason="reactor_lagged"}`); a member
 //! that is down reacts to nothing, while its peers still react to what they see. A bad
 //! SLS file is logged and counted (`port="disk",reason="reactor_sls"`) and the event
-//! gets the reactions of the other files.
+//! gets the reactions of the other files; so is a reaction that cannot be prepared
+//! (`port="admin",reason="reactor_reaction"`: no minion matched, a bad argument).
 //!
 //! At most once for what follows the entry: if this member stops between its entry
 //! applying and the events and runners, those are not carried out by anyone (the jobs
@@ -54,6 +55,9 @@ fn react(m: &Master, reactors: &Reactors, e: &Event) {
         return;
     }
     let Some(id) = reactor::event_id(e) else { return };
+    if e.tag.len() > halite_storage::reaction::MAX_TAG_LEN {
+        return refuse(Port::Admin, "reactor", "reactor_reaction", &format_args!("an event tag longer than {} bytes gets no reaction", halite_storage::reaction::MAX_TAG_LEN));
+    }
     let base: Vec<std::path::PathBuf> = m.cfg.file_roots.get("base").cloned().unwrap_or_default();
     let mut reactions = Vec::new();
     for sls in &files {
@@ -74,11 +78,17 @@ fn react(m: &Master, reactors: &Reactors, e: &Event) {
     }
     let prepared = plan::prepare(m, &reactions);
     for why in &prepared.errors {
-        tracing::error!(tag = %e.tag, "reactor: {why}");
+        refuse(Port::Admin, "reactor", "reactor_reaction", &format_args!("a reaction to tag {} not carried out: {why}", e.tag));
+    }
+    // A member that is behind (the key or minion is not applied here yet) may have
+    // nothing to do where another has: it must not claim the event.
+    if prepared.records.is_empty() && prepared.runners.is_empty() {
+        tracing::info!(tag = %e.tag, "reactor: nothing to do here for this event; not claimed");
+        return;
     }
     let described = serde_json::Value::Array(reactions.iter().map(|r| r.to_json()).collect());
     let name = m.cfg.node_id();
-    let claim = Record::Reaction(Reaction { id: id.clone(), member: name.clone(), tag: e.tag.chars().take(halite_storage::reaction::MAX_TAG_LEN).collect(), reactions: described.to_string().into_bytes(), time_ns: now_ns() });
+    let claim = Record::Reaction(Reaction { id: id.clone(), member: name.clone(), tag: e.tag.clone(), reactions: described.to_string().into_bytes(), time_ns: now_ns() });
     let mut entry = vec![claim];
     entry.extend(prepared.records);
     let index = match m.node.propose(&entry) {

@@ -16,7 +16,7 @@ pub fn methods(state: &State, v: &Value, name: &str, args: &[Value]) -> Result<V
             let found = v.get_item(&key)?;
             Ok(if found.is_undefined() { arg(1).unwrap_or(Value::from(())) } else { found })
         }
-        (ValueKind::Map, "items") => state.apply_filter("items", &[v.clone()]),
+        (ValueKind::Map, "items") => state.apply_filter("items", std::slice::from_ref(v)),
         (ValueKind::Map, "keys") => Ok(Value::from(v.try_iter()?.collect::<Vec<_>>())),
         (ValueKind::Map, "values") => Ok(Value::from(v.try_iter()?.map(|k| v.get_item(&k).unwrap_or_default()).collect::<Vec<_>>())),
         (ValueKind::String, _) => {
