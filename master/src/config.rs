@@ -128,7 +128,7 @@ const KNOWN: &[&str] = &[
     "cluster_election_min", "cluster_election_max",
     "halite_max_pending_keys", "pub_hwm", "halite_health_port", "halite_cluster_dial", "default_include", "include", "user",
     "zmq_backlog", "max_minions", "loop_interval", "request_server_ttl", "cluster_pub_fingerprint", "tcp_keepalive", "tcp_keepalive_idle", "tcp_keepalive_cnt", "tcp_keepalive_intvl", "rotate_aes_key",
-    "nodegroups",
+    "nodegroups", "reactor",
 ];
 
 fn read_yaml(path: &Path) -> Result<Mapping> {

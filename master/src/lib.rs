@@ -30,6 +30,7 @@ pub mod nodegroups;
 pub mod mine;
 pub mod pillar;
 pub mod pki;
+pub mod reactor;
 pub mod req;
 pub mod start;
 pub mod store;

@@ -47,7 +47,7 @@ fn nested_get(data: &J, key: &str) -> Option<J> {
     Some(cur.clone())
 }
 
-fn yaml_to_json(v: serde_yaml::Value) -> J {
+pub(crate) fn yaml_to_json(v: serde_yaml::Value) -> J {
     use serde_yaml::Value as Y;
     match v {
         Y::Null => J::Null,

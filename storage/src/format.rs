@@ -10,7 +10,7 @@
 //! offset  size  field
 //!      0     2  magic, the ASCII bytes "HL" (0x48 0x4C)
 //!      2     1  format version, currently 1
-//!      3     1  kind (see RecordKind: 1 key set ... 13 roots sync, 16 mine update)
+//!      3     1  kind (see RecordKind: 1 key set ... 13 roots sync, 16 mine update, 17 reaction)
 //!      4     4  payload length N, u32 little-endian, at most MAX_PAYLOAD_LEN
 //!      8     4  CRC-32 (IEEE, as crc32fast computes it) of bytes 0..8 and the payload
 //!     12     N  payload: a msgpack map with the kind's named fields (rmp-serde)
@@ -31,6 +31,7 @@ use std::collections::BTreeMap;
 
 use crate::error::{Error, Result};
 use crate::id::{validate_minion_id, validate_relative_path, validate_saltenv};
+pub use crate::reaction::Reaction;
 
 /// The two magic bytes at the start of every record.
 pub const MAGIC: [u8; 2] = *b"HL";
@@ -65,10 +66,11 @@ pub enum RecordKind {
     RootsSync = 13,
     PillarCache = 14,
     MineUpdate = 16,
+    Reaction = 17,
 }
 
 impl RecordKind {
-    pub const ALL: [RecordKind; 15] = [
+    pub const ALL: [RecordKind; 16] = [
         RecordKind::KeySet,
         RecordKind::JobPublished,
         RecordKind::JobReturn,
@@ -84,6 +86,7 @@ impl RecordKind {
         RecordKind::RootsSync,
         RecordKind::PillarCache,
         RecordKind::MineUpdate,
+        RecordKind::Reaction,
     ];
 
     pub fn from_u8(b: u8) -> Option<Self> {
@@ -108,6 +111,7 @@ impl RecordKind {
             RecordKind::RootsSync => "roots_sync",
             RecordKind::PillarCache => "pillar_cache",
             RecordKind::MineUpdate => "mine_update",
+            RecordKind::Reaction => "reaction",
         }
     }
 
@@ -482,6 +486,7 @@ pub enum Record {
     RootsSync(RootsSync),
     PillarCache(PillarCache),
     MineUpdate(MineUpdate),
+    Reaction(Reaction),
 }
 
 /// The checks of one roots blob (live or staged).
@@ -571,6 +576,7 @@ impl Record {
             Record::RootsSync(_) => RecordKind::RootsSync,
             Record::PillarCache(_) => RecordKind::PillarCache,
             Record::MineUpdate(_) => RecordKind::MineUpdate,
+            Record::Reaction(_) => RecordKind::Reaction,
         }
     }
 
@@ -629,6 +635,7 @@ impl Record {
             }
             Record::RootsSync(sy) => check_sync(sy)?,
             Record::MineUpdate(m) => check_mine(m)?,
+            Record::Reaction(r) => crate::reaction::check(r)?,
             Record::RootsTombstone(t) => {
                 validate_saltenv(&t.saltenv)?;
                 validate_relative_path(&t.path)?;
@@ -763,6 +770,7 @@ fn decode_payload(kind: RecordKind, payload: &[u8]) -> std::result::Result<Recor
         RecordKind::RootsSync => Record::RootsSync(de(payload)?),
         RecordKind::PillarCache => Record::PillarCache(de(payload)?),
         RecordKind::MineUpdate => Record::MineUpdate(de(payload)?),
+        RecordKind::Reaction => Record::Reaction(de(payload)?),
     })
 }
 

@@ -38,6 +38,7 @@ pub mod import;
 pub mod keys;
 pub mod log;
 pub mod mmap_cache;
+pub mod reaction;
 pub mod roots;
 pub mod shared_views;
 pub mod snapshot;

@@ -132,14 +132,14 @@ async fn watch(master: &Master, mut wr: tokio::net::unix::OwnedWriteHalf) {
 }
 
 /// Answers and carries out one command (on the blocking pool).
-fn execute(m: &Master, cmd: Command) -> J {
+pub(crate) fn execute(m: &Master, cmd: Command) -> J {
     match cmd.answer(m).and_then(|plan| carry_out(m, plan)) {
         Ok(v) => v,
         Err(e) => admin::error(e),
     }
 }
 
-fn carry_out(m: &Master, plan: Plan) -> Result<J> {
+pub(crate) fn carry_out(m: &Master, plan: Plan) -> Result<J> {
     let label = plan.progress;
     let mut logged = 0u64;
     m.node.propose_all(&plan.proposals, IN_FLIGHT, &mut |done, total| {

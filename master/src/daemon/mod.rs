@@ -29,6 +29,7 @@ pub mod maintenance;
 pub mod node_metrics;
 pub mod probes;
 pub mod publish;
+pub mod reactor;
 pub mod replay;
 pub mod requests;
 pub mod sessions;
@@ -90,6 +91,7 @@ pub fn run(cfg: MasterConfig) -> Result<()> {
     wait_ready(&node);
     let master = Arc::new(Master::new(cfg, node, keys, publish_key, generation));
     peer_events::start(&master.bus);
+    reactor::start(&master);
     // Request handlers run on the blocking pool (RSA, pillar rendering, file reads): a few
     // threads per core keep the CPU busy; more only add stacks and allocator arenas.
     let rt = tokio::runtime::Builder::new_multi_thread()

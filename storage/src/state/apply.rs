@@ -59,10 +59,18 @@ impl StateMachine {
                 continue;
             }
             last = e.index;
-            let outcome = match &e.id {
+            let mut outcome = match &e.id {
                 Some(id) => self.admit(id, e.settled_below, &mut tracker, &mut batch)?,
                 None => Outcome::Applied,
             };
+            // An entry that starts with a reaction applies only if it is the first
+            // for its event (`crate::reaction`): later ones are skipped whole.
+            if let (Outcome::Applied, Some(Record::Reaction(r))) = (outcome, e.records.first()) {
+                if self.reaction_claimed(&r.id, &overlay)? {
+                    tracing::info!(index = e.index, id = %r.id, member = %r.member, "reaction skipped: another member's reaction to this event applied first");
+                    outcome = Outcome::Duplicate;
+                }
+            }
             if outcome == Outcome::Applied {
                 for (pos, rec) in e.records.iter().enumerate() {
                     self.apply_one(e.index, pos, rec, &mut batch, &mut out.effects, &mut overlay)?;
@@ -215,6 +223,11 @@ impl StateMachine {
                     fx.push(Effect::MasterKeyPair { name: k.name.clone(), private_pem: k.private_pem.clone() });
                 }
             }
+            Record::Reaction(r) => {
+                let claim = crate::reaction::Claim { index, member: r.member.clone() };
+                b.put_cf(self.cf(CF_META)?, crate::reaction::claim_key(&r.id), claim.encode());
+                ov.reactions.insert(r.id.clone());
+            }
             Record::JobsExpired(e) => {
                 // Returns are keyed `jid NUL id`, so one range covers the jobs' returns
                 // too. Only jids from the digits range are touched.
@@ -222,6 +235,8 @@ impl StateMachine {
                 let before = e.before_jid.as_bytes();
                 b.delete_range_cf(self.cf(CF_JOBS)?, FIRST, before);
                 b.delete_range_cf(self.cf(CF_RETURNS)?, FIRST, before);
+                // Reaction claims start with their event's time as a jid.
+                b.delete_range_cf(self.cf(CF_META)?, crate::reaction::claim_key("0"), crate::reaction::claim_key(&e.before_jid));
             }
         }
         Ok(())
@@ -229,6 +244,15 @@ impl StateMachine {
 }
 
 impl StateMachine {
+    /// Who claimed the reaction to an event, if anyone did (`crate::reaction`).
+    pub fn reaction(&self, id: &str) -> Result<Option<crate::reaction::Claim>> {
+        Ok(self.db.get_pinned_cf(self.cf(CF_META)?, crate::reaction::claim_key(id))?.and_then(|v| crate::reaction::Claim::decode(&v)))
+    }
+
+    fn reaction_claimed(&self, id: &str, ov: &Overlay) -> Result<bool> {
+        Ok(ov.reactions.contains(id) || self.db.get_pinned_cf(self.cf(CF_META)?, crate::reaction::claim_key(id))?.is_some())
+    }
+
     /// Whether the bank a key change acts on holds what the change expects (always,
     /// without an expectation), as of this record: the applied state plus the changes
     /// earlier in the same batch.
@@ -275,5 +299,7 @@ pub(super) struct Overlay {
     pub(super) chunks: HashMap<Vec<u8>, Vec<u8>>,
     /// Set-once values written earlier in the same batch (cluster key, AES generations).
     set_once: HashSet<Vec<u8>>,
+    /// Reactions claimed earlier in the same batch.
+    reactions: HashSet<String>,
 }
 

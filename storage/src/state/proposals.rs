@@ -41,7 +41,8 @@ pub enum Outcome {
     /// Its records were applied (each as its own rules decide).
     Applied,
     /// Skipped: the same proposal was applied before (or is below its proposer's
-    /// settled mark).
+    /// settled mark), or it reacts to an event another entry reacted to first
+    /// (`crate::reaction`).
     Duplicate,
     /// Skipped: its proposer has since restarted (an older incarnation).
     Stale,

@@ -1,0 +1,124 @@
+//! The reactor's loop (`crate::reactor`): a thread that reads the bus (this member's
+//! events and those its peers forward), and for an event whose tag the `reactor` option
+//! names renders its SLS files, proposes one entry (a `reaction` record, then the
+//! records its reactions make), and, if that entry is the one that applied for the
+//! event, carries out the rest: the events of the verbs (`salt/job/<jid>/new`,
+//! `salt/key`), their effects, and the runners.
+//!
+//! One reaction at a time, in the order the events were fired. The bus keeps 4,096
+//! events for a slow reader: a reactor that falls further behind loses the oldest
+//! (counted, `halite_refused_total{port="admin",reason="reactor_lagged"}`); a member
+//! that is down reacts to nothing, while its peers still react to what they see. A bad
+//! SLS file is logged and counted (`port="disk",reason="reactor_sls"`) and the event
+//! gets the reactions of the other files; so is a reaction that cannot be prepared
+//! (`port="admin",reason="reactor_reaction"`: no minion matched, a bad argument).
+//!
+//! At most once for what follows the entry: if this member stops between its entry
+//! applying and the events and runners, those are not carried out by anyone (the jobs
+//! and key changes in the entry are, being records).
+
+use std::sync::Arc;
+
+use halite_storage::format::{now_ns, Reaction, Record};
+use tokio::sync::broadcast::error::RecvError;
+
+use super::live::Master;
+use crate::events::Event;
+use crate::metrics::{refuse, Port};
+use crate::reactor::{self, plan, render, Reactors};
+
+/// Starts the reactor when the `reactor` option names any reactions.
+pub fn start(master: &Arc<Master>) {
+    let reactors = Reactors::from_option(master.cfg.raw.get("reactor"));
+    if reactors.is_empty() {
+        return;
+    }
+    let mut rx = master.bus.subscribe();
+    let m = master.clone();
+    let spawned = std::thread::Builder::new().name("reactor".into()).spawn(move || loop {
+        match rx.blocking_recv() {
+            Ok(e) => react(&m, &reactors, &e),
+            Err(RecvError::Lagged(n)) => refuse(Port::Admin, "event bus", "reactor_lagged", &format_args!("the reactor fell {n} events behind the bus; they get no reaction here")),
+            Err(RecvError::Closed) => return,
+        }
+    });
+    match spawned {
+        Ok(_) => tracing::info!("reactor started"),
+        Err(e) => tracing::error!("cannot start the reactor: {e}"),
+    }
+}
+
+/// Reacts to one event (nothing when no reactor names its tag).
+fn react(m: &Master, reactors: &Reactors, e: &Event) {
+    let files = reactors.sls_for(&e.tag);
+    if files.is_empty() {
+        return;
+    }
+    let Some(id) = reactor::event_id(e) else { return };
+    if e.tag.len() > halite_storage::reaction::MAX_TAG_LEN {
+        return refuse(Port::Admin, "reactor", "reactor_reaction", &format_args!("an event tag longer than {} bytes gets no reaction", halite_storage::reaction::MAX_TAG_LEN));
+    }
+    let base: Vec<std::path::PathBuf> = m.cfg.file_roots.get("base").cloned().unwrap_or_default();
+    let mut reactions = Vec::new();
+    for sls in &files {
+        let paths = reactor::resolve(sls, &base);
+        if paths.is_empty() {
+            refuse(Port::Disk, sls, "reactor_sls", &format_args!("cannot render the reactor SLS {sls} for tag {}: file missing or not found", e.tag));
+        }
+        for p in paths {
+            match render::render_file(&p, &e.tag, &e.data) {
+                Ok(r) => reactions.extend(r),
+                Err(why) => refuse(Port::Disk, &p.display().to_string(), "reactor_sls", &format_args!("reactor SLS for tag {} not rendered: {why}", e.tag)),
+            }
+        }
+    }
+    reactions.truncate(render::MAX_REACTIONS);
+    if reactions.is_empty() {
+        return;
+    }
+    let prepared = plan::prepare(m, &reactions);
+    for why in &prepared.errors {
+        refuse(Port::Admin, "reactor", "reactor_reaction", &format_args!("a reaction to tag {} not carried out: {why}", e.tag));
+    }
+    // A member that is behind (the key or minion is not applied here yet) may have
+    // nothing to do where another has: it must not claim the event.
+    if prepared.records.is_empty() && prepared.runners.is_empty() {
+        tracing::info!(tag = %e.tag, "reactor: nothing to do here for this event; not claimed");
+        return;
+    }
+    let described = serde_json::Value::Array(reactions.iter().map(|r| r.to_json()).collect());
+    let name = m.cfg.node_id();
+    let claim = Record::Reaction(Reaction { id: id.clone(), member: name.clone(), tag: e.tag.clone(), reactions: described.to_string().into_bytes(), time_ns: now_ns() });
+    let mut entry = vec![claim];
+    entry.extend(prepared.records);
+    let index = match m.node.propose(&entry) {
+        Ok(i) => i,
+        Err(err) => {
+            tracing::error!(tag = %e.tag, id = %id, "reactor: the reaction was not committed: {err}");
+            return;
+        }
+    };
+    match m.sm().reaction(&id) {
+        Ok(Some(c)) if c.index == index && c.member == name => {}
+        Ok(c) => {
+            tracing::debug!(tag = %e.tag, id = %id, claim = ?c, "reactor: another member reacted to this event first");
+            return;
+        }
+        Err(err) => {
+            tracing::error!(id = %id, "reactor: cannot read the reaction's claim: {err}");
+            return;
+        }
+    }
+    tracing::info!(tag = %e.tag, id = %id, reactions = reactions.len(), "reactor: reacted");
+    for p in prepared.plans {
+        if let Err(err) = super::admin::carry_out(m, p) {
+            tracing::error!(tag = %e.tag, "reactor: {err}");
+        }
+    }
+    for c in prepared.runners {
+        let out = super::admin::execute(m, c);
+        if let Some(err) = out.get("error") {
+            tracing::error!(tag = %e.tag, "reactor: runner failed: {err}");
+        }
+    }
+}
