@@ -37,12 +37,12 @@ fn free_addr(ip: &str) -> SocketAddr {
 
 /// A small record: a key delete (no view work beyond the index).
 fn small(i: u64) -> Record {
-    Record::KeySet(KeySet { id: format!("m{i}"), state: KeyState::Deleted, pub_key: Vec::new(), time_ns: i, expect: None })
+    Record::KeySet(KeySet { id: format!("m{i}"), state: KeyState::Deleted, pub_key: Vec::new(), time_ns: i, expect: None, pending_below: None })
 }
 
 /// A pending key with a 450-byte public key.
 fn key(i: u64) -> Record {
-    Record::KeySet(KeySet { id: format!("minion-{i:08}"), state: KeyState::Pending, pub_key: crate::fake_pub(i).into_bytes(), time_ns: i, expect: None })
+    Record::KeySet(KeySet { id: format!("minion-{i:08}"), state: KeyState::Pending, pub_key: crate::fake_pub(i).into_bytes(), time_ns: i, expect: None, pending_below: None })
 }
 
 fn views(dir: &Path) -> Views {

@@ -174,12 +174,25 @@ pub struct KeySet {
     /// bank for `denied`/`denied_cleared`. Absent from the payload when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect: Option<KeyExpect>,
+    /// For a new pending key: applies only if fewer than this many keys are pending
+    /// when it applies (`halite_max_pending_keys`, as the proposer is configured). The
+    /// count is the state machine's, at this record's log position, so the cap holds
+    /// across every member of a cluster, whichever member each sign-in reached. A key
+    /// already pending for the id is not counted twice. Absent when `None` (no cap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_below: Option<u64>,
 }
 
 impl KeySet {
     /// An unconditional key change (no `expect`).
     pub fn new(id: impl Into<String>, state: KeyState, pub_key: Vec<u8>, time_ns: u64) -> Self {
-        KeySet { id: id.into(), state, pub_key, time_ns, expect: None }
+        KeySet { id: id.into(), state, pub_key, time_ns, expect: None, pending_below: None }
+    }
+
+    /// The same change, applied only while fewer than `cap` keys are pending.
+    pub fn pending_below(mut self, cap: u64) -> Self {
+        self.pending_below = Some(cap);
+        self
     }
 
     /// The same change, applied only if the bank holds `expect` for the id then.

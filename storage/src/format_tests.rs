@@ -8,8 +8,8 @@ pub(crate) fn samples() -> Vec<Record> {
     let mut counts = BTreeMap::new();
     counts.insert("accepted".to_string(), 3);
     vec![
-        Record::KeySet(KeySet { id: "web01".into(), state: KeyState::Accepted, pub_key: b"-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----".to_vec(), time_ns: 1, expect: None }),
-        Record::KeySet(KeySet { id: "web01".into(), state: KeyState::Deleted, pub_key: vec![], time_ns: 2, expect: None }),
+        Record::KeySet(KeySet { id: "web01".into(), state: KeyState::Accepted, pub_key: b"-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----".to_vec(), time_ns: 1, expect: None, pending_below: None }),
+        Record::KeySet(KeySet { id: "web01".into(), state: KeyState::Deleted, pub_key: vec![], time_ns: 2, expect: None, pending_below: None }),
         Record::JobPublished(JobPublished { jid: "20261122021944123456".into(), load: vec![0x80], minions: vec!["web01".into()], time_ns: 3, started_by: None }),
         Record::JobReturn(JobReturn { jid: "20261122021944123456".into(), id: "web01".into(), load: vec![0xc3], time_ns: 4 }),
         Record::GrainsReport(GrainsReport { id: "web01".into(), grains: vec![0x80], time_ns: 5 }),
@@ -62,7 +62,7 @@ fn errors_name_offsets() {
 #[test]
 fn invalid_ids_refused_on_encode_and_decode() {
     for id in ["../etc", "a/b", ".", "..", "x\0y", ""] {
-        let r = Record::KeySet(KeySet { id: id.into(), state: KeyState::Pending, pub_key: b"k".to_vec(), time_ns: 0, expect: None });
+        let r = Record::KeySet(KeySet { id: id.into(), state: KeyState::Pending, pub_key: b"k".to_vec(), time_ns: 0, expect: None, pending_below: None });
         assert!(r.encode().is_err(), "{id:?}");
         // Forge a well-framed record carrying the bad id: decode must still refuse it.
         let mut forged = Vec::new();

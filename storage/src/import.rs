@@ -120,7 +120,7 @@ pub fn read_localfs_pki(pki_dir: &Path) -> Result<(Vec<Record>, PkiCounts)> {
                     continue;
                 }
             };
-            recs.push(Record::KeySet(KeySet { id: name, state, pub_key: data, time_ns: mtime_ns(&meta), expect: None }));
+            recs.push(Record::KeySet(KeySet { id: name, state, pub_key: data, time_ns: mtime_ns(&meta), expect: None, pending_below: None }));
             match state {
                 KeyState::Accepted => c.accepted += 1,
                 KeyState::Pending => c.pending += 1,

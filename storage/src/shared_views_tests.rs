@@ -18,7 +18,7 @@ fn geo() -> Geometry {
 }
 
 fn key(id: &str, state: KeyState, t: u64) -> Record {
-    Record::KeySet(KeySet { id: id.into(), state, pub_key: format!("PUB {id}").into_bytes(), time_ns: t, expect: None })
+    Record::KeySet(KeySet { id: id.into(), state, pub_key: format!("PUB {id}").into_bytes(), time_ns: t, expect: None, pending_below: None })
 }
 
 /// One member: its own state machine, and views over the shared `pki`.

@@ -12,7 +12,7 @@ use crate::state::{roots_records, Effect, StateMachine};
 use crate::views::Views;
 
 fn key(id: &str, state: KeyState, t: u64) -> Record {
-    Record::KeySet(KeySet { id: id.into(), state, pub_key: format!("PUB {id}").into_bytes(), time_ns: t, expect: None })
+    Record::KeySet(KeySet { id: id.into(), state, pub_key: format!("PUB {id}").into_bytes(), time_ns: t, expect: None, pending_below: None })
 }
 
 fn numbered(recs: Vec<Record>, from: u64) -> Vec<(u64, Record)> {
@@ -74,6 +74,40 @@ fn key_changes_decided_from_a_stale_read_change_nothing() {
     assert_eq!(sm.get_denied("m").unwrap().unwrap().1, b"THIEF");
 }
 
+/// `halite_max_pending_keys` decided at apply: new pending keys past the cap change
+/// nothing, whichever batch they arrive in; a pending key that stops being pending
+/// (accepted, rejected, deleted) frees its place; the count survives a reopen.
+#[test]
+fn new_pending_keys_past_the_cap_change_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("s");
+    let sm = StateMachine::open(&path).unwrap();
+    let new = |id: &str| Record::KeySet(KeySet::new(id, KeyState::Pending, format!("PUB {id}").into_bytes(), 1).expecting(KeyExpect::Absent).pending_below(3));
+    // Two already pending, then four new ones in one batch: one more fits.
+    sm.apply(&numbered(vec![key("a", KeyState::Pending, 1), key("b", KeyState::Pending, 1), key("ok", KeyState::Accepted, 1)], 1)).unwrap();
+    assert_eq!(sm.pending_keys(), 2);
+    sm.apply(&numbered(vec![new("c"), new("d"), new("e"), key("z", KeyState::Rejected, 1)], 4)).unwrap();
+    let pending = sm.count_keys(BankState::Pending).unwrap();
+    assert_eq!((pending, sm.pending_keys()), (3, 3));
+    assert!(sm.get_key("c").unwrap().is_some() && sm.get_key("d").unwrap().is_none() && sm.get_key("e").unwrap().is_none());
+    // Re-recording a key that is already pending is not a new place.
+    sm.apply(&numbered(vec![Record::KeySet(KeySet::new("a", KeyState::Pending, b"PUB a".to_vec(), 2).pending_below(3))], 8)).unwrap();
+    assert_eq!(sm.pending_keys(), 3);
+    // Accepting one and deleting another frees two places, in the same batch as the
+    // new keys that take them.
+    sm.apply(&numbered(vec![key("a", KeyState::Accepted, 3), key("b", KeyState::Deleted, 3), new("d"), new("e"), new("f")], 9)).unwrap();
+    assert!(sm.get_key("d").unwrap().is_some() && sm.get_key("e").unwrap().is_some() && sm.get_key("f").unwrap().is_none());
+    assert_eq!(sm.pending_keys(), 3);
+    // Unconditional records (imports, tools on a stopped master) are never capped.
+    sm.apply(&numbered(vec![key("g", KeyState::Pending, 4)], 14)).unwrap();
+    assert_eq!(sm.pending_keys(), 4);
+    drop(sm);
+    let sm = StateMachine::open(&path).unwrap();
+    assert_eq!(sm.pending_keys(), 4, "counted again at open");
+    sm.apply(&numbered(vec![new("h")], 15)).unwrap();
+    assert!(sm.get_key("h").unwrap().is_none());
+}
+
 #[test]
 fn apply_is_idempotent_and_follows_salt_key_rules() {
     let d = tempfile::tempdir().unwrap();
@@ -83,7 +117,7 @@ fn apply_is_idempotent_and_follows_salt_key_rules() {
             key("a", KeyState::Pending, 1),
             key("a", KeyState::Accepted, 2),
             key("a", KeyState::Denied, 3),
-            Record::KeySet(KeySet { id: "a".into(), state: KeyState::Denied, pub_key: b"SECOND".to_vec(), time_ns: 4, expect: None }),
+            Record::KeySet(KeySet { id: "a".into(), state: KeyState::Denied, pub_key: b"SECOND".to_vec(), time_ns: 4, expect: None, pending_below: None }),
             key("b", KeyState::Rejected, 5),
             key("b", KeyState::Deleted, 6),
             key("c", KeyState::Deleted, 7),

@@ -112,12 +112,12 @@ enum Cmd {
 }
 
 fn key(i: u64) -> Record {
-    Record::KeySet(KeySet { id: format!("minion-{i:08}"), state: KeyState::Pending, pub_key: fake_pub(i).into_bytes(), time_ns: i, expect: None })
+    Record::KeySet(KeySet { id: format!("minion-{i:08}"), state: KeyState::Pending, pub_key: fake_pub(i).into_bytes(), time_ns: i, expect: None, pending_below: None })
 }
 
 /// A small record (what replay targets are stated for): a key delete.
 fn small(i: u64) -> Record {
-    Record::KeySet(KeySet { id: format!("m{i}"), state: KeyState::Deleted, pub_key: Vec::new(), time_ns: i, expect: None })
+    Record::KeySet(KeySet { id: format!("m{i}"), state: KeyState::Deleted, pub_key: Vec::new(), time_ns: i, expect: None, pending_below: None })
 }
 
 fn views(dir: &Path, kind: &str) -> Views {

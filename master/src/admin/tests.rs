@@ -48,7 +48,7 @@ impl Fixture {
     }
 
     pub(super) fn key(&self, id: &str, state: KeyState, pub_key: &str) {
-        self.apply(&[Record::KeySet(KeySet { id: id.into(), state, pub_key: pub_key.as_bytes().to_vec(), time_ns: 1, expect: None })]);
+        self.apply(&[Record::KeySet(KeySet { id: id.into(), state, pub_key: pub_key.as_bytes().to_vec(), time_ns: 1, expect: None, pending_below: None })]);
     }
 
     pub(super) fn run(&self, req: J) -> Result<Plan> {
@@ -279,7 +279,7 @@ fn sync_roots_proposes_what_differs_from_the_applied_roots() {
 #[test]
 fn migration_imports_what_the_state_lacks_between_markers_once() {
     let mut f = Fixture::new("migrate");
-    let key = |id: &str, state| Record::KeySet(KeySet { id: id.into(), state, pub_key: PUB.as_bytes().to_vec(), time_ns: 1, expect: None });
+    let key = |id: &str, state| Record::KeySet(KeySet { id: id.into(), state, pub_key: PUB.as_bytes().to_vec(), time_ns: 1, expect: None, pending_below: None });
     f.pki = (vec![key("a", KeyState::Accepted), key("b", KeyState::Pending)], PkiCounts { accepted: 1, pending: 1, ..Default::default() });
     let plan = f.run(json!({"cmd": "runner", "fun": "pki.migrate_to_mmap"})).unwrap();
     let kinds: Vec<RecordKind> = all(&plan).iter().map(Record::kind).collect();

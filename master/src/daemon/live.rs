@@ -29,8 +29,6 @@ use crate::wire::publish::Publisher;
 /// and how many are kept at most (about 64 bytes each: `replay.rs`).
 const REPLAY_WINDOW_SECS: u64 = 900;
 const REPLAY_CAPACITY: usize = 65_536;
-/// How old the count of pending keys may be when a new id signs in.
-const PENDING_COUNT_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The running master.
 pub struct Master {
@@ -48,8 +46,6 @@ pub struct Master {
     /// Minions counted against `max_minions`: accepted at sign-in since this master
     /// started, until their key is rejected or deleted.
     pub counted: Mutex<HashSet<String>>,
-    /// The pending keys counted last, and when (see [`View::pending_keys`]).
-    pub pending: Mutex<Option<(std::time::Instant, u64)>>,
     /// New pending keys granted a place under `halite_max_pending_keys` and not yet
     /// released (their request is in flight; [`Claim::Pending`]).
     pub pending_claims: Mutex<HashSet<String>>,
@@ -69,7 +65,6 @@ impl Master {
             sessions: Sessions::new(cfg.cachedir.join("sessions"), std::time::Duration::from_secs(cfg.publish_session.max(1))),
             nonces: Mutex::new(Nonces::new(std::time::Duration::from_secs(window), REPLAY_CAPACITY)),
             counted: Default::default(),
-            pending: Mutex::new(None),
             pending_claims: Default::default(),
             roots: FsRoots::new(&cfg),
             autosign: FsAutosign::new(&cfg),
@@ -133,40 +128,22 @@ impl Master {
     pub fn release(&self, claims: &[Claim]) {
         let mut counted = self.counted.lock().unwrap_or_else(|p| p.into_inner());
         let mut pending = self.pending_claims.lock().unwrap_or_else(|p| p.into_inner());
-        let mut recount = false;
         for c in claims {
             match c {
                 Claim::Count(id) => {
                     counted.remove(id);
                 }
-                Claim::Pending(id) => recount |= pending.remove(id),
+                Claim::Pending(id) => {
+                    pending.remove(id);
+                }
             }
-        }
-        if recount {
-            // The key it held a place for may have applied since the last count.
-            *self.pending.lock().unwrap_or_else(|p| p.into_inner()) = None;
         }
     }
 
-    /// The pending keys in the state machine, counted at most once per second (a flood
-    /// of new ids signing in must not scan the keys bank once each) or after a place
-    /// was released.
+    /// The pending keys in the state machine, as of its last applied entry (kept by
+    /// the state machine as it applies: no scan).
     fn counted_pending(&self) -> u64 {
-        let mut cached = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((at, n)) = *cached {
-            if at.elapsed() < PENDING_COUNT_MAX_AGE {
-                return n;
-            }
-        }
-        let n = match self.sm().count_keys(halite_storage::keys::BankState::Pending) {
-            Ok(n) => n,
-            Err(e) => {
-                tracing::error!("cannot count the pending keys: {e}");
-                0
-            }
-        };
-        *cached = Some((std::time::Instant::now(), n));
-        n
+        self.sm().pending_keys()
     }
 
     /// Carries out a committed request's effects.

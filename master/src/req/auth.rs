@@ -18,8 +18,11 @@
 //! counted gets `full`. With `halite_max_pending_keys` pending keys held, a new id that
 //! would become pending gets `full` too (the stock minion waits and signs in again) and
 //! nothing is written: an unauthenticated sender cannot grow the keys bank without
-//! bound. The cap is read from this member's count (at most a second old), so sign-ins
-//! in flight together may pass it by as many as are in flight. An accept hands over the publish key and the minion's session
+//! bound. The cap is decided at apply: the pending key's record carries it
+//! (`KeySet::pending_below`) and changes nothing if the cap is reached at its log
+//! position, so it holds exactly across every member of a cluster; the sign-in is then
+//! handled again on the applied state and answered `full`. (This member's own count and
+//! the places held by its sign-ins in flight only keep a flood from being proposed.) An accept hands over the publish key and the minion's session
 //! key, both RSA-encrypted to its key; every reply is signed with the master key.
 //! Accepted keys never touch the log on re-auth.
 //!
@@ -237,6 +240,12 @@ pub fn decide(view: &dyn View, load: &Value, id: &str, stored: Option<&StoredKey
                 );
                 (vec![], Err((ret(view, Value::from("full"), &nonce, sig), Act::Full)))
             }
+            // The cap is decided again where the record applies (`pending_below`): the
+            // count read here may be behind, or other members may fill the last places.
+            AutoSign::No if cap > 0 => match key(KeyState::Pending) {
+                Record::KeySet(k) => (vec![Record::KeySet(k.pending_below(cap))], Err(pend())),
+                other => (vec![other], Err(pend())),
+            },
             AutoSign::No => (vec![key(KeyState::Pending)], Err(pend())),
             how => {
                 by_stub = how == AutoSign::Stub;

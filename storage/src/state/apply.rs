@@ -85,6 +85,7 @@ impl StateMachine {
         }
         batch.put_cf(self.cf(CF_META)?, APPLIED_INDEX, last.to_be_bytes());
         self.db.write_opt(batch, &no_wal())?;
+        self.pending_changed(overlay.pending_delta);
         Ok(out)
     }
 
@@ -95,9 +96,16 @@ impl StateMachine {
                 // every member alike. The proposer reads the applied outcome.
                 tracing::info!(index, id = %k.id, to = k.state.as_str(), "key change skipped: the key is no longer in the state it was decided from");
             }
+            Record::KeySet(k) if !self.pending_place(k, ov)? => {
+                // `halite_max_pending_keys` reached at this log position: the sign-in
+                // is answered "full" by its member, on every member alike.
+                tracing::info!(index, id = %k.id, cap = ?k.pending_below, "new pending key skipped: the cap on pending keys is reached");
+            }
             Record::KeySet(k) => match k.state {
                 KeyState::Accepted | KeyState::Pending | KeyState::Rejected => {
                     let state = BankState::from_key_state(k.state).ok_or_else(|| Error::Invalid("bad key state".into()))?;
+                    let was_pending = self.held_key(&k.id, ov)?.is_some_and(|(s, _)| s == KeyState::Pending);
+                    ov.pending_delta += i64::from(k.state == KeyState::Pending) - i64::from(was_pending);
                     let mut v = Vec::with_capacity(9 + k.pub_key.len());
                     v.push(state.mmap_byte());
                     v.extend_from_slice(&k.time_ns.to_be_bytes());
@@ -113,6 +121,9 @@ impl StateMachine {
                         None => self.db.get_pinned_cf(self.cf(CF_KEYS)?, k.id.as_bytes())?.is_some(),
                     };
                     if exists {
+                        if self.held_key(&k.id, ov)?.is_some_and(|(s, _)| s == KeyState::Pending) {
+                            ov.pending_delta -= 1;
+                        }
                         b.delete_cf(self.cf(CF_KEYS)?, k.id.as_bytes());
                         // A deleted minion's cached pillar (its secrets) goes with its key.
                         b.delete_cf(self.cf(CF_PILLAR)?, k.id.as_bytes());
@@ -265,16 +276,34 @@ impl StateMachine {
                 None => self.get_denied(&k.id)?.map(|(_, p)| (KeyState::Denied, p)),
             }
         } else {
-            match ov.keys_held.get(&k.id) {
-                Some(h) => h.clone(),
-                None => self.get_key(&k.id)?.map(|s| (s.state.key_state(), s.pub_key)),
-            }
+            self.held_key(&k.id, ov)?
         };
         Ok(match (expect, held) {
             (KeyExpect::Absent, None) => true,
             (KeyExpect::Holds { state, pub_key }, Some((s, p))) => *state == s && *pub_key == p,
             _ => false,
         })
+    }
+
+    /// What the keys bank holds for `id` as of this record: the applied state plus the
+    /// changes earlier in the same batch.
+    fn held_key(&self, id: &str, ov: &Overlay) -> Result<Option<(KeyState, Vec<u8>)>> {
+        Ok(match ov.keys_held.get(id) {
+            Some(h) => h.clone(),
+            None => self.get_key(id)?.map(|s| (s.state.key_state(), s.pub_key)),
+        })
+    }
+
+    /// Whether a key change with `pending_below` has its place: it makes a new pending
+    /// key and fewer than the cap are pending as of this record. Anything else (another
+    /// state, no cap, the id already pending) has its place.
+    fn pending_place(&self, k: &KeySet, ov: &Overlay) -> Result<bool> {
+        let Some(cap) = k.pending_below else { return Ok(true) };
+        if k.state != KeyState::Pending || self.held_key(&k.id, ov)?.is_some_and(|(s, _)| s == KeyState::Pending) {
+            return Ok(true);
+        }
+        let now = (self.pending_keys() as i64).saturating_add(ov.pending_delta).max(0) as u64;
+        Ok(now < cap)
     }
 }
 
@@ -301,5 +330,7 @@ pub(super) struct Overlay {
     set_once: HashSet<Vec<u8>>,
     /// Reactions claimed earlier in the same batch.
     reactions: HashSet<String>,
+    /// Keys that became pending minus those that stopped being pending, in this batch.
+    pending_delta: i64,
 }
 

@@ -28,6 +28,7 @@
 //! flushed is applied again from the log. A checkpoint flushes first.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use rocksdb::{checkpoint::Checkpoint, ColumnFamily, IteratorMode, Options, WriteOptions, DB};
@@ -121,6 +122,11 @@ impl StoredKey {
 pub struct StateMachine {
     db: Arc<DB>,
     path: PathBuf,
+    /// Keys in the `pending` state: counted once at open (and after a snapshot
+    /// replaces the state), then kept by `apply` as records change the bank. Derived
+    /// from the state, so every member holds the same number at the same log position;
+    /// a new pending key's `pending_below` is decided on it.
+    pending: AtomicU64,
 }
 
 fn roots_key(tree: RootsTree, env: &str, path: &str) -> Vec<u8> {
@@ -171,7 +177,35 @@ impl StateMachine {
         opts.set_write_buffer_size(MEMTABLE_BYTES);
         opts.set_db_write_buffer_size(MEMTABLES_TOTAL_BYTES);
         let db = DB::open_cf(&opts, path, ALL_CFS)?;
-        Ok(StateMachine { db: Arc::new(db), path: path.to_path_buf() })
+        Self::of(db, path.to_path_buf())
+    }
+
+    fn of(db: DB, path: PathBuf) -> Result<Self> {
+        let sm = StateMachine { db: Arc::new(db), path, pending: AtomicU64::new(0) };
+        sm.recount_pending()?;
+        Ok(sm)
+    }
+
+    /// Counts the pending keys again (at open, after the state was replaced).
+    pub(super) fn recount_pending(&self) -> Result<()> {
+        let n = self.count_keys(BankState::Pending)?;
+        self.pending.store(n, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// How many keys are pending, as of the last applied entry (no scan).
+    pub fn pending_keys(&self) -> u64 {
+        self.pending.load(Ordering::SeqCst)
+    }
+
+    /// Adds what an applied batch changed to the pending count.
+    pub(super) fn pending_changed(&self, delta: i64) {
+        if delta >= 0 {
+            self.pending.fetch_add(delta as u64, Ordering::SeqCst);
+        } else {
+            let down = delta.unsigned_abs();
+            let _ = self.pending.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| Some(n.saturating_sub(down)));
+        }
     }
 
     /// Opens a state machine read-only (a snapshot's checkpoint, to look inside). A
@@ -182,7 +216,7 @@ impl StateMachine {
         let present = DB::list_cf(&opts, path).unwrap_or_else(|_| ALL_CFS.iter().map(|s| s.to_string()).collect());
         let cfs: Vec<&str> = ALL_CFS.iter().copied().filter(|c| present.iter().any(|p| p == c)).collect();
         let db = DB::open_cf_for_read_only(&opts, path, cfs, false)?;
-        Ok(StateMachine { db: Arc::new(db), path: path.to_path_buf() })
+        Self::of(db, path.to_path_buf())
     }
 
     /// A state machine held in memory (RocksDB's memory environment): the same code as
@@ -196,7 +230,7 @@ impl StateMachine {
         opts.set_env(&env);
         let path = PathBuf::from(format!("/halite-memory/{name}"));
         let db = DB::open_cf(&opts, &path, ALL_CFS)?;
-        Ok(StateMachine { db: Arc::new(db), path })
+        Self::of(db, path)
     }
 
     pub fn path(&self) -> &Path {

@@ -82,6 +82,7 @@ impl StateMachine {
         self.db.write_opt(last, &wo)?;
         // No WAL: make it durable now (all families together, see `open`).
         self.flush()?;
+        self.recount_pending()?;
         Ok(items)
     }
 

@@ -272,7 +272,8 @@ fn raft(kind: MessageType, from: u64, to: u64, term: u64) -> Message {
 #[test]
 fn attacks_on_a_three_member_cluster_change_nothing_and_are_counted() {
     let health = port_free_on(&loopback(1).iter().map(String::as_str).collect::<Vec<_>>());
-    let c = crate::cluster::founding(3, "attack-test", &format!("halite_health_port: {health}\n"));
+    let cap = 30;
+    let c = crate::cluster::founding(3, "attack-test", &format!("halite_health_port: {health}\nhalite_max_pending_keys: {cap}\n"));
     let pool: u16 = std::fs::read_to_string(c.envs[0].root.join("conf/master")).expect("conf").lines().find_map(|l| l.strip_prefix("cluster_pool_port: ")?.trim().parse().ok()).expect("pool port");
     // A real minion signed in to member 0, accepted through member 1.
     let env0 = &c.envs[0];
@@ -360,6 +361,47 @@ fn attacks_on_a_three_member_cluster_change_nothing_and_are_counted() {
     assert_eq!(members(env0)["term"], term, "no impostor moved the term");
     for env in &c.envs {
         assert_eq!(env.salt_json(&[MINION, "test.ping"], 30), json!({ MINION: true }), "served through {}", env.ip);
+    }
+
+    // 600 new ids sign in at once, 200 through each member: the cap on pending keys is
+    // decided where the records apply, so exactly `cap` are pending on every member,
+    // whichever member each one reached, and the rest are answered "full".
+    let pub_path = env0.root.join("ghost.pub");
+    std::fs::write(&pub_path, halite_master::wire::crypto::PrivateKey::generate(2048).expect("key").public_pem().expect("pem")).expect("ghost.pub");
+    let eps: Vec<String> = c.envs.iter().map(|e| format!("\"tcp://{}:{}\"", e.ip, e.ret)).collect();
+    let out = python(&format!(
+        r#"
+import zmq, msgpack, collections
+pub = open("{pub_path}").read()
+ctx = zmq.Context()
+socks = []
+for m, ep in enumerate([{eps}]):
+    s = ctx.socket(zmq.DEALER); s.setsockopt(zmq.LINGER, 0); s.setsockopt(zmq.RCVTIMEO, 120000)
+    s.connect(ep)
+    for i in range(200):
+        s.send_multipart([b"", msgpack.packb({{"enc": "clear", "load": {{"cmd": "_auth", "id": "ghost-%d-%03d" % (m, i), "pub": pub, "nonce": "%032d" % i,
+            "enc_algo": "OAEP-SHA1", "sig_algo": "PKCS1v15-SHA1"}}, "version": 3}})])
+    socks.append(s)
+seen = collections.Counter()
+for s in socks:
+    for i in range(200):
+        r = msgpack.unpackb(s.recv_multipart()[-1], raw=False, strict_map_key=False)
+        ret = msgpack.unpackb(r["load"], raw=False)["ret"] if isinstance(r, dict) and "load" in r else r
+        seen[str(ret)] += 1
+print("answers", dict(seen))
+"#,
+        pub_path = pub_path.display(),
+        eps = eps.join(", ")
+    ));
+    assert!(out.contains(&format!("'True': {cap}")) && out.contains(&format!("'full': {}", 600 - cap)), "{cap} pending, the rest full: {out}");
+    wait_for("every member to list the same pending keys", 60, || {
+        let lists: Vec<Vec<String>> = c.envs.iter().map(|e| e.ids("minions_pre")).collect();
+        lists.iter().all(|l| l == &lists[0])
+    });
+    for env in &c.envs {
+        let pending = env.ids("minions_pre");
+        assert_eq!(pending.len(), cap, "exactly halite_max_pending_keys ids are pending on {}: {out}", env.ip);
+        assert!(pending.iter().all(|p| p.starts_with("ghost-")), "{pending:?}");
     }
     minion.stop();
 }
