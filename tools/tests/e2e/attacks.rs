@@ -232,6 +232,51 @@ print("answers", dict(seen))
 
 /// Forwards one connection from its own port to `to`, recording what the connecting side
 /// sent.
+/// A gauge or counter without labels on a master's `/metrics` (0 if absent).
+fn gauge(env: &Env, health: u16, name: &str) -> f64 {
+    http_get(&env.ip, health, "/metrics").lines().find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')).and_then(|v| v.trim().parse().ok())).unwrap_or(0.0)
+}
+
+/// Requests of 1 MiB pipelined on one connection, with `halite_max_inflight_bytes` room
+/// for one at a time: the master stops reading the request socket while the budget is
+/// spent (counted), answers every one, and goes on serving a real minion; nothing is
+/// stored for them.
+#[test]
+fn large_requests_wait_for_the_in_flight_budget_and_are_all_answered() {
+    let health = port_free_on(&loopback(1).iter().map(String::as_str).collect::<Vec<_>>());
+    let request = 1 << 20;
+    let budget = request + (64 << 10);
+    let s = Served::start(Accept::Auto, &format!("halite_health_port: {health}\nhalite_max_request_bytes: {request}\nhalite_max_inflight_bytes: {budget}\n"), "");
+    let env = &s.env;
+    assert_eq!(gauge(env, health, "halite_inflight_budget_bytes"), budget as f64);
+    let before = digest(env);
+    // Each is an AES request whose payload cannot decrypt: read, charged, answered
+    // "bad load", given back.
+    let out = python(&format!(
+        r#"
+import zmq, msgpack, collections
+s = zmq.Context().socket(zmq.DEALER); s.setsockopt(zmq.LINGER, 0); s.setsockopt(zmq.RCVTIMEO, 120000)
+s.setsockopt(zmq.SNDHWM, 0); s.setsockopt(zmq.RCVHWM, 0)
+s.connect("tcp://{ip}:{ret}")
+n = 40
+body = msgpack.packb({{"enc": "aes", "load": b"x" * ({request} - 200), "version": 3}})
+for i in range(n):
+    s.send_multipart([b"", body])
+seen = collections.Counter()
+for i in range(n):
+    seen[repr(msgpack.unpackb(s.recv_multipart()[-1], raw=False))] += 1
+print("answers", dict(seen))
+"#,
+        ip = env.ip,
+        ret = env.ret
+    ));
+    assert!(out.contains("{\"'bad load'\": 40}"), "every request answered bad load: {out}");
+    assert!(gauge(env, health, "halite_inflight_waits_total") >= 1.0, "the budget made the socket wait: {}", http_get(&env.ip, health, "/metrics"));
+    assert_eq!(gauge(env, health, "halite_inflight_bytes"), 0.0, "every charge given back");
+    assert_eq!(digest(env), before, "nothing stored for them");
+    assert_eq!(env.salt_json(&[MINION, "test.ping"], 30), json!({ MINION: true }));
+}
+
 fn recording_proxy(ip: &str, to: SocketAddr) -> (SocketAddr, mpsc::Receiver<Vec<u8>>) {
     let l = TcpListener::bind((ip, 0)).expect("proxy");
     let at = l.local_addr().expect("addr");
