@@ -16,7 +16,7 @@ use halite_storage::keys::{BankState, Geometry, KeyView};
 use halite_storage::mmap_cache::{MmapReader, MmapWriter};
 
 fn records(c: &mut Criterion) {
-    let rec = Record::KeySet(KeySet { id: "web01.example.com".into(), state: KeyState::Accepted, pub_key: fake_pub(1).into_bytes(), time_ns: 1, expect: None });
+    let rec = Record::KeySet(KeySet { id: "web01.example.com".into(), state: KeyState::Accepted, pub_key: fake_pub(1).into_bytes(), time_ns: 1, expect: None, pending_below: None });
     let bytes = rec.encode().unwrap();
     let mut g = c.benchmark_group("record");
     g.throughput(Throughput::Elements(1));

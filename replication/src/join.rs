@@ -450,6 +450,7 @@ mod tests {
             pub_key: b"PUB".to_vec(),
             time_ns: 1,
             expect: None,
+            pending_below: None,
         });
         n1.propose(&[rec]).unwrap();
         // A newcomer expecting another fingerprint refuses to join; case does not matter.

@@ -31,7 +31,7 @@ fn views(pki: &Path, roots: Option<&Path>) -> Views {
 }
 
 fn key(id: &str) -> Record {
-    Record::KeySet(KeySet { id: id.into(), state: KeyState::Pending, pub_key: format!("PUB-{id}").into_bytes(), time_ns: 1, expect: None })
+    Record::KeySet(KeySet { id: id.into(), state: KeyState::Pending, pub_key: format!("PUB-{id}").into_bytes(), time_ns: 1, expect: None, pending_below: None })
 }
 
 fn blob(path: &str, data: &[u8]) -> Record {

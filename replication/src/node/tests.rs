@@ -27,7 +27,7 @@ fn views(pki: &Path) -> Views {
 }
 
 fn key(id: &str, state: KeyState) -> Record {
-    Record::KeySet(KeySet { id: id.into(), state, pub_key: format!("PUB-{id}").into_bytes(), time_ns: 1, expect: None })
+    Record::KeySet(KeySet { id: id.into(), state, pub_key: format!("PUB-{id}").into_bytes(), time_ns: 1, expect: None, pending_below: None })
 }
 
 #[test]

@@ -20,7 +20,7 @@ fn views(pki: &Path) -> Views {
 }
 
 fn pending(id: &str) -> Record {
-    Record::KeySet(KeySet { id: id.into(), state: KeyState::Pending, pub_key: format!("PUB-{id}").into_bytes(), time_ns: 1, expect: None })
+    Record::KeySet(KeySet { id: id.into(), state: KeyState::Pending, pub_key: format!("PUB-{id}").into_bytes(), time_ns: 1, expect: None, pending_below: None })
 }
 
 fn copy_dir(from: &Path, to: &Path) {

@@ -23,7 +23,7 @@ fn geo() -> Geometry {
 }
 
 fn key(id: &str, state: KeyState) -> Record {
-    Record::KeySet(KeySet { id: id.into(), state, pub_key: format!("PUB-{id}").into_bytes(), time_ns: 1, expect: None })
+    Record::KeySet(KeySet { id: id.into(), state, pub_key: format!("PUB-{id}").into_bytes(), time_ns: 1, expect: None, pending_below: None })
 }
 
 /// Small limits, so the log is compacted after a few dozen entries.
