@@ -16,10 +16,15 @@
 //!   learned from its first handshake is written to its file if there is none (Salt
 //!   writes remote peers' files the same way, only if absent).
 //!
-//! A member without a file for a peer binds that peer's id to the first key that
-//! completes a handshake under it (proving `cluster_secret` and signing with the key);
-//! that is how a member that joined later, or a new incarnation of a wiped member (a new
-//! raft id), becomes known.
+//! Which key speaks for a raft id is decided by the log, not by these files: the key
+//! book of the applied state (a joiner's key comes with the membership change that adds
+//! it, each founder records its own; `halite_replication::transport::identity`). The
+//! files pin a founding peer only while the book holds no key for it, and
+//! `peers/<name>.pub` is kept as a view of the book: whenever the applied book changes,
+//! the file of each peer this member can name (its `cluster_peers`) is written if it is
+//! absent or holds another key. A member without a file for a founding peer binds that
+//! peer's id to the first key that completes a handshake under it until the peer's
+//! own record applies (the window the docs describe).
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -130,6 +135,22 @@ pub fn credentials(cfg: &MasterConfig, plan: &ClusterPlan) -> Result<Credentials
         match public_to_pem(public).map_err(refused).and_then(|pem| write_new(&path, &pem, 0o644)) {
             Ok(()) => tracing::info!(member = %name, path = %path.display(), "peer member key recorded"),
             Err(e) => tracing::warn!(member = %name, "peer member key not recorded: {e}"),
+        }
+    }));
+    // The peers directory as a view of the applied key book.
+    let (names, dir, me) = (plan.names.clone(), cfg.keys_dir().join("peers"), plan.me);
+    peers.on_book_changed(Arc::new(move |book| {
+        for (id, public) in book {
+            let Some(name) = names.get(id).filter(|_| *id != me) else { continue };
+            let path = dir.join(format!("{name}.pub"));
+            let held = read_small(&path).ok().flatten().and_then(|pem| public_from_pem(&pem).ok());
+            if held.as_ref() == Some(public) {
+                continue;
+            }
+            match public_to_pem(public).map_err(refused).and_then(|pem| write_new(&path, &pem, 0o644)) {
+                Ok(()) => tracing::info!(member = %name, path = %path.display(), "peer member key written from the log's key book"),
+                Err(e) => tracing::warn!(member = %name, "peer member key not written: {e}"),
+            }
         }
     }));
     Ok(Credentials::new(plan.key.clone(), key, peers))

@@ -65,6 +65,10 @@ impl StateMachine {
             };
             if outcome == Outcome::Applied {
                 for (pos, rec) in e.records.iter().enumerate() {
+                    if let Record::MemberKey(k) = rec {
+                        self.apply_member_key(e.index, e.id.map(|i| i.proposer), k, &mut batch, &mut overlay)?;
+                        continue;
+                    }
                     self.apply_one(e.index, pos, rec, &mut batch, &mut out.effects, &mut overlay)?;
                 }
             } else {
@@ -215,6 +219,8 @@ impl StateMachine {
                     fx.push(Effect::MasterKeyPair { name: k.name.clone(), private_pem: k.private_pem.clone() });
                 }
             }
+            // Applied with its entry's proposer (`member_keys.rs`).
+            Record::MemberKey(_) => {}
             Record::JobsExpired(e) => {
                 // Returns are keyed `jid NUL id`, so one range covers the jobs' returns
                 // too. Only jids from the digits range are touched.
@@ -275,5 +281,7 @@ pub(super) struct Overlay {
     pub(super) chunks: HashMap<Vec<u8>, Vec<u8>>,
     /// Set-once values written earlier in the same batch (cluster key, AES generations).
     set_once: HashSet<Vec<u8>>,
+    /// Member keys written earlier in the same batch (`member_keys.rs`).
+    pub(super) member_keys: HashMap<u64, [u8; 32]>,
 }
 
