@@ -194,4 +194,23 @@ mod tests {
         let refused = credentials(&cfg, &plan).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(refused.contains("remove it to continue"), "{refused}");
     }
+
+    #[test]
+    fn the_peers_directory_follows_the_applied_key_book() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = config(d.path());
+        let plan = crate::start::cluster_plan(&cfg).unwrap().unwrap();
+        let creds = credentials(&cfg, &plan).unwrap();
+        let peer_id = halite_replication::member_id("127.0.0.2");
+        // A stale file for the peer: the book's key replaces it. An id the plan does not
+        // name (a later joiner's) gets no file; this member's own file stays its own.
+        let stale = MemberKey::generate().unwrap();
+        std::fs::write(peer_path(&cfg, "127.0.0.2"), stale.public_pem().unwrap()).unwrap();
+        let peer = MemberKey::generate().unwrap();
+        let book = [(peer_id, peer.public()), (99, [7; 32]), (plan.me, [8; 32])].into();
+        creds.peers.set_applied(book, [plan.me, peer_id, 99].into(), true);
+        assert_eq!(public_from_pem(&std::fs::read(peer_path(&cfg, "127.0.0.2")).unwrap()).unwrap(), peer.public());
+        assert_eq!(public_from_pem(&std::fs::read(peer_path(&cfg, "127.0.0.1")).unwrap()).unwrap(), creds.member.public());
+        assert_eq!(std::fs::read_dir(cfg.keys_dir().join("peers")).unwrap().count(), 2);
+    }
 }

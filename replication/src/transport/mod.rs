@@ -47,6 +47,8 @@ pub mod refusal;
 mod fuzz_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_admission;
 
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
