@@ -16,10 +16,15 @@
 //!   learned from its first handshake is written to its file if there is none (Salt
 //!   writes remote peers' files the same way, only if absent).
 //!
-//! A member without a file for a peer binds that peer's id to the first key that
-//! completes a handshake under it (proving `cluster_secret` and signing with the key);
-//! that is how a member that joined later, or a new incarnation of a wiped member (a new
-//! raft id), becomes known.
+//! Which key speaks for a raft id is decided by the log, not by these files: the key
+//! book of the applied state (a joiner's key comes with the membership change that adds
+//! it, each founder records its own; `halite_replication::transport::identity`). The
+//! files pin a founding peer only while the book holds no key for it, and
+//! `peers/<name>.pub` is kept as a view of the book: whenever the applied book changes,
+//! the file of each peer this member can name (its `cluster_peers`) is written if it is
+//! absent or holds another key. A member without a file for a founding peer binds that
+//! peer's id to the first key that completes a handshake under it until the peer's
+//! own record applies (the window the docs describe).
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -132,6 +137,22 @@ pub fn credentials(cfg: &MasterConfig, plan: &ClusterPlan) -> Result<Credentials
             Err(e) => tracing::warn!(member = %name, "peer member key not recorded: {e}"),
         }
     }));
+    // The peers directory as a view of the applied key book.
+    let (names, dir, me) = (plan.names.clone(), cfg.keys_dir().join("peers"), plan.me);
+    peers.on_book_changed(Arc::new(move |book| {
+        for (id, public) in book {
+            let Some(name) = names.get(id).filter(|_| *id != me) else { continue };
+            let path = dir.join(format!("{name}.pub"));
+            let held = read_small(&path).ok().flatten().and_then(|pem| public_from_pem(&pem).ok());
+            if held.as_ref() == Some(public) {
+                continue;
+            }
+            match public_to_pem(public).map_err(refused).and_then(|pem| write_new(&path, &pem, 0o644)) {
+                Ok(()) => tracing::info!(member = %name, path = %path.display(), "peer member key written from the log's key book"),
+                Err(e) => tracing::warn!(member = %name, "peer member key not written: {e}"),
+            }
+        }
+    }));
     Ok(Credentials::new(plan.key.clone(), key, peers))
 }
 
@@ -172,5 +193,24 @@ mod tests {
         std::fs::write(peer_path(&cfg, "127.0.0.1"), peer.public_pem().unwrap()).unwrap();
         let refused = credentials(&cfg, &plan).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(refused.contains("remove it to continue"), "{refused}");
+    }
+
+    #[test]
+    fn the_peers_directory_follows_the_applied_key_book() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = config(d.path());
+        let plan = crate::start::cluster_plan(&cfg).unwrap().unwrap();
+        let creds = credentials(&cfg, &plan).unwrap();
+        let peer_id = halite_replication::member_id("127.0.0.2");
+        // A stale file for the peer: the book's key replaces it. An id the plan does not
+        // name (a later joiner's) gets no file; this member's own file stays its own.
+        let stale = MemberKey::generate().unwrap();
+        std::fs::write(peer_path(&cfg, "127.0.0.2"), stale.public_pem().unwrap()).unwrap();
+        let peer = MemberKey::generate().unwrap();
+        let book = [(peer_id, peer.public()), (99, [7; 32]), (plan.me, [8; 32])].into();
+        creds.peers.set_applied(book, [plan.me, peer_id, 99].into(), true);
+        assert_eq!(public_from_pem(&std::fs::read(peer_path(&cfg, "127.0.0.2")).unwrap()).unwrap(), peer.public());
+        assert_eq!(public_from_pem(&std::fs::read(peer_path(&cfg, "127.0.0.1")).unwrap()).unwrap(), creds.member.public());
+        assert_eq!(std::fs::read_dir(cfg.keys_dir().join("peers")).unwrap().count(), 2);
     }
 }

@@ -130,6 +130,8 @@ pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> 
         compaction: cfg.compaction,
         election_tick: election_ticks(cfg.cluster_election_ms.0),
         max_election_tick: election_ticks(cfg.cluster_election_ms.1),
+        // Recorded in the log's key book by the node if the book lacks it (`memberkey`).
+        member_key: Some(creds.member.public()),
         ..Default::default()
     };
     let node = Node::start_peered(&data_dir(cfg), views, ncfg, transport.clone(), mailbox)?;

@@ -43,8 +43,13 @@
 //! ```text
 //! {"t":"hello","id":<raft id>,"addr":"ip:port"}
 //! {"t":"welcome","established":bool,"member":bool,"members":[[<id>,"ip:port"],...],"cluster_pub_sha256":"<hex>"|null,"term":<raft term>}
-//! {"t":"join","id":<raft id>,"name":"<member name>","addr":"ip:port","incarnation":<n>}
+//! {"t":"join","id":<raft id>,"name":"<member name>","addr":"ip:port","incarnation":<n>,"key":"<hex>"}
 //! ```
+//!
+//! `key` is the joiner's member public key (32 bytes, hex): the one its connection's
+//! handshake proved, or the join is dropped. The learner change carries it in its entry
+//! context (v2), so the key is decided at apply with the membership (see
+//! `transport::identity`); a joiner is admitted to the join path only until then.
 //!
 //! (`term` and `incarnation` are 0 when absent, as from an older member.) A hello or join
 //! whose `id` is not its sender's (or, for a join, not the id of incarnation
@@ -96,6 +101,11 @@ enum Control {
         /// Which incarnation of `name` asks (`id` is [`incarnation_id`] of both).
         #[serde(default)]
         incarnation: u64,
+        /// The joiner's member public key, hex (absent from an older joiner). It must be
+        /// the key the join's connection proved; the membership change that adds the
+        /// joiner carries it, and once that applies only this key speaks for `id`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
     },
     /// A message of the application above the raft group (the master's event fan-out):
     /// opaque JSON, best effort, handed to the handler set with [`Handshake::on_app`].
@@ -167,7 +177,7 @@ pub fn serve(transport: &Arc<TcpTransport>, me: u64, listen: SocketAddr, fingerp
     let hs = Arc::new(Handshake { transport: transport.clone(), me, listen, fingerprint, welcomes: Mutex::new(Vec::new()), node: node.clone(), app: Mutex::new(None) });
     // The handler keeps the handshake alive as long as the transport (the process).
     let hs2 = hs.clone();
-    transport.on_control(Arc::new(move |from, body| {
+    transport.on_control_keyed(Arc::new(move |from, proved: &[u8; 32], body| {
         let hs = &hs2;
         let msg: Control = match serde_json::from_slice(&body) {
             Ok(m) => m,
@@ -207,12 +217,17 @@ pub fn serve(transport: &Arc<TcpTransport>, me: u64, listen: SocketAddr, fingerp
                 let members = members.into_iter().filter_map(|(id, a)| Some((id, a.parse().ok()?))).collect();
                 hs.welcomes.lock().unwrap_or_else(|p| p.into_inner()).push(Welcome { from, established, member, members, fingerprint, term });
             }
-            Control::Join { id, name, addr, incarnation } => {
+            Control::Join { id, name, addr, incarnation, key } => {
                 let Ok(addr) = addr.parse::<SocketAddr>() else { return };
                 if id != from || id != incarnation_id(&name, incarnation) {
                     tracing::warn!(from, id, name = %name, incarnation, "join with a mismatched id dropped");
                     return;
                 }
+                if key.is_some_and(|k| !k.eq_ignore_ascii_case(&hex::encode(proved))) {
+                    tracing::warn!(from, name = %name, "join naming another member key than its connection proved dropped");
+                    return;
+                }
+                let proved = *proved;
                 let Some(h) = node.get().cloned() else { return };
                 if membership(id).is_some_and(|(_, member, _)| member) {
                     return;
@@ -235,7 +250,7 @@ pub fn serve(transport: &Arc<TcpTransport>, me: u64, listen: SocketAddr, fingerp
                             }
                         }
                     }
-                    match h.add_learner(id, addr) {
+                    match h.add_learner_keyed(id, addr, proved) {
                         Ok(_) => tracing::info!(name = %name, "joined as a learner; it is promoted once caught up"),
                         Err(e) => tracing::warn!(name = %name, "adding the learner failed (it will ask again): {e}"),
                     }
@@ -347,7 +362,7 @@ impl Handshake {
                     tracing::info!("this member is now a cluster member");
                     return;
                 }
-                send(&hs.transport, peer.0, peer.1, &Control::Join { id: hs.me, name: name.clone(), addr: hs.listen.to_string(), incarnation });
+                send(&hs.transport, peer.0, peer.1, &Control::Join { id: hs.me, name: name.clone(), addr: hs.listen.to_string(), incarnation, key: Some(hex::encode(hs.transport.member_public())) });
                 std::thread::sleep(Duration::from_secs(2));
             }
             tracing::error!("not admitted to the cluster after two minutes; check the cluster secret and the peers' logs");
@@ -375,7 +390,7 @@ mod tests {
         assert_eq!(a, serde_json::json!({"t": "app", "body": {"events": 1}}));
         let h = serde_json::to_value(Control::Hello { id: 1, addr: "127.0.0.1:1".into() }).unwrap();
         assert_eq!(h, serde_json::json!({"t": "hello", "id": 1, "addr": "127.0.0.1:1"}));
-        let j = serde_json::to_value(Control::Join { id: 2, name: "n".into(), addr: "127.0.0.2:1".into(), incarnation: 4 }).unwrap();
+        let j = serde_json::to_value(Control::Join { id: 2, name: "n".into(), addr: "127.0.0.2:1".into(), incarnation: 4, key: None }).unwrap();
         assert_eq!(j, serde_json::json!({"t": "join", "id": 2, "name": "n", "addr": "127.0.0.2:1", "incarnation": 4}));
         let old: Control = serde_json::from_str(r#"{"t":"join","id":2,"name":"n","addr":"127.0.0.2:1"}"#).unwrap();
         assert!(matches!(old, Control::Join { incarnation: 0, .. }));

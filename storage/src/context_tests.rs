@@ -22,6 +22,8 @@ fn round_trips() {
         EntryContext::proposal(id(9, 5, 2), 2, Some("[fe80::1234:5678:9abc:def0%4294967295]:65535".parse().unwrap())),
         EntryContext::founding(Some("10.0.0.1:4520".parse().unwrap())),
         EntryContext::founding(None),
+        EntryContext::proposal(id(4, 8, 15), 15, Some("127.0.0.4:4520".parse().unwrap())).with_key(Some([0xAB; 32])),
+        EntryContext::proposal(id(4, 8, 16), 16, None).with_key(Some([0; 32])),
     ];
     for c in cases {
         assert_eq!(decode(&encode(&c)), Ok(Some(c)), "{c:?}");
@@ -41,6 +43,22 @@ fn bytes_are_the_documented_ones() {
     founding.extend_from_slice(&[0; 32]);
     founding.push(0x80);
     assert_eq!(encode(&EntryContext::founding(None)), founding);
+}
+
+#[test]
+fn a_keyed_membership_change_is_v2_with_the_key_after_the_address() {
+    let key = [0x5A; 32];
+    let c = EntryContext::proposal(id(1, 2, 3), 3, Some("127.0.0.9:1".parse().unwrap())).with_key(Some(key));
+    let b = encode(&c);
+    assert_eq!(b[1], VERSION_KEYED);
+    assert_eq!(b.len(), V1_FIXED_LEN + 11 + 1 + 32);
+    assert_eq!(&b[V1_FIXED_LEN..V1_FIXED_LEN + 11], b"127.0.0.9:1");
+    assert_eq!(b[V1_FIXED_LEN + 11], 32);
+    assert_eq!(&b[V1_FIXED_LEN + 12..], &key);
+    let d = decode(&b).unwrap().unwrap();
+    assert_eq!((d.key, d.version, d.id()), (Some(key), VERSION_KEYED, Some(id(1, 2, 3))));
+    // Without a key nothing changes: v1, byte for byte.
+    assert_eq!(encode(&c.with_key(None))[1], VERSION);
 }
 
 #[test]
@@ -87,8 +105,20 @@ fn garbage_is_refused_without_panicking() {
     }
     // A future version is refused, not guessed at.
     let mut future = encode(&EntryContext::proposal(id(1, 1, 1), 1, None));
-    future[1] = 2;
-    assert_eq!(decode(&future), Err(ContextError::UnknownVersion(2)));
+    future[1] = 3;
+    assert_eq!(decode(&future), Err(ContextError::UnknownVersion(3)));
+    // A version whose layout the bytes do not have is refused too.
+    future[1] = VERSION_KEYED;
+    assert_eq!(decode(&future), Err(ContextError::Malformed(VERSION_KEYED)));
+    let mut keyed = encode(&EntryContext::proposal(id(1, 1, 1), 1, Some("127.0.0.1:1".parse().unwrap())).with_key(Some([7; 32])));
+    keyed[1] = VERSION;
+    assert_eq!(decode(&keyed), Err(ContextError::Malformed(VERSION)));
+    // A key of another length is refused.
+    let mut short = encode(&EntryContext::proposal(id(1, 1, 1), 1, None));
+    short[1] = VERSION_KEYED;
+    short.push(3);
+    short.extend_from_slice(&[1, 2, 3]);
+    assert_eq!(decode(&short), Err(ContextError::KeyLength(3)));
     // A long run of garbage is refused, and the error does not carry all of it.
     let mut long = vec![1u8; 16];
     long.extend(std::iter::repeat_n(b'x', 1 << 20));
@@ -98,7 +128,7 @@ fn garbage_is_refused_without_panicking() {
     }
     // Every prefix and every single-byte change of a valid context decodes or is
     // refused; none panics.
-    let good = encode(&EntryContext::proposal(id(5, 9, 6), 4, Some("127.0.0.5:1".parse().unwrap())));
+    let good = encode(&EntryContext::proposal(id(5, 9, 6), 4, Some("127.0.0.5:1".parse().unwrap())).with_key(Some([0xC1; 32])));
     for n in 0..=good.len() {
         let _ = decode(&good[..n]);
     }

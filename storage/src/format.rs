@@ -65,12 +65,13 @@ pub enum RecordKind {
     RootsStage = 12,
     RootsSync = 13,
     PillarCache = 14,
+    MemberKey = 15,
     MineUpdate = 16,
     Reaction = 17,
 }
 
 impl RecordKind {
-    pub const ALL: [RecordKind; 16] = [
+    pub const ALL: [RecordKind; 17] = [
         RecordKind::KeySet,
         RecordKind::JobPublished,
         RecordKind::JobReturn,
@@ -85,6 +86,7 @@ impl RecordKind {
         RecordKind::RootsStage,
         RecordKind::RootsSync,
         RecordKind::PillarCache,
+        RecordKind::MemberKey,
         RecordKind::MineUpdate,
         RecordKind::Reaction,
     ];
@@ -110,6 +112,7 @@ impl RecordKind {
             RecordKind::RootsStage => "roots_stage",
             RecordKind::RootsSync => "roots_sync",
             RecordKind::PillarCache => "pillar_cache",
+            RecordKind::MemberKey => "member_key",
             RecordKind::MineUpdate => "mine_update",
             RecordKind::Reaction => "reaction",
         }
@@ -480,6 +483,20 @@ pub struct MasterKeyPair {
     pub time_ns: u64,
 }
 
+/// A cluster member's transport key (`replication::transport::identity`), recorded by
+/// the member itself: which Ed25519 public key speaks for raft id `id`. Decided at apply
+/// (`state/member_keys.rs`): set once per id, by an entry that member proposed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberKey {
+    pub id: u64,
+    #[serde(with = "serde_bytes")]
+    pub public: Vec<u8>,
+    pub time_ns: u64,
+}
+
+/// Length of a member public key (Ed25519).
+pub const MEMBER_KEY_LEN: usize = 32;
+
 /// One state change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
@@ -498,6 +515,7 @@ pub enum Record {
     RootsStage(RootsStage),
     RootsSync(RootsSync),
     PillarCache(PillarCache),
+    MemberKey(MemberKey),
     MineUpdate(MineUpdate),
     Reaction(Reaction),
 }
@@ -588,6 +606,7 @@ impl Record {
             Record::RootsStage(_) => RecordKind::RootsStage,
             Record::RootsSync(_) => RecordKind::RootsSync,
             Record::PillarCache(_) => RecordKind::PillarCache,
+            Record::MemberKey(_) => RecordKind::MemberKey,
             Record::MineUpdate(_) => RecordKind::MineUpdate,
             Record::Reaction(_) => RecordKind::Reaction,
         }
@@ -649,6 +668,11 @@ impl Record {
             Record::RootsSync(sy) => check_sync(sy)?,
             Record::MineUpdate(m) => check_mine(m)?,
             Record::Reaction(r) => crate::reaction::check(r)?,
+            Record::MemberKey(k) => {
+                if k.id == 0 || k.public.len() != MEMBER_KEY_LEN {
+                    return Err(Error::Invalid(format!("member key for raft id {}: {} bytes (a raft id is non-zero and a member key {MEMBER_KEY_LEN} bytes)", k.id, k.public.len())));
+                }
+            }
             Record::RootsTombstone(t) => {
                 validate_saltenv(&t.saltenv)?;
                 validate_relative_path(&t.path)?;
@@ -782,6 +806,7 @@ fn decode_payload(kind: RecordKind, payload: &[u8]) -> std::result::Result<Recor
         RecordKind::RootsStage => Record::RootsStage(de(payload)?),
         RecordKind::RootsSync => Record::RootsSync(de(payload)?),
         RecordKind::PillarCache => Record::PillarCache(de(payload)?),
+        RecordKind::MemberKey => Record::MemberKey(de(payload)?),
         RecordKind::MineUpdate => Record::MineUpdate(de(payload)?),
         RecordKind::Reaction => Record::Reaction(de(payload)?),
     })

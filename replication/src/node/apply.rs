@@ -36,6 +36,7 @@ impl Driver {
                     // Entries before the change are applied first, in log order.
                     self.apply_records(std::mem::take(&mut batch), &mut answers)?;
                     self.membership.apply(&mut self.raw, &self.log, self.outbox.as_ref(), &e)?;
+                    self.apply_member_key_change(&e)?;
                     if let Some(seq) = self.proposals.ours_by_context(e.index, &e.context) {
                         answers.push((seq, e.index, Outcome::Applied));
                     }
@@ -61,6 +62,9 @@ impl Driver {
             return Ok(());
         }
         let applied = self.sm.apply_entries(&batch)?;
+        if batch.iter().any(|e| e.records.iter().any(|r| matches!(r, halite_storage::Record::MemberKey(_)))) {
+            self.keys_dirty = true;
+        }
         // A view that cannot be written is marked dirty and rebuilt later (`faults.rs`).
         self.apply_views(&batch, &applied.effects);
         for (e, outcome) in batch.iter().zip(&applied.outcomes) {

@@ -80,6 +80,11 @@ pub(super) struct Driver {
     pub(super) self_tx: std::sync::mpsc::Sender<Msg>,
     /// Peers a snapshot is being sent to (`snapshots.rs`).
     pub(super) sending: std::collections::HashSet<u64>,
+
+    /// The member key book or the group may have changed since the transport last
+    /// heard (`member_keys.rs`).
+    pub(super) keys_dirty: bool,
+    pub(super) own_key: super::member_keys::OwnKey,
 }
 
 /// Starts the driver thread. If the loop fails, the error is logged and every waiting
@@ -133,12 +138,15 @@ impl Driver {
             compactor: None,
             self_tx,
             sending: Default::default(),
+            keys_dirty: true,
+            own_key: Default::default(),
         }
     }
 
     fn run(&mut self, rx: Receiver<Msg>) -> Result<()> {
         let mut next_tick = Instant::now() + self.cfg.tick;
         self.on_ready()?;
+        self.publish_member_keys();
         self.campaign_if_solo()?;
         loop {
             let timeout = next_tick.saturating_duration_since(Instant::now());
@@ -207,12 +215,14 @@ impl Driver {
                 for c in promote {
                     self.propose_member(c);
                 }
+                self.record_own_key();
                 self.maybe_compact()?;
             }
             self.on_ready()?;
             self.campaign_if_solo()?;
             self.proposals.submit(&mut self.raw);
             self.on_ready()?;
+            self.publish_member_keys();
             self.sync_views(false)?;
             self.end_turn();
             if stop {

@@ -48,19 +48,22 @@ pub(super) struct MemberChange {
     pub(super) change: ConfChangeType,
     pub(super) node: u64,
     pub(super) addr: Option<SocketAddr>,
+    /// For an addition by the join path, the member key the joiner proved (the entry's
+    /// context carries it; `member_keys.rs`).
+    pub(super) key: Option<[u8; 32]>,
     pub(super) reply: Reply,
 }
 
 impl MemberChange {
     /// What the proposal of this change carries, and who hears its outcome.
     pub(super) fn into_proposal(self) -> (Payload, Reply) {
-        (Payload::Member { change: self.change, node: self.node, addr: self.addr }, self.reply)
+        (Payload::Member { change: self.change, node: self.node, addr: self.addr, key: self.key }, self.reply)
     }
 
     /// A change the leader makes by itself (nobody waits for its outcome).
     fn unasked(change: ConfChangeType, node: u64, addr: Option<SocketAddr>) -> Self {
         let (reply, _) = tokio::sync::oneshot::channel();
-        MemberChange { change, node, addr, reply }
+        MemberChange { change, node, addr, key: None, reply }
     }
 }
 

@@ -56,6 +56,7 @@ mod boot;
 mod compaction;
 pub mod context;
 mod driver;
+mod member_keys;
 mod membership;
 mod proposals;
 mod snapshots;
@@ -71,6 +72,8 @@ mod tests_ahead;
 mod tests_proposals;
 #[cfg(test)]
 mod tests_snapshots;
+#[cfg(test)]
+mod tests_member_keys;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -154,6 +157,10 @@ pub struct NodeConfig {
     /// When the log is compacted (`compaction.rs`; the master's `cluster_max_log_size`
     /// and `halite_log_max_bytes`).
     pub compaction: CompactionLimits,
+    /// This node's member public key (what its transport proves): recorded in the log's
+    /// key book by the node itself when the book lacks it (`member_keys.rs`). `None`:
+    /// never recorded (a node without an identity).
+    pub member_key: Option<[u8; 32]>,
 }
 
 /// What a [`Tap`] calls: the log index and the record.
@@ -185,6 +192,7 @@ impl Default for NodeConfig {
             tap: None,
             auto_promote: true,
             compaction: CompactionLimits::default(),
+            member_key: None,
         }
     }
 }
@@ -331,7 +339,14 @@ impl NodeHandle {
     }
 
     pub fn add_learner(&self, node: u64, addr: SocketAddr) -> Result<u64> {
-        self.member_change(ConfChangeType::AddLearnerNode, node, Some(addr))
+        self.member_change(ConfChangeType::AddLearnerNode, node, Some(addr), None)
+    }
+
+    /// Adds `node` as a learner with the member key it proved (the join path): the
+    /// change's entry carries the key, and once it applies only that key speaks for
+    /// `node` on every member.
+    pub fn add_learner_keyed(&self, node: u64, addr: SocketAddr, key: [u8; 32]) -> Result<u64> {
+        self.member_change(ConfChangeType::AddLearnerNode, node, Some(addr), Some(key))
     }
 
     /// Every member address the log's membership entries name.
@@ -340,19 +355,19 @@ impl NodeHandle {
     }
 
     pub fn add_voter(&self, node: u64, addr: Option<SocketAddr>) -> Result<u64> {
-        self.member_change(ConfChangeType::AddNode, node, addr)
+        self.member_change(ConfChangeType::AddNode, node, addr, None)
     }
 
     pub fn remove_member(&self, node: u64) -> Result<u64> {
-        self.member_change(ConfChangeType::RemoveNode, node, None)
+        self.member_change(ConfChangeType::RemoveNode, node, None, None)
     }
 
-    fn member_change(&self, change: ConfChangeType, node: u64, addr: Option<SocketAddr>) -> Result<u64> {
+    fn member_change(&self, change: ConfChangeType, node: u64, addr: Option<SocketAddr>, key: Option<[u8; 32]>) -> Result<u64> {
         if node == 0 {
             return Err(NodeError::Refused("node id 0 is not a valid raft id".into()));
         }
         let (reply, rx) = tokio::sync::oneshot::channel();
-        self.tx.send(Msg::Member(MemberChange { change, node, addr, reply })).map_err(|_| NodeError::Stopped("node thread is gone".into()))?;
+        self.tx.send(Msg::Member(MemberChange { change, node, addr, key, reply })).map_err(|_| NodeError::Stopped("node thread is gone".into()))?;
         Pending { rx }.wait()
     }
 }
@@ -382,6 +397,12 @@ impl Node {
     /// vote. Returns once the change is applied on this node.
     pub fn add_learner(&self, node: u64, addr: SocketAddr) -> Result<u64> {
         self.handle().add_learner(node, addr)
+    }
+
+    /// [`Node::add_learner`] with the member key `node` proved
+    /// ([`NodeHandle::add_learner_keyed`]).
+    pub fn add_learner_keyed(&self, node: u64, addr: SocketAddr, key: [u8; 32]) -> Result<u64> {
+        self.handle().add_learner_keyed(node, addr, key)
     }
 
     /// Makes `node` a voter (a learner is promoted; `addr` may update its address).

@@ -51,7 +51,7 @@ pub(super) const MAX_WAITING: usize = 16_384;
 pub(super) enum Payload {
     /// One entry's data: the proposal's records (`halite_storage::entry`).
     Records(Vec<u8>),
-    Member { change: ConfChangeType, node: u64, addr: Option<SocketAddr> },
+    Member { change: ConfChangeType, node: u64, addr: Option<SocketAddr>, key: Option<[u8; 32]> },
 }
 
 /// A proposal not yet applied.
@@ -126,11 +126,11 @@ impl Proposals {
                 // raft-rs turns a change proposed while another is pending into an empty
                 // entry: wait for the pending one to apply.
                 Payload::Member { .. } if leading && raw.raft.has_pending_conf() => continue,
-                Payload::Member { change, node, addr } => {
+                Payload::Member { change, node, addr, key } => {
                     let mut cc = ConfChange::default();
                     cc.set_change_type(*change);
                     cc.node_id = *node;
-                    raw.propose_conf_change(context::encode(&EntryContext::proposal(id, settled_below, *addr)), cc)
+                    raw.propose_conf_change(context::encode(&EntryContext::proposal(id, settled_below, *addr).with_key(*key)), cc)
                 }
             };
             match r {

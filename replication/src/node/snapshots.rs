@@ -107,6 +107,8 @@ impl Driver {
             }
         }
         *self.membership.book.write().unwrap_or_else(|p| p.into_inner()) = book;
+        // The member key book came with the state (`member_keys.rs`).
+        self.keys_dirty = true;
         // The tap saw none of the records the snapshot covers (old jobs are not to be
         // published again); the one a running member must not miss is the current AES
         // key, shown again (a generation already installed is ignored by the daemon).

@@ -71,6 +71,10 @@ impl Outbox for Faulty {
     fn set_peer(&self, id: u64, addr: Option<SocketAddr>) {
         self.inner.set_peer(id, addr);
     }
+
+    fn set_member_keys(&self, book: std::collections::BTreeMap<u64, [u8; 32]>, members: std::collections::HashSet<u64>, me_member: bool) {
+        self.inner.set_member_keys(book, members, me_member);
+    }
 }
 
 struct Member {

@@ -25,8 +25,9 @@
 //! signature from serving as the other's). Each side checks, in this order, and closes
 //! the connection on the first failure: the peer's proof (`bad_proof`), its signature
 //! under the key its hello carries (`bad_signature`), and that the key is the one its
-//! claimed id is bound to, or binds an unbound id to it ([`PeerKeys`],
-//! `peer_key_mismatch`). The initiator sends its proof and signature before checking the
+//! claimed id is bound to in the applied key book, or may be bound to it
+//! ([`PeerKeys::admit`](super::identity::PeerKeys::admit), `peer_key_mismatch`); the
+//! responder learns whether the peer is admitted as a member or for the join path only. The initiator sends its proof and signature before checking the
 //! responder's, so with mismatched secrets both ends refuse and log it. The initiator also
 //! refuses a responder whose id is not the member it meant to reach (`wrong_peer`).
 //!
@@ -42,7 +43,7 @@ use hkdf::Hkdf;
 use sha2::Sha256;
 
 use super::frame::{Opener, Sealer};
-use super::identity::{self, PUBLIC_LEN, SIG_LEN};
+use super::identity::{self, Admission, PUBLIC_LEN, SIG_LEN};
 use super::refusal::Refused;
 use super::{ClusterKey, Credentials};
 
@@ -96,7 +97,7 @@ fn prove(proof: &[u8; 32], sig: &[u8; SIG_LEN]) -> [u8; PROVE_LEN] {
 }
 
 /// Checks the other side's proof and signature, then its key against the id it claims.
-fn check(creds: &Credentials, id: u64, who: &str, got: &[u8; PROVE_LEN], want_proof: &[u8; 32], role: &[u8], (hello_i, hello_r): (&[u8; HELLO_LEN], &[u8; HELLO_LEN])) -> Result<(), Refused> {
+fn check(creds: &Credentials, id: u64, who: &str, got: &[u8; PROVE_LEN], want_proof: &[u8; 32], role: &[u8], (hello_i, hello_r): (&[u8; HELLO_LEN], &[u8; HELLO_LEN])) -> Result<Admission, Refused> {
     if !same(&got[..PROOF_LEN], want_proof) {
         return Err(Refused::new("bad_proof", format!("{who} does not authenticate: its handshake proof is not derived from our cluster_secret")));
     }
@@ -187,13 +188,25 @@ pub fn initiate(stream: &mut TcpStream, creds: &Credentials, me: u64, expect: u6
     // transcript.
     let sig = creds.member.sign(&signed(SIGN_I, &hello_i, &hello_r))?;
     write(stream, &prove(&d.proof_i, &sig))?;
+    // A responder that is no member (a joiner we answer) is admitted for the join path;
+    // what this side sends it is the caller's choice.
     check(creds, id_r, &format!("member {id_r}"), &got, &d.proof_r, SIGN_R, (&hello_i, &hello_r))?;
     Ok(Sealer::new(d.i_to_r, 0))
 }
 
-/// The accepting side: learns and checks who connected; returns the peer's member id
-/// (every frame of this connection must claim it) and the opener of its frames.
-pub fn respond(stream: &mut TcpStream, creds: &Credentials, me: u64, deadline: Instant) -> Result<(u64, Opener), Refused> {
+/// Who connected, as the responder's handshake found.
+pub struct Peer {
+    /// Its member id (every frame of this connection must claim it).
+    pub id: u64,
+    /// The member key it proved.
+    pub key: [u8; PUBLIC_LEN],
+    /// What it may do.
+    pub admission: Admission,
+}
+
+/// The accepting side: learns and checks who connected; returns the peer and the
+/// opener of its frames.
+pub fn respond(stream: &mut TcpStream, creds: &Credentials, me: u64, deadline: Instant) -> Result<(Peer, Opener), Refused> {
     let mut hello_i = [0u8; HELLO_LEN];
     read_exact_by(stream, &mut hello_i, deadline)?;
     let id_i = hello_id(&hello_i)?;
@@ -206,9 +219,9 @@ pub fn respond(stream: &mut TcpStream, creds: &Credentials, me: u64, deadline: I
     write(stream, &reply)?;
     let mut got = [0u8; PROVE_LEN];
     read_exact_by(stream, &mut got, deadline)?;
-    check(creds, id_i, &format!("the peer claiming member {id_i}"), &got, &d.proof_i, SIGN_I, (&hello_i, &hello_r))?;
+    let admission = check(creds, id_i, &format!("the peer claiming member {id_i}"), &got, &d.proof_i, SIGN_I, (&hello_i, &hello_r))?;
     // The responder never sends frames today; its key (r_to_i) is derived for a reply
     // direction, should one be added.
     let _ = d.r_to_i;
-    Ok((id_i, Opener::new(d.i_to_r, 0)))
+    Ok((Peer { id: id_i, key: hello_key(&hello_i), admission }, Opener::new(d.i_to_r, 0)))
 }

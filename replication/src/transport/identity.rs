@@ -4,21 +4,34 @@
 //! apart, since every member holds it. So each member also has a key pair of its own
 //! (Ed25519: a 32-byte public key and 64-byte signatures, fixed sizes, so the handshake
 //! still reads no length from an unauthenticated peer) and signs every handshake
-//! transcript with it (`handshake.rs`). A raft id is bound to one public key:
+//! transcript with it (`handshake.rs`). Which key speaks for a raft id is decided by the
+//! log: the **key book** of the applied state (`halite_storage::state`'s
+//! `member_keys.rs`: a joiner's key travels in the membership change that adds it, a
+//! founder records its own with a `member_key` record; both decided at apply), which
+//! the node hands to the transport at start and whenever it changes
+//! ([`PeerKeys::set_applied`]). A handshake under id X with key K is
+//! ([`PeerKeys::admit`]):
 //!
-//! - keys the layer above pins at start ([`PeerKeys::pin`]; the master pins the keys in
-//!   `cluster_pki_dir/peers/<name>.pub` for its founding peers), and
-//! - otherwise the first key that completes a handshake under that id (proving the
-//!   cluster secret and signing with it). That is how a joiner, unknown before, becomes
-//!   known; from then on the binding holds for as long as the process runs, and the
-//!   layer above may persist it ([`PeerKeys::on_learned`]).
-//!
-//! A handshake under a bound id with another key is refused (`peer_key_mismatch`): a
-//! holder of `cluster_secret` without member X's private key cannot speak as X once X is
-//! known.
+//! 1. X in the book: admitted as a [member](Admission::Member) if K is X's key, refused
+//!    otherwise (`peer_key_mismatch`), on every member alike, whether or not it ever
+//!    talked to X;
+//! 2. X a member of the applied group (voter or learner) without a key in the book yet
+//!    (a founder before its record applied, a log older than the book), or this node not
+//!    yet a member itself (a joiner during its state sync, a node before its start):
+//!    checked against the key pinned for X at start ([`PeerKeys::pin`]: the master pins
+//!    `cluster_pki_dir/peers/<name>.pub`), or else bound to the first key that completes
+//!    a handshake under X for as long as the process runs (reported to
+//!    [`PeerKeys::on_learned`]). That window closes when X's key applies;
+//! 3. otherwise (X is no member: a joiner, or a removed member) admitted for the **join
+//!    path** only ([`Admission::Joining`]): the connection may carry control messages
+//!    (hello, join), never raft messages or snapshots. The key it proved is what its join
+//!    entry carries; once that applies, only that key speaks for X. A removed member's id
+//!    leaves the book and the group, so its key no longer opens a session; an inbound
+//!    connection re-checks its admission at every raft frame, so one opened before the
+//!    removal is closed at its next frame.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
 
 use openssl::pkey::{Id, PKey, Private};
 use openssl::sign::{Signer, Verifier};
@@ -106,22 +119,60 @@ pub(super) fn verify(public: &[u8; PUBLIC_LEN], msg: &[u8], sig: &[u8; SIG_LEN])
 /// Called once for each binding learned from a handshake: `(raft id, public key)`.
 pub type Learned = Arc<dyn Fn(u64, &[u8; PUBLIC_LEN]) + Send + Sync>;
 
+/// Called with the applied key book whenever it changes.
+pub type BookChanged = Arc<dyn Fn(&BTreeMap<u64, [u8; PUBLIC_LEN]>) + Send + Sync>;
+
+/// What a connection that completed its handshake may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// A member: raft messages, snapshots and control messages.
+    Member,
+    /// Not a member (see the module documentation, case 3): control messages only.
+    Joining,
+}
+
+/// What the applied state says (see [`PeerKeys::set_applied`]).
+#[derive(Default)]
+struct Applied {
+    book: BTreeMap<u64, [u8; PUBLIC_LEN]>,
+    members: HashSet<u64>,
+    /// Whether this node is a member of the applied group (before the node hands its
+    /// state over, or while it joins, it is not).
+    me_member: bool,
+}
+
 /// The public key each raft id is bound to (see the module documentation).
 #[derive(Default)]
 pub struct PeerKeys {
+    applied: RwLock<Applied>,
+    pinned: Mutex<HashMap<u64, [u8; PUBLIC_LEN]>>,
     bound: Mutex<HashMap<u64, [u8; PUBLIC_LEN]>>,
     learned: Mutex<Option<Learned>>,
+    book_changed: Mutex<Option<BookChanged>>,
 }
 
 impl PeerKeys {
-    /// Binds `id` to `public` (a key known in advance); a later pin replaces it.
+    /// Pins `id` to `public` (a key known in advance, used while the log holds none for
+    /// `id`); a later pin replaces it.
     pub fn pin(&self, id: u64, public: [u8; PUBLIC_LEN]) {
-        self.bound.lock().unwrap_or_else(|p| p.into_inner()).insert(id, public);
+        self.pinned.lock().unwrap_or_else(|p| p.into_inner()).insert(id, public);
     }
 
-    /// The key `id` is bound to, if any.
+    /// The key `id` is bound to, if any: the applied one, else the pinned one, else the
+    /// one learned from a handshake.
     pub fn bound(&self, id: u64) -> Option<[u8; PUBLIC_LEN]> {
+        if let Some(k) = self.applied.read().unwrap_or_else(|p| p.into_inner()).book.get(&id) {
+            return Some(*k);
+        }
+        if let Some(k) = self.pinned.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
+            return Some(*k);
+        }
         self.bound.lock().unwrap_or_else(|p| p.into_inner()).get(&id).copied()
+    }
+
+    /// The applied key book, as last set.
+    pub fn book(&self) -> BTreeMap<u64, [u8; PUBLIC_LEN]> {
+        self.applied.read().unwrap_or_else(|p| p.into_inner()).book.clone()
     }
 
     /// Where bindings learned from now on are reported.
@@ -129,24 +180,93 @@ impl PeerKeys {
         *self.learned.lock().unwrap_or_else(|p| p.into_inner()) = Some(f);
     }
 
-    /// Accepts `public` for `id` after a handshake proved the cluster secret and this
-    /// key's signature: the key `id` is bound to, or, for an unbound id, binds it.
-    pub(super) fn admit(&self, id: u64, public: &[u8; PUBLIC_LEN]) -> Result<(), Refused> {
+    /// Where the applied book goes whenever it changes from now on (the master keeps
+    /// `peers/<name>.pub` as its view).
+    pub fn on_book_changed(&self, f: BookChanged) {
+        *self.book_changed.lock().unwrap_or_else(|p| p.into_inner()) = Some(f);
+    }
+
+    /// What the applied state says: every id's key (`book`), the group's voters and
+    /// learners (`members`), and whether this node is one of them.
+    pub fn set_applied(&self, book: BTreeMap<u64, [u8; PUBLIC_LEN]>, members: HashSet<u64>, me_member: bool) {
+        let changed = {
+            let mut a = self.applied.write().unwrap_or_else(|p| p.into_inner());
+            let changed = a.book != book;
+            *a = Applied { book, members, me_member };
+            changed.then(|| a.book.clone())
+        };
+        if let Some(book) = changed {
+            tracing::info!(members = ?book.keys().collect::<Vec<_>>(), "member key book applied");
+            let f = self.book_changed.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            if let Some(f) = f {
+                f(&book);
+            }
+        }
+    }
+
+    /// What a connection under `id` proving `public` may do now, without binding
+    /// anything (an open connection re-checks with this).
+    pub(super) fn admits(&self, id: u64, public: &[u8; PUBLIC_LEN]) -> Result<Admission, Refused> {
+        match self.lookup(id) {
+            Lookup::Key(k) if openssl::memcmp::eq(&k, public) => Ok(Admission::Member),
+            Lookup::Key(_) => Err(mismatch(id)),
+            Lookup::Unbound => Ok(Admission::Member),
+            Lookup::Joining => Ok(Admission::Joining),
+        }
+    }
+
+    /// Admits `public` for `id` after a handshake proved the cluster secret and this
+    /// key's signature (see the module documentation); a member id with no key yet is
+    /// bound to it.
+    pub(super) fn admit(&self, id: u64, public: &[u8; PUBLIC_LEN]) -> Result<Admission, Refused> {
+        match self.lookup(id) {
+            Lookup::Key(k) if openssl::memcmp::eq(&k, public) => return Ok(Admission::Member),
+            Lookup::Key(_) => return Err(mismatch(id)),
+            Lookup::Joining => return Ok(Admission::Joining),
+            Lookup::Unbound => {}
+        }
         let mut bound = self.bound.lock().unwrap_or_else(|p| p.into_inner());
         match bound.get(&id) {
-            Some(k) if openssl::memcmp::eq(k, public) => return Ok(()),
-            Some(_) => return Err(Refused::new("peer_key_mismatch", format!("a peer claims member {id} but signs with another key than the one member {id} is bound to"))),
+            Some(k) if openssl::memcmp::eq(k, public) => return Ok(Admission::Member),
+            Some(_) => return Err(mismatch(id)),
             None if bound.len() >= MAX_BOUND => return Err(Refused::new("member_keys_full", format!("{MAX_BOUND} member keys are bound already; member {id} is not admitted"))),
             None => {
                 bound.insert(id, *public);
             }
         }
         drop(bound);
-        tracing::info!(member = id, "member key bound (first authenticated handshake under this id)");
+        tracing::info!(member = id, "member key bound (first authenticated handshake under this id; the log holds no key for it yet)");
         let learned = self.learned.lock().unwrap_or_else(|p| p.into_inner()).clone();
         if let Some(f) = learned {
             f(id, public);
         }
-        Ok(())
+        Ok(Admission::Member)
     }
+
+    /// Where `id` stands: its applied key, its pinned key while the log holds none (a
+    /// member, or any id while this node is no member), unbound, or join path only.
+    fn lookup(&self, id: u64) -> Lookup {
+        let a = self.applied.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(k) = a.book.get(&id) {
+            return Lookup::Key(*k);
+        }
+        if a.me_member && !a.members.contains(&id) {
+            return Lookup::Joining;
+        }
+        drop(a);
+        match self.pinned.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
+            Some(k) => Lookup::Key(*k),
+            None => Lookup::Unbound,
+        }
+    }
+}
+
+enum Lookup {
+    Key([u8; PUBLIC_LEN]),
+    Unbound,
+    Joining,
+}
+
+fn mismatch(id: u64) -> Refused {
+    Refused::new("peer_key_mismatch", format!("a peer claims member {id} but signs with another key than the one member {id} is bound to"))
 }

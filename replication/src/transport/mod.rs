@@ -6,8 +6,11 @@
 //! their member ids and their member public keys, derive this connection's keys with
 //! HKDF-SHA256 from the cluster key (a hash of `cluster_secret`), prove to each other that
 //! they hold it, and sign the transcript with their member keys; an id is bound to one
-//! member key ([`identity`]), so a holder of the secret cannot speak as a member whose
-//! private key it lacks. Every frame
+//! member key ([`identity`]: the key book of the applied state, [`Outbox::set_member_keys`]),
+//! so a holder of the secret cannot speak as a member whose private key it lacks, and a
+//! peer that is no member (a joiner) may send control messages only (the join path),
+//! never raft messages or snapshots (`not_a_member`). A forwarded proposal must name
+//! the member whose connection carries it as its proposer (`proposer_mismatch`). Every frame
 //! after that ([`frame`]) is sealed under the connection's key with a counter as its
 //! nonce; the receiver opens only the next counter, and only frames claiming the member
 //! id that did the handshake. So a frame captured on the wire and sent again, on its
@@ -44,6 +47,8 @@ pub mod refusal;
 mod fuzz_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_admission;
 
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
@@ -58,7 +63,7 @@ use raft::eraftpb::Message;
 use sha2::{Digest, Sha256};
 
 use frame::{Opener, Sealer, KIND_CONTROL, KIND_KEEPALIVE, KIND_RAFT, KIND_SNAPSHOT, MIN_BODY};
-use identity::{MemberKey, PeerKeys};
+use identity::{Admission, MemberKey, PeerKeys, PUBLIC_LEN};
 use limits::{Authenticated, Unauthenticated};
 pub use limits::Limits;
 use refusal::{Refusals, Refused};
@@ -134,6 +139,9 @@ impl From<ClusterKey> for Credentials {
 /// the bytes.
 pub type ControlHandler = Arc<dyn Fn(u64, Vec<u8>) + Send + Sync>;
 
+/// A [`ControlHandler`] that also hears the member key the sender's connection proved.
+pub type KeyedControlHandler = Arc<dyn Fn(u64, &[u8; PUBLIC_LEN], Vec<u8>) + Send + Sync>;
+
 /// Where received messages go (the node's inbox).
 pub type Deliver = Arc<dyn Fn(Message) + Send + Sync>;
 
@@ -146,7 +154,7 @@ struct Inbound {
     me: u64,
     key: Credentials,
     deliver: Deliver,
-    control: Arc<Mutex<Option<ControlHandler>>>,
+    control: Arc<Mutex<Option<KeyedControlHandler>>>,
     snapshots: Snapshots,
     stopped: Arc<AtomicBool>,
     refusals: Arc<Refusals>,
@@ -165,7 +173,7 @@ pub struct TcpTransport {
     via: Mutex<HashMap<SocketAddr, SocketAddr>>,
     local: SocketAddr,
     stopped: Arc<AtomicBool>,
-    control: Arc<Mutex<Option<ControlHandler>>>,
+    control: Arc<Mutex<Option<KeyedControlHandler>>>,
     snapshots: Snapshots,
     refusals: Arc<Refusals>,
     limits: Limits,
@@ -186,7 +194,7 @@ impl TcpTransport {
         let listener = TcpListener::bind(listen)?;
         let local = listener.local_addr()?;
         let stopped = Arc::new(AtomicBool::new(false));
-        let control: Arc<Mutex<Option<ControlHandler>>> = Arc::new(Mutex::new(None));
+        let control: Arc<Mutex<Option<KeyedControlHandler>>> = Arc::new(Mutex::new(None));
         let refusals = Arc::new(Refusals::default());
         let snapshots: Snapshots = Arc::new(Mutex::new(None));
         let inbound = Inbound { me: id, key: key.clone(), deliver, control: control.clone(), snapshots: snapshots.clone(), stopped: stopped.clone(), refusals: refusals.clone(), limits, open: Arc::default() };
@@ -197,7 +205,7 @@ impl TcpTransport {
     /// How many connections or frames this transport refused for `reason` (a word such
     /// as `bad_proof`, `replayed`, `sender_mismatch`, `too_many_unauthenticated`,
     /// `handshake_timeout`, `frame_too_large`, `bad_signature`, `peer_key_mismatch`,
-    /// `too_many_connections`).
+    /// `too_many_connections`, `not_a_member`, `proposer_mismatch`).
     pub fn refused(&self, reason: &str) -> u64 {
         self.refusals.count(reason)
     }
@@ -217,7 +225,22 @@ impl TcpTransport {
 
     /// Where control messages received from now on go.
     pub fn on_control(&self, handler: ControlHandler) {
+        self.on_control_keyed(Arc::new(move |from, _, body| handler(from, body)));
+    }
+
+    /// Where control messages received from now on go, with the sender's member key.
+    pub fn on_control_keyed(&self, handler: KeyedControlHandler) {
         *self.control.lock().unwrap_or_else(|p| p.into_inner()) = Some(handler);
+    }
+
+    /// This member's own public key (what its handshakes prove).
+    pub fn member_public(&self) -> [u8; PUBLIC_LEN] {
+        self.key.member.public()
+    }
+
+    /// The keys this transport knows its peers by.
+    pub fn peer_keys(&self) -> &Arc<PeerKeys> {
+        &self.key.peers
     }
 
     /// Where snapshot transfers received from now on go (none are taken before).
@@ -405,7 +428,7 @@ fn read_peer(mut stream: TcpStream, source: String, pending: Unauthenticated, in
         Err(r) => return inb.refusals.refuse(&source, &r),
     };
     drop(pending);
-    let _counted = match Authenticated::admit(&inb.open, peer, &inb.limits) {
+    let _counted = match Authenticated::admit(&inb.open, peer.id, &inb.limits) {
         Ok(c) => c,
         Err(r) => return inb.refusals.refuse(&source, &r),
     };
@@ -417,7 +440,7 @@ fn read_peer(mut stream: TcpStream, source: String, pending: Unauthenticated, in
         if inb.stopped.load(Ordering::SeqCst) {
             return;
         }
-        if let Err(r) = read_frame(&mut stream, &mut opener, peer, &inb, &mut incoming) {
+        if let Err(r) = read_frame(&mut stream, &mut opener, &peer, &inb, &mut incoming) {
             return inb.refusals.refuse(&source, &r);
         }
     }
@@ -432,8 +455,9 @@ fn io_refusal(e: std::io::Error) -> Refused {
 }
 
 /// Reads, opens, checks and hands on one frame of an authenticated connection from
-/// member `peer` (a snapshot part to the connection's transfer, `incoming`).
-fn read_frame(stream: &mut TcpStream, opener: &mut Opener, peer: u64, inb: &Inbound, incoming: &mut snapshot_transfer::Incoming) -> Result<(), Refused> {
+/// `peer` (a snapshot part to the connection's transfer, `incoming`).
+fn read_frame(stream: &mut TcpStream, opener: &mut Opener, who: &handshake::Peer, inb: &Inbound, incoming: &mut snapshot_transfer::Incoming) -> Result<(), Refused> {
+    let peer = who.id;
     let mut len = [0u8; 4];
     stream.read_exact(&mut len).map_err(io_refusal)?;
     let n = u32::from_be_bytes(len) as usize;
@@ -455,18 +479,24 @@ fn read_frame(stream: &mut TcpStream, opener: &mut Opener, peer: u64, inb: &Inbo
     if f.to != inb.me {
         return Err(Refused::new("wrong_recipient", format!("a frame for member {} reached member {}", f.to, inb.me)));
     }
+    if matches!(f.kind, KIND_RAFT | KIND_SNAPSHOT) {
+        member_now(who, inb)?;
+    }
     match f.kind {
         KIND_RAFT => {
             let msg = Message::parse_from_bytes(&f.body).map_err(|e| Refused::new("bad_frame", format!("raft message does not decode: {e}")))?;
             if msg.from != peer || msg.to != inb.me {
                 return Err(Refused::new("sender_mismatch", format!("a raft message from {} to {} on member {peer}'s connection", msg.from, msg.to)));
             }
+            if msg.get_msg_type() == raft::eraftpb::MessageType::MsgPropose {
+                proposed_by(&msg, peer)?;
+            }
             (inb.deliver)(msg);
         }
         KIND_CONTROL => {
             let handler = inb.control.lock().unwrap_or_else(|p| p.into_inner()).clone();
             match handler {
-                Some(h) => h(peer, f.body),
+                Some(h) => h(peer, &who.key, f.body),
                 None => tracing::debug!(from = peer, "control message with no handler dropped"),
             }
         }
@@ -478,6 +508,31 @@ fn read_frame(stream: &mut TcpStream, opener: &mut Opener, peer: u64, inb: &Inbo
             incoming.part(peer, &f.body, inbox.as_ref()).map_err(|e| Refused::new("snapshot_refused", format!("snapshot transfer refused: {e}")))?;
         }
         k => return Err(Refused::new("bad_frame", format!("unknown frame kind {k}"))),
+    }
+    Ok(())
+}
+
+/// Whether `who` is still admitted as a member (the applied key book and group may
+/// have changed since its handshake: a removed member's connection closes here).
+fn member_now(who: &handshake::Peer, inb: &Inbound) -> Result<(), Refused> {
+    let now = if who.admission == Admission::Member { inb.key.peers.admits(who.id, &who.key)? } else { Admission::Joining };
+    match now {
+        Admission::Member => Ok(()),
+        Admission::Joining => Err(Refused::new("not_a_member", format!("member {} is not in the cluster's applied membership: only the join path (control messages) is open to it", who.id))),
+    }
+}
+
+/// Checks that every entry of a proposal forwarded by `peer` names `peer` as its
+/// proposer (the state machine trusts the proposer a context names: a member records its
+/// own key only, `halite_storage::state`'s `member_keys.rs`).
+fn proposed_by(msg: &Message, peer: u64) -> Result<(), Refused> {
+    for e in msg.get_entries() {
+        match halite_storage::context::decode(&e.context) {
+            Ok(None) => {}
+            Ok(Some(c)) if c.proposer == peer => {}
+            Ok(Some(c)) => return Err(Refused::new("proposer_mismatch", format!("member {peer} forwards a proposal of member {}", c.proposer))),
+            Err(err) => return Err(Refused::new("bad_frame", format!("a forwarded proposal's context does not decode: {err}"))),
+        }
     }
     Ok(())
 }
@@ -556,6 +611,10 @@ pub trait Outbox: Send + Sync {
     }
     /// Where snapshots received from peers go (none are taken before).
     fn take_snapshots(&self, _inbox: Arc<dyn SnapshotInbox>) {}
+    /// The applied key book (raft id → member key), the group's voters and learners,
+    /// and whether this node is one of them: who may speak as whom
+    /// ([`identity`]). Called at start and whenever one of them changes.
+    fn set_member_keys(&self, _book: std::collections::BTreeMap<u64, [u8; PUBLIC_LEN]>, _members: std::collections::HashSet<u64>, _me_member: bool) {}
 }
 
 impl Outbox for TcpTransport {
@@ -569,6 +628,10 @@ impl Outbox for TcpTransport {
 
     fn take_snapshots(&self, inbox: Arc<dyn SnapshotInbox>) {
         self.on_snapshot(inbox)
+    }
+
+    fn set_member_keys(&self, book: std::collections::BTreeMap<u64, [u8; PUBLIC_LEN]>, members: std::collections::HashSet<u64>, me_member: bool) {
+        self.key.peers.set_applied(book, members, me_member)
     }
 
     fn set_peer(&self, id: u64, addr: Option<SocketAddr>) {

@@ -73,6 +73,10 @@ impl StateMachine {
             }
             if outcome == Outcome::Applied {
                 for (pos, rec) in e.records.iter().enumerate() {
+                    if let Record::MemberKey(k) = rec {
+                        self.apply_member_key(e.index, e.id.map(|i| i.proposer), k, &mut batch, &mut overlay)?;
+                        continue;
+                    }
                     self.apply_one(e.index, pos, rec, &mut batch, &mut out.effects, &mut overlay)?;
                 }
             } else {
@@ -239,6 +243,8 @@ impl StateMachine {
                 b.put_cf(self.cf(CF_META)?, crate::reaction::claim_key(&r.id), claim.encode());
                 ov.reactions.insert(r.id.clone());
             }
+            // Applied with its entry's proposer (`member_keys.rs`).
+            Record::MemberKey(_) => {}
             Record::JobsExpired(e) => {
                 // Returns are keyed `jid NUL id`, so one range covers the jobs' returns
                 // too. Only jids from the digits range are touched.
@@ -332,5 +338,7 @@ pub(super) struct Overlay {
     reactions: HashSet<String>,
     /// Keys that became pending minus those that stopped being pending, in this batch.
     pending_delta: i64,
+    /// Member keys written earlier in the same batch (`member_keys.rs`).
+    pub(super) member_keys: HashMap<u64, [u8; 32]>,
 }
 

@@ -8,6 +8,7 @@
 //! | `meta`    | `views_index`               | u64 BE: the index the views reflect             |
 //! | `meta`    | `cluster_key_pair`          | the `ClusterKeyPair` payload (msgpack), set once |
 //! | `meta`    | `master_key_pair`           | the `MasterKeyPair` payload (msgpack), set once  |
+//! | `meta`    | `member_key/`, u64 BE raft id | the member's Ed25519 public key (32 bytes): `member_keys.rs` |
 //! | `keys`    | minion id                   | u8 state (1 acc, 2 pend, 3 rej), u64 BE time_ns, pub bytes |
 //! | `denied`  | minion id                   | u64 BE time_ns, pub bytes (the first denied key) |
 //! | `jobs`    | jid                         | the `JobPublished` payload (msgpack)            |
@@ -37,12 +38,14 @@ use sha2::{Digest, Sha256};
 
 mod apply;
 mod digest;
+mod member_keys;
 mod replace;
 mod roots;
 mod proposals;
 
 pub use apply::Applied;
 pub use digest::StateDigest;
+pub use member_keys::{MemberKeyChange, PublicKey};
 pub use proposals::Outcome;
 
 use crate::error::{Error, Result};

@@ -357,16 +357,20 @@ fn attacks_on_a_three_member_cluster_change_nothing_and_are_counted() {
 
     // A holder of the secret speaks as member 1 to member 0 (its own key, not member 1's):
     // a vote request for a far higher term, a heartbeat, a join.
-    let (id0, id1) = (id_of(&c, 0), id_of(&c, 1));
+    let id1 = id_of(&c, 1);
     let addr = |i: usize| -> SocketAddr { format!("{}:{pool}", c.envs[i].ip).parse().expect("addr") };
-    let impostor = TcpTransport::start(id1, format!("{}:0", env0.ip).parse().expect("addr"), [(id0, addr(0))].into(), ClusterKey::from_secret("s3cret"), Arc::new(|_| {})).expect("impostor");
-    wait_for("member 0 refuses the impostor", 60, || {
-        impostor.send(vec![raft(MessageType::MsgRequestVote, id1, id0, 1_000_000), raft(MessageType::MsgHeartbeat, id1, id0, 1_000_000)]);
-        impostor.send_control(id0, addr(0), &serde_json::to_vec(&json!({"t": "join", "id": id1, "name": c.envs[1].ip, "addr": addr(1).to_string(), "incarnation": 0})).expect("json"));
-        std::thread::sleep(Duration::from_millis(200));
-        refused(env0, health, "cluster", "peer_key_mismatch") >= 2.0
-    });
-    impostor.shutdown();
+    // Member 1's key is in every member's applied key book, so every other member refuses.
+    for target in [0, 2] {
+        let id_t = id_of(&c, target);
+        let impostor = TcpTransport::start(id1, format!("{}:0", env0.ip).parse().expect("addr"), [(id_t, addr(target))].into(), ClusterKey::from_secret("s3cret"), Arc::new(|_| {})).expect("impostor");
+        wait_for("the member refuses the impostor", 60, || {
+            impostor.send(vec![raft(MessageType::MsgRequestVote, id1, id_t, 1_000_000), raft(MessageType::MsgHeartbeat, id1, id_t, 1_000_000)]);
+            impostor.send_control(id_t, addr(target), &serde_json::to_vec(&json!({"t": "join", "id": id1, "name": c.envs[1].ip, "addr": addr(1).to_string(), "incarnation": 0})).expect("json"));
+            std::thread::sleep(Duration::from_millis(200));
+            refused(&c.envs[target], health, "cluster", "peer_key_mismatch") >= 2.0
+        });
+        impostor.shutdown();
+    }
 
     // A real member's bytes, captured: ask member 1 for a welcome at an address that is a
     // recording proxy in front of a transport of ours (id 4242). Member 1 connects there,

@@ -1,0 +1,106 @@
+//! Admission by the applied key book, over real sockets: a peer that is no member may use
+//! the join path (control messages) only; a member's connection is re-checked at every
+//! raft frame, so a removed member's open connection is closed; a forwarded proposal must
+//! name its forwarder as proposer; the book outranks what a first handshake bound.
+
+use super::*;
+use crate::testutil::wait_until;
+use halite_storage::context::{self, EntryContext, ProposalId};
+use raft::eraftpb::{Entry, MessageType};
+use std::sync::mpsc::Receiver as Rx;
+
+/// Member 2, with its raft and control messages.
+fn member2() -> (Arc<TcpTransport>, Rx<Message>, Rx<(u64, Vec<u8>)>) {
+    let (tx, rx) = mpsc::channel();
+    let tx = Mutex::new(tx);
+    let t = TcpTransport::start(2, "127.0.0.1:0".parse().unwrap(), HashMap::new(), ClusterKey::from_secret("s"), Arc::new(move |m| {
+        let _ = tx.lock().unwrap().send(m);
+    }))
+    .unwrap();
+    let (ctx, crx) = mpsc::channel();
+    let ctx = Mutex::new(ctx);
+    t.on_control(Arc::new(move |from, body| {
+        let _ = ctx.lock().unwrap().send((from, body));
+    }));
+    (t, rx, crx)
+}
+
+/// A connection to `t` that completed the handshake as `me` with the process's key.
+fn connect(t: &TcpTransport, me: u64) -> (TcpStream, Sealer) {
+    let mut s = TcpStream::connect(t.local_addr()).unwrap();
+    let sealer = handshake::initiate(&mut s, &ClusterKey::from_secret("s").into(), me, 2, Instant::now() + Duration::from_secs(10)).unwrap();
+    (s, sealer)
+}
+
+fn raft(s: &mut TcpStream, sealer: &mut Sealer, m: Message) {
+    let f = sealer.seal(KIND_RAFT, m.from, m.to, &m.write_to_bytes().unwrap()).unwrap();
+    let _ = s.write_all(&f);
+}
+
+fn heartbeat(from: u64) -> Message {
+    let mut m = Message::default();
+    m.set_msg_type(MessageType::MsgHeartbeat);
+    (m.from, m.to, m.term) = (from, 2, 3);
+    m
+}
+
+/// A forwarded proposal from `from` whose entry names `proposer`.
+fn forward(from: u64, proposer: u64) -> Message {
+    let mut m = Message::default();
+    m.set_msg_type(MessageType::MsgPropose);
+    (m.from, m.to) = (from, 2);
+    let mut e = Entry::default();
+    e.context = context::encode(&EntryContext::proposal(ProposalId { proposer, incarnation: 1, seq: 1 }, 1, None)).into();
+    m.mut_entries().push(e);
+    m
+}
+
+fn process_key() -> [u8; identity::PUBLIC_LEN] {
+    Credentials::from(ClusterKey::from_secret("s")).member.public()
+}
+
+#[test]
+fn the_applied_book_decides_who_may_speak_and_how() {
+    let (b, rx, crx) = member2();
+    let timeout = Duration::from_secs(10);
+    // Members 2 and 7; the book holds no key yet.
+    b.peer_keys().set_applied(Default::default(), [2, 7].into(), true);
+
+    // 8 is no member: its join-path control message is delivered, a raft message is
+    // refused and closes the connection.
+    let (mut s, mut sealer) = connect(&b, 8);
+    let f = sealer.seal(KIND_CONTROL, 8, 2, b"{\"t\":\"join\"}").unwrap();
+    s.write_all(&f).unwrap();
+    assert_eq!(crx.recv_timeout(timeout).unwrap().0, 8);
+    raft(&mut s, &mut sealer, heartbeat(8));
+    wait_until("the non-member's raft frame refused", 10, || b.refused("not_a_member") == 1);
+    assert!(rx.try_recv().is_err(), "nothing from a non-member reaches raft");
+
+    // 7 is a member without a key in the book: bound at its first handshake. Its own
+    // forwarded proposal is delivered; one naming another proposer is refused.
+    let (mut s, mut sealer) = connect(&b, 7);
+    raft(&mut s, &mut sealer, forward(7, 7));
+    assert_eq!(rx.recv_timeout(timeout).unwrap().get_msg_type(), MessageType::MsgPropose);
+    raft(&mut s, &mut sealer, forward(7, 9));
+    wait_until("the forged proposer refused", 10, || b.refused("proposer_mismatch") == 1);
+    assert!(rx.try_recv().is_err());
+
+    // The book names another key for 7: the key 7's first handshake bound no longer
+    // opens a session.
+    b.peer_keys().set_applied([(7, [0x42; 32])].into(), [2, 7].into(), true);
+    let mut s = TcpStream::connect(b.local_addr()).unwrap();
+    let _ = handshake::initiate(&mut s, &ClusterKey::from_secret("s").into(), 7, 2, Instant::now() + timeout);
+    wait_until("the key the book does not hold refused", 10, || b.refused("peer_key_mismatch") == 1);
+
+    // With its key in the book, 7 speaks; once it is removed (the book and the group no
+    // longer name it), its open connection is closed at the next raft frame.
+    b.peer_keys().set_applied([(7, process_key())].into(), [2, 7].into(), true);
+    let (mut s, mut sealer) = connect(&b, 7);
+    raft(&mut s, &mut sealer, heartbeat(7));
+    assert_eq!(rx.recv_timeout(timeout).unwrap().from, 7);
+    b.peer_keys().set_applied(Default::default(), [2].into(), true);
+    raft(&mut s, &mut sealer, heartbeat(7));
+    wait_until("the removed member's frame refused", 10, || b.refused("not_a_member") == 2);
+    assert!(rx.try_recv().is_err(), "nothing from a removed member reaches raft");
+    b.shutdown();
+}
