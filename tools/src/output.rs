@@ -1,5 +1,6 @@
 //! Salt's outputters, as far as the tools print them: `json` (Python's `json.dumps` with
-//! `indent=4`, ASCII-escaped), `yaml`, and `key` (what `salt-key -L` prints by default).
+//! `indent=4`, ASCII-escaped), `yaml`, `key` (what `salt-key -L` prints by default), `raw`
+//! (Python's `str()` of the data) and `txt` (`id: line` for each line of each value).
 
 use serde_json::Value;
 
@@ -13,6 +14,7 @@ pub enum Out {
     Nested,
     Key,
     Txt,
+    Raw,
 }
 
 /// Python `json.dumps(v, indent=4)` (ensure_ascii, `", "`/`": "` separators, key order kept).
@@ -165,7 +167,88 @@ pub fn render(v: &Value, out: Out, color: bool) -> String {
             Value::Object(m) => key_outputter(m, color),
             other => nested(other, 0),
         },
-        Out::Nested | Out::Txt => nested(v, 0),
+        Out::Nested => nested(v, 0),
+        Out::Txt => txt(v),
+        Out::Raw => python_repr(v),
+    }
+}
+
+/// Python's `repr` of the data as Salt holds it (`True`, `None`, `'text'`, `{'k': [1]}`):
+/// what the `raw` outputter prints.
+pub fn python_repr(v: &Value) -> String {
+    let mut s = String::new();
+    write_repr(v, &mut s);
+    s
+}
+
+fn write_repr(v: &Value, out: &mut String) {
+    match v {
+        Value::Null => out.push_str("None"),
+        Value::Bool(b) => out.push_str(if *b { "True" } else { "False" }),
+        Value::Number(n) => out.push_str(&n.to_string()),
+        Value::String(t) => repr_str(t, out),
+        Value::Array(a) => {
+            out.push('[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_repr(x, out);
+            }
+            out.push(']');
+        }
+        Value::Object(m) => {
+            out.push('{');
+            for (i, (k, x)) in m.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                repr_str(k, out);
+                out.push_str(": ");
+                write_repr(x, out);
+            }
+            out.push('}');
+        }
+    }
+}
+
+/// Python's `repr` of a str: single quotes unless the text has a `'` and no `"`.
+fn repr_str(t: &str, out: &mut String) {
+    let q = if t.contains('\'') && !t.contains('"') { '"' } else { '\'' };
+    out.push(q);
+    for c in t.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == q => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push(q);
+}
+
+/// Salt's `txt` outputter: for a mapping, `key: line` for each line of a text value and
+/// `key: repr` for any other; anything else as text.
+pub fn txt(v: &Value) -> String {
+    match v {
+        Value::Object(m) => {
+            let mut lines = Vec::new();
+            for (k, x) in m {
+                match x {
+                    Value::String(t) => lines.extend(t.lines().map(|l| format!("{k}: {l}"))),
+                    other => lines.push(format!("{k}: {}", python_repr(other))),
+                }
+            }
+            lines.join("\n")
+        }
+        Value::String(t) => t.clone(),
+        other => python_repr(other),
     }
 }
 
@@ -184,7 +267,8 @@ pub fn nested(v: &Value, indent: usize) -> String {
             .join("\n"),
         Value::Array(a) => a.iter().map(|x| format!("{pad}- {}", nested(x, 0).trim_start())).collect::<Vec<_>>().join("\n"),
         Value::String(s) => s.lines().map(|l| format!("{pad}{l}")).collect::<Vec<_>>().join("\n"),
-        other => format!("{pad}{other}"),
+        // Python's str of True, False and None, as Salt prints them.
+        other => format!("{pad}{}", python_repr(other)),
     }
 }
 
@@ -196,6 +280,15 @@ mod tests {
     fn python_json_shape() {
         let v: Value = serde_json::from_str(r#"{"minions_pre": [], "minions": ["a", "ü"], "n": {"x": 1}}"#).unwrap();
         assert_eq!(python_json(&v), "{\n    \"minions_pre\": [],\n    \"minions\": [\n        \"a\",\n        \"\\u00fc\"\n    ],\n    \"n\": {\n        \"x\": 1\n    }\n}");
+    }
+
+    #[test]
+    fn raw_and_txt_are_pythons_str() {
+        let v: Value = serde_json::from_str(r#"{"m1": {"a": [1, true, null], "q": "it's", "e": "x\ny\\"}}"#).unwrap();
+        assert_eq!(python_repr(&v), r#"{'m1': {'a': [1, True, None], 'q': "it's", 'e': 'x\ny\\'}}"#);
+        assert_eq!(python_repr(&Value::String("a'b\"c".into())), r#"'a\'b"c'"#);
+        let t: Value = serde_json::from_str(r#"{"m1": "line one\nline two", "m2": true, "m3": {"k": "v"}}"#).unwrap();
+        assert_eq!(txt(&t), "m1: line one\nm1: line two\nm2: True\nm3: {'k': 'v'}");
     }
 
     #[test]

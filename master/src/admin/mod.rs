@@ -17,9 +17,11 @@
 //! | `runner` `pki.migrate_to_mmap` | `salt-run` | [`pki`] |
 //! | `runner` `mine.get` | `salt-run` | [`mine`] |
 //! | `events.watch` | `salt-run state.event` | the daemon streams the bus |
+//! | `job.follow` | `salt` | [`follow`]; the daemon streams the job's returns |
 
 pub mod client;
 pub mod cluster;
+pub mod follow;
 pub mod jobs;
 pub mod keys;
 pub mod mine;
@@ -106,6 +108,8 @@ pub enum Command {
     Mine(mine::MineCmd),
     /// Turns the connection into an event stream (handled by the daemon).
     EventsWatch,
+    /// Streams a job's returns as they are committed (handled by the daemon).
+    JobFollow(follow::FollowCmd),
 }
 
 /// How to carry out a command.
@@ -193,6 +197,7 @@ impl Command {
             "key.list" | "key.select" | "key.apply" => Command::Keys(keys::KeyCmd::parse(req)?),
             "publish" | "job.returns" | "job.list" => Command::Jobs(jobs::JobCmd::parse(req)?),
             "events.watch" => Command::EventsWatch,
+            "job.follow" => Command::JobFollow(follow::FollowCmd::parse(req)?),
             "runner" => match s("fun").unwrap_or("") {
                 "jobs.list_jobs" | "jobs.lookup_jid" => Command::Jobs(jobs::JobCmd::parse(req)?),
                 "pki.migrate_to_mmap" => Command::MigrateToMmap,
@@ -213,6 +218,7 @@ impl Command {
             Command::MigrateToMmap => pki::migrate_plan(view),
             Command::Mine(c) => c.answer(view),
             Command::EventsWatch => Err(Error::refused("events.watch streams; it has no single answer")),
+            Command::JobFollow(_) => Err(Error::refused("job.follow streams; it has no single answer")),
         }
     }
 }
