@@ -29,13 +29,16 @@ fn read_returns(m: &Master, jid: &str, ids: &[String]) -> Vec<(String, J)> {
     ids.iter().filter_map(|id| sm.job_return(jid, id).ok().flatten().map(|r| (r.id, load_json(&r.load)))).collect()
 }
 
+/// A job's expected minions and the returns stored so far.
+type Start = (Vec<String>, Vec<(String, J)>);
+
 /// Serves one `job.follow` until it ends; the connection is closed after it.
 pub async fn follow(master: Arc<Master>, cmd: FollowCmd, mut rd: BufReader<OwnedReadHalf>, mut wr: OwnedWriteHalf) {
     let mut rx = master.bus.subscribe();
     let deadline = tokio::time::Instant::now() + cmd.timeout;
     let first = {
         let (m, jid) = (master.clone(), cmd.jid.clone());
-        tokio::task::spawn_blocking(move || -> crate::error::Result<Option<(Vec<String>, Vec<(String, J)>)>> {
+        tokio::task::spawn_blocking(move || -> crate::error::Result<Option<Start>> {
             let sm = m.sm();
             let Some(job) = sm.job(&jid)? else { return Ok(None) };
             let stored = sm.job_returns(&jid)?.into_iter().map(|r| (r.id, load_json(&r.load))).collect();

@@ -195,9 +195,12 @@ fn start_follow(sock_dir: &Path, jid: &str, timeout: Duration, tx: &mpsc::Sender
     follow(sock_dir, jid, timeout, tx.clone()).map_err(|e| Failure::new(format!("Salt request timed out. The master is not responding ({e})."), 2))
 }
 
+/// A job's returns in the order they came (`(id, load)`), and who did not return.
+type Collected = (Vec<(String, Value)>, Vec<String>);
+
 /// Follows one job to its end: its returns in the order they came, and the minions that
 /// did not return.
-fn collect(sock_dir: &Path, jid: &str, timeout: Duration) -> Result<(Vec<(String, Value)>, Vec<String>)> {
+fn collect(sock_dir: &Path, jid: &str, timeout: Duration) -> Result<Collected> {
     let (tx, rx) = mpsc::channel();
     start_follow(sock_dir, jid, timeout, &tx)?;
     drop(tx);
