@@ -273,6 +273,10 @@ fn jobs_expire_by_cutoff_with_their_returns_and_nothing_else() {
     sm.apply(&numbered(vec![job(old), ret(old, "m1"), ret(old, "m2"), job(edge), ret(edge, "m1"), job(new), ret(new, "m1"), job("custom-jid"), key("m1", KeyState::Accepted, 1)], 1)).unwrap();
     assert!(sm.has_job_before(edge).unwrap());
     assert!(!sm.has_job_before(old).unwrap());
+    // The point read finds one minion's return, and only its own (`m1` is a prefix of no other id here, `m` is of both).
+    assert_eq!(sm.job_return(old, "m2").unwrap().map(|r| r.id), Some("m2".to_string()));
+    assert!(sm.job_return(old, "m").unwrap().is_none());
+    assert!(sm.job_return(new, "m2").unwrap().is_none());
     let expiry = Record::JobsExpired(JobsExpired { before_jid: edge.into(), time_ns: 2 });
     sm.apply(&numbered(vec![expiry.clone()], 10)).unwrap();
     let left: Vec<String> = sm.jobs().unwrap().into_iter().map(|j| j.jid).collect();

@@ -2,7 +2,9 @@
 //! and the load generator `halite-swarm`.
 //! Each binary in `src/bin/` is a thin command-line layer over these modules.
 
+pub mod batch;
 pub mod common;
+pub mod follow;
 pub mod ctl;
 pub mod keys;
 pub mod output;

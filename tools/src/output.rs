@@ -13,6 +13,8 @@ pub enum Out {
     Nested,
     Key,
     Txt,
+    /// Python's `repr` of the data (Salt's `raw` outputter).
+    Raw,
 }
 
 /// Python `json.dumps(v, indent=4)` (ensure_ascii, `", "`/`": "` separators, key order kept).
@@ -167,7 +169,14 @@ pub fn render(v: &Value, out: Out, color: bool) -> String {
         },
         Out::Nested => nested_colored(v, color),
         Out::Txt => txt(v).trim_end_matches('\n').to_string(),
+        Out::Raw => py_repr(v),
     }
+}
+
+/// Python's `repr` of the data as Salt holds it (`True`, `None`, `'text'`, `{'k': [1]}`):
+/// what the `raw` outputter prints.
+pub fn python_repr(v: &Value) -> String {
+    py_repr(v)
 }
 
 /// Salt's `nested` outputter without colours (`--no-color`, or not a terminal).
@@ -354,5 +363,14 @@ mod tests {
         let v: Value = serde_json::from_str(r#"{"minions_pre": ["p"], "minions_rejected": ["r"], "minions": ["b", "A"], "minions_denied": []}"#).unwrap();
         let s = key_outputter(v.as_object().unwrap(), false);
         assert_eq!(s, "Accepted Keys:\nA\nb\nDenied Keys:\nUnaccepted Keys:\np\nRejected Keys:\nr");
+    }
+
+    #[test]
+    fn raw_and_txt_are_pythons_str() {
+        let v: Value = serde_json::from_str(r#"{"m1": {"a": [1, true, null], "q": "it's", "e": "x\ny\\"}}"#).unwrap();
+        assert_eq!(render(&v, Out::Raw, false), r#"{'m1': {'a': [1, True, None], 'q': "it's", 'e': 'x\ny\\'}}"#);
+        assert_eq!(python_repr(&Value::String("a'b\"c".into())), r#"'a\'b"c'"#);
+        let t: Value = serde_json::from_str(r#"{"m1": "line one\nline two", "m2": true, "m3": {"k": "v"}}"#).unwrap();
+        assert_eq!(render(&t, Out::Txt, false), "m1: line one\nm1: line two\nm2: True\nm3: {'k': 'v'}");
     }
 }

@@ -13,6 +13,7 @@
 //! | `job.list` | | `{"jobs": {jid: {fun, tgt, minions}}}` |
 //! | `runner` | `fun`: `jobs.list_jobs`, `jobs.lookup_jid` + `jid`, `cluster.members`, `cluster.ring_info`, `cluster.sync_roots` + `roots`, `cluster.remove_member` + `name`, `cluster.digest`, `pki.migrate_to_mmap`, `mine.get` + `tgt`, `mine_fun`, `tgt_type`; `jobs.list_job`, `jobs.print_job`, `jobs.exit_success`, `manage.present`, `manage.not_present`, `fileserver.*`, `pillar.show_*`, `cache.*` + `arg` (list), `kwarg` (map), bound as Salt binds them; `jobs.active` + `running` (`{minion: saltutil.running return}`); `manage.versions` + `returns` (`{minion: test.version return load or null}`) | `{"return": ...}` |
 //! | `events.watch` | | from then on, one `{"tag", "data"}` line per event on the master bus |
+//! | `job.follow` | `jid`, `timeout` (seconds) | one `{"id", "return"}` line per return as it is committed, then `{"done": true, "missing": [ids]}`; then closed |
 //!
 //! Failures answer `{"error": "..."}`. What each verb does is in [`crate::admin`]; this
 //! file is the wire protocol and the blocking client the tools use.

@@ -21,11 +21,13 @@
 //! | `runner` `pki.migrate_to_mmap` | `salt-run` | [`pki`] |
 //! | `runner` `mine.get` | `salt-run` | [`mine`] |
 //! | `events.watch` | `salt-run state.event` | the daemon streams the bus |
+//! | `job.follow` | `salt` | [`follow`]; the daemon streams the job's returns |
 
 pub mod cache;
 pub mod client;
 pub mod cluster;
 pub mod fileserver;
+pub mod follow;
 pub mod jobs;
 pub mod keys;
 pub mod manage;
@@ -121,6 +123,8 @@ pub enum Command {
     Cache(cache::CacheCmd),
     /// Turns the connection into an event stream (handled by the daemon).
     EventsWatch,
+    /// Streams a job's returns as they are committed (handled by the daemon).
+    JobFollow(follow::FollowCmd),
 }
 
 /// How to carry out a command.
@@ -208,6 +212,7 @@ impl Command {
             "key.list" | "key.select" | "key.apply" => Command::Keys(keys::KeyCmd::parse(req)?),
             "publish" | "job.returns" | "job.list" => Command::Jobs(jobs::JobCmd::parse(req)?),
             "events.watch" => Command::EventsWatch,
+            "job.follow" => Command::JobFollow(follow::FollowCmd::parse(req)?),
             "runner" => match s("fun").unwrap_or("") {
                 "jobs.list_jobs" | "jobs.lookup_jid" | "jobs.list_job" | "jobs.print_job" | "jobs.exit_success" | "jobs.active" => Command::Jobs(jobs::JobCmd::parse(req)?),
                 f @ ("manage.present" | "manage.not_present" | "manage.versions") => Command::Manage(manage::ManageCmd::parse(f, req)?),
@@ -236,6 +241,7 @@ impl Command {
             Command::Pillar(c) => c.answer(view),
             Command::Cache(c) => c.answer(view),
             Command::EventsWatch => Err(Error::refused("events.watch streams; it has no single answer")),
+            Command::JobFollow(_) => Err(Error::refused("job.follow streams; it has no single answer")),
         }
     }
 }

@@ -67,7 +67,7 @@ pub async fn read_line<R: AsyncRead + Unpin>(rd: &mut BufReader<R>, max: usize) 
     Ok(Line::Closed)
 }
 
-async fn write_line(wr: &mut tokio::net::unix::OwnedWriteHalf, line: String) -> bool {
+pub(super) async fn write_line(wr: &mut tokio::net::unix::OwnedWriteHalf, line: String) -> bool {
     let mut out = line;
     out.push('\n');
     matches!(tokio::time::timeout(WRITE_TIMEOUT, wr.write_all(out.as_bytes())).await, Ok(Ok(())))
@@ -103,6 +103,7 @@ pub async fn connection(master: Arc<Master>, stream: tokio::net::UnixStream) {
         let parsed = serde_json::from_slice::<J>(&line).map_err(|e| crate::error::Error::refused(format!("bad request: {e}"))).and_then(|r| Command::parse(&r));
         let answer = match parsed {
             Ok(Command::EventsWatch) => return watch(&master, wr).await,
+            Ok(Command::JobFollow(f)) => return super::follow::follow(master, f, rd, wr).await,
             Ok(cmd) => {
                 let m = master.clone();
                 tokio::task::spawn_blocking(move || execute(&m, cmd)).await.unwrap_or_else(admin::error)

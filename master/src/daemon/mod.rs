@@ -9,6 +9,7 @@
 //! | [`requests`] | the request port: handle, claim, commit, effects, reply |
 //! | [`publish`] | the tap of applied records, the publish port |
 //! | [`admin`] | the admin socket: plans carried out |
+//! | [`follow`] | the admin socket's `job.follow`: a job's returns streamed to `salt` |
 //! | [`maintenance`] | job cache expiry, publish key rotation |
 //! | [`cluster`] | the cluster key pair and AES key every member shares |
 //! | [`sessions`], [`replay`], [`bus`] | session keys, nonces of applied requests, the event bus |
@@ -20,6 +21,7 @@ pub mod admin;
 pub mod budget;
 pub mod bus;
 pub mod cluster;
+pub mod follow;
 pub mod health;
 pub mod http;
 pub mod listen;

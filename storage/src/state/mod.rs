@@ -452,6 +452,18 @@ impl StateMachine {
         self.scan(CF_RETURNS, &prefix)?.into_iter().map(|(_, v)| from_msgpack("returns", &v)).collect()
     }
 
+    /// One minion's return to a job (a point read: what `salt`'s follow of a job asks for
+    /// each return it is told of, so its cost does not grow with the job).
+    pub fn job_return(&self, jid: &str, id: &str) -> Result<Option<crate::format::JobReturn>> {
+        let mut k = jid.as_bytes().to_vec();
+        k.push(0);
+        k.extend_from_slice(id.as_bytes());
+        match self.db.get_cf(self.cf(CF_RETURNS)?, k)? {
+            Some(v) => Ok(Some(from_msgpack("returns", &v)?)),
+            None => Ok(None),
+        }
+    }
+
     /// A published job.
     pub fn job(&self, jid: &str) -> Result<Option<crate::format::JobPublished>> {
         match self.db.get_cf(self.cf(CF_JOBS)?, jid.as_bytes())? {

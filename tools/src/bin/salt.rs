@@ -1,19 +1,33 @@
-//! `salt`: publish a job through the running master and print the returns.
+//! `salt`: publish a job through the running master and print the returns as they are
+//! committed.
 //!
 //! `salt [-c DIR] TARGET FUN [ARG ...] [-L|-E|-G|-P|-I|-J|-S|-N|-C] [--subset N]
-//! [-t SECONDS] [--async] [--out json|yaml|nested]`. Arguments are parsed as Salt parses them: `key=value` becomes
-//! a keyword argument, every value is YAML-typed (`1` is an int, `True` a bool).
+//! [-t SECONDS] [--async] [--static] [--out nested|json|yaml|txt|raw]
+//! [-b N|N% [--batch-wait S] [--failhard]]`. Arguments are parsed as Salt parses them:
+//! `key=value` becomes a keyword argument, every value is YAML-typed (`1` is an int,
+//! `True` a bool).
+//!
+//! Returns are followed with the admin socket's `job.follow` (a cursor on the job cache
+//! the master wakes with its event bus; see `halite_master::admin::follow`): each is
+//! printed once it is committed, as `{minion: return}` in the chosen outputter, then a
+//! "Minion did not return" line for each minion that did not return in time. `--static`
+//! gathers them and prints one document. The exit code is Salt's: 1 when a minion
+//! returned a non-zero retcode or did not return, 2 when nothing could be sent. A batch
+//! run (`--batch`) is in `halite_tools::batch` and [`run_batch`].
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use serde_json::{json, Map, Value};
 
 use halite_master::admin::client::AdminClient;
+use halite_tools::batch::{retcode, Batch, BatchSpec};
 use halite_tools::common::{init_logging, load_config, run, Failure, Result};
-use halite_tools::output::{render, Out};
+use halite_tools::follow::{follow, Arrival};
+use halite_tools::output::{python_repr, render, Out};
 
 #[derive(Parser, Debug)]
 #[command(name = "salt", about = "Publish Salt jobs through a Halite master", version)]
@@ -57,9 +71,19 @@ struct Args {
     /// Print the jid and return without waiting.
     #[arg(long = "async")]
     asynchronous: bool,
-    /// Print each minion's return as it arrives (accepted for compatibility).
+    /// Gather every return and print them as one document at the end (instead of each
+    /// as it arrives).
     #[arg(long = "static")]
     static_: bool,
+    /// Run on N minions at a time, or N% of the targeted minions (`--batch-size` too).
+    #[arg(short = 'b', long = "batch", alias = "batch-size")]
+    batch: Option<String>,
+    /// Seconds to wait after a minion returns before its slot in the batch is reused.
+    #[arg(long = "batch-wait", default_value_t = 0.0)]
+    batch_wait: f64,
+    /// Stop the batch at the first minion that returns a non-zero retcode.
+    #[arg(long = "failhard")]
+    failhard: bool,
     #[arg(long = "out", value_enum)]
     out: Option<Out>,
     #[arg(long = "log-level", default_value = "warning")]
@@ -108,35 +132,99 @@ fn names(v: &Value) -> Vec<String> {
     v.as_array().into_iter().flatten().filter_map(|v| v.as_str().map(String::from)).collect()
 }
 
-/// Polls the job's returns until every expected minion returned or `timeout` passed.
-fn wait_returns(client: &mut AdminClient, jid: &str, expected: &[String], timeout: Duration) -> Result<Map<String, Value>> {
-    let start = Instant::now();
-    let mut returns = Map::new();
-    loop {
-        let r = client.call(&json!({ "cmd": "job.returns", "jid": jid }))?;
-        if let Some(m) = r["returns"].as_object() {
-            returns = m.clone();
-        }
-        if expected.iter().all(|m| returns.contains_key(m)) || start.elapsed() >= timeout {
-            return Ok(returns);
-        }
-        std::thread::sleep(Duration::from_millis(50));
+/// Where returns are printed: each as it comes, or gathered into one document.
+struct Printer {
+    out: Out,
+    color: bool,
+    gather: Option<Map<String, Value>>,
+}
+
+impl Printer {
+    fn new(out: Option<Out>, static_: bool) -> Printer {
+        Printer { out: out.unwrap_or(Out::Nested), color: std::io::stdout().is_terminal(), gather: static_.then(Map::new) }
     }
+
+    /// Prints (or gathers) `{id: value}`.
+    fn one(&mut self, id: &str, value: Value) {
+        match &mut self.gather {
+            Some(all) => {
+                all.insert(id.to_string(), value);
+            }
+            None => {
+                let mut m = Map::new();
+                m.insert(id.to_string(), value);
+                self.print(&Value::Object(m));
+            }
+        }
+    }
+
+    fn print(&self, v: &Value) {
+        println!("{}", render(v, self.out, self.color));
+    }
+
+    /// A line of progress (not in a gathered document).
+    fn say(&self, line: &str) {
+        if self.gather.is_none() {
+            println!("{line}");
+        }
+    }
+
+    /// Prints the gathered document, if gathering.
+    fn finish(&mut self) {
+        if let Some(all) = self.gather.take() {
+            self.print(&Value::Object(all));
+        }
+    }
+}
+
+/// What `publish` answered.
+struct Published {
+    jid: String,
+    minions: Vec<String>,
+    missing: Vec<String>,
+}
+
+fn publish(client: &mut AdminClient, tgt: &Value, tgt_type: &str, fun: &str, args: &[Value], kwargs: &Map<String, Value>) -> Result<Published> {
+    let r = client
+        .call(&json!({ "cmd": "publish", "tgt": tgt, "tgt_type": tgt_type, "fun": fun, "arg": args, "kwarg": kwargs }))
+        .map_err(|e| Failure::new(e.to_string(), 2))?;
+    Ok(Published { jid: r["jid"].as_str().unwrap_or("").to_string(), minions: names(&r["minions"]), missing: names(&r["missing"]) })
+}
+
+fn start_follow(sock_dir: &Path, jid: &str, timeout: Duration, tx: &mpsc::Sender<Arrival>) -> Result<()> {
+    follow(sock_dir, jid, timeout, tx.clone()).map_err(|e| Failure::new(format!("Salt request timed out. The master is not responding ({e})."), 2))
+}
+
+/// A job's returns in the order they came (`(id, load)`), and who did not return.
+type Collected = (Vec<(String, Value)>, Vec<String>);
+
+/// Follows one job to its end: its returns in the order they came, and the minions that
+/// did not return.
+fn collect(sock_dir: &Path, jid: &str, timeout: Duration) -> Result<Collected> {
+    let (tx, rx) = mpsc::channel();
+    start_follow(sock_dir, jid, timeout, &tx)?;
+    drop(tx);
+    let mut got = Vec::new();
+    for a in rx {
+        match a {
+            Arrival::Return { id, load, .. } => got.push((id, load)),
+            Arrival::Done { missing, .. } => return Ok((got, missing)),
+            Arrival::Failed { error, .. } => return Err(Failure::new(error, 2)),
+        }
+    }
+    Err(Failure::new("the follow of the job ended without an answer", 2))
 }
 
 /// Salt's `cmd_subset`: asks the target for `sys.list_functions`, and picks `n` of the
 /// minions that answered with `fun` among their functions, at random.
-fn subset(client: &mut AdminClient, tgt: &Value, tgt_type: &str, fun: &str, n: usize, timeout: Duration) -> Result<Vec<String>> {
+fn subset(client: &mut AdminClient, sock_dir: &Path, tgt: &Value, tgt_type: &str, fun: &str, n: usize, timeout: Duration) -> Result<Vec<String>> {
     use rand::seq::SliceRandom;
-    let pubd = client
-        .call(&json!({ "cmd": "publish", "tgt": tgt, "tgt_type": tgt_type, "fun": "sys.list_functions", "arg": [], "kwarg": {} }))
-        .map_err(|e| Failure::new(e.to_string(), 2))?;
-    let expected = names(&pubd["minions"]);
-    let returns = wait_returns(client, pubd["jid"].as_str().unwrap_or(""), &expected, timeout)?;
+    let p = publish(client, tgt, tgt_type, "sys.list_functions", &[], &Map::new())?;
+    let (returns, _) = collect(sock_dir, &p.jid, timeout)?;
     let mut able: Vec<String> = returns
-        .iter()
+        .into_iter()
         .filter(|(_, load)| load.get("return").and_then(Value::as_array).is_some_and(|f| f.iter().any(|x| x.as_str() == Some(fun))))
-        .map(|(id, _)| id.clone())
+        .map(|(id, _)| id)
         .collect();
     able.shuffle(&mut rand::thread_rng());
     able.truncate(n);
@@ -144,6 +232,14 @@ fn subset(client: &mut AdminClient, tgt: &Value, tgt_type: &str, fun: &str, n: u
         return Err(Failure::new("No minions matched the target. No command was sent, no jid was assigned.", 2));
     }
     Ok(able)
+}
+
+/// The exit of a run: Salt's message and code when a minion failed.
+fn exit_for(failed: bool) -> Result<()> {
+    if failed {
+        return Err(Failure::new("ERROR: Minions returned with non-zero exit code", 1));
+    }
+    Ok(())
 }
 
 fn real_main(a: Args) -> Result<()> {
@@ -167,50 +263,190 @@ fn real_main(a: Args) -> Result<()> {
     let mut tgt = if a.list { Value::Array(a.target.split(',').map(|s| Value::String(s.trim().to_string())).collect()) } else { Value::String(a.target.clone()) };
     let mut tgt_type = tgt_type.to_string();
     let timeout = Duration::from_secs(a.timeout.unwrap_or(cfg.timeout));
+    let (args, kwargs) = parse_args(&a.args);
+    let mut printer = Printer::new(a.out, a.static_);
+    if let Some(spec) = &a.batch {
+        let spec: BatchSpec = spec.parse().map_err(|e: String| Failure::new(e, 2))?;
+        if a.asynchronous {
+            return Err(Failure::new("--async with --batch is not supported: a batch run is driven by the salt command", 2));
+        }
+        if !a.batch_wait.is_finite() || a.batch_wait < 0.0 {
+            return Err(Failure::new("--batch-wait takes a number of seconds", 2));
+        }
+        let run = BatchRun { spec, wait: Duration::from_secs_f64(a.batch_wait.min(86_400.0)), failhard: a.failhard, timeout };
+        return run_batch(&mut client, &cfg.sock_dir, &tgt, &tgt_type, &a.fun, &args, &kwargs, run, &mut printer);
+    }
     if let Some(n) = a.subset {
-        tgt = Value::Array(subset(&mut client, &tgt, &tgt_type, &a.fun, n, timeout)?.into_iter().map(Value::String).collect());
+        tgt = Value::Array(subset(&mut client, &cfg.sock_dir, &tgt, &tgt_type, &a.fun, n, timeout)?.into_iter().map(Value::String).collect());
         tgt_type = "list".into();
     }
-    let (args, kwargs) = parse_args(&a.args);
-    let pubd = client
-        .call(&json!({ "cmd": "publish", "tgt": tgt, "tgt_type": tgt_type, "fun": a.fun, "arg": args, "kwarg": kwargs }))
-        .map_err(|e| Failure::new(e.to_string(), 2))?;
-    let jid = pubd["jid"].as_str().unwrap_or("").to_string();
+    let p = publish(&mut client, &tgt, &tgt_type, &a.fun, &args, &kwargs)?;
     if a.asynchronous {
-        println!("Executed command with job ID: {jid}");
+        println!("Executed command with job ID: {}", p.jid);
         return Ok(());
     }
-    let expected = names(&pubd["minions"]);
-    if expected.is_empty() {
+    if p.minions.is_empty() {
         return Err(Failure::new("No minions matched the target. No command was sent, no jid was assigned.", 2));
     }
-    let returns = wait_returns(&mut client, &jid, &expected, timeout)?;
-    let mut out = Map::new();
+    let (tx, rx) = mpsc::channel();
+    start_follow(&cfg.sock_dir, &p.jid, timeout, &tx)?;
+    drop(tx);
     let mut failed = false;
-    for m in &expected {
-        match returns.get(m) {
-            Some(load) => {
-                if load.get("retcode").and_then(Value::as_i64).unwrap_or(0) != 0 || load.get("success") == Some(&Value::Bool(false)) {
-                    failed = true;
-                }
-                out.insert(m.clone(), load.get("return").cloned().unwrap_or(Value::Null));
+    for arrival in rx {
+        match arrival {
+            Arrival::Return { id, load, .. } => {
+                failed |= retcode(&load) != 0;
+                printer.one(&id, load.get("return").cloned().unwrap_or(Value::Null));
             }
-            None => {
-                failed = true;
-                out.insert(m.clone(), Value::String(no_return(&jid)));
+            Arrival::Done { mut missing, .. } => {
+                // Listed ids the master has no accepted key for were published to nobody;
+                // they are reported as not returning, as Salt does.
+                missing.extend(p.missing.iter().cloned());
+                missing.sort();
+                for m in missing {
+                    failed = true;
+                    printer.one(&m, Value::String(no_return(&p.jid)));
+                }
+                break;
+            }
+            Arrival::Failed { error, .. } => {
+                printer.finish();
+                return Err(Failure::new(error, 2));
             }
         }
     }
-    // Listed ids the master has no accepted key for: published to nobody, reported as
-    // not returning, as Salt does.
-    for m in pubd["missing"].as_array().into_iter().flatten().filter_map(Value::as_str) {
-        failed = true;
-        out.insert(m.to_string(), Value::String(no_return(&jid)));
+    printer.finish();
+    exit_for(failed)
+}
+
+/// How a batch runs.
+struct BatchRun {
+    spec: BatchSpec,
+    wait: Duration,
+    failhard: bool,
+    timeout: Duration,
+}
+
+/// `salt --batch`: resolves the target once with `test.ping` (the minions that answer
+/// are the run; the others are named and skipped), then keeps at most the batch size
+/// of them running, one job per start, printing each return as it comes. Exits with the
+/// largest retcode returned, as Salt's batch does.
+#[allow(clippy::too_many_arguments)]
+fn run_batch(client: &mut AdminClient, sock_dir: &Path, tgt: &Value, tgt_type: &str, fun: &str, args: &[Value], kwargs: &Map<String, Value>, run: BatchRun, printer: &mut Printer) -> Result<()> {
+    let ping = publish(client, tgt, tgt_type, "test.ping", &[], &Map::new())?;
+    let (answered, mut down) = collect(sock_dir, &ping.jid, run.timeout)?;
+    down.extend(ping.missing);
+    down.sort();
+    for m in &down {
+        printer.say(&format!("Minion {m} did not respond. No job will be sent."));
     }
-    let color = std::io::stdout().is_terminal();
-    println!("{}", render(&Value::Object(out), a.out.unwrap_or(Out::Nested), color));
-    if failed {
-        return Err(Failure::new("", 1));
+    let mut minions: Vec<String> = answered.into_iter().map(|(id, _)| id).collect();
+    minions.sort();
+    if minions.is_empty() {
+        return Err(Failure::new("ERROR: No return received", 2));
+    }
+    let size = run.spec.size(minions.len());
+    let mut batch = Batch::new(minions, size, run.wait, run.failhard);
+    let (tx, rx) = mpsc::channel();
+    let mut worst = 0i64;
+    loop {
+        let now = Instant::now();
+        let start = batch.start(now);
+        if !start.is_empty() {
+            printer.say(&format!("\nExecuting run on {}\n", python_repr(&json!(start))));
+            let list = Value::Array(start.iter().cloned().map(Value::String).collect());
+            let p = publish(client, &list, "list", fun, args, kwargs)?;
+            // A minion whose key went away since the ping was sent nothing.
+            for m in &p.missing {
+                batch.timed_out(m, now);
+            }
+            start_follow(sock_dir, &p.jid, run.timeout, &tx)?;
+        }
+        if batch.done() {
+            break;
+        }
+        let arrival = match batch.next_free() {
+            Some(t) => match rx.recv_timeout(t.saturating_duration_since(now)) {
+                Ok(a) => a,
+                Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            },
+            None => match rx.recv() {
+                Ok(a) => a,
+                Err(_) => break,
+            },
+        };
+        match arrival {
+            Arrival::Return { jid, id, load } => {
+                let rc = retcode(&load);
+                if batch.returned(&id, rc, Instant::now()) {
+                    worst = worst.max(rc);
+                    printer.batch_return(&jid, &id, rc, load.get("return").cloned().unwrap_or(Value::Null));
+                }
+            }
+            Arrival::Done { jid, missing } => {
+                for m in missing {
+                    batch.timed_out(&m, Instant::now());
+                    printer.one(&m, Value::String(no_return(&jid)));
+                }
+            }
+            Arrival::Failed { error, .. } => {
+                printer.finish();
+                return Err(Failure::new(error, 2));
+            }
+        }
+    }
+    printer.finish();
+    if batch.halted() {
+        eprintln!("ERROR: the batch run stopped at a failed return (--failhard); minions not yet started were not run");
+    }
+    if worst != 0 {
+        return Err(Failure::new("", worst.clamp(1, 255) as i32));
     }
     Ok(())
+}
+
+impl Printer {
+    /// One return of a batch run, shaped as Salt's batch prints it: the return under the
+    /// minion id beside the job's `jid` and the `retcode` (keys sorted for `nested`, as
+    /// Salt's nested outputter sorts them); gathered as `{id: return}`.
+    fn batch_return(&mut self, jid: &str, id: &str, rc: i64, value: Value) {
+        if self.gather.is_some() {
+            return self.one(id, value);
+        }
+        let mut fields = vec![("retcode".to_string(), json!(rc)), ("jid".to_string(), json!(jid)), (id.to_string(), value)];
+        if self.out == Out::Nested {
+            fields.sort_by(|a, b| a.0.cmp(&b.0));
+        }
+        self.print(&Value::Object(fields.into_iter().collect()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_arguments_parse() {
+        let a = Args::try_parse_from(["salt", "-b", "25%", "--batch-wait", "1.5", "--failhard", "*", "test.ping"]).unwrap();
+        assert_eq!(a.batch.as_deref(), Some("25%"));
+        assert_eq!(a.batch_wait, 1.5);
+        assert!(a.failhard && !a.static_);
+        let a = Args::try_parse_from(["salt", "--batch-size", "2", "--static", "--out", "raw", "*", "cmd.run", "echo hi", "shell=/bin/sh"]).unwrap();
+        assert_eq!(a.batch.as_deref(), Some("2"));
+        assert!(a.static_ && a.out == Some(Out::Raw));
+        let (args, kwargs) = parse_args(&a.args);
+        assert_eq!(args, vec![json!("echo hi")]);
+        assert_eq!(kwargs["shell"], json!("/bin/sh"));
+        let a = Args::try_parse_from(["salt", "*", "test.ping", "--out", "txt"]).unwrap();
+        assert!(a.batch.is_none() && a.out == Some(Out::Txt));
+    }
+
+    #[test]
+    fn cli_values_are_yaml_typed() {
+        let (args, kwargs) = parse_args(&["1".into(), "True".into(), "[a, b]".into(), "x=2".into(), "a=b=c".into(), "not a=kw".into()]);
+        assert_eq!(args, vec![json!(1), json!(true), json!(["a", "b"]), json!("not a=kw")]);
+        assert_eq!(kwargs["x"], json!(2));
+        assert_eq!(kwargs["a"], json!("b=c"));
+    }
 }

@@ -322,7 +322,7 @@ impl Jobs {
                 n += 1;
                 let fun = if n % 2 == 0 { vec!["*".to_string(), "test.ping".to_string()] } else { vec!["*".to_string(), "test.echo".to_string(), format!("job-{n}")] };
                 let o = run(
-                    Command::new(SALT).arg("-c").arg(&confs[*via]).args(&fun).args(["-t", "30", "--out", "json"]),
+                    Command::new(SALT).arg("-c").arg(&confs[*via]).args(&fun).args(["-t", "30", "--static", "--out", "json"]),
                     Duration::from_secs(90),
                 );
                 // The timeline, printed if the test fails.

@@ -19,6 +19,7 @@ mod recovery;
 mod attacks;
 
 // One master.
+mod batch;
 mod files_pillar;
 mod hostile;
 mod mine;

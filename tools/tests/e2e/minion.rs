@@ -155,7 +155,7 @@ fn grain_pcre_and_compound_targets_match_from_the_reported_grains() {
 #[test]
 fn a_listed_id_without_a_key_is_reported_as_not_returning() {
     let s = Served::start(Accept::Auto, "", "");
-    let o = s.env.salt(&["-L", "m1,nosuch", "test.ping", "--out", "json"], 10);
+    let o = s.env.salt(&["-L", "m1,nosuch", "test.ping", "--static", "--out", "json"], 10);
     let v: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
     assert_eq!(v["m1"], true, "{v}");
     assert!(v["nosuch"].as_str().unwrap_or("").starts_with("Minion did not return. [No response]"), "{v}");

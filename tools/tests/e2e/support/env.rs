@@ -135,10 +135,11 @@ impl Env {
         self.run_for(SALT, &full, Duration::from_secs(secs + 30))
     }
 
-    /// `salt ... --out json`, parsed (Null when the output is not JSON).
+    /// `salt ... --static --out json` (every return in one document, as Salt prints it
+    /// with `--static`), parsed (Null when the output is not JSON).
     pub fn salt_json(&self, args: &[&str], secs: u64) -> Value {
         let mut full: Vec<&str> = args.to_vec();
-        full.extend(["--out", "json"]);
+        full.extend(["--static", "--out", "json"]);
         serde_json::from_slice(&self.salt(&full, secs).stdout).unwrap_or(Value::Null)
     }
 
