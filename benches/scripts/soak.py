@@ -86,10 +86,14 @@ def main():
     ap.add_argument("--port", type=int, default=45506)
     ap.add_argument("--keys", default=os.path.expanduser("~/.cache/halite/swarm-keys"))
     ap.add_argument("--out", default="docs/bench-data/soak.json")
+    ap.add_argument("--config", default="", help="extra master configuration lines (YAML), e.g. 'cluster_max_log_size: 5000'")
     args = ap.parse_args()
 
     root = tempfile.mkdtemp(prefix="soak-")
     m = Master("halite", root, args.port)
+    if args.config:
+        with open(os.path.join(m.conf, "master"), "a") as f:
+            f.write(args.config.replace("\\n", "\n") + "\n")
     m.start()
     swarm, _auth, ready = swarm_until_ready(
         ["--port", str(args.port), "--count", str(args.minions), "--key-dir", args.keys, "--master-pid", str(m.proc.pid)], root
