@@ -3,6 +3,7 @@
 //! Each binary in `src/bin/` is a thin command-line layer over these modules.
 
 pub mod common;
+pub mod highstate;
 pub mod ctl;
 pub mod keys;
 pub mod output;

@@ -22,6 +22,7 @@ mod attacks;
 mod files_pillar;
 mod hostile;
 mod mine;
+mod orchestrate;
 mod reactor;
 mod minion;
 mod runners;
