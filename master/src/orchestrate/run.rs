@@ -358,7 +358,14 @@ impl Run<'_> {
     }
 
     fn runner(&mut self, step: &Step) -> J {
-        let mut req = json!({ "cmd": "runner", "fun": step.name, "arg": step.args.get("arg").cloned().unwrap_or(json!([])), "kwarg": step.args });
+        // Salt passes a runner step's other keys as the runner's keyword arguments.
+        let kwarg: Map<String, J> = step.args.iter().filter(|(k, _)| k.as_str() != "arg").map(|(k, v)| (k.clone(), v.clone())).collect();
+        let arg = match step.args.get("arg") {
+            Some(J::Array(a)) => a.clone(),
+            Some(J::Null) | None => vec![],
+            Some(other) => vec![other.clone()],
+        };
+        let mut req = json!({ "cmd": "runner", "fun": step.name, "arg": arg, "kwarg": kwarg });
         // Halite's runners read their keyword arguments from the request itself too.
         for (k, v) in &step.args {
             req.as_object_mut()

@@ -3,7 +3,7 @@
 //! requisite pulls the function forward) runs after it and both succeed, printed in
 //! Salt's highstate shape and as Salt's `--out json`; a failing step keeps the step that
 //! requires it from running, runs its `onfail` step, spares a `fail_minions` minion, and
-//! the run exits 1. Each step's job is an ordinary job in the job cache.
+//! the run exits 1; a `salt.runner` and a `salt.wheel` (`key.reject` of a pending key) step run. Each step's job is an ordinary job in the job cache.
 
 use serde_json::{json, Value};
 
@@ -14,6 +14,7 @@ use crate::support::*;
 /// answering pings.
 fn master_with(files: &[(&str, &str)]) -> (Running, [Proc; 2]) {
     let env = Env::master(&one_ip(), "localfs_key", "auto_accept: True\n");
+    seed_pending(&env, &["pend1"]);
     let dir = env.root.join("work");
     std::fs::create_dir_all(&dir).expect("work dir");
     for (path, body) in files {
@@ -205,7 +206,7 @@ fn a_state_step_requiring_a_function_step_runs_after_it() {
 fn a_failing_step_stops_what_requires_it_and_runs_its_onfail_step() {
     let (m, _minions) = master_with(&[(
         "orch/fail/init.sls",
-        "fail_first:\n  salt.function:\n    - name: cmd.run\n    - tgt: 'm*'\n    - arg: ['false']\n    - fail_minions: ''\nthen_state:\n  salt.state:\n    - tgt: 'm*'\n    - sls: nosuch\n    - require:\n      - salt: fail_first\non_failure:\n  salt.function:\n    - name: cmd.run\n    - tgt: m1\n    - arg: ['touch {{ pillar['dir'] }}/onfail-ran']\n    - onfail:\n      - salt: fail_first\nnot_needed:\n  salt.function:\n    - name: test.ping\n    - tgt: m1\n    - onfail:\n      - salt: on_failure\nspared:\n  salt.function:\n    - name: cmd.run\n    - tgt: m2\n    - arg: ['false']\n    - fail_minions: [m2]\n",
+        "fail_first:\n  salt.function:\n    - name: cmd.run\n    - tgt: 'm*'\n    - arg: ['false']\n    - fail_minions: ''\nthen_state:\n  salt.state:\n    - tgt: 'm*'\n    - sls: nosuch\n    - require:\n      - salt: fail_first\non_failure:\n  salt.function:\n    - name: cmd.run\n    - tgt: m1\n    - arg: ['touch {{ pillar['dir'] }}/onfail-ran']\n    - onfail:\n      - salt: fail_first\nnot_needed:\n  salt.function:\n    - name: test.ping\n    - tgt: m1\n    - onfail:\n      - salt: on_failure\nspared:\n  salt.function:\n    - name: cmd.run\n    - tgt: m2\n    - arg: ['false']\n    - fail_minions: [m2]\nenvs:\n  salt.runner:\n    - name: fileserver.envs\n    - backend: roots\nreject_pending:\n  salt.wheel:\n    - name: key.reject\n    - match: pend1\n",
     )]);
     let env = &m.env;
     let dir = env.root.join("work");
@@ -248,6 +249,11 @@ fn a_failing_step_stops_what_requires_it_and_runs_its_onfail_step() {
     );
     let spared = &s["salt_|-spared_|-cmd.run_|-function"];
     assert_eq!(spared["result"], true, "m2 is in fail_minions: {spared}");
+    let envs = &s["salt_|-envs_|-fileserver.envs_|-runner"];
+    assert_eq!((&envs["result"], &envs["changes"], &envs["comment"]), (&json!(true), &json!({"return": ["base"]}), &json!("Runner function 'fileserver.envs' executed.")), "{envs}");
+    let wheel = &s["salt_|-reject_pending_|-key.reject_|-wheel"];
+    assert_eq!((&wheel["result"], &wheel["changes"]), (&json!(true), &json!({"return": {"minions": ["pend1"]}})), "{wheel}");
+    assert_eq!(env.ids("minions_rejected"), ["pend1"]);
     // Three jobs, none of them the state step's.
     let jobs = job_functions(env);
     assert_eq!(jobs.len() - before, 3, "{jobs:?}");
