@@ -27,6 +27,7 @@ pub mod matcher;
 pub mod memberkey;
 pub mod metrics;
 pub mod nodegroups;
+pub mod orchestrate;
 pub mod mine;
 pub mod pillar;
 pub mod pki;

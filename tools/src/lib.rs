@@ -5,6 +5,7 @@
 pub mod batch;
 pub mod common;
 pub mod follow;
+pub mod highstate;
 pub mod ctl;
 pub mod keys;
 pub mod output;

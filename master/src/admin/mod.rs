@@ -20,6 +20,7 @@
 //! | `runner` `cluster.members`, `cluster.ring_info`, `cluster.remove_member`, `cluster.sync_roots` | `salt-run` | [`cluster`] |
 //! | `runner` `pki.migrate_to_mmap` | `salt-run` | [`pki`] |
 //! | `runner` `mine.get` | `salt-run` | [`mine`] |
+//! | `runner` `state.orchestrate` (renders; `salt-run` drives the steps) | `salt-run` | [`crate::orchestrate`] |
 //! | `events.watch` | `salt-run state.event` | the daemon streams the bus |
 //! | `job.follow` | `salt` | [`follow`]; the daemon streams the job's returns |
 
@@ -121,6 +122,7 @@ pub enum Command {
     Fileserver(fileserver::FileserverCmd),
     Pillar(pillar::PillarCmd),
     Cache(cache::CacheCmd),
+    Orchestrate(crate::orchestrate::OrchCmd),
     /// Turns the connection into an event stream (handled by the daemon).
     EventsWatch,
     /// Streams a job's returns as they are committed (handled by the daemon).
@@ -221,6 +223,7 @@ impl Command {
                 f @ ("cache.grains" | "cache.pillar" | "cache.mine") => Command::Cache(cache::CacheCmd::parse(f, req)?),
                 "pki.migrate_to_mmap" => Command::MigrateToMmap,
                 "mine.get" => Command::Mine(mine::MineCmd::parse(req)?),
+                f if crate::orchestrate::NAMES.contains(&f) => Command::Orchestrate(crate::orchestrate::OrchCmd::parse(f, req)?),
                 f if f.starts_with("cluster.") => Command::Cluster(cluster::ClusterCmd::parse(f, req)?),
                 other => return Err(Error::refused(format!("'{other}' is not available."))),
             },
@@ -240,6 +243,7 @@ impl Command {
             Command::Fileserver(c) => c.answer(view),
             Command::Pillar(c) => c.answer(view),
             Command::Cache(c) => c.answer(view),
+            Command::Orchestrate(c) => c.answer(view),
             Command::EventsWatch => Err(Error::refused("events.watch streams; it has no single answer")),
             Command::JobFollow(_) => Err(Error::refused("job.follow streams; it has no single answer")),
         }

@@ -294,7 +294,7 @@ fn migration_imports_what_the_state_lacks_between_markers_once() {
 #[test]
 fn unknown_requests_are_refused_with_salts_words() {
     let f = Fixture::new("unknown");
-    assert_eq!(f.run(json!({"cmd": "runner", "fun": "state.orchestrate"})).unwrap_err().to_string(), "'state.orchestrate' is not available.");
+    assert_eq!(f.run(json!({"cmd": "runner", "fun": "manage.joined"})).unwrap_err().to_string(), "'manage.joined' is not available.");
     assert!(f.run(json!({"cmd": "nope"})).unwrap_err().to_string().contains("unknown admin command"));
     assert!(f.run(json!({"cmd": "key.apply", "action": "frobnicate", "selected": {}})).unwrap_err().to_string().contains("unknown key action"));
 }

@@ -152,6 +152,10 @@ pub fn action(r: &Reaction) -> Result<Action, String> {
             Ok(Action::Keys { cmd, pattern, include })
         }
         Kind::Runner => {
+            // The master only renders an orchestration; `salt-run` drives it.
+            if crate::orchestrate::NAMES.contains(&r.fun.as_str()) {
+                return Err(format!("runner.{} is not supported in a reaction (run it with salt-run)", r.fun));
+            }
             let (arg, kwarg) = arguments(r, &[])?;
             let mut req = json!({ "cmd": "runner", "fun": r.fun, "arg": arg, "kwarg": kwarg });
             // Halite's runners read their keyword arguments from the request itself.
@@ -188,6 +192,7 @@ mod tests {
             ("a:\n  local.test.ping: []\n", "tgt"),
             ("a:\n  wheel.key.accept: []\n", "match"),
             ("a:\n  wheel.key.finger:\n    - match: x\n", "not supported"),
+            ("a:\n  runner.state.orchestrate:\n    - mods: orch.x\n", "not supported in a reaction"),
             ("a:\n  local.test.ping:\n    - tgt: x\n    - kwarg: 3\n", "kwarg"),
         ] {
             assert!(one(sls).unwrap_err().contains(why), "{sls}");

@@ -23,6 +23,7 @@ mod batch;
 mod files_pillar;
 mod hostile;
 mod mine;
+mod orchestrate;
 mod reactor;
 mod minion;
 mod runners;
