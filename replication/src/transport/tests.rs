@@ -20,10 +20,10 @@ fn any() -> SocketAddr {
 }
 
 /// Member 2's transport, the raft messages and the control messages it got.
-type Member2 = (Arc<TcpTransport>, Rx<Message>, Rx<(u64, Vec<u8>)>);
+pub(super) type Member2 = (Arc<TcpTransport>, Rx<Message>, Rx<(u64, Vec<u8>)>);
 
 /// Member 2 with `limits`.
-fn member2(limits: Limits) -> Member2 {
+pub(super) fn member2(limits: Limits) -> Member2 {
     let (tx, rx) = mpsc::channel();
     let tx = Mutex::new(tx);
     let t = TcpTransport::start_with(2, any(), HashMap::new(), ClusterKey::from_secret("s"), Arc::new(move |m| {

@@ -7,22 +7,10 @@ use super::*;
 use crate::testutil::wait_until;
 use halite_storage::context::{self, EntryContext, ProposalId};
 use raft::eraftpb::{Entry, MessageType};
-use std::sync::mpsc::Receiver as Rx;
 
-/// Member 2, with its raft and control messages.
-fn member2() -> (Arc<TcpTransport>, Rx<Message>, Rx<(u64, Vec<u8>)>) {
-    let (tx, rx) = mpsc::channel();
-    let tx = Mutex::new(tx);
-    let t = TcpTransport::start(2, "127.0.0.1:0".parse().unwrap(), HashMap::new(), ClusterKey::from_secret("s"), Arc::new(move |m| {
-        let _ = tx.lock().unwrap().send(m);
-    }))
-    .unwrap();
-    let (ctx, crx) = mpsc::channel();
-    let ctx = Mutex::new(ctx);
-    t.on_control(Arc::new(move |from, body| {
-        let _ = ctx.lock().unwrap().send((from, body));
-    }));
-    (t, rx, crx)
+/// Member 2 with the default limits, its raft and control messages (`tests.rs`).
+fn member2() -> super::tests::Member2 {
+    super::tests::member2(Limits::default())
 }
 
 /// A connection to `t` that completed the handshake as `me` with the process's key.

@@ -121,6 +121,41 @@ fn python(body: &str) -> String {
     out
 }
 
+/// `per_endpoint` new ids (`ghost-M-NNNNN`, one public key for all) sign in at once on
+/// each endpoint (one pipelined stream of `_auth` per endpoint, all sent before any
+/// answer is read); returns the answers counted (`answers {'True': n, 'full': m}`).
+fn ghost_flood(dir: &std::path::Path, endpoints: &[(String, u16)], per_endpoint: usize) -> String {
+    let pub_path = dir.join("ghost.pub");
+    std::fs::write(&pub_path, halite_master::wire::crypto::PrivateKey::generate(2048).expect("key").public_pem().expect("pem")).expect("ghost.pub");
+    let eps: Vec<String> = endpoints.iter().map(|(ip, port)| format!("\"tcp://{ip}:{port}\"")).collect();
+    python(&format!(
+        r#"
+import zmq, msgpack, collections
+pub = open("{pub_path}").read()
+ctx = zmq.Context()
+socks = []
+for m, ep in enumerate([{eps}]):
+    s = ctx.socket(zmq.DEALER); s.setsockopt(zmq.LINGER, 0); s.setsockopt(zmq.RCVTIMEO, 120000)
+    s.setsockopt(zmq.SNDHWM, 0); s.setsockopt(zmq.RCVHWM, 0)
+    s.connect(ep)
+    for i in range({n}):
+        s.send_multipart([b"", msgpack.packb({{"enc": "clear", "load": {{"cmd": "_auth", "id": "ghost-%d-%05d" % (m, i), "pub": pub, "nonce": "%032d" % i,
+            "enc_algo": "OAEP-SHA1", "sig_algo": "PKCS1v15-SHA1"}}, "version": 3}})])
+    socks.append(s)
+seen = collections.Counter()
+for s in socks:
+    for i in range({n}):
+        r = msgpack.unpackb(s.recv_multipart()[-1], raw=False, strict_map_key=False)
+        ret = msgpack.unpackb(r["load"], raw=False)["ret"] if isinstance(r, dict) and "load" in r else r
+        seen[str(ret)] += 1
+print("answers", dict(seen))
+"#,
+        pub_path = pub_path.display(),
+        eps = eps.join(", "),
+        n = per_endpoint
+    ))
+}
+
 /// The clear commands behind CVE-2020-11651, each with a load that would delete every
 /// key, sent to `ip:ret`: each must be answered with an empty map.
 fn cve_2020_11651(ip: &str, ret: u16) {
@@ -194,30 +229,7 @@ fn attacks_on_a_lone_master_change_nothing_and_are_counted() {
     // are pending, the rest answered "full"; nothing else is stored.
     let rss = || std::fs::read_to_string(format!("/proc/{}/status", s.master.pid())).ok().and_then(|t| t.lines().find_map(|l| l.strip_prefix("VmRSS:").and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok()))).unwrap_or(0);
     let rss_before = rss();
-    let pub_path = env.root.join("ghost.pub");
-    std::fs::write(&pub_path, halite_master::wire::crypto::PrivateKey::generate(2048).expect("key").public_pem().expect("pem")).expect("ghost.pub");
-    let out = python(&format!(
-        r#"
-import zmq, msgpack, collections
-pub = open("{pub_path}").read()
-s = zmq.Context().socket(zmq.DEALER); s.setsockopt(zmq.LINGER, 0); s.setsockopt(zmq.RCVTIMEO, 120000)
-s.setsockopt(zmq.SNDHWM, 0); s.setsockopt(zmq.RCVHWM, 0)
-s.connect("tcp://{ip}:{ret}")
-n = 10000
-for i in range(n):
-    s.send_multipart([b"", msgpack.packb({{"enc": "clear", "load": {{"cmd": "_auth", "id": "ghost-%05d" % i, "pub": pub, "nonce": "%032d" % i,
-        "enc_algo": "OAEP-SHA1", "sig_algo": "PKCS1v15-SHA1"}}, "version": 3}})])
-seen = collections.Counter()
-for i in range(n):
-    r = msgpack.unpackb(s.recv_multipart()[-1], raw=False, strict_map_key=False)
-    ret = msgpack.unpackb(r["load"], raw=False)["ret"] if isinstance(r, dict) and "load" in r else r
-    seen[str(ret)] += 1
-print("answers", dict(seen))
-"#,
-        pub_path = pub_path.display(),
-        ip = env.ip,
-        ret = env.ret
-    ));
+    let out = ghost_flood(&env.root, &[(env.ip.clone(), env.ret)], 10_000);
     let pending = env.ids("minions_pre");
     assert_eq!(pending.len(), cap, "exactly halite_max_pending_keys ids are pending: {out}");
     assert!(pending.iter().all(|p| p.starts_with("ghost-")), "{pending:?}");
@@ -415,33 +427,8 @@ fn attacks_on_a_three_member_cluster_change_nothing_and_are_counted() {
     // 600 new ids sign in at once, 200 through each member: the cap on pending keys is
     // decided where the records apply, so exactly `cap` are pending on every member,
     // whichever member each one reached, and the rest are answered "full".
-    let pub_path = env0.root.join("ghost.pub");
-    std::fs::write(&pub_path, halite_master::wire::crypto::PrivateKey::generate(2048).expect("key").public_pem().expect("pem")).expect("ghost.pub");
-    let eps: Vec<String> = c.envs.iter().map(|e| format!("\"tcp://{}:{}\"", e.ip, e.ret)).collect();
-    let out = python(&format!(
-        r#"
-import zmq, msgpack, collections
-pub = open("{pub_path}").read()
-ctx = zmq.Context()
-socks = []
-for m, ep in enumerate([{eps}]):
-    s = ctx.socket(zmq.DEALER); s.setsockopt(zmq.LINGER, 0); s.setsockopt(zmq.RCVTIMEO, 120000)
-    s.connect(ep)
-    for i in range(200):
-        s.send_multipart([b"", msgpack.packb({{"enc": "clear", "load": {{"cmd": "_auth", "id": "ghost-%d-%03d" % (m, i), "pub": pub, "nonce": "%032d" % i,
-            "enc_algo": "OAEP-SHA1", "sig_algo": "PKCS1v15-SHA1"}}, "version": 3}})])
-    socks.append(s)
-seen = collections.Counter()
-for s in socks:
-    for i in range(200):
-        r = msgpack.unpackb(s.recv_multipart()[-1], raw=False, strict_map_key=False)
-        ret = msgpack.unpackb(r["load"], raw=False)["ret"] if isinstance(r, dict) and "load" in r else r
-        seen[str(ret)] += 1
-print("answers", dict(seen))
-"#,
-        pub_path = pub_path.display(),
-        eps = eps.join(", ")
-    ));
+    let eps: Vec<(String, u16)> = c.envs.iter().map(|e| (e.ip.clone(), e.ret)).collect();
+    let out = ghost_flood(&env0.root, &eps, 200);
     assert!(out.contains(&format!("'True': {cap}")) && out.contains(&format!("'full': {}", 600 - cap)), "{cap} pending, the rest full: {out}");
     wait_for("every member to list the same pending keys", 60, || {
         let lists: Vec<Vec<String>> = c.envs.iter().map(|e| e.ids("minions_pre")).collect();
