@@ -112,7 +112,11 @@ pub fn install_aes(m: &Master, a: &AesKeyRotation) {
     match aes_of(a).and_then(|aes| m.install_publish_key(aes)) {
         Ok(()) => {
             m.aes_generation.store(a.generation, Ordering::SeqCst);
-            tracing::info!(generation = a.generation, cluster = m.cluster, "publish AES key rotated");
+            if m.cluster {
+                tracing::info!(generation = a.generation, "cluster AES key rotated");
+            } else {
+                tracing::info!(generation = a.generation, "publish AES key rotated");
+            }
         }
         Err(e) => tracing::error!(generation = a.generation, "publish AES key not installed: {e}"),
     }

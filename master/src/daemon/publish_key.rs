@@ -34,7 +34,10 @@ pub fn expired(publish_session: u64, a: &AesKeyRotation, now: u64) -> bool {
 /// committed first.
 pub fn at_start(cfg: &MasterConfig, node: &Node) -> Result<(Crypticle, u64)> {
     let latest = node.state().latest_aes()?;
+    // Salt's behaviour on request (`halite_new_publish_key_at_start`), for comparisons.
+    let fresh = cfg.raw.get("halite_new_publish_key_at_start").and_then(serde_yaml::Value::as_bool).unwrap_or(false);
     match &latest {
+        Some(a) if fresh => tracing::info!(generation = a.generation, "halite_new_publish_key_at_start: replacing the publish AES key"),
         Some(a) if !expired(cfg.publish_session, a, now_ns()) => {
             tracing::info!(generation = a.generation, "publish AES key kept from the last run");
             return Ok((super::cluster::aes_of(a)?, a.generation));
