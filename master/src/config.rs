@@ -19,6 +19,7 @@
 //! | `halite_max_inflight_bytes` | 268435456 (256 MiB) | most bytes of requests handled at once on `ret_port` (all requests in flight together); past it the port is not read until replies free room (`daemon::budget`). At least `halite_max_request_bytes` + 64 KiB |
 //! | `halite_max_pending_keys` | 10000 | most pending keys; a new id signing in beyond it is answered `full` and nothing is written (0 = no cap) |
 //! | `halite_health_port` | 0 (off) | port of the HTTP health endpoint on `interface`: `/alive`, `/ready`, `/metrics` |
+//! | `halite_new_publish_key_at_start` | False | a lone master writes a new publish key generation at every start, as Salt makes one (`daemon::publish_key`; for comparisons) |
 //! | `halite_log_max_bytes` | 268435456 (256 MiB) | compact the log (snapshot + drop the history) when its files exceed this; `0` or `null`: no byte limit |
 //!
 //! Salt's `pub_hwm` (default 1000) bounds the publishes queued per subscriber on
@@ -127,7 +128,7 @@ const KNOWN: &[&str] = &[
     "cluster_secret", "cluster_isolated_filesystem", "halite_data_dir", "halite_max_request_bytes", "halite_max_inflight_bytes", "cluster_max_log_size", "halite_log_max_bytes",
     "cluster_election_min", "cluster_election_max",
     "halite_max_pending_keys", "pub_hwm", "halite_health_port", "halite_cluster_dial", "default_include", "include", "user",
-    "zmq_backlog", "max_minions", "loop_interval", "request_server_ttl", "cluster_pub_fingerprint", "tcp_keepalive", "tcp_keepalive_idle", "tcp_keepalive_cnt", "tcp_keepalive_intvl", "rotate_aes_key",
+    "zmq_backlog", "max_minions", "loop_interval", "request_server_ttl", "cluster_pub_fingerprint", "tcp_keepalive", "tcp_keepalive_idle", "tcp_keepalive_cnt", "tcp_keepalive_intvl", "rotate_aes_key", "halite_new_publish_key_at_start",
     "nodegroups", "reactor",
 ];
 

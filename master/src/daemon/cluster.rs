@@ -102,17 +102,22 @@ pub fn rotation(current: u64, time_ns: u64) -> Record {
     Record::AesKeyRotation(AesKeyRotation { generation: current + 1, key: Crypticle::generate().key_string().as_bytes().to_vec(), time_ns })
 }
 
-/// Installs a cluster AES key generation once applied (every member does the same).
+/// Installs an AES key generation once applied (every member does the same; a lone
+/// master keeps its key in its log the same way, `publish_key.rs`).
 pub fn install_aes(m: &Master, a: &AesKeyRotation) {
     use std::sync::atomic::Ordering;
-    if !m.cluster || a.generation <= m.aes_generation.load(Ordering::SeqCst) {
+    if a.generation <= m.aes_generation.load(Ordering::SeqCst) {
         return;
     }
     match aes_of(a).and_then(|aes| m.install_publish_key(aes)) {
         Ok(()) => {
             m.aes_generation.store(a.generation, Ordering::SeqCst);
-            tracing::info!(generation = a.generation, "cluster AES key rotated");
+            if m.cluster {
+                tracing::info!(generation = a.generation, "cluster AES key rotated");
+            } else {
+                tracing::info!(generation = a.generation, "publish AES key rotated");
+            }
         }
-        Err(e) => tracing::error!(generation = a.generation, "cluster AES key not installed: {e}"),
+        Err(e) => tracing::error!(generation = a.generation, "publish AES key not installed: {e}"),
     }
 }

@@ -32,6 +32,7 @@ pub mod node_metrics;
 pub mod probes;
 pub mod publish;
 pub mod reactor;
+pub mod publish_key;
 pub mod replay;
 pub mod requests;
 pub mod sessions;
@@ -49,7 +50,6 @@ use crate::config::MasterConfig;
 use crate::error::{Error, IoContext, Result};
 use crate::masterkeys::{self, PublishKey};
 use crate::{start, store};
-use crate::wire::crypto::Crypticle;
 use live::Master;
 
 /// Threads that run request handlers and admin commands (tokio's blocking pool).
@@ -72,6 +72,8 @@ pub fn run(cfg: MasterConfig) -> Result<()> {
     // A probe file left by the last run must not pass a probe.
     let probes = probes::Probes::reset(&cfg);
     mkdir_private(&cfg.sock_dir)?;
+    // The log holds the master's key pair and publish key: only its user may read it.
+    mkdir_private(&cfg.halite_data_dir)?;
     if matches!(cfg.key_driver, halite_storage::keys::KeyDriver::Localfs) {
         LocalfsKeys::open(cfg.keys_dir()).and_then(|v| v.ensure_layout())?;
     } else {
@@ -87,7 +89,9 @@ pub fn run(cfg: MasterConfig) -> Result<()> {
         let s = cluster::secrets(&cfg, &node)?;
         (s.keys, s.aes, s.generation)
     } else {
-        (master_keys(&cfg, &node, found)?, Crypticle::generate(), 0)
+        let keys = master_keys(&cfg, &node, found)?;
+        let (aes, generation) = publish_key::at_start(&cfg, &node)?;
+        (keys, aes, generation)
     };
     let publish_key = PublishKey::new(aes, &keys)?;
     wait_ready(&node);

@@ -6,6 +6,13 @@ use rmpv::Value;
 use super::crypto::{Crypticle, PrivateKey, SigAlgo, PICKLE};
 use super::payload::{self, bin, encode};
 
+/// The wall clock in microseconds since the epoch, below `i64::MAX` (minions read the
+/// serial as a signed integer).
+fn serial_floor() -> u64 {
+    let us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros()).unwrap_or(0);
+    u64::try_from(us).unwrap_or(0).min(i64::MAX as u64 / 2)
+}
+
 /// Publishes jobs: serial numbers and the envelope (spec §8.2).
 pub struct Publisher {
     aes: Crypticle,
@@ -16,8 +23,14 @@ pub struct Publisher {
 }
 
 impl Publisher {
+    /// A lone master's publisher. Its serials start at the wall clock in microseconds,
+    /// not at zero: a lone master keeps its AES key across restarts (`daemon::cluster`),
+    /// and a minion that did not sign in again keeps the last serial it accepted for that
+    /// key, dropping every publish numbered at or below it (spec §8.2). A run publishes
+    /// far fewer than one job a microsecond, so a later start numbers above every earlier
+    /// run's serials (unless the clock is set back by more than the gap).
     pub fn new(aes: Crypticle) -> Self {
-        Publisher { aes, serial: 0, numbered: true }
+        Publisher { aes, serial: serial_floor(), numbered: true }
     }
 
     /// A cluster member's publisher: no `serial`.
@@ -33,7 +46,7 @@ impl Publisher {
 
     /// The envelope frame for a publish load (a msgpack map without `serial`).
     pub fn envelope(&mut self, load: &Value, key: &PrivateKey, sig_algo: SigAlgo) -> Result<Vec<u8>, super::crypto::CryptoError> {
-        self.serial += 1;
+        self.serial = self.serial.saturating_add(1);
         let mut plain_map = match load {
             Value::Map(m) => m.clone(),
             _ => Vec::new(),

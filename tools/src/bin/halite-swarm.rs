@@ -43,6 +43,10 @@ struct Args {
     /// Seconds between sign-ins while the key is pending (salt-minion: 10).
     #[arg(long, default_value_t = 10)]
     acceptance_wait: u64,
+    /// Upper bound, in seconds, of the random wait before a minion starts over after a
+    /// failed sign-in (salt-minion's `random_reauth_delay`: 10).
+    #[arg(long, default_value_t = 10)]
+    random_reauth_delay: u64,
     /// Exit after this many publishes were answered by every minion.
     #[arg(long)]
     jobs: Option<usize>,
@@ -71,6 +75,7 @@ fn main() {
             auth_timeout: Duration::from_secs(args.auth_timeout.max(1)),
             auth_tries: args.auth_tries.max(1),
             acceptance_wait: Duration::from_secs(args.acceptance_wait),
+            random_reauth_delay: Duration::from_secs(args.random_reauth_delay.max(1)),
             jobs: args.jobs,
         };
         let mut rt = tokio::runtime::Builder::new_multi_thread();

@@ -16,6 +16,18 @@
 //!    return acknowledged by the master, and how many minions returned.
 //!
 //! The swarm stops on SIGINT/SIGTERM or after `--jobs N` publishes.
+//!
+//! Across master restarts, failovers and key changes each minion does what salt-minion
+//! 3008.5 does: its subscription reconnects by itself; a request socket that failed is
+//! replaced; it signs in again only when told to, by a publish it cannot decrypt (the
+//! publish key changed) or a `"bad load"` reply (its session key is unknown), and then
+//! emits a `signed_in_again` line. Such a sign-in, like salt-minion's, retries for ever:
+//! after `auth_tries` unanswered sends, or while pending or full, it waits
+//! `acceptance_wait` and starts over. A sign-in that fails otherwise (the key rejected,
+//! a reply that does not verify) is what makes salt-minion restart its process after a
+//! random 1..=`random_reauth_delay` seconds; the swarm minion waits the same and tries
+//! again. Salt applies no random delay to the re-authentication a publish or a bad load
+//! calls for; neither does the swarm.
 
 pub mod minion;
 pub mod procstat;
@@ -48,6 +60,9 @@ pub struct Options {
     pub auth_tries: u32,
     /// salt-minion's `acceptance_wait_time` (10 s) between sign-ins while pending.
     pub acceptance_wait: Duration,
+    /// salt-minion's `random_reauth_delay` (10 s): the upper bound of the random wait
+    /// before a minion starts over after a failed sign-in.
+    pub random_reauth_delay: Duration,
     /// Stop after this many publishes have been answered by every minion.
     pub jobs: Option<usize>,
 }
@@ -135,6 +150,30 @@ async fn sign_in(opts: &Options, endpoint: &str, me: &Identity, cached: Option<&
     }
 }
 
+/// Signs in again when the master asked for it (a publish that does not decrypt, a
+/// `"bad load"` reply), as salt-minion's `AsyncAuth.authenticate` does: until it works.
+/// Unanswered or waiting (pending, full): `acceptance_wait`, then again. Any other
+/// failure: a random 1..=`random_reauth_delay` wait (salt-minion restarts then).
+async fn sign_in_again(swarm: &Swarm, me: &Identity, master_pub: &PublicKey) -> Creds {
+    loop {
+        let wait = match sign_in(&swarm.opts, &swarm.endpoint, me, Some(master_pub)).await {
+            Ok(c) => {
+                let n = swarm.reauths.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                emit(json!({"event": "signed_in_again", "id": me.id, "total": n}));
+                return c;
+            }
+            Err(MinionError::Timeout(..) | MinionError::Transport(_) | MinionError::Full) => swarm.opts.acceptance_wait,
+            Err(e) => {
+                let bound = swarm.opts.random_reauth_delay.as_millis().max(1000) as u64;
+                let ms = rand::Rng::gen_range(&mut rand::thread_rng(), 1000..=bound);
+                tracing::warn!(id = %me.id, "signing in again failed ({e}): starting over in {ms} ms (random_reauth_delay)");
+                Duration::from_millis(ms)
+            }
+        };
+        tokio::time::sleep(wait.max(Duration::from_millis(100))).await;
+    }
+}
+
 /// Per-publish bookkeeping across the swarm.
 struct JobTrack {
     first_seen: Instant,
@@ -150,6 +189,8 @@ struct Swarm {
     jobs: Mutex<HashMap<String, JobTrack>>,
     members: usize,
     finished: mpsc::UnboundedSender<()>,
+    /// Sign-ins the master asked for since the swarm was ready.
+    reauths: std::sync::atomic::AtomicU64,
 }
 
 impl Swarm {
@@ -213,18 +254,10 @@ async fn live(swarm: Arc<Swarm>, me: Identity, mut creds: Creds, ready: mpsc::Un
         let job = match minion::publish(&me.id, &creds.aes, &mut last_serial, &frame) {
             Ok(j) => j,
             Err(minion::PublishKeyChanged) => {
-                // The publish key rotated: sign in again (with our token) and retry.
-                match sign_in(&swarm.opts, &swarm.endpoint, &me, Some(&creds.master_pub)).await {
-                    Ok(c) => {
-                        creds = c;
-                        last_serial = 0;
-                        minion::publish(&me.id, &creds.aes, &mut last_serial, &frame).unwrap_or(None)
-                    }
-                    Err(e) => {
-                        tracing::warn!(id = %me.id, "re-auth after a publish key change failed: {e}");
-                        None
-                    }
-                }
+                // The publish key changed: sign in again (with our token) and retry.
+                creds = sign_in_again(&swarm, &me, &creds.master_pub).await;
+                last_serial = 0;
+                minion::publish(&me.id, &creds.aes, &mut last_serial, &frame).unwrap_or(None)
             }
         };
         let Some(job) = job else { continue };
@@ -281,7 +314,7 @@ async fn send_return(swarm: &Swarm, me: &Identity, creds: &mut Creds, req: &mut 
             AesReply::Value(_) => return Ok(()),
             AesReply::BadLoad if !reauthed => {
                 reauthed = true;
-                *creds = sign_in(&swarm.opts, &swarm.endpoint, me, Some(&creds.master_pub)).await?;
+                *creds = sign_in_again(swarm, me, &creds.master_pub).await;
             }
             AesReply::BadLoad => return Err(MinionError::BadReply("bad load after a fresh sign-in".into())),
         }
@@ -361,7 +394,7 @@ pub async fn run(opts: Options) -> Result<()> {
     }
 
     let (finished_tx, mut finished_rx) = mpsc::unbounded_channel();
-    let swarm = Arc::new(Swarm { opts: opts.clone(), endpoint, jobs: Mutex::new(HashMap::new()), members: signed_in.len(), finished: finished_tx });
+    let swarm = Arc::new(Swarm { opts: opts.clone(), endpoint, jobs: Mutex::new(HashMap::new()), members: signed_in.len(), finished: finished_tx, reauths: Default::default() });
     let (ready_tx, mut ready_rx) = mpsc::unbounded_channel();
     let n = signed_in.len();
     for (me, creds) in signed_in {

@@ -240,11 +240,19 @@ fn manage_runners_tell_answering_minions_from_silent_ones() {
 // Restarts, deletes, and what stays in the log.
 
 #[test]
-fn a_minion_is_served_again_after_a_master_restart() {
+fn a_minion_is_served_again_after_a_master_restart_without_signing_in_again() {
+    // A lone master keeps its publish key in its log: the minion only reconnects.
     let mut s = Served::start(Accept::Auto, "", "");
+    let sign_ins = |s: &Served| s.env.master_log().lines().filter(|l| l.contains("salt/auth") && l.contains(MINION)).count();
+    let before = sign_ins(&s);
+    assert!(before >= 1, "the master logs a minion's sign-in:\n{}", s.env.master_log());
     s.master.stop();
     s.master = start_master(&s.env);
     wait_for("test.ping after a master restart", 120, || ping_via(&s.env, MINION, 3));
+    assert_eq!(sign_ins(&s), before, "the minion signed in again after the restart:\n{}", s.env.master_log());
+    s.master.stop();
+    let generations = s.env.record_kinds().iter().filter(|k| *k == "aes_key_rotation").count();
+    assert_eq!(generations, 1, "one publish key generation, kept across the restart");
 }
 
 #[test]

@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""A lone Halite master restarted under a connected `halite-swarm`: how long until every
+minion answers `test.ping` again.
+
+For each swarm size (default 2000, 8000) and each key mode this script:
+
+1. starts the master (release build) on a fresh state directory with ``auto_accept``;
+2. runs ``halite-swarm --count N``: every minion signs in, subscribes, answers;
+3. checks that ``salt '*' test.ping`` reaches all N, then stops the master (SIGTERM)
+   and starts it again on the same state;
+4. times from the master listening again (a clear ``ping`` answered on ``ret_port``)
+   to the end of the first ``salt '*' test.ping -t 10`` run that all N answer
+   (runs repeat back to back until one does), and counts the swarm's
+   ``signed_in_again`` lines (minions the master made sign in again).
+
+Key modes: ``kept`` (Halite's default: the publish key survives the restart) and
+``new`` (``halite_new_publish_key_at_start: True``: a new key at every start, as Salt
+does, so every minion must sign in again when the first publish does not decrypt).
+
+    ~/.cache/halite/venv-salt-3008.5/bin/python benches/scripts/restart.py \
+        [--sizes 2000,8000] [--modes kept,new] [--out docs/bench-data/restart.json]
+
+Release binaries in $CARGO_TARGET_DIR/release (``cargo build --release -p halite-master
+-p halite-tools``). Every process started here is stopped by PID, children included.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from swarm import BIN, HOME, Master, stop  # noqa: E402
+
+
+def answering(m, n, timeout=10):
+    exe = os.path.join(BIN, "salt")
+    out = subprocess.run([exe, "-c", m.conf, "*", "test.ping", "--out", "json", "-t", str(timeout)], capture_output=True, text=True).stdout
+    return out.count("true")
+
+
+def run_one(n, mode, port, keydir):
+    root = tempfile.mkdtemp(prefix=f"restart-{mode}-{n}-")
+    m = Master("halite", root, port)
+    if mode == "new":
+        with open(os.path.join(m.conf, "master"), "a") as f:
+            f.write("halite_new_publish_key_at_start: True\n")
+    m.start()
+    swarm = subprocess.Popen(
+        [os.path.join(BIN, "halite-swarm"), "--auth-timeout", "60", "--port", str(port), "--count", str(n), "--key-dir", keydir],
+        stdout=subprocess.PIPE, stderr=open(os.path.join(root, "swarm.log"), "w"), text=True,
+    )
+    events = {"signed_in_again": 0}
+    ready = threading.Event()
+
+    def read():
+        for line in swarm.stdout:
+            ev = json.loads(line)
+            if ev["event"] == "signed_in_again":
+                events["signed_in_again"] += 1
+            else:
+                events[ev["event"]] = ev
+            if ev["event"] == "ready":
+                ready.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    row = {"minions": n, "key": mode}
+    try:
+        if not ready.wait(1800):
+            sys.exit("the swarm was not ready after 30 min")
+        row["ready"] = events["ready"]["count"]
+        got = answering(m, n, 60)
+        if got != n:
+            print(f"  warning: {got}/{n} answered before the restart", file=sys.stderr)
+        m.stop()
+        before = events["signed_in_again"]
+        row["start_to_listening_s"] = m.start()
+        t0 = time.monotonic()
+        runs = 0
+        while True:
+            runs += 1
+            got = answering(m, n)
+            if got == n:
+                break
+            if time.monotonic() - t0 > 600:
+                row["answering_at_give_up"] = got
+                break
+        row["listening_to_all_answering_s"] = round(time.monotonic() - t0, 2)
+        row["ping_runs"] = runs
+        row["signed_in_again"] = events["signed_in_again"] - before
+    finally:
+        stop(swarm)
+        m.stop()
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="2000,8000")
+    ap.add_argument("--modes", default="kept,new")
+    ap.add_argument("--keys", default=os.path.join(HOME, ".cache/halite/swarm-keys"))
+    ap.add_argument("--out", default="docs/bench-data/restart.json")
+    a = ap.parse_args()
+    rows = []
+    port = 29506
+    for n in [int(x) for x in a.sizes.split(",")]:
+        for mode in a.modes.split(","):
+            port += 10
+            row = run_one(n, mode, port, a.keys)
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump({"date": time.strftime("%Y-%m-%d"), "cores": os.cpu_count(), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
