@@ -34,7 +34,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from swarm import BIN, HOME, Master, stop  # noqa: E402
+from swarm import BIN, HOME, Master, stop, sweep  # noqa: E402
 
 
 def answering(m, n, timeout=10):
@@ -105,17 +105,7 @@ def main():
     ap.add_argument("--keys", default=os.path.join(HOME, ".cache/halite/swarm-keys"))
     ap.add_argument("--out", default="docs/bench-data/restart.json")
     a = ap.parse_args()
-    rows = []
-    port = 29506
-    for n in [int(x) for x in a.sizes.split(",")]:
-        for mode in a.modes.split(","):
-            port += 10
-            row = run_one(n, mode, port, a.keys)
-            print(json.dumps(row), flush=True)
-            rows.append(row)
-    os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
-    with open(a.out, "w") as f:
-        json.dump({"date": time.strftime("%Y-%m-%d"), "cores": os.cpu_count(), "rows": rows}, f, indent=1)
+    sweep(a.sizes, a.modes, 29506, lambda n, mode, port: run_one(n, mode, port, a.keys), a.out)
 
 
 if __name__ == "__main__":

@@ -220,16 +220,23 @@ def main():
     ap.add_argument("--keys", default=os.path.join(HOME, ".cache/halite/swarm-keys"))
     ap.add_argument("--out", default="docs/bench-data/swarm.json")
     a = ap.parse_args()
+    sweep(a.sizes, a.masters, 28506, lambda n, kind, port: run_one(kind, n, port, a.keys), a.out)
+
+
+def sweep(sizes, variants, first_port, run, out):
+    """Runs `run(n, variant, port)` for every size in `sizes` and every variant in
+    `variants` (both comma-separated), each on ports of its own; prints each row as a
+    JSON line and writes them all to `out`."""
     rows = []
-    port = 28506
-    for n in [int(x) for x in a.sizes.split(",")]:
-        for kind in a.masters.split(","):
+    port = first_port
+    for n in [int(x) for x in sizes.split(",")]:
+        for v in variants.split(","):
             port += 10
-            row = run_one(kind, n, port, a.keys)
+            row = run(n, v, port)
             print(json.dumps(row), flush=True)
             rows.append(row)
-    os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
-    with open(a.out, "w") as f:
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    with open(out, "w") as f:
         json.dump({"date": time.strftime("%Y-%m-%d"), "cores": os.cpu_count(), "rows": rows}, f, indent=1)
 
 
