@@ -28,22 +28,12 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from swarm import BIN, Master, stop, swarm_until_ready, tree  # noqa: E402
+from swarm import BIN, Master, rollup, stop, swarm_until_ready  # noqa: E402
 
 
 def smaps(pid):
     """RSS and anonymous memory (KiB) of the process tree."""
-    rss = anon = 0
-    for p in tree(pid):
-        try:
-            for line in open(f"/proc/{p}/smaps_rollup"):
-                if line.startswith("Rss:"):
-                    rss += int(line.split()[1])
-                elif line.startswith("Anonymous:"):
-                    anon += int(line.split()[1])
-        except OSError:
-            pass
-    return rss, anon
+    return rollup(pid, ("Rss", "Anonymous"))
 
 
 def ping(m, timeout):

@@ -60,18 +60,23 @@ def tree(pid):
     return out
 
 
-def memory(pid):
-    rss = pss = 0
+def rollup(pid, fields):
+    """The `smaps_rollup` fields named (KiB each, e.g. "Rss", "Pss", "Anonymous"),
+    summed over the process tree, in the order named."""
+    total = dict.fromkeys(fields, 0)
     for p in tree(pid):
         try:
             for line in open(f"/proc/{p}/smaps_rollup"):
-                if line.startswith("Rss:"):
-                    rss += int(line.split()[1])
-                elif line.startswith("Pss:"):
-                    pss += int(line.split()[1])
+                name = line.split(":", 1)[0]
+                if name in total:
+                    total[name] += int(line.split()[1])
         except OSError:
             pass
-    return rss, pss
+    return tuple(total[f] for f in fields)
+
+
+def memory(pid):
+    return rollup(pid, ("Rss", "Pss"))
 
 
 def stop(proc):

@@ -102,7 +102,7 @@ impl Master {
                 Claim::Pending(id) if pending.contains(id) => {}
                 Claim::Pending(id) => {
                     let cap = self.cfg.halite_max_pending_keys;
-                    if cap > 0 && self.counted_pending() + pending.len() as u64 >= cap {
+                    if cap > 0 && self.sm().pending_keys() + pending.len() as u64 >= cap {
                         full = true;
                     } else {
                         pending.insert(id.clone());
@@ -138,12 +138,6 @@ impl Master {
                 }
             }
         }
-    }
-
-    /// The pending keys in the state machine, as of its last applied entry (kept by
-    /// the state machine as it applies: no scan).
-    fn counted_pending(&self) -> u64 {
-        self.sm().pending_keys()
     }
 
     /// Carries out a committed request's effects.
@@ -219,7 +213,7 @@ impl View for Master {
     fn pending_keys(&self) -> u64 {
         // The state machine's count and the places held by new pending keys in flight.
         let held = self.pending_claims.lock().unwrap_or_else(|p| p.into_inner()).len() as u64;
-        self.counted_pending() + held
+        self.sm().pending_keys() + held
     }
     fn replayed(&self, id: &str, nonce: &str) -> bool {
         self.nonces.lock().unwrap_or_else(|p| p.into_inner()).seen(id, nonce)

@@ -39,6 +39,7 @@
 
 mod frame;
 mod handshake;
+mod inbound;
 pub mod identity;
 mod limits;
 mod snapshot_send;
@@ -198,7 +199,7 @@ impl TcpTransport {
         let refusals = Arc::new(Refusals::default());
         let snapshots: Snapshots = Arc::new(Mutex::new(None));
         let inbound = Inbound { me: id, key: key.clone(), deliver, control: control.clone(), snapshots: snapshots.clone(), stopped: stopped.clone(), refusals: refusals.clone(), limits, open: Arc::default() };
-        let listening = std::thread::Builder::new().name(format!("raft-listen-{id}")).spawn(move || accept(listener, inbound))?;
+        let listening = std::thread::Builder::new().name(format!("raft-listen-{id}")).spawn(move || inbound::accept(listener, inbound))?;
         Ok(Arc::new(TcpTransport { id, key, peers: Mutex::new(HashMap::new()), addrs: Mutex::new(peers), via: Mutex::new(HashMap::new()), local, stopped, control, snapshots, refusals, limits, listening: Mutex::new(Some(listening)) }))
     }
 
@@ -390,151 +391,6 @@ impl TcpTransport {
             }
         }
     }
-}
-
-/// The accept loop: bounds the connections in their handshake, one thread each.
-fn accept(listener: TcpListener, inbound: Inbound) {
-    let unauthenticated = Arc::new(AtomicUsize::new(0));
-    for conn in listener.incoming() {
-        if inbound.stopped.load(Ordering::SeqCst) {
-            return;
-        }
-        let stream = match conn {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!("raft listener: {e}");
-                continue;
-            }
-        };
-        let source = stream.peer_addr().map(|a| a.ip().to_string()).unwrap_or_default();
-        if unauthenticated.load(Ordering::SeqCst) >= inbound.limits.max_unauthenticated {
-            let limit = inbound.limits.max_unauthenticated;
-            inbound.refusals.refuse(&source, &Refused::new("too_many_unauthenticated", format!("{limit} connections are already in their handshake; closed")));
-            continue;
-        }
-        unauthenticated.fetch_add(1, Ordering::SeqCst);
-        let pending = Unauthenticated(unauthenticated.clone());
-        let inb = inbound.clone();
-        // If the thread cannot start, the closure (and `pending`) is dropped with it.
-        let _ = std::thread::Builder::new().name(format!("raft-in-{}", inbound.me)).spawn(move || read_peer(stream, source, pending, inb));
-    }
-}
-
-/// One inbound connection: the handshake, then frames until EOF, silence or a refusal.
-fn read_peer(mut stream: TcpStream, source: String, pending: Unauthenticated, inb: Inbound) {
-    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
-    let (peer, mut opener) = match handshake::respond(&mut stream, &inb.key, inb.me, Instant::now() + inb.limits.handshake) {
-        Ok(x) => x,
-        Err(r) => return inb.refusals.refuse(&source, &r),
-    };
-    drop(pending);
-    let _counted = match Authenticated::admit(&inb.open, peer.id, &inb.limits) {
-        Ok(c) => c,
-        Err(r) => return inb.refusals.refuse(&source, &r),
-    };
-    if let Err(r) = stream.set_read_timeout(Some(inb.limits.idle)) {
-        return inb.refusals.refuse(&source, &Refused::new("io", r));
-    }
-    let mut incoming = snapshot_transfer::Incoming::default();
-    loop {
-        if inb.stopped.load(Ordering::SeqCst) {
-            return;
-        }
-        if let Err(r) = read_frame(&mut stream, &mut opener, &peer, &inb, &mut incoming) {
-            return inb.refusals.refuse(&source, &r);
-        }
-    }
-}
-
-fn io_refusal(e: std::io::Error) -> Refused {
-    match e.kind() {
-        ErrorKind::UnexpectedEof => Refused::closed(),
-        ErrorKind::WouldBlock | ErrorKind::TimedOut => Refused::new("io", "idle connection closed"),
-        _ => Refused::new("io", e),
-    }
-}
-
-/// Reads, opens, checks and hands on one frame of an authenticated connection from
-/// `peer` (a snapshot part to the connection's transfer, `incoming`).
-fn read_frame(stream: &mut TcpStream, opener: &mut Opener, who: &handshake::Peer, inb: &Inbound, incoming: &mut snapshot_transfer::Incoming) -> Result<(), Refused> {
-    let peer = who.id;
-    let mut len = [0u8; 4];
-    stream.read_exact(&mut len).map_err(io_refusal)?;
-    let n = u32::from_be_bytes(len) as usize;
-    if !(MIN_BODY..=MAX_FRAME).contains(&n) {
-        return Err(Refused::new("frame_too_large", format!("a frame of {n} bytes is outside {MIN_BODY}..={MAX_FRAME}")));
-    }
-    let mut body = Vec::with_capacity(n.min(READ_PIECE));
-    while body.len() < n {
-        let want = (n - body.len()).min(READ_PIECE);
-        let got = (&mut *stream).take(want as u64).read_to_end(&mut body).map_err(io_refusal)?;
-        if got == 0 {
-            return Err(Refused::closed());
-        }
-    }
-    let f = opener.open(&body)?;
-    if f.from != peer {
-        return Err(Refused::new("sender_mismatch", format!("a frame claims member {} on member {peer}'s connection", f.from)));
-    }
-    if f.to != inb.me {
-        return Err(Refused::new("wrong_recipient", format!("a frame for member {} reached member {}", f.to, inb.me)));
-    }
-    if matches!(f.kind, KIND_RAFT | KIND_SNAPSHOT) {
-        member_now(who, inb)?;
-    }
-    match f.kind {
-        KIND_RAFT => {
-            let msg = Message::parse_from_bytes(&f.body).map_err(|e| Refused::new("bad_frame", format!("raft message does not decode: {e}")))?;
-            if msg.from != peer || msg.to != inb.me {
-                return Err(Refused::new("sender_mismatch", format!("a raft message from {} to {} on member {peer}'s connection", msg.from, msg.to)));
-            }
-            if msg.get_msg_type() == raft::eraftpb::MessageType::MsgPropose {
-                proposed_by(&msg, peer)?;
-            }
-            (inb.deliver)(msg);
-        }
-        KIND_CONTROL => {
-            let handler = inb.control.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            match handler {
-                Some(h) => h(peer, &who.key, f.body),
-                None => tracing::debug!(from = peer, "control message with no handler dropped"),
-            }
-        }
-        KIND_KEEPALIVE => {}
-        KIND_SNAPSHOT => {
-            let Some(inbox) = inb.snapshots.lock().unwrap_or_else(|p| p.into_inner()).clone() else {
-                return Err(Refused::new("snapshot_refused", "this node takes no snapshots"));
-            };
-            incoming.part(peer, &f.body, inbox.as_ref()).map_err(|e| Refused::new("snapshot_refused", format!("snapshot transfer refused: {e}")))?;
-        }
-        k => return Err(Refused::new("bad_frame", format!("unknown frame kind {k}"))),
-    }
-    Ok(())
-}
-
-/// Whether `who` is still admitted as a member (the applied key book and group may
-/// have changed since its handshake: a removed member's connection closes here).
-fn member_now(who: &handshake::Peer, inb: &Inbound) -> Result<(), Refused> {
-    let now = if who.admission == Admission::Member { inb.key.peers.admits(who.id, &who.key)? } else { Admission::Joining };
-    match now {
-        Admission::Member => Ok(()),
-        Admission::Joining => Err(Refused::new("not_a_member", format!("member {} is not in the cluster's applied membership: only the join path (control messages) is open to it", who.id))),
-    }
-}
-
-/// Checks that every entry of a proposal forwarded by `peer` names `peer` as its
-/// proposer (the state machine trusts the proposer a context names: a member records its
-/// own key only, `halite_storage::state`'s `member_keys.rs`).
-fn proposed_by(msg: &Message, peer: u64) -> Result<(), Refused> {
-    for e in msg.get_entries() {
-        match halite_storage::context::decode(&e.context) {
-            Ok(None) => {}
-            Ok(Some(c)) if c.proposer == peer => {}
-            Ok(Some(c)) => return Err(Refused::new("proposer_mismatch", format!("member {peer} forwards a proposal of member {}", c.proposer))),
-            Err(err) => return Err(Refused::new("bad_frame", format!("a forwarded proposal's context does not decode: {err}"))),
-        }
-    }
-    Ok(())
 }
 
 /// What one outbound connection's writer needs.

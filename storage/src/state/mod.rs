@@ -29,7 +29,7 @@
 //! flushed is applied again from the log. A checkpoint flushes first.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use rocksdb::{checkpoint::Checkpoint, ColumnFamily, IteratorMode, Options, WriteOptions, DB};
@@ -39,6 +39,7 @@ use sha2::{Digest, Sha256};
 mod apply;
 mod digest;
 mod member_keys;
+mod pending;
 mod replace;
 mod roots;
 mod proposals;
@@ -187,28 +188,6 @@ impl StateMachine {
         let sm = StateMachine { db: Arc::new(db), path, pending: AtomicU64::new(0) };
         sm.recount_pending()?;
         Ok(sm)
-    }
-
-    /// Counts the pending keys again (at open, after the state was replaced).
-    pub(super) fn recount_pending(&self) -> Result<()> {
-        let n = self.count_keys(BankState::Pending)?;
-        self.pending.store(n, Ordering::SeqCst);
-        Ok(())
-    }
-
-    /// How many keys are pending, as of the last applied entry (no scan).
-    pub fn pending_keys(&self) -> u64 {
-        self.pending.load(Ordering::SeqCst)
-    }
-
-    /// Adds what an applied batch changed to the pending count.
-    pub(super) fn pending_changed(&self, delta: i64) {
-        if delta >= 0 {
-            self.pending.fetch_add(delta as u64, Ordering::SeqCst);
-        } else {
-            let down = delta.unsigned_abs();
-            let _ = self.pending.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| Some(n.saturating_sub(down)));
-        }
     }
 
     /// Opens a state machine read-only (a snapshot's checkpoint, to look inside). A
