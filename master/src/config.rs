@@ -112,6 +112,13 @@ pub struct MasterConfig {
     pub halite_cluster_dial: BTreeMap<String, String>,
     /// `nodegroups`: named targets, expanded before matching (`crate::nodegroups`).
     pub nodegroups: crate::nodegroups::Nodegroups,
+    /// `range_server`: the SECO range server (`host[:port]`) range targets are expanded
+    /// with (`crate::range`); Salt's default `range:80`.
+    pub range_server: String,
+    /// `minion_data_cache` (default true): whether the master keeps the grains and
+    /// pillar minions report. Off, grain, pillar and ipcidr targets are published to
+    /// every accepted minion, which match themselves (Salt's behaviour).
+    pub minion_data_cache: bool,
     /// Every option as read (after includes), for the ones Halite does not model.
     pub raw: Mapping,
     /// Which file each option came from.
@@ -129,7 +136,7 @@ const KNOWN: &[&str] = &[
     "cluster_election_min", "cluster_election_max",
     "halite_max_pending_keys", "pub_hwm", "halite_health_port", "halite_cluster_dial", "default_include", "include", "user",
     "zmq_backlog", "max_minions", "loop_interval", "request_server_ttl", "cluster_pub_fingerprint", "tcp_keepalive", "tcp_keepalive_idle", "tcp_keepalive_cnt", "tcp_keepalive_intvl", "rotate_aes_key", "halite_new_publish_key_at_start",
-    "nodegroups", "reactor",
+    "nodegroups", "reactor", "range_server", "minion_data_cache",
 ];
 
 fn read_yaml(path: &Path) -> Result<Mapping> {
@@ -289,6 +296,8 @@ impl MasterConfig {
             },
             halite_cluster_dial: r.string_map("halite_cluster_dial")?,
             nodegroups: crate::nodegroups::from_option(raw.get("nodegroups")).map_err(|why| r.invalid("nodegroups", why))?,
+            range_server: r.string("range_server", "range:80")?,
+            minion_data_cache: r.boolean("minion_data_cache", true)?,
             root_dir,
             raw: raw.clone(),
             origin: origin.clone(),

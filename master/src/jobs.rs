@@ -72,6 +72,18 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
+/// Whether a target reads the minion data cache (grains or pillar): grain, pillar and
+/// ipcidr types, or a compound with such a word. With `minion_data_cache: False` the
+/// master cannot resolve it and expects every accepted minion (Salt's greedy rule); the
+/// minions match it themselves.
+pub fn reads_minion_data(tgt: &serde_json::Value, tgt_type: &str) -> bool {
+    match tgt_type {
+        "grain" | "grain_pcre" | "pillar" | "pillar_pcre" | "pillar_exact" | "ipcidr" => true,
+        "compound" | "compound_pillar_exact" => tgt.as_str().is_some_and(|t| t.split_whitespace().any(|w| ["G@", "P@", "I@", "J@", "S@"].iter().any(|e| w.starts_with(e)))),
+        _ => false,
+    }
+}
+
 /// The minions a target is expected to reach, from the accepted keys and the grains they
 /// reported (best effort: the minions decide for themselves), and the listed ids that are
 /// not accepted.

@@ -31,6 +31,7 @@ pub mod orchestrate;
 pub mod mine;
 pub mod pillar;
 pub mod pki;
+pub mod range;
 pub mod reactor;
 pub mod req;
 pub mod start;

@@ -8,7 +8,7 @@
 //! | `key.list` | | `{"listing": {minions_pre, minions_rejected, minions, minions_denied}}` |
 //! | `key.select` | `action` (accept/reject/delete), `match`, `include_accepted`, `include_rejected`, `include_denied` | `{"selected": {bucket: [ids]}}` |
 //! | `key.apply` | `action`, `selected` | `{"done": [ids], "invalid": [ids]}` (after commit) |
-//! | `publish` | `tgt`, `tgt_type`, `fun`, `arg` (list), `kwarg` (map) | `{"jid", "minions", "missing"}` |
+//! | `publish` | `tgt`, `tgt_type` (`range` and `R@` words expanded first, `crate::range`), `fun`, `arg` (list), `kwarg` (map) | `{"jid", "minions", "missing", "unresolved"}` (`unresolved`: every accepted minion expected, `minion_data_cache: False`) |
 //! | `job.returns` | `jid` | `{"returns": {id: return load}}` |
 //! | `job.list` | | `{"jobs": {jid: {fun, tgt, minions}}}` |
 //! | `runner` | `fun`: `jobs.list_jobs`, `jobs.lookup_jid` + `jid`, `cluster.members`, `cluster.ring_info`, `cluster.sync_roots` + `roots`, `cluster.remove_member` + `name`, `cluster.digest`, `pki.migrate_to_mmap`, `mine.get` + `tgt`, `mine_fun`, `tgt_type`; `jobs.list_job`, `jobs.print_job`, `jobs.exit_success`, `manage.present`, `manage.not_present`, `fileserver.*`, `pillar.show_*`, `cache.*` + `arg` (list), `kwarg` (map), bound as Salt binds them; `jobs.active` + `running` (`{minion: saltutil.running return}`); `manage.versions` + `returns` (`{minion: test.version return load or null}`); `state.orchestrate` + `arg`, `kwarg` (`mods`, `saltenv`, `pillar`) → `{master_id, sls, steps}` or `{master_id, sls, errors}` | `{"return": ...}` |

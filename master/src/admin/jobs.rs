@@ -122,7 +122,13 @@ fn publish(view: &dyn AdminView, fun: String, tgt: J, tgt_type: String, mut args
         }
         _ => (tgt, tgt_type),
     };
-    let (minions, missing) = crate::jobs::expected_minions(view.state(), &tgt, &tgt_type)?;
+    let unresolved = !view.config().minion_data_cache && crate::jobs::reads_minion_data(&tgt, &tgt_type);
+    let (minions, missing) = if unresolved {
+        // No grains or pillar kept: published to every accepted minion, which match it.
+        crate::jobs::expected_minions(view.state(), &J::String("*".into()), "glob")?
+    } else {
+        crate::jobs::expected_minions(view.state(), &tgt, &tgt_type)?
+    };
     if minions.is_empty() {
         return Err(Error::refused("No minions matched the target. No command was sent, no jid was assigned."));
     }
@@ -130,7 +136,9 @@ fn publish(view: &dyn AdminView, fun: String, tgt: J, tgt_type: String, mut args
     let load = json!({ "fun": fun, "arg": args, "tgt": tgt, "jid": jid, "ret": "", "tgt_type": tgt_type, "user": "root" });
     let rec = Record::JobPublished(JobPublished { jid: jid.clone(), load: payload::encode(&payload::from_json(&load)), minions: minions.clone(), time_ns: view.now_ns(), started_by: None });
     tracing::info!(jid = %jid, fun = %fun, minions = minions.len(), "publishing");
-    let mut plan = Plan::answer(json!({ "jid": jid, "minions": minions, "missing": missing }));
+    // `unresolved`: the minions are every accepted one; those the target does not match
+    // will not return, and are not missing (the CLI does not list them).
+    let mut plan = Plan::answer(json!({ "jid": jid, "minions": minions, "missing": missing, "unresolved": unresolved }));
     plan.proposals = vec![vec![rec]];
     plan.events = vec![event(
         format!("salt/job/{jid}/new"),

@@ -191,7 +191,7 @@ fn publishing_commits_a_job_for_the_expected_minions() {
     assert_eq!((load["fun"].as_str(), load["user"].as_str()), (Some("test.arg"), Some("root")));
     assert_eq!(plan.events[0].tag, "salt/job/20261123000000000042/new");
     let Answer::Now(a) = plan.answer else { panic!() };
-    assert_eq!(a, json!({"jid": "20261123000000000042", "minions": ["web01"], "missing": ["db01"]}));
+    assert_eq!(a, json!({"jid": "20261123000000000042", "minions": ["web01"], "missing": ["db01"], "unresolved": false}));
 }
 
 #[test]

@@ -33,6 +33,7 @@ pub mod probes;
 pub mod publish;
 pub mod reactor;
 pub mod publish_key;
+pub mod range_client;
 pub mod replay;
 pub mod requests;
 pub mod sessions;

@@ -2,7 +2,8 @@
 //! changed, the compiled pillar (a `pillar_cache` record, for pillar targeting), and
 //! answers with its pillar, compiled from `pillar_roots` (`crate::pillar`), privately encrypted (spec
 //! §7.2): a fresh AES key, RSA-encrypted to the minion, seals the signed pillar, so no
-//! other minion sharing a session key (a cluster's) can read it.
+//! other minion sharing a session key (a cluster's) can read it. With
+//! `minion_data_cache: False` neither record is written.
 
 use rmpv::Value;
 
@@ -32,12 +33,15 @@ impl Pillar {
             m.insert("id".into(), serde_json::Value::String(ctx.id.to_string()));
         }
         let pillar = payload::from_json(&crate::pillar::compile(view.config(), view.roots(), ctx.id, &grains_json));
-        let mut records = vec![rec];
+        // `minion_data_cache: False`: neither grains nor pillar are kept (Salt's option).
+        let keep = view.config().minion_data_cache;
+        let mut records = if keep { vec![rec] } else { vec![] };
         // The pillar cache (Salt's minion data cache) for pillar targeting: a new record
         // only when the pillar changed; one too large to keep is left out (the master then
         // does not target this minion by pillar).
         let cached = encode(&pillar);
-        if cached.len() > MAX_PILLAR_CACHE_LEN {
+        if !keep {
+        } else if cached.len() > MAX_PILLAR_CACHE_LEN {
             tracing::warn!(minion = ctx.id, bytes = cached.len(), "pillar larger than {MAX_PILLAR_CACHE_LEN} bytes: not cached for pillar targeting");
         } else if view.cached_pillar(ctx.id).as_deref() != Some(&cached[..]) {
             records.push(Record::PillarCache(PillarCache { id: ctx.id.to_string(), pillar: cached, time_ns: view.now_ns() }));

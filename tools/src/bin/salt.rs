@@ -58,6 +58,9 @@ struct Args {
     /// The target is a nodegroup from the master's `nodegroups` option.
     #[arg(short = 'N', long = "nodegroup")]
     nodegroup: bool,
+    /// The target is a range expression, expanded by the master's `range_server`.
+    #[arg(short = 'R', long = "range")]
+    range: bool,
     /// The target is a compound expression.
     #[arg(short = 'C', long = "compound")]
     compound: bool,
@@ -182,13 +185,16 @@ struct Published {
     jid: String,
     minions: Vec<String>,
     missing: Vec<String>,
+    /// The master could not resolve the target (`minion_data_cache: False`): every
+    /// accepted minion was expected, the ones that do not match stay silent.
+    unresolved: bool,
 }
 
 fn publish(client: &mut AdminClient, tgt: &Value, tgt_type: &str, fun: &str, args: &[Value], kwargs: &Map<String, Value>) -> Result<Published> {
     let r = client
         .call(&json!({ "cmd": "publish", "tgt": tgt, "tgt_type": tgt_type, "fun": fun, "arg": args, "kwarg": kwargs }))
         .map_err(|e| Failure::new(e.to_string(), 2))?;
-    Ok(Published { jid: r["jid"].as_str().unwrap_or("").to_string(), minions: names(&r["minions"]), missing: names(&r["missing"]) })
+    Ok(Published { jid: r["jid"].as_str().unwrap_or("").to_string(), minions: names(&r["minions"]), missing: names(&r["missing"]), unresolved: r["unresolved"].as_bool().unwrap_or(false) })
 }
 
 fn start_follow(sock_dir: &Path, jid: &str, timeout: Duration, tx: &mpsc::Sender<Arrival>) -> Result<()> {
@@ -255,6 +261,7 @@ fn real_main(a: Args) -> Result<()> {
         (a.pillar_pcre, "pillar_pcre"),
         (a.ipcidr, "ipcidr"),
         (a.nodegroup, "nodegroup"),
+        (a.range, "range"),
         (a.compound, "compound"),
     ]
     .into_iter()
@@ -299,6 +306,11 @@ fn real_main(a: Args) -> Result<()> {
                 printer.one(&id, load.get("return").cloned().unwrap_or(Value::Null));
             }
             Arrival::Done { mut missing, .. } => {
+                // Without the minion data cache a grain or pillar target went to every
+                // minion; those that did not match are silent, not missing (as in Salt).
+                if p.unresolved {
+                    missing.clear();
+                }
                 // Listed ids the master has no accepted key for were published to nobody;
                 // they are reported as not returning, as Salt does.
                 missing.extend(p.missing.iter().cloned());
@@ -335,6 +347,9 @@ struct BatchRun {
 fn run_batch(client: &mut AdminClient, sock_dir: &Path, tgt: &Value, tgt_type: &str, fun: &str, args: &[Value], kwargs: &Map<String, Value>, run: BatchRun, printer: &mut Printer) -> Result<()> {
     let ping = publish(client, tgt, tgt_type, "test.ping", &[], &Map::new())?;
     let (answered, mut down) = collect(sock_dir, &ping.jid, run.timeout)?;
+    if ping.unresolved {
+        down.clear();
+    }
     down.extend(ping.missing);
     down.sort();
     for m in &down {

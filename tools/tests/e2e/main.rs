@@ -28,6 +28,7 @@ mod reactor;
 mod minion;
 mod runners;
 mod targeting;
+mod targeting_more;
 mod wire;
 
 // Several masters.
