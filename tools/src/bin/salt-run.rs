@@ -1,7 +1,9 @@
 //! `salt-run`: runners. Through the running master's admin socket: `jobs.list_jobs`,
 //! `jobs.lookup_jid JID`, `manage.up`, `manage.down`, `manage.status`, `cluster.members`,
 //! `cluster.digest` (this master's state digest and applied index),
-//! `mine.get TGT FUN [TGT_TYPE]`, and the runners of [`MASTER_RUNNERS`] (answered by the
+//! `mine.get TGT FUN [TGT_TYPE]`, `mine.update TGT [TGT_TYPE] [clear=] [mine_functions=]`
+//! (the minions' `mine.update` published to the target, returns gathered for the
+//! timeout), and the runners of [`MASTER_RUNNERS`] (answered by the
 //! master from its applied state, arguments bound there as Salt binds them).
 //! `jobs.active` and `manage.versions` ask the minions first, as Salt does
 //! (`saltutil.running`, `test.version` published to `*`, returns gathered for the
@@ -93,13 +95,13 @@ fn real_main(a: Args) -> Result<()> {
         }
         "jobs.active" => {
             let c = admin.as_mut().ok_or_else(|| Failure::new("jobs.active: the master is not running", 1))?;
-            let (returns, _) = gather(c, "saltutil.running", Duration::from_secs(a.timeout.unwrap_or(cfg.timeout)))?;
+            let (returns, _) = gather_all(c, "saltutil.running", Duration::from_secs(a.timeout.unwrap_or(cfg.timeout)))?;
             let running: serde_json::Map<String, Value> = returns.into_iter().map(|(m, load)| (m, load["return"].clone())).collect();
             c.call(&json!({ "cmd": "runner", "fun": "jobs.active", "running": running }))?["return"].clone()
         }
         "manage.versions" => {
             let c = admin.as_mut().ok_or_else(|| Failure::new("manage.versions: the master is not running", 1))?;
-            let (mut returns, expected) = gather(c, "test.version", Duration::from_secs(a.timeout.unwrap_or(cfg.timeout)))?;
+            let (mut returns, expected) = gather_all(c, "test.version", Duration::from_secs(a.timeout.unwrap_or(cfg.timeout)))?;
             for m in expected {
                 returns.entry(m).or_insert(Value::Null);
             }
@@ -138,6 +140,24 @@ fn real_main(a: Args) -> Result<()> {
             let fun = arg(1, "fun").ok_or_else(|| Failure::new("mine.get needs a target and a function", 2))?;
             let tgt_type = arg(2, "tgt_type").unwrap_or_else(|| "glob".into());
             c.call(&json!({ "cmd": "runner", "fun": "mine.get", "tgt": tgt, "mine_fun": fun, "tgt_type": tgt_type }))?["return"].clone()
+        }
+        "mine.update" => {
+            // Salt's `mine.update(tgt, tgt_type='glob', clear=False, mine_functions=None)`:
+            // the minions' own `mine.update` run on the target; their returns by minion.
+            // Unlike Salt's runner (which hands `clear` and `mine_functions` to the
+            // publish, where they are lost) they reach the minions' function.
+            let c = admin.as_mut().ok_or_else(|| Failure::new("mine.update: the master is not running", 1))?;
+            let arg = |i: usize, k: &str| kwargs.get(k).cloned().or_else(|| positional.get(i).cloned());
+            let tgt = arg(0, "tgt").ok_or_else(|| Failure::new("Passed invalid arguments: update() missing 1 required positional argument: 'tgt'", 1))?;
+            let tgt_type = arg(1, "tgt_type").unwrap_or_else(|| "glob".into());
+            let mut fkw = serde_json::Map::new();
+            for (i, k) in [(2, "clear"), (3, "mine_functions")] {
+                if let Some(v) = arg(i, k) {
+                    fkw.insert(k.into(), yamlify(&v));
+                }
+            }
+            let (returns, _) = gather(c, &json!(tgt), &tgt_type, "mine.update", fkw, Duration::from_secs(a.timeout.unwrap_or(cfg.timeout)))?;
+            Value::Object(returns.into_iter().map(|(m, load)| (m, load["return"].clone())).collect())
         }
         "cluster.remove_member" => {
             let c = admin.as_mut().ok_or_else(|| Failure::new("cluster.remove_member: the master is not running", 1))?;
@@ -273,8 +293,15 @@ fn yamlify(v: &str) -> Value {
 
 /// Publishes `fun` to every minion and gathers the return loads until every expected
 /// minion answered or `timeout` passed; returns them and the minions expected.
-fn gather(c: &mut AdminClient, fun: &str, timeout: Duration) -> Result<(serde_json::Map<String, Value>, Vec<String>)> {
-    let p = match c.call(&json!({ "cmd": "publish", "tgt": "*", "tgt_type": "glob", "fun": fun, "arg": [] })) {
+fn gather_all(c: &mut AdminClient, fun: &str, timeout: Duration) -> Result<(serde_json::Map<String, Value>, Vec<String>)> {
+    gather(c, &json!("*"), "glob", fun, serde_json::Map::new(), timeout)
+}
+
+/// Publishes `fun` (with keyword arguments `kwarg`) to a target and gathers the return
+/// loads until every expected minion answered or `timeout` passed; returns them and the
+/// minions expected.
+fn gather(c: &mut AdminClient, tgt: &Value, tgt_type: &str, fun: &str, kwarg: serde_json::Map<String, Value>, timeout: Duration) -> Result<(serde_json::Map<String, Value>, Vec<String>)> {
+    let p = match c.call(&json!({ "cmd": "publish", "tgt": tgt, "tgt_type": tgt_type, "fun": fun, "arg": [], "kwarg": kwarg })) {
         Ok(p) => p,
         // No accepted minion: nothing to ask.
         Err(e) if e.to_string().contains("No minions matched") => return Ok((serde_json::Map::new(), vec![])),

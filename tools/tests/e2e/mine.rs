@@ -1,6 +1,6 @@
 //! The Salt mine with unmodified salt-minion 3008.5 processes: `mine_functions` sent by
-//! `mine.update`, read by a minion (`salt m1 mine.get`) and by the operator
-//! (`salt-run mine.get`), `mine.delete` and `mine.flush`, the master's `mine_get` ACL, and
+//! `mine.update` (from `salt` and from `salt-run mine.update`), read by a minion
+//! (`salt m1 mine.get`) and by the operator (`salt-run mine.get`), `mine.delete` and `mine.flush`, the master's `mine_get` ACL, and
 //! on a three-member cluster mine data sent through one member read through another.
 
 use serde_json::{json, Value};
@@ -62,6 +62,25 @@ fn minions_read_each_others_mine_and_the_operator_reads_it_too() {
     // mine.send stores a function's result under its name (merged into the mine).
     assert_eq!(env.salt_json(&["m1", "mine.send", "test.echo", "sent"], 30), json!({"m1": true}));
     assert_eq!(minion_mine(env, "m2", &["*", "test.echo"]), json!({"m1": "sent", "m2": "from-m2"}));
+}
+
+#[test]
+fn salt_run_mine_update_refreshes_the_targeted_minions_mines() {
+    let (m, _minions) = master_with_two_mines("auto_accept: True\n");
+    let env = &m.env;
+    assert_eq!(env.salt_json(&["*", "mine.flush"], 30), json!({"m1": true, "m2": true}));
+    assert_eq!(run_mine(env, &["*", "test.echo"]), json!({}));
+    // The target only: m1 sends its mine_functions again, m2 does not.
+    assert_eq!(env.runner(&["mine.update", "m1"]), json!({"m1": true}));
+    assert_eq!(run_mine(env, &["*", "test.echo"]), json!({"m1": "from-m1"}));
+    assert_eq!(env.runner(&["mine.update", "m1,m2", "tgt_type=list"]), json!({"m1": true, "m2": true}));
+    assert_eq!(run_mine(env, &["*", "test.echo"]), json!({"m1": "from-m1", "m2": "from-m2"}));
+    // `clear` and `mine_functions` reach the minions' function: m2's mine is replaced by
+    // its test.ping alone.
+    assert_eq!(env.runner(&["mine.update", "m2", "clear=True", "mine_functions=[test.ping]"]), json!({"m2": true}));
+    assert_eq!(run_mine(env, &["*", "test.echo"]), json!({"m1": "from-m1"}));
+    assert_eq!(run_mine(env, &["*", "test.ping"]), json!({"m1": true, "m2": true}));
+    assert_eq!(env.runner(&["mine.update", "nosuch*"]), json!({}), "a target matching nobody updates nothing");
 }
 
 #[test]
