@@ -20,7 +20,7 @@
 //! | `runner` `cluster.members`, `cluster.ring_info`, `cluster.remove_member`, `cluster.sync_roots` | `salt-run` | [`cluster`] |
 //! | `runner` `pki.migrate_to_mmap` | `salt-run` | [`pki`] |
 //! | `runner` `mine.get` | `salt-run` | [`mine`] |
-//! | `runner` `state.orchestrate` (renders; `salt-run` drives the steps) | `salt-run` | [`crate::orchestrate`] |
+//! | `runner` `state.orchestrate` (renders, records the run's job; `salt-run` drives the steps), `orchestrate.return` (the run's return) | `salt-run` | [`crate::orchestrate`] |
 //! | `events.watch` | `salt-run state.event` | the daemon streams the bus |
 //! | `job.follow` | `salt` | [`follow`]; the daemon streams the job's returns |
 
@@ -123,6 +123,7 @@ pub enum Command {
     Pillar(pillar::PillarCmd),
     Cache(cache::CacheCmd),
     Orchestrate(crate::orchestrate::OrchCmd),
+    OrchReturn(crate::orchestrate::job::OrchReturn),
     /// Turns the connection into an event stream (handled by the daemon).
     EventsWatch,
     /// Streams a job's returns as they are committed (handled by the daemon).
@@ -213,6 +214,7 @@ impl Command {
         Ok(match s("cmd").unwrap_or("") {
             "key.list" | "key.select" | "key.apply" => Command::Keys(keys::KeyCmd::parse(req)?),
             "publish" | "job.returns" | "job.list" => Command::Jobs(jobs::JobCmd::parse(req)?),
+            "orchestrate.return" => Command::OrchReturn(crate::orchestrate::job::OrchReturn::parse(req)?),
             "events.watch" => Command::EventsWatch,
             "job.follow" => Command::JobFollow(follow::FollowCmd::parse(req)?),
             "runner" => match s("fun").unwrap_or("") {
@@ -244,6 +246,7 @@ impl Command {
             Command::Pillar(c) => c.answer(view),
             Command::Cache(c) => c.answer(view),
             Command::Orchestrate(c) => c.answer(view),
+            Command::OrchReturn(c) => c.answer(view),
             Command::EventsWatch => Err(Error::refused("events.watch streams; it has no single answer")),
             Command::JobFollow(_) => Err(Error::refused("job.follow streams; it has no single answer")),
         }

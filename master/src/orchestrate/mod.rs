@@ -13,8 +13,12 @@
 //!   `publish` (a `job_published` record, decided at apply like any job, in the job
 //!   cache of every member), its returns read back with `job.returns`, and the master
 //!   keeps no long-lived per-run state: a run that `salt-run` abandons leaves finished
-//!   jobs, nothing half-applied.
+//!   jobs, nothing half-applied;
+//! - the run itself is a job ([`job`]): recorded when the master renders it, its
+//!   return (the highstate data) recorded when `salt-run` reports the end
+//!   (`orchestrate.return`). An abandoned run is a job without a return.
 
+pub mod job;
 pub mod run;
 pub mod sls;
 
@@ -81,12 +85,23 @@ impl OrchCmd {
         } else {
             format!("{id}_master")
         };
+        let mut fun_args = vec![J::String(self.mods.clone())];
+        if self.saltenv != "base" {
+            fun_args.push(json!({ "saltenv": self.saltenv }));
+        }
+        if self.pillar.as_object().is_some_and(|p| !p.is_empty()) {
+            fun_args.push(json!({ "pillar": self.pillar }));
+        }
+        let (jid, rec, ev) = job::start(view, &master_id, J::Array(fun_args));
         let v = match sls::load(view.state(), &self.saltenv, &self.mods, &self.pillar) {
             Ok(steps) => {
-                json!({ "master_id": master_id, "sls": self.mods, "steps": steps.iter().map(sls::Step::to_json).collect::<Vec<_>>() })
+                json!({ "master_id": master_id, "jid": jid, "sls": self.mods, "steps": steps.iter().map(sls::Step::to_json).collect::<Vec<_>>() })
             }
-            Err(e) => json!({ "master_id": master_id, "sls": self.mods, "errors": [e] }),
+            Err(e) => json!({ "master_id": master_id, "jid": jid, "sls": self.mods, "errors": [e] }),
         };
-        Ok(Plan::answer(json!({ "return": v })))
+        let mut plan = Plan::answer(json!({ "return": v }));
+        plan.proposals = vec![vec![rec]];
+        plan.events = vec![ev];
+        Ok(plan)
     }
 }

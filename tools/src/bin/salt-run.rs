@@ -233,6 +233,13 @@ fn orchestrate(c: &mut AdminClient, fun: &str, positional: &[String], kwargs: &B
     let retcode = if ok { 0 } else { 1 };
     let mut data = serde_json::Map::new();
     data.insert(master_id, host);
+    // The run's own job gets its return (as Salt stores a runner's return).
+    if let Some(jid) = r["jid"].as_str() {
+        let ret = json!({ "data": data, "outputter": "highstate", "retcode": retcode });
+        if let Err(e) = c.call(&json!({ "cmd": "orchestrate.return", "jid": jid, "return": ret })) {
+            eprintln!("The run's return was not stored in the job cache: {e}");
+        }
+    }
     match out {
         None => println!("{}", halite_tools::highstate::render(&data)),
         Some(o) => println!("{}", render(&json!({ "data": data, "outputter": "highstate", "retcode": retcode }), o, std::io::stdout().is_terminal())),

@@ -41,5 +41,6 @@ mod cluster_topologies;
 mod faults;
 mod health;
 mod multimaster;
+mod orchestrate_cluster;
 mod partition;
 mod swarm;

@@ -3,7 +3,8 @@
 //! requisite pulls the function forward) runs after it and both succeed, printed in
 //! Salt's highstate shape and as Salt's `--out json`; a failing step keeps the step that
 //! requires it from running, runs its `onfail` step, spares a `fail_minions` minion, and
-//! the run exits 1; a `salt.runner` and a `salt.wheel` (`key.reject` of a pending key) step run. Each step's job is an ordinary job in the job cache.
+//! the run exits 1; a `salt.runner` and a `salt.wheel` (`key.reject` of a pending key) step run. Each step's job is an ordinary job in the job cache, and so
+//! is the run itself (`runner.state.orchestrate`, its return the highstate data).
 
 use serde_json::{json, Value};
 
@@ -254,9 +255,15 @@ fn a_failing_step_stops_what_requires_it_and_runs_its_onfail_step() {
     let wheel = &s["salt_|-reject_pending_|-key.reject_|-wheel"];
     assert_eq!((&wheel["result"], &wheel["changes"]), (&json!(true), &json!({"return": {"minions": ["pend1"]}})), "{wheel}");
     assert_eq!(env.ids("minions_rejected"), ["pend1"]);
-    // Three jobs, none of them the state step's.
+    // Four jobs: the run's own and three steps' (none of them the state step's).
     let jobs = job_functions(env);
-    assert_eq!(jobs.len() - before, 3, "{jobs:?}");
+    assert_eq!(jobs.len() - before, 4, "{jobs:?}");
+    let (run_jid, _) = jobs.iter().find(|(_, f)| f == "runner.state.orchestrate").expect("the run's job");
+    let ret = env.runner(&["jobs.lookup_jid", run_jid]);
+    let (host, r) = ret.as_object().and_then(|o| o.iter().next()).expect("the run's return");
+    assert!(host.ends_with("_master"), "{ret}");
+    assert_eq!((&r["outputter"], &r["retcode"]), (&json!("highstate"), &json!(1)), "{ret}");
+    assert_eq!(r["data"][host]["salt_|-fail_first_|-cmd.run_|-function"]["result"], json!(false), "{ret}");
     assert!(!jobs.iter().any(|(_, f)| f == "state.sls"), "{jobs:?}");
 
     let (code, out) = orch(env, &["state.orchestrate", "orch.fail", &pillar]);
