@@ -25,6 +25,7 @@ mod hostile;
 mod mine;
 mod orchestrate;
 mod reactor;
+mod reactor_more;
 mod minion;
 mod runners;
 mod targeting;
