@@ -1,5 +1,6 @@
 //! The runners of `jobs`, `manage`, `fileserver`, `pillar` and `cache` answered from an
-//! in-memory state machine: content and shape of each answer.
+//! in-memory state machine: content and shape of each answer; also what a publish
+//! expects without the minion data cache, and an orchestration run's own job.
 
 use serde_json::{json, Value as J};
 
@@ -150,4 +151,55 @@ fn cache_runners_read_the_minion_data_cache() {
     assert_eq!(ret(&f, runner("cache.pillar", json!([]), json!({}))), json!({"db1": {}, "web1": {"app": {"port": 8080}}, "web2": {}}));
     assert_eq!(ret(&f, runner("cache.mine", json!([]), json!({}))), json!({"web1": {"network.ip_addrs": ["10.0.0.5"]}}));
     assert_eq!(ret(&f, runner("cache.mine", json!(["L@web2,db1"]), json!({"tgt_type": "compound"}))), json!({}));
+}
+
+#[test]
+fn without_the_minion_data_cache_data_targets_expect_every_accepted_minion() {
+    let mut f = Fixture::new("no-data-cache");
+    f.key("web1", KeyState::Accepted, PUB);
+    f.key("db1", KeyState::Accepted, PUB);
+    f.key("new1", KeyState::Pending, PUB);
+    f.apply(&[Record::GrainsReport(GrainsReport { id: "web1".into(), grains: enc(json!({"role": "web"})), time_ns: 1 })]);
+    let publish = |f: &Fixture, tgt: &str, tgt_type: &str| f.now(json!({"cmd": "publish", "fun": "test.ping", "tgt": tgt, "tgt_type": tgt_type}));
+    // With the cache (the default) the master resolves the grain target itself.
+    let a = publish(&f, "role:web", "grain");
+    assert_eq!((&a["minions"], &a["unresolved"]), (&json!(["web1"]), &json!(false)));
+    f.cfg.minion_data_cache = false;
+    for (tgt, tgt_type) in [("role:web", "grain"), ("tier:x", "pillar"), ("10.0.0.0/8", "ipcidr"), ("G@role:web and web*", "compound")] {
+        let mut a = publish(&f, tgt, tgt_type);
+        a["minions"].as_array_mut().unwrap().sort_by(|x, y| x.as_str().cmp(&y.as_str()));
+        assert_eq!((&a["minions"], &a["unresolved"]), (&json!(["db1", "web1"]), &json!(true)), "{tgt} {tgt_type}");
+    }
+    // Targets on the id alone are still resolved by the master.
+    for (tgt, tgt_type) in [("web*", "glob"), ("web* and not db1", "compound")] {
+        let a = publish(&f, tgt, tgt_type);
+        assert_eq!((&a["minions"], &a["unresolved"]), (&json!(["web1"]), &json!(false)), "{tgt} {tgt_type}");
+    }
+}
+
+#[test]
+fn an_orchestration_run_is_a_job_with_one_return() {
+    let f = Fixture::new("orch-job");
+    f.apply(&roots_records(RootsTree::File, "base", "orch/x.sls", 0o644, b"ping:\n  salt.function:\n    - name: test.ping\n    - tgt: '*'\n"));
+    let plan = f.run(json!({"cmd": "runner", "fun": "state.orchestrate", "arg": ["orch.x"], "kwarg": {}})).unwrap();
+    let [Record::JobPublished(job)] = &plan.proposals.concat()[..] else { panic!("{plan:?}") };
+    assert_eq!((job.minions.clone(), job.started_by.clone()), (vec![job.started_by.clone().unwrap()], job.started_by.clone()));
+    assert!(!crate::jobs::publishable(job), "a run's job is never sent to minions");
+    assert_eq!(plan.events[0].tag, format!("salt/run/{}/new", job.jid));
+    let jid = job.jid.clone();
+    let host = job.minions[0].clone();
+    assert!(host.ends_with("_master"));
+    let super::Answer::Now(a) = &plan.answer else { panic!() };
+    assert_eq!(a["return"]["jid"], json!(jid));
+    f.apply(&plan.proposals.concat());
+    let done = json!({"cmd": "orchestrate.return", "jid": jid, "return": {"data": {host.clone(): {}}, "outputter": "highstate", "retcode": 0}});
+    let plan = f.run(done.clone()).unwrap();
+    f.apply(&plan.proposals.concat());
+    assert_eq!(plan.events[0].tag, format!("salt/run/{jid}/ret"));
+    assert_eq!(ret(&f, json!({"cmd": "runner", "fun": "jobs.lookup_jid", "jid": jid})), json!({host.clone(): {"data": {host: {}}, "outputter": "highstate", "retcode": 0}}));
+    assert!(f.run(done).unwrap_err().to_string().contains("already has its return"));
+    // Only a run's job takes such a return.
+    f.apply(&[Record::JobPublished(JobPublished { jid: JID.into(), load: enc(json!({"fun": "test.ping"})), minions: vec!["m1".into()], time_ns: 1, started_by: None })]);
+    assert!(f.run(json!({"cmd": "orchestrate.return", "jid": JID, "return": {}})).unwrap_err().to_string().contains("not an orchestration run"));
+    assert!(f.run(json!({"cmd": "orchestrate.return", "jid": "20990101000000000000", "return": {}})).is_err());
 }
