@@ -31,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import zmq
@@ -190,6 +191,11 @@ def swarm_until_ready(args, root):
         events[ev["event"]] = ev
         if ev["event"] == "ready":
             break
+    # The swarm prints one line per job from now on. Keep reading them: a pipe nobody
+    # reads fills after about 600 lines (64 KiB) and the swarm's next print blocks, which
+    # stalls every simulated minion (the "swarm stops after ~594 jobs" of the first soaks).
+    proc.later = []
+    threading.Thread(target=lambda: proc.later.extend(json.loads(l) for l in proc.stdout), daemon=True).start()
     return proc, events.get("authenticated", {}), events.get("ready", {})
 
 
