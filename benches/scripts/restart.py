@@ -43,7 +43,7 @@ def answering(m, n, timeout=10):
     return out.count("true")
 
 
-def run_one(n, mode, port, keydir):
+def run_one(n, mode, port, keydir, distinct):
     root = tempfile.mkdtemp(prefix=f"restart-{mode}-{n}-")
     m = Master("halite", root, port)
     if mode == "new":
@@ -51,7 +51,8 @@ def run_one(n, mode, port, keydir):
             f.write("halite_new_publish_key_at_start: True\n")
     m.start()
     swarm = subprocess.Popen(
-        [os.path.join(BIN, "halite-swarm"), "--auth-timeout", "60", "--port", str(port), "--count", str(n), "--key-dir", keydir],
+        [os.path.join(BIN, "halite-swarm"), "--auth-timeout", "60", "--port", str(port), "--count", str(n), "--key-dir", keydir]
+        + (["--distinct-keys", str(distinct)] if distinct else []),
         stdout=subprocess.PIPE, stderr=open(os.path.join(root, "swarm.log"), "w"), text=True,
     )
     events = {"signed_in_again": 0}
@@ -104,8 +105,9 @@ def main():
     ap.add_argument("--modes", default="kept,new")
     ap.add_argument("--keys", default=os.path.join(HOME, ".cache/halite/swarm-keys"))
     ap.add_argument("--out", default="docs/bench-data/restart.json")
+    ap.add_argument("--distinct-keys", type=int, default=1000, help="key pairs the swarm uses (0: one per minion)")
     a = ap.parse_args()
-    sweep(a.sizes, a.modes, 29506, lambda n, mode, port: run_one(n, mode, port, a.keys), a.out)
+    sweep(a.sizes, a.modes, 29506, lambda n, mode, port: run_one(n, mode, port, a.keys, a.distinct_keys), a.out)
 
 
 if __name__ == "__main__":
