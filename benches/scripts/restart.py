@@ -9,8 +9,9 @@ For each swarm size (default 2000, 8000) and each key mode this script:
 3. checks that ``salt '*' test.ping`` reaches all N, then stops the master (SIGTERM)
    and starts it again on the same state;
 4. times from the master listening again (a clear ``ping`` answered on ``ret_port``)
-   to the end of the first ``salt '*' test.ping -t 10`` run that all N answer
-   (runs repeat back to back until one does), and counts the swarm's
+   to the end of the first ``salt '*' test.ping -t T`` run that all N answer (runs
+   repeat back to back until one does; ``--timeout`` T, default 3 s: a run that misses
+   a minion lasts all of T, so T is the resolution), and counts the swarm's
    ``signed_in_again`` lines (minions the master made sign in again).
 
 Key modes: ``kept`` (Halite's default: the publish key survives the restart) and
@@ -37,13 +38,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from swarm import BIN, HOME, Master, stop, sweep  # noqa: E402
 
 
-def answering(m, n, timeout=10):
+def answering(m, n, timeout=3):
     exe = os.path.join(BIN, "salt")
     out = subprocess.run([exe, "-c", m.conf, "*", "test.ping", "--out", "json", "-t", str(timeout)], capture_output=True, text=True).stdout
     return out.count("true")
 
 
-def run_one(n, mode, port, keydir, distinct):
+def run_one(n, mode, port, keydir, distinct, timeout):
     root = tempfile.mkdtemp(prefix=f"restart-{mode}-{n}-")
     m = Master("halite", root, port)
     if mode == "new":
@@ -84,7 +85,7 @@ def run_one(n, mode, port, keydir, distinct):
         runs = 0
         while True:
             runs += 1
-            got = answering(m, n)
+            got = answering(m, n, timeout)
             if got == n:
                 break
             if time.monotonic() - t0 > 600:
@@ -92,6 +93,7 @@ def run_one(n, mode, port, keydir, distinct):
                 break
         row["listening_to_all_answering_s"] = round(time.monotonic() - t0, 2)
         row["ping_runs"] = runs
+        row["ping_timeout_s"] = timeout
         row["signed_in_again"] = events["signed_in_again"] - before
     finally:
         stop(swarm)
@@ -106,8 +108,10 @@ def main():
     ap.add_argument("--keys", default=os.path.join(HOME, ".cache/halite/swarm-keys"))
     ap.add_argument("--out", default="docs/bench-data/restart.json")
     ap.add_argument("--distinct-keys", type=int, default=1000, help="key pairs the swarm uses (0: one per minion)")
+    ap.add_argument("--timeout", type=int, default=3,
+                    help="each ping run's -t: a run that misses a minion lasts all of it, so this is the figure's resolution")
     a = ap.parse_args()
-    sweep(a.sizes, a.modes, 29506, lambda n, mode, port: run_one(n, mode, port, a.keys, a.distinct_keys), a.out)
+    sweep(a.sizes, a.modes, 29506, lambda n, mode, port: run_one(n, mode, port, a.keys, a.distinct_keys, a.timeout), a.out)
 
 
 if __name__ == "__main__":
