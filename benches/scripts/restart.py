@@ -12,7 +12,9 @@ For each swarm size (default 2000, 8000) and each key mode this script:
    to the end of the first ``salt '*' test.ping -t T`` run that all N answer (runs
    repeat back to back until one does; ``--timeout`` T, default 3 s: a run that misses
    a minion lasts all of T, so T is the resolution), and counts the swarm's
-   ``signed_in_again`` lines (minions the master made sign in again).
+   ``signed_in_again`` lines (minions the master made sign in again);
+5. meanwhile samples the master's ``halite_minions_connected`` (health endpoint, every
+   0.1 s): when half, 90 % and all of the subscriptions were back.
 
 Key modes: ``kept`` (Halite's default: the publish key survives the restart) and
 ``new`` (``halite_new_publish_key_at_start: True``: a new key at every start, as Salt
@@ -44,12 +46,41 @@ def answering(m, n, timeout=3):
     return out.count("true")
 
 
-def run_one(n, mode, port, keydir, distinct, timeout):
+def connected(health):
+    """`halite_minions_connected` from the master's health endpoint (None if unreadable)."""
+    import urllib.request
+
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{health}/metrics", timeout=1).read().decode()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("halite_minions_connected "):
+            return int(float(line.split()[1]))
+    return None
+
+
+def watch_connections(health, n, since, out, stop_at):
+    """Records in `out` the seconds after `since` at which half, 90 % and all of the `n`
+    subscriptions were back (sampled every 0.1 s)."""
+    marks = {"half": n // 2, "p90": (9 * n) // 10, "all": n}
+    while time.monotonic() < stop_at and len(out) < len(marks):
+        c = connected(health) or 0
+        for k, v in marks.items():
+            if k not in out and c >= v:
+                out[k] = round(time.monotonic() - since, 2)
+        time.sleep(0.1)
+
+
+def run_one(n, mode, port, keydir, distinct, timeout, extra=""):
     root = tempfile.mkdtemp(prefix=f"restart-{mode}-{n}-")
     m = Master("halite", root, port)
-    if mode == "new":
-        with open(os.path.join(m.conf, "master"), "a") as f:
+    health = port + 3
+    with open(os.path.join(m.conf, "master"), "a") as f:
+        f.write(f"halite_health_port: {health}\n")
+        if mode == "new":
             f.write("halite_new_publish_key_at_start: True\n")
+        f.write(extra)
     m.start()
     swarm = subprocess.Popen(
         [os.path.join(BIN, "halite-swarm"), "--auth-timeout", "60", "--port", str(port), "--count", str(n), "--key-dir", keydir]
@@ -82,6 +113,9 @@ def run_one(n, mode, port, keydir, distinct, timeout):
         before = events["signed_in_again"]
         row["start_to_listening_s"] = m.start()
         t0 = time.monotonic()
+        back = {}
+        watcher = threading.Thread(target=watch_connections, args=(health, n, t0, back, t0 + 600), daemon=True)
+        watcher.start()
         runs = 0
         while True:
             runs += 1
@@ -95,6 +129,8 @@ def run_one(n, mode, port, keydir, distinct, timeout):
         row["ping_runs"] = runs
         row["ping_timeout_s"] = timeout
         row["signed_in_again"] = events["signed_in_again"] - before
+        watcher.join(5)
+        row["listening_to_subscriptions_back_s"] = back
     finally:
         stop(swarm)
         m.stop()
@@ -110,8 +146,10 @@ def main():
     ap.add_argument("--distinct-keys", type=int, default=1000, help="key pairs the swarm uses (0: one per minion)")
     ap.add_argument("--timeout", type=int, default=3,
                     help="each ping run's -t: a run that misses a minion lasts all of it, so this is the figure's resolution")
+    ap.add_argument("--config", default="", help="extra master configuration lines (YAML), e.g. 'zmq_backlog: 4096'")
     a = ap.parse_args()
-    sweep(a.sizes, a.modes, 29506, lambda n, mode, port: run_one(n, mode, port, a.keys, a.distinct_keys, a.timeout), a.out)
+    extra = a.config.replace("\\n", "\n") + "\n" if a.config else ""
+    sweep(a.sizes, a.modes, 29506, lambda n, mode, port: run_one(n, mode, port, a.keys, a.distinct_keys, a.timeout, extra), a.out)
 
 
 if __name__ == "__main__":

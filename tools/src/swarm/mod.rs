@@ -17,6 +17,11 @@
 //!
 //! The swarm stops on SIGINT/SIGTERM or after `--jobs N` publishes.
 //!
+//! A fleet larger than one process's open-file limit (two connections a minion) is
+//! several swarm processes, each with its own range of ids (`first..first+count`); one
+//! process can spread its minions over several masters (minion n signs in to
+//! `masters[n % len]`), and minions can share key pairs (`distinct_keys`).
+//!
 //! Across master restarts, failovers and key changes each minion does what salt-minion
 //! 3008.5 does: its subscription reconnects by itself; a request socket that failed is
 //! replaced; it signs in again only when told to, by a publish it cannot decrypt (the
