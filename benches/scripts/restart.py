@@ -37,7 +37,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from swarm import BIN, HOME, Master, stop, sweep  # noqa: E402
+from swarm import BIN, HOME, Master, rollup, stop, sweep  # noqa: E402
 
 
 def answering(m, n, timeout=3):
@@ -58,6 +58,17 @@ def connected(health):
         if line.startswith("halite_minions_connected "):
             return int(float(line.split()[1]))
     return None
+
+
+def refused(health):
+    """Connections the master closed at once to keep descriptors for its own files."""
+    import urllib.request
+
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{health}/metrics", timeout=1).read().decode()
+    except OSError:
+        return None
+    return sum(int(float(l.split()[-1])) for l in text.splitlines() if l.startswith("halite_refused_total") and "too_many_connections" in l)
 
 
 def watch_connections(health, n, since, out, stop_at):
@@ -131,6 +142,8 @@ def run_one(n, mode, port, keydir, distinct, timeout, extra=""):
         row["signed_in_again"] = events["signed_in_again"] - before
         watcher.join(5)
         row["listening_to_subscriptions_back_s"] = back
+        row["refused_too_many_connections"] = refused(health)
+        row["master_rss_mib_after"] = round(rollup(m.proc.pid, ("Rss",))[0] / 1024, 1)
     finally:
         stop(swarm)
         m.stop()
