@@ -11,6 +11,18 @@ returns, committed through whichever member took them, are read on the first), a
 member's RSS.
 
     ~/.cache/halite/venv-salt-3008.5/bin/python benches/scripts/cluster_swarm.py [--sizes 50,200,500]
+
+With ``--direct P`` there is no balancer: P ``halite-swarm`` processes (each under the
+per-process open-file limit: a minion holds two connections) take consecutive ranges of
+ids and spread their minions over the three members (minion n on member n mod 3), as a
+fleet configured with a list of masters would. That is how 24,000 minions fit on this
+machine (HAProxy would hold four connections per minion in one process). The direct
+mode also restarts the third member under that load (SIGTERM, start on the same state)
+and times from its ``ret_port`` answering again to the first ``salt '*' test.ping``
+that every minion answers:
+
+    ~/.cache/halite/venv-salt-3008.5/bin/python benches/scripts/cluster_swarm.py \
+        --sizes 24000 --direct 3 --out docs/bench-data/cluster-swarm-24k.json
 """
 
 import argparse
@@ -20,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -40,6 +53,108 @@ def cpu(pids):
             except (OSError, IndexError):
                 pass
     return total / hz
+
+
+def start_members(root, ret, pub, pool):
+    """The three members' configs and processes (release builds, auto_accept)."""
+    procs, confs = [], []
+    for ip in IPS:
+        d = os.path.join(root, ip)
+        os.makedirs(os.path.join(d, "conf"))
+        peers = "".join(f"  - {p}\n" for p in IPS if p != ip)
+        with open(os.path.join(d, "conf", "master"), "w") as f:
+            f.write(
+                f"root_dir: {d}\nid: {ip}\ninterface: {ip}\nret_port: {ret}\npublish_port: {pub}\nauto_accept: True\n"
+                f"log_level: warning\nhalite_data_dir: {d}/halite\npidfile: {d}/master.pid\ncluster_id: bench\n"
+                f"cluster_secret: bench\ncluster_pool_port: {pool}\ncluster_isolated_filesystem: True\n"
+                f"cluster_pki_dir: {d}/cpki\ncluster_peers:\n{peers}"
+            )
+        confs.append(os.path.join(d, "conf"))
+        procs.append(start_member(d, confs[-1]))
+    for ip in IPS:
+        wait_serving(ip, ret)
+    return procs, confs
+
+
+def start_member(d, conf):
+    log = open(os.path.join(d, "master.log"), "a")
+    return subprocess.Popen([os.path.join(BIN, "salt-master"), "-c", conf, "-l", "warning"], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+
+
+def wait_serving(ip, ret, limit=120):
+    t0 = time.monotonic()
+    while not ping_answered_at(ip, ret):
+        if time.monotonic() - t0 > limit:
+            sys.exit(f"member {ip} not serving")
+    return time.monotonic() - t0
+
+
+def answering(conf, n, timeout=60):
+    out = subprocess.run([os.path.join(BIN, "salt"), "-c", conf, "*", "test.ping", "--out", "json", "-t", str(timeout)], capture_output=True, text=True).stdout
+    return out.count("true")
+
+
+def run_direct(n, keydir, base, processes, distinct):
+    """N minions over `processes` swarms connected straight to the members; then the
+    third member restarted under that load."""
+    root = tempfile.mkdtemp(prefix=f"cluster-direct-{n}-")
+    ret, pub, pool = base, base - 1, base - 2
+    procs, confs = start_members(root, ret, pub, pool)
+    row = {"minions": n, "swarm_processes": processes, "distinct_keys": distinct}
+    before = cpu([p.pid for p in procs])
+    t0 = time.monotonic()
+    swarms, auths = [], []
+    per = -(-n // processes)
+    try:
+        # Started together (a fleet signing in at once); each waits for its own ready.
+        started = []
+        for i in range(processes):
+            first, count = i * per, min(per, n - i * per)
+            args = ["--master", ",".join(IPS), "--port", str(ret), "--count", str(count), "--first", str(first), "--key-dir", keydir]
+            if distinct:
+                args += ["--distinct-keys", str(distinct)]
+            started.append(threading.Thread(target=lambda a=args, i=i: swarms.append((i,) + swarm_until_ready(a, os.path.join(root, f"swarm{i}")))))
+            os.makedirs(os.path.join(root, f"swarm{i}"), exist_ok=True)
+            started[-1].start()
+        for t in started:
+            t.join()
+        row["all_ready_s"] = round(time.monotonic() - t0, 2)
+        row["auth_s_per_process"] = [round(a["seconds"], 2) for _, _, a, _ in sorted(swarms, key=lambda s: s[0])]
+        row["auth_failed"] = sum(sum(a["failed"].values()) for _, _, a, _ in swarms)
+        row["ready"] = sum(r.get("count", 0) for _, _, _, r in swarms)
+        row["members_cpu_s"] = round(cpu([p.pid for p in procs]) - before, 1)
+        times, counts = [], []
+        for _ in range(3):
+            t1 = time.monotonic()
+            counts.append(answering(confs[0], n))
+            times.append(time.monotonic() - t1)
+        row["cli_ping_s"] = [round(t, 2) for t in times]
+        row["cli_ping_answers"] = counts
+        row["rss_mib"] = [round(memory(p.pid)[0] / 1024, 1) for p in procs]
+        # The third member restarted under the load.
+        stop(procs[2])
+        procs[2] = start_member(os.path.join(root, IPS[2]), confs[2])
+        row["restart_to_serving_s"] = round(wait_serving(IPS[2], ret), 2)
+        # A run that misses a minion lasts its whole timeout: keep it short (twice the
+        # slowest ping above, at least 3 s), so the figure's resolution is that timeout.
+        limit = max(3, round(2 * max(times) + 1))
+        row["restart_ping_timeout_s"] = limit
+        t2, runs, got = time.monotonic(), 0, 0
+        while time.monotonic() - t2 < 600:
+            runs += 1
+            got = answering(confs[0], n, limit)
+            if got == n:
+                break
+        row["restart_serving_to_all_answering_s"] = round(time.monotonic() - t2, 2)
+        row["restart_ping_runs"] = runs
+        row["restart_answering"] = got
+        row["rss_mib_after_restart"] = [round(memory(p.pid)[0] / 1024, 1) for p in procs]
+    finally:
+        for _, sw, _, _ in swarms:
+            stop(sw)
+        for p in procs:
+            stop(p)
+    return row
 
 
 def run(n, keydir, base):
@@ -123,12 +238,14 @@ def main():
     ap.add_argument("--sizes", default="50,200,500")
     ap.add_argument("--keys", default=os.path.join(os.path.expanduser("~"), ".cache/halite/swarm-keys"))
     ap.add_argument("--out", default="docs/bench-data/cluster-swarm.json")
+    ap.add_argument("--direct", type=int, default=0, help="no balancer: this many swarm processes spread over the members")
+    ap.add_argument("--distinct-keys", type=int, default=1000, help="key pairs the swarm uses (0: one per minion)")
     a = ap.parse_args()
     rows = []
     base = 29600
     for n in [int(x) for x in a.sizes.split(",")]:
         base += 10
-        row = run(n, a.keys, base)
+        row = run_direct(n, a.keys, base, a.direct, a.distinct_keys) if a.direct else run(n, a.keys, base)
         print(json.dumps(row), flush=True)
         rows.append(row)
     with open(a.out, "w") as f:

@@ -9,9 +9,12 @@ For each swarm size (default 2000, 8000) and each key mode this script:
 3. checks that ``salt '*' test.ping`` reaches all N, then stops the master (SIGTERM)
    and starts it again on the same state;
 4. times from the master listening again (a clear ``ping`` answered on ``ret_port``)
-   to the end of the first ``salt '*' test.ping -t 10`` run that all N answer
-   (runs repeat back to back until one does), and counts the swarm's
-   ``signed_in_again`` lines (minions the master made sign in again).
+   to the end of the first ``salt '*' test.ping -t T`` run that all N answer (runs
+   repeat back to back until one does; ``--timeout`` T, default 3 s: a run that misses
+   a minion lasts all of T, so T is the resolution), and counts the swarm's
+   ``signed_in_again`` lines (minions the master made sign in again);
+5. meanwhile samples the master's ``halite_minions_connected`` (health endpoint, every
+   0.1 s): when half, 90 % and all of the subscriptions were back.
 
 Key modes: ``kept`` (Halite's default: the publish key survives the restart) and
 ``new`` (``halite_new_publish_key_at_start: True``: a new key at every start, as Salt
@@ -34,24 +37,65 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from swarm import BIN, HOME, Master, stop, sweep  # noqa: E402
+from swarm import BIN, HOME, Master, rollup, stop, sweep  # noqa: E402
 
 
-def answering(m, n, timeout=10):
+def answering(m, n, timeout=3):
     exe = os.path.join(BIN, "salt")
     out = subprocess.run([exe, "-c", m.conf, "*", "test.ping", "--out", "json", "-t", str(timeout)], capture_output=True, text=True).stdout
     return out.count("true")
 
 
-def run_one(n, mode, port, keydir):
+def connected(health):
+    """`halite_minions_connected` from the master's health endpoint (None if unreadable)."""
+    import urllib.request
+
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{health}/metrics", timeout=1).read().decode()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("halite_minions_connected "):
+            return int(float(line.split()[1]))
+    return None
+
+
+def refused(health):
+    """Connections the master closed at once to keep descriptors for its own files."""
+    import urllib.request
+
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{health}/metrics", timeout=1).read().decode()
+    except OSError:
+        return None
+    return sum(int(float(l.split()[-1])) for l in text.splitlines() if l.startswith("halite_refused_total") and "too_many_connections" in l)
+
+
+def watch_connections(health, n, since, out, stop_at):
+    """Records in `out` the seconds after `since` at which half, 90 % and all of the `n`
+    subscriptions were back (sampled every 0.1 s)."""
+    marks = {"half": n // 2, "p90": (9 * n) // 10, "all": n}
+    while time.monotonic() < stop_at and len(out) < len(marks):
+        c = connected(health) or 0
+        for k, v in marks.items():
+            if k not in out and c >= v:
+                out[k] = round(time.monotonic() - since, 2)
+        time.sleep(0.1)
+
+
+def run_one(n, mode, port, keydir, distinct, timeout, extra=""):
     root = tempfile.mkdtemp(prefix=f"restart-{mode}-{n}-")
     m = Master("halite", root, port)
-    if mode == "new":
-        with open(os.path.join(m.conf, "master"), "a") as f:
+    health = port + 3
+    with open(os.path.join(m.conf, "master"), "a") as f:
+        f.write(f"halite_health_port: {health}\n")
+        if mode == "new":
             f.write("halite_new_publish_key_at_start: True\n")
+        f.write(extra)
     m.start()
     swarm = subprocess.Popen(
-        [os.path.join(BIN, "halite-swarm"), "--auth-timeout", "60", "--port", str(port), "--count", str(n), "--key-dir", keydir],
+        [os.path.join(BIN, "halite-swarm"), "--auth-timeout", "60", "--port", str(port), "--count", str(n), "--key-dir", keydir]
+        + (["--distinct-keys", str(distinct)] if distinct else []),
         stdout=subprocess.PIPE, stderr=open(os.path.join(root, "swarm.log"), "w"), text=True,
     )
     events = {"signed_in_again": 0}
@@ -80,10 +124,13 @@ def run_one(n, mode, port, keydir):
         before = events["signed_in_again"]
         row["start_to_listening_s"] = m.start()
         t0 = time.monotonic()
+        back = {}
+        watcher = threading.Thread(target=watch_connections, args=(health, n, t0, back, t0 + 600), daemon=True)
+        watcher.start()
         runs = 0
         while True:
             runs += 1
-            got = answering(m, n)
+            got = answering(m, n, timeout)
             if got == n:
                 break
             if time.monotonic() - t0 > 600:
@@ -91,7 +138,12 @@ def run_one(n, mode, port, keydir):
                 break
         row["listening_to_all_answering_s"] = round(time.monotonic() - t0, 2)
         row["ping_runs"] = runs
+        row["ping_timeout_s"] = timeout
         row["signed_in_again"] = events["signed_in_again"] - before
+        watcher.join(5)
+        row["listening_to_subscriptions_back_s"] = back
+        row["refused_too_many_connections"] = refused(health)
+        row["master_rss_mib_after"] = round(rollup(m.proc.pid, ("Rss",))[0] / 1024, 1)
     finally:
         stop(swarm)
         m.stop()
@@ -104,8 +156,13 @@ def main():
     ap.add_argument("--modes", default="kept,new")
     ap.add_argument("--keys", default=os.path.join(HOME, ".cache/halite/swarm-keys"))
     ap.add_argument("--out", default="docs/bench-data/restart.json")
+    ap.add_argument("--distinct-keys", type=int, default=1000, help="key pairs the swarm uses (0: one per minion)")
+    ap.add_argument("--timeout", type=int, default=3,
+                    help="each ping run's -t: a run that misses a minion lasts all of it, so this is the figure's resolution")
+    ap.add_argument("--config", default="", help="extra master configuration lines (YAML), e.g. 'zmq_backlog: 4096'")
     a = ap.parse_args()
-    sweep(a.sizes, a.modes, 29506, lambda n, mode, port: run_one(n, mode, port, a.keys), a.out)
+    extra = a.config.replace("\\n", "\n") + "\n" if a.config else ""
+    sweep(a.sizes, a.modes, 29506, lambda n, mode, port: run_one(n, mode, port, a.keys, a.distinct_keys, a.timeout, extra), a.out)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import zmq
@@ -190,22 +191,41 @@ def swarm_until_ready(args, root):
         events[ev["event"]] = ev
         if ev["event"] == "ready":
             break
+    # The swarm prints one line per job from now on. Keep reading them: a pipe nobody
+    # reads fills after about 600 lines (64 KiB) and the swarm's next print blocks, which
+    # stalls every simulated minion (the "swarm stops after ~594 jobs" of the first soaks).
+    proc.later = []
+    threading.Thread(target=lambda: proc.later.extend(json.loads(l) for l in proc.stdout), daemon=True).start()
     return proc, events.get("authenticated", {}), events.get("ready", {})
 
 
-def run_one(kind, n, port, keydir):
+def returns_per_second(swarm, since):
+    """Median over the jobs the swarm finished after its `since`-th line: returns
+    acknowledged by the master per second, from the first minion receiving the publish
+    to the last return's reply (the swarm's `job` lines)."""
+    time.sleep(0.5)
+    rates = [j["returned"] / j["seconds"] for j in swarm.later[since:] if j.get("event") == "job" and j["seconds"] > 0]
+    return round(statistics.median(rates)) if rates else None
+
+
+def run_one(kind, n, port, keydir, distinct):
     root = tempfile.mkdtemp(prefix=f"swarm-{kind}-{n}-")
     m = Master(kind, root, port)
     row = {"master": kind, "minions": n}
     row["cold_start_empty_s"] = m.start()
-    swarm, auth, ready = swarm_until_ready(["--port", str(port), "--count", str(n), "--key-dir", keydir, "--master-pid", str(m.proc.pid)], root)
+    args = ["--port", str(port), "--count", str(n), "--key-dir", keydir, "--master-pid", str(m.proc.pid)]
+    if distinct:
+        args += ["--distinct-keys", str(distinct)]
+    swarm, auth, ready = swarm_until_ready(args, root)
     try:
         row["auth_s"] = auth["seconds"]
         row["auth_master_cpu_s"] = auth["master_cpu_seconds"]
         row["auth_failed"] = sum(auth["failed"].values())
         row["processes"] = auth["master_processes"]
         row["ready"] = ready["count"]
+        since = len(swarm.later)
         row["cli_ping_s"] = m.cli_ping(n)
+        row["returns_per_s"] = returns_per_second(swarm, since)
         if kind == "reference":
             row["local_client_ping_s"] = m.local_client_ping(n)
         rss, pss = memory(m.proc.pid)
@@ -224,8 +244,10 @@ def main():
     ap.add_argument("--masters", default="halite,reference")
     ap.add_argument("--keys", default=os.path.join(HOME, ".cache/halite/swarm-keys"))
     ap.add_argument("--out", default="docs/bench-data/swarm.json")
+    ap.add_argument("--distinct-keys", type=int, default=1000,
+                    help="key pairs the swarm uses (minion n takes key n mod K; 0: one each); the master's work is the same")
     a = ap.parse_args()
-    sweep(a.sizes, a.masters, 28506, lambda n, kind, port: run_one(kind, n, port, a.keys), a.out)
+    sweep(a.sizes, a.masters, 28506, lambda n, kind, port: run_one(kind, n, port, a.keys, a.distinct_keys), a.out)
 
 
 def sweep(sizes, variants, first_port, run, out):

@@ -21,6 +21,7 @@ pub mod admin;
 pub mod budget;
 pub mod bus;
 pub mod cluster;
+pub mod files;
 pub mod follow;
 pub mod health;
 pub mod http;
@@ -69,6 +70,10 @@ fn mkdir_private(p: &std::path::Path) -> Result<()> {
 /// Starts the master and serves until SIGINT or SIGTERM.
 pub fn run(cfg: MasterConfig) -> Result<()> {
     let started = std::time::Instant::now();
+    // Before anything opens a file: Salt's `max_open_files`, and the descriptors kept
+    // for the master's own files (`files.rs`).
+    let max_open_files = cfg.raw.get("max_open_files").and_then(serde_yaml::Value::as_u64).unwrap_or(files::DEFAULT_MAX_OPEN_FILES);
+    files::raise_limit(max_open_files);
     std::fs::create_dir_all(&cfg.cachedir).ctx(|| format!("creating {}", cfg.cachedir.display()))?;
     // A probe file left by the last run must not pass a probe.
     let probes = probes::Probes::reset(&cfg);
@@ -182,7 +187,12 @@ async fn serve(master: Arc<Master>, applied_rx: mpsc::UnboundedReceiver<publish:
                 Ok((stream, _)) => {
                     tokio::spawn(admin::connection(m.clone(), stream));
                 }
-                Err(e) => tracing::error!("admin socket: {e}"),
+                Err(e) => {
+                    // Out of descriptors, accept fails at once until some are freed:
+                    // pause rather than spin (and flood the log).
+                    tracing::error!("admin socket: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
             }
         }
     });

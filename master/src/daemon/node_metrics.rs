@@ -15,11 +15,12 @@
 //! | `halite_view_dirty{view}` | gauge | 1 while that view (`keys`, `roots`) waits to be rebuilt |
 //! | `halite_returns_total` | counter | job returns committed (`_return`) |
 //! | `halite_auths_total{result}` | counter | sign-ins answered: `accepted`, `other` (pending, rejected, denied, full), `not_ready` |
-//! | `halite_minions_connected` | gauge | established TCP connections on `publish_port` (Salt counts the same way) |
+//! | `halite_minions_connected` | gauge | established TCP connections on `interface:publish_port` (Salt counts the same way) |
 //!
 //! The node's values are copied from its [`NodeStatus`] when `/metrics` is read
 //! ([`refresh`]); the request counters are bumped by the request path ([`answered`]).
 
+use std::net::IpAddr;
 use std::sync::{LazyLock, Mutex};
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -100,8 +101,8 @@ static NODE: LazyLock<NodeMetrics> = LazyLock::new(|| {
 });
 
 /// Brings the metrics up to the node's status: `leader_name` names the leader,
-/// `publish_port` is where minions connect.
-pub fn refresh(status: &NodeStatus, leader_name: Option<String>, publish_port: u16) {
+/// `interface:publish_port` is where minions connect.
+pub fn refresh(status: &NodeStatus, leader_name: Option<String>, interface: &str, publish_port: u16) {
     let n = &*NODE;
     let _one = n.refreshing.lock().unwrap_or_else(|p| p.into_inner());
     let s = status.get();
@@ -121,7 +122,7 @@ pub fn refresh(status: &NodeStatus, leader_name: Option<String>, publish_port: u
     for v in halite_storage::views::ViewKind::ALL {
         n.dirty.get_or_create(&ViewLabels { view: v.as_str().into() }).set(i64::from(s.dirty_views.contains(&v.as_str())));
     }
-    n.connected.set(g(established_on(publish_port)));
+    n.connected.set(g(established_on(interface.parse().ok(), publish_port)));
     // So every series exists from the first scrape.
     for r in ["accepted", "other", "not_ready"] {
         let _ = n.auths.get_or_create(&AuthLabels { result: r.into() });
@@ -146,10 +147,13 @@ pub fn auth_not_ready() {
     NODE.auths.get_or_create(&AuthLabels { result: "not_ready".into() }).inc();
 }
 
-/// Established TCP connections whose local port is `port` (`/proc/net/tcp` and
-/// `tcp6`; 0 where those cannot be read).
-fn established_on(port: u16) -> u64 {
+/// Established TCP connections whose local end is `interface:port` (any local address
+/// when `interface` is unspecified, `0.0.0.0` or `::`) in `/proc/net/tcp` and `tcp6`;
+/// 0 where those cannot be read. The address matters when several masters share port
+/// numbers on one host (members on 127.0.0.x, or one address each on a shared host).
+fn established_on(interface: Option<IpAddr>, port: u16) -> u64 {
     let want = format!(":{port:04X}");
+    let wanted = interface.filter(|a| !a.is_unspecified());
     let mut n = 0;
     for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
         let Ok(text) = std::fs::read_to_string(f) else { continue };
@@ -157,12 +161,39 @@ fn established_on(port: u16) -> u64 {
             let mut cols = line.split_whitespace();
             let (Some(_), Some(local), Some(_), Some(state)) = (cols.next(), cols.next(), cols.next(), cols.next()) else { continue };
             // State 01 is ESTABLISHED.
-            if state == "01" && local.ends_with(&want) {
+            let Some(addr) = local.strip_suffix(&want) else { continue };
+            if state == "01" && wanted.is_none_or(|w| proc_net_addr(addr).is_some_and(|a| same_host(a, w))) {
                 n += 1;
             }
         }
     }
     n
+}
+
+/// An address as `/proc/net/tcp{,6}` prints it: the kernel's network-order words, each
+/// printed as a host-order `%08X` (8 hex digits for IPv4, 32 for IPv6).
+fn proc_net_addr(hex: &str) -> Option<IpAddr> {
+    let word = |i: usize| hex.get(i * 8..i * 8 + 8).and_then(|w| u32::from_str_radix(w, 16).ok()).map(u32::to_ne_bytes);
+    match hex.len() {
+        8 => Some(IpAddr::from(word(0)?)),
+        32 => {
+            let mut b = [0u8; 16];
+            for i in 0..4 {
+                b[i * 4..i * 4 + 4].copy_from_slice(&word(i)?);
+            }
+            Some(IpAddr::from(b))
+        }
+        _ => None,
+    }
+}
+
+/// The same address, an IPv4 one also in its IPv4-mapped IPv6 form (a dual-stack socket).
+fn same_host(a: IpAddr, b: IpAddr) -> bool {
+    let canon = |x: IpAddr| match x {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(x),
+        v4 => v4,
+    };
+    canon(a) == canon(b)
 }
 
 #[cfg(test)]
@@ -171,9 +202,36 @@ mod tests {
     fn counts_established_connections_on_a_port() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
-        let before = super::established_on(port);
+        let here = Some("127.0.0.1".parse().unwrap());
+        let before = super::established_on(here, port);
         let _c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
         let _s = l.accept().unwrap();
-        assert_eq!(super::established_on(port), before + 1);
+        assert_eq!(super::established_on(here, port), before + 1);
+        assert!(super::established_on(None, port) >= before + 1, "no address: any local address counts");
+    }
+
+    #[test]
+    fn counts_only_the_connections_on_its_own_address() {
+        // Two listeners on one port number, as members on 127.0.0.x share ports.
+        let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = a.local_addr().unwrap().port();
+        let Ok(b) = std::net::TcpListener::bind(("127.0.0.2", port)) else { return };
+        let _c1 = std::net::TcpStream::connect(("127.0.0.2", port)).unwrap();
+        let _c2 = std::net::TcpStream::connect(("127.0.0.2", port)).unwrap();
+        let _s = (b.accept().unwrap(), b.accept().unwrap());
+        assert_eq!(super::established_on(Some("127.0.0.1".parse().unwrap()), port), 0);
+        assert_eq!(super::established_on(Some("127.0.0.2".parse().unwrap()), port), 2);
+    }
+
+    #[test]
+    fn reads_proc_net_addresses() {
+        let v4 = u32::from_ne_bytes([127, 0, 0, 2]);
+        assert_eq!(super::proc_net_addr(&format!("{v4:08X}")), Some("127.0.0.2".parse().unwrap()));
+        let mapped: std::net::IpAddr = "::ffff:127.0.0.2".parse().unwrap();
+        let std::net::IpAddr::V6(m) = mapped else { unreachable!() };
+        let hex: String = m.octets().chunks(4).map(|w| format!("{:08X}", u32::from_ne_bytes([w[0], w[1], w[2], w[3]]))).collect();
+        let back = super::proc_net_addr(&hex).unwrap();
+        assert!(super::same_host(back, "127.0.0.2".parse().unwrap()));
+        assert_eq!(super::proc_net_addr("zz"), None);
     }
 }

@@ -61,6 +61,7 @@ pub fn request_options(cfg: &MasterConfig) -> SocketOptions {
     let mut o = SocketOptions::default();
     o.max_message_size(cfg.halite_max_request_bytes.saturating_add(REQUEST_SLACK));
     o.handshake_timeout(HANDSHAKE_TIMEOUT);
+    o.accept_fd_limit(super::files::connection_fd_limit());
     o
 }
 
@@ -69,6 +70,7 @@ pub fn publish_options(cfg: &MasterConfig) -> SocketOptions {
     let mut o = SocketOptions::default();
     o.max_message_size(PUBLISH_MAX_MESSAGE);
     o.handshake_timeout(HANDSHAKE_TIMEOUT);
+    o.accept_fd_limit(super::files::connection_fd_limit());
     o.send_queue_capacity(cfg.pub_hwm.max(1));
     o.max_subscriptions(MAX_SUBSCRIPTIONS);
     o
@@ -138,6 +140,11 @@ pub async fn watch(port: Port, mut events: futures::channel::mpsc::Receiver<Sock
                 if let Some(why) = reason(&e, true) {
                     refuse(port, &ep.to_string(), why, &format_args!("connection closed: {e}"));
                 }
+            }
+            SocketEvent::AcceptFailed(e) => {
+                // A connection closed at once to keep descriptors for the master's own
+                // files (`files.rs`), or an accept that failed (out of descriptors).
+                refuse(port, "-", "too_many_connections", &format_args!("{e}"));
             }
             SocketEvent::ReceiveFailed(peer, e) => {
                 if let Some(why) = reason(&e, false) {

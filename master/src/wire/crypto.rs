@@ -123,6 +123,8 @@ pub fn clean_key(pem: &[u8]) -> Vec<u8> {
 }
 
 /// A master (or test minion) private key. Every operation on it runs in OpenSSL.
+/// Cloning shares the one OpenSSL key (a reference count), it copies nothing.
+#[derive(Clone)]
 pub struct PrivateKey {
     pkey: PKey<Private>,
 }

@@ -364,6 +364,7 @@ pub struct SocketOptions {
     pub(crate) send_queue_capacity: Option<usize>,
     pub(crate) max_subscriptions: Option<usize>,
     pub(crate) handshake_timeout: Option<Duration>,
+    pub(crate) accept_fd_limit: Option<u64>,
 }
 
 impl Default for SocketOptions {
@@ -378,6 +379,7 @@ impl Default for SocketOptions {
             send_queue_capacity: None,
             max_subscriptions: None,
             handshake_timeout: None,
+            accept_fd_limit: None,
         }
     }
 }
@@ -492,6 +494,18 @@ impl SocketOptions {
     /// that connects and sends nothing holds its connection for as long as it likes.
     pub fn handshake_timeout(&mut self, timeout: Duration) -> &mut Self {
         self.handshake_timeout = Some(timeout);
+        self
+    }
+
+    /// (Unix, TCP) Closes at once every accepted connection whose file descriptor
+    /// number is `limit` or above, and reports it as `AcceptFailed`. Descriptors are
+    /// allocated lowest first, so a connection gets a number at or above `limit` only
+    /// when about `limit` descriptors are open: the descriptors from `limit` up to the
+    /// process's `RLIMIT_NOFILE` stay free for the application's own files (its
+    /// database, its logs) however many peers connect. Unset (the default), every
+    /// accepted connection is kept until `accept` itself fails with `EMFILE`.
+    pub fn accept_fd_limit(&mut self, limit: u64) -> &mut Self {
+        self.accept_fd_limit = Some(limit);
         self
     }
 

@@ -247,3 +247,40 @@ mod handshake_timeout_tests {
         assert!(buf.len() <= 64, "{buf:?}");
     }
 }
+
+#[cfg(all(test, unix, feature = "tokio-runtime"))]
+mod accept_fd_limit_tests {
+    use super::*;
+    use crate::async_rt;
+    use futures::StreamExt;
+
+    #[async_rt::test]
+    async fn a_connection_past_the_descriptor_limit_is_closed_at_once() {
+        let mut options = SocketOptions::default();
+        // Every descriptor number is at or above 3: every connection is refused.
+        options.accept_fd_limit(3);
+        let mut socket = RouterSocket::with_options(options);
+        let mut monitor = socket.monitor();
+        let endpoint = socket.bind("tcp://127.0.0.1:0").await.expect("bind");
+        let Endpoint::Tcp(_, port) = endpoint else {
+            panic!("tcp endpoint")
+        };
+        let mut refused = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connect");
+        loop {
+            match monitor.next().await.expect("monitor event") {
+                SocketEvent::AcceptFailed(e) => {
+                    assert!(e.to_string().contains("at or above the limit 3"), "{e}");
+                    break;
+                }
+                SocketEvent::Listening(_) => {}
+                other => panic!("unexpected event {other:?}"),
+            }
+        }
+        // Closed before any greeting was sent.
+        let mut buf = Vec::new();
+        let _ = tokio::io::AsyncReadExt::read_to_end(&mut refused, &mut buf).await;
+        assert!(buf.is_empty(), "{buf:?}");
+    }
+}

@@ -16,7 +16,10 @@ pub(super) fn accept(listener: TcpListener, inbound: Inbound) {
         let stream = match conn {
             Ok(s) => s,
             Err(e) => {
+                // Out of descriptors, accept fails at once until some are freed: pause
+                // rather than spin.
                 tracing::warn!("raft listener: {e}");
+                std::thread::sleep(std::time::Duration::from_millis(100));
                 continue;
             }
         };

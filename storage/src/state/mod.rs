@@ -163,6 +163,9 @@ pub const MEMTABLE_BYTES: usize = 8 << 20;
 /// All memtables together: past this, RocksDB flushes (all families at once, as
 /// `atomic_flush` keeps them consistent with `applied_index`).
 pub const MEMTABLES_TOTAL_BYTES: usize = 16 << 20;
+/// Table files kept open at most (RocksDB's default: all, for ever; the master counts its
+/// descriptors, master/src/daemon/files.rs); others are closed and reopened on use.
+pub const MAX_OPEN_TABLES: i32 = 256;
 
 impl StateMachine {
     /// Opens (or creates) the state machine at `path`.
@@ -180,6 +183,7 @@ impl StateMachine {
         // memtables before the first flush. See docs/operations.md "Memory".
         opts.set_write_buffer_size(MEMTABLE_BYTES);
         opts.set_db_write_buffer_size(MEMTABLES_TOTAL_BYTES);
+        opts.set_max_open_files(MAX_OPEN_TABLES);
         let db = DB::open_cf(&opts, path, ALL_CFS)?;
         Self::of(db, path.to_path_buf())
     }

@@ -16,9 +16,10 @@ use halite_tools::swarm::{self, Options};
 #[derive(Parser, Debug)]
 #[command(name = "halite-swarm", about = "Many simulated salt-minions in one process, for load tests", version)]
 struct Args {
-    /// The master's address.
-    #[arg(long, default_value = "127.0.0.1")]
-    master: String,
+    /// The master's address; several, comma separated (cluster members): minion n
+    /// signs in to the (n mod count)-th.
+    #[arg(long, default_value = "127.0.0.1", value_delimiter = ',')]
+    master: Vec<String>,
     /// The master's request port (`ret_port`).
     #[arg(long, default_value_t = 4506)]
     port: u16,
@@ -28,6 +29,14 @@ struct Args {
     /// Minion ids are PREFIX0, PREFIX1, ...
     #[arg(long, default_value = "swarm-")]
     prefix: String,
+    /// The first minion's number (ids PREFIX<first>...): several swarm processes, each
+    /// under the open-file limit, make one fleet.
+    #[arg(long, default_value_t = 0)]
+    first: usize,
+    /// Use only this many key pairs (minion n takes key n mod N): the master does the
+    /// same work per sign-in, and tens of thousands of keys need not be generated.
+    #[arg(long)]
+    distinct_keys: Option<usize>,
     /// Where the minion key pairs are cached (default: ~/.cache/halite/swarm-keys).
     #[arg(long)]
     key_dir: Option<PathBuf>,
@@ -66,9 +75,11 @@ fn main() {
             None => PathBuf::from(std::env::var_os("HOME").ok_or_else(|| Failure::new("HOME is not set; pass --key-dir", 2))?).join(".cache/halite/swarm-keys"),
         };
         let opts = Options {
-            master: args.master,
+            masters: args.master,
             ret_port: args.port,
             count: args.count,
+            first: args.first,
+            distinct_keys: args.distinct_keys,
             prefix: args.prefix,
             key_dir,
             master_pid: args.master_pid,

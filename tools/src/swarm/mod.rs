@@ -17,6 +17,11 @@
 //!
 //! The swarm stops on SIGINT/SIGTERM or after `--jobs N` publishes.
 //!
+//! A fleet larger than one process's open-file limit (two connections a minion) is
+//! several swarm processes, each with its own range of ids (`first..first+count`); one
+//! process can spread its minions over several masters (minion n signs in to
+//! `masters[n % len]`), and minions can share key pairs (`distinct_keys`).
+//!
 //! Across master restarts, failovers and key changes each minion does what salt-minion
 //! 3008.5 does: its subscription reconnects by itself; a request socket that failed is
 //! replaced; it signs in again only when told to, by a publish it cannot decrypt (the
@@ -49,11 +54,20 @@ use minion::{AesReply, Creds, Identity, MinionError};
 /// How the swarm runs.
 #[derive(Debug, Clone)]
 pub struct Options {
-    pub master: String,
+    /// The masters' addresses: minion `i` signs in to `masters[i % len]` (several cluster
+    /// members, without a balancer in front).
+    pub masters: Vec<String>,
     pub ret_port: u16,
     pub count: usize,
+    /// The first minion's number: ids run `PREFIX<first>..PREFIX<first+count-1>`, so
+    /// several swarm processes (each under the per-process file limit) make one fleet.
+    pub first: usize,
     pub prefix: String,
     pub key_dir: PathBuf,
+    /// Key pairs in use: minion `n` takes key `n % distinct_keys` (default: one each).
+    /// The master's work per sign-in is the same either way (it encrypts to whatever
+    /// key the id presents); sharing only spares generating tens of thousands of keys.
+    pub distinct_keys: Option<usize>,
     pub master_pid: Option<u32>,
     /// salt-minion's `auth_timeout` (5 s) and `auth_tries` (7).
     pub auth_timeout: Duration,
@@ -71,10 +85,12 @@ fn emit(v: serde_json::Value) {
     println!("{v}");
 }
 
-/// Loads `count` cached key pairs from `dir`, generating (on every core) the missing ones.
-pub fn load_keys(dir: &Path, count: usize) -> Result<(Vec<PrivateKey>, usize)> {
+/// Loads the cached key pairs `<n>.pem` for `n` in `range` from `dir`, generating (on
+/// every core) the missing ones; `keys[i]` is key `range.start + i`.
+pub fn load_keys(dir: &Path, range: std::ops::Range<usize>) -> Result<(Vec<PrivateKey>, usize)> {
     std::fs::create_dir_all(dir).map_err(|e| Failure::new(format!("creating {}: {e}", dir.display()), 1))?;
-    let mut keys: Vec<Option<PrivateKey>> = (0..count).map(|i| std::fs::read(dir.join(format!("{i}.pem"))).ok().and_then(|p| PrivateKey::from_pem(&p).ok())).collect();
+    let start = range.start;
+    let mut keys: Vec<Option<PrivateKey>> = range.map(|i| std::fs::read(dir.join(format!("{i}.pem"))).ok().and_then(|p| PrivateKey::from_pem(&p).ok())).collect();
     let missing: Vec<usize> = keys.iter().enumerate().filter(|(_, k)| k.is_none()).map(|(i, _)| i).collect();
     if !missing.is_empty() {
         let progress = Mutex::new(Progress::new("generating minion keys", missing.len() as u64));
@@ -95,7 +111,7 @@ pub fn load_keys(dir: &Path, count: usize) -> Result<(Vec<PrivateKey>, usize)> {
                                 });
                                 let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                                 progress.lock().unwrap_or_else(|p| p.into_inner()).set(n);
-                                (i, k.map_err(halite_master::Error::from).and_then(|(k, pem)| write_key(dir, i, &pem).map(|_| k)))
+                                (i, k.map_err(halite_master::Error::from).and_then(|(k, pem)| write_key(dir, start + i, &pem).map(|_| k)))
                             })
                             .collect::<Vec<_>>()
                     })
@@ -105,7 +121,7 @@ pub fn load_keys(dir: &Path, count: usize) -> Result<(Vec<PrivateKey>, usize)> {
         });
         progress.into_inner().unwrap_or_else(|p| p.into_inner()).finish();
         for (i, k) in made {
-            keys[i] = Some(k.map_err(|e| Failure::new(format!("minion key {i}: {e}"), 1))?);
+            keys[i] = Some(k.map_err(|e| Failure::new(format!("minion key {}: {e}", start + i), 1))?);
         }
     }
     let keys: Option<Vec<PrivateKey>> = keys.into_iter().collect();
@@ -154,9 +170,9 @@ async fn sign_in(opts: &Options, endpoint: &str, me: &Identity, cached: Option<&
 /// `"bad load"` reply), as salt-minion's `AsyncAuth.authenticate` does: until it works.
 /// Unanswered or waiting (pending, full): `acceptance_wait`, then again. Any other
 /// failure: a random 1..=`random_reauth_delay` wait (salt-minion restarts then).
-async fn sign_in_again(swarm: &Swarm, me: &Identity, master_pub: &PublicKey) -> Creds {
+async fn sign_in_again(swarm: &Swarm, me: &Identity, endpoint: &str, master_pub: &PublicKey) -> Creds {
     loop {
-        let wait = match sign_in(&swarm.opts, &swarm.endpoint, me, Some(master_pub)).await {
+        let wait = match sign_in(&swarm.opts, endpoint, me, Some(master_pub)).await {
             Ok(c) => {
                 let n = swarm.reauths.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                 emit(json!({"event": "signed_in_again", "id": me.id, "total": n}));
@@ -185,7 +201,6 @@ struct JobTrack {
 
 struct Swarm {
     opts: Options,
-    endpoint: String,
     jobs: Mutex<HashMap<String, JobTrack>>,
     members: usize,
     finished: mpsc::UnboundedSender<()>,
@@ -195,43 +210,68 @@ struct Swarm {
 
 impl Swarm {
     fn seen(&self, jid: &str, matched: bool) {
-        let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
-        let j = jobs.entry(jid.to_string()).or_insert_with(|| JobTrack { first_seen: Instant::now(), evaluated: 0, matched: 0, returned: 0, failed: 0 });
-        if matched {
-            j.matched += 1;
-        } else {
-            j.evaluated += 1;
-        }
-        self.maybe_done(&mut jobs, jid);
+        let done = {
+            let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+            let j = jobs.entry(jid.to_string()).or_insert_with(|| JobTrack { first_seen: Instant::now(), evaluated: 0, matched: 0, returned: 0, failed: 0 });
+            if matched {
+                j.matched += 1;
+            } else {
+                j.evaluated += 1;
+            }
+            self.take_done(&mut jobs, jid)
+        };
+        self.report(jid, done);
     }
 
     fn returned(&self, jid: &str, ok: bool) {
-        let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(j) = jobs.get_mut(jid) {
-            j.evaluated += 1;
-            if ok {
-                j.returned += 1;
-            } else {
-                j.failed += 1;
+        let done = {
+            let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(j) = jobs.get_mut(jid) {
+                j.evaluated += 1;
+                if ok {
+                    j.returned += 1;
+                } else {
+                    j.failed += 1;
+                }
             }
-        }
-        self.maybe_done(&mut jobs, jid);
+            self.take_done(&mut jobs, jid)
+        };
+        self.report(jid, done);
     }
 
-    fn maybe_done(&self, jobs: &mut HashMap<String, JobTrack>, jid: &str) {
-        if let Some(j) = jobs.get(jid) {
-            if j.evaluated == self.members {
-                emit(json!({"event": "job", "jid": jid, "matched": j.matched, "returned": j.returned, "failed": j.failed,
-                    "seconds": j.first_seen.elapsed().as_secs_f64()}));
-                let _ = self.finished.send(());
-            }
+    /// Removes a job every minion has evaluated from the map (so it stays as small as
+    /// the jobs in flight) and hands it back for [`Swarm::report`].
+    fn take_done(&self, jobs: &mut HashMap<String, JobTrack>, jid: &str) -> Option<JobTrack> {
+        if jobs.get(jid).is_some_and(|j| j.evaluated == self.members) {
+            jobs.remove(jid)
+        } else {
+            None
+        }
+    }
+
+    /// Prints a finished job's line, outside the map's lock: a slow reader of stdout
+    /// then holds up only the minion that finished the job, not every minion.
+    fn report(&self, jid: &str, done: Option<JobTrack>) {
+        if let Some(j) = done {
+            emit(json!({"event": "job", "jid": jid, "matched": j.matched, "returned": j.returned, "failed": j.failed,
+                "seconds": j.first_seen.elapsed().as_secs_f64()}));
+            let _ = self.finished.send(());
         }
     }
 }
 
+/// A simulated minion and the master it talks to.
+struct Seat {
+    me: Identity,
+    /// The master's address and its request endpoint (`tcp://address:ret_port`).
+    master: String,
+    endpoint: String,
+}
+
 /// One minion after sign-in: subscribe, then answer publishes until the process ends.
-async fn live(swarm: Arc<Swarm>, me: Identity, mut creds: Creds, ready: mpsc::UnboundedSender<std::result::Result<(), zeromq::ZmqError>>) {
-    let pub_ep = format!("tcp://{}:{}", swarm.opts.master, creds.publish_port);
+async fn live(swarm: Arc<Swarm>, seat: Seat, mut creds: Creds, ready: mpsc::UnboundedSender<std::result::Result<(), zeromq::ZmqError>>) {
+    let Seat { me, master, endpoint } = seat;
+    let pub_ep = format!("tcp://{master}:{}", creds.publish_port);
     let mut sub = zeromq::SubSocket::new();
     let subscribed = async {
         sub.connect(&pub_ep).await?;
@@ -239,7 +279,7 @@ async fn live(swarm: Arc<Swarm>, me: Identity, mut creds: Creds, ready: mpsc::Un
     }
     .await;
     let mut req = zeromq::ReqSocket::new();
-    let connected = req.connect(&swarm.endpoint).await;
+    let connected = req.connect(&endpoint).await;
     let _ = ready.send(subscribed.and(connected));
     let mut last_serial = 0i64;
     loop {
@@ -255,7 +295,7 @@ async fn live(swarm: Arc<Swarm>, me: Identity, mut creds: Creds, ready: mpsc::Un
             Ok(j) => j,
             Err(minion::PublishKeyChanged) => {
                 // The publish key changed: sign in again (with our token) and retry.
-                creds = sign_in_again(&swarm, &me, &creds.master_pub).await;
+                creds = sign_in_again(&swarm, &me, &endpoint, &creds.master_pub).await;
                 last_serial = 0;
                 minion::publish(&me.id, &creds.aes, &mut last_serial, &frame).unwrap_or(None)
             }
@@ -265,7 +305,7 @@ async fn live(swarm: Arc<Swarm>, me: Identity, mut creds: Creds, ready: mpsc::Un
         if !job.matched {
             continue;
         }
-        let ok = match send_return(&swarm, &me, &mut creds, &mut req, &job).await {
+        let ok = match send_return(&swarm, &me, &endpoint, &mut creds, &mut req, &job).await {
             Ok(()) => true,
             Err(e) => {
                 tracing::warn!(id = %me.id, jid = %job.jid, "return not delivered: {e}");
@@ -283,7 +323,7 @@ async fn live(swarm: Arc<Swarm>, me: Identity, mut creds: Creds, ready: mpsc::Un
 /// never answers again: this socket type does not reconnect by itself, so every later
 /// return on it failed ("Minion did not return" for every job after a member restart).
 /// Any transport error therefore replaces the socket, as a timeout does.
-async fn send_return(swarm: &Swarm, me: &Identity, creds: &mut Creds, req: &mut zeromq::ReqSocket, job: &minion::Job) -> std::result::Result<(), MinionError> {
+async fn send_return(swarm: &Swarm, me: &Identity, endpoint: &str, creds: &mut Creds, req: &mut zeromq::ReqSocket, job: &minion::Job) -> std::result::Result<(), MinionError> {
     let timeout = Duration::from_secs(10);
     let mut reauthed = false;
     let mut tries = 0;
@@ -303,7 +343,7 @@ async fn send_return(swarm: &Swarm, me: &Identity, creds: &mut Creds, req: &mut 
             Err(e) => {
                 tracing::debug!(id = %me.id, jid = %job.jid, "return try {tries} failed, on a fresh socket next: {e}");
                 *req = zeromq::ReqSocket::new();
-                req.connect(&swarm.endpoint).await.map_err(|e| MinionError::Transport(e.to_string()))?;
+                req.connect(endpoint).await.map_err(|e| MinionError::Transport(e.to_string()))?;
                 if tries >= 3 {
                     return Err(e);
                 }
@@ -314,7 +354,7 @@ async fn send_return(swarm: &Swarm, me: &Identity, creds: &mut Creds, req: &mut 
             AesReply::Value(_) => return Ok(()),
             AesReply::BadLoad if !reauthed => {
                 reauthed = true;
-                *creds = sign_in_again(swarm, me, &creds.master_pub).await;
+                *creds = sign_in_again(swarm, me, endpoint, &creds.master_pub).await;
             }
             AesReply::BadLoad => return Err(MinionError::BadReply("bad load after a fresh sign-in".into())),
         }
@@ -324,25 +364,49 @@ async fn send_return(swarm: &Swarm, me: &Identity, creds: &mut Creds, req: &mut 
 /// Runs the swarm to completion (see the module docs).
 pub async fn run(opts: Options) -> Result<()> {
     let started = Instant::now();
-    let (keys, generated) = tokio::task::block_in_place(|| load_keys(&opts.key_dir, opts.count))?;
-    let ids: Vec<Identity> = tokio::task::block_in_place(|| {
-        keys.into_iter().enumerate().map(|(i, k)| Identity::new(format!("{}{i}", opts.prefix), k)).collect::<std::result::Result<Vec<_>, _>>()
+    if opts.masters.is_empty() {
+        return Err(Failure::new("no master address given", 2));
+    }
+    let numbers = opts.first..opts.first + opts.count;
+    // Minion n takes key n % distinct: key files first..first+count when each has its
+    // own, else 0..distinct.
+    let distinct = opts.distinct_keys.unwrap_or(usize::MAX).max(1);
+    let key_range = if distinct >= numbers.end { numbers.clone() } else { 0..distinct };
+    let (keys, generated) = tokio::task::block_in_place(|| load_keys(&opts.key_dir, key_range.clone()))?;
+    let seats: Vec<Seat> = tokio::task::block_in_place(|| {
+        let mut made: HashMap<usize, Identity> = HashMap::new();
+        numbers
+            .map(|n| {
+                let k = n % distinct;
+                let id = format!("{}{n}", opts.prefix);
+                let me = match made.get(&k) {
+                    Some(other) => Identity::sharing(id, other),
+                    None => {
+                        let me = Identity::new(id, keys[k - key_range.start].clone())?;
+                        made.insert(k, Identity::sharing(me.id.clone(), &me));
+                        me
+                    }
+                };
+                let master = opts.masters[n % opts.masters.len()].clone();
+                let endpoint = format!("tcp://{master}:{}", opts.ret_port);
+                Ok(Seat { me, master, endpoint })
+            })
+            .collect::<std::result::Result<Vec<_>, halite_master::Error>>()
     })
     .map_err(|e| Failure::new(e.to_string(), 1))?;
-    emit(json!({"event": "keys", "count": ids.len(), "generated": generated, "seconds": started.elapsed().as_secs_f64()}));
+    emit(json!({"event": "keys", "count": seats.len(), "distinct": keys.len(), "generated": generated, "seconds": started.elapsed().as_secs_f64()}));
 
-    let endpoint = format!("tcp://{}:{}", opts.master, opts.ret_port);
     let before = opts.master_pid.map(procstat::tree_stats);
     let t0 = Instant::now();
     // Round one: every minion sends `_auth` at once. Replies are only collected here and
     // checked afterwards, so the swarm's own RSA work (two private-key decryptions per
     // minion) does not compete with the master for the CPU while it is being measured.
     let mut tasks = tokio::task::JoinSet::new();
-    for me in ids {
-        let (opts, endpoint) = (opts.clone(), endpoint.clone());
+    for seat in seats {
+        let opts = opts.clone();
         tasks.spawn(async move {
-            let r = auth_exchange(&opts, &endpoint, &me, None).await;
-            (me, r, t0.elapsed())
+            let r = auth_exchange(&opts, &seat.endpoint, &seat.me, None).await;
+            (seat, r, t0.elapsed())
         });
     }
     let mut replies = Vec::new();
@@ -361,15 +425,15 @@ pub async fn run(opts: Options) -> Result<()> {
     let after = opts.master_pid.map(procstat::tree_stats);
     let mut signed_in = Vec::new();
     let mut pending = tokio::task::JoinSet::new();
-    for (me, (nonce, reply)) in replies {
-        match tokio::task::block_in_place(|| minion::auth_reply(&me, &nonce, &reply, None)) {
-            Ok(c) => signed_in.push((me, c)),
+    for (seat, (nonce, reply)) in replies {
+        match tokio::task::block_in_place(|| minion::auth_reply(&seat.me, &nonce, &reply, None)) {
+            Ok(c) => signed_in.push((seat, c)),
             Err(MinionError::Pending) => {
-                let (opts, endpoint) = (opts.clone(), endpoint.clone());
+                let opts = opts.clone();
                 pending.spawn(async move {
                     tokio::time::sleep(opts.acceptance_wait).await;
-                    let r = sign_in(&opts, &endpoint, &me, None).await;
-                    (me, r)
+                    let r = sign_in(&opts, &seat.endpoint, &seat.me, None).await;
+                    (seat, r)
                 });
             }
             Err(e) => *failures.entry(e.to_string()).or_default() += 1,
@@ -377,9 +441,9 @@ pub async fn run(opts: Options) -> Result<()> {
     }
     let waited = !pending.is_empty();
     while let Some(j) = pending.join_next().await {
-        let Ok((me, r)) = j else { continue };
+        let Ok((seat, r)) = j else { continue };
         match r {
-            Ok(c) => signed_in.push((me, c)),
+            Ok(c) => signed_in.push((seat, c)),
             Err(e) => *failures.entry(e.to_string()).or_default() += 1,
         }
     }
@@ -394,11 +458,11 @@ pub async fn run(opts: Options) -> Result<()> {
     }
 
     let (finished_tx, mut finished_rx) = mpsc::unbounded_channel();
-    let swarm = Arc::new(Swarm { opts: opts.clone(), endpoint, jobs: Mutex::new(HashMap::new()), members: signed_in.len(), finished: finished_tx, reauths: Default::default() });
+    let swarm = Arc::new(Swarm { opts: opts.clone(), jobs: Mutex::new(HashMap::new()), members: signed_in.len(), finished: finished_tx, reauths: Default::default() });
     let (ready_tx, mut ready_rx) = mpsc::unbounded_channel();
     let n = signed_in.len();
-    for (me, creds) in signed_in {
-        tokio::spawn(live(swarm.clone(), me, creds, ready_tx.clone()));
+    for (seat, creds) in signed_in {
+        tokio::spawn(live(swarm.clone(), seat, creds, ready_tx.clone()));
     }
     let mut bad = 0;
     for _ in 0..n {

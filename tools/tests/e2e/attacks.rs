@@ -441,3 +441,33 @@ fn attacks_on_a_three_member_cluster_change_nothing_and_are_counted() {
     }
     minion.stop();
 }
+
+/// A flood of connections cannot take the descriptors the master needs for its own
+/// files: under a 400-file limit, 450 idle connections to the request port are met by
+/// closing the ones past the limit (counted), and meanwhile the admin socket answers, a
+/// job is written and the real minion answers it. (Before, the connections took every
+/// descriptor: accept failed in a spin, and a RocksDB flush failing with `EMFILE`
+/// stopped the raft node for good.)
+#[test]
+fn a_connection_flood_leaves_the_master_its_own_descriptors() {
+    let ip = one_ip();
+    let health = port_free_on(&[&ip]);
+    let env = Env::master(&ip, "localfs_key", &format!("auto_accept: True\nhalite_health_port: {health}\n"));
+    let mut cmd = Command::new("prlimit");
+    cmd.args(["--nofile=400:400", "--"]).arg(sibling_bin("salt-master")).args(["-c", &env.conf(), "-l", "info"]);
+    let _master = Proc::spawn_logged("salt-master", &mut cmd, &env.root.join("master.out"));
+    wait_master(&env);
+    let _minion = start_minion(&env.root, MINION, &format!("master: {}\nmaster_port: {}\n", env.ip, env.ret));
+    wait_minion_ready(&env.root, MINION, 1, 90);
+    wait_ping(&env, MINION, 90);
+
+    // Idle connections (no greeting): each holds a descriptor until the handshake
+    // timeout (20 s) unless the master closes it first.
+    let flood: Vec<TcpStream> = (0..450).filter_map(|_| TcpStream::connect((ip.as_str(), env.ret)).ok()).collect();
+    assert!(flood.len() > 300, "the flood connected ({} connections)", flood.len());
+    wait_counted(&env, health, "request", "too_many_connections", 1.0);
+    assert_eq!(env.salt_json(&["*", "test.ping"], 15), json!({MINION: true}), "served while the flood holds its connections");
+    drop(flood);
+    assert_eq!(env.salt_json(&["*", "test.echo", "after"], 15), json!({MINION: "after"}));
+    assert!(env.master_log().contains("open-file limit"), "the limit is logged at start");
+}

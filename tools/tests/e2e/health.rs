@@ -28,11 +28,11 @@ fn get(ip: &str, port: u16, path: &str) -> (u16, String) {
 }
 
 /// The value of an unlabelled (or exactly labelled) metric line.
-fn metric(text: &str, name: &str) -> Option<f64> {
+pub(crate) fn metric(text: &str, name: &str) -> Option<f64> {
     text.lines().find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
 }
 
-fn metrics_of(env: &Env, port: u16) -> String {
+pub(crate) fn metrics_of(env: &Env, port: u16) -> String {
     let (status, body) = get(&env.ip, port, "/metrics");
     assert_eq!(status, 200, "{body}");
     body

@@ -4,6 +4,9 @@
 //! restart was lost and `salt` said "Minion did not return"); against a lone master,
 //! 200 of them answer again after it restarts (without signing in: the publish key is
 //! kept) and after its publish key changes (each signs in again, as salt-minion does).
+//! One swarm process can also spread its minions over the members of a cluster (no
+//! balancer in front), so a fleet larger than one process's file limit is several
+//! processes with their own ranges of ids.
 
 use std::process::Command;
 
@@ -75,4 +78,37 @@ fn two_hundred_swarm_minions_answer_again_after_a_lone_master_restarts() {
     wait_for("every swarm minion answering after the key change", 120, || answering(&m.env) == N);
     let again = signed_in_again(&mut lines);
     assert!(again >= N, "every minion signed in again after the publish key changed ({again} of {N})");
+}
+
+#[test]
+fn one_swarm_spreads_its_minions_over_three_members() {
+    // The members share their port numbers (on their own addresses), as members behind
+    // a balancer do: a swarm takes one `--port` for all of them.
+    let ips = loopback(3);
+    let ipr: Vec<&str> = ips.iter().map(String::as_str).collect();
+    let (ret, publish) = two_ports_on(&ipr);
+    let (pool, health) = two_ports_on(&ipr);
+    let envs = ips
+        .iter()
+        .map(|ip| {
+            let peers: Vec<&str> = ipr.iter().copied().filter(|p| p != ip).collect();
+            Env::master_on(ip, ret, publish, "localfs_key", &format!("{}auto_accept: True\nhalite_health_port: {health}\n", member_conf(ip, &peers, pool, "swarm-spread", "s3cret")))
+        })
+        .collect();
+    let c = Cluster::start(envs);
+    let masters = ips.join(",");
+    // Six minions, fleet-10..fleet-15, sharing two key pairs (from the first member's
+    // keys/ dir, made for this test): two on each member.
+    let mut cmd = Command::new(SWARM);
+    cmd.args(["--master", &masters, "--port", &c.envs[0].ret.to_string(), "--count", "6", "--first", "10", "--distinct-keys", "2", "--prefix", "fleet-"]);
+    cmd.args(["--acceptance-wait", "1"]).arg("--key-dir").arg(c.envs[0].root.join("keys"));
+    let (_swarm, mut lines) = Proc::spawn_lines("halite-swarm", &mut cmd, &c.envs[0].root.join("swarm.log"));
+    lines.wait("the swarm to sign in", 120, |l| l.iter().any(|l| l.contains("\"ready\"")));
+    assert_eq!(swarm_event(&lines, "ready")["count"], json!(6));
+    let all: Value = (10..16).map(|n| (format!("fleet-{n}"), json!(true))).collect::<serde_json::Map<_, _>>().into();
+    wait_for("every minion answering through the first member", 60, || c.envs[0].salt_json(&["fleet-*", "test.ping"], 10) == all);
+    for (i, env) in c.envs.iter().enumerate() {
+        let connected = crate::health::metric(&crate::health::metrics_of(env, health), "halite_minions_connected");
+        assert_eq!(connected, Some(2.0), "member {i} holds the subscriptions of its two minions");
+    }
 }

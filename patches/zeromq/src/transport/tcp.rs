@@ -19,6 +19,28 @@ use futures::{select, FutureExt};
 #[cfg(feature = "tokio-runtime")]
 const TCP_SOCKET_BUFFER_SIZE: usize = 4 * 1024 * 1024;
 
+/// How long the accept loop waits after a failed `accept` (e.g. `EMFILE`) before it
+/// tries again.
+const ACCEPT_ERROR_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Refuses (closes) an accepted connection whose descriptor number is at or above
+/// `limit` (see `SocketOptions::accept_fd_limit`).
+fn within_fd_limit(raw_socket: &TcpStream, limit: Option<u64>) -> std::io::Result<()> {
+    #[cfg(unix)]
+    if let Some(limit) = limit {
+        use std::os::unix::io::AsRawFd;
+        let fd = raw_socket.as_raw_fd();
+        if u64::try_from(fd).map_or(false, |fd| fd >= limit) {
+            return Err(std::io::Error::other(format!(
+                "accepted connection on descriptor {fd}, at or above the limit {limit}: closed"
+            )));
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (raw_socket, limit);
+    Ok(())
+}
+
 pub(crate) async fn connect(
     host: &Host,
     port: Port,
@@ -94,8 +116,12 @@ where
         loop {
             select! {
                 incoming = listener.accept().fuse() => {
+                    // Out of descriptors (or buffers), accept fails at once for as long
+                    // as the shortage lasts: pause instead of spinning on it.
+                    let pause = incoming.is_err();
                     let maybe_accepted: Result<_, _> = incoming
                         .and_then(|(raw_socket, remote_addr)| {
+                            within_fd_limit(&raw_socket, options.accept_fd_limit)?;
                             raw_socket
                                 .set_nodelay(true)
                                 .map(|_| {
@@ -111,6 +137,9 @@ where
                         })
                         .map_err(|err| err.into());
                     async_rt::task::spawn(cback(maybe_accepted));
+                    if pause {
+                        async_rt::task::sleep(ACCEPT_ERROR_PAUSE).await;
+                    }
                 }
                 _ = stop_callback => {
                     break
