@@ -27,6 +27,7 @@ mod orchestrate;
 mod reactor;
 mod minion;
 mod runners;
+mod saltapi;
 mod targeting;
 mod wire;
 
