@@ -17,11 +17,13 @@ use crate::support::*;
 const SALT_API: &str = env!("CARGO_BIN_EXE_salt-api");
 
 /// The `external_auth` and `rest_cherrypy` options of one salt-api, the users file in
-/// `root/users.txt`: `fred` may do anything, `limited` only `test.*` on minions.
+/// `root/users.txt`: `fred` may do anything, `limited` only `test.*` on minions, `web`
+/// `test.*` on m1 and `test.echo` with a first argument starting with "ok" on the minions
+/// whose `id` grain is m2.
 fn api_conf(root: &Path, host: &str, port: u16, token_expire: u64) -> String {
-    std::fs::write(root.join("users.txt"), "fred:s3cret\nlimited:pw\n").expect("users file");
+    std::fs::write(root.join("users.txt"), "fred:s3cret\nlimited:pw\nweb:pw\n").expect("users file");
     format!(
-        "token_expire: {token_expire}\nexternal_auth:\n  file:\n    ^filename: {}/users.txt\n    fred:\n      - '.*'\n      - '@runner'\n      - '@wheel'\n    limited:\n      - 'test.*'\n\
+        "timeout: 30\ntoken_expire: {token_expire}\nexternal_auth:\n  file:\n    ^filename: {}/users.txt\n    fred:\n      - '.*'\n      - '@runner'\n      - '@wheel'\n    limited:\n      - 'test.*'\n    web:\n      - m1:\n        - 'test.*'\n      - 'G@id:m2':\n        - test.echo:\n            args: ['^ok']\n\
          rest_cherrypy:\n  host: {host}\n  port: {port}\n  disable_ssl: True\n  max_request_body_size: 65536\n",
         root.display()
     )
@@ -129,8 +131,9 @@ fn login_lowstate_minions_jobs_events_acls_logout_and_bounds_with_real_minions()
     assert_eq!((&job["info"][0]["Function"], &job["info"][0]["jid"]), (&json!("test.echo"), &json!(jid)), "{job}");
 
     // The stream showed the job's publication and both returns, one SSE record each.
-    events.wait("the job's events on /events", 60, |l| ["new", "ret/m1", "ret/m2"].iter().all(|t| l.iter().any(|x| *x == format!("tag: salt/job/{jid}/{t}"))));
-    let lines: Vec<String> = events.wait("", 1, |_| true).to_vec();
+    // (Each tag line followed by its data line.)
+    let seen = |l: &[String], t: &str| l.iter().position(|x| *x == format!("tag: salt/job/{jid}/{t}")).is_some_and(|i| i + 1 < l.len());
+    let lines: Vec<String> = events.wait("the job's events on /events", 60, |l| ["new", "ret/m1", "ret/m2"].iter().all(|t| seen(l, t))).to_vec();
     let at = lines.iter().position(|x| *x == format!("tag: salt/job/{jid}/ret/m1")).expect("the return's tag");
     let data: Value = serde_json::from_str(lines[at + 1].strip_prefix("data: ").expect("a data line")).expect("JSON data");
     assert_eq!((&data["tag"], &data["data"]["return"], &data["data"]["id"]), (&json!(format!("salt/job/{jid}/ret/m1")), &json!("hi"), &json!("m1")), "{data}");
@@ -163,6 +166,16 @@ fn login_lowstate_minions_jobs_events_acls_logout_and_bounds_with_real_minions()
     assert_eq!(api.call("GET", "/jobs", &lim, None).0, 401);
     assert_eq!(env.ids("minions"), ["m1", "m2"], "the refused key.delete deleted nothing");
 
+    // web: target rules, resolved by the master (a glob and a grain), with argument rules.
+    let web = api.token("web", "pw");
+    let local = |tgt: Value, tgt_type: &str, fun: &str, arg: Value| api.call("POST", "/", &web, Some(json!([{ "client": "local", "tgt": tgt, "tgt_type": tgt_type, "fun": fun, "arg": arg }])));
+    assert_eq!(local(json!("m1"), "glob", "test.ping", json!([])).1["return"], json!([{ "m1": true }]));
+    assert_eq!(local(json!("m2"), "glob", "test.echo", json!(["ok go"])).1["return"], json!([{ "m2": "ok go" }]));
+    assert_eq!(local(json!("*"), "glob", "test.ping", json!([])).0, 401, "m2 is not among m1's minions");
+    assert_eq!(local(json!("m2"), "glob", "test.echo", json!(["bad"])).0, 401, "the argument rule");
+    assert_eq!(local(json!(["m1", "m2"]), "list", "test.echo", json!(["ok"])).0, 401, "neither rule covers both minions");
+    assert_eq!(local(json!("m1"), "glob", "cmd.run", json!(["id"])).0, 401);
+
     // Tokens: none, not hex, unknown; a token in the URL of /events is refused.
     assert_eq!(api.call("POST", "/", "", Some(json!([{ "client": "local", "tgt": "*", "fun": "test.ping" }]))).0, 401);
     assert_eq!(api.call("GET", "/jobs", "not-a-token", None).0, 401);
@@ -194,8 +207,8 @@ fn login_lowstate_minions_jobs_events_acls_logout_and_bounds_with_real_minions()
     m.proc.stop();
     let dump = m.env.ok(CTL, &["dump", "--json", "--kind", "eauth_token"]);
     let users: Vec<String> = dump.lines().map(|l| json(l)["record"]["user"].as_str().unwrap_or("").to_string()).collect();
-    assert_eq!(users, ["fred", "limited", ""], "two creates and a revoke: {dump}");
-    assert!(!dump.contains(&token) && !dump.contains(&lim), "a token itself reached the log: {dump}");
+    assert_eq!(users, ["fred", "limited", "web", ""], "three creates and a revoke: {dump}");
+    assert!(!dump.contains(&token) && !dump.contains(&lim) && !dump.contains(&web), "a token itself reached the log: {dump}");
 }
 
 /// A second salt-api on the same master with `token_expire: 3`: its token is refused once
