@@ -82,11 +82,7 @@ fn single_key(rule: &J) -> Option<(&str, &J)> {
 pub fn minion_call_allowed(rules: &[J], fun: &str, args: &[J], kwargs: &serde_json::Map<String, J>, minions: &BTreeSet<String>, targets: &BTreeMap<String, BTreeSet<String>>) -> bool {
     for rule in rules {
         match rule {
-            J::String(re) => {
-                if re_match(re, fun) {
-                    return true;
-                }
-            }
+            J::String(re) if re_match(re, fun) => return true,
             J::Object(_) => {
                 let Some((valid, funs)) = single_key(rule) else { continue };
                 let on_all = valid == "*"
@@ -155,7 +151,7 @@ fn args_allowed(valid: &J, args: &[J], kwargs: &serde_json::Map<String, J>) -> b
     };
     list.iter().any(|cond| {
         let Some(cond) = cond.as_object() else { return false };
-        let args_ok = cond.get("args").and_then(J::as_array).map_or(true, |want| {
+        let args_ok = cond.get("args").and_then(J::as_array).is_none_or(|want| {
             want.iter().enumerate().all(|(i, w)| match (args.get(i), w) {
                 (None, _) => false,
                 (Some(_), J::Null) => true,
@@ -163,7 +159,7 @@ fn args_allowed(valid: &J, args: &[J], kwargs: &serde_json::Map<String, J>) -> b
                 _ => false,
             })
         });
-        let kwargs_ok = cond.get("kwargs").and_then(J::as_object).map_or(true, |want| {
+        let kwargs_ok = cond.get("kwargs").and_then(J::as_object).is_none_or(|want| {
             want.iter().all(|(k, w)| match (kwargs.get(k), w) {
                 (None, _) => false,
                 (Some(_), J::Null) => true,

@@ -14,7 +14,8 @@
 //! | `GET /events` | token | the master's event bus as server-sent events: `retry: 400`, then `tag: TAG\ndata: {"tag", "data"}\n\n` per event |
 //!
 //! The token is the `X-Auth-Token` header or the `session_id` cookie (as rest_cherrypy
-//! 3008.5: a token in the URL is refused with 400). Tokens are kind-18 records
+//! 3008.5: a token in the URL is refused with 400); an open event stream ends within
+//! [`STREAM_RECHECK`] of its token's logout or expiry. Tokens are kind-18 records
 //! (`halite_storage::eauth_token`): made through one member of a cluster, valid through
 //! every member until `token_expire` or `/logout`.
 //!
@@ -59,6 +60,9 @@ pub const MAX_HEADERS: usize = 100;
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// Most chunks in one lowstate.
 pub const MAX_CHUNKS: usize = 100;
+/// How often an open event stream checks that its token is still valid (a logout or
+/// expiry ends the stream within this time).
+pub const STREAM_RECHECK: Duration = Duration::from_secs(5);
 
 /// Serves until the process ends.
 pub async fn serve(cfg: Arc<ApiConfig>, listener: TcpListener) {
@@ -85,7 +89,7 @@ pub async fn serve(cfg: Arc<ApiConfig>, listener: TcpListener) {
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEAD_TIMEOUT)
-                .max_buf_size(MAX_HEAD_BYTES)
+                .max_header_size(MAX_HEAD_BYTES)
                 .max_headers(MAX_HEADERS)
                 .serve_connection(TokioIo::new(stream), service);
             if let Err(e) = conn.await {
@@ -328,14 +332,24 @@ async fn login(cfg: &ApiConfig, fmt: Format, body: J) -> Result<Response<Body>, 
 async fn events(cfg: &ApiConfig, s: &Session) -> Result<Response<Body>, ApiError> {
     let mut conn = admin::open(&cfg.sock_dir, &json!({ "cmd": "events.watch" })).await?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(256);
-    let user = s.user.clone();
+    let (user, hash, sock_dir) = (s.user.clone(), s.hash.clone(), cfg.sock_dir.clone());
     tokio::spawn(async move {
         if tx.send(Bytes::from_static(b"retry: 400\n\n")).await.is_err() {
             return;
         }
+        let mut recheck = tokio::time::interval(STREAM_RECHECK);
+        recheck.tick().await;
         loop {
             let ev = tokio::select! {
                 _ = tx.closed() => break,
+                _ = recheck.tick() => {
+                    let held = admin::call(&sock_dir, &json!({ "cmd": "token.get", "hash": hash })).await;
+                    if !held.is_ok_and(|v| v["token"].is_object()) {
+                        tracing::info!(user, "salt-api: token revoked or expired; event stream closed");
+                        break;
+                    }
+                    continue;
+                }
                 ev = admin::next(&mut conn) => ev,
             };
             let Ok(Some(ev)) = ev else { break };

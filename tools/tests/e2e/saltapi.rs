@@ -113,7 +113,7 @@ fn login_lowstate_minions_jobs_events_acls_logout_and_bounds_with_real_minions()
 
     // The event stream, opened before the jobs it should show.
     let hdr = format!("X-Auth-Token: {token}");
-    let (_sse, mut events) = Proc::spawn_lines("curl /events", Command::new("curl").args(["-sS", "-N", "-H", &hdr, &format!("{}/events", api.base)]), &env.root.join("sse.log"));
+    let (mut sse, mut events) = Proc::spawn_lines("curl /events", Command::new("curl").args(["-sS", "-N", "-H", &hdr, &format!("{}/events", api.base)]), &env.root.join("sse.log"));
     events.wait("the stream's retry line", 30, |l| l.iter().any(|x| x == "retry: 400"));
 
     // local: test.ping on both minions.
@@ -192,11 +192,21 @@ fn login_lowstate_minions_jobs_events_acls_logout_and_bounds_with_real_minions()
     assert_eq!(api.curl("/", &["-H", &hdr, "-H", "Content-Type: application/json", "-H", "Transfer-Encoding: chunked", "--data-binary", &at_big]).0, 413);
     assert_eq!(api.curl("/", &["-H", &hdr, "-H", "Content-Type: application/json", "--data-binary", "[{"]).0, 400);
     assert_eq!(api.curl("/nowhere", &[]).0, 404);
+    // Heads: more than 100 headers, or more than 64 KiB of them, are refused (431).
+    let many: Vec<String> = (0..150).map(|i| format!("X-Filler-{i}: x")).collect();
+    let mut args: Vec<&str> = Vec::new();
+    many.iter().for_each(|h| args.extend(["-H", h.as_str()]));
+    assert_eq!(api.curl("/", &args).0, 431);
+    let huge = format!("X-Huge: {}", "y".repeat(100_000));
+    assert_eq!(api.curl("/", &["-H", &huge]).0, 431);
+    // The server is still there.
+    assert_eq!(api.curl("/", &[]).0, 200);
 
     // Logout revokes: the token is refused afterwards, limited's still works.
     let (status, r) = api.call("POST", "/logout", &token, None);
     assert_eq!((status, &r["return"]), (200, &json!("Your token has been cleared")), "{r}");
     assert_eq!(api.call("GET", "/jobs", &token, None).0, 401);
+    sse.wait_exit("the event stream to end after the logout", 60);
     assert_eq!(api.call("POST", "/", &lim, Some(json!([{ "client": "local", "tgt": "m2", "fun": "test.ping" }]))).0, 200);
     let log = std::fs::read_to_string(env.root.join("salt-api.log")).unwrap_or_default();
     assert!(log.contains("call refused by external_auth"), "{log}");
