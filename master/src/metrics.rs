@@ -44,6 +44,8 @@ pub enum Port {
     Disk,
     /// The HTTP health endpoint (`halite_health_port`).
     Health,
+    /// salt-api (`rest_cherrypy:port`, its own process).
+    Api,
 }
 
 impl Port {
@@ -55,6 +57,7 @@ impl Port {
             Port::Admin => "admin",
             Port::Disk => "disk",
             Port::Health => "health",
+            Port::Api => "api",
         }
     }
 }

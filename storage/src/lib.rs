@@ -39,6 +39,7 @@ pub mod keys;
 pub mod log;
 pub mod mmap_cache;
 pub mod reaction;
+pub mod eauth_token;
 pub mod roots;
 pub mod shared_views;
 pub mod snapshot;

@@ -1,7 +1,8 @@
 //! Halite's operator tools: `salt`, `salt-key`, `salt-run`, the recovery tool `halite-ctl`
-//! and the load generator `halite-swarm`.
+//! the load generator `halite-swarm` and the REST endpoint `salt-api` ([`api`]).
 //! Each binary in `src/bin/` is a thin command-line layer over these modules.
 
+pub mod api;
 pub mod batch;
 pub mod common;
 pub mod follow;

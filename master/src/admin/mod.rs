@@ -23,6 +23,7 @@
 //! | `runner` `state.orchestrate` (renders, records the run's job; `salt-run` drives the steps), `orchestrate.return` (the run's return) | `salt-run` | [`crate::orchestrate`] |
 //! | `events.watch` | `salt-run state.event` | the daemon streams the bus |
 //! | `job.follow` | `salt` | [`follow`]; the daemon streams the job's returns |
+//! | `token.create`, `token.get`, `token.revoke`, `target.minions` | `salt-api` | [`tokens`] |
 
 pub mod cache;
 pub mod client;
@@ -36,6 +37,7 @@ pub mod mine;
 pub mod pillar;
 pub mod pki;
 pub mod runner_args;
+pub mod tokens;
 
 #[cfg(test)]
 mod tests;
@@ -124,6 +126,7 @@ pub enum Command {
     Cache(cache::CacheCmd),
     Orchestrate(crate::orchestrate::OrchCmd),
     OrchReturn(crate::orchestrate::job::OrchReturn),
+    Tokens(tokens::TokenCmd),
     /// Turns the connection into an event stream (handled by the daemon).
     EventsWatch,
     /// Streams a job's returns as they are committed (handled by the daemon).
@@ -216,6 +219,7 @@ impl Command {
             "publish" | "job.returns" | "job.list" => Command::Jobs(jobs::JobCmd::parse(req)?),
             "orchestrate.return" => Command::OrchReturn(crate::orchestrate::job::OrchReturn::parse(req)?),
             "events.watch" => Command::EventsWatch,
+            "token.create" | "token.get" | "token.revoke" | "target.minions" => Command::Tokens(tokens::TokenCmd::parse(req)?),
             "job.follow" => Command::JobFollow(follow::FollowCmd::parse(req)?),
             "runner" => match s("fun").unwrap_or("") {
                 "jobs.list_jobs" | "jobs.lookup_jid" | "jobs.list_job" | "jobs.print_job" | "jobs.exit_success" | "jobs.active" => Command::Jobs(jobs::JobCmd::parse(req)?),
@@ -247,6 +251,7 @@ impl Command {
             Command::Cache(c) => c.answer(view),
             Command::Orchestrate(c) => c.answer(view),
             Command::OrchReturn(c) => c.answer(view),
+            Command::Tokens(c) => c.answer(view),
             Command::EventsWatch => Err(Error::refused("events.watch streams; it has no single answer")),
             Command::JobFollow(_) => Err(Error::refused("job.follow streams; it has no single answer")),
         }

@@ -245,6 +245,7 @@ impl StateMachine {
             }
             // Applied with its entry's proposer (`member_keys.rs`).
             Record::MemberKey(_) => {}
+            Record::EauthToken(t) => self.apply_eauth_token(t, b, ov)?,
             Record::JobsExpired(e) => {
                 // Returns are keyed `jid NUL id`, so one range covers the jobs' returns
                 // too. Only jids from the digits range are touched.
@@ -254,6 +255,7 @@ impl StateMachine {
                 b.delete_range_cf(self.cf(CF_RETURNS)?, FIRST, before);
                 // Reaction claims start with their event's time as a jid.
                 b.delete_range_cf(self.cf(CF_META)?, crate::reaction::claim_key("0"), crate::reaction::claim_key(&e.before_jid));
+                self.expire_eauth_tokens(e.time_ns, b)?;
             }
         }
         Ok(())
@@ -336,6 +338,8 @@ pub(super) struct Overlay {
     set_once: HashSet<Vec<u8>>,
     /// Reactions claimed earlier in the same batch.
     reactions: HashSet<String>,
+    /// eauth tokens created (true) or revoked (false) earlier in the same batch.
+    pub(super) tokens: HashMap<Vec<u8>, bool>,
     /// Keys that became pending minus those that stopped being pending, in this batch.
     pending_delta: i64,
     /// Member keys written earlier in the same batch (`member_keys.rs`).

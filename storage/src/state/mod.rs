@@ -38,6 +38,7 @@ use sha2::{Digest, Sha256};
 
 mod apply;
 mod digest;
+mod eauth_tokens;
 mod member_keys;
 mod pending;
 mod replace;

@@ -28,6 +28,7 @@ mod reactor;
 mod reactor_more;
 mod minion;
 mod runners;
+mod saltapi;
 mod targeting;
 mod targeting_more;
 mod wire;

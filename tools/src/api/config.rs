@@ -1,0 +1,62 @@
+//! salt-api's options, read from the master config as rest_cherrypy reads them.
+//!
+//! | option | default | meaning |
+//! |---|---|---|
+//! | `rest_cherrypy: port` | (required) | TCP port |
+//! | `rest_cherrypy: host` | `0.0.0.0` | address to listen on |
+//! | `rest_cherrypy: disable_ssl` | `False` | must be `True`: Halite's salt-api speaks plain HTTP (put a TLS proxy in front) |
+//! | `rest_cherrypy: max_request_body_size` | `1048576` | largest request body, bytes (larger: 413) |
+//! | `rest_cherrypy: thread_pool` | `100` | connections served at once (more are closed at once, counted) |
+//! | `rest_cherrypy: debug`, `ssl_crt`, `ssl_key`, ... | | ignored |
+//! | `token_expire` | `43200` | seconds a login token is valid |
+//! | `external_auth` | `{}` | eauth backends and their users' rules (`crate::api::acl`) |
+//! | `timeout` | `5` | seconds a `local` call waits for returns (a chunk's `timeout` overrides it) |
+
+use std::path::PathBuf;
+
+use serde_json::Value as J;
+
+use halite_master::MasterConfig;
+
+/// The options salt-api uses.
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    pub host: String,
+    pub port: u16,
+    pub max_body: usize,
+    pub max_connections: usize,
+    pub token_expire: u64,
+    pub external_auth: J,
+    pub sock_dir: PathBuf,
+    pub timeout: u64,
+}
+
+impl ApiConfig {
+    pub fn from_master(cfg: &MasterConfig) -> Result<ApiConfig, String> {
+        let get = |k: &str| cfg.raw.get(k).map(|v| serde_json::to_value(v).unwrap_or(J::Null)).unwrap_or(J::Null);
+        let rc = get("rest_cherrypy");
+        if !rc.is_object() {
+            return Err("salt-api: the master config has no rest_cherrypy section".into());
+        }
+        let port = rc.get("port").and_then(|p| p.as_u64().or_else(|| p.as_str().and_then(|s| s.parse().ok()))).filter(|p| (1..=65535).contains(p)).ok_or("salt-api: rest_cherrypy:port must be a port number")?;
+        let truthy = |v: Option<&J>| matches!(v, Some(J::Bool(true))) || v.and_then(J::as_str).is_some_and(|s| s.eq_ignore_ascii_case("true"));
+        if !truthy(rc.get("disable_ssl")) {
+            return Err("salt-api: Halite's salt-api serves plain HTTP only; set rest_cherrypy:disable_ssl: True (and put a TLS proxy in front)".into());
+        }
+        let num = |v: Option<&J>, d: u64| v.and_then(|p| p.as_u64().or_else(|| p.as_str().and_then(|s| s.parse().ok()))).unwrap_or(d);
+        let token_expire = num(cfg.raw.get("token_expire").map(|v| serde_json::to_value(v).unwrap_or(J::Null)).as_ref(), 43200);
+        if token_expire == 0 || token_expire > halite_master::admin::tokens::MAX_EXPIRE_SECS {
+            return Err(format!("salt-api: token_expire must be 1 to {} seconds", halite_master::admin::tokens::MAX_EXPIRE_SECS));
+        }
+        Ok(ApiConfig {
+            host: rc.get("host").and_then(J::as_str).unwrap_or("0.0.0.0").to_string(),
+            port: port as u16,
+            max_body: num(rc.get("max_request_body_size"), 1 << 20).min(64 << 20) as usize,
+            max_connections: num(rc.get("thread_pool"), 100).clamp(1, 10_000) as usize,
+            token_expire,
+            external_auth: get("external_auth"),
+            sock_dir: cfg.sock_dir.clone(),
+            timeout: cfg.timeout.max(1),
+        })
+    }
+}
