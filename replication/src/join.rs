@@ -286,6 +286,8 @@ impl Handshake {
     pub fn discover(&self, plan: &ClusterPlan, expect: Option<&str>) -> Result<Discovered, JoinError> {
         // Not this member itself (under an earlier incarnation's id, it is in the plan too).
         let peers: Vec<(u64, SocketAddr)> = plan.addrs.iter().filter(|(id, a)| **id != self.me && **a != self.listen).map(|(id, a)| (*id, *a)).collect();
+        // Asked again (a member waiting to found), only the answers to this round count.
+        self.welcomes.lock().unwrap_or_else(|p| p.into_inner()).clear();
         let hello = || {
             for (id, addr) in &peers {
                 send(&self.transport, *id, *addr, &Control::Hello { id: self.me, addr: self.listen.to_string() });
