@@ -209,9 +209,17 @@ impl TcpTransport {
     /// How many connections or frames this transport refused for `reason` (a word such
     /// as `bad_proof`, `replayed`, `sender_mismatch`, `too_many_unauthenticated`,
     /// `handshake_timeout`, `frame_too_large`, `bad_signature`, `peer_key_mismatch`,
-    /// `peer_key_unknown`, `too_many_connections`, `not_a_member`, `proposer_mismatch`).
+    /// `peer_key_unknown`, `too_many_connections`, `not_a_member`, `proposer_mismatch`,
+    /// `bad_control`, `control_id_mismatch`, `join_key_mismatch`).
     pub fn refused(&self, reason: &str) -> u64 {
         self.refusals.count(reason)
+    }
+
+    /// Counts and logs (rate-limited, like every refusal on the cluster port) a message
+    /// the layer above refused from member `from` (the join handshake: a control message
+    /// that does not parse or names another id or key than its connection proved).
+    pub fn refuse_message(&self, from: u64, r: Refused) {
+        self.refusals.refuse(&format!("member {from}"), &r);
     }
 
     /// Connect to `to` whenever a peer's address is `from` (a peer reached through a

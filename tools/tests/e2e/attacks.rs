@@ -217,6 +217,10 @@ fn attacks_on_a_lone_master_change_nothing_and_are_counted() {
         };
         assert!(!text.contains("root:") && !text.contains("hsum"), "{cmd} {path} {saltenv}: {text}");
     }
+    // A signed-in minion's sealed request whose inner id is another minion's: "bad load",
+    // counted, nothing stored.
+    let r = intruder.ask(load(&[("cmd", V::from("_return")), ("id", V::from(MINION)), ("jid", V::from("20261124000000000001")), ("fun", V::from("test.ping")), ("return", V::from(true))]));
+    assert!(matches!(r, AesReply::BadLoad), "a request claiming another id is refused");
     assert_eq!(slow.join().expect("slowloris"), 60, "every slow connection was closed by the master");
     wait_counted(env, health, "request", "message_too_large", 3.0);
     wait_counted(env, health, "publish", "message_too_large", 3.0);
@@ -224,6 +228,7 @@ fn attacks_on_a_lone_master_change_nothing_and_are_counted() {
     wait_counted(env, health, "health", "timeout", 20.0);
     wait_counted(env, health, "request", "clear_command", 5.0);
     wait_counted(env, health, "request", "unsafe_path", 5.0);
+    wait_counted(env, health, "request", "bad_load", 1.0);
     assert_eq!(digest(env), before, "the attacks changed nothing stored");
 
     // 10,000 new ids sign in at once (one pipelined stream of `_auth`): the first `cap`
