@@ -173,8 +173,16 @@ def run(n, keydir, base):
                 f"cluster_pki_dir: {d}/cpki\ncluster_peers:\n{peers}"
             )
         confs.append(os.path.join(d, "conf"))
-        log = open(os.path.join(d, "master.log"), "w")
-        procs.append(subprocess.Popen([os.path.join(BIN, "salt-master"), "-c", confs[-1], "-l", "warning"], stdout=log, stderr=log))
+    # Isolated filesystems: every founder's member key on every founder before the start
+    # (docs/operations.md, "Member identity").
+    ctl = os.path.join(BIN, "halite-ctl")
+    pems = [subprocess.run([ctl, "-c", c, "member-key"], check=True, capture_output=True).stdout for c in confs]
+    for c in confs:
+        for ip, pem in zip(IPS, pems):
+            subprocess.run([ctl, "-c", c, "peer-key", ip, "-"], input=pem, check=True, capture_output=True)
+    for ip, c in zip(IPS, confs):
+        log = open(os.path.join(root, ip, "master.log"), "w")
+        procs.append(subprocess.Popen([os.path.join(BIN, "salt-master"), "-c", c, "-l", "warning"], stdout=log, stderr=log))
     for ip in IPS:
         t0 = time.monotonic()
         while not ping_answered_at(ip, ret):

@@ -3,18 +3,23 @@
 //! that uses them).
 //!
 //! - `<pki_dir>/member.pem`: this member's private key (Ed25519, PKCS#8 PEM, mode 0600),
-//!   made at the first start in cluster mode and never replicated. It is not Salt's
-//!   `master.pem`: in a cluster the key view and the import of a Salt tree treat
-//!   `master.pem` as the master key pair of the bank, and a member's identity must stay
-//!   its own.
+//!   made at the first start in cluster mode (or by `halite-ctl member-key`) and never
+//!   replicated. It is not Salt's `master.pem`: in a cluster the key view and the import
+//!   of a Salt tree treat `master.pem` as the master key pair of the bank, and a member's
+//!   identity must stay its own.
 //! - `<cluster_pki_dir>/peers/<name>.pub`: each member's public key (SubjectPublicKeyInfo
 //!   PEM), named as Salt names them (the member's `interface`, as `cluster_peers` lists
 //!   it). A member writes its own at start, and refuses to start if the file holds
-//!   another key (Salt's rule: remove it to continue). At start it binds each founding
-//!   peer's raft id to the key its file holds, so with a shared `cluster_pki_dir`, or
-//!   files an operator distributed, no first handshake is trusted. A founding peer's key
-//!   learned from its first handshake is written to its file if there is none (Salt
-//!   writes remote peers' files the same way, only if absent).
+//!   another key (Salt's rule: remove it to continue).
+//!
+//! **The founding configuration carries pinned keys.** At start a member pins each
+//! founding peer's raft id to the key its file holds ([`pin_founders`]), and a member
+//! about to found a cluster waits until it holds every founder's key (`start.rs`): with a
+//! shared `cluster_pki_dir` each founder's own file appears as it starts; with isolated
+//! ones the operator provisions the files (`halite-ctl member-key` prints a member's key,
+//! `halite-ctl peer-key NAME FILE` installs a founder's, [`install_peer_key`]). The
+//! transport admits a founder only under its pinned key until the log's key book holds
+//! one, so no id is ever bound by whoever completes a handshake first.
 //!
 //! Which key speaks for a raft id is decided by the log, not by these files: the key
 //! book of the applied state (a joiner's key comes with the membership change that adds
@@ -22,9 +27,7 @@
 //! files pin a founding peer only while the book holds no key for it, and
 //! `peers/<name>.pub` is kept as a view of the book: whenever the applied book changes,
 //! the file of each peer this member can name (its `cluster_peers`) is written if it is
-//! absent or holds another key. A member without a file for a founding peer binds that
-//! peer's id to the first key that completes a handshake under it until the peer's
-//! own record applies (the window the docs describe).
+//! absent or holds another key. Nothing a handshake showed is ever written to a file.
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -89,26 +92,50 @@ pub fn member_key(cfg: &MasterConfig) -> Result<MemberKey, NodeError> {
     Ok(key)
 }
 
-/// The credentials this member's transport proves itself with: `cluster_secret`'s key,
-/// its member key, and its founding peers' keys from the peers directory. Writes its own
-/// `peers/<name>.pub` (refusing to start if the file holds another key).
-pub fn credentials(cfg: &MasterConfig, plan: &ClusterPlan) -> Result<Credentials, NodeError> {
-    let key = member_key(cfg)?;
+/// Writes this member's own `peers/<name>.pub` if absent; refuses if it holds another key.
+fn publish_own(cfg: &MasterConfig, key: &MemberKey) -> Result<(), NodeError> {
     let own = peer_path(cfg, &cfg.interface);
     match read_small(&own)? {
         Some(pem) => match public_from_pem(&pem) {
-            Ok(k) if k == key.public() => {}
-            _ => {
-                return Err(refused(format!(
-                    "{} does not hold this member's public key (the one of {}): remove it to continue",
-                    own.display(),
-                    key_path(cfg).display()
-                )))
-            }
+            Ok(k) if k == key.public() => Ok(()),
+            _ => Err(refused(format!("{} does not hold this member's public key (the one of {}): remove it to continue", own.display(), key_path(cfg).display()))),
         },
-        None => write_new(&own, &key.public_pem().map_err(refused)?, 0o644)?,
+        None => write_new(&own, &key.public_pem().map_err(refused)?, 0o644),
     }
-    let peers = Arc::new(PeerKeys::default());
+}
+
+/// This member's public key PEM, its key pair made and its own `peers/<name>.pub`
+/// written if need be (`halite-ctl member-key`: what an operator copies to the other
+/// founders of a cluster on isolated filesystems).
+pub fn own_public_pem(cfg: &MasterConfig) -> Result<Vec<u8>, NodeError> {
+    let key = member_key(cfg)?;
+    publish_own(cfg, &key)?;
+    key.public_pem().map_err(refused)
+}
+
+/// Installs `pem` (a member public key PEM) as member `name`'s `peers/<name>.pub`
+/// (`halite-ctl peer-key`). The same key again changes nothing; a file holding another
+/// key is kept and this is refused (remove it to continue, as Salt says).
+pub fn install_peer_key(cfg: &MasterConfig, name: &str, pem: &[u8]) -> Result<PathBuf, NodeError> {
+    if name.is_empty() || name.contains(['/', '\\', '\0']) || name.starts_with('.') {
+        return Err(refused(format!("{name:?} is not a member name")));
+    }
+    let public = public_from_pem(pem).map_err(refused)?;
+    let path = peer_path(cfg, name);
+    if let Some(held) = read_small(&path)? {
+        return match public_from_pem(&held) {
+            Ok(k) if k == public => Ok(path),
+            _ => Err(refused(format!("{} holds another key: remove it to continue", path.display()))),
+        };
+    }
+    write_new(&path, &public_to_pem(&public).map_err(refused)?, 0o644)?;
+    Ok(path)
+}
+
+/// Pins each founding peer of `plan` to the key its `peers/<name>.pub` holds (read
+/// again at every call) and returns the names of the founders nothing is pinned for.
+pub fn pin_founders(cfg: &MasterConfig, plan: &ClusterPlan, peers: &PeerKeys) -> Vec<String> {
+    let mut missing = Vec::new();
     for (id, name) in &plan.names {
         if *id == plan.me {
             continue;
@@ -122,21 +149,22 @@ pub fn credentials(cfg: &MasterConfig, plan: &ClusterPlan) -> Result<Credentials
             Ok(None) => {}
             Err(e) => tracing::warn!("{e}"),
         }
+        if !peers.is_pinned(*id) {
+            missing.push(name.clone());
+        }
     }
-    // A founding peer's key first learned from its handshake goes to its file, if absent.
-    let names = plan.names.clone();
-    let dir = cfg.keys_dir().join("peers");
-    peers.on_learned(Arc::new(move |id, public| {
-        let Some(name) = names.get(&id) else { return };
-        let path = dir.join(format!("{name}.pub"));
-        if path.exists() {
-            return;
-        }
-        match public_to_pem(public).map_err(refused).and_then(|pem| write_new(&path, &pem, 0o644)) {
-            Ok(()) => tracing::info!(member = %name, path = %path.display(), "peer member key recorded"),
-            Err(e) => tracing::warn!(member = %name, "peer member key not recorded: {e}"),
-        }
-    }));
+    missing
+}
+
+/// The credentials this member's transport proves itself with: `cluster_secret`'s key,
+/// its member key, and its founding peers' keys from the peers directory
+/// ([`pin_founders`]). Writes its own `peers/<name>.pub` (refusing to start if the file
+/// holds another key).
+pub fn credentials(cfg: &MasterConfig, plan: &ClusterPlan) -> Result<Credentials, NodeError> {
+    let key = member_key(cfg)?;
+    publish_own(cfg, &key)?;
+    let peers = Arc::new(PeerKeys::default());
+    pin_founders(cfg, plan, &peers);
     // The peers directory as a view of the applied key book.
     let (names, dir, me) = (plan.names.clone(), cfg.keys_dir().join("peers"), plan.me);
     peers.on_book_changed(Arc::new(move |book| {
@@ -193,6 +221,32 @@ mod tests {
         std::fs::write(peer_path(&cfg, "127.0.0.1"), peer.public_pem().unwrap()).unwrap();
         let refused = credentials(&cfg, &plan).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(refused.contains("remove it to continue"), "{refused}");
+    }
+
+    #[test]
+    fn founders_are_pinned_only_from_provisioned_files_and_a_file_is_never_replaced() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = config(d.path());
+        let plan = crate::start::cluster_plan(&cfg).unwrap().unwrap();
+        let creds = credentials(&cfg, &plan).unwrap();
+        let peer_id = halite_replication::member_id("127.0.0.2");
+        // Nothing provisioned for the peer: it is missing, nothing is pinned for it.
+        assert_eq!(pin_founders(&cfg, &plan, &creds.peers), vec!["127.0.0.2".to_string()]);
+        assert_eq!(creds.peers.bound(peer_id), None);
+        // `halite-ctl peer-key`: installed, then pinned; the same key again is fine.
+        let peer = MemberKey::generate().unwrap();
+        install_peer_key(&cfg, "127.0.0.2", &peer.public_pem().unwrap()).unwrap();
+        install_peer_key(&cfg, "127.0.0.2", &peer.public_pem().unwrap()).unwrap();
+        assert!(pin_founders(&cfg, &plan, &creds.peers).is_empty());
+        assert_eq!(creds.peers.bound(peer_id), Some(peer.public()));
+        // Another key over it, a name that is a path, a file that is no key: refused.
+        let other = MemberKey::generate().unwrap();
+        for (name, pem) in [("127.0.0.2", other.public_pem().unwrap()), ("../x", peer.public_pem().unwrap()), ("127.0.0.3", b"not a key".to_vec())] {
+            assert!(install_peer_key(&cfg, name, &pem).is_err(), "{name}");
+        }
+        assert_eq!(public_from_pem(&std::fs::read(peer_path(&cfg, "127.0.0.2")).unwrap()).unwrap(), peer.public());
+        // `halite-ctl member-key`: this member's own public key, the one it proves.
+        assert_eq!(public_from_pem(&own_public_pem(&cfg).unwrap()).unwrap(), creds.member.public());
     }
 
     #[test]

@@ -73,6 +73,13 @@ pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> 
     // and its peers hold its old id bound to its old key, so they would refuse a hello
     // under the old id. A founder or a first-time joiner then takes its own id.
     let fresh = log_is_new(&data_dir(cfg).log());
+    if !fresh {
+        // A member with a log: who may speak as a member is what that log says, which the
+        // node hands to the transport as it starts; until then no raft frame is taken
+        // (only the join path's control messages), so nothing a peer sends before it is
+        // judged by anything but the log.
+        creds.peers.set_applied(Default::default(), Default::default(), true);
+    }
     let probe = fresh.then(|| now_ns().max(incarnation + 1));
     let first = probe.map_or(me, |n| incarnation_id(&cfg.interface, n));
     let (mut transport, mut mailbox) = cluster_transport(&plan, &creds, first, &routes)?;
@@ -86,16 +93,21 @@ pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> 
     let mut slot: Arc<std::sync::OnceLock<NodeHandle>> = Arc::new(std::sync::OnceLock::new());
     let mut handshake = join::serve(&transport, first, plan.listen, announce.clone(), slot.clone());
     let fingerprint = cfg.raw.get("cluster_pub_fingerprint").and_then(|v| v.as_str());
-    let found = if fresh {
+    let discover = || {
         handshake.discover(&plan, fingerprint).map_err(|e| match e {
             join::JoinError::FingerprintMismatch { announced, expected } => NodeError::Refused(format!(
                 "refusing to join: the cluster's cluster.pub has SHA-256 {}, not the configured cluster_pub_fingerprint {expected}",
                 announced.as_deref().unwrap_or("(not announced)")
             )),
-        })?
-    } else {
-        join::Discovered::Found
+        })
     };
+    let found = if fresh { found_with_every_key(cfg, &plan, &creds, discover)? } else { join::Discovered::Found };
+    if fresh && matches!(found, join::Discovered::Found) {
+        // Founding: from now on this member is one of the founders, so its transport
+        // admits a founder only under its pinned key and nobody else as a member, before
+        // the node has applied anything.
+        creds.peers.set_applied(Default::default(), plan.names.keys().copied().collect(), true);
+    }
     let (mut me, mut incarnation) = (me, incarnation);
     let join_via = match found {
         join::Discovered::Found => None,
@@ -144,6 +156,36 @@ pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> 
         handshake.request(cfg.interface.clone(), incarnation, peer, node.handle());
     }
     Ok(node)
+}
+
+/// What `discover` finds, once it may be acted on: a member about to found a cluster
+/// (nobody runs one yet) does so only with every founder's key pinned
+/// ([`crate::memberkey::pin_founders`]: the founding configuration carries the keys, so
+/// no founder is ever bound by whoever completes a handshake first). Until the files are
+/// there it waits, saying which, reading them again and asking its peers again every
+/// few seconds (a cluster founded meanwhile by members that had every key is joined).
+fn found_with_every_key(cfg: &MasterConfig, plan: &ClusterPlan, creds: &halite_replication::Credentials, discover: impl Fn() -> Result<join::Discovered, NodeError>) -> Result<join::Discovered, NodeError> {
+    let mut said: Option<(Vec<String>, std::time::Instant)> = None;
+    loop {
+        let found = discover()?;
+        if !matches!(found, join::Discovered::Found) {
+            return Ok(found);
+        }
+        let missing = crate::memberkey::pin_founders(cfg, plan, &creds.peers);
+        if missing.is_empty() {
+            return Ok(found);
+        }
+        if said.as_ref().is_none_or(|(m, at)| *m != missing || at.elapsed() >= std::time::Duration::from_secs(60)) {
+            let dir = cfg.keys_dir().join("peers");
+            tracing::warn!(
+                missing = ?missing,
+                dir = %dir.display(),
+                "not founding the cluster yet: the public key of every founding member must be in the peers directory first (a shared cluster_pki_dir gets each founder's as it starts; otherwise copy each founder's `halite-ctl member-key` output there with `halite-ctl peer-key NAME FILE`)"
+            );
+            said = Some((missing, std::time::Instant::now()));
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
 }
 
 /// `halite_cluster_dial` resolved: a member's address on the pool port → where this

@@ -53,7 +53,10 @@
 //!
 //! (`term` and `incarnation` are 0 when absent, as from an older member.) A hello or join
 //! whose `id` is not its sender's (or, for a join, not the id of incarnation
-//! `incarnation` of its `name`) is dropped; a message that does not parse is logged and dropped.
+//! `incarnation` of its `name`) is dropped (`control_id_mismatch`), as is a join naming
+//! another key than its connection proved (`join_key_mismatch`) and a message that does not
+//! parse (`bad_control`): each counted and logged, rate-limited, like every refusal on the
+//! cluster port.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -63,6 +66,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::{incarnation_id, ClusterPlan};
+use crate::transport::refusal::Refused;
 use crate::{NodeHandle, Outbox, TcpTransport};
 
 /// How long a new member waits for its peers' answers before founding a cluster.
@@ -181,10 +185,7 @@ pub fn serve(transport: &Arc<TcpTransport>, me: u64, listen: SocketAddr, fingerp
         let hs = &hs2;
         let msg: Control = match serde_json::from_slice(&body) {
             Ok(m) => m,
-            Err(e) => {
-                tracing::warn!(from, "control message refused: {e}");
-                return;
-            }
+            Err(e) => return hs.transport.refuse_message(from, Refused::new("bad_control", format!("a control message that does not parse dropped: {e}"))),
         };
         let membership = |id: u64| -> Option<(bool, bool, u64)> {
             let h = node.get()?;
@@ -201,8 +202,7 @@ pub fn serve(transport: &Arc<TcpTransport>, me: u64, listen: SocketAddr, fingerp
             Control::Hello { id, addr } => {
                 let Ok(addr) = addr.parse::<SocketAddr>() else { return };
                 if id != from {
-                    tracing::warn!(from, id, "hello with a mismatched id dropped");
-                    return;
+                    return hs.transport.refuse_message(from, Refused::new("control_id_mismatch", format!("a hello naming member {id} dropped")));
                 }
                 // A member is known by its id, or by its address: a member on a new data
                 // dir says hello under a provisional id (its member key is new, and its
@@ -220,12 +220,10 @@ pub fn serve(transport: &Arc<TcpTransport>, me: u64, listen: SocketAddr, fingerp
             Control::Join { id, name, addr, incarnation, key } => {
                 let Ok(addr) = addr.parse::<SocketAddr>() else { return };
                 if id != from || id != incarnation_id(&name, incarnation) {
-                    tracing::warn!(from, id, name = %name, incarnation, "join with a mismatched id dropped");
-                    return;
+                    return hs.transport.refuse_message(from, Refused::new("control_id_mismatch", format!("a join naming member {id} ({name:?}, incarnation {incarnation}) dropped")));
                 }
                 if key.is_some_and(|k| !k.eq_ignore_ascii_case(&hex::encode(proved))) {
-                    tracing::warn!(from, name = %name, "join naming another member key than its connection proved dropped");
-                    return;
+                    return hs.transport.refuse_message(from, Refused::new("join_key_mismatch", format!("a join of {name:?} naming another member key than its connection proved dropped")));
                 }
                 let proved = *proved;
                 let Some(h) = node.get().cloned() else { return };
@@ -286,6 +284,8 @@ impl Handshake {
     pub fn discover(&self, plan: &ClusterPlan, expect: Option<&str>) -> Result<Discovered, JoinError> {
         // Not this member itself (under an earlier incarnation's id, it is in the plan too).
         let peers: Vec<(u64, SocketAddr)> = plan.addrs.iter().filter(|(id, a)| **id != self.me && **a != self.listen).map(|(id, a)| (*id, *a)).collect();
+        // Asked again (a member waiting to found), only the answers to this round count.
+        self.welcomes.lock().unwrap_or_else(|p| p.into_inner()).clear();
         let hello = || {
             for (id, addr) in &peers {
                 send(&self.transport, *id, *addr, &Control::Hello { id: self.me, addr: self.listen.to_string() });
@@ -446,6 +446,26 @@ mod tests {
         let node = crate::Node::start_peered(&crate::DataDir::new(&dir.join("data")), views, cfg, m.transport.clone(), m.mailbox.take().unwrap()).unwrap();
         let _ = m.slot.set(node.handle());
         node
+    }
+
+    #[test]
+    fn control_messages_that_lie_or_do_not_parse_are_counted_and_change_nothing() {
+        let a = member("127.0.0.1", &[], None);
+        let x = member("127.0.0.5", &[&a], None);
+        let key = hex::encode(x.transport.member_public());
+        let send = |body: &[u8]| x.transport.send_control(a.id, a.listen, body);
+        send(b"{not json");
+        send(br#"{"t":"nope"}"#);
+        send(format!(r#"{{"t":"hello","id":{},"addr":"{}"}}"#, a.id, x.listen).as_bytes());
+        send(format!(r#"{{"t":"join","id":{},"name":"127.0.0.9","addr":"{}","incarnation":0,"key":"{key}"}}"#, x.id, x.listen).as_bytes());
+        send(format!(r#"{{"t":"join","id":{},"name":"127.0.0.5","addr":"{}","incarnation":0,"key":"{}"}}"#, x.id, x.listen, "00".repeat(32)).as_bytes());
+        wait_until("every lie counted", 20, || {
+            (a.transport.refused("bad_control"), a.transport.refused("control_id_mismatch"), a.transport.refused("join_key_mismatch")) == (2, 2, 1)
+        });
+        // Nothing answered them: no welcome reached the sender.
+        assert!(x.hs.members_seen().is_empty());
+        a.transport.shutdown();
+        x.transport.shutdown();
     }
 
     #[test]

@@ -65,6 +65,8 @@ mod fuzz_tests;
 
 #[cfg(test)]
 mod fuzz_roots_tests;
+#[cfg(test)]
+mod fuzz_log_files_tests;
 
 #[cfg(test)]
 mod shared_views_tests;

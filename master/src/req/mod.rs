@@ -134,9 +134,11 @@ impl Outcome {
         Ok(again)
     }
 
-    /// `"bad load"`, logged with the reason.
+    /// `"bad load"`, counted and logged with the reason (`reason="bad_load"`, at most
+    /// once a minute per id, like every refusal: a flood of bad requests cannot flood
+    /// the log).
     pub fn bad_load(why: impl std::fmt::Display, cmd: &str, id: &str) -> Self {
-        tracing::warn!(cmd, id, "refusing a request: {why}");
+        crate::metrics::refuse(crate::metrics::Port::Request, id, "bad_load", &format_args!("{cmd}: {why}"));
         Self::reply(envelope::bad_load(), cmd, id)
     }
 }

@@ -44,8 +44,15 @@ fn stored(v: &MemoryView, body: &[u8]) -> bool {
     matches!(&o.records[..], [Record::JobReturn(_)])
 }
 
+/// `halite_refused_total{port="request",reason="bad_load"}` so far (the process's
+/// metrics: other tests running at once only add to it).
+fn bad_loads_counted() -> u64 {
+    crate::metrics::metrics().refused.get_or_create(&crate::metrics::RefusedLabels { port: "request".into(), reason: "bad_load".into() }).get()
+}
+
 #[test]
 fn every_check_after_decryption_refuses_a_request_that_passes_the_earlier_ones() {
+    let counted_before = bad_loads_counted();
     let mut v = MemoryView::new();
     let (m, s) = signed_in(&mut v, "m1");
     let (m2, _) = signed_in(&mut v, "m2");
@@ -81,6 +88,8 @@ fn every_check_after_decryption_refuses_a_request_that_passes_the_earlier_ones()
     }
     v.set_key("m1", BankState::Accepted, &m.pub_pem());
     assert!(stored(&v, &m.seal(&s, good())), "accepted again, the same request passes");
+    // Each of the 14 refusals above was counted (`halite_refused_total`).
+    assert!(bad_loads_counted() - counted_before >= 14, "every refusal counted");
 }
 
 #[test]

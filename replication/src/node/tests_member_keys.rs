@@ -34,6 +34,20 @@ fn creds() -> Credentials {
     Credentials::new(ClusterKey::from_secret("s"), MemberKey::generate().unwrap(), Arc::new(PeerKeys::default()))
 }
 
+/// Founders `1..=n`, each with a key pair of its own and every other founder's key
+/// pinned (the founding configuration: the master pins `peers/<name>.pub`).
+fn founders(n: u64) -> Vec<(u64, Credentials)> {
+    let f: Vec<(u64, Credentials)> = (1..=n).map(|i| (i, creds())).collect();
+    for (i, c) in &f {
+        for (j, o) in &f {
+            if i != j {
+                c.peers.pin(*j, o.member.public());
+            }
+        }
+    }
+    f
+}
+
 struct Member {
     node: Node,
     t: Arc<TcpTransport>,
@@ -93,7 +107,7 @@ fn keys_come_from_the_log_an_impostor_is_refused_everywhere_and_a_removed_member
     let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_test_writer().try_init();
     let dir = tempfile::tempdir().unwrap();
     let addrs = crate::testutil::member_addrs(3);
-    let founders: Vec<(u64, Credentials)> = (1..=3).map(|i| (i, creds())).collect();
+    let founders = founders(3);
     let mut m: BTreeMap<u64, Member> = founders
         .iter()
         .map(|(i, c)| {
@@ -212,4 +226,62 @@ fn a_member_joining_after_compaction_learns_every_key_from_the_snapshot() {
     imp.shutdown();
     stop(m2);
     stop(m1);
+}
+
+#[test]
+fn an_impostor_racing_a_founder_at_cluster_start_is_refused_from_its_first_frame() {
+    let dir = tempfile::tempdir().unwrap();
+    let addrs = crate::testutil::member_addrs(3);
+    let founders = founders(3);
+    let others = |i: u64| -> HashMap<u64, SocketAddr> { addrs.iter().filter(|(k, _)| **k != i).map(|(k, v)| (*k, *v)).collect() };
+    // Before any founder runs, a holder of the secret with a key of its own takes founder
+    // 3's place: it listens at 3's address and keeps sending heartbeats far ahead in term
+    // to founders 1 and 2, claiming to be 3.
+    let imp = TcpTransport::start(3, addrs[&3], others(3), creds(), Arc::new(|_| {})).unwrap();
+    let racing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let sender = {
+        let (imp, racing) = (imp.clone(), racing.clone());
+        std::thread::spawn(move || {
+            while racing.load(std::sync::atomic::Ordering::SeqCst) {
+                for to in [1, 2] {
+                    let mut hb = Message::default();
+                    hb.set_msg_type(MessageType::MsgHeartbeat);
+                    (hb.from, hb.to, hb.term) = (3, to, 1000);
+                    Outbox::send(&*imp, vec![hb]);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        })
+    };
+    // Founders 1 and 2 start, 3 pinned in their founding configuration.
+    let mut m: BTreeMap<u64, Member> = BTreeMap::new();
+    for (i, c) in &founders[..2] {
+        let o = Opts { voters: vec![1, 2, 3], join: false, addrs: addrs.clone(), compaction: CompactionLimits::default(), creds: c, joins: false };
+        m.insert(*i, start(dir.path(), *i, addrs[i], others(*i), o).0);
+    }
+    // Both refuse it: its handshakes under 3, and its answers when they dial 3 themselves.
+    wait_until("the impostor refused by both founders", 30, || m.values().all(|x| x.t.refused("peer_key_mismatch") >= 2));
+    // The two elect a leader and record their own keys; nothing of the impostor's reaches
+    // raft (no term jumps to its 1000) or the book (no key for 3).
+    let want2: BTreeMap<u64, Key> = m.iter().map(|(i, x)| (*i, x.key)).collect();
+    wait_until("the two founders' keys applied", 30, || m.values().all(|x| x.node.state().member_keys().unwrap() == want2));
+    racing.store(false, std::sync::atomic::Ordering::SeqCst);
+    sender.join().unwrap();
+    imp.shutdown();
+    for x in m.values() {
+        assert!(x.node.membership().unwrap().0 < 1000, "a heartbeat of the impostor was delivered");
+        assert_eq!(x.node.state().member_key(3).unwrap(), None);
+    }
+    // The real founder 3 starts at its address: admitted under its pinned key, it records
+    // its own key, and every member's book holds the founders' real keys.
+    let (i, c) = &founders[2];
+    let o = Opts { voters: vec![1, 2, 3], join: false, addrs: addrs.clone(), compaction: CompactionLimits::default(), creds: c, joins: false };
+    m.insert(*i, start(dir.path(), *i, addrs[i], others(*i), o).0);
+    let want: BTreeMap<u64, Key> = m.iter().map(|(i, x)| (*i, x.key)).collect();
+    wait_until("every founder's real key in every member's applied state", 30, || m.values().all(|x| x.node.state().member_keys().unwrap() == want));
+    let last = propose_retrying(&m[&3].node, &[key("from-the-real-third")]);
+    wait_until("its proposal applied everywhere", 30, || m.values().all(|x| x.node.state().applied_index().unwrap() >= last));
+    for (_, x) in m {
+        stop(x);
+    }
 }

@@ -1,9 +1,11 @@
 //! Fuzzing of what a peer's bytes reach on the cluster port, as property tests on stable
-//! Rust: the frame opener (`frame.rs`) on arbitrary bodies and on sealed frames with a
+//! Rust: the responder's handshake (`handshake.rs`) over a real socket, fed any bytes or a
+//! real hello with a byte changed and any proof, the frame opener (`frame.rs`) on arbitrary bodies and on sealed frames with a
 //! byte changed or cut, the raft message decoder behind it (protobuf `Message`, with
 //! entries, snapshot metadata and conf changes inside), and the snapshot transfer's part
 //! sequence (`snapshot_transfer::Incoming`) on arbitrary parts. What must hold: no
-//! panic; a changed frame never opens; nothing is accepted that was not sealed.
+//! panic; no handshake completes without the secret's proof, and each fails with one of
+//! its named reasons; a changed frame never opens; nothing is accepted that was not sealed.
 //!
 //! The default run is short (proptest's 256 cases per property). The long run is a
 //! documented command (`docs/benchmarks.md`, "Fuzzing"):
@@ -57,7 +59,49 @@ impl SnapshotInbox for Scratch {
     fn received(&self, _from: u64, _snap: halite_storage::snapshot::Snapshot, _msg: Message) {}
 }
 
+/// Feeds the responder's handshake `first` then `then` from a real connection (and EOF)
+/// and returns how it ended.
+fn respond_to(first: Vec<u8>, then: Vec<u8>) -> Result<u64, &'static str> {
+    use std::io::Write as _;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let client = std::thread::spawn(move || {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        let _ = s.write_all(&first);
+        let _ = s.write_all(&then);
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        // Held open until the responder is done (what it sends fits the socket buffer).
+        let mut sink = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut s, &mut sink);
+    });
+    let (mut s, _) = listener.accept().unwrap();
+    let creds: super::Credentials = super::ClusterKey::from_secret("s").into();
+    let r = super::handshake::respond(&mut s, &creds, 2, std::time::Instant::now() + std::time::Duration::from_secs(5)).map(|(peer, _)| peer.id).map_err(|r| r.reason);
+    drop(s);
+    client.join().unwrap();
+    r
+}
+
 proptest! {
+    #[test]
+    fn fuzz_handshakes(raw in bytes(200), real_hello in any::<bool>(), pos in any::<usize>(), val in any::<u8>(), proof in bytes(120)) {
+        // A hello as a member sends it (this process's key, id 1), one byte changed, or
+        // any bytes; then any proof and signature.
+        let first = if real_hello {
+            let mut h = super::handshake::HELLO_MAGIC.to_vec();
+            h.extend_from_slice(&1u64.to_be_bytes());
+            h.extend_from_slice(&[9; 32]);
+            h.extend_from_slice(&super::Credentials::from(super::ClusterKey::from_secret("s")).member.public());
+            let p = pos % h.len();
+            h[p] = val;
+            h
+        } else {
+            raw
+        };
+        let ended = respond_to(first, proof);
+        prop_assert!(matches!(ended, Err("closed" | "bad_hello" | "bad_proof" | "bad_signature" | "peer_key_mismatch")), "{ended:?}");
+    }
+
     #[test]
     fn fuzz_peer_frames(raw in bytes(512), zero_counter in any::<bool>(), body in bytes(256), pos in any::<usize>(), val in any::<u8>(), cut in any::<usize>()) {
         // Arbitrary bytes never open (with the expected counter, they reach the tag check).

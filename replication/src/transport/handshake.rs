@@ -48,6 +48,9 @@ use super::refusal::Refused;
 use super::{ClusterKey, Credentials};
 
 const MAGIC: &[u8; 4] = b"HLP3";
+/// What a hello starts with (for the fuzz harness).
+#[cfg(test)]
+pub const HELLO_MAGIC: &[u8; 4] = MAGIC;
 const INFO: &[u8] = b"halite-peer-v3";
 const SIGN_R: &[u8] = b"halite-peer-v3 responder";
 const SIGN_I: &[u8] = b"halite-peer-v3 initiator";

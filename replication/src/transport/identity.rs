@@ -9,26 +9,32 @@
 //! `member_keys.rs`: a joiner's key travels in the membership change that adds it, a
 //! founder records its own with a `member_key` record; both decided at apply), which
 //! the node hands to the transport at start and whenever it changes
-//! ([`PeerKeys::set_applied`]). A handshake under id X with key K is
-//! ([`PeerKeys::admit`]):
+//! ([`PeerKeys::set_applied`]). Before a founder's record applies, its key is the one
+//! **pinned** for it: the founding configuration (the master pins every founder's
+//! `cluster_pki_dir/peers/<name>.pub`, and founds a cluster only once it holds every
+//! founder's key). No member id is ever bound by a first handshake. A handshake under id
+//! X with key K is ([`PeerKeys::admit`]):
 //!
 //! 1. X in the book: admitted as a [member](Admission::Member) if K is X's key, refused
 //!    otherwise (`peer_key_mismatch`), on every member alike, whether or not it ever
 //!    talked to X;
-//! 2. X a member of the applied group (voter or learner) without a key in the book yet
-//!    (a founder before its record applied, a log older than the book), or this node not
-//!    yet a member itself (a joiner during its state sync, a node before its start):
-//!    checked against the key pinned for X at start ([`PeerKeys::pin`]: the master pins
-//!    `cluster_pki_dir/peers/<name>.pub`), or else bound to the first key that completes
-//!    a handshake under X for as long as the process runs (reported to
-//!    [`PeerKeys::on_learned`]). That window closes when X's key applies;
-//! 3. otherwise (X is no member: a joiner, or a removed member) admitted for the **join
-//!    path** only ([`Admission::Joining`]): the connection may carry control messages
-//!    (hello, join), never raft messages or snapshots. The key it proved is what its join
-//!    entry carries; once that applies, only that key speaks for X. A removed member's id
-//!    leaves the book and the group, so its key no longer opens a session; an inbound
-//!    connection re-checks its admission at every raft frame, so one opened before the
-//!    removal is closed at its next frame.
+//! 2. this node a member of the applied group and X a member too, without a key in the
+//!    book yet (a founder before its record applied): admitted if K is the key pinned for
+//!    X ([`PeerKeys::pin`]), refused otherwise (`peer_key_mismatch`), or refused outright
+//!    when nothing is pinned for X (`peer_key_unknown`): from the very first frame, a
+//!    holder of the secret racing a founder at cluster start gets nowhere;
+//! 3. this node a member and X no member (a joiner, a removed member): admitted for the
+//!    **join path** only ([`Admission::Joining`]): the connection may carry control
+//!    messages (hello, join), never raft messages or snapshots. The key it proved is what
+//!    its join entry carries; once that applies, only that key speaks for X. A removed
+//!    member's id leaves the book and the group, so its key no longer opens a session; an
+//!    inbound connection re-checks its admission at every raft frame, so one opened
+//!    before the removal is closed at its next frame;
+//! 4. this node not a member yet (before its node starts, a joiner during its state
+//!    sync): the pinned key if X has one, else whatever key completes a handshake under X
+//!    is held for X in memory until this node is a member, when every such binding is
+//!    dropped. A joiner has no state of its own to protect yet, checks the keys of the
+//!    log it receives, and never writes such a key anywhere.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
@@ -42,8 +48,8 @@ use super::refusal::Refused;
 pub const PUBLIC_LEN: usize = 32;
 /// Length of a handshake signature (Ed25519).
 pub const SIG_LEN: usize = 64;
-/// Most bindings kept; past it new ids are refused (a cluster has a handful of members;
-/// the bound only stops a secret holder from growing the map without limit).
+/// Most keys held for ids while this node is no member (case 4); past it new ids are
+/// refused (the bound only stops a secret holder from growing the map without limit).
 const MAX_BOUND: usize = 4096;
 
 /// A member's own key pair.
@@ -116,9 +122,6 @@ pub(super) fn verify(public: &[u8; PUBLIC_LEN], msg: &[u8], sig: &[u8; SIG_LEN])
         .unwrap_or(false)
 }
 
-/// Called once for each binding learned from a handshake: `(raft id, public key)`.
-pub type Learned = Arc<dyn Fn(u64, &[u8; PUBLIC_LEN]) + Send + Sync>;
-
 /// Called with the applied key book whenever it changes.
 pub type BookChanged = Arc<dyn Fn(&BTreeMap<u64, [u8; PUBLIC_LEN]>) + Send + Sync>;
 
@@ -146,8 +149,10 @@ struct Applied {
 pub struct PeerKeys {
     applied: RwLock<Applied>,
     pinned: Mutex<HashMap<u64, [u8; PUBLIC_LEN]>>,
+    /// The key of every id without a pin of its own ([`PeerKeys::pin_all`]).
+    pinned_all: Mutex<Option<[u8; PUBLIC_LEN]>>,
+    /// Keys held while this node is no member yet (case 4 of the module documentation).
     bound: Mutex<HashMap<u64, [u8; PUBLIC_LEN]>>,
-    learned: Mutex<Option<Learned>>,
     book_changed: Mutex<Option<BookChanged>>,
 }
 
@@ -158,14 +163,39 @@ impl PeerKeys {
         self.pinned.lock().unwrap_or_else(|p| p.into_inner()).insert(id, public);
     }
 
-    /// The key `id` is bound to, if any: the applied one, else the pinned one, else the
-    /// one learned from a handshake.
+    /// Pins every id without a pin of its own to `public`: for a process whose transports
+    /// all present the same key (tests, benches: `From<ClusterKey>` for [`Credentials`]).
+    ///
+    /// [`Credentials`]: super::Credentials
+    pub fn pin_all(&self, public: [u8; PUBLIC_LEN]) {
+        *self.pinned_all.lock().unwrap_or_else(|p| p.into_inner()) = Some(public);
+    }
+
+    /// Whether a key is pinned for `id` (its own pin or [`PeerKeys::pin_all`]'s).
+    pub fn is_pinned(&self, id: u64) -> bool {
+        self.pinned_key(id).is_some()
+    }
+
+    fn pinned_key(&self, id: u64) -> Option<[u8; PUBLIC_LEN]> {
+        let own = self.pinned.lock().unwrap_or_else(|p| p.into_inner()).get(&id).copied();
+        own.or_else(|| *self.pinned_all.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The key `id` is bound to, if any: the applied one, else the pinned one, else (while
+    /// this node is no member) the one held from a handshake.
     pub fn bound(&self, id: u64) -> Option<[u8; PUBLIC_LEN]> {
-        if let Some(k) = self.applied.read().unwrap_or_else(|p| p.into_inner()).book.get(&id) {
-            return Some(*k);
+        let me_member = {
+            let a = self.applied.read().unwrap_or_else(|p| p.into_inner());
+            if let Some(k) = a.book.get(&id) {
+                return Some(*k);
+            }
+            a.me_member
+        };
+        if let Some(k) = self.pinned_key(id) {
+            return Some(k);
         }
-        if let Some(k) = self.pinned.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
-            return Some(*k);
+        if me_member {
+            return None;
         }
         self.bound.lock().unwrap_or_else(|p| p.into_inner()).get(&id).copied()
     }
@@ -173,11 +203,6 @@ impl PeerKeys {
     /// The applied key book, as last set.
     pub fn book(&self) -> BTreeMap<u64, [u8; PUBLIC_LEN]> {
         self.applied.read().unwrap_or_else(|p| p.into_inner()).book.clone()
-    }
-
-    /// Where bindings learned from now on are reported.
-    pub fn on_learned(&self, f: Learned) {
-        *self.learned.lock().unwrap_or_else(|p| p.into_inner()) = Some(f);
     }
 
     /// Where the applied book goes whenever it changes from now on (the master keeps
@@ -195,6 +220,10 @@ impl PeerKeys {
             *a = Applied { book, members, me_member };
             changed.then(|| a.book.clone())
         };
+        if me_member {
+            // Keys held before this node was a member speak for nobody now (case 4).
+            self.bound.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        }
         if let Some(book) = changed {
             tracing::info!(members = ?book.keys().collect::<Vec<_>>(), "member key book applied");
             let f = self.book_changed.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -211,17 +240,19 @@ impl PeerKeys {
             Lookup::Key(k) if openssl::memcmp::eq(&k, public) => Ok(Admission::Member),
             Lookup::Key(_) => Err(mismatch(id)),
             Lookup::Unbound => Ok(Admission::Member),
+            Lookup::Unknown => Err(unknown(id)),
             Lookup::Joining => Ok(Admission::Joining),
         }
     }
 
     /// Admits `public` for `id` after a handshake proved the cluster secret and this
-    /// key's signature (see the module documentation); a member id with no key yet is
-    /// bound to it.
+    /// key's signature (see the module documentation); while this node is no member, an
+    /// id with no key yet is held to it (case 4).
     pub(super) fn admit(&self, id: u64, public: &[u8; PUBLIC_LEN]) -> Result<Admission, Refused> {
         match self.lookup(id) {
             Lookup::Key(k) if openssl::memcmp::eq(&k, public) => return Ok(Admission::Member),
             Lookup::Key(_) => return Err(mismatch(id)),
+            Lookup::Unknown => return Err(unknown(id)),
             Lookup::Joining => return Ok(Admission::Joining),
             Lookup::Unbound => {}
         }
@@ -235,16 +266,13 @@ impl PeerKeys {
             }
         }
         drop(bound);
-        tracing::info!(member = id, "member key bound (first authenticated handshake under this id; the log holds no key for it yet)");
-        let learned = self.learned.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        if let Some(f) = learned {
-            f(id, public);
-        }
+        tracing::debug!(member = id, "member key held until this node is a member (it is not one yet)");
         Ok(Admission::Member)
     }
 
-    /// Where `id` stands: its applied key, its pinned key while the log holds none (a
-    /// member, or any id while this node is no member), unbound, or join path only.
+    /// Where `id` stands (the cases of the module documentation): its applied key, join
+    /// path only, its pinned key, unknown (a member with neither), or unbound (this node
+    /// is no member yet).
     fn lookup(&self, id: u64) -> Lookup {
         let a = self.applied.read().unwrap_or_else(|p| p.into_inner());
         if let Some(k) = a.book.get(&id) {
@@ -253,9 +281,11 @@ impl PeerKeys {
         if a.me_member && !a.members.contains(&id) {
             return Lookup::Joining;
         }
+        let me_member = a.me_member;
         drop(a);
-        match self.pinned.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
-            Some(k) => Lookup::Key(*k),
+        match self.pinned_key(id) {
+            Some(k) => Lookup::Key(k),
+            None if me_member => Lookup::Unknown,
             None => Lookup::Unbound,
         }
     }
@@ -263,8 +293,15 @@ impl PeerKeys {
 
 enum Lookup {
     Key([u8; PUBLIC_LEN]),
+    /// A member the log holds no key for and nothing is pinned for: refused.
+    Unknown,
+    /// This node is no member yet and nothing is known of the id.
     Unbound,
     Joining,
+}
+
+fn unknown(id: u64) -> Refused {
+    Refused::new("peer_key_unknown", format!("member {id} has no key in the log yet and none is pinned for it (a founder's cluster_pki_dir/peers/<name>.pub): not admitted"))
 }
 
 fn mismatch(id: u64) -> Refused {

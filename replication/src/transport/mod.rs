@@ -123,16 +123,19 @@ impl Credentials {
 }
 
 /// The cluster key with this process's ephemeral member key (made once, kept in memory
-/// only) and no peer bound in advance: for tests and tools that keep no identity on
-/// disk. Every transport of the process presents the same key, so one restarted in the
-/// same process (same id) is still the member its peers bound. A master uses
-/// [`Credentials::new`] with its own key from disk.
+/// only), every peer pinned to that same key ([`PeerKeys::pin_all`]): for tests and
+/// benches whose members all run in one process and keep no identity on disk. Every
+/// transport of the process presents the same key, so that pin is each member's own key,
+/// and one restarted in the same process (same id) is still the member its peers know. A
+/// master uses [`Credentials::new`] with its own key from disk and its founders' pins.
 impl From<ClusterKey> for Credentials {
     fn from(secret: ClusterKey) -> Self {
         static PROCESS_KEY: std::sync::OnceLock<Arc<MemberKey>> = std::sync::OnceLock::new();
         // Generating an Ed25519 key reads the system RNG; it does not fail in practice.
         let member = PROCESS_KEY.get_or_init(|| Arc::new(MemberKey::generate().unwrap_or_else(|e| panic!("cannot generate a member key: {e}")))).clone();
-        Credentials { secret, member, peers: Arc::default() }
+        let peers = Arc::new(PeerKeys::default());
+        peers.pin_all(member.public());
+        Credentials { secret, member, peers }
     }
 }
 
@@ -206,9 +209,17 @@ impl TcpTransport {
     /// How many connections or frames this transport refused for `reason` (a word such
     /// as `bad_proof`, `replayed`, `sender_mismatch`, `too_many_unauthenticated`,
     /// `handshake_timeout`, `frame_too_large`, `bad_signature`, `peer_key_mismatch`,
-    /// `too_many_connections`, `not_a_member`, `proposer_mismatch`).
+    /// `peer_key_unknown`, `too_many_connections`, `not_a_member`, `proposer_mismatch`,
+    /// `bad_control`, `control_id_mismatch`, `join_key_mismatch`).
     pub fn refused(&self, reason: &str) -> u64 {
         self.refusals.count(reason)
+    }
+
+    /// Counts and logs (rate-limited, like every refusal on the cluster port) a message
+    /// the layer above refused from member `from` (the join handshake: a control message
+    /// that does not parse or names another id or key than its connection proved).
+    pub fn refuse_message(&self, from: u64, r: Refused) {
+        self.refusals.refuse(&format!("member {from}"), &r);
     }
 
     /// Connect to `to` whenever a peer's address is `from` (a peer reached through a
@@ -304,10 +315,10 @@ impl TcpTransport {
     }
 
     /// Opens a connection to every peer whose address this transport knows, for the
-    /// handshake alone, so that both sides bind each other's member key now rather than
-    /// at their first raft message (two followers may never exchange one; an id left
-    /// unbound is bound by whoever signs in under it first). Failures are counted and
-    /// logged like any refusal; nothing is retried (a later connection binds as well).
+    /// handshake alone, so that both sides check each other's member key now rather than
+    /// at their first raft message (two followers may never exchange one), and a peer
+    /// whose key is refused shows in the logs at once. Failures are counted and logged
+    /// like any refusal; nothing is retried (a later connection checks as well).
     pub fn introduce(&self) {
         let addrs: Vec<(u64, SocketAddr)> = self.addrs.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(id, a)| (*id, *a)).collect();
         for (id, addr) in addrs {

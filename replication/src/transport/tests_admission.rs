@@ -1,7 +1,8 @@
 //! Admission by the applied key book, over real sockets: a peer that is no member may use
 //! the join path (control messages) only; a member's connection is re-checked at every
 //! raft frame, so a removed member's open connection is closed; a forwarded proposal must
-//! name its forwarder as proposer; the book outranks what a first handshake bound.
+//! name its forwarder as proposer; the book outranks a pin; a member with neither is
+//! refused, and what a node held before it was a member is dropped once it is one.
 
 use super::*;
 use crate::testutil::wait_until;
@@ -64,8 +65,9 @@ fn the_applied_book_decides_who_may_speak_and_how() {
     wait_until("the non-member's raft frame refused", 10, || b.refused("not_a_member") == 1);
     assert!(rx.try_recv().is_err(), "nothing from a non-member reaches raft");
 
-    // 7 is a member without a key in the book: bound at its first handshake. Its own
-    // forwarded proposal is delivered; one naming another proposer is refused.
+    // 7 is a member without a key in the book: admitted under the key pinned for it (this
+    // process's, `From<ClusterKey>`). Its own forwarded proposal is delivered; one naming
+    // another proposer is refused.
     let (mut s, mut sealer) = connect(&b, 7);
     raft(&mut s, &mut sealer, forward(7, 7));
     assert_eq!(rx.recv_timeout(timeout).unwrap().get_msg_type(), MessageType::MsgPropose);
@@ -73,8 +75,8 @@ fn the_applied_book_decides_who_may_speak_and_how() {
     wait_until("the forged proposer refused", 10, || b.refused("proposer_mismatch") == 1);
     assert!(rx.try_recv().is_err());
 
-    // The book names another key for 7: the key 7's first handshake bound no longer
-    // opens a session.
+    // The book names another key for 7: the book outranks the pin, so the pinned key no
+    // longer opens a session.
     b.peer_keys().set_applied([(7, [0x42; 32])].into(), [2, 7].into(), true);
     let mut s = TcpStream::connect(b.local_addr()).unwrap();
     let _ = handshake::initiate(&mut s, &ClusterKey::from_secret("s").into(), 7, 2, Instant::now() + timeout);
@@ -90,5 +92,64 @@ fn the_applied_book_decides_who_may_speak_and_how() {
     raft(&mut s, &mut sealer, heartbeat(7));
     wait_until("the removed member's frame refused", 10, || b.refused("not_a_member") == 2);
     assert!(rx.try_recv().is_err(), "nothing from a removed member reaches raft");
+    b.shutdown();
+}
+
+/// This process's credentials with nothing pinned (so they accept a responder with a key
+/// of its own).
+fn unpinned() -> Credentials {
+    let mut c: Credentials = ClusterKey::from_secret("s").into();
+    c.peers = Arc::default();
+    c
+}
+
+/// [`connect`] with [`unpinned`] credentials.
+fn connect_unpinned(t: &TcpTransport, me: u64) -> (TcpStream, Sealer) {
+    let mut s = TcpStream::connect(t.local_addr()).unwrap();
+    let sealer = handshake::initiate(&mut s, &unpinned(), me, 2, Instant::now() + Duration::from_secs(10)).unwrap();
+    (s, sealer)
+}
+
+#[test]
+fn a_member_with_no_key_in_the_book_and_none_pinned_is_never_bound_by_a_first_handshake() {
+    // Member 2 with a key of its own and nothing pinned (a founder whose founding
+    // configuration lacks member 7's key).
+    let peers = Arc::new(PeerKeys::default());
+    let creds = Credentials::new(ClusterKey::from_secret("s"), MemberKey::generate().unwrap(), peers.clone());
+    let (tx, rx) = mpsc::channel();
+    let tx = Mutex::new(tx);
+    let b = TcpTransport::start(2, "127.0.0.1:0".parse().unwrap(), HashMap::new(), creds, Arc::new(move |m| {
+        let _ = tx.lock().unwrap().send(m);
+    }))
+    .unwrap();
+    // Before it is a member (before its node starts), a peer under 5 is held in memory
+    // only: its key speaks for 5 until this node is a member.
+    let _held = connect_unpinned(&b, 5);
+    wait_until("5 held", 10, || peers.bound(5) == Some(process_key()));
+
+    // A member now, of a group of 2 and 7 (and 5): every key held before is dropped, and
+    // 7, a member the book holds no key for and nothing is pinned for, is refused at
+    // every handshake, the first included, with whatever key.
+    peers.set_applied(Default::default(), [2, 5, 7].into(), true);
+    assert_eq!(peers.bound(5), None, "nothing held from before the membership");
+    for _ in 0..2 {
+        let mut s = TcpStream::connect(b.local_addr()).unwrap();
+        let _ = handshake::initiate(&mut s, &unpinned(), 7, 2, Instant::now() + Duration::from_secs(10));
+    }
+    let mut s = TcpStream::connect(b.local_addr()).unwrap();
+    let other = Credentials::new(ClusterKey::from_secret("s"), MemberKey::generate().unwrap(), Arc::default());
+    let _ = handshake::initiate(&mut s, &other, 7, 2, Instant::now() + Duration::from_secs(10));
+    wait_until("every handshake under 7 refused", 10, || b.refused("peer_key_unknown") == 3);
+    assert_eq!(peers.bound(7), None, "no handshake bound 7");
+    // So was 5 (held before): its next handshake is refused the same way.
+    let mut s = TcpStream::connect(b.local_addr()).unwrap();
+    let _ = handshake::initiate(&mut s, &unpinned(), 5, 2, Instant::now() + Duration::from_secs(10));
+    wait_until("5 refused once a member", 10, || b.refused("peer_key_unknown") == 4);
+
+    // Once pinned (the operator provisioned its key), 7 is admitted under that key only.
+    peers.pin(7, process_key());
+    let (mut s, mut sealer) = connect_unpinned(&b, 7);
+    raft(&mut s, &mut sealer, heartbeat(7));
+    assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap().from, 7);
     b.shutdown();
 }

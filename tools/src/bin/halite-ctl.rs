@@ -1,6 +1,7 @@
 //! `halite-ctl`: Halite's recovery tool. Works on a stopped master's data directory
 //! (`halite_data_dir` of the config given with `-c`).
 
+use std::io::Read as _;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
@@ -56,6 +57,20 @@ enum Cmd {
         #[arg(long)]
         if_needed: bool,
     },
+    /// Print this cluster member's public key (PEM), making its key pair
+    /// (`pki_dir/member.pem`) and its own `cluster_pki_dir/peers/<interface>.pub` if need
+    /// be: what the other founders of a cluster on isolated filesystems install with
+    /// `peer-key`.
+    MemberKey,
+    /// Install founding member NAME's public key (a PEM file, `-` for stdin, as
+    /// `member-key` prints it) as `cluster_pki_dir/peers/NAME.pub`. A cluster is founded
+    /// only once every founder's key is there.
+    PeerKey {
+        /// The member's name, as `cluster_peers` lists it.
+        name: String,
+        /// The PEM file (`-`: stdin).
+        file: PathBuf,
+    },
     /// Import a shared-filesystem cluster tree (cluster_pki_dir, cachedir jobs, file_roots,
     /// pillar_roots from the config, or the paths given) as records.
     ImportShared {
@@ -76,6 +91,14 @@ fn main() {
     let args = Args::parse();
     init_logging(&args.log_level);
     run(|| real_main(args))
+}
+
+/// A member key file refused (its own words, without the node's "record refused").
+fn key_failure(e: halite_replication::NodeError) -> Failure {
+    match e {
+        halite_replication::NodeError::Refused(why) => Failure::new(format!("Error: {why}"), 1),
+        e => Failure::new(format!("Error: {e}"), 1),
+    }
 }
 
 fn real_main(args: Args) -> Result<()> {
@@ -112,6 +135,21 @@ fn real_main(args: Args) -> Result<()> {
         Cmd::RebuildViews => println!("{}", ctl::rebuild_views(&cfg)?),
         Cmd::Snapshot => println!("{}", halite_tools::snapshots::snapshot(&cfg)?),
         Cmd::Compact { if_needed } => println!("{}", halite_tools::snapshots::compact(&cfg, if_needed)?),
+        Cmd::MemberKey => {
+            let pem = halite_master::memberkey::own_public_pem(&cfg).map_err(key_failure)?;
+            print!("{}", String::from_utf8_lossy(&pem));
+        }
+        Cmd::PeerKey { name, file } => {
+            let mut pem = Vec::new();
+            let read = if file.as_os_str() == "-" {
+                std::io::Read::take(std::io::stdin(), 64 << 10).read_to_end(&mut pem)
+            } else {
+                std::fs::File::open(&file).and_then(|f| std::io::Read::take(f, 64 << 10).read_to_end(&mut pem))
+            };
+            read.map_err(|e| Failure::new(format!("Error: reading {}: {e}", file.display()), 2))?;
+            let path = halite_master::memberkey::install_peer_key(&cfg, &name, &pem).map_err(key_failure)?;
+            println!("{name}: {}", path.display());
+        }
         Cmd::ImportShared { pki_dir, cachedir, file_roots, pillar_roots } => {
             let mut tree = ctl::SharedTree::from_config(&cfg);
             let parse = |list: &[String]| -> Result<std::collections::BTreeMap<String, Vec<PathBuf>>> {

@@ -24,7 +24,8 @@ use std::process::Command;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use halite_replication::{member_id, ClusterKey, TcpTransport};
+use halite_replication::transport::identity::MemberKey;
+use halite_replication::{member_id, ClusterKey, Credentials, TcpTransport};
 use raft::eraftpb::{Message, MessageType};
 use serde_json::json;
 
@@ -98,7 +99,7 @@ fn http_get(ip: &str, port: u16, path: &str) -> String {
 }
 
 /// `halite_refused_total{port,reason}` on a member's `/metrics` (0 if absent).
-fn refused(env: &Env, health: u16, port: &str, reason: &str) -> f64 {
+pub(crate) fn refused(env: &Env, health: u16, port: &str, reason: &str) -> f64 {
     let line = format!("halite_refused_total{{port=\"{port}\",reason=\"{reason}\"}} ");
     http_get(&env.ip, health, "/metrics").lines().find_map(|l| l.strip_prefix(&line).and_then(|v| v.trim().parse().ok())).unwrap_or(0.0)
 }
@@ -216,6 +217,10 @@ fn attacks_on_a_lone_master_change_nothing_and_are_counted() {
         };
         assert!(!text.contains("root:") && !text.contains("hsum"), "{cmd} {path} {saltenv}: {text}");
     }
+    // A signed-in minion's sealed request whose inner id is another minion's: "bad load",
+    // counted, nothing stored.
+    let r = intruder.ask(load(&[("cmd", V::from("_return")), ("id", V::from(MINION)), ("jid", V::from("20261124000000000001")), ("fun", V::from("test.ping")), ("return", V::from(true))]));
+    assert!(matches!(r, AesReply::BadLoad), "a request claiming another id is refused");
     assert_eq!(slow.join().expect("slowloris"), 60, "every slow connection was closed by the master");
     wait_counted(env, health, "request", "message_too_large", 3.0);
     wait_counted(env, health, "publish", "message_too_large", 3.0);
@@ -223,6 +228,7 @@ fn attacks_on_a_lone_master_change_nothing_and_are_counted() {
     wait_counted(env, health, "health", "timeout", 20.0);
     wait_counted(env, health, "request", "clear_command", 5.0);
     wait_counted(env, health, "request", "unsafe_path", 5.0);
+    wait_counted(env, health, "request", "bad_load", 1.0);
     assert_eq!(digest(env), before, "the attacks changed nothing stored");
 
     // 10,000 new ids sign in at once (one pipelined stream of `_auth`): the first `cap`
@@ -317,7 +323,13 @@ fn recording_proxy(ip: &str, to: SocketAddr) -> (SocketAddr, mpsc::Receiver<Vec<
 }
 
 /// A raft message from `from` to `to`.
-fn raft(kind: MessageType, from: u64, to: u64, term: u64) -> Message {
+/// What a holder of `secret` has: the secret, a member key of its own, nothing pinned (so
+/// it talks to any member, whatever key that member has).
+pub(crate) fn secret_holder(secret: &str) -> Credentials {
+    Credentials::new(ClusterKey::from_secret(secret), MemberKey::generate().expect("member key"), Arc::default())
+}
+
+pub(crate) fn raft(kind: MessageType, from: u64, to: u64, term: u64) -> Message {
     let mut m = Message::default();
     m.set_msg_type(kind);
     m.from = from;
@@ -374,7 +386,7 @@ fn attacks_on_a_three_member_cluster_change_nothing_and_are_counted() {
     // Member 1's key is in every member's applied key book, so every other member refuses.
     for target in [0, 2] {
         let id_t = id_of(&c, target);
-        let impostor = TcpTransport::start(id1, format!("{}:0", env0.ip).parse().expect("addr"), [(id_t, addr(target))].into(), ClusterKey::from_secret("s3cret"), Arc::new(|_| {})).expect("impostor");
+        let impostor = TcpTransport::start(id1, format!("{}:0", env0.ip).parse().expect("addr"), [(id_t, addr(target))].into(), secret_holder("s3cret"), Arc::new(|_| {})).expect("impostor");
         wait_for("the member refuses the impostor", 60, || {
             impostor.send(vec![raft(MessageType::MsgRequestVote, id1, id_t, 1_000_000), raft(MessageType::MsgHeartbeat, id1, id_t, 1_000_000)]);
             impostor.send_control(id_t, addr(target), &serde_json::to_vec(&json!({"t": "join", "id": id1, "name": c.envs[1].ip, "addr": addr(1).to_string(), "incarnation": 0})).expect("json"));
@@ -389,7 +401,7 @@ fn attacks_on_a_three_member_cluster_change_nothing_and_are_counted() {
     // does its handshake, sends its welcome; the proxy keeps what member 1 sent.
     let (tx, welcomed) = mpsc::channel();
     let tx = std::sync::Mutex::new(tx);
-    let ours = TcpTransport::start(4242, format!("{}:0", env0.ip).parse().expect("addr"), Default::default(), ClusterKey::from_secret("s3cret"), Arc::new(|_| {})).expect("listener");
+    let ours = TcpTransport::start(4242, format!("{}:0", env0.ip).parse().expect("addr"), Default::default(), secret_holder("s3cret"), Arc::new(|_| {})).expect("listener");
     ours.on_control(Arc::new(move |from, body| {
         let _ = tx.lock().unwrap_or_else(|p| p.into_inner()).send((from, body));
     }));

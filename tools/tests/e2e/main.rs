@@ -41,6 +41,7 @@ mod cluster_join;
 mod cluster_shared;
 mod cluster_topologies;
 mod faults;
+mod founding;
 mod health;
 mod multimaster;
 mod orchestrate_cluster;
