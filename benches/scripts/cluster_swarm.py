@@ -70,7 +70,15 @@ def start_members(root, ret, pub, pool):
                 f"cluster_pki_dir: {d}/cpki\ncluster_peers:\n{peers}"
             )
         confs.append(os.path.join(d, "conf"))
-        procs.append(start_member(d, confs[-1]))
+    # Isolated filesystems: every founder's member key on every founder before the start
+    # (docs/operations.md, "Member identity").
+    ctl = os.path.join(BIN, "halite-ctl")
+    pems = [subprocess.run([ctl, "-c", c, "member-key"], check=True, capture_output=True).stdout for c in confs]
+    for c in confs:
+        for ip, pem in zip(IPS, pems):
+            subprocess.run([ctl, "-c", c, "peer-key", ip, "-"], input=pem, check=True, capture_output=True)
+    for ip, c in zip(IPS, confs):
+        procs.append(start_member(os.path.join(root, ip), c))
     for ip in IPS:
         wait_serving(ip, ret)
     return procs, confs
@@ -160,34 +168,7 @@ def run_direct(n, keydir, base, processes, distinct):
 def run(n, keydir, base):
     root = tempfile.mkdtemp(prefix=f"cluster-swarm-{n}-")
     ret, pub, pool = base, base - 1, base - 2
-    procs, confs = [], []
-    for ip in IPS:
-        d = os.path.join(root, ip)
-        os.makedirs(os.path.join(d, "conf"))
-        peers = "".join(f"  - {p}\n" for p in IPS if p != ip)
-        with open(os.path.join(d, "conf", "master"), "w") as f:
-            f.write(
-                f"root_dir: {d}\nid: {ip}\ninterface: {ip}\nret_port: {ret}\npublish_port: {pub}\nauto_accept: True\n"
-                f"log_level: warning\nhalite_data_dir: {d}/halite\npidfile: {d}/master.pid\ncluster_id: bench\n"
-                f"cluster_secret: bench\ncluster_pool_port: {pool}\ncluster_isolated_filesystem: True\n"
-                f"cluster_pki_dir: {d}/cpki\ncluster_peers:\n{peers}"
-            )
-        confs.append(os.path.join(d, "conf"))
-    # Isolated filesystems: every founder's member key on every founder before the start
-    # (docs/operations.md, "Member identity").
-    ctl = os.path.join(BIN, "halite-ctl")
-    pems = [subprocess.run([ctl, "-c", c, "member-key"], check=True, capture_output=True).stdout for c in confs]
-    for c in confs:
-        for ip, pem in zip(IPS, pems):
-            subprocess.run([ctl, "-c", c, "peer-key", ip, "-"], input=pem, check=True, capture_output=True)
-    for ip, c in zip(IPS, confs):
-        log = open(os.path.join(root, ip, "master.log"), "w")
-        procs.append(subprocess.Popen([os.path.join(BIN, "salt-master"), "-c", c, "-l", "warning"], stdout=log, stderr=log))
-    for ip in IPS:
-        t0 = time.monotonic()
-        while not ping_answered_at(ip, ret):
-            if time.monotonic() - t0 > 60:
-                sys.exit(f"member {ip} not serving")
+    procs, confs = start_members(root, ret, pub, pool)
     backend = lambda name, port: (
         f"frontend {name}\n  bind {LB}:{port}\n  default_backend {name}_m\nbackend {name}_m\n  balance roundrobin\n"
         + "".join(f"  server m{i} {ip}:{port} check inter 500ms\n" for i, ip in enumerate(IPS))
