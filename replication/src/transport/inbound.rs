@@ -34,8 +34,60 @@ pub(super) fn accept(listener: TcpListener, inbound: Inbound) {
     }
 }
 
+/// The inbound connections being read, so that [`TcpTransport::shutdown`] can close
+/// them: a reader blocked on a connection would otherwise keep it open (and take the
+/// next frame its peer sends, for a transport that delivers nothing any more) until
+/// that frame or the idle timeout wakes it.
+#[derive(Clone, Default)]
+pub(super) struct Live(Arc<Mutex<LiveConns>>);
+
+#[derive(Default)]
+pub(super) struct LiveConns {
+    next: u64,
+    conns: HashMap<u64, TcpStream>,
+    closed: bool,
+}
+
+/// A connection's place in [`Live`], given up when its reader ends.
+struct LiveGuard(Live, u64);
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        self.0 .0.lock().unwrap_or_else(|p| p.into_inner()).conns.remove(&self.1);
+    }
+}
+
+impl Live {
+    /// Registers `stream` (a handle to it); `None` once the transport is shut down (the
+    /// caller closes it) or when no handle can be made.
+    fn register(&self, stream: &TcpStream) -> Option<LiveGuard> {
+        let mut l = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if l.closed {
+            return None;
+        }
+        let handle = stream.try_clone().ok()?;
+        l.next += 1;
+        let id = l.next;
+        l.conns.insert(id, handle);
+        Some(LiveGuard(self.clone(), id))
+    }
+
+    /// Closes every registered connection (both directions), and any registered later.
+    pub(super) fn close_all(&self) {
+        let mut l = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        l.closed = true;
+        for (_, s) in l.conns.drain() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
 /// One inbound connection: the handshake, then frames until EOF, silence or a refusal.
 fn read_peer(mut stream: TcpStream, source: String, pending: Unauthenticated, inb: Inbound) {
+    let Some(_live) = inb.live.register(&stream) else {
+        let _ = stream.shutdown(std::net::Shutdown::Both);
+        return;
+    };
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
     let (peer, mut opener) = match handshake::respond(&mut stream, &inb.key, inb.me, Instant::now() + inb.limits.handshake) {
         Ok(x) => x,
