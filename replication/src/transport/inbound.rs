@@ -130,13 +130,14 @@ fn read_frame(stream: &mut TcpStream, opener: &mut Opener, who: &handshake::Peer
     if !(MIN_BODY..=MAX_FRAME).contains(&n) {
         return Err(Refused::new("frame_too_large", format!("a frame of {n} bytes is outside {MIN_BODY}..={MAX_FRAME}")));
     }
-    let mut body = Vec::with_capacity(n.min(READ_PIECE));
+    // The buffer grows with the bytes that arrived (each piece at most as large as what
+    // is already there, and at least READ_PIECE), never to a length only declared.
+    let mut body = Vec::new();
     while body.len() < n {
-        let want = (n - body.len()).min(READ_PIECE);
-        let got = (&mut *stream).take(want as u64).read_to_end(&mut body).map_err(io_refusal)?;
-        if got == 0 {
-            return Err(Refused::closed());
-        }
+        let have = body.len();
+        let want = (n - have).min(have.max(READ_PIECE));
+        body.resize(have + want, 0);
+        stream.read_exact(&mut body[have..]).map_err(io_refusal)?;
     }
     let f = opener.open(&body)?;
     if f.from != peer {
@@ -150,7 +151,7 @@ fn read_frame(stream: &mut TcpStream, opener: &mut Opener, who: &handshake::Peer
     }
     match f.kind {
         KIND_RAFT => {
-            let msg = Message::parse_from_bytes(&f.body).map_err(|e| Refused::new("bad_frame", format!("raft message does not decode: {e}")))?;
+            let msg = Message::parse_from_bytes(f.body()).map_err(|e| Refused::new("bad_frame", format!("raft message does not decode: {e}")))?;
             if msg.from != peer || msg.to != inb.me {
                 return Err(Refused::new("sender_mismatch", format!("a raft message from {} to {} on member {peer}'s connection", msg.from, msg.to)));
             }
@@ -162,7 +163,7 @@ fn read_frame(stream: &mut TcpStream, opener: &mut Opener, who: &handshake::Peer
         KIND_CONTROL => {
             let handler = inb.control.lock().unwrap_or_else(|p| p.into_inner()).clone();
             match handler {
-                Some(h) => h(peer, &who.key, f.body),
+                Some(h) => h(peer, &who.key, f.into_body()),
                 None => tracing::debug!(from = peer, "control message with no handler dropped"),
             }
         }
@@ -171,7 +172,7 @@ fn read_frame(stream: &mut TcpStream, opener: &mut Opener, who: &handshake::Peer
             let Some(inbox) = inb.snapshots.lock().unwrap_or_else(|p| p.into_inner()).clone() else {
                 return Err(Refused::new("snapshot_refused", "this node takes no snapshots"));
             };
-            incoming.part(peer, &f.body, inbox.as_ref()).map_err(|e| Refused::new("snapshot_refused", format!("snapshot transfer refused: {e}")))?;
+            incoming.part(peer, f.body(), inbox.as_ref()).map_err(|e| Refused::new("snapshot_refused", format!("snapshot transfer refused: {e}")))?;
         }
         k => return Err(Refused::new("bad_frame", format!("unknown frame kind {k}"))),
     }
