@@ -47,11 +47,15 @@ pub trait SnapshotInbox: Send + Sync {
 
 /// The bytes of one part.
 pub fn encode_part(part: u8, transfer: u64, payload: &[u8]) -> Vec<u8> {
-    let mut b = Vec::with_capacity(9 + payload.len());
-    b.push(part);
-    b.extend_from_slice(&transfer.to_be_bytes());
-    b.extend_from_slice(payload);
-    b
+    [&part_header(part, transfer)[..], payload].concat()
+}
+
+/// The bytes before a part's payload.
+pub fn part_header(part: u8, transfer: u64) -> [u8; 9] {
+    let mut h = [0u8; 9];
+    h[0] = part;
+    h[1..].copy_from_slice(&transfer.to_be_bytes());
+    h
 }
 
 /// The transfer in progress on one inbound connection.

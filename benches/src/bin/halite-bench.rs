@@ -129,6 +129,11 @@ fn views(dir: &Path, kind: &str) -> Views {
 }
 
 fn main() {
+    // Logs only when asked (`RUST_LOG=halite_replication=debug,raft=debug`): the
+    // figures are what the benchmark prints.
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_writer(std::io::stderr).try_init();
+    }
     let args = Args::parse();
     match args.cmd {
         Cmd::Commit { total, threads, view, groups } => commit(total, threads, &view, &groups),

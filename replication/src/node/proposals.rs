@@ -118,6 +118,9 @@ impl Proposals {
         let settled_below = self.settled_below();
         let resubmit_after = self.resubmit_after;
         let due: Vec<u64> = self.waiting.iter().filter(|(_, w)| w.term != Some(term) || (w.forwarded && w.handed.elapsed() >= resubmit_after)).map(|(k, _)| *k).collect();
+        if !due.is_empty() {
+            tracing::debug!(id = self.me, n = due.len(), leader = raw.raft.leader_id, term, "proposals handed to raft");
+        }
         for seq in due {
             let Some(w) = self.waiting.get(&seq) else { continue };
             let id = ProposalId { proposer: self.me, incarnation: self.incarnation, seq };

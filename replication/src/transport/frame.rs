@@ -13,7 +13,7 @@
 //! next: a frame replayed, dropped or reordered on the connection is refused (and the
 //! connection closed) before decryption.
 
-use openssl::symm::{decrypt_aead, encrypt_aead, Cipher};
+use openssl::symm::{decrypt_aead, Cipher, Crypter, Mode};
 
 use super::refusal::Refused;
 use super::MAX_FRAME;
@@ -51,7 +51,14 @@ impl Sealer {
 
     /// One frame (length prefix included) carrying `body` of `kind` from `from` to `to`.
     pub fn seal(&mut self, kind: u8, from: u64, to: u64, body: &[u8]) -> Result<Vec<u8>, String> {
-        let len = 8 + 17 + body.len() + 16;
+        self.seal_parts(kind, from, to, &[body])
+    }
+
+    /// [`Sealer::seal`] of a body given in pieces (their concatenation), encrypted
+    /// straight into the frame: a snapshot chunk is never copied to be sealed.
+    pub fn seal_parts(&mut self, kind: u8, from: u64, to: u64, parts: &[&[u8]]) -> Result<Vec<u8>, String> {
+        let body_len: usize = parts.iter().map(|p| p.len()).sum();
+        let len = 8 + 17 + body_len + 16;
         if len > MAX_FRAME {
             return Err(format!("a peer message of {len} bytes exceeds the {MAX_FRAME}-byte frame limit"));
         }
@@ -59,19 +66,33 @@ impl Sealer {
             return Err("frame counter exhausted; reconnect".into());
         }
         let counter = self.next;
-        let mut plain = Vec::with_capacity(17 + body.len());
-        plain.push(kind);
-        plain.extend_from_slice(&from.to_be_bytes());
-        plain.extend_from_slice(&to.to_be_bytes());
-        plain.extend_from_slice(body);
-        let mut tag = [0u8; 16];
-        let ct = encrypt_aead(Cipher::aes_256_gcm(), &self.key, Some(&nonce(self.dir, counter)), AAD, &plain, &mut tag).map_err(|e| e.to_string())?;
+        let mut head = [0u8; 17];
+        head[0] = kind;
+        head[1..9].copy_from_slice(&from.to_be_bytes());
+        head[9..17].copy_from_slice(&to.to_be_bytes());
+        // Length prefix, counter, ciphertext, tag; the ciphertext is written in place
+        // (openssl may write one block past a piece's end: the next piece or the tag's
+        // room takes it, and is written after).
+        let mut frame = vec![0u8; 4 + len];
+        frame[..4].copy_from_slice(&(len as u32).to_be_bytes());
+        frame[4..12].copy_from_slice(&counter.to_be_bytes());
+        let cipher = Cipher::aes_256_gcm();
+        let mut c = Crypter::new(cipher, Mode::Encrypt, &self.key, Some(&nonce(self.dir, counter))).map_err(|e| e.to_string())?;
+        c.aad_update(AAD).map_err(|e| e.to_string())?;
+        let mut at = 12;
+        for piece in std::iter::once(&head[..]).chain(parts.iter().copied()) {
+            if piece.is_empty() {
+                continue;
+            }
+            let room = (piece.len() + cipher.block_size()).min(frame.len() - at);
+            at += c.update(piece, &mut frame[at..at + room]).map_err(|e| e.to_string())?;
+        }
+        at += c.finalize(&mut frame[at..]).map_err(|e| e.to_string())?;
+        if at != 4 + len - 16 {
+            return Err(format!("sealing wrote {} bytes of ciphertext, expected {}", at - 12, 17 + body_len));
+        }
+        c.get_tag(&mut frame[at..]).map_err(|e| e.to_string())?;
         self.next += 1;
-        let mut frame = Vec::with_capacity(4 + len);
-        frame.extend_from_slice(&(len as u32).to_be_bytes());
-        frame.extend_from_slice(&counter.to_be_bytes());
-        frame.extend_from_slice(&ct);
-        frame.extend_from_slice(&tag);
         Ok(frame)
     }
 }
@@ -81,7 +102,22 @@ pub struct Opened {
     pub kind: u8,
     pub from: u64,
     pub to: u64,
-    pub body: Vec<u8>,
+    /// The whole plaintext: kind and ids, then the body ([`Opened::body`]), kept as
+    /// decrypted so that a large body is not copied again.
+    plain: Vec<u8>,
+}
+
+impl Opened {
+    /// The frame's body.
+    pub fn body(&self) -> &[u8] {
+        &self.plain[17..]
+    }
+
+    /// The frame's body, owned.
+    pub fn into_body(mut self) -> Vec<u8> {
+        self.plain.drain(..17);
+        self.plain
+    }
 }
 
 /// Opens the frames one side receives, in order.
@@ -120,7 +156,8 @@ impl Opener {
             b.copy_from_slice(&plain[r]);
             u64::from_be_bytes(b)
         };
-        Ok(Opened { kind: plain[0], from: id(1..9), to: id(9..17), body: plain[17..].to_vec() })
+        let (kind, from, to) = (plain[0], id(1..9), id(9..17));
+        Ok(Opened { kind, from, to, plain })
     }
 }
 
@@ -137,9 +174,14 @@ mod tests {
         assert_eq!(Opener::new([7; 32], 0).open(&f1[4..]).err().map(|r| r.reason), Some("replayed"));
         let mut o = Opener::new([7; 32], 0);
         let got = o.open(&f0[4..]).unwrap();
-        assert_eq!((got.kind, got.from, got.to, got.body.as_slice()), (KIND_CONTROL, 1, 2, &b"zero"[..]));
+        assert_eq!((got.kind, got.from, got.to, got.body()), (KIND_CONTROL, 1, 2, &b"zero"[..]));
         assert_eq!(o.open(&f0[4..]).err().map(|r| r.reason), Some("replayed"), "the same frame again");
-        assert_eq!(o.open(&f1[4..]).unwrap().body, b"one");
+        assert_eq!(o.open(&f1[4..]).unwrap().body(), b"one");
+        // A body sealed in pieces opens as their concatenation.
+        let f2 = s.seal_parts(KIND_SNAPSHOT, 1, 2, &[b"", b"a", b"", b"bc", &[7u8; 100]]).unwrap();
+        let mut joined = b"abc".to_vec();
+        joined.extend_from_slice(&[7u8; 100]);
+        assert_eq!(o.open(&f2[4..]).unwrap().into_body(), joined);
         // Another key, another direction, a flipped bit: the tag fails.
         assert_eq!(Opener::new([8; 32], 0).open(&f0[4..]).err().map(|r| r.reason), Some("bad_tag"));
         assert_eq!(Opener::new([7; 32], 1).open(&f0[4..]).err().map(|r| r.reason), Some("bad_tag"));

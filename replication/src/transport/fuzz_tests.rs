@@ -115,7 +115,7 @@ proptest! {
         let good = frame[4..].to_vec();
         prop_assert_eq!(u32::from_be_bytes(frame[..4].try_into().unwrap()) as usize, good.len());
         let f = Opener::new(KEY, 0).open(&good).unwrap();
-        prop_assert_eq!((f.kind, f.from, f.to, &f.body), (KIND_RAFT, 2, 1, &body));
+        prop_assert_eq!((f.kind, f.from, f.to, f.body()), (KIND_RAFT, 2, 1, &body[..]));
         let mut changed = good.clone();
         let p = pos % changed.len();
         changed[p] = val;

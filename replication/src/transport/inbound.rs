@@ -37,8 +37,60 @@ pub(super) fn accept(listener: TcpListener, inbound: Inbound) {
     }
 }
 
+/// The inbound connections being read, so that [`TcpTransport::shutdown`] can close
+/// them: a reader blocked on a connection would otherwise keep it open (and take the
+/// next frame its peer sends, for a transport that delivers nothing any more) until
+/// that frame or the idle timeout wakes it.
+#[derive(Clone, Default)]
+pub(super) struct Live(Arc<Mutex<LiveConns>>);
+
+#[derive(Default)]
+pub(super) struct LiveConns {
+    next: u64,
+    conns: HashMap<u64, TcpStream>,
+    closed: bool,
+}
+
+/// A connection's place in [`Live`], given up when its reader ends.
+struct LiveGuard(Live, u64);
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        self.0 .0.lock().unwrap_or_else(|p| p.into_inner()).conns.remove(&self.1);
+    }
+}
+
+impl Live {
+    /// Registers `stream` (a handle to it); `None` once the transport is shut down (the
+    /// caller closes it) or when no handle can be made.
+    fn register(&self, stream: &TcpStream) -> Option<LiveGuard> {
+        let mut l = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if l.closed {
+            return None;
+        }
+        let handle = stream.try_clone().ok()?;
+        l.next += 1;
+        let id = l.next;
+        l.conns.insert(id, handle);
+        Some(LiveGuard(self.clone(), id))
+    }
+
+    /// Closes every registered connection (both directions), and any registered later.
+    pub(super) fn close_all(&self) {
+        let mut l = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        l.closed = true;
+        for (_, s) in l.conns.drain() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
 /// One inbound connection: the handshake, then frames until EOF, silence or a refusal.
 fn read_peer(mut stream: TcpStream, source: String, pending: Unauthenticated, inb: Inbound) {
+    let Some(_live) = inb.live.register(&stream) else {
+        let _ = stream.shutdown(std::net::Shutdown::Both);
+        return;
+    };
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
     let (peer, mut opener) = match handshake::respond(&mut stream, &inb.key, inb.me, Instant::now() + inb.limits.handshake) {
         Ok(x) => x,
@@ -81,13 +133,14 @@ fn read_frame(stream: &mut TcpStream, opener: &mut Opener, who: &handshake::Peer
     if !(MIN_BODY..=MAX_FRAME).contains(&n) {
         return Err(Refused::new("frame_too_large", format!("a frame of {n} bytes is outside {MIN_BODY}..={MAX_FRAME}")));
     }
-    let mut body = Vec::with_capacity(n.min(READ_PIECE));
+    // The buffer grows with the bytes that arrived (each piece at most as large as what
+    // is already there, and at least READ_PIECE), never to a length only declared.
+    let mut body = Vec::new();
     while body.len() < n {
-        let want = (n - body.len()).min(READ_PIECE);
-        let got = (&mut *stream).take(want as u64).read_to_end(&mut body).map_err(io_refusal)?;
-        if got == 0 {
-            return Err(Refused::closed());
-        }
+        let have = body.len();
+        let want = (n - have).min(have.max(READ_PIECE));
+        body.resize(have + want, 0);
+        stream.read_exact(&mut body[have..]).map_err(io_refusal)?;
     }
     let f = opener.open(&body)?;
     if f.from != peer {
@@ -101,7 +154,7 @@ fn read_frame(stream: &mut TcpStream, opener: &mut Opener, who: &handshake::Peer
     }
     match f.kind {
         KIND_RAFT => {
-            let msg = Message::parse_from_bytes(&f.body).map_err(|e| Refused::new("bad_frame", format!("raft message does not decode: {e}")))?;
+            let msg = Message::parse_from_bytes(f.body()).map_err(|e| Refused::new("bad_frame", format!("raft message does not decode: {e}")))?;
             if msg.from != peer || msg.to != inb.me {
                 return Err(Refused::new("sender_mismatch", format!("a raft message from {} to {} on member {peer}'s connection", msg.from, msg.to)));
             }
@@ -113,7 +166,7 @@ fn read_frame(stream: &mut TcpStream, opener: &mut Opener, who: &handshake::Peer
         KIND_CONTROL => {
             let handler = inb.control.lock().unwrap_or_else(|p| p.into_inner()).clone();
             match handler {
-                Some(h) => h(peer, &who.key, f.body),
+                Some(h) => h(peer, &who.key, f.into_body()),
                 None => tracing::debug!(from = peer, "control message with no handler dropped"),
             }
         }
@@ -122,7 +175,7 @@ fn read_frame(stream: &mut TcpStream, opener: &mut Opener, who: &handshake::Peer
             let Some(inbox) = inb.snapshots.lock().unwrap_or_else(|p| p.into_inner()).clone() else {
                 return Err(Refused::new("snapshot_refused", "this node takes no snapshots"));
             };
-            incoming.part(peer, &f.body, inbox.as_ref()).map_err(|e| Refused::new("snapshot_refused", format!("snapshot transfer refused: {e}")))?;
+            incoming.part(peer, f.body(), inbox.as_ref()).map_err(|e| Refused::new("snapshot_refused", format!("snapshot transfer refused: {e}")))?;
         }
         k => return Err(Refused::new("bad_frame", format!("unknown frame kind {k}"))),
     }

@@ -32,10 +32,18 @@
 //! its chunks and then the raft message (`snapshot_transfer.rs`), so raft's frames to
 //! the same peer never wait behind it.
 //!
-//! Raft tolerates lost, repeated and reordered messages, so the transport never retries:
-//! it sends, and drops what it cannot send (raft resends). One thread per peer writes;
-//! one thread per inbound connection reads. Every refusal closes the connection and is
-//! counted and logged ([`refusal`]).
+//! Raft tolerates lost, repeated and reordered messages, so the transport does not queue
+//! for a peer it cannot reach: it sends, and drops what it cannot send (raft resends).
+//! One thread per peer writes; one thread per inbound connection reads. Every refusal
+//! closes the connection and is counted and logged ([`refusal`]).
+//!
+//! A connection whose peer is gone is not written into: the writer looks (without
+//! waiting) whether the peer closed it before writing each frame, and reconnects if so; a frame whose write fails is sent once more on a new connection.
+//! Followers send each other nothing in a stable term, so the first message after a
+//! member restarted (a pre-vote answer, in an election) would otherwise go into the
+//! dead member's socket and be lost, and the election would wait a whole timeout for
+//! the next round (`write_peer`). [`TcpTransport::shutdown`] closes the inbound
+//! connections too, as the end of the process does.
 
 mod frame;
 mod handshake;
@@ -50,6 +58,8 @@ mod fuzz_tests;
 mod tests;
 #[cfg(test)]
 mod tests_admission;
+#[cfg(test)]
+mod tests_restart;
 
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
@@ -165,6 +175,8 @@ struct Inbound {
     limits: Limits,
     /// Authenticated inbound connections, per member id.
     open: Arc<Mutex<HashMap<u64, usize>>>,
+    /// Every inbound connection being read, closed by [`TcpTransport::shutdown`].
+    live: inbound::Live,
 }
 
 /// Sends raft messages to peers and receives theirs.
@@ -183,6 +195,8 @@ pub struct TcpTransport {
     limits: Limits,
     /// The accept loop; joined by [`TcpTransport::shutdown`] so the port is free after it.
     listening: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The inbound connections being read.
+    live: inbound::Live,
 }
 
 impl TcpTransport {
@@ -201,9 +215,10 @@ impl TcpTransport {
         let control: Arc<Mutex<Option<KeyedControlHandler>>> = Arc::new(Mutex::new(None));
         let refusals = Arc::new(Refusals::default());
         let snapshots: Snapshots = Arc::new(Mutex::new(None));
-        let inbound = Inbound { me: id, key: key.clone(), deliver, control: control.clone(), snapshots: snapshots.clone(), stopped: stopped.clone(), refusals: refusals.clone(), limits, open: Arc::default() };
+        let live = inbound::Live::default();
+        let inbound = Inbound { me: id, key: key.clone(), deliver, control: control.clone(), snapshots: snapshots.clone(), stopped: stopped.clone(), refusals: refusals.clone(), limits, open: Arc::default(), live: live.clone() };
         let listening = std::thread::Builder::new().name(format!("raft-listen-{id}")).spawn(move || inbound::accept(listener, inbound))?;
-        Ok(Arc::new(TcpTransport { id, key, peers: Mutex::new(HashMap::new()), addrs: Mutex::new(peers), via: Mutex::new(HashMap::new()), local, stopped, control, snapshots, refusals, limits, listening: Mutex::new(Some(listening)) }))
+        Ok(Arc::new(TcpTransport { id, key, peers: Mutex::new(HashMap::new()), addrs: Mutex::new(peers), via: Mutex::new(HashMap::new()), local, stopped, control, snapshots, refusals, limits, listening: Mutex::new(Some(listening)), live }))
     }
 
     /// How many connections or frames this transport refused for `reason` (a word such
@@ -345,11 +360,13 @@ impl TcpTransport {
         });
     }
 
-    /// Stops listening (the port is free once this returns), drops outbound connections
-    /// and stops delivering.
+    /// Stops listening (the port is free once this returns), drops outbound connections,
+    /// closes inbound ones (their peers see the close at once, as after the end of the
+    /// process) and stops delivering.
     pub fn shutdown(&self) {
         self.stopped.store(true, Ordering::SeqCst);
         self.peers.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.live.close_all();
         // Wake the accept loop so it sees the flag and drops the listener, and wait for
         // it: a node restarted in the same process binds the same address next.
         let woken = TcpStream::connect_timeout(&self.local, CONNECT_TIMEOUT).is_ok();
@@ -426,6 +443,14 @@ impl Outbound {
 
 /// One outbound connection: connect and handshake lazily, write frames (a keepalive
 /// when idle), reconnect on error.
+///
+/// The peer never writes on this connection after the handshake, so a connection that
+/// became readable was closed by its peer (it stopped, or restarted and this is its
+/// former incarnation's socket). A frame written there would be lost: the first write
+/// after a close still succeeds locally, the peer answers it with a reset, and only the
+/// write after that fails. So before each frame the writer looks (without waiting,
+/// three system calls) whether the connection was closed, and reconnects if so; and a frame whose write fails is sealed again and written once on
+/// a new connection.
 fn write_peer(out: Outbound, rx: Receiver<Vec<u8>>) {
     let (to, addr) = (out.to, out.addr);
     let mut conn: Option<(TcpStream, Sealer)> = None;
@@ -440,29 +465,57 @@ fn write_peer(out: Outbound, rx: Receiver<Vec<u8>>) {
         if down_until.is_some_and(|t| Instant::now() < t) {
             continue;
         }
-        if conn.is_none() {
-            match out.connect() {
-                Ok(c) => {
-                    tracing::info!(to, %addr, "connected to raft peer");
-                    conn = Some(c);
-                    down_until = None;
-                }
-                Err(r) => {
-                    out.refusals.refuse(&addr.to_string(), &r);
-                    tracing::debug!(to, %addr, "raft peer unreachable: {}", r.detail);
-                    down_until = Some(Instant::now() + RETRY_AFTER);
-                    continue;
+        if conn.as_ref().is_some_and(|(s, _)| closed_by_peer(s)) {
+            tracing::info!(to, %addr, "raft peer closed the connection; reconnecting");
+            conn = None;
+        }
+        // At most two attempts: the connection as it is, then a new one.
+        for attempt in 0..2 {
+            if conn.is_none() {
+                match out.connect() {
+                    Ok(c) => {
+                        tracing::info!(to, %addr, "connected to raft peer");
+                        conn = Some(c);
+                        down_until = None;
+                    }
+                    Err(r) => {
+                        out.refusals.refuse(&addr.to_string(), &r);
+                        tracing::debug!(to, %addr, "raft peer unreachable: {}", r.detail);
+                        down_until = Some(Instant::now() + RETRY_AFTER);
+                        break;
+                    }
                 }
             }
-        }
-        if let Some((s, sealer)) = conn.as_mut() {
+            let Some((s, sealer)) = conn.as_mut() else { break };
             let written = sealer.seal(kind, out.me, to, &body).map_err(std::io::Error::other).and_then(|f| s.write_all(&f));
-            if let Err(e) = written {
-                tracing::info!(to, %addr, "raft peer connection lost: {e}");
-                conn = None;
+            match written {
+                Ok(()) => break,
+                Err(e) => {
+                    tracing::info!(to, %addr, attempt, "raft peer connection lost: {e}");
+                    conn = None;
+                }
             }
         }
     }
+}
+
+/// Whether the peer closed `s` (an end of stream or an error is waiting to be read);
+/// never waits. A connection whose state cannot be read is taken as open (a write will
+/// tell).
+fn closed_by_peer(s: &TcpStream) -> bool {
+    if s.set_nonblocking(true).is_err() {
+        return false;
+    }
+    let mut b = [0u8; 1];
+    let closed = match s.peek(&mut b) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() != ErrorKind::WouldBlock && e.kind() != ErrorKind::Interrupted,
+    };
+    if s.set_nonblocking(false).is_err() {
+        return true;
+    }
+    closed
 }
 
 /// What the node's driver sends its outgoing raft messages through.

@@ -1,9 +1,18 @@
 //! The sending side of a snapshot transfer: one connection of its own, the handshake,
 //! then the manifest, every chunk and the raft message as sealed frames of kind 4
 //! (`crate::snapshot_transfer` has the part layout and the receiving side).
+//!
+//! After the end part the sender closes its side and waits for the receiver to close
+//! its own: the receiver reads until that end of stream, so it has checked every part
+//! and handed the raft message to its node before its close arrives. Only then is the
+//! transfer reported finished (and raft told, `report_snapshot`). Reported as soon as
+//! the last byte was written, the leader went on to probe the member with the log's
+//! tail while the member was still reading buffered chunks; the member, not holding the
+//! snapshot yet, refused the probe, and the leader sent the whole snapshot again, over
+//! the install of the first one.
 
-use std::io::Write;
-use std::net::{SocketAddr, TcpStream};
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::time::Instant;
 
 use protobuf::Message as _;
@@ -32,21 +41,41 @@ fn stream_parts(mut s: TcpStream, mut sealer: Sealer, me: u64, to: u64, addr: So
     let mut transfer = [0u8; 8];
     openssl::rand::rand_bytes(&mut transfer).map_err(|e| e.to_string())?;
     let transfer = u64::from_be_bytes(transfer);
-    let mut write = |part: u8, payload: &[u8]| -> Result<(), String> {
-        let frame = sealer.seal(KIND_SNAPSHOT, me, to, &snapshot_transfer::encode_part(part, transfer, payload))?;
+    // A part's header and its payload (a chunk: its header and data) are sealed into
+    // the frame without being joined first.
+    let mut write = |part: u8, payload: &[&[u8]]| -> Result<(), String> {
+        let head = snapshot_transfer::part_header(part, transfer);
+        let pieces: Vec<&[u8]> = std::iter::once(&head[..]).chain(payload.iter().copied()).collect();
+        let frame = sealer.seal_parts(KIND_SNAPSHOT, me, to, &pieces)?;
         s.write_all(&frame).map_err(|e| format!("writing to {addr}: {e}"))
     };
     let mut src = SnapshotSource::new(snap);
     tracing::info!(to, index = snap.index(), bytes = src.total_bytes(), "snapshot transfer begins");
-    write(snapshot_transfer::PART_BEGIN, &src.manifest_bytes())?;
+    write(snapshot_transfer::PART_BEGIN, &[&src.manifest_bytes()])?;
     let (total, mut logged) = (src.total_bytes(), 0u64);
-    while let Some(chunk) = src.next_chunk().map_err(|e| e.to_string())? {
-        write(snapshot_transfer::PART_CHUNK, &chunk)?;
+    while let Some((header, data)) = src.next_chunk_parts().map_err(|e| e.to_string())? {
+        write(snapshot_transfer::PART_CHUNK, &[&header, data])?;
         if src.sent_bytes() >= logged + (total / 10).clamp(1, 256 << 20) {
             logged = src.sent_bytes();
             tracing::info!(to, bytes = logged, total, "snapshot sent {}%", logged * 100 / total.max(1));
         }
     }
-    write(snapshot_transfer::PART_END, &msg.write_to_bytes().map_err(|e| e.to_string())?)?;
+    write(snapshot_transfer::PART_END, &[&msg.write_to_bytes().map_err(|e| e.to_string())?])?;
+    // Wait for the receiver to have read (and checked) everything: its close.
+    s.shutdown(Shutdown::Write).map_err(|e| format!("closing the transfer to {addr}: {e}"))?;
+    s.set_read_timeout(Some(SNAPSHOT_WRITE_TIMEOUT)).map_err(|e| e.to_string())?;
+    let mut b = [0u8; 64];
+    loop {
+        match s.read(&mut b) {
+            Ok(0) => break,
+            // The receiver sends nothing on this connection; bytes are ignored.
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            // A reset after everything was read is a close too (the receiver does not
+            // read the end of stream if it stopped first); a timeout is not.
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => return Err(format!("waiting for {addr} to finish reading the transfer: {e}")),
+        }
+    }
     Ok(src.sent_bytes())
 }

@@ -43,21 +43,46 @@ impl Chunk {
         Self::encode_parts(self.file, self.offset, &self.data)
     }
 
-    /// Encodes without building a [`Chunk`] first (the sending side's path).
+    /// Encodes without building a [`Chunk`] first.
     pub fn encode_parts(file: u32, offset: u64, data: &[u8]) -> Vec<u8> {
         let mut out = Vec::with_capacity(CHUNK_HEADER_LEN + data.len());
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&file.to_be_bytes());
-        out.extend_from_slice(&offset.to_be_bytes());
-        out.extend_from_slice(&(data.len() as u32).to_be_bytes());
-        let c = crc(&out, data);
-        out.extend_from_slice(&c.to_be_bytes());
+        out.extend_from_slice(&Self::header(file, offset, data));
         out.extend_from_slice(data);
         out
     }
 
+    /// The header (CRC included) that goes before `data` (at most [`CHUNK_MAX`] bytes):
+    /// the sending side's path, which writes header and data without joining them.
+    pub fn header(file: u32, offset: u64, data: &[u8]) -> [u8; CHUNK_HEADER_LEN] {
+        let mut h = [0u8; CHUNK_HEADER_LEN];
+        h[0..4].copy_from_slice(MAGIC);
+        h[4..8].copy_from_slice(&file.to_be_bytes());
+        h[8..16].copy_from_slice(&offset.to_be_bytes());
+        h[16..20].copy_from_slice(&(data.len() as u32).to_be_bytes());
+        let c = crc(&h[..20], data);
+        h[20..24].copy_from_slice(&c.to_be_bytes());
+        h
+    }
+
     /// Decodes and checks a chunk from a peer; never panics.
     pub fn decode(b: &[u8]) -> Result<Chunk> {
+        let c = ChunkRef::check(b)?;
+        Ok(Chunk { file: c.file, offset: c.offset, data: c.data.to_vec() })
+    }
+}
+
+/// A checked chunk whose data stays where it arrived (the receiving side's path: the
+/// data goes to its file without a copy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkRef<'a> {
+    pub file: u32,
+    pub offset: u64,
+    pub data: &'a [u8],
+}
+
+impl<'a> ChunkRef<'a> {
+    /// Checks a chunk from a peer (see the module docs); never panics.
+    pub fn check(b: &'a [u8]) -> Result<ChunkRef<'a>> {
         let refuse = |why: String| Error::SnapshotRefused(format!("chunk: {why}"));
         if b.len() < CHUNK_HEADER_LEN {
             return Err(refuse(format!("{} bytes, shorter than the {CHUNK_HEADER_LEN}-byte header", b.len())));
@@ -81,6 +106,6 @@ impl Chunk {
         if crc(&b[..20], data) != be32(20) {
             return Err(refuse(format!("CRC mismatch (file {file}, offset {offset})")));
         }
-        Ok(Chunk { file, offset, data: data.to_vec() })
+        Ok(ChunkRef { file, offset, data })
     }
 }

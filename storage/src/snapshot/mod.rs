@@ -35,7 +35,7 @@ mod store;
 #[cfg(test)]
 mod tests;
 
-pub use chunk::{Chunk, CHUNK_HEADER_LEN, CHUNK_MAX};
+pub use chunk::{Chunk, ChunkRef, CHUNK_HEADER_LEN, CHUNK_MAX};
 pub use install::{install, recover_at_start, swap_in, Recovered};
 pub use manifest::{ConfStateJson, FileEntry, Manifest, FORMAT, MAX_FILES, MAX_MANIFEST_BYTES};
 pub use receiver::{ReceiveLimits, Receiver, Received};

@@ -4,7 +4,7 @@
 //!
 //! Everything it is given comes from a peer and is checked before it is used: the
 //! manifest by [`Manifest::decode`] (sizes bounded by [`ReceiveLimits`], paths confined
-//! to `state/<name>`), each chunk by [`Chunk::decode`] (length bound, CRC), then its
+//! to `state/<name>`), each chunk by [`ChunkRef::check`] (length bound, CRC), then its
 //! place: chunks must arrive in order (file after file, offset after offset) and stay
 //! inside the file's declared size; a file is checked against its sha256 as soon as its
 //! last byte arrives. Any refusal is an [`Error::SnapshotRefused`]; the transfer is then
@@ -15,7 +15,7 @@ use std::io::Write;
 
 use sha2::{Digest, Sha256};
 
-use super::chunk::Chunk;
+use super::chunk::ChunkRef;
 use super::manifest::{check_path, Manifest};
 use super::store::{Snapshot, SnapshotStore, Staging};
 use crate::error::{Error, IoContext, Result};
@@ -110,7 +110,7 @@ impl Receiver {
     /// Takes one chunk's bytes: checked (see the module docs), written, and the file
     /// completed if it was its last piece.
     pub fn accept(&mut self, bytes: &[u8]) -> Result<Received> {
-        let c = Chunk::decode(bytes)?;
+        let c = ChunkRef::check(bytes)?;
         let Some(f) = self.manifest.files.get(self.file) else {
             return Err(refuse(format!("chunk for file {} after the last file", c.file)));
         };

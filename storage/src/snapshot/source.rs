@@ -4,7 +4,7 @@
 use std::fs::File;
 use std::io::Read;
 
-use super::chunk::{Chunk, CHUNK_MAX};
+use super::chunk::{Chunk, CHUNK_HEADER_LEN, CHUNK_MAX};
 use super::store::Snapshot;
 use crate::error::{Error, IoContext, Result};
 
@@ -41,6 +41,13 @@ impl SnapshotSource {
     /// The next chunk's bytes ([`Chunk`] encoding), or `None` after the last one. A file
     /// shorter than its manifest says is an error (the snapshot was damaged on disk).
     pub fn next_chunk(&mut self) -> Result<Option<Vec<u8>>> {
+        Ok(self.next_chunk_parts()?.map(|(h, data)| [&h[..], data].concat()))
+    }
+
+    /// The next chunk as its header and its data (borrowed until the next call), for a
+    /// sender that writes them without joining them; the same bytes as
+    /// [`SnapshotSource::next_chunk`].
+    pub fn next_chunk_parts(&mut self) -> Result<Option<([u8; CHUNK_HEADER_LEN], &[u8])>> {
         let files = &self.snap.manifest().files;
         loop {
             let Some(f) = files.get(self.file) else { return Ok(None) };
@@ -58,10 +65,10 @@ impl SnapshotSource {
             self.buf.resize(want, 0);
             let Some(file) = self.open.as_mut() else { return Ok(None) };
             file.read_exact(&mut self.buf).map_err(|e| Error::Invalid(format!("snapshot {}: reading {} at {}: {e} (shorter than its manifest says?)", self.snap.index(), path.display(), self.offset)))?;
-            let out = Chunk::encode_parts(self.file as u32, self.offset, &self.buf);
+            let header = Chunk::header(self.file as u32, self.offset, &self.buf);
             self.offset += want as u64;
             self.sent += want as u64;
-            return Ok(Some(out));
+            return Ok(Some((header, &self.buf)));
         }
     }
 }
