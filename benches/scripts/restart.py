@@ -37,13 +37,11 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from swarm import BIN, HOME, Master, rollup, stop, sweep  # noqa: E402
+from swarm import BIN, HOME, Master, ping_count, rollup, stop, sweep, until_all_answer  # noqa: E402
 
 
-def answering(m, n, timeout=3):
-    exe = os.path.join(BIN, "salt")
-    out = subprocess.run([exe, "-c", m.conf, "*", "test.ping", "--out", "json", "-t", str(timeout)], capture_output=True, text=True).stdout
-    return out.count("true")
+def answering(m, timeout=3):
+    return ping_count(os.path.join(BIN, "salt"), m.conf, timeout)
 
 
 def connected(health):
@@ -117,7 +115,7 @@ def run_one(n, mode, port, keydir, distinct, timeout, extra=""):
         if not ready.wait(1800):
             sys.exit("the swarm was not ready after 30 min")
         row["ready"] = events["ready"]["count"]
-        got = answering(m, n, 60)
+        got = answering(m, 60)
         if got != n:
             print(f"  warning: {got}/{n} answered before the restart", file=sys.stderr)
         m.stop()
@@ -127,16 +125,10 @@ def run_one(n, mode, port, keydir, distinct, timeout, extra=""):
         back = {}
         watcher = threading.Thread(target=watch_connections, args=(health, n, t0, back, t0 + 600), daemon=True)
         watcher.start()
-        runs = 0
-        while True:
-            runs += 1
-            got = answering(m, n, timeout)
-            if got == n:
-                break
-            if time.monotonic() - t0 > 600:
-                row["answering_at_give_up"] = got
-                break
-        row["listening_to_all_answering_s"] = round(time.monotonic() - t0, 2)
+        seconds, runs, got = until_all_answer(lambda: answering(m, timeout), n)
+        if got != n:
+            row["answering_at_give_up"] = got
+        row["listening_to_all_answering_s"] = seconds
         row["ping_runs"] = runs
         row["ping_timeout_s"] = timeout
         row["signed_in_again"] = events["signed_in_again"] - before

@@ -121,6 +121,24 @@ def ping_answered(port, timeout_ms=200):
         s.close()
 
 
+def ping_count(salt, conf, timeout):
+    """Minions that answered one `salt '*' test.ping -t TIMEOUT` run (`salt`: the CLI)."""
+    out = subprocess.run([salt, "-c", conf, "*", "test.ping", "--out", "json", "-t", str(timeout)], capture_output=True, text=True).stdout
+    return out.count("true")
+
+
+def until_all_answer(ask, n, give_up=600):
+    """Calls `ask()` (one ping run: how many answered) back to back until it returns `n`
+    or `give_up` seconds have passed. Returns (seconds, runs, the last count)."""
+    t0, runs, got = time.monotonic(), 0, 0
+    while time.monotonic() - t0 < give_up:
+        runs += 1
+        got = ask()
+        if got == n:
+            break
+    return round(time.monotonic() - t0, 2), runs, got
+
+
 class Master:
     def __init__(self, kind, root, port):
         self.kind, self.root, self.ret, self.pub = kind, root, port, port - 1
