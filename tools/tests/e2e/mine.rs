@@ -9,8 +9,12 @@ use crate::cluster::founding;
 use crate::support::*;
 
 /// What every test minion offers its mine: `test.ping` and an echo of its own name.
+///
+/// `mine_enabled: False` leaves out salt-minion's scheduled `mine.update` (run once at
+/// start, then every `mine_interval`): the tests send every update themselves, and the
+/// scheduled one, late on a loaded machine, could land after a test's `mine.flush`.
 fn mine_conf(env_ip: &str, ret: u16, id: &str) -> String {
-    format!("master: {env_ip}\nmaster_port: {ret}\nmine_functions:\n  test.ping: []\n  test.echo:\n    - from-{id}\n")
+    format!("master: {env_ip}\nmaster_port: {ret}\nmine_enabled: False\nmine_functions:\n  test.ping: []\n  test.echo:\n    - from-{id}\n")
 }
 
 /// `salt-run mine.get ARGS... --out json` through `env`'s master.
