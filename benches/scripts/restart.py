@@ -44,27 +44,26 @@ def answering(m, timeout=3):
     return ping_count(os.path.join(BIN, "salt"), m.conf, timeout)
 
 
-def connected(health):
-    """`halite_minions_connected` from the master's health endpoint (None if unreadable)."""
+def metrics_text(health):
+    """The master's `/metrics` (None if unreadable)."""
     import urllib.request
 
     try:
-        text = urllib.request.urlopen(f"http://127.0.0.1:{health}/metrics", timeout=1).read().decode()
+        return urllib.request.urlopen(f"http://127.0.0.1:{health}/metrics", timeout=1).read().decode()
     except OSError:
         return None
-    for line in text.splitlines():
-        if line.startswith("halite_minions_connected "):
-            return int(float(line.split()[1]))
-    return None
+
+
+def connected(health):
+    """`halite_minions_connected` from the master's health endpoint (None if unreadable)."""
+    lines = (metrics_text(health) or "").splitlines()
+    return next((int(float(l.split()[1])) for l in lines if l.startswith("halite_minions_connected ")), None)
 
 
 def refused(health):
     """Connections the master closed at once to keep descriptors for its own files."""
-    import urllib.request
-
-    try:
-        text = urllib.request.urlopen(f"http://127.0.0.1:{health}/metrics", timeout=1).read().decode()
-    except OSError:
+    text = metrics_text(health)
+    if text is None:
         return None
     return sum(int(float(l.split()[-1])) for l in text.splitlines() if l.startswith("halite_refused_total") and "too_many_connections" in l)
 
