@@ -31,24 +31,24 @@ static LIMIT: OnceLock<u64> = OnceLock::new();
 /// limit), as salt-master does, and fixes the connection limit from the result.
 /// Returns `(soft limit, connection limit)`.
 pub fn raise_limit(max_open_files: u64) -> (u64, u64) {
-    let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit/setrlimit only read and write the struct passed.
-    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } == 0 {
-        let want = max_open_files.min(rl.rlim_max as u64);
-        if want > rl.rlim_cur as u64 {
-            let raised = libc::rlimit { rlim_cur: want as libc::rlim_t, rlim_max: rl.rlim_max };
-            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
-                rl.rlim_cur = raised.rlim_cur;
-            } else {
-                tracing::warn!("cannot raise the open-file limit to {want}: {}", std::io::Error::last_os_error());
+    let soft = match nofile() {
+        Some(mut rl) => {
+            let want = max_open_files.min(rl.rlim_max as u64);
+            if want > rl.rlim_cur as u64 {
+                let raised = libc::rlimit { rlim_cur: want as libc::rlim_t, rlim_max: rl.rlim_max };
+                // SAFETY: setrlimit only reads the struct passed.
+                if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+                    rl.rlim_cur = raised.rlim_cur;
+                } else {
+                    tracing::warn!("cannot raise the open-file limit to {want}: {}", std::io::Error::last_os_error());
+                }
             }
+            if max_open_files > rl.rlim_max as u64 {
+                tracing::info!("max_open_files {max_open_files} is above the hard limit {}; using {}", rl.rlim_max, rl.rlim_cur);
+            }
+            rl.rlim_cur as u64
         }
-        if max_open_files > rl.rlim_max as u64 {
-            tracing::info!("max_open_files {max_open_files} is above the hard limit {}; using {}", rl.rlim_max, rl.rlim_cur);
-        }
-        rl.rlim_cur as u64
-    } else {
-        4096
+        None => UNKNOWN_LIMIT,
     };
     let limit = *LIMIT.get_or_init(|| limit_for(soft));
     tracing::info!(open_files = soft, connections_below_descriptor = limit, "open-file limit");
@@ -65,12 +65,17 @@ pub fn limit_for(soft: u64) -> u64 {
 /// The limit fixed by [`raise_limit`] (or computed from the current limit if it was not
 /// called, as in unit tests).
 pub fn connection_fd_limit() -> u64 {
-    *LIMIT.get_or_init(|| {
-        let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-        // SAFETY: as above.
-        let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } == 0 { rl.rlim_cur as u64 } else { 4096 };
-        limit_for(soft)
-    })
+    *LIMIT.get_or_init(|| limit_for(nofile().map_or(UNKNOWN_LIMIT, |rl| rl.rlim_cur as u64)))
+}
+
+/// Assumed when `getrlimit` fails.
+const UNKNOWN_LIMIT: u64 = 4096;
+
+/// The process's `RLIMIT_NOFILE`.
+fn nofile() -> Option<libc::rlimit> {
+    let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit only writes the struct passed.
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } == 0).then_some(rl)
 }
 
 #[cfg(test)]
