@@ -119,6 +119,10 @@ pub struct MasterConfig {
     /// pillar minions report. Off, grain, pillar and ipcidr targets are published to
     /// every accepted minion, which match themselves (Salt's behaviour).
     pub minion_data_cache: bool,
+    /// `job_cache_store_endtime` (default false): `jobs.list_job` and `jobs.print_job`
+    /// show `EndTime`, the time of the job's last stored return (Salt writes it at each
+    /// return; Halite derives it from the returns' times).
+    pub job_cache_store_endtime: bool,
     /// Every option as read (after includes), for the ones Halite does not model.
     pub raw: Mapping,
     /// Which file each option came from.
@@ -137,6 +141,7 @@ const KNOWN: &[&str] = &[
     "halite_max_pending_keys", "pub_hwm", "halite_health_port", "halite_cluster_dial", "default_include", "include", "user",
     "zmq_backlog", "max_minions", "loop_interval", "request_server_ttl", "cluster_pub_fingerprint", "tcp_keepalive", "tcp_keepalive_idle", "tcp_keepalive_cnt", "tcp_keepalive_intvl", "rotate_aes_key", "halite_new_publish_key_at_start",
     "nodegroups", "reactor", "range_server", "minion_data_cache",
+    "job_cache_store_endtime",
 ];
 
 fn read_yaml(path: &Path) -> Result<Mapping> {
@@ -298,6 +303,7 @@ impl MasterConfig {
             nodegroups: crate::nodegroups::from_option(raw.get("nodegroups")).map_err(|why| r.invalid("nodegroups", why))?,
             range_server: r.string("range_server", "range:80")?,
             minion_data_cache: r.boolean("minion_data_cache", true)?,
+            job_cache_store_endtime: r.boolean("job_cache_store_endtime", false)?,
             root_dir,
             raw: raw.clone(),
             origin: origin.clone(),

@@ -58,7 +58,7 @@ fn hostile_lengths_are_refused_before_allocating() {
 }
 
 fn ret(i: usize, load: usize) -> Record {
-    Record::JobReturn(JobReturn { jid: "20261122021944123456".into(), id: format!("m{i}"), load: vec![0xc3; load], time_ns: i as u64 })
+    Record::JobReturn(JobReturn { jid: "20261122021944123456".into(), id: format!("m{i}"), load: vec![0xc3; load], time_ns: i as u64, first_only: false })
 }
 
 #[test]

@@ -251,6 +251,11 @@ pub struct JobReturn {
     #[serde(with = "serde_bytes")]
     pub load: Vec<u8>,
     pub time_ns: u64,
+    /// Applies only if no return for (`jid`, `id`) is stored yet: a return that must be
+    /// the first and only one (an orchestration run's end), decided at apply. Absent from
+    /// the payload when false (a minion's return, which replaces an earlier one).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub first_only: bool,
 }
 
 /// The grains a minion reported.

@@ -254,7 +254,7 @@ pub fn read_job_cache(cachedir: &Path, out: &mut Vec<Record>, counts: &mut BTree
                     continue;
                 }
                 let load = read_bounded(&rp, &rm, MAX_JOB_FILE)?;
-                out.push(Record::JobReturn(JobReturn { jid: jid.clone(), id: name, load, time_ns: mtime_ns(&m) }));
+                out.push(Record::JobReturn(JobReturn { jid: jid.clone(), id: name, load, time_ns: mtime_ns(&m), first_only: false }));
                 *counts.entry("returns".into()).or_default() += 1;
             }
         }

@@ -268,7 +268,7 @@ fn jobs_expire_by_cutoff_with_their_returns_and_nothing_else() {
     let d = tempfile::tempdir().unwrap();
     let sm = StateMachine::open(&d.path().join("s")).unwrap();
     let job = |jid: &str| Record::JobPublished(JobPublished { jid: jid.into(), load: vec![0x80], minions: vec!["m1".into()], time_ns: 1, started_by: None });
-    let ret = |jid: &str, id: &str| Record::JobReturn(JobReturn { jid: jid.into(), id: id.into(), load: vec![0xc3], time_ns: 1 });
+    let ret = |jid: &str, id: &str| Record::JobReturn(JobReturn { jid: jid.into(), id: id.into(), load: vec![0xc3], time_ns: 1, first_only: false });
     let (old, edge, new) = ("20261120000000000001", "20261121000000000000", "20261122000000000002");
     sm.apply(&numbered(vec![job(old), ret(old, "m1"), ret(old, "m2"), job(edge), ret(edge, "m1"), job(new), ret(new, "m1"), job("custom-jid"), key("m1", KeyState::Accepted, 1)], 1)).unwrap();
     assert!(sm.has_job_before(edge).unwrap());
@@ -459,4 +459,29 @@ fn a_checkpoint_from_before_a_family_existed_opens_and_installs() {
     dst.replace_from(&old, |_| {}).unwrap();
     let got = dst.digest().unwrap();
     assert_eq!((got.items, got.sha256), (want.items, want.sha256));
+}
+
+#[test]
+fn a_first_only_return_applies_only_where_no_return_is_stored() {
+    use crate::format::JobReturn;
+    let d = tempfile::tempdir().unwrap();
+    let sm = StateMachine::open(&d.path().join("s")).unwrap();
+    let jid = "20261122000000000001";
+    let ret = |id: &str, t: u64, first_only: bool| Record::JobReturn(JobReturn { jid: jid.into(), id: id.into(), load: vec![0xc3], time_ns: t, first_only });
+    // Two first-only returns for one (jid, id) in one batch: the first wins, on every member alike.
+    sm.apply(&numbered(vec![ret("a_master", 1, true), ret("a_master", 2, true)], 1)).unwrap();
+    assert_eq!(sm.job_return(jid, "a_master").unwrap().map(|r| r.time_ns), Some(1));
+    // One in a later batch changes nothing either.
+    sm.apply(&numbered(vec![ret("a_master", 3, true)], 5)).unwrap();
+    assert_eq!(sm.job_return(jid, "a_master").unwrap().map(|r| r.time_ns), Some(1));
+    // A plain return before it in the same batch counts as stored.
+    sm.apply(&numbered(vec![ret("b_master", 4, false), ret("b_master", 5, true)], 10)).unwrap();
+    assert_eq!(sm.job_return(jid, "b_master").unwrap().map(|r| r.time_ns), Some(4));
+    // Plain returns still replace earlier ones (a minion's repeated return).
+    sm.apply(&numbered(vec![ret("m1", 6, false), ret("m1", 7, false)], 20)).unwrap();
+    assert_eq!(sm.job_return(jid, "m1").unwrap().map(|r| r.time_ns), Some(7));
+    // The flag survives encoding; a plain return's payload does not carry it.
+    let plain = ret("m1", 1, false).encode().unwrap();
+    assert!(!plain.windows(10).any(|w| w == b"first_only"));
+    assert_eq!(Record::decode(&ret("m1", 1, true).encode().unwrap()).unwrap(), ret("m1", 1, true));
 }

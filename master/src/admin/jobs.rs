@@ -92,9 +92,9 @@ impl JobCmd {
             }
             JobCmd::ListJobs => Ok(Plan::answer(json!({ "return": list_jobs(sm)? }))),
             JobCmd::LookupJid { jid } => Ok(Plan::answer(json!({ "return": lookup_jid(sm, &jid)? }))),
-            JobCmd::ListJob { jid } => Ok(Plan::answer(json!({ "return": list_job(sm, &jid)? }))),
+            JobCmd::ListJob { jid } => Ok(Plan::answer(json!({ "return": list_job(sm, &jid, view.config().job_cache_store_endtime)? }))),
             JobCmd::PrintJob { jid } => {
-                let mut job = list_job(sm, &jid)?;
+                let mut job = list_job(sm, &jid, view.config().job_cache_store_endtime)?;
                 if let J::Object(m) = &mut job {
                     m.remove("jid");
                 }
@@ -213,14 +213,21 @@ pub fn get_jid(sm: &StateMachine, jid: &str) -> Result<Map<String, J>> {
 }
 
 /// `jobs.list_job JID`: `{"jid", Function, Arguments, Target, Target-type, User,
-/// Minions, StartTime, Result: get_jid}`.
-pub fn list_job(sm: &StateMachine, jid: &str) -> Result<J> {
+/// Minions, StartTime, Result: get_jid}`, and with `endtime` (Salt's
+/// `job_cache_store_endtime`) `EndTime`: the time of the last stored return, in
+/// `StartTime`'s format (absent while nothing has returned, as in Salt).
+pub fn list_job(sm: &StateMachine, jid: &str, endtime: bool) -> Result<J> {
     let job = sm.job(jid)?;
     let load = job.as_ref().map(|j| payload::decode(&j.load).map(|v| payload::to_json(&v)).unwrap_or(J::Null));
     let mut out = Map::new();
     out.insert("jid".into(), J::String(jid.to_string()));
     out.extend(job_cache_instance(jid, load.as_ref(), job.as_ref().map(|j| j.minions.as_slice())));
     out.insert("Result".into(), J::Object(get_jid(sm, jid)?));
+    if endtime {
+        if let Some(last) = sm.job_returns(jid)?.iter().map(|r| r.time_ns).max() {
+            out.insert("EndTime".into(), J::String(jid_to_time(&crate::jobs::jid_at(last / 1000))));
+        }
+    }
     Ok(J::Object(out))
 }
 

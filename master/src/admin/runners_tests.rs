@@ -42,7 +42,7 @@ fn fixture(name: &str) -> Fixture {
     f.apply(&[crate::mine::send("web1", &mine, 3).unwrap()]);
     let load = json!({"fun": "test.arg", "arg": ["a", {"metadata": {"ticket": 7}, "__kwarg__": true}], "tgt": "web*", "jid": JID, "ret": "", "tgt_type": "glob", "user": "root"});
     f.apply(&[Record::JobPublished(JobPublished { jid: JID.into(), load: enc(load), minions: vec!["web2".into(), "web1".into()], time_ns: 1, started_by: None })]);
-    f.apply(&[Record::JobReturn(JobReturn { jid: JID.into(), id: "web1".into(), load: enc(json!({"return": {"args": ["a"]}, "retcode": 0, "success": true, "fun": "test.arg", "jid": JID, "id": "web1"})), time_ns: 4 })]);
+    f.apply(&[Record::JobReturn(JobReturn { jid: JID.into(), id: "web1".into(), load: enc(json!({"return": {"args": ["a"]}, "retcode": 0, "success": true, "fun": "test.arg", "jid": JID, "id": "web1"})), time_ns: 4, first_only: false })]);
     for (tree, env, path, body) in [
         (RootsTree::File, "base", "top.sls", "base:\n  '*':\n    - web\n"),
         (RootsTree::File, "base", "web/init.sls", "nginx: {pkg.installed: []}\n"),
@@ -195,11 +195,52 @@ fn an_orchestration_run_is_a_job_with_one_return() {
     let done = json!({"cmd": "orchestrate.return", "jid": jid, "return": {"data": {host.clone(): {}}, "outputter": "highstate", "retcode": 0}});
     let plan = f.run(done.clone()).unwrap();
     f.apply(&plan.proposals.concat());
-    assert_eq!(plan.events[0].tag, format!("salt/run/{jid}/ret"));
+    let super::Answer::After(settle) = plan.answer else { panic!("answered before the commit") };
+    assert_eq!(settle(&f).unwrap().events[0].tag, format!("salt/run/{jid}/ret"));
     assert_eq!(ret(&f, json!({"cmd": "runner", "fun": "jobs.lookup_jid", "jid": jid})), json!({host.clone(): {"data": {host: {}}, "outputter": "highstate", "retcode": 0}}));
     assert!(f.run(done).unwrap_err().to_string().contains("already has its return"));
     // Only a run's job takes such a return.
     f.apply(&[Record::JobPublished(JobPublished { jid: JID.into(), load: enc(json!({"fun": "test.ping"})), minions: vec!["m1".into()], time_ns: 1, started_by: None })]);
     assert!(f.run(json!({"cmd": "orchestrate.return", "jid": JID, "return": {}})).unwrap_err().to_string().contains("not an orchestration run"));
     assert!(f.run(json!({"cmd": "orchestrate.return", "jid": "20990101000000000000", "return": {}})).is_err());
+}
+
+#[test]
+fn two_ends_of_one_run_racing_leave_one_return_and_one_refusal() {
+    let f = Fixture::new("orch-race");
+    f.apply(&roots_records(RootsTree::File, "base", "orch/x.sls", 0o644, b"ping:\n  salt.function:\n    - name: test.ping\n    - tgt: '*'\n"));
+    let plan = f.run(json!({"cmd": "runner", "fun": "state.orchestrate", "arg": ["orch.x"], "kwarg": {}})).unwrap();
+    f.apply(&plan.proposals.concat());
+    let jid = plan.proposals.concat().iter().find_map(|r| match r { Record::JobPublished(j) => Some(j.jid.clone()), _ => None }).unwrap();
+    let end = |retcode: i64| json!({"cmd": "orchestrate.return", "jid": jid, "return": {"data": {}, "outputter": "highstate", "retcode": retcode}});
+    // Both are decided from the same read (two members, or one before the other commits).
+    let (first, second) = (f.run(end(0)).unwrap(), f.run(end(2)).unwrap());
+    for p in [&first, &second] {
+        f.apply(&p.proposals.concat());
+    }
+    let super::Answer::After(a1) = first.answer else { panic!("answered before the commit") };
+    let super::Answer::After(a2) = second.answer else { panic!("answered before the commit") };
+    let won = a1(&f).unwrap();
+    assert_eq!(won.value, json!({"return": true}));
+    assert_eq!(won.events[0].tag, format!("salt/run/{jid}/ret"));
+    assert!(a2(&f).unwrap_err().to_string().contains("already has its return"), "the later end is refused, not answered");
+    let stored = ret(&f, json!({"cmd": "runner", "fun": "jobs.lookup_jid", "jid": jid}));
+    assert_eq!(stored.as_object().unwrap().values().next().unwrap()["retcode"], json!(0), "the first applied end is the one stored");
+}
+
+#[test]
+fn end_time_is_the_last_return_with_job_cache_store_endtime() {
+    let mut f = Fixture::new("endtime");
+    let job = Record::JobPublished(JobPublished { jid: JID.into(), load: enc(json!({"fun": "test.ping", "tgt": "*"})), minions: vec!["m1".into(), "m2".into()], time_ns: 1, started_by: None });
+    f.apply(&[job]);
+    let list = |f: &Fixture| ret(f, json!({"cmd": "runner", "fun": "jobs.list_job", "arg": [JID], "kwarg": {}}));
+    assert!(list(&f).get("EndTime").is_none(), "off by default, as in Salt");
+    f.cfg.job_cache_store_endtime = true;
+    assert!(list(&f).get("EndTime").is_none(), "nothing returned yet: no EndTime");
+    // 2026-11-23 03:51:20.5 and 03:51:21.25 UTC: the later one is the end.
+    let at = |id: &str, ns: u64| Record::JobReturn(JobReturn { jid: JID.into(), id: id.into(), load: enc(json!({"return": true, "retcode": 0})), time_ns: ns, first_only: false });
+    f.apply(&[at("m2", 1_795_405_881_250_000_000), at("m1", 1_795_405_880_500_000_000)]);
+    assert_eq!(list(&f)["EndTime"], json!("2026, Nov 23 03:51:21.250000"));
+    let printed = ret(&f, json!({"cmd": "runner", "fun": "jobs.print_job", "arg": [JID], "kwarg": {}}));
+    assert_eq!(printed[JID]["EndTime"], json!("2026, Nov 23 03:51:21.250000"));
 }

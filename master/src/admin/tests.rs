@@ -201,7 +201,7 @@ fn job_queries_answer_in_salts_shapes() {
     let load = crate::wire::payload::encode(&crate::wire::payload::from_json(&json!({"fun": "test.ping", "arg": [], "tgt": "*", "tgt_type": "glob", "user": "root"})));
     f.apply(&[
         Record::JobPublished(JobPublished { jid: jid.into(), load, minions: vec!["m1".into()], time_ns: 1, started_by: None }),
-        Record::JobReturn(JobReturn { jid: jid.into(), id: "m1".into(), load: crate::wire::payload::encode(&crate::wire::payload::from_json(&json!({"return": true, "retcode": 0}))), time_ns: 2 }),
+        Record::JobReturn(JobReturn { jid: jid.into(), id: "m1".into(), load: crate::wire::payload::encode(&crate::wire::payload::from_json(&json!({"return": true, "retcode": 0}))), time_ns: 2, first_only: false }),
     ]);
     assert_eq!(f.now(json!({"cmd": "job.returns", "jid": jid}))["returns"]["m1"]["return"], true);
     assert_eq!(f.now(json!({"cmd": "job.list"}))["jobs"][jid]["minions"], json!(["m1"]));

@@ -9,13 +9,15 @@
 //! fired as Salt fires them for a runner.
 //!
 //! Request for the end: `{"cmd": "orchestrate.return", "jid", "return": {"data",
-//! "outputter", "retcode"}}`; only for a run job with no return yet (else refused).
+//! "outputter", "retcode"}}`; only for a run job with no return yet (else refused). The
+//! return record is `first_only`: if two ends race (through two members), the log
+//! decides, the first applied is stored, and the other caller is refused.
 
 use serde_json::{json, Value as J};
 
 use halite_storage::format::{JobPublished, JobReturn, Record};
 
-use crate::admin::{AdminView, Plan};
+use crate::admin::{AdminView, Answer, Plan, Settled};
 use crate::error::{Error, Result};
 use crate::events::event;
 use crate::wire::payload;
@@ -60,6 +62,8 @@ impl OrchReturn {
             return Err(Error::refused(format!("job {} is not an orchestration run", self.jid)));
         };
         if sm.job_return(&self.jid, &master_id)?.is_some() {
+            // Known already here; a return that arrives between this read and the
+            // commit is caught at apply (`first_only`) and below.
             return Err(Error::refused(format!("the run {} already has its return", self.jid)));
         }
         let retcode = self.ret.get("retcode").and_then(J::as_i64).unwrap_or(1);
@@ -67,10 +71,21 @@ impl OrchReturn {
             "fun": RUN_FUN, "fun_args": load["arg"], "jid": self.jid, "id": master_id,
             "return": self.ret, "retcode": retcode, "success": retcode == 0, "user": "root",
         });
-        let rec = Record::JobReturn(JobReturn { jid: self.jid.clone(), id: master_id, load: payload::encode(&payload::from_json(&ret_load)), time_ns: view.now_ns() });
-        let mut plan = Plan::answer(json!({ "return": true }));
+        let ours = JobReturn { jid: self.jid.clone(), id: master_id, load: payload::encode(&payload::from_json(&ret_load)), time_ns: view.now_ns(), first_only: true };
+        let rec = Record::JobReturn(ours.clone());
+        let jid = self.jid;
+        let mut plan = Plan::answer(J::Null);
         plan.proposals = vec![vec![rec]];
-        plan.events = vec![event(format!("salt/run/{}/ret", self.jid), ret_load)];
+        // Decided at apply: the run's return is ours only if our record is the one stored
+        // (another `orchestrate.return` for the same run, through this member or another,
+        // may have applied first; then ours changed nothing).
+        plan.answer = Answer::After(Box::new(move |view: &dyn AdminView| {
+            let stored = view.state().job_return(&ours.jid, &ours.id)?;
+            if stored.as_ref() != Some(&ours) {
+                return Err(Error::refused(format!("the run {jid} already has its return")));
+            }
+            Ok(Settled { value: json!({ "return": true }), events: vec![event(format!("salt/run/{jid}/ret"), ret_load)], effects: Vec::new() })
+        }));
         Ok(plan)
     }
 }

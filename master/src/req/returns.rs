@@ -56,7 +56,7 @@ impl Return {
         } else {
             jid
         };
-        records.push(Record::JobReturn(JobReturn { jid: jid.clone(), id: ctx.id.to_string(), load: encode(&load), time_ns: now }));
+        records.push(Record::JobReturn(JobReturn { jid: jid.clone(), id: ctx.id.to_string(), load: encode(&load), time_ns: now, first_only: false }));
         for rec in &records {
             rec.validate().map_err(|e| crate::error::Error::refused(format!("return refused: {e}")))?;
         }

@@ -170,6 +170,13 @@ impl StateMachine {
                 let mut k = r.jid.as_bytes().to_vec();
                 k.push(0);
                 k.extend_from_slice(r.id.as_bytes());
+                if r.first_only && (ov.returns.contains(&k) || self.db.get_cf(self.cf(CF_RETURNS)?, &k)?.is_some()) {
+                    // Decided here, the same on every member: a return that must be the
+                    // first for (jid, id) and is not changes nothing.
+                    tracing::info!(index, jid = %r.jid, id = %r.id, "return skipped: a return for this job and id is stored already");
+                    return Ok(());
+                }
+                ov.returns.insert(k.clone());
                 b.put_cf(self.cf(CF_RETURNS)?, k, to_msgpack(r)?);
             }
             Record::GrainsReport(g) => b.put_cf(self.cf(CF_GRAINS)?, g.id.as_bytes(), to_msgpack(g)?),
@@ -344,5 +351,7 @@ pub(super) struct Overlay {
     pending_delta: i64,
     /// Member keys written earlier in the same batch (`member_keys.rs`).
     pub(super) member_keys: HashMap<u64, [u8; 32]>,
+    /// Returns (`jid NUL id`) written earlier in the same batch.
+    returns: HashSet<Vec<u8>>,
 }
 
