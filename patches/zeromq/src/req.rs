@@ -9,7 +9,7 @@ use crate::{SocketType, ZmqResult};
 use async_trait::async_trait;
 use bytes::Bytes;
 use crossbeam_queue::SegQueue;
-use futures::{SinkExt, StreamExt};
+use futures::{FutureExt, SinkExt, StreamExt};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -58,6 +58,27 @@ impl SocketSend for ReqSocket {
                 }
             };
             if let Some(mut peer) = self.backend.peers.get_async(&next_peer_id).await {
+                // Between requests nothing is due from the peer, so a read that is
+                // ready now is its connection's end (or an error, or a late reply to a
+                // request the caller gave up on, which is dropped). A closed peer is
+                // removed here rather than sent a request that can never be answered:
+                // the caller learns at once (`Not connected to peers` when it was the
+                // last one), as libzmq's REQ would by reconnecting, instead of waiting
+                // for its own timeout.
+                let mut closed = false;
+                while let Some(item) = peer.recv_queue.next().now_or_never() {
+                    match item {
+                        Some(Ok(_)) => continue,
+                        Some(Err(_)) | None => {
+                            closed = true;
+                            break;
+                        }
+                    }
+                }
+                if closed {
+                    let _ = peer.remove_entry();
+                    continue;
+                }
                 self.backend.round_robin.push(next_peer_id.clone());
                 message.push_front(Bytes::new());
                 peer.send_queue.send(Message::Message(message)).await?;
@@ -171,5 +192,32 @@ impl SocketBackend for ReqSocketBackend {
 
     fn monitor(&self) -> &Mutex<Option<mpsc::Sender<SocketEvent>>> {
         &self.socket_monitor
+    }
+}
+
+#[cfg(all(test, feature = "tokio-runtime"))]
+mod closed_peer_tests {
+    use super::*;
+    use crate::async_rt;
+    use std::time::Duration;
+
+    #[async_rt::test]
+    async fn a_request_to_a_peer_that_has_closed_fails_at_once() {
+        let mut rep = RepSocket::new();
+        let endpoint = rep.bind("tcp://127.0.0.1:0").await.expect("bind");
+        let mut req = ReqSocket::new();
+        req.connect(&endpoint.to_string()).await.expect("connect");
+        // One round trip: the peer is alive and nothing is left to read.
+        req.send(ZmqMessage::from("ping")).await.expect("send");
+        let got = rep.recv().await.expect("rep recv");
+        rep.send(got).await.expect("rep send");
+        assert_eq!(req.recv().await.expect("reply").get(0).map(|b| b.to_vec()), Some(b"ping".to_vec()));
+        // The peer goes away (a restarted server): its end of the connection closes.
+        drop(rep);
+        async_rt::task::sleep(Duration::from_millis(200)).await;
+        match req.send(ZmqMessage::from("again")).await {
+            Err(ZmqError::ReturnToSender { reason, .. }) => assert!(reason.contains("Not connected"), "{reason}"),
+            other => panic!("a request sent into a closed connection: {other:?}"),
+        }
     }
 }

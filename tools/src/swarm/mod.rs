@@ -322,7 +322,11 @@ async fn live(swarm: Arc<Swarm>, seat: Seat, mut creds: Creds, ready: mpsc::Unbo
 /// A REQ socket whose connection broke (the master restarted, or a balancer moved it)
 /// never answers again: this socket type does not reconnect by itself, so every later
 /// return on it failed ("Minion did not return" for every job after a member restart).
-/// Any transport error therefore replaces the socket, as a timeout does.
+/// Any transport error therefore replaces the socket, as a timeout does. The patched
+/// `zeromq` REQ fails a send to a peer that has closed at once (see
+/// patches/zeromq/README-halite.md), so the first return after a master restart goes
+/// out on a fresh connection right away, as salt-minion's (libzmq reconnects), instead
+/// of after this function's 10 s timeout.
 async fn send_return(swarm: &Swarm, me: &Identity, endpoint: &str, creds: &mut Creds, req: &mut zeromq::ReqSocket, job: &minion::Job) -> std::result::Result<(), MinionError> {
     let timeout = Duration::from_secs(10);
     let mut reauthed = false;
