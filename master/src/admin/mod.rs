@@ -191,6 +191,19 @@ impl Plan {
     }
 }
 
+impl Command {
+    /// The target a command names (a publish's, `mine.get`'s, `cache.*`'s), so the
+    /// daemon can expand range words in it (network I/O) before the command is answered.
+    pub fn target_mut(&mut self) -> Option<(&mut J, &mut String)> {
+        match self {
+            Command::Jobs(jobs::JobCmd::Publish { tgt, tgt_type, .. }) => Some((tgt, tgt_type)),
+            Command::Mine(m) => Some((&mut m.tgt, &mut m.tgt_type)),
+            Command::Cache(c) => Some((&mut c.tgt, &mut c.tgt_type)),
+            _ => None,
+        }
+    }
+}
+
 /// A membership change an admin verb asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MemberChange {

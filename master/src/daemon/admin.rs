@@ -100,13 +100,18 @@ pub async fn connection(master: Arc<Master>, stream: tokio::net::UnixStream) {
                 return;
             }
         };
-        let mut parsed = serde_json::from_slice::<J>(&line).map_err(|e| crate::error::Error::refused(format!("bad request: {e}")));
-        if matches!(&parsed, Ok(r) if r.get("cmd").and_then(J::as_str) == Some("publish")) {
+        let mut parsed = serde_json::from_slice::<J>(&line).map_err(|e| crate::error::Error::refused(format!("bad request: {e}"))).and_then(|r| Command::parse(&r));
+        let needs_range = match &mut parsed {
+            Ok(c) => super::range_client::command_needs_range(&master.cfg, c),
+            Err(_) => false,
+        };
+        if needs_range {
             // A range target is expanded first, by asking the range server (blocking I/O).
-            let (m, r) = (master.clone(), parsed.unwrap_or_default());
-            parsed = tokio::task::spawn_blocking(move || super::range_client::resolve(&m.cfg, r)).await.unwrap_or_else(|e| Err(crate::error::Error::refused(e.to_string())));
+            if let Ok(c) = parsed {
+                let m = master.clone();
+                parsed = tokio::task::spawn_blocking(move || super::range_client::resolve(&m.cfg, c)).await.unwrap_or_else(|e| Err(crate::error::Error::refused(e.to_string())));
+            }
         }
-        let parsed = parsed.and_then(|r| Command::parse(&r));
         let answer = match parsed {
             Ok(Command::EventsWatch) => return watch(&master, wr).await,
             Ok(Command::JobFollow(f)) => return super::follow::follow(master, f, rd, wr).await,

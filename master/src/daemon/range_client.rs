@@ -6,7 +6,8 @@
 //! reason (counted: `halite_refused_total{port="admin",reason="range_server"}`); Salt
 //! instead logs it and targets nobody.
 //!
-//! Runs on the blocking pool (the admin connection hands the request over).
+//! Runs on the blocking pool (the admin connection hands the command over; the reactor
+//! runs there already).
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -64,27 +65,42 @@ pub fn expand(server: &str, expr: &str) -> std::result::Result<Vec<String>, Stri
     range::parse_response(&buf)
 }
 
-/// A publish request with its range parts expanded (nodegroups first, so a group may
-/// hold `R@` words); other requests unchanged.
-pub fn resolve(cfg: &MasterConfig, mut req: J) -> Result<J> {
-    if req.get("cmd").and_then(J::as_str) != Some("publish") {
-        return Ok(req);
-    }
-    let tgt_type = req.get("tgt_type").and_then(J::as_str).unwrap_or("glob").to_string();
-    let Some(tgt) = req.get("tgt").and_then(J::as_str).map(String::from) else { return Ok(req) };
-    let (tgt, tgt_type) = crate::nodegroups::resolve(&tgt, &tgt_type, &cfg.nodegroups).map_err(Error::refused)?;
-    if !range::needs_range(&J::String(tgt.clone()), &tgt_type) {
-        return Ok(req);
+/// A target with its range parts expanded (nodegroups first, so a group may hold `R@`
+/// words), or `None` when it needs no range server. `port` names who asked, for the
+/// refusal count.
+pub fn resolve_target(cfg: &MasterConfig, port: crate::metrics::Port, tgt: &J, tgt_type: &str) -> Result<Option<(J, String)>> {
+    let Some(t) = tgt.as_str() else { return Ok(None) };
+    let (t, ty) = crate::nodegroups::resolve(t, tgt_type, &cfg.nodegroups).map_err(Error::refused)?;
+    if !range::needs_range(&J::String(t.clone()), &ty) {
+        return Ok(None);
     }
     let server = cfg.range_server.clone();
     let mut ask = |expr: &str| {
         expand(&server, expr).map_err(|why| {
-            crate::metrics::refuse(crate::metrics::Port::Admin, &server, "range_server", &format_args!("range expression {expr:?}: {why}"));
+            crate::metrics::refuse(port, &server, "range_server", &format_args!("range expression {expr:?}: {why}"));
             format!("Range server {server} could not expand {expr:?}: {why}")
         })
     };
-    let (tgt, tgt_type) = range::rewrite(&tgt, &tgt_type, &mut ask).map_err(Error::refused)?;
-    req["tgt"] = tgt;
-    req["tgt_type"] = J::String(tgt_type);
-    Ok(req)
+    range::rewrite(&t, &ty, &mut ask).map(Some).map_err(Error::refused)
+}
+
+/// A parsed admin command whose target (a publish's, `mine.get`'s, `cache.*`'s) holds
+/// range words, with them expanded; other commands unchanged.
+pub fn resolve(cfg: &MasterConfig, mut cmd: crate::admin::Command) -> Result<crate::admin::Command> {
+    if let Some((tgt, tgt_type)) = cmd.target_mut() {
+        if let Some((t, ty)) = resolve_target(cfg, crate::metrics::Port::Admin, tgt, tgt_type)? {
+            *tgt = t;
+            *tgt_type = ty;
+        }
+    }
+    Ok(cmd)
+}
+
+/// Whether a parsed command's target needs the range server (so the daemon hands it
+/// to the blocking pool first).
+pub fn command_needs_range(cfg: &MasterConfig, cmd: &mut crate::admin::Command) -> bool {
+    cmd.target_mut().is_some_and(|(tgt, tgt_type)| match tgt.as_str() {
+        Some(t) => crate::nodegroups::resolve(t, tgt_type, &cfg.nodegroups).is_ok_and(|(t, ty)| range::needs_range(&J::String(t), &ty)),
+        None => false,
+    })
 }

@@ -73,6 +73,28 @@ fn react(m: &Master, reactors: &Reactors, e: &Event) {
         }
     }
     reactions.truncate(render::MAX_REACTIONS);
+    // Range words in a `local.*` target are expanded here, by asking the range server
+    // (this runs on the blocking pool); a reaction whose expansion fails is dropped.
+    reactions.retain_mut(|r| {
+        if r.kind != render::Kind::Local {
+            return true;
+        }
+        let Some(tgt) = r.low.get("tgt").cloned() else { return true };
+        let tgt_type = r.low.get("tgt_type").or_else(|| r.low.get("expr_form")).and_then(serde_json::Value::as_str).unwrap_or("glob").to_string();
+        match super::range_client::resolve_target(&m.cfg, Port::Admin, &tgt, &tgt_type) {
+            Ok(None) => true,
+            Ok(Some((t, ty))) => {
+                r.low.remove("expr_form");
+                r.low.insert("tgt".into(), t);
+                r.low.insert("tgt_type".into(), serde_json::Value::String(ty));
+                true
+            }
+            Err(why) => {
+                refuse(Port::Admin, "reactor", "reactor_reaction", &format_args!("a reaction to tag {} not carried out: {why}", e.tag));
+                false
+            }
+        }
+    });
     if reactions.is_empty() {
         return;
     }

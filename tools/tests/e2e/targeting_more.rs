@@ -109,7 +109,9 @@ fn range_targets_are_expanded_by_the_range_server() {
     let port = port_free_on(&[&ip]);
     let tmp = tempfile::tempdir().expect("tempdir");
     let server = start_range_server(tmp.path(), &ip, port);
-    let (env, master, m1, m2) = two(&ip, &format!("range_server: {ip}:{port}\nnodegroups:\n  ranged: 'R@%all and not m2'\n"));
+    let reactor = tmp.path().join("ranged.sls");
+    std::fs::write(&reactor, "ranged:\n  local.test.echo:\n    - tgt: '%web'\n    - tgt_type: range\n    - arg: ['ranged-reaction']\n").expect("reactor sls");
+    let (env, master, m1, m2) = two(&ip, &format!("range_server: {ip}:{port}\nnodegroups:\n  ranged: 'R@%all and not m2'\nreactor:\n  - 'halite/test/range':\n    - {}\n", reactor.display()));
     let t = Two { _m1: m1, _m2: m2, _extra: Some(server), master, env };
     let env = &t.env;
     assert_eq!(ping(env, &["-R", "%web"]), json!({"m1": true}));
@@ -121,6 +123,22 @@ fn range_targets_are_expanded_by_the_range_server() {
     let published = t.env.runner(&["jobs.list_jobs"]);
     let types: Vec<&str> = published.as_object().expect("jobs").values().filter_map(|j| j["Target-type"].as_str()).collect();
     assert!(types.iter().all(|ty| ["list", "compound", "glob"].contains(ty)), "{published}");
+    // Runners that target (`cache.*`, `mine.get`) expand range targets the same way.
+    let grains = t.env.runner(&["cache.grains", "tgt=%web", "tgt_type=range"]);
+    assert_eq!(grains.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()), Some(vec!["m1".to_string()]), "{grains}");
+    let grains = t.env.runner(&["cache.grains", "tgt=R@%all and not m1", "tgt_type=compound"]);
+    assert_eq!(grains.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()), Some(vec!["m2".to_string()]), "{grains}");
+    assert_eq!(t.env.runner(&["mine.get", "%all", "test.ping", "tgt_type=range"]), json!({}), "no mine data, but the range target is taken");
+    // A reaction whose `local` target is a range: published to the expansion (m1).
+    assert_eq!(t.env.salt_json(&["m2", "event.send", "halite/test/range"], 20), json!({"m2": true}));
+    let echoed = || {
+        let jobs = t.env.runner(&["jobs.list_jobs"]);
+        jobs.as_object().and_then(|o| o.iter().find(|(_, j)| j["Function"] == json!("test.echo")).map(|(jid, j)| (jid.clone(), j.clone())))
+    };
+    wait_for("the range reaction's job", 60, || echoed().is_some());
+    let (jid, job) = echoed().expect("reaction job");
+    assert_eq!((&job["Target"], &job["Target-type"]), (&json!(["m1"]), &json!("list")), "{job}");
+    wait_for("m1's echo", 60, || t.env.runner(&["jobs.lookup_jid", &jid]) == json!({"m1": "ranged-reaction"}));
     // The query is Salt's: GET /range/list?<quoted expression>.
     let queries = std::fs::read_to_string(tmp.path().join("queries.log")).expect("queries");
     assert!(queries.lines().any(|q| q == "/range/list?%25web"), "{queries}");
