@@ -113,6 +113,28 @@ pub fn encode() -> String {
 /// [`REFUSAL_LOG_INTERVAL`] ago. `reason` is a short fixed word (a metric label);
 /// `source` is who sent it (an address, a minion id), `detail` the particulars.
 pub fn refuse(port: Port, source: &str, reason: &'static str, detail: &dyn std::fmt::Display) {
+    refuse_at(port, source, reason, detail, true)
+}
+
+/// Set once this process first reported ready (`daemon::probes`).
+static SETTLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Marks the end of start-up: from now on every cluster-port refusal is a warning.
+pub fn settled() {
+    SETTLED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// A cluster-port refusal (the transport's hook). Until the member first reports ready,
+/// the refusals a start of the cluster produces by itself are counted as always but
+/// logged at info, not as warnings: `wrong_peer` (a peer dialled under the id it had
+/// before it took its own, a founder's provisional id) and `not_a_member` (frames from a
+/// member that arrive before this member's node has handed its key book over).
+pub fn refuse_cluster(source: &str, reason: &'static str, detail: &dyn std::fmt::Display) {
+    let transient = matches!(reason, "wrong_peer" | "not_a_member") && !SETTLED.load(std::sync::atomic::Ordering::Relaxed);
+    refuse_at(Port::Cluster, source, reason, detail, !transient)
+}
+
+fn refuse_at(port: Port, source: &str, reason: &'static str, detail: &dyn std::fmt::Display, warn: bool) {
     let m = metrics();
     m.refused.get_or_create(&RefusedLabels { port: port.as_str().to_string(), reason: reason.to_string() }).inc();
     let now = Instant::now();
@@ -130,8 +152,10 @@ pub fn refuse(port: Port, source: &str, reason: &'static str, detail: &dyn std::
             }
         }
     };
-    if log {
+    if log && warn {
         tracing::warn!(port = port.as_str(), source = %source.escape_debug(), reason, "refused: {detail} (logged at most once a minute per source)");
+    } else if log {
+        tracing::info!(port = port.as_str(), source = %source.escape_debug(), reason, "refused while starting: {detail} (logged at most once a minute per source)");
     }
 }
 
@@ -149,5 +173,17 @@ mod tests {
         assert_eq!(after - before, 5);
         let text = encode();
         assert!(text.contains("halite_refused_total{port=\"admin\",reason=\"test_only\"}"), "{text}");
+    }
+
+    #[test]
+    fn start_up_refusals_on_the_cluster_port_are_counted_too() {
+        let count = || metrics().refused.get_or_create(&RefusedLabels { port: "cluster".into(), reason: "wrong_peer".into() }).get();
+        let before = count();
+        // Before and after the member first reports ready: logged at info, then as a
+        // warning, counted every time.
+        refuse_cluster("127.0.0.1:1", "wrong_peer", &"expected member 1, the peer says it is 2");
+        settled();
+        refuse_cluster("127.0.0.1:1", "wrong_peer", &"expected member 1, the peer says it is 2");
+        assert_eq!(count() - before, 2);
     }
 }

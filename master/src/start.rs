@@ -64,7 +64,7 @@ pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> 
     let incarnation = read_incarnation(cfg)?;
     let me = incarnation_id(&cfg.interface, incarnation);
     // Refusals on the cluster port are counted and logged like every other port's.
-    halite_replication::transport::refusal::set_hook(|source, reason, detail| crate::metrics::refuse(crate::metrics::Port::Cluster, source, reason, detail));
+    halite_replication::transport::refusal::set_hook(crate::metrics::refuse_cluster);
     let routes = dial_routes(cfg)?;
     // This member's identity on the cluster port (`memberkey`).
     let creds = crate::memberkey::credentials(cfg, &plan)?;

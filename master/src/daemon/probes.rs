@@ -112,7 +112,11 @@ pub async fn run(probes: Probes, ready: impl Fn() -> bool) {
     let mut n: u64 = 0;
     loop {
         tick.tick().await;
-        probes.set_ready(ready());
+        let now_ready = ready();
+        if now_ready {
+            crate::metrics::settled();
+        }
+        probes.set_ready(now_ready);
         if n % ALIVE_INTERVAL.as_secs() == 0 {
             probes.touch_alive();
         }
