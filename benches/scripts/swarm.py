@@ -31,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import shlex
 import threading
 import time
 
@@ -157,7 +158,10 @@ class Master:
         exe = os.path.join(BIN, "salt-master") if self.kind == "halite" else os.path.join(VENV, "bin/salt-master")
         log = open(os.path.join(self.root, "master.log"), "a")
         t0 = time.monotonic()
-        self.proc = subprocess.Popen([exe, "-c", self.conf, "-l", "warning"], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        # HALITE_MASTER_WRAPPER runs the master under a tool, e.g. "heaptrack --record-only -o FILE"
+        # (the memory read is then the whole process tree's, the tool's included).
+        wrap = shlex.split(os.environ.get("HALITE_MASTER_WRAPPER", "")) if self.kind == "halite" else []
+        self.proc = subprocess.Popen(wrap + [exe, "-c", self.conf, "-l", "warning"], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         while not ping_answered(self.ret):
             if self.proc.poll() is not None:
                 sys.exit(f"{self.kind} master exited; see {self.root}/master.log")

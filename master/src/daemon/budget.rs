@@ -4,15 +4,17 @@
 //! `halite_max_request_bytes`: 1,024 × 64 MiB would be 64 GiB. The budget bounds the
 //! sum instead: every received message is charged its bytes (all its frames) before it
 //! is handed to a handler and holds the charge until its reply is sent. When the budget
-//! is spent the receive loop waits for charges to come back, so the request socket is
-//! not read meanwhile: messages stay in the kernel's socket buffers and TCP flow control
-//! holds the senders back (Salt's minions retry a request that times out). One message
-//! larger than the whole budget is charged the whole budget: it waits until nothing
-//! else is in flight, then runs alone.
+//! is spent, requests wait in the intake's bounded queue (`daemon::intake`) for charges
+//! to come back; once that queue is full too, the request socket is not read: messages
+//! stay in the kernel's socket buffers and TCP flow control holds the senders back
+//! (Salt's minions retry a request that times out). One message larger than the whole
+//! budget is charged the whole budget: it waits until nothing else is in flight, then
+//! runs alone.
 //!
-//! So the request bodies held by the master at once are at most the budget plus the one
-//! message the loop holds while it waits (each connection's reader also holds its
-//! message in progress, bounded by the transport: `daemon::sockets`).
+//! So the request bodies held by the master at once are at most the budget plus the
+//! intake's queue (`intake::MAX_WAITING_BYTES`, and one message past it while the reader
+//! waits) (each connection's reader also holds its message in progress, bounded by the
+//! transport: `daemon::sockets`).
 //!
 //! Metrics (registered in the process-wide registry the first time a budget is made):
 //!
@@ -20,7 +22,7 @@
 //! |---|---|---|
 //! | `halite_inflight_bytes` | gauge | bytes of requests being handled now |
 //! | `halite_inflight_budget_bytes` | gauge | `halite_max_inflight_bytes` |
-//! | `halite_inflight_waits_total` | counter | times the request socket stopped being read because the budget was spent |
+//! | `halite_inflight_waits_total` | counter | times a request waited because the budget was spent |
 
 use std::sync::{Arc, LazyLock};
 
@@ -43,7 +45,7 @@ static METRICS: LazyLock<BudgetMetrics> = LazyLock::new(|| {
     let m = BudgetMetrics { inflight: Gauge::default(), budget: Gauge::default(), waits: Counter::default() };
     metrics().register("inflight_bytes", "Bytes of requests being handled on the request port", m.inflight.clone());
     metrics().register("inflight_budget_bytes", "Most bytes of requests handled at once (halite_max_inflight_bytes)", m.budget.clone());
-    metrics().register("inflight_waits", "Times the request port stopped reading because the in-flight budget was spent", m.waits.clone());
+    metrics().register("inflight_waits", "Times a request on the request port waited because the in-flight budget was spent", m.waits.clone());
     m
 });
 
@@ -92,7 +94,7 @@ impl Budget {
             return Some(c);
         }
         METRICS.waits.inc();
-        tracing::debug!(bytes, "request in-flight budget spent: the request port waits");
+        tracing::debug!(bytes, "request in-flight budget spent: requests wait");
         let permit = self.sem.clone().acquire_many_owned(self.units_for(bytes)).await.ok()?;
         METRICS.inflight.inc_by(bytes as i64);
         Some(Charge { _permit: permit, bytes })

@@ -6,6 +6,7 @@
 //! |---|---|
 //! | `mod.rs` | start-up ([`run`]) and the serving loop |
 //! | [`live`] | the running master's shared state, the live views |
+//! | [`intake`] | the request port's reading: a bounded queue, requests started within their limits |
 //! | [`requests`] | the request port: handle, claim, commit, effects, reply |
 //! | [`publish`] | the tap of applied records, the publish port |
 //! | [`admin`] | the admin socket: plans carried out |
@@ -25,6 +26,7 @@ pub mod files;
 pub mod follow;
 pub mod health;
 pub mod http;
+pub mod intake;
 pub mod listen;
 pub mod live;
 pub mod peer_events;
@@ -197,37 +199,30 @@ async fn serve(master: Arc<Master>, applied_rx: mpsc::UnboundedReceiver<publish:
         }
     });
     tokio::spawn(maintenance::run(master.clone()));
-    let (send, mut recv) = router.split();
-    let in_flight = Arc::new(tokio::sync::Semaphore::new(requests::MAX_IN_FLIGHT));
-    // The bytes of the requests in flight, bounded as a whole (`budget.rs`).
-    let budget = budget::Budget::new(master.cfg.halite_max_inflight_bytes);
+    let (send, recv) = router.split();
+    // Requests in flight, bounded by count and by bytes (`budget.rs`); `intake.rs` keeps
+    // reading (and seeing closed connections) while they are at their bounds.
+    let limits = intake::Limits {
+        in_flight: Arc::new(tokio::sync::Semaphore::new(requests::MAX_IN_FLIGHT)),
+        budget: budget::Budget::new(master.cfg.halite_max_inflight_bytes),
+    };
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ctx(|| "installing the SIGTERM handler".into())?;
-    loop {
-        use zeromq::SocketRecv;
-        tokio::select! {
-            msg = recv.recv() => match msg {
-                Ok(msg) => {
-                    // Bounded: a flood of requests queues here instead of spawning without
-                    // limit; each request holds its permit until it has been answered.
-                    let permit = match in_flight.clone().acquire_owned().await {
-                        Ok(p) => p,
-                        Err(_) => break,
-                    };
-                    // And by bytes: while the budget is spent, the socket is not read.
-                    let Some(charge) = budget.charge(budget::message_bytes(&msg)).await else { break };
-                    let (m, s) = (master.clone(), send.clone());
-                    tokio::spawn(async move {
-                        requests::request(m, s, msg).await;
-                        drop(charge);
-                        drop(permit);
-                    });
-                }
-                Err(e) => tracing::warn!("request socket: {e}"),
-            },
-            _ = tokio::signal::ctrl_c() => break,
-            _ = term.recv() => break,
+    let m = master.clone();
+    let start = move |msg, permit, charge| {
+        let (m, s) = (m.clone(), send.clone());
+        async move {
+            requests::request(m, s, msg).await;
+            drop(charge);
+            drop(permit);
         }
-    }
+    };
+    let stop = async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    };
+    intake::run(recv, limits, start, stop).await;
     tracing::info!("salt-master stopping");
     let _ = std::fs::remove_file(&sock_path);
     let _ = std::fs::remove_file(&master.cfg.pidfile);

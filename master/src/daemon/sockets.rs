@@ -19,6 +19,10 @@
 //! default 1000); past that, publishes to a subscriber that does not read are dropped for
 //! it, as ZeroMQ's high-water mark does for Salt.
 //!
+//! An idle connection holds no read or write buffer (`release_idle_buffers`): a
+//! minion's connections are idle nearly all the time, and a buffer kept at the size
+//! its largest read grew it to (up to 64 KiB) was most of a connection's memory.
+//!
 //! A connection must complete the ZMTP handshake within [`HANDSHAKE_TIMEOUT`], so a
 //! peer that connects and stays silent (or trickles its greeting) does not hold a
 //! connection and a task for ever.
@@ -62,6 +66,7 @@ pub fn request_options(cfg: &MasterConfig) -> SocketOptions {
     o.max_message_size(cfg.halite_max_request_bytes.saturating_add(REQUEST_SLACK));
     o.handshake_timeout(HANDSHAKE_TIMEOUT);
     o.accept_fd_limit(super::files::connection_fd_limit());
+    o.release_idle_buffers(true);
     o
 }
 
@@ -73,6 +78,7 @@ pub fn publish_options(cfg: &MasterConfig) -> SocketOptions {
     o.accept_fd_limit(super::files::connection_fd_limit());
     o.send_queue_capacity(cfg.pub_hwm.max(1));
     o.max_subscriptions(MAX_SUBSCRIPTIONS);
+    o.release_idle_buffers(true);
     o
 }
 

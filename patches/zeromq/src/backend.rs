@@ -299,8 +299,9 @@ impl MultiPeerBackend for GenericSocketBackend {
         self.refresh_single_peer_cache();
         let writer_backend = self.clone();
         let writer_peer_id = peer_id.clone();
+        let release_idle = self.socket_options.release_idle_buffers;
         async_rt::task::spawn(async move {
-            if let Err(error) = write_message_queue(queue_receiver, send_queue).await {
+            if let Err(error) = write_message_queue(queue_receiver, send_queue, release_idle).await {
                 log::debug!(
                     "Error sending message to peer {:?}: {:?}",
                     writer_peer_id,

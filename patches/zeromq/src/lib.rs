@@ -192,7 +192,7 @@ pub mod __bench {
         W: AsyncWrite + Unpin + Send + Sync + 'static,
     {
         let send_queue = ZmqFramedWrite::new(Box::new(writer), ZmqCodec::new());
-        write_message_queue(receiver, send_queue).await
+        write_message_queue(receiver, send_queue, false).await
     }
 }
 
@@ -365,6 +365,7 @@ pub struct SocketOptions {
     pub(crate) max_subscriptions: Option<usize>,
     pub(crate) handshake_timeout: Option<Duration>,
     pub(crate) accept_fd_limit: Option<u64>,
+    pub(crate) release_idle_buffers: bool,
 }
 
 impl Default for SocketOptions {
@@ -380,6 +381,7 @@ impl Default for SocketOptions {
             max_subscriptions: None,
             handshake_timeout: None,
             accept_fd_limit: None,
+            release_idle_buffers: false,
         }
     }
 }
@@ -506,6 +508,32 @@ impl SocketOptions {
     /// accepted connection is kept until `accept` itself fails with `EMFILE`.
     pub fn accept_fd_limit(&mut self, limit: u64) -> &mut Self {
         self.accept_fd_limit = Some(limit);
+        self
+    }
+
+    /// Whether each connection gives its read and write buffers back to the allocator
+    /// whenever it is idle (default `false`: the buffers keep their capacity).
+    ///
+    /// By default a connection's read buffer keeps the largest capacity its reads
+    /// have grown it to (up to the [`read_buffer`](Self::read_buffer) maximum,
+    /// 64 KiB), and a decoded message shares that storage, and its write buffer keeps
+    /// 8 KiB and whatever a large message grew it to. With many mostly idle peers
+    /// (a server with thousands of clients) that is most of the memory. With this set,
+    /// the read buffer is released when everything read has been decoded and the
+    /// transport has nothing more (it is allocated again, at the current read chunk
+    /// size, when data arrives), and the write buffer starts empty and is released after
+    /// each flush that empties it. An idle connection then holds no buffer; the cost
+    /// is one allocation per burst of reads or writes.
+    ///
+    /// ```
+    /// use zeromq::{Socket, SocketOptions, RouterSocket};
+    ///
+    /// let mut options = SocketOptions::default();
+    /// options.release_idle_buffers(true);
+    /// let socket = RouterSocket::with_options(options);
+    /// ```
+    pub fn release_idle_buffers(&mut self, release: bool) -> &mut Self {
+        self.release_idle_buffers = release;
         self
     }
 

@@ -1,15 +1,19 @@
 use crate::codec::{CodecResult, Message, ZmqFramedWrite};
 
+use bytes::BytesMut;
 use futures::channel::mpsc;
 use futures::{SinkExt, StreamExt};
 
 const WRITE_BATCH_LIMIT: usize = 128;
 
 /// Writes queued socket messages into the underlying framed sink in small batches.
+/// With `release_idle` (`SocketOptions::release_idle_buffers`), the write buffer is
+/// given back to the allocator after each flush that emptied it.
 #[inline]
 pub(crate) async fn write_message_queue(
     mut queue_receiver: mpsc::Receiver<Message>,
     mut send_queue: ZmqFramedWrite,
+    release_idle: bool,
 ) -> CodecResult<()> {
     while let Some(message) = queue_receiver.next().await {
         // When backlog already exists, feed a batch before flushing once to avoid per-message flush cost during bursts.
@@ -24,9 +28,21 @@ pub(crate) async fn write_message_queue(
         }
 
         send_queue.flush().await?;
+        if release_idle {
+            send_queue = release_write_buffer(send_queue);
+        }
     }
 
     Ok(())
+}
+
+/// `send_queue` with its write buffer released if it holds nothing.
+fn release_write_buffer(send_queue: ZmqFramedWrite) -> ZmqFramedWrite {
+    let mut parts = send_queue.into_parts();
+    if parts.buffer.is_empty() {
+        parts.buffer = BytesMut::new();
+    }
+    ZmqFramedWrite::from_parts(parts)
 }
 
 #[cfg(test)]
@@ -122,7 +138,7 @@ mod tests {
         };
         let send_queue = ZmqFramedWrite::new(Box::new(writer), ZmqCodec::new());
 
-        write_message_queue(receiver, send_queue)
+        write_message_queue(receiver, send_queue, false)
             .await
             .expect("write queued messages");
 
@@ -135,6 +151,43 @@ mod tests {
     }
 
     #[crate::async_rt::test]
+    async fn test_write_message_queue_releasing_idle_buffers_writes_everything() {
+        let (mut sender, receiver) = mpsc::channel(8);
+        let big = Bytes::from(vec![9_u8; 20_000]);
+        for m in [Bytes::from_static(b"a"), big.clone(), Bytes::from_static(b"c")] {
+            sender
+                .send(Message::Message(ZmqMessage::from(m)))
+                .await
+                .expect("queue a message");
+        }
+        drop(sender);
+        let stats = Arc::new(Mutex::new(WriteStats::default()));
+        let writer = RecordingWrite {
+            stats: Arc::clone(&stats),
+        };
+        let send_queue = ZmqFramedWrite::new(Box::new(writer), ZmqCodec::new());
+        write_message_queue(receiver, send_queue, true)
+            .await
+            .expect("write queued messages");
+        let stats = stats.lock();
+        assert_eq!(stats.bytes.len(), 3 + 9 + 20_000 + 3);
+        assert_eq!(&stats.bytes[stats.bytes.len() - 3..], &[0x00, 0x01, b'c']);
+    }
+
+    #[test]
+    fn test_an_emptied_write_buffer_is_released_and_a_full_one_kept() {
+        let writer = RecordingWrite {
+            stats: Arc::new(Mutex::new(WriteStats::default())),
+        };
+        let send_queue = ZmqFramedWrite::new(Box::new(writer), ZmqCodec::new());
+        let mut parts = release_write_buffer(send_queue).into_parts();
+        assert_eq!(parts.buffer.capacity(), 0);
+        parts.buffer.extend_from_slice(b"unsent");
+        let parts = release_write_buffer(ZmqFramedWrite::from_parts(parts)).into_parts();
+        assert_eq!(&parts.buffer[..], b"unsent", "bytes not yet written are kept");
+    }
+
+    #[crate::async_rt::test]
     async fn test_write_message_queue_returns_writer_errors() {
         let (mut sender, receiver) = mpsc::channel(1);
         sender
@@ -144,7 +197,7 @@ mod tests {
         drop(sender);
 
         let send_queue = ZmqFramedWrite::new(Box::new(FailingWrite), ZmqCodec::new());
-        let error = write_message_queue(receiver, send_queue)
+        let error = write_message_queue(receiver, send_queue, false)
             .await
             .expect_err("write error");
 

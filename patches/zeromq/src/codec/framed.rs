@@ -42,7 +42,11 @@ impl ZmqFramedRead {
         Self {
             inner,
             codec: ZmqCodec::with_options(&options),
-            buffer: BytesMut::with_capacity(options.read_buffer_initial_size),
+            buffer: if options.release_idle_buffers {
+                BytesMut::new()
+            } else {
+                BytesMut::with_capacity(options.read_buffer_initial_size)
+            },
             read_chunk_size: options.read_buffer_initial_size,
             options,
             short_reads: 0,
@@ -97,7 +101,13 @@ impl ZmqFramedRead {
                 Poll::Ready(Err(error))
             }
             Poll::Pending => {
-                self.buffer.truncate(start);
+                if start == 0 && self.options.release_idle_buffers {
+                    // Everything read has been decoded and nothing more has arrived:
+                    // give the storage back (decoded messages keep their own share).
+                    self.buffer = BytesMut::new();
+                } else {
+                    self.buffer.truncate(start);
+                }
                 Poll::Pending
             }
         }
@@ -157,8 +167,15 @@ impl FramedIo {
         write_half: Box<dyn FrameableWrite>,
         options: Arc<SocketOptions>,
     ) -> Self {
+        let release_idle = options.release_idle_buffers;
         let read_half = ZmqFramedRead::new(read_half, options);
-        let write_half = FramedWrite::new(write_half, ZmqCodec::new());
+        let mut write_half = FramedWrite::new(write_half, ZmqCodec::new());
+        if release_idle {
+            // Start without the 8 KiB the writer reserves; it grows as messages need.
+            let mut parts = write_half.into_parts();
+            parts.buffer = BytesMut::new();
+            write_half = FramedWrite::from_parts(parts);
+        }
         Self {
             read_half,
             write_half,
@@ -172,6 +189,7 @@ impl FramedIo {
 
 #[cfg(test)]
 mod tests {
+    mod idle_buffers;
     mod read_buffer;
     mod socket_options;
 

@@ -1,0 +1,144 @@
+//! The intake over real TCP connections: peers that send a request and close while every
+//! permit is taken have their connections closed by the master, and their requests still
+//! start once permits come back.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use zeromq::Socket;
+
+use super::*;
+
+/// A ZMTP 3.0 greeting with the NULL mechanism, as a client.
+fn greeting() -> Vec<u8> {
+    let mut g = vec![0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0x7f, 3, 0];
+    let mut mechanism = b"NULL".to_vec();
+    mechanism.resize(20, 0);
+    g.extend(mechanism);
+    g.push(0);
+    g.resize(64, 0);
+    g
+}
+
+/// The `READY` command of a DEALER, then one message frame of `body`.
+fn ready_and_request(body: &[u8]) -> Vec<u8> {
+    let mut cmd = vec![5];
+    cmd.extend(b"READY");
+    cmd.push(11);
+    cmd.extend(b"Socket-Type");
+    cmd.extend(6u32.to_be_bytes());
+    cmd.extend(b"DEALER");
+    let mut out = vec![0x04, cmd.len() as u8];
+    out.extend(cmd);
+    out.extend([0x00, body.len() as u8]);
+    out.extend(body);
+    out
+}
+
+/// A peer that signs on, sends one request and closes its side cleanly (a FIN: every
+/// byte the server sent has been read, so the close is not a reset).
+fn request_and_close(port: u16, body: &[u8]) {
+    let mut c = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    c.write_all(&greeting()).expect("greeting");
+    let mut theirs = [0u8; 64];
+    c.read_exact(&mut theirs).expect("the server's greeting");
+    c.write_all(&ready_and_request(body)).expect("request");
+    let mut header = [0u8; 2];
+    c.read_exact(&mut header).expect("the server's READY header");
+    let mut ready = vec![0u8; header[1] as usize];
+    c.read_exact(&mut ready).expect("the server's READY");
+    c.shutdown(Shutdown::Both).expect("close");
+}
+
+/// Server-side connections of the listener on `port` still open (established, or
+/// closed by the peer and not yet by the server: `CLOSE_WAIT`), from /proc/net/tcp.
+fn open_server_connections(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    let local = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            cols.len() > 3 && cols[1].ends_with(&local) && (cols[3] == "01" || cols[3] == "08")
+        })
+        .count()
+}
+
+/// Polls `cond` every 50 ms until it holds or `deadline` passes (a generous bound, not a
+/// timing: the test asserts the condition, not how soon).
+async fn eventually(deadline: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + deadline;
+    while Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cond()
+}
+
+#[test]
+fn closed_connections_are_dropped_while_every_permit_is_taken() {
+    const PEERS: usize = 200;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut sock = zeromq::RouterSocket::new();
+        let ep = sock.bind("tcp://127.0.0.1:0").await.expect("bind");
+        let zeromq::Endpoint::Tcp(_, port) = ep else { panic!("a TCP endpoint: {ep}") };
+        let (_send, recv) = sock.split();
+        // Saturated: the only permit is held by the test.
+        let in_flight = Arc::new(Semaphore::new(1));
+        let held = in_flight.clone().acquire_owned().await.unwrap();
+        let limits = Limits { in_flight, budget: Budget::new(1 << 20) };
+        let started = Arc::new(AtomicUsize::new(0));
+        let count = started.clone();
+        let start = move |msg: ZmqMessage, permit, charge| {
+            let count = count.clone();
+            async move {
+                assert!(msg.get(1).is_some_and(|b| b.starts_with(b"request ")), "the request as sent: {msg:?}");
+                count.fetch_add(1, Ordering::SeqCst);
+                drop((permit, charge));
+            }
+        };
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let intake = tokio::spawn(run(recv, limits, start, async move {
+            let _ = stop_rx.await;
+        }));
+
+        let clients = tokio::task::spawn_blocking(move || {
+            for i in 0..PEERS {
+                request_and_close(port, format!("request {i}").as_bytes());
+            }
+        });
+        clients.await.expect("the clients ran");
+
+        // Every peer closed; the master notices and closes its side, though no request
+        // can start.
+        let closed = eventually(Duration::from_secs(60), || open_server_connections(port) == 0).await;
+        assert!(closed, "{} connections still open on the master's side", open_server_connections(port));
+        assert_eq!(started.load(Ordering::SeqCst), 0, "nothing started while the permit is held");
+
+        // The requests were kept: all start once the permit comes back.
+        drop(held);
+        let all = eventually(Duration::from_secs(60), || started.load(Ordering::SeqCst) == PEERS).await;
+        assert!(all, "{} of {PEERS} requests started", started.load(Ordering::SeqCst));
+        let _ = stop_tx.send(());
+        intake.await.expect("the intake ends when stopped");
+    });
+}
+
+#[test]
+fn a_waiting_request_holds_its_own_bytes_only() {
+    // A frame read into a large buffer shares it; the waiting copy does not.
+    let big = Bytes::from(vec![1u8; 65_536]);
+    let msg = ZmqMessage::try_from(vec![Bytes::from_static(b"id"), big.slice(0..100)]).unwrap();
+    let c = compact(msg);
+    assert_eq!(c.len(), 2);
+    assert_eq!(c.get(1).unwrap().as_ref(), &[1u8; 100][..]);
+    assert_eq!(c.get(0).unwrap().as_ref(), b"id");
+    let (copy, shared) = (c.get(1).unwrap().as_ptr() as usize, big.as_ptr() as usize);
+    assert!(copy < shared || copy >= shared + big.len(), "the copy is not inside the read buffer");
+}
