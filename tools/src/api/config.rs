@@ -9,6 +9,8 @@
 //! | `rest_cherrypy: thread_pool` | `100` | connections served at once (more are closed at once, counted) |
 //! | `rest_cherrypy: debug`, `ssl_crt`, `ssl_key`, ... | | ignored |
 //! | `token_expire` | `43200` | seconds a login token is valid |
+//! | `auth.pam.service` | `login` | the PAM service the `pam` eauth backend uses |
+//! | `halite_pam_confdir` | (PAM's, `/etc/pam.d`) | Halite's own: a directory of PAM service files used instead (`pam_start_confdir`) |
 //! | `external_auth` | `{}` | eauth backends and their users' rules (`crate::api::acl`) |
 //! | `timeout` | `5` | seconds a `local` call waits for returns (a chunk's `timeout` overrides it) |
 
@@ -29,6 +31,8 @@ pub struct ApiConfig {
     pub external_auth: J,
     pub sock_dir: PathBuf,
     pub timeout: u64,
+    pub pam_service: String,
+    pub pam_confdir: Option<PathBuf>,
 }
 
 impl ApiConfig {
@@ -57,6 +61,8 @@ impl ApiConfig {
             external_auth: get("external_auth"),
             sock_dir: cfg.sock_dir.clone(),
             timeout: cfg.timeout.max(1),
+            pam_service: get("auth.pam.service").as_str().filter(|s| !s.is_empty()).unwrap_or("login").to_string(),
+            pam_confdir: get("halite_pam_confdir").as_str().filter(|s| !s.is_empty()).map(PathBuf::from),
         })
     }
 }

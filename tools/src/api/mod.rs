@@ -29,7 +29,9 @@ pub mod admin;
 pub mod clients;
 pub mod config;
 pub mod eauth;
+pub mod htpasswd;
 pub mod input;
+pub mod pam;
 pub mod reply;
 
 use std::net::SocketAddr;
@@ -294,7 +296,11 @@ async fn login(cfg: &ApiConfig, fmt: Format, body: J) -> Result<Response<Body>, 
             let (b, u, p) = (backend.clone(), user.clone(), password.clone());
             tokio::task::spawn_blocking(move || eauth::check_file(&b, &u, &p)).await.map_err(|e| ApiError::new(500, e.to_string()))?
         }
-        other => Err(eauth::Denied::Config(format!("eauth backend {other:?} is not supported by Halite's salt-api (file is)"))),
+        "pam" => {
+            let (svc, dir, u, p) = (cfg.pam_service.clone(), cfg.pam_confdir.clone(), user.clone(), password.clone());
+            tokio::task::spawn_blocking(move || pam::check(&svc, dir.as_deref(), &u, &p)).await.map_err(|e| ApiError::new(500, e.to_string()))?
+        }
+        other => Err(eauth::Denied::Config(format!("eauth backend {other:?} is not supported by Halite's salt-api (file and pam are)"))),
     };
     match checked {
         Ok(()) => {}
@@ -307,7 +313,14 @@ async fn login(cfg: &ApiConfig, fmt: Format, body: J) -> Result<Response<Body>, 
             return Err(fail());
         }
     }
-    let perms = acl::rules_for(backend, &user);
+    // Only `pam` users have groups (their system groups), as in Salt.
+    let groups = if eauth == "pam" {
+        let u = user.clone();
+        tokio::task::spawn_blocking(move || pam::groups(&u)).await.unwrap_or_default()
+    } else {
+        vec![]
+    };
+    let perms = acl::rules_for(backend, &user, &groups);
     let mut raw = [0u8; 32];
     rand::Rng::fill(&mut rand::rngs::OsRng, &mut raw[..]);
     let token = hex::encode(raw);

@@ -29,6 +29,7 @@ mod reactor_more;
 mod minion;
 mod runners;
 mod saltapi;
+mod saltapi_auth;
 mod targeting;
 mod targeting_more;
 mod wire;
