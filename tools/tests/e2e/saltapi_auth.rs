@@ -32,11 +32,7 @@ impl Api {
     }
 
     fn curl(&self, path: &str, args: &[&str]) -> (u16, String) {
-        let url = format!("{}{path}", self.base);
-        let o = run(Command::new("curl").args(["-sS", "--max-time", "60", "-w", "\n%{http_code}"]).args(&self.tls).args(args).arg(&url), Duration::from_secs(90));
-        let out = String::from_utf8_lossy(&o.stdout).to_string();
-        let (body, code) = out.rsplit_once('\n').unwrap_or(("", &out));
-        (code.trim().parse().unwrap_or(0), body.to_string())
+        curl(&format!("{}{path}", self.base), &self.tls, args)
     }
 
     fn call(&self, token: &str, body: Value) -> (u16, Value) {
@@ -50,6 +46,14 @@ impl Api {
         let (status, text) = self.curl("/login", &["-H", "Content-Type: application/json", "-H", "Accept: application/json", "--data-binary", &body]);
         (status, serde_json::from_str::<Value>(&text).map(|v| v["return"][0].clone()).unwrap_or(Value::Null))
     }
+}
+
+/// `curl TLS ARGS URL`: the status (0: no HTTP answer) and the body.
+fn curl(url: &str, tls: &[String], args: &[&str]) -> (u16, String) {
+    let o = run(Command::new("curl").args(["-sS", "--max-time", "60", "-w", "\n%{http_code}"]).args(tls).args(args).arg(url), Duration::from_secs(90));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let (body, code) = out.rsplit_once('\n').unwrap_or(("", &out));
+    (code.trim().parse().unwrap_or(0), body.to_string())
 }
 
 /// A PAM service `halite-api` in `root/pam.d` whose only auth module is pam_exec running
@@ -120,3 +124,58 @@ fn pam_logins_through_a_real_pam_stack_with_group_rules() {
     assert_eq!(api.login("file", "alice", "open sesame").0, 401);
 }
 
+
+/// HTTPS with `ssl_crt`/`ssl_key` (a certificate the openssl CLI makes for the test's
+/// address): curl trusting that certificate logs in and runs test.ping on a real minion;
+/// plain HTTP to the port gets no answer; without `disable_ssl` and without the files
+/// salt-api refuses to start.
+#[test]
+fn https_with_ssl_crt_and_ssl_key() {
+    let ip = one_ip();
+    let port = port_free_on(&[&ip]);
+    let env = Env::master(&ip, "localfs_key", "auto_accept: True\n");
+    let (crt, key) = (env.root.join("api.crt"), env.root.join("api.key"));
+    run_ok(
+        Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=halite-api", "-addext", &format!("subjectAltName=IP:{ip}")])
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&crt),
+        Duration::from_secs(60),
+    );
+    std::fs::write(env.root.join("users.txt"), "fred:s3cret\n").expect("users");
+    let users = env.root.join("users.txt");
+    let auth = format!("timeout: 30\nexternal_auth:\n  file:\n    ^filename: {}\n    fred:\n      - 'test.*'\n", users.display());
+
+    // Neither disable_ssl nor the files: salt-api says what is missing and stops.
+    let bad = env.root.join("bad-conf");
+    std::fs::create_dir_all(&bad).expect("dir");
+    std::fs::write(bad.join("master"), format!("{}rest_cherrypy:\n  host: {ip}\n  port: {port}\n", std::fs::read_to_string(env.root.join("conf/master")).expect("conf"))).expect("bad conf");
+    let o = run(Command::new(SALT_API).args(["-c", &bad.display().to_string()]), Duration::from_secs(60));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("ssl_crt and ssl_key are required"), "{err}");
+
+    env.append_conf(&format!("{auth}rest_cherrypy:\n  host: {ip}\n  port: {port}\n  ssl_crt: {}\n  ssl_key: {}\n", crt.display(), key.display()));
+    let m = Running::start(env);
+    let env = &m.env;
+    let _m1 = start_minion(&env.root, "m1", &format!("master: {}\nmaster_port: {}\n", env.ip, env.ret));
+    wait_ping(env, "m1", 90);
+    let cacert = crt.display().to_string();
+    let api = Api::start(&env.root.join("conf"), &env.root.join("salt-api.log"), format!("https://{ip}:{port}"), vec!["--cacert".into(), cacert]);
+
+    let (status, me) = api.login("file", "fred", "s3cret");
+    assert_eq!(status, 200, "{me}");
+    let token = me["token"].as_str().expect("token").to_string();
+    let (status, r) = api.call(&token, json!({ "client": "local", "tgt": "m1", "fun": "test.ping" }));
+    assert_eq!((status, &r["return"]), (200, &json!([{ "m1": true }])), "{r}");
+
+    // Plain HTTP on the TLS port: no HTTP answer (curl's code 000), counted.
+    assert_eq!(curl(&format!("http://{ip}:{port}/"), &[], &[]).0, 0);
+    // A client that does not trust the certificate does not get through either.
+    assert_eq!(curl(&format!("https://{ip}:{port}/"), &[], &[]).0, 0);
+    let log = std::fs::read_to_string(env.root.join("salt-api.log")).unwrap_or_default();
+    assert!(log.contains("tls_handshake"), "the refused handshakes are logged: {log}");
+    // Still serving.
+    assert_eq!(api.curl("/", &[]).0, 200);
+}
