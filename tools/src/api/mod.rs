@@ -24,7 +24,7 @@
 //! of at most `max_request_body_size` (413); every refusal is counted by
 //! `halite_master::metrics::refuse` (port `api`) and answered in Salt's error shape.
 
-pub mod acl;
+pub use halite_master::acl;
 pub mod admin;
 pub mod clients;
 pub mod config;

@@ -24,6 +24,7 @@ mod files_pillar;
 mod hostile;
 mod mine;
 mod orchestrate;
+mod publisher_acl;
 mod reactor;
 mod reactor_more;
 mod minion;

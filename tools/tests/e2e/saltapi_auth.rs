@@ -107,7 +107,13 @@ fn pam_logins_through_a_real_pam_stack_with_group_rules() {
     assert_eq!(status, 200, "{root}");
     assert_eq!(root["perms"], json!(["@runner", "test.*"]), "{root}");
     let root = root["token"].as_str().expect("token").to_string();
-    assert_eq!(api.call(&root, json!({ "client": "runner", "fun": "jobs.list_jobs" })).0, 200);
+    // Jobs record the eauth user who published them (alice's test.ping above).
+    let (status, jobs) = api.call(&root, json!({ "client": "runner", "fun": "jobs.list_jobs" }));
+    assert_eq!(status, 200, "{jobs}");
+    let users: Vec<&Value> = jobs["return"][0].as_object().expect("jobs").values().filter(|j| j["Function"] == "test.ping").map(|j| &j["User"]).collect();
+    // (wait_ping's, earlier, are root's.)
+    assert_eq!(users.last(), Some(&&json!("alice")), "{jobs}");
+    assert_eq!(users.iter().filter(|u| ***u == json!("alice")).count(), 1, "{jobs}");
     let (status, r) = api.call(&root, json!({ "client": "local", "tgt": "m1", "fun": "test.echo", "arg": ["through pam"] }));
     assert_eq!((status, &r["return"]), (200, &json!([{ "m1": "through pam" }])), "{r}");
 

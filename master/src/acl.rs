@@ -1,4 +1,7 @@
-//! `external_auth` rules: which rules a user gets at login, and whether they allow a call.
+//! `external_auth` and `publisher_acl` rules: which rules a user gets, and whether they
+//! allow a call. salt-api (`halite_tools::api`) checks its logins' calls with them; the
+//! admin socket checks the publishes of system users `publisher_acl` names
+//! ([`crate::publisher_acl`]).
 //!
 //! The rules are Salt's (`external_auth: {BACKEND: {USER: [RULE, ...]}}`), matched the
 //! way Salt's master matches them:
@@ -26,8 +29,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value as J;
 
-use halite_master::glob::fnmatch;
-use halite_master::matcher::re_match;
+use crate::glob::fnmatch;
+use crate::matcher::re_match;
 
 /// The rules of `user`, a member of `groups`, under one backend's `external_auth`
 /// entry (a map of user patterns to rule lists), in Salt's order (the map's).
