@@ -15,6 +15,7 @@
 //! | [`wire`] | msgpack payloads, crypto, the request and publish envelopes |
 //! | [`events`], [`config`], [`error`] | events, Salt's config files, the error type |
 
+pub mod acl;
 pub mod admin;
 pub mod config;
 pub mod daemon;
@@ -31,6 +32,7 @@ pub mod orchestrate;
 pub mod mine;
 pub mod pillar;
 pub mod pki;
+pub mod publisher_acl;
 pub mod range;
 pub mod reactor;
 pub mod req;

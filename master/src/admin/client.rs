@@ -1,7 +1,9 @@
 //! The local admin socket: how `salt`, `salt-key` and `salt-run` talk to a running master.
 //!
 //! A Unix socket at `<sock_dir>/halite-admin.sock`, mode 0600 in a 0700 directory (root
-//! only, like the reference's IPC sockets). One JSON object per line each way:
+//! only, like the reference's IPC sockets; 0666 in 0711 when `publisher_acl` names
+//! users, who may then only publish: `crate::daemon::admin`). A publish's `user` (the
+//! job's, default `root`) is taken from trusted callers such as salt-api only. One JSON object per line each way:
 //!
 //! | request `cmd` | fields | answer |
 //! |---|---|---|

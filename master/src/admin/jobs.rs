@@ -27,7 +27,11 @@ use crate::wire::payload;
 /// A jobs request.
 #[derive(Debug, Clone, PartialEq)]
 pub enum JobCmd {
-    Publish { fun: String, tgt: J, tgt_type: String, arg: Vec<J>, kwarg: Map<String, J> },
+    /// `user`: who publishes, recorded in the job (the `user` a trusted caller such as
+    /// salt-api names, else `root`; the admin socket sets a system user's own name).
+    /// `acl_checked`: the user is neither root nor the master's user, so
+    /// `publisher_acl` must allow the call (`crate::publisher_acl`).
+    Publish { fun: String, tgt: J, tgt_type: String, arg: Vec<J>, kwarg: Map<String, J>, user: String, acl_checked: bool },
     Returns { jid: String },
     List,
     ListJobs,
@@ -53,6 +57,8 @@ impl JobCmd {
                 tgt_type: s("tgt_type").unwrap_or("glob").to_string(),
                 arg: req.get("arg").and_then(J::as_array).cloned().unwrap_or_default(),
                 kwarg: req.get("kwarg").and_then(J::as_object).cloned().unwrap_or_default(),
+                user: s("user").filter(|u| !u.is_empty() && u.len() <= 256).unwrap_or("root").to_string(),
+                acl_checked: false,
             },
             ("job.returns", _) => JobCmd::Returns { jid: jid("job.returns")? },
             ("job.list", _) => JobCmd::List,
@@ -74,7 +80,7 @@ impl JobCmd {
     pub fn answer(self, view: &dyn AdminView) -> Result<Plan> {
         let sm = view.state();
         match self {
-            JobCmd::Publish { fun, tgt, tgt_type, arg, kwarg } => publish(view, fun, tgt, tgt_type, arg, kwarg),
+            JobCmd::Publish { fun, tgt, tgt_type, arg, kwarg, user, acl_checked } => publish(view, fun, tgt, tgt_type, arg, kwarg, &user, acl_checked),
             JobCmd::Returns { jid } => {
                 let mut out = Map::new();
                 for r in sm.job_returns(&jid)? {
@@ -108,11 +114,13 @@ impl JobCmd {
     }
 }
 
-fn publish(view: &dyn AdminView, fun: String, tgt: J, tgt_type: String, mut args: Vec<J>, kwarg: Map<String, J>) -> Result<Plan> {
-    if !kwarg.is_empty() {
-        let mut k = kwarg;
-        k.insert("__kwarg__".into(), J::Bool(true));
-        args.push(J::Object(k));
+#[allow(clippy::too_many_arguments)]
+fn publish(view: &dyn AdminView, fun: String, tgt: J, tgt_type: String, mut args: Vec<J>, kwarg: Map<String, J>, user: &str, acl_checked: bool) -> Result<Plan> {
+    let raw = |k: &str| view.config().raw.get(k).and_then(|v| serde_json::to_value(v).ok()).unwrap_or(J::Null);
+    let refused = || Error::refused("Authorization error occurred.");
+    if crate::publisher_acl::blacklisted(&raw("publisher_acl_blacklist"), user, &fun) {
+        tracing::warn!(user, fun = %fun, "publish refused by publisher_acl_blacklist");
+        return Err(refused());
     }
     // Nodegroups are expanded here, so minions only ever see compound expressions.
     let (tgt, tgt_type) = match &tgt {
@@ -122,6 +130,25 @@ fn publish(view: &dyn AdminView, fun: String, tgt: J, tgt_type: String, mut args
         }
         _ => (tgt, tgt_type),
     };
+    if acl_checked {
+        let acl = raw("publisher_acl");
+        let (minions, _) = crate::jobs::expected_minions(view.state(), &tgt, &tgt_type)?;
+        let minions = minions.into_iter().collect();
+        let mut targets = std::collections::BTreeMap::new();
+        for t in crate::publisher_acl::targets_needed(&acl, user) {
+            let (m, _) = crate::jobs::expected_minions(view.state(), &J::String(t.clone()), "compound")?;
+            targets.insert(t, m.into_iter().collect());
+        }
+        if !crate::publisher_acl::allowed(&acl, user, &fun, &args, &kwarg, &minions, &targets) {
+            tracing::warn!(user, fun = %fun, "publish refused by publisher_acl");
+            return Err(refused());
+        }
+    }
+    if !kwarg.is_empty() {
+        let mut k = kwarg;
+        k.insert("__kwarg__".into(), J::Bool(true));
+        args.push(J::Object(k));
+    }
     let unresolved = !view.config().minion_data_cache && crate::jobs::reads_minion_data(&tgt, &tgt_type);
     let (minions, missing) = if unresolved {
         // No grains or pillar kept: published to every accepted minion, which match it.
@@ -133,7 +160,7 @@ fn publish(view: &dyn AdminView, fun: String, tgt: J, tgt_type: String, mut args
         return Err(Error::refused("No minions matched the target. No command was sent, no jid was assigned."));
     }
     let jid = view.new_jid();
-    let load = json!({ "fun": fun, "arg": args, "tgt": tgt, "jid": jid, "ret": "", "tgt_type": tgt_type, "user": "root" });
+    let load = json!({ "fun": fun, "arg": args, "tgt": tgt, "jid": jid, "ret": "", "tgt_type": tgt_type, "user": user });
     let rec = Record::JobPublished(JobPublished { jid: jid.clone(), load: payload::encode(&payload::from_json(&load)), minions: minions.clone(), time_ns: view.now_ns(), started_by: None });
     tracing::info!(jid = %jid, fun = %fun, minions = minions.len(), "publishing");
     // `unresolved`: the minions are every accepted one; those the target does not match
@@ -142,7 +169,7 @@ fn publish(view: &dyn AdminView, fun: String, tgt: J, tgt_type: String, mut args
     plan.proposals = vec![vec![rec]];
     plan.events = vec![event(
         format!("salt/job/{jid}/new"),
-        json!({ "jid": jid, "tgt_type": tgt_type, "tgt": tgt, "user": "root", "fun": fun, "arg": load["arg"], "minions": minions, "missing": missing }),
+        json!({ "jid": jid, "tgt_type": tgt_type, "tgt": tgt, "user": user, "fun": fun, "arg": load["arg"], "minions": minions, "missing": missing }),
     )];
     Ok(plan)
 }

@@ -3,9 +3,11 @@
 //! carried out here: its groups of records committed in order (a few in flight at once),
 //! its membership change, then its events and effects, then the answer.
 //!
-//! Who may speak and how much: besides the socket's mode (0600 in a 0700 directory),
-//! a connection is served only if its peer's credentials (`SO_PEERCRED`) name root or
-//! the master's own user; a request line longer than [`MAX_LINE`] is refused while it
+//! Who may speak and how much: besides the socket's mode (0600 in a 0700 directory; 0666
+//! in a 0711 directory when `publisher_acl` names users), a connection is served only if
+//! its peer's credentials (`SO_PEERCRED`) name root or the master's own user, or, when
+//! `publisher_acl` names users, another system user, which may then only publish
+//! (checked by `crate::publisher_acl`) and follow its own jobs; a request line longer than [`MAX_LINE`] is refused while it
 //! is read (it is never buffered whole) and the connection closed; a connection that
 //! sends no request for [`IDLE_TIMEOUT`], or does not take an answer or event within
 //! [`WRITE_TIMEOUT`], is closed. Each refusal is counted (`metrics::refuse`, port
@@ -76,14 +78,19 @@ pub(super) async fn write_line(wr: &mut tokio::net::unix::OwnedWriteHalf, line: 
 /// Serves one admin connection until it closes.
 pub async fn connection(master: Arc<Master>, stream: tokio::net::UnixStream) {
     use crate::metrics::{refuse, Port};
-    match stream.peer_cred() {
-        Ok(c) if peer_allowed(c.uid()) => {}
-        Ok(c) => {
-            let source = format!("uid {} pid {}", c.uid(), c.pid().unwrap_or(0));
-            return refuse(Port::Admin, &source, "peer_credentials", &format_args!("only root and the master's own user may use the admin socket"));
-        }
+    // `None`: root or the master's user, trusted; `Some(name)`: a system user that
+    // `publisher_acl` governs.
+    let caller = match stream.peer_cred() {
+        Ok(c) if peer_allowed(c.uid()) => None,
+        Ok(c) => match crate::publisher_acl::user_name(c.uid()).filter(|_| acl_enabled(&master)) {
+            Some(name) => Some(name),
+            None => {
+                let source = format!("uid {} pid {}", c.uid(), c.pid().unwrap_or(0));
+                return refuse(Port::Admin, &source, "peer_credentials", &format_args!("only root, the master's own user and (for publishes) users publisher_acl names may use the admin socket"));
+            }
+        },
         Err(e) => return refuse(Port::Admin, "unknown peer", "peer_credentials", &format_args!("cannot read the peer's credentials: {e}")),
-    }
+    };
     let (rd, mut wr) = stream.into_split();
     let mut rd = BufReader::new(rd);
     loop {
@@ -101,6 +108,10 @@ pub async fn connection(master: Arc<Master>, stream: tokio::net::UnixStream) {
             }
         };
         let mut parsed = serde_json::from_slice::<J>(&line).map_err(|e| crate::error::Error::refused(format!("bad request: {e}"))).and_then(|r| Command::parse(&r));
+        if let Some(name) = &caller {
+            // publisher_acl first: a refused caller makes no range query either.
+            parsed = parsed.and_then(|c| restrict(&master, name, c));
+        }
         let needs_range = match &mut parsed {
             Ok(c) => super::range_client::command_needs_range(&master.cfg, c),
             Err(_) => false,
@@ -123,6 +134,37 @@ pub async fn connection(master: Arc<Master>, stream: tokio::net::UnixStream) {
         };
         if !write_line(&mut wr, answer.to_string()).await {
             break;
+        }
+    }
+}
+
+/// Whether `publisher_acl` names any user (then system users may publish through the
+/// admin socket, and it is opened to them: see `daemon::mod`).
+pub fn acl_enabled(master: &Master) -> bool {
+    master.cfg.raw.get("publisher_acl").and_then(serde_yaml::Value::as_mapping).is_some_and(|m| !m.is_empty())
+}
+
+/// What a system user other than root and the master's may ask: a publish, checked
+/// against `publisher_acl` under its own name (whatever `user` it sent), and the returns
+/// of its own jobs. Anything else is refused and counted.
+fn restrict(master: &Master, name: &str, cmd: Command) -> Result<Command> {
+    use crate::admin::jobs::JobCmd;
+    use crate::metrics::{refuse, Port};
+    match cmd {
+        Command::Jobs(JobCmd::Publish { fun, tgt, tgt_type, arg, kwarg, .. }) => Ok(Command::Jobs(JobCmd::Publish { fun, tgt, tgt_type, arg, kwarg, user: name.to_string(), acl_checked: true })),
+        Command::JobFollow(f) => {
+            let job = master.sm().job(&f.jid)?;
+            let owner = job.and_then(|j| crate::wire::payload::decode(&j.load).ok()).map(|l| crate::wire::payload::to_json(&l)).and_then(|l| l.get("user").and_then(J::as_str).map(str::to_string));
+            if owner.as_deref() == Some(name) {
+                Ok(Command::JobFollow(f))
+            } else {
+                refuse(Port::Admin, name, "publisher_acl", &format_args!("job.follow of a job {name} did not publish"));
+                Err(crate::error::Error::refused("Authorization error occurred."))
+            }
+        }
+        _ => {
+            refuse(Port::Admin, name, "publisher_acl", &format_args!("{name} may only publish (publisher_acl)"));
+            Err(crate::error::Error::refused("Authorization error occurred."))
         }
     }
 }

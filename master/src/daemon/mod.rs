@@ -171,7 +171,14 @@ async fn serve(master: Arc<Master>, applied_rx: mpsc::UnboundedReceiver<publish:
     let admin_listener = tokio::net::UnixListener::bind(&sock_path).ctx(|| format!("binding {}", sock_path.display()))?;
     {
         use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions(&sock_path, std::fs::Permissions::from_mode(0o600));
+        // publisher_acl: other users reach the socket (the directory traversable, not
+        // listable, as Salt opens its cachedir to them); SO_PEERCRED decides what they
+        // may ask (`admin::restrict`).
+        let open = admin::acl_enabled(&master);
+        let _ = std::fs::set_permissions(&sock_path, std::fs::Permissions::from_mode(if open { 0o666 } else { 0o600 }));
+        if open {
+            let _ = std::fs::set_permissions(&cfg.sock_dir, std::fs::Permissions::from_mode(0o711));
+        }
     }
     write_pidfile(&cfg.pidfile);
     probes.startup();

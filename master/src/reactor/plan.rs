@@ -132,7 +132,7 @@ pub fn action(r: &Reaction) -> Result<Action, String> {
             let tgt = r.low.get("tgt").cloned().filter(|t| t.is_string() || t.is_array()).ok_or("a local reaction needs a `tgt` (a string or a list)")?;
             let tgt_type = r.low.get("tgt_type").or_else(|| r.low.get("expr_form")).and_then(J::as_str).unwrap_or("glob").to_string();
             let (arg, kwarg) = arguments(r, &[])?;
-            Ok(Action::Publish(JobCmd::Publish { fun: r.fun.clone(), tgt, tgt_type, arg, kwarg }))
+            Ok(Action::Publish(JobCmd::Publish { fun: r.fun.clone(), tgt, tgt_type, arg, kwarg, user: "root".into(), acl_checked: false }))
         }
         Kind::Wheel => {
             let cmd = match r.fun.as_str() {
@@ -180,7 +180,7 @@ mod tests {
 
     #[test]
     fn reactions_become_admin_verbs() {
-        let Action::Publish(JobCmd::Publish { fun, tgt, tgt_type, arg, kwarg }) = one("a:\n  local.cmd.run:\n    - tgt: 'web*'\n    - tgt_type: glob\n    - arg: ['touch /tmp/x']\n    - kwarg: {cwd: /}\n").unwrap() else { panic!() };
+        let Action::Publish(JobCmd::Publish { fun, tgt, tgt_type, arg, kwarg, .. }) = one("a:\n  local.cmd.run:\n    - tgt: 'web*'\n    - tgt_type: glob\n    - arg: ['touch /tmp/x']\n    - kwarg: {cwd: /}\n").unwrap() else { panic!() };
         assert_eq!((fun.as_str(), tgt, tgt_type.as_str(), arg, J::Object(kwarg)), ("cmd.run", json!("web*"), "glob", vec![json!("touch /tmp/x")], json!({"cwd": "/"})));
         // `args`: every argument by keyword; `expr_form`, the old name of `tgt_type`.
         let Action::Publish(JobCmd::Publish { arg, kwarg, tgt_type, .. }) = one("a:\n  local.test.echo:\n    - tgt: [m1, m2]\n    - expr_form: list\n    - args:\n      - text: hi\n").unwrap() else { panic!() };

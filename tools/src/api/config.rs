@@ -4,11 +4,14 @@
 //! |---|---|---|
 //! | `rest_cherrypy: port` | (required) | TCP port |
 //! | `rest_cherrypy: host` | `0.0.0.0` | address to listen on |
-//! | `rest_cherrypy: disable_ssl` | `False` | must be `True`: Halite's salt-api speaks plain HTTP (put a TLS proxy in front) |
+//! | `rest_cherrypy: disable_ssl` | `False` | `True`: plain HTTP |
+//! | `rest_cherrypy: ssl_crt`, `ssl_key` | (required unless `disable_ssl`) | PEM certificate chain and private key served over HTTPS ([`super::tls`]) |
 //! | `rest_cherrypy: max_request_body_size` | `1048576` | largest request body, bytes (larger: 413) |
 //! | `rest_cherrypy: thread_pool` | `100` | connections served at once (more are closed at once, counted) |
-//! | `rest_cherrypy: debug`, `ssl_crt`, `ssl_key`, ... | | ignored |
+//! | `rest_cherrypy: debug`, ... | | ignored |
 //! | `token_expire` | `43200` | seconds a login token is valid |
+//! | `auth.pam.service` | `login` | the PAM service the `pam` eauth backend uses |
+//! | `halite_pam_confdir` | (PAM's, `/etc/pam.d`) | Halite's own: a directory of PAM service files used instead (`pam_start_confdir`) |
 //! | `external_auth` | `{}` | eauth backends and their users' rules (`crate::api::acl`) |
 //! | `timeout` | `5` | seconds a `local` call waits for returns (a chunk's `timeout` overrides it) |
 
@@ -29,6 +32,10 @@ pub struct ApiConfig {
     pub external_auth: J,
     pub sock_dir: PathBuf,
     pub timeout: u64,
+    pub pam_service: String,
+    /// `ssl_crt`, `ssl_key`: serve HTTPS (`None`: `disable_ssl: True`, plain HTTP).
+    pub tls: Option<(PathBuf, PathBuf)>,
+    pub pam_confdir: Option<PathBuf>,
 }
 
 impl ApiConfig {
@@ -40,9 +47,15 @@ impl ApiConfig {
         }
         let port = rc.get("port").and_then(|p| p.as_u64().or_else(|| p.as_str().and_then(|s| s.parse().ok()))).filter(|p| (1..=65535).contains(p)).ok_or("salt-api: rest_cherrypy:port must be a port number")?;
         let truthy = |v: Option<&J>| matches!(v, Some(J::Bool(true))) || v.and_then(J::as_str).is_some_and(|s| s.eq_ignore_ascii_case("true"));
-        if !truthy(rc.get("disable_ssl")) {
-            return Err("salt-api: Halite's salt-api serves plain HTTP only; set rest_cherrypy:disable_ssl: True (and put a TLS proxy in front)".into());
-        }
+        let tls = if truthy(rc.get("disable_ssl")) {
+            None
+        } else {
+            let path = |k: &str| rc.get(k).and_then(J::as_str).filter(|s| !s.is_empty()).map(PathBuf::from);
+            match (path("ssl_crt"), path("ssl_key")) {
+                (Some(c), Some(k)) => Some((c, k)),
+                _ => return Err("salt-api: rest_cherrypy:ssl_crt and ssl_key are required unless disable_ssl: True".into()),
+            }
+        };
         let num = |v: Option<&J>, d: u64| v.and_then(|p| p.as_u64().or_else(|| p.as_str().and_then(|s| s.parse().ok()))).unwrap_or(d);
         let token_expire = num(cfg.raw.get("token_expire").map(|v| serde_json::to_value(v).unwrap_or(J::Null)).as_ref(), 43200);
         if token_expire == 0 || token_expire > halite_master::admin::tokens::MAX_EXPIRE_SECS {
@@ -57,6 +70,9 @@ impl ApiConfig {
             external_auth: get("external_auth"),
             sock_dir: cfg.sock_dir.clone(),
             timeout: cfg.timeout.max(1),
+            tls,
+            pam_service: get("auth.pam.service").as_str().filter(|s| !s.is_empty()).unwrap_or("login").to_string(),
+            pam_confdir: get("halite_pam_confdir").as_str().filter(|s| !s.is_empty()).map(PathBuf::from),
         })
     }
 }

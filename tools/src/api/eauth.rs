@@ -5,8 +5,8 @@
 //! Each line of the file is split on the separator; the first line whose user field is
 //! the user decides (a wrong password there fails the login, later lines are not read).
 //! The password field is the password itself (`plaintext`) or its hex digest
-//! (`sha1`, `sha224`, `sha256`, `sha384`, `sha512`). `htpasswd`/`htdigest` files and
-//! `md5` digests are refused with a clear error (see docs/operations.md, "salt-api").
+//! (`sha1`, `sha224`, `sha256`, `sha384`, `sha512`, `md5`). `^filetype: htpasswd` and
+//! `htdigest` (with `^realm`) files are Apache's, checked by [`super::htpasswd`].
 //!
 //! The file is read at each login (as Salt does), at most [`MAX_FILE`] bytes.
 
@@ -35,8 +35,17 @@ pub fn check_file(backend: &J, user: &str, password: &str) -> Result<(), Denied>
         return Err(Denied::Config("external_auth:file:^filename is not set".into()));
     };
     let filetype = s("filetype", "text").to_lowercase();
-    if filetype != "text" {
-        return Err(Denied::Config(format!("external_auth:file:^filetype {filetype} is not supported by Halite's salt-api (text is)")));
+    match filetype.as_str() {
+        "text" => {}
+        "htpasswd" | "htdigest" => {
+            let text = read_bounded(filename).map_err(|e| Denied::Config(format!("external_auth:file:^filename {filename}: {e}")))?;
+            if filetype == "htpasswd" {
+                return super::htpasswd::check_htpasswd(&text, user, password);
+            }
+            let realm = opt("realm").and_then(J::as_str).ok_or_else(|| Denied::Config("external_auth:file:^realm must be set for an htdigest file".into()))?;
+            return super::htpasswd::check_htdigest(&text, realm, user, password);
+        }
+        other => return Err(Denied::Config(format!("external_auth:file:^filetype {other} is not supported (text, htpasswd, htdigest are)"))),
     }
     let hashtype = s("hashtype", "plaintext").to_lowercase();
     let sep = s("field_separator", ":");
@@ -44,7 +53,7 @@ pub fn check_file(backend: &J, user: &str, password: &str) -> Result<(), Denied>
     if sep.is_empty() || uf == 0 || pf == 0 {
         return Err(Denied::Config("external_auth:file: the separator must not be empty and fields count from 1".into()));
     }
-    let given = digest(&hashtype, password).ok_or_else(|| Denied::Config(format!("external_auth:file:^hashtype {hashtype} is not supported (plaintext, sha1, sha224, sha256, sha384, sha512 are)")))?;
+    let given = digest(&hashtype, password).ok_or_else(|| Denied::Config(format!("external_auth:file:^hashtype {hashtype} is not supported (plaintext, md5, sha1, sha224, sha256, sha384, sha512 are)")))?;
     let text = read_bounded(filename).map_err(|e| Denied::Config(format!("external_auth:file:^filename {filename}: {e}")))?;
     for line in text.lines() {
         let fields: Vec<&str> = line.trim().split(sep.as_str()).collect();
@@ -75,6 +84,7 @@ fn digest(hashtype: &str, password: &str) -> Option<String> {
     let p = password.as_bytes();
     Some(match hashtype {
         "plaintext" => password.to_string(),
+        "md5" => hex::encode(md5::Md5::digest(p)),
         "sha1" => hex::encode(sha1::Sha1::digest(p)),
         "sha224" => hex::encode(sha2::Sha224::digest(p)),
         "sha256" => hex::encode(sha2::Sha256::digest(p)),
@@ -118,8 +128,9 @@ mod tests {
     fn misconfiguration_is_named() {
         assert!(matches!(check_file(&json!({}), "u", "p"), Err(Denied::Config(_))));
         assert!(matches!(check_file(&json!({"^filename": "/nonexistent/x"}), "u", "p"), Err(Denied::Config(_))));
-        assert!(matches!(check_file(&json!({"^filename": "/etc/hostname", "^filetype": "htpasswd"}), "u", "p"), Err(Denied::Config(_))));
-        assert!(matches!(check_file(&json!({"^filename": "/etc/hostname", "^hashtype": "md5"}), "u", "p"), Err(Denied::Config(_))));
+        assert!(matches!(check_file(&json!({"^filename": "/etc/hostname", "^filetype": "htdigest"}), "u", "p"), Err(Denied::Config(_))), "no realm");
+        assert!(matches!(check_file(&json!({"^filename": "/etc/hostname", "^filetype": "ldif"}), "u", "p"), Err(Denied::Config(_))));
+        assert!(matches!(check_file(&json!({"^filename": "/etc/hostname", "^hashtype": "whirlpool"}), "u", "p"), Err(Denied::Config(_))));
         assert!(matches!(check_file(&json!({"^filename": "/etc/hostname", "^username_field": 0}), "u", "p"), Err(Denied::Config(_))));
         let d = tempfile::tempdir().unwrap();
         let short = d.path().join("short");

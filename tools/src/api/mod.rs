@@ -24,13 +24,16 @@
 //! of at most `max_request_body_size` (413); every refusal is counted by
 //! `halite_master::metrics::refuse` (port `api`) and answered in Salt's error shape.
 
-pub mod acl;
+pub use halite_master::acl;
 pub mod admin;
 pub mod clients;
 pub mod config;
 pub mod eauth;
+pub mod htpasswd;
 pub mod input;
+pub mod pam;
 pub mod reply;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -64,8 +67,9 @@ pub const MAX_CHUNKS: usize = 100;
 /// expiry ends the stream within this time).
 pub const STREAM_RECHECK: Duration = Duration::from_secs(5);
 
-/// Serves until the process ends.
-pub async fn serve(cfg: Arc<ApiConfig>, listener: TcpListener) {
+/// Serves until the process ends: HTTPS when `tls` is given (`tls::acceptor`), else
+/// plain HTTP.
+pub async fn serve(cfg: Arc<ApiConfig>, listener: TcpListener, tls: Option<tokio_rustls::TlsAcceptor>) {
     let slots = Arc::new(tokio::sync::Semaphore::new(cfg.max_connections));
     loop {
         let (stream, peer) = match listener.accept().await {
@@ -80,24 +84,36 @@ pub async fn serve(cfg: Arc<ApiConfig>, listener: TcpListener) {
             refuse(Port::Api, &peer.ip().to_string(), "too_many_connections", &format!("more than {} connections at once (rest_cherrypy:thread_pool); closed", cfg.max_connections));
             continue;
         };
-        let cfg = cfg.clone();
+        let (cfg, tls) = (cfg.clone(), tls.clone());
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let cfg = cfg.clone();
-                async move { Ok::<_, std::convert::Infallible>(handle(&cfg, req, peer).await) }
-            });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEAD_TIMEOUT)
-                .max_header_size(MAX_HEAD_BYTES)
-                .max_headers(MAX_HEADERS)
-                .serve_connection(TokioIo::new(stream), service);
-            if let Err(e) = conn.await {
-                // Malformed heads, too many headers, slow heads: hyper answers or closes.
-                refuse(Port::Api, &peer.ip().to_string(), "bad_http", &e);
+            match tls {
+                None => connection(cfg, stream, peer).await,
+                Some(acceptor) => match tokio::time::timeout(HEAD_TIMEOUT, acceptor.accept(stream)).await {
+                    Ok(Ok(s)) => connection(cfg, s, peer).await,
+                    Ok(Err(e)) => refuse(Port::Api, &peer.ip().to_string(), "tls_handshake", &e),
+                    Err(_) => refuse(Port::Api, &peer.ip().to_string(), "tls_handshake", &format_args!("no TLS handshake within {HEAD_TIMEOUT:?}")),
+                },
             }
             drop(slot);
         });
+    }
+}
+
+/// Serves one connection (plain or TLS) until it closes.
+async fn connection<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static>(cfg: Arc<ApiConfig>, stream: S, peer: SocketAddr) {
+    let service = hyper::service::service_fn(move |req| {
+        let cfg = cfg.clone();
+        async move { Ok::<_, std::convert::Infallible>(handle(&cfg, req, peer).await) }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEAD_TIMEOUT)
+        .max_header_size(MAX_HEAD_BYTES)
+        .max_headers(MAX_HEADERS)
+        .serve_connection(TokioIo::new(stream), service);
+    if let Err(e) = conn.await {
+        // Malformed heads, too many headers, slow heads: hyper answers or closes.
+        refuse(Port::Api, &peer.ip().to_string(), "bad_http", &e);
     }
 }
 
@@ -294,7 +310,11 @@ async fn login(cfg: &ApiConfig, fmt: Format, body: J) -> Result<Response<Body>, 
             let (b, u, p) = (backend.clone(), user.clone(), password.clone());
             tokio::task::spawn_blocking(move || eauth::check_file(&b, &u, &p)).await.map_err(|e| ApiError::new(500, e.to_string()))?
         }
-        other => Err(eauth::Denied::Config(format!("eauth backend {other:?} is not supported by Halite's salt-api (file is)"))),
+        "pam" => {
+            let (svc, dir, u, p) = (cfg.pam_service.clone(), cfg.pam_confdir.clone(), user.clone(), password.clone());
+            tokio::task::spawn_blocking(move || pam::check(&svc, dir.as_deref(), &u, &p)).await.map_err(|e| ApiError::new(500, e.to_string()))?
+        }
+        other => Err(eauth::Denied::Config(format!("eauth backend {other:?} is not supported by Halite's salt-api (file and pam are)"))),
     };
     match checked {
         Ok(()) => {}
@@ -307,7 +327,14 @@ async fn login(cfg: &ApiConfig, fmt: Format, body: J) -> Result<Response<Body>, 
             return Err(fail());
         }
     }
-    let perms = acl::rules_for(backend, &user);
+    // Only `pam` users have groups (their system groups), as in Salt.
+    let groups = if eauth == "pam" {
+        let u = user.clone();
+        tokio::task::spawn_blocking(move || pam::groups(&u)).await.unwrap_or_default()
+    } else {
+        vec![]
+    };
+    let perms = acl::rules_for(backend, &user, &groups);
     let mut raw = [0u8; 32];
     rand::Rng::fill(&mut rand::rngs::OsRng, &mut raw[..]);
     let token = hex::encode(raw);

@@ -24,12 +24,16 @@ fn main() {
         init_logging(&args.log_level);
         let cfg = load_config(&args.config_dir)?;
         let api_cfg = ApiConfig::from_master(&cfg).map_err(|e| Failure::new(e, 2))?;
+        let tls = match &api_cfg.tls {
+            Some((crt, key)) => Some(api::tls::acceptor(crt, key).map_err(|e| Failure::new(e, 2))?),
+            None => None,
+        };
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
         rt.block_on(async move {
             let addr = format!("{}:{}", api_cfg.host, api_cfg.port);
             let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|e| Failure::new(format!("salt-api: cannot listen on {addr}: {e}"), 1))?;
-            tracing::info!("salt-api: listening on http://{addr}");
-            api::serve(Arc::new(api_cfg), listener).await;
+            tracing::info!("salt-api: listening on {}://{addr}", if tls.is_some() { "https" } else { "http" });
+            api::serve(Arc::new(api_cfg), listener, tls).await;
             Ok(())
         })
     })

@@ -1,11 +1,15 @@
-//! `external_auth` rules: which rules a user gets at login, and whether they allow a call.
+//! `external_auth` and `publisher_acl` rules: which rules a user gets, and whether they
+//! allow a call. salt-api (`halite_tools::api`) checks its logins' calls with them; the
+//! admin socket checks the publishes of system users `publisher_acl` names
+//! ([`crate::publisher_acl`]).
 //!
 //! The rules are Salt's (`external_auth: {BACKEND: {USER: [RULE, ...]}}`), matched the
 //! way Salt's master matches them:
 //!
 //! - a user's rules are those of every entry whose name matches the user (equal, a shell
-//!   glob, or a whole-name regex), or of the `*` entry when none matched; `NAME%` entries
-//!   (groups) are skipped: the `file` backend has no groups;
+//!   glob, or a whole-name regex), or of the `*` entry when none matched, and of every
+//!   `GROUP%` entry naming one of the user's groups (the `pam` backend's system groups;
+//!   the `file` backend has none);
 //! - a string rule is a function regex, matched from the start (Python's `re.match`), and
 //!   allows that function on every minion;
 //! - `{TARGET: [function rules]}` allows the functions on the minions `TARGET` (a
@@ -25,17 +29,23 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value as J;
 
-use halite_master::glob::fnmatch;
-use halite_master::matcher::re_match;
+use crate::glob::fnmatch;
+use crate::matcher::re_match;
 
-/// The rules of `user` under one backend's `external_auth` entry (a map of user
-/// patterns to rule lists), in Salt's order.
-pub fn rules_for(backend: &J, user: &str) -> Vec<J> {
+/// The rules of `user`, a member of `groups`, under one backend's `external_auth`
+/// entry (a map of user patterns to rule lists), in Salt's order (the map's).
+pub fn rules_for(backend: &J, user: &str, groups: &[String]) -> Vec<J> {
     let mut out = Vec::new();
     let Some(map) = backend.as_object() else { return out };
     let mut matched = false;
     for (pat, rules) in map {
-        if pat == "*" || pat.ends_with('%') || pat.starts_with('^') {
+        if pat == "*" || pat.starts_with('^') {
+            continue;
+        }
+        if let Some(group) = pat.strip_suffix('%') {
+            if groups.iter().any(|g| g == group) {
+                extend(&mut out, rules);
+            }
             continue;
         }
         if pat == user || fnmatch(pat, user) || whole_re(pat, user) {
@@ -205,12 +215,16 @@ mod tests {
             "admins%": [".*"],
             "*": ["grains.items"],
         });
-        assert_eq!(rules_for(&backend, "fred"), vec![json!("test.*")]);
-        assert_eq!(rules_for(&backend, "devin"), vec![json!("cmd.run")]);
-        assert_eq!(rules_for(&backend, "ops_12"), vec![json!("@runner")]);
-        assert_eq!(rules_for(&backend, "mallory"), vec![json!("grains.items")]);
-        assert_eq!(rules_for(&json!({"fred": null}), "fred"), Vec::<J>::new());
-        assert_eq!(rules_for(&json!("not a map"), "fred"), Vec::<J>::new());
+        assert_eq!(rules_for(&backend, "fred", &[]), vec![json!("test.*")]);
+        assert_eq!(rules_for(&backend, "devin", &[]), vec![json!("cmd.run")]);
+        assert_eq!(rules_for(&backend, "ops_12", &[]), vec![json!("@runner")]);
+        assert_eq!(rules_for(&backend, "mallory", &[]), vec![json!("grains.items")]);
+        // Group entries add to the user's own (or the `*` entry's) rules.
+        let admins = ["wheel".to_string(), "admins".to_string()];
+        assert_eq!(rules_for(&backend, "fred", &admins), vec![json!("test.*"), json!(".*")]);
+        assert_eq!(rules_for(&backend, "mallory", &admins), vec![json!(".*"), json!("grains.items")]);
+        assert_eq!(rules_for(&json!({"fred": null}), "fred", &[]), Vec::<J>::new());
+        assert_eq!(rules_for(&json!("not a map"), "fred", &[]), Vec::<J>::new());
     }
 
     #[test]

@@ -1,0 +1,87 @@
+//! HTTPS for salt-api: `rest_cherrypy: ssl_crt` (a PEM certificate chain, the server's
+//! certificate first) and `ssl_key` (its PEM private key: PKCS#8, PKCS#1 or SEC1), served
+//! with rustls (TLS 1.2 and 1.3, ring's algorithms), as rest_cherrypy serves HTTPS unless
+//! `disable_ssl: True`.
+//!
+//! A client that does not complete a TLS handshake within the head timeout, or speaks
+//! plain HTTP to the port, is closed and counted (`refuse`, reason `tls_handshake`).
+//! The files are read once, at start: a new certificate needs a restart.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+/// Most bytes read from either file (a certificate chain is a few KiB).
+pub const MAX_PEM: u64 = 1 << 20;
+
+/// The acceptor for `crt`/`key`, or why it cannot be made (the text names the file).
+pub fn acceptor(crt: &Path, key: &Path) -> Result<tokio_rustls::TlsAcceptor, String> {
+    let crt_pem = read(crt, "ssl_crt")?;
+    let key_pem = read(key, "ssl_key")?;
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&crt_pem).collect::<Result<_, _>>().map_err(|e| format!("salt-api: rest_cherrypy:ssl_crt {}: {e}", crt.display()))?;
+    if chain.is_empty() {
+        return Err(format!("salt-api: rest_cherrypy:ssl_crt {} holds no certificate", crt.display()));
+    }
+    let key_der = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| format!("salt-api: rest_cherrypy:ssl_key {}: no private key read: {e}", key.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("salt-api: TLS: {e}"))?
+        .with_no_client_auth()
+        .with_single_cert(chain, key_der)
+        .map_err(|e| format!("salt-api: rest_cherrypy:ssl_crt/ssl_key: {e}"))?;
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(cfg)))
+}
+
+fn read(path: &Path, what: &str) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let f = std::fs::File::open(path).map_err(|e| format!("salt-api: rest_cherrypy:{what} {}: {e}", path.display()))?;
+    let mut buf = Vec::new();
+    f.take(MAX_PEM + 1).read_to_end(&mut buf).map_err(|e| format!("salt-api: rest_cherrypy:{what} {}: {e}", path.display()))?;
+    if buf.len() as u64 > MAX_PEM {
+        return Err(format!("salt-api: rest_cherrypy:{what} {}: larger than {MAX_PEM} bytes", path.display()));
+    }
+    Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A key and self-signed certificate made by the openssl CLI.
+    fn openssl_pair(dir: &Path, key_args: &[&str]) -> (std::path::PathBuf, std::path::PathBuf) {
+        let (crt, key) = (dir.join("c.pem"), dir.join("k.pem"));
+        let ok = std::process::Command::new("openssl")
+            .args(["req", "-x509", "-nodes", "-days", "2", "-subj", "/CN=localhost"])
+            .args(key_args)
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&crt)
+            .output()
+            .expect("openssl")
+            .status
+            .success();
+        assert!(ok, "openssl req");
+        (crt, key)
+    }
+
+    #[test]
+    fn certificates_made_by_openssl_load_and_bad_files_are_named() {
+        let d = tempfile::tempdir().unwrap();
+        let (crt, key) = openssl_pair(d.path(), &["-newkey", "rsa:2048"]);
+        assert!(acceptor(&crt, &key).is_ok());
+        let e = d.path().join("ec");
+        std::fs::create_dir(&e).unwrap();
+        let (ecrt, ekey) = openssl_pair(&e, &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"]);
+        assert!(acceptor(&ecrt, &ekey).is_ok());
+        // A key that is not the certificate's, a certificate given as the key, no file.
+        assert!(acceptor(&crt, &ekey).is_err());
+        let err = |c: &Path, k: &Path| acceptor(c, k).err().unwrap_or_default();
+        assert!(err(&crt, &crt).contains("ssl_key"));
+        assert!(err(&d.path().join("none"), &key).contains("ssl_crt"));
+        assert!(err(&key, &key).contains("no certificate"));
+    }
+}
