@@ -77,7 +77,8 @@ impl KnownHashes {
         (now == *known).then(|| (sha.clone(), now.size))
     }
 
-    /// How many files could be reused (for tests and the log line).
+    /// How many files could be reused.
+    #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.by_name.len()
     }

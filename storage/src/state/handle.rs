@@ -25,6 +25,7 @@
 //! finishes or undoes the directory swap.
 
 use std::cell::RefCell;
+use std::marker::PhantomData;
 use std::ops::Deref;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -57,10 +58,12 @@ thread_local! {
     static HELD: RefCell<Vec<Held>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The database for one operation (derefs to RocksDB's `DB`).
+/// The database for one operation (derefs to RocksDB's `DB`). It stays on the thread
+/// that took it (not `Send`): its drop counts down that thread's guards.
 pub(super) struct Db<'a> {
     db: Arc<DB>,
     handle: &'a Handle,
+    _here: PhantomData<*const ()>,
 }
 
 impl Deref for Db<'_> {
@@ -121,7 +124,7 @@ impl Handle {
     /// it holds one; otherwise the current one, waiting while a swap is under way.
     pub(super) fn get(&self) -> Result<Db<'_>> {
         if let Some(db) = self.held() {
-            return Ok(Db { db, handle: self });
+            return Ok(Db { db, handle: self, _here: PhantomData });
         }
         let db = {
             let mut s = self.slot.lock().unwrap_or_else(|p| p.into_inner());
@@ -134,7 +137,7 @@ impl Handle {
             }
         };
         HELD.with(|h| h.borrow_mut().push(Held { handle: self.key(), db: db.clone(), depth: 1 }));
-        Ok(Db { db, handle: self })
+        Ok(Db { db, handle: self, _here: PhantomData })
     }
 
     /// Whether a swap is under way (tests wait for it).
