@@ -34,6 +34,9 @@ use rocksdb::{ColumnFamily, IteratorMode, DB};
 
 use crate::error::{Error, Result};
 
+/// One key and value as RocksDB's iterators yield them.
+pub(super) type Item = std::result::Result<(Box<[u8]>, Box<[u8]>), rocksdb::Error>;
+
 enum Slot {
     Open(Arc<DB>),
     Swapping,
@@ -96,7 +99,7 @@ impl Db<'_> {
 
     /// Every item of family `name`, in key order; none if this database (an older
     /// checkpoint opened read-only) lacks the family.
-    pub(super) fn items_of(&self, name: &str) -> impl Iterator<Item = std::result::Result<(Box<[u8]>, Box<[u8]>), rocksdb::Error>> + '_ {
+    pub(super) fn items_of(&self, name: &str) -> impl Iterator<Item = Item> + '_ {
         self.db.cf_handle(name).into_iter().flat_map(|cf| self.db.iterator_cf(cf, IteratorMode::Start))
     }
 }
