@@ -272,6 +272,7 @@ pub fn join(keys: u64, roots_mib: u64) {
     let a2 = free_addr("127.0.0.2");
     let n2 = Member::start(dir.path(), 2, a2, [(1, a1)].into(), vec![], CompactionLimits::default());
     let t = Instant::now();
+    let cpu = cpu_seconds();
     n1.node.add_learner(2, a2).expect("add learner");
     let end = Instant::now() + Duration::from_secs(600);
     let mut installed = None;
@@ -283,15 +284,25 @@ pub fn join(keys: u64, roots_mib: u64) {
         std::thread::sleep(Duration::from_millis(5));
     }
     let s = t.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu;
     eprintln!("joiner: snapshot in its log after {:.2} s, caught up after {s:.2} s", installed.unwrap_or(s));
     let d1 = n1.node.state().digest().expect("digest");
     let d2 = n2.node.state().digest().expect("digest");
     assert_eq!((d1.items, d1.sha256), (d2.items, d2.sha256), "joiner's state differs from the founder's");
-    println!("| state | snapshot bytes | join → caught up (s) | MB/s |");
-    println!("|---|---|---|---|");
-    println!("| {keys} keys + {roots_mib} MiB roots | {:.0} MiB | {s:.2} | {:.0} |", bytes as f64 / 1048576.0, bytes as f64 / 1e6 / s);
+    println!("| state | snapshot bytes | join → caught up (s) | MB/s | CPU s (both members) |");
+    println!("|---|---|---|---|---|");
+    println!("| {keys} keys + {roots_mib} MiB roots | {:.0} MiB | {s:.2} | {:.0} | {cpu:.2} |", bytes as f64 / 1048576.0, bytes as f64 / 1e6 / s);
     n2.crash();
     n1.crash();
+}
+
+/// User and system CPU seconds this process has used (`/proc/self/stat`, fields 14 and
+/// 15, in clock ticks of 1/100 s): the work a run did, whatever else loads the machine.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("").split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
 }
 
 /// Bytes of every file under `dir`.

@@ -14,8 +14,9 @@
 //! checking every byte, and only then delivers the `MsgSnapshot` to the node like any
 //! raft message. raft-rs decides whether it needs it; if so its `Ready` carries the
 //! snapshot and [`Driver::install_snapshot`] installs it: the log records the snapshot
-//! (dropping its entries), the state machine's content is replaced by the snapshot's in
-//! place (`StateMachine::replace_from`: readers keep their handle), the views are
+//! (dropping its entries), the snapshot's checkpoint becomes the state machine's
+//! directory and its database (`snapshot::install_running`: the `StateMachine` others
+//! hold stays, its database is swapped under it, no byte copied), the views are
 //! rebuilt from it, and the address book is read again from the log. The log's tail
 //! follows from the leader as usual.
 //!
@@ -74,8 +75,8 @@ impl Driver {
         let started = Instant::now();
         let store = self.compactor.as_ref().map(|c| c.store().clone()).ok_or_else(|| NodeError::Stopped("received a snapshot but this node has no snapshot store".into()))?;
         let snap = store.get(index)?.ok_or_else(|| NodeError::Stopped(format!("raft installs snapshot {index}, which the snapshot store does not hold")))?;
-        self.log.install_snapshot(&snap.metadata(), &snap.manifest().members()?)?;
-        let items = self.sm.replace_from(&snap.state_dir(), |_| {})?;
+        halite_storage::snapshot::install_running(&snap, &self.log, &self.sm)?;
+        let items = self.sm.estimated_items()?;
         // Salt's line for a joiner's state transfer, in Halite's terms (session: the
         // snapshot, channel: the state machine).
         tracing::info!("state-sync snapshot-{index}/state seq=0 installed {items} items");

@@ -17,6 +17,10 @@
 //! `state.installing` means an unfinished step 1 (removed). [`install`] records the
 //! snapshot in the log before swapping, so a state machine found behind the log's
 //! snapshot at start is simply installed again from the snapshot store.
+//!
+//! A running member installs with [`install_running`]: the same steps, with the state
+//! machine kept open by everyone who holds it; only its database is closed between
+//! step 1 and step 2 and the installed one opened after step 3 (`state/handle.rs`).
 
 use std::path::{Path, PathBuf};
 
@@ -33,11 +37,10 @@ fn parent(p: &Path) -> &Path {
     p.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."))
 }
 
-/// Replaces the state machine directory `state` (which must be closed) with a copy of
-/// `snap`'s (see the module docs). The log is not touched.
-pub fn swap_in(snap: &Snapshot, state: &Path) -> Result<()> {
+/// Step 1 (module docs): builds `state.installing` from `snap` and checks it. The
+/// state machine at `state` may be open meanwhile.
+pub(super) fn prepare(snap: &Snapshot, state: &Path) -> Result<()> {
     let inst = sibling(state, "installing");
-    let replaced = sibling(state, "replaced");
     if inst.exists() {
         std::fs::remove_dir_all(&inst).ctx(|| format!("removing {}", inst.display()))?;
     }
@@ -61,17 +64,37 @@ pub fn swap_in(snap: &Snapshot, state: &Path) -> Result<()> {
         sm.set_views_index(0)?;
         sm.flush()?;
     }
-    fsync_dir(&inst)?;
+    fsync_dir(&inst)
+}
+
+/// Steps 2 and 3: `state` (closed) becomes `state.replaced`, `state.installing` becomes
+/// `state`.
+pub(super) fn switch(state: &Path) -> Result<()> {
+    let inst = sibling(state, "installing");
+    let replaced = sibling(state, "replaced");
     if state.exists() {
         std::fs::rename(state, &replaced).ctx(|| format!("renaming {} to {}", state.display(), replaced.display()))?;
         fsync_dir(parent(state))?;
     }
     std::fs::rename(&inst, state).ctx(|| format!("renaming {} to {}", inst.display(), state.display()))?;
-    fsync_dir(parent(state))?;
+    fsync_dir(parent(state))
+}
+
+/// Step 4: the replaced directory goes.
+fn remove_replaced(state: &Path) -> Result<()> {
+    let replaced = sibling(state, "replaced");
     if replaced.exists() {
         std::fs::remove_dir_all(&replaced).ctx(|| format!("removing {}", replaced.display()))?;
     }
     Ok(())
+}
+
+/// Replaces the state machine directory `state` (which must be closed) with a copy of
+/// `snap`'s (see the module docs). The log is not touched.
+pub fn swap_in(snap: &Snapshot, state: &Path) -> Result<()> {
+    prepare(snap, state)?;
+    switch(state)?;
+    remove_replaced(state)
 }
 
 /// Installs a snapshot received from the leader: the log records it (its conf state,
@@ -84,6 +107,21 @@ pub fn install(snap: &Snapshot, log: &RaftLog, state: &Path) -> Result<()> {
     swap_in(snap, state)?;
     tracing::info!(index = snap.index(), term = snap.manifest().term, bytes = snap.manifest().total_bytes(), "snapshot installed");
     Ok(())
+}
+
+/// [`install`] into a state machine that stays open and shared: the log records the
+/// snapshot, `state.installing` is prepared while `sm` still serves the old state, then
+/// `sm` closes its database once no operation uses it, the directories are switched
+/// (the same steps as [`swap_in`], so a crash anywhere is repaired at start by
+/// [`recover_at_start`]) and `sm` opens the installed one (`StateMachine::reopen_after`).
+/// No byte of the state is written again: the installed SSTs are the snapshot's, hard
+/// linked. The caller rebuilds the views (`views_index` is 0 in the installed state).
+pub fn install_running(snap: &Snapshot, log: &RaftLog, sm: &StateMachine) -> Result<()> {
+    log.install_snapshot(&snap.metadata(), &snap.manifest().members()?)?;
+    let state = sm.path().to_path_buf();
+    prepare(snap, &state)?;
+    sm.reopen_after(|| switch(&state))?;
+    remove_replaced(&state)
 }
 
 /// What [`recover_at_start`] did.

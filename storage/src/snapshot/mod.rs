@@ -14,6 +14,7 @@
 //! |---------------|------------------------------------------------------------------|
 //! | [`manifest`]  | what a snapshot holds, and the checks a manifest from outside passes |
 //! | [`store`]     | the snapshots directory: building one (staging dir, then one rename), finding them, pruning |
+//! | [`hashes`]  | reusing the previous snapshot's sha256 of an SST both share (same inode) |
 //! | [`chunk`]     | the bytes of one transfer chunk (≤ 1 MiB, CRC-32)                |
 //! | [`source`]    | reading a snapshot as chunks (the sending side)                  |
 //! | [`receiver`]  | writing chunks from a peer into a new snapshot, refusing anything hostile |
@@ -26,6 +27,7 @@
 //! if the state machine is behind it.
 
 mod chunk;
+mod hashes;
 mod install;
 mod manifest;
 mod receiver;
@@ -34,9 +36,13 @@ mod store;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_hashes;
+#[cfg(test)]
+mod tests_running;
 
 pub use chunk::{Chunk, ChunkRef, CHUNK_HEADER_LEN, CHUNK_MAX};
-pub use install::{install, recover_at_start, swap_in, Recovered};
+pub use install::{install, install_running, recover_at_start, swap_in, Recovered};
 pub use manifest::{ConfStateJson, FileEntry, Manifest, FORMAT, MAX_FILES, MAX_MANIFEST_BYTES};
 pub use receiver::{ReceiveLimits, Receiver, Received};
 pub use source::SnapshotSource;

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use raft::eraftpb::{ConfState, Entry, SnapshotMetadata};
 use sha2::{Digest, Sha256};
 
+use super::hashes::KnownHashes;
 use super::manifest::{FileEntry, Manifest};
 use crate::error::{Error, IoContext, Result};
 use crate::state::StateMachine;
@@ -200,11 +201,18 @@ impl Build {
         self.index
     }
 
-    /// Hashes the checkpoint's files, writes the manifest (with `term`, the term of the
+    /// Hashes the checkpoint's files (taking over the hash of each SST it shares with the
+    /// newest snapshot in the store, see `hashes.rs`), writes the manifest (with `term`, the term of the
     /// entry at [`Build::index`], the conf state and the membership entries at that
     /// index) and publishes the snapshot.
     pub fn finish(self, term: u64, conf_state: &ConfState, members: &[Entry]) -> Result<Snapshot> {
         self.finish_with(term, conf_state, members, |_, _| {})
+    }
+
+    /// The checkpoint's directory (tests tamper with it before [`Build::finish`]).
+    #[cfg(test)]
+    pub(super) fn state_dir(&self) -> PathBuf {
+        self.staging.dir.join("state")
     }
 
     /// Bytes of the checkpoint's files (what [`Build::finish`] hashes).
@@ -230,15 +238,30 @@ impl Build {
             names.push(name);
         }
         names.sort();
+        // SSTs shared with the previous snapshot keep its hashes (`hashes.rs`).
+        let known = KnownHashes::of(self.store.latest().ok().flatten().as_ref());
+        let (mut reused, mut hashed) = (0u64, 0u64);
         let mut files = Vec::with_capacity(names.len());
         for name in names {
             let path = format!("state/{name}");
             super::manifest::check_path(&path)?;
-            let (sha256, size) = hash_file(&state.join(&name))?;
+            let file = state.join(&name);
+            let (sha256, size) = match known.reuse(&name, &file) {
+                Some(h) => {
+                    reused += h.1;
+                    h
+                }
+                None => {
+                    let h = hash_file(&file)?;
+                    hashed += h.1;
+                    h
+                }
+            };
             done += size;
             progress(done, total);
             files.push(FileEntry { path, size, sha256 });
         }
+        tracing::debug!(index = self.index, hashed_bytes = hashed, reused_bytes = reused, "snapshot files hashed");
         let manifest = Manifest::new(self.index, term, conf_state, members, files);
         self.store.publish(self.staging, manifest)
     }

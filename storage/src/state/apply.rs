@@ -46,6 +46,7 @@ impl StateMachine {
     }
 
     fn apply_refs(&self, entries: &[EntryRef]) -> Result<Applied> {
+        let db = self.db()?;
         let applied = self.applied_index()?;
         let mut batch = WriteBatch::default();
         let mut out = Applied { effects: Vec::new(), outcomes: Vec::with_capacity(entries.len()) };
@@ -87,13 +88,14 @@ impl StateMachine {
         if last == applied {
             return Ok(out);
         }
-        batch.put_cf(self.cf(CF_META)?, APPLIED_INDEX, last.to_be_bytes());
-        self.db.write_opt(batch, &no_wal())?;
+        batch.put_cf(db.cf(CF_META)?, APPLIED_INDEX, last.to_be_bytes());
+        db.write_opt(batch, &no_wal())?;
         self.pending_changed(overlay.pending_delta);
         Ok(out)
     }
 
     fn apply_one(&self, index: u64, pos: usize, rec: &Record, b: &mut WriteBatch, fx: &mut Vec<Effect>, ov: &mut Overlay) -> Result<()> {
+        let db = self.db()?;
         match rec {
             Record::KeySet(k) if !self.expectation_holds(k, ov)? => {
                 // Decided from a read the log has since moved past: nothing changes, on
@@ -114,7 +116,7 @@ impl StateMachine {
                     v.push(state.mmap_byte());
                     v.extend_from_slice(&k.time_ns.to_be_bytes());
                     v.extend_from_slice(&k.pub_key);
-                    b.put_cf(self.cf(CF_KEYS)?, k.id.as_bytes(), v);
+                    b.put_cf(db.cf(CF_KEYS)?, k.id.as_bytes(), v);
                     ov.keys.insert(k.id.clone(), true);
                     ov.keys_held.insert(k.id.clone(), Some((k.state, k.pub_key.clone())));
                     fx.push(Effect::KeySet { id: k.id.clone(), state, pub_key: k.pub_key.clone(), time_ns: k.time_ns });
@@ -122,15 +124,15 @@ impl StateMachine {
                 KeyState::Deleted => {
                     let exists = match ov.keys.get(&k.id) {
                         Some(e) => *e,
-                        None => self.db.get_pinned_cf(self.cf(CF_KEYS)?, k.id.as_bytes())?.is_some(),
+                        None => db.get_pinned_cf(db.cf(CF_KEYS)?, k.id.as_bytes())?.is_some(),
                     };
                     if exists {
                         if self.held_key(&k.id, ov)?.is_some_and(|(s, _)| s == KeyState::Pending) {
                             ov.pending_delta -= 1;
                         }
-                        b.delete_cf(self.cf(CF_KEYS)?, k.id.as_bytes());
+                        b.delete_cf(db.cf(CF_KEYS)?, k.id.as_bytes());
                         // A deleted minion's cached pillar (its secrets) goes with its key.
-                        b.delete_cf(self.cf(CF_PILLAR)?, k.id.as_bytes());
+                        b.delete_cf(db.cf(CF_PILLAR)?, k.id.as_bytes());
                         ov.keys.insert(k.id.clone(), false);
                         ov.keys_held.insert(k.id.clone(), None);
                         fx.push(Effect::KeyRemoved { id: k.id.clone() });
@@ -140,13 +142,13 @@ impl StateMachine {
                     // Only the first denied key of an id is kept (Salt's rule).
                     let exists = match ov.denied.get(&k.id) {
                         Some(e) => *e,
-                        None => self.db.get_pinned_cf(self.cf(CF_DENIED)?, k.id.as_bytes())?.is_some(),
+                        None => db.get_pinned_cf(db.cf(CF_DENIED)?, k.id.as_bytes())?.is_some(),
                     };
                     if !exists {
                         let mut v = Vec::with_capacity(8 + k.pub_key.len());
                         v.extend_from_slice(&k.time_ns.to_be_bytes());
                         v.extend_from_slice(&k.pub_key);
-                        b.put_cf(self.cf(CF_DENIED)?, k.id.as_bytes(), v);
+                        b.put_cf(db.cf(CF_DENIED)?, k.id.as_bytes(), v);
                         ov.denied.insert(k.id.clone(), true);
                         ov.denied_held.insert(k.id.clone(), Some(k.pub_key.clone()));
                         fx.push(Effect::DeniedSet { id: k.id.clone(), pub_key: k.pub_key.clone(), time_ns: k.time_ns });
@@ -155,32 +157,32 @@ impl StateMachine {
                 KeyState::DeniedCleared => {
                     let exists = match ov.denied.get(&k.id) {
                         Some(e) => *e,
-                        None => self.db.get_pinned_cf(self.cf(CF_DENIED)?, k.id.as_bytes())?.is_some(),
+                        None => db.get_pinned_cf(db.cf(CF_DENIED)?, k.id.as_bytes())?.is_some(),
                     };
                     if exists {
-                        b.delete_cf(self.cf(CF_DENIED)?, k.id.as_bytes());
+                        b.delete_cf(db.cf(CF_DENIED)?, k.id.as_bytes());
                         ov.denied.insert(k.id.clone(), false);
                         ov.denied_held.insert(k.id.clone(), None);
                         fx.push(Effect::DeniedRemoved { id: k.id.clone() });
                     }
                 }
             },
-            Record::JobPublished(j) => b.put_cf(self.cf(CF_JOBS)?, j.jid.as_bytes(), to_msgpack(j)?),
+            Record::JobPublished(j) => b.put_cf(db.cf(CF_JOBS)?, j.jid.as_bytes(), to_msgpack(j)?),
             Record::JobReturn(r) => {
                 let mut k = r.jid.as_bytes().to_vec();
                 k.push(0);
                 k.extend_from_slice(r.id.as_bytes());
-                if r.first_only && (ov.returns.contains(&k) || self.db.get_cf(self.cf(CF_RETURNS)?, &k)?.is_some()) {
+                if r.first_only && (ov.returns.contains(&k) || db.get_cf(db.cf(CF_RETURNS)?, &k)?.is_some()) {
                     // Decided here, the same on every member: a return that must be the
                     // first for (jid, id) and is not changes nothing.
                     tracing::info!(index, jid = %r.jid, id = %r.id, "return skipped: a return for this job and id is stored already");
                     return Ok(());
                 }
                 ov.returns.insert(k.clone());
-                b.put_cf(self.cf(CF_RETURNS)?, k, to_msgpack(r)?);
+                b.put_cf(db.cf(CF_RETURNS)?, k, to_msgpack(r)?);
             }
-            Record::GrainsReport(g) => b.put_cf(self.cf(CF_GRAINS)?, g.id.as_bytes(), to_msgpack(g)?),
-            Record::PillarCache(p) => b.put_cf(self.cf(CF_PILLAR)?, p.id.as_bytes(), to_msgpack(p)?),
+            Record::GrainsReport(g) => b.put_cf(db.cf(CF_GRAINS)?, g.id.as_bytes(), to_msgpack(g)?),
+            Record::PillarCache(p) => b.put_cf(db.cf(CF_PILLAR)?, p.id.as_bytes(), to_msgpack(p)?),
             Record::MineUpdate(m) => {
                 // Keys `id NUL fun`: one range (`id NUL` .. `id SOH`) is the whole mine.
                 // Later operations of a batch win over earlier ones (RocksDB applies a
@@ -195,7 +197,7 @@ impl StateMachine {
                     k.extend_from_slice(fun.as_bytes());
                     k
                 };
-                let cf = self.cf(CF_MINE)?;
+                let cf = db.cf(CF_MINE)?;
                 match m.op {
                     MineOp::Flush => b.delete_range_cf(cf, prefix(0), prefix(1)),
                     MineOp::Delete => m.entries.iter().for_each(|e| b.delete_cf(cf, key(&e.fun))),
@@ -218,8 +220,8 @@ impl StateMachine {
                 let k = a.generation.to_be_bytes();
                 let mut tag = b"aes:".to_vec();
                 tag.extend_from_slice(&k);
-                if !ov.set_once.contains(&tag) && self.db.get_pinned_cf(self.cf(CF_AES)?, k)?.is_none() {
-                    b.put_cf(self.cf(CF_AES)?, k, to_msgpack(a)?);
+                if !ov.set_once.contains(&tag) && db.get_pinned_cf(db.cf(CF_AES)?, k)?.is_none() {
+                    b.put_cf(db.cf(CF_AES)?, k, to_msgpack(a)?);
                     ov.set_once.insert(tag);
                 }
             }
@@ -229,25 +231,25 @@ impl StateMachine {
                 if pos > 0 {
                     k.extend_from_slice(&(pos as u32).to_be_bytes());
                 }
-                b.put_cf(self.cf(CF_IMPORTS)?, k, to_msgpack(m)?)
+                b.put_cf(db.cf(CF_IMPORTS)?, k, to_msgpack(m)?)
             }
             Record::ClusterKeyPair(k) => {
-                if !ov.set_once.contains(CLUSTER_KEY) && self.db.get_pinned_cf(self.cf(CF_META)?, CLUSTER_KEY)?.is_none() {
-                    b.put_cf(self.cf(CF_META)?, CLUSTER_KEY, to_msgpack(k)?);
+                if !ov.set_once.contains(CLUSTER_KEY) && db.get_pinned_cf(db.cf(CF_META)?, CLUSTER_KEY)?.is_none() {
+                    b.put_cf(db.cf(CF_META)?, CLUSTER_KEY, to_msgpack(k)?);
                     ov.set_once.insert(CLUSTER_KEY.to_vec());
                     fx.push(Effect::ClusterKeyPair { private_pem: k.private_pem.clone() });
                 }
             }
             Record::MasterKeyPair(k) => {
-                if !ov.set_once.contains(MASTER_KEY) && self.db.get_pinned_cf(self.cf(CF_META)?, MASTER_KEY)?.is_none() {
-                    b.put_cf(self.cf(CF_META)?, MASTER_KEY, to_msgpack(k)?);
+                if !ov.set_once.contains(MASTER_KEY) && db.get_pinned_cf(db.cf(CF_META)?, MASTER_KEY)?.is_none() {
+                    b.put_cf(db.cf(CF_META)?, MASTER_KEY, to_msgpack(k)?);
                     ov.set_once.insert(MASTER_KEY.to_vec());
                     fx.push(Effect::MasterKeyPair { name: k.name.clone(), private_pem: k.private_pem.clone() });
                 }
             }
             Record::Reaction(r) => {
                 let claim = crate::reaction::Claim { index, member: r.member.clone() };
-                b.put_cf(self.cf(CF_META)?, crate::reaction::claim_key(&r.id), claim.encode());
+                b.put_cf(db.cf(CF_META)?, crate::reaction::claim_key(&r.id), claim.encode());
                 ov.reactions.insert(r.id.clone());
             }
             // Applied with its entry's proposer (`member_keys.rs`).
@@ -258,10 +260,10 @@ impl StateMachine {
                 // too. Only jids from the digits range are touched.
                 const FIRST: &[u8] = b"0";
                 let before = e.before_jid.as_bytes();
-                b.delete_range_cf(self.cf(CF_JOBS)?, FIRST, before);
-                b.delete_range_cf(self.cf(CF_RETURNS)?, FIRST, before);
+                b.delete_range_cf(db.cf(CF_JOBS)?, FIRST, before);
+                b.delete_range_cf(db.cf(CF_RETURNS)?, FIRST, before);
                 // Reaction claims start with their event's time as a jid.
-                b.delete_range_cf(self.cf(CF_META)?, crate::reaction::claim_key("0"), crate::reaction::claim_key(&e.before_jid));
+                b.delete_range_cf(db.cf(CF_META)?, crate::reaction::claim_key("0"), crate::reaction::claim_key(&e.before_jid));
                 self.expire_eauth_tokens(e.time_ns, b)?;
             }
         }
@@ -272,11 +274,14 @@ impl StateMachine {
 impl StateMachine {
     /// Who claimed the reaction to an event, if anyone did (`crate::reaction`).
     pub fn reaction(&self, id: &str) -> Result<Option<crate::reaction::Claim>> {
-        Ok(self.db.get_pinned_cf(self.cf(CF_META)?, crate::reaction::claim_key(id))?.and_then(|v| crate::reaction::Claim::decode(&v)))
+        let db = self.db()?;
+        let v = db.get_pinned_cf(db.cf(CF_META)?, crate::reaction::claim_key(id))?;
+        Ok(v.and_then(|v| crate::reaction::Claim::decode(&v)))
     }
 
     fn reaction_claimed(&self, id: &str, ov: &Overlay) -> Result<bool> {
-        Ok(ov.reactions.contains(id) || self.db.get_pinned_cf(self.cf(CF_META)?, crate::reaction::claim_key(id))?.is_some())
+        let db = self.db()?;
+        Ok(ov.reactions.contains(id) || db.get_pinned_cf(db.cf(CF_META)?, crate::reaction::claim_key(id))?.is_some())
     }
 
     /// Whether the bank a key change acts on holds what the change expects (always,

@@ -38,11 +38,12 @@ impl StateMachine {
     /// The digest of the applied state (see the module docs). Reads everything: cost is
     /// proportional to the state's size.
     pub fn digest(&self) -> Result<StateDigest> {
+        let db = self.db()?;
         let mut h = Sha256::new();
         let mut items = 0u64;
         for cf in ALL_CFS {
             put(&mut h, cf.as_bytes());
-            for item in self.items_of(cf) {
+            for item in db.items_of(cf) {
                 let (k, v) = item?;
                 if cf == CF_META && (&*k == APPLIED_INDEX || &*k == VIEWS_INDEX) {
                     continue;

@@ -12,29 +12,32 @@ impl StateMachine {
     /// The token whose hash is `hash`, if one was created and not revoked or dropped
     /// (whether it has expired is for the reader to decide against its clock).
     pub fn eauth_token(&self, hash: &str) -> Result<Option<EauthToken>> {
-        match self.db.get_pinned_cf(self.cf(CF_META)?, token_key(hash))? {
-            Some(v) => Ok(Some(from_msgpack("eauth_token", &v)?)),
-            None => Ok(None),
-        }
+        let db = self.db()?;
+        let found = match db.get_pinned_cf(db.cf(CF_META)?, token_key(hash))? {
+            Some(v) => Some(from_msgpack("eauth_token", &v)?),
+            None => None,
+        };
+        Ok(found)
     }
 
     /// A create is kept unless the hash is held already (here or earlier in the batch);
     /// a revoke deletes.
     pub(super) fn apply_eauth_token(&self, t: &EauthToken, b: &mut WriteBatch, ov: &mut Overlay) -> Result<()> {
+        let db = self.db()?;
         let key = token_key(&t.hash);
         match t.op {
             TokenOp::Create => {
                 let held = match ov.tokens.get(&key) {
                     Some(h) => *h,
-                    None => self.db.get_pinned_cf(self.cf(CF_META)?, &key)?.is_some(),
+                    None => db.get_pinned_cf(db.cf(CF_META)?, &key)?.is_some(),
                 };
                 if !held {
-                    b.put_cf(self.cf(CF_META)?, &key, to_msgpack(t)?);
+                    b.put_cf(db.cf(CF_META)?, &key, to_msgpack(t)?);
                     ov.tokens.insert(key, true);
                 }
             }
             TokenOp::Revoke => {
-                b.delete_cf(self.cf(CF_META)?, &key);
+                b.delete_cf(db.cf(CF_META)?, &key);
                 ov.tokens.insert(key, false);
             }
         }
@@ -44,8 +47,9 @@ impl StateMachine {
     /// Drops the applied tokens that had expired at `now_ns` (a `jobs_expired` record's
     /// time).
     pub(super) fn expire_eauth_tokens(&self, now_ns: u64, b: &mut WriteBatch) -> Result<()> {
-        let cf = self.cf(CF_META)?;
-        for item in self.db.iterator_cf(cf, IteratorMode::From(TOKEN_PREFIX, Direction::Forward)) {
+        let db = self.db()?;
+        let cf = db.cf(CF_META)?;
+        for item in db.iterator_cf(cf, IteratorMode::From(TOKEN_PREFIX, Direction::Forward)) {
             let (k, v) = item?;
             if !k.starts_with(TOKEN_PREFIX) {
                 break;

@@ -64,7 +64,8 @@ impl StateMachine {
 
     /// The key applied for raft id `id`, if any.
     pub fn member_key(&self, id: u64) -> Result<Option<PublicKey>> {
-        match self.db.get_cf(self.cf(CF_META)?, book_key(id))? {
+        let db = self.db()?;
+        match db.get_cf(db.cf(CF_META)?, book_key(id))? {
             None => Ok(None),
             Some(v) => PublicKey::try_from(v.as_slice()).map(Some).map_err(|_| Error::Invalid(format!("member key of {id} is {} bytes", v.len()))),
         }
@@ -74,6 +75,7 @@ impl StateMachine {
     /// `id` (see the module documentation). A change at or below the applied index (a
     /// replay after a restart) was applied before and changes nothing.
     pub fn apply_member_change(&self, index: u64, id: u64, change: MemberKeyChange) -> Result<()> {
+        let db = self.db()?;
         if index <= self.applied_index()? {
             return Ok(());
         }
@@ -84,21 +86,22 @@ impl StateMachine {
                 if !self.decide(index, id, &key, None)? {
                     return Ok(());
                 }
-                b.put_cf(self.cf(CF_META)?, book_key(id), key);
+                b.put_cf(db.cf(CF_META)?, book_key(id), key);
             }
             MemberKeyChange::Removed => {
                 if self.member_key(id)?.is_some() {
                     tracing::info!(index, member = id, "member key dropped: the member was removed");
                 }
-                b.delete_cf(self.cf(CF_META)?, book_key(id));
+                b.delete_cf(db.cf(CF_META)?, book_key(id));
             }
         }
-        self.db.write_opt(b, &super::no_wal())?;
+        db.write_opt(b, &super::no_wal())?;
         Ok(())
     }
 
     /// Applies a `member_key` record of the entry at `index` proposed by `proposer`.
     pub(super) fn apply_member_key(&self, index: u64, proposer: Option<u64>, k: &MemberKey, b: &mut WriteBatch, ov: &mut Overlay) -> Result<()> {
+        let db = self.db()?;
         let key: PublicKey = k.public.as_slice().try_into().map_err(|_| Error::Invalid("member key length".into()))?;
         if proposer != Some(k.id) {
             tracing::warn!(index, member = k.id, ?proposer, "member key refused: a member records its own key only");
@@ -107,7 +110,7 @@ impl StateMachine {
         if !self.decide(index, k.id, &key, ov.member_keys.get(&k.id))? {
             return Ok(());
         }
-        b.put_cf(self.cf(CF_META)?, book_key(k.id), key);
+        b.put_cf(db.cf(CF_META)?, book_key(k.id), key);
         ov.member_keys.insert(k.id, key);
         Ok(())
     }

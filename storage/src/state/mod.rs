@@ -30,20 +30,22 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
 
-use rocksdb::{checkpoint::Checkpoint, ColumnFamily, IteratorMode, Options, WriteOptions, DB};
+use rocksdb::{checkpoint::Checkpoint, IteratorMode, Options, WriteOptions, DB};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 mod apply;
 mod digest;
 mod eauth_tokens;
+mod handle;
 mod member_keys;
 pub mod options;
 mod pending;
 mod replace;
 mod roots;
+#[cfg(test)]
+mod tests_swap;
 mod proposals;
 
 pub use apply::Applied;
@@ -126,7 +128,8 @@ impl StoredKey {
 }
 
 pub struct StateMachine {
-    db: Arc<DB>,
+    /// The RocksDB database, behind a handle a snapshot install swaps (`handle.rs`).
+    db: handle::Handle,
     path: PathBuf,
     /// Keys in the `pending` state: counted once at open (and after a snapshot
     /// replaces the state), then kept by `apply` as records change the bank. Derived
@@ -169,7 +172,7 @@ impl StateMachine {
     }
 
     fn of(db: DB, path: PathBuf) -> Result<Self> {
-        let sm = StateMachine { db: Arc::new(db), path, pending: AtomicU64::new(0) };
+        let sm = StateMachine { db: handle::Handle::new(db), path, pending: AtomicU64::new(0) };
         sm.recount_pending()?;
         Ok(sm)
     }
@@ -203,18 +206,15 @@ impl StateMachine {
         &self.path
     }
 
-    fn cf(&self, name: &str) -> Result<&ColumnFamily> {
-        self.db.cf_handle(name).ok_or_else(|| Error::Invalid(format!("column family {name} missing")))
-    }
-
-    /// Every item of family `name`, in key order; none if this state machine (an older
-    /// checkpoint opened read-only) lacks the family.
-    fn items_of(&self, name: &str) -> impl Iterator<Item = std::result::Result<(Box<[u8]>, Box<[u8]>), rocksdb::Error>> + '_ {
-        self.db.cf_handle(name).into_iter().flat_map(|cf| self.db.iterator_cf(cf, IteratorMode::Start))
+    /// The database, for one operation (`handle.rs`: a snapshot install may swap it;
+    /// keep neither the guard nor a column family beyond the operation).
+    fn db(&self) -> Result<handle::Db<'_>> {
+        self.db.get()
     }
 
     pub fn applied_index(&self) -> Result<u64> {
-        match self.db.get_cf(self.cf(CF_META)?, APPLIED_INDEX)? {
+        let db = self.db()?;
+        match db.get_cf(db.cf(CF_META)?, APPLIED_INDEX)? {
             None => Ok(0),
             Some(v) if v.len() == 8 => Ok(u64::from_be_bytes(v[..8].try_into().unwrap_or([0; 8]))),
             Some(_) => Err(Error::Invalid("applied_index in the state machine is damaged".into())),
@@ -223,7 +223,8 @@ impl StateMachine {
 
     /// The index the views reflect (set by the applier after the views are synced).
     pub fn views_index(&self) -> Result<u64> {
-        match self.db.get_cf(self.cf(CF_META)?, VIEWS_INDEX)? {
+        let db = self.db()?;
+        match db.get_cf(db.cf(CF_META)?, VIEWS_INDEX)? {
             None => Ok(0),
             Some(v) if v.len() == 8 => Ok(u64::from_be_bytes(v[..8].try_into().unwrap_or([0; 8]))),
             Some(_) => Err(Error::Invalid("views_index in the state machine is damaged".into())),
@@ -231,15 +232,17 @@ impl StateMachine {
     }
 
     pub fn set_views_index(&self, index: u64) -> Result<()> {
-        self.db.put_cf_opt(self.cf(CF_META)?, VIEWS_INDEX, index.to_be_bytes(), &no_wal())?;
+        let db = self.db()?;
+        db.put_cf_opt(db.cf(CF_META)?, VIEWS_INDEX, index.to_be_bytes(), &no_wal())?;
         Ok(())
     }
 
     /// Moves the applied index forward over entries that carry no record (raft's own
     /// empty and configuration entries).
     pub fn advance_applied(&self, index: u64) -> Result<()> {
+        let db = self.db()?;
         if index > self.applied_index()? {
-            self.db.put_cf_opt(self.cf(CF_META)?, APPLIED_INDEX, index.to_be_bytes(), &no_wal())?;
+            db.put_cf_opt(db.cf(CF_META)?, APPLIED_INDEX, index.to_be_bytes(), &no_wal())?;
         }
         Ok(())
     }
@@ -249,8 +252,9 @@ impl StateMachine {
     /// applying is idempotent per record, a crash between two families only means some
     /// records are applied again.
     pub fn flush(&self) -> Result<()> {
+        let db = self.db()?;
         for cf in ALL_CFS.iter().filter(|c| **c != CF_META).chain(std::iter::once(&CF_META)) {
-            self.db.flush_cf(self.cf(cf)?)?;
+            db.flush_cf(db.cf(cf)?)?;
         }
         Ok(())
     }
@@ -265,8 +269,9 @@ impl StateMachine {
 
     /// How many entries of the keys bank are in `state` (read without copying keys).
     pub fn count_keys(&self, state: BankState) -> Result<u64> {
+        let db = self.db()?;
         let mut n = 0;
-        for item in self.db.iterator_cf(self.cf(CF_KEYS)?, IteratorMode::Start) {
+        for item in db.iterator_cf(db.cf(CF_KEYS)?, IteratorMode::Start) {
             let (_, v) = item?;
             if v.first().and_then(|b| BankState::from_mmap_byte(*b)) == Some(state) {
                 n += 1;
@@ -276,7 +281,8 @@ impl StateMachine {
     }
 
     pub fn get_key(&self, id: &str) -> Result<Option<StoredKey>> {
-        match self.db.get_cf(self.cf(CF_KEYS)?, id.as_bytes())? {
+        let db = self.db()?;
+        match db.get_cf(db.cf(CF_KEYS)?, id.as_bytes())? {
             None => Ok(None),
             Some(v) => Self::decode_key(id.as_bytes(), &v).map(Some),
         }
@@ -284,7 +290,8 @@ impl StateMachine {
 
     /// The first denied key of `id` and its time.
     pub fn get_denied(&self, id: &str) -> Result<Option<(u64, Vec<u8>)>> {
-        match self.db.get_cf(self.cf(CF_DENIED)?, id.as_bytes())? {
+        let db = self.db()?;
+        match db.get_cf(db.cf(CF_DENIED)?, id.as_bytes())? {
             None => Ok(None),
             Some(v) if v.len() >= 8 => Ok(Some((u64::from_be_bytes(v[..8].try_into().unwrap_or([0; 8])), v[8..].to_vec()))),
             Some(_) => Err(Error::Invalid(format!("denied entry of {id:?} is damaged"))),
@@ -293,8 +300,9 @@ impl StateMachine {
 
     /// Every key, sorted by id bytes.
     pub fn keys(&self) -> Result<Vec<(String, StoredKey)>> {
+        let db = self.db()?;
         let mut out = Vec::new();
-        for item in self.db.iterator_cf(self.cf(CF_KEYS)?, IteratorMode::Start) {
+        for item in db.iterator_cf(db.cf(CF_KEYS)?, IteratorMode::Start) {
             let (k, v) = item?;
             let id = String::from_utf8(k.to_vec()).map_err(|_| Error::Invalid("non-UTF-8 id in the state machine".into()))?;
             let sk = Self::decode_key(&k, &v)?;
@@ -305,8 +313,9 @@ impl StateMachine {
 
     /// Every denied key, sorted by id bytes: (id, time_ns, pub).
     pub fn denied(&self) -> Result<Vec<(String, u64, Vec<u8>)>> {
+        let db = self.db()?;
         let mut out = Vec::new();
-        for item in self.db.iterator_cf(self.cf(CF_DENIED)?, IteratorMode::Start) {
+        for item in db.iterator_cf(db.cf(CF_DENIED)?, IteratorMode::Start) {
             let (k, v) = item?;
             let id = String::from_utf8(k.to_vec()).map_err(|_| Error::Invalid("non-UTF-8 id in the state machine".into()))?;
             if v.len() < 8 {
@@ -324,8 +333,9 @@ impl StateMachine {
 
     /// Every complete roots file: (tree, saltenv, path, meta).
     pub fn roots_files(&self) -> Result<Vec<(RootsTree, String, String, RootsMeta)>> {
+        let db = self.db()?;
         let mut out = Vec::new();
-        for item in self.db.iterator_cf(self.cf(CF_ROOTS)?, IteratorMode::Start) {
+        for item in db.iterator_cf(db.cf(CF_ROOTS)?, IteratorMode::Start) {
             let (k, v) = item?;
             if k.starts_with(roots::STAGE_PREFIX) {
                 continue; // a sync's staged files are not live
@@ -351,8 +361,9 @@ impl StateMachine {
 
     /// The metadata and content of one complete roots file.
     pub fn roots_file(&self, tree: RootsTree, env: &str, path: &str) -> Result<Option<(RootsMeta, Vec<u8>)>> {
+        let db = self.db()?;
         let rk = roots_key(tree, env, path);
-        let Some(v) = self.db.get_cf(self.cf(CF_ROOTS)?, &rk)? else { return Ok(None) };
+        let Some(v) = db.get_cf(db.cf(CF_ROOTS)?, &rk)? else { return Ok(None) };
         let meta: RootsMeta = from_msgpack("roots", &v)?;
         if !meta.complete {
             return Ok(None);
@@ -362,7 +373,7 @@ impl StateMachine {
         let reserve = meta.size.min(meta.chunks as u64 * crate::format::ROOTS_CHUNK_LEN as u64).min(crate::format::MAX_PAYLOAD_LEN as u64);
         let mut data = Vec::with_capacity(reserve as usize);
         for c in 0..meta.chunks {
-            match self.db.get_pinned_cf(self.cf(CF_CHUNKS)?, chunk_key(&rk, c))? {
+            match db.get_pinned_cf(db.cf(CF_CHUNKS)?, chunk_key(&rk, c))? {
                 Some(d) => data.extend_from_slice(&d),
                 None => return Err(Error::Invalid(format!("roots file {path}: chunk {c} missing"))),
             }
@@ -386,7 +397,8 @@ impl StateMachine {
 
     /// The grains a minion last reported (msgpack).
     pub fn grains(&self, id: &str) -> Result<Option<Vec<u8>>> {
-        match self.db.get_cf(self.cf(CF_GRAINS)?, id.as_bytes())? {
+        let db = self.db()?;
+        match db.get_cf(db.cf(CF_GRAINS)?, id.as_bytes())? {
             Some(v) => Ok(Some(from_msgpack::<crate::format::GrainsReport>("grains", &v)?.grains)),
             None => Ok(None),
         }
@@ -394,7 +406,8 @@ impl StateMachine {
 
     /// When a minion last reported its grains (ns since the epoch).
     pub fn grains_time_ns(&self, id: &str) -> Result<Option<u64>> {
-        match self.db.get_cf(self.cf(CF_GRAINS)?, id.as_bytes())? {
+        let db = self.db()?;
+        match db.get_cf(db.cf(CF_GRAINS)?, id.as_bytes())? {
             Some(v) => Ok(Some(from_msgpack::<crate::format::GrainsReport>("grains", &v)?.time_ns)),
             None => Ok(None),
         }
@@ -402,7 +415,8 @@ impl StateMachine {
 
     /// The pillar last compiled for a minion (msgpack), from the pillar cache.
     pub fn pillar(&self, id: &str) -> Result<Option<Vec<u8>>> {
-        match self.db.get_cf(self.cf(CF_PILLAR)?, id.as_bytes())? {
+        let db = self.db()?;
+        match db.get_cf(db.cf(CF_PILLAR)?, id.as_bytes())? {
             Some(v) => Ok(Some(from_msgpack::<crate::format::PillarCache>("pillar", &v)?.pillar)),
             None => Ok(None),
         }
@@ -418,10 +432,11 @@ impl StateMachine {
     /// One minion's return to a job (a point read: what `salt`'s follow of a job asks for
     /// each return it is told of, so its cost does not grow with the job).
     pub fn job_return(&self, jid: &str, id: &str) -> Result<Option<crate::format::JobReturn>> {
+        let db = self.db()?;
         let mut k = jid.as_bytes().to_vec();
         k.push(0);
         k.extend_from_slice(id.as_bytes());
-        match self.db.get_cf(self.cf(CF_RETURNS)?, k)? {
+        match db.get_cf(db.cf(CF_RETURNS)?, k)? {
             Some(v) => Ok(Some(from_msgpack("returns", &v)?)),
             None => Ok(None),
         }
@@ -429,7 +444,8 @@ impl StateMachine {
 
     /// A published job.
     pub fn job(&self, jid: &str) -> Result<Option<crate::format::JobPublished>> {
-        match self.db.get_cf(self.cf(CF_JOBS)?, jid.as_bytes())? {
+        let db = self.db()?;
+        match db.get_cf(db.cf(CF_JOBS)?, jid.as_bytes())? {
             Some(v) => Ok(Some(from_msgpack("jobs", &v)?)),
             None => Ok(None),
         }
@@ -442,8 +458,9 @@ impl StateMachine {
 
     /// Number of entries in a column family (for status output and tests).
     pub fn count(&self, cf: &str) -> Result<u64> {
+        let db = self.db()?;
         let mut n = 0;
-        for item in self.db.iterator_cf(self.cf(cf)?, IteratorMode::Start) {
+        for item in db.iterator_cf(db.cf(cf)?, IteratorMode::Start) {
             item?;
             n += 1;
         }
@@ -452,7 +469,8 @@ impl StateMachine {
 
     /// A lone master's own key pair, once set.
     pub fn master_key_pair(&self) -> Result<Option<crate::format::MasterKeyPair>> {
-        match self.db.get_cf(self.cf(CF_META)?, MASTER_KEY)? {
+        let db = self.db()?;
+        match db.get_cf(db.cf(CF_META)?, MASTER_KEY)? {
             Some(v) => Ok(Some(from_msgpack("master_key_pair", &v)?)),
             None => Ok(None),
         }
@@ -460,7 +478,8 @@ impl StateMachine {
 
     /// The cluster key pair, if one was committed.
     pub fn cluster_key_pair(&self) -> Result<Option<crate::format::ClusterKeyPair>> {
-        match self.db.get_cf(self.cf(CF_META)?, CLUSTER_KEY)? {
+        let db = self.db()?;
+        match db.get_cf(db.cf(CF_META)?, CLUSTER_KEY)? {
             Some(v) => Ok(Some(from_msgpack("meta", &v)?)),
             None => Ok(None),
         }
@@ -468,8 +487,10 @@ impl StateMachine {
 
     /// The newest publish key rotation (highest generation), if any.
     pub fn latest_aes(&self) -> Result<Option<crate::format::AesKeyRotation>> {
-        match self.db.iterator_cf(self.cf(CF_AES)?, IteratorMode::End).next() {
-            Some(item) => Ok(Some(from_msgpack("aes", &item?.1)?)),
+        let db = self.db()?;
+        let newest = db.iterator_cf(db.cf(CF_AES)?, IteratorMode::End).next().transpose()?;
+        match newest {
+            Some(item) => Ok(Some(from_msgpack("aes", &item.1)?)),
             None => Ok(None),
         }
     }
@@ -477,18 +498,18 @@ impl StateMachine {
     /// Whether the job cache holds a job whose jid sorts before `jid` (what a
     /// [`Record::JobsExpired`] with that cutoff would remove).
     pub fn has_job_before(&self, jid: &str) -> Result<bool> {
+        let db = self.db()?;
         let mode = IteratorMode::From(b"0", rocksdb::Direction::Forward);
-        match self.db.iterator_cf(self.cf(CF_JOBS)?, mode).next() {
-            Some(item) => Ok(item?.0.as_ref() < jid.as_bytes()),
-            None => Ok(false),
-        }
+        let first = db.iterator_cf(db.cf(CF_JOBS)?, mode).next().transpose()?;
+        Ok(first.is_some_and(|item| item.0.as_ref() < jid.as_bytes()))
     }
 
     /// Raw iteration over a column family from `prefix` on (for dumps and jobs queries).
     pub fn scan(&self, cf: &str, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let db = self.db()?;
         let mut out = Vec::new();
         let mode = IteratorMode::From(prefix, rocksdb::Direction::Forward);
-        for item in self.db.iterator_cf(self.cf(cf)?, mode) {
+        for item in db.iterator_cf(db.cf(cf)?, mode) {
             let (k, v) = item?;
             if !k.starts_with(prefix) {
                 break;
@@ -501,9 +522,10 @@ impl StateMachine {
     /// Writes a consistent snapshot (a RocksDB checkpoint, which carries the applied
     /// index) into `dir`, which must not exist. Returns the applied index it holds.
     pub fn checkpoint(&self, dir: &Path) -> Result<u64> {
+        let db = self.db()?;
         self.flush()?;
         let idx = self.applied_index()?;
-        Checkpoint::new(&self.db)?.create_checkpoint(dir)?;
+        Checkpoint::new(&*db)?.create_checkpoint(dir)?;
         Ok(idx)
     }
 

@@ -76,7 +76,8 @@ pub(super) struct Tracker {
 impl StateMachine {
     /// The newest incarnation and settled mark recorded for `proposer`.
     pub fn proposer_mark(&self, proposer: u64) -> Result<Option<(u64, u64)>> {
-        match self.db.get_cf(self.cf(CF_PROPOSALS)?, meta_key(proposer))? {
+        let db = self.db()?;
+        match db.get_cf(db.cf(CF_PROPOSALS)?, meta_key(proposer))? {
             None => Ok(None),
             Some(v) if v.len() == 16 => {
                 let (a, b) = v.split_at(8);
@@ -89,17 +90,20 @@ impl StateMachine {
     /// Whether the proposal `id` is recorded as applied (below the settled mark it may
     /// have been pruned: [`StateMachine::admit`] covers that).
     pub fn proposal_applied(&self, id: &ProposalId) -> Result<bool> {
-        Ok(self.db.get_pinned_cf(self.cf(CF_PROPOSALS)?, seq_key(id))?.is_some())
+        let db = self.db()?;
+        let found = db.get_pinned_cf(db.cf(CF_PROPOSALS)?, seq_key(id))?.is_some();
+        Ok(found)
     }
 
     /// Decides whether the entry of proposal `id` applies (see the module docs) and, if
     /// it does, records it in `b`.
     pub(super) fn admit(&self, id: &ProposalId, settled_below: u64, tr: &mut Tracker, b: &mut WriteBatch) -> Result<Outcome> {
+        let db = self.db()?;
         let mark = match tr.meta.get(&id.proposer) {
             Some(m) => Some(*m),
             None => self.proposer_mark(id.proposer)?,
         };
-        let cf = self.cf(CF_PROPOSALS)?;
+        let cf = db.cf(CF_PROPOSALS)?;
         let (settled, fresh) = match mark {
             Some((inc, _)) if id.incarnation < inc => return Ok(Outcome::Stale),
             Some((inc, settled)) if id.incarnation == inc => {

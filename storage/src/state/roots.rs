@@ -43,9 +43,10 @@ fn stage_key(sync: &[u8], tree: RootsTree, env: &str, path: &str) -> Vec<u8> {
 impl StateMachine {
     /// The roots meta at `rk`, as this batch has left it so far.
     fn roots_meta(&self, rk: &[u8], ov: &Overlay) -> Result<Option<RootsMeta>> {
+        let db = self.db()?;
         match ov.roots.get(rk) {
             Some(m) => Ok(m.clone()),
-            None => match self.db.get_cf(self.cf(CF_ROOTS)?, rk)? {
+            None => match db.get_cf(db.cf(CF_ROOTS)?, rk)? {
                 Some(v) => Ok(Some(from_msgpack::<RootsMeta>("roots", &v)?)),
                 None => Ok(None),
             },
@@ -54,27 +55,30 @@ impl StateMachine {
 
     /// A chunk, as this batch has left it so far.
     fn roots_chunk(&self, ck: &[u8], ov: &Overlay) -> Result<Option<Vec<u8>>> {
+        let db = self.db()?;
         match ov.chunks.get(ck) {
             Some(d) => Ok(Some(d.clone())),
-            None => Ok(self.db.get_cf(self.cf(CF_CHUNKS)?, ck)?),
+            None => Ok(db.get_cf(db.cf(CF_CHUNKS)?, ck)?),
         }
     }
 
     fn put_meta(&self, rk: &[u8], meta: RootsMeta, b: &mut WriteBatch, ov: &mut Overlay) -> Result<()> {
-        b.put_cf(self.cf(CF_ROOTS)?, rk, to_msgpack(&meta)?);
+        let db = self.db()?;
+        b.put_cf(db.cf(CF_ROOTS)?, rk, to_msgpack(&meta)?);
         ov.roots.insert(rk.to_vec(), Some(meta));
         Ok(())
     }
 
     /// Deletes the file at `rk` (meta and chunks), if there is one.
     fn drop_file(&self, rk: &[u8], b: &mut WriteBatch, ov: &mut Overlay) -> Result<bool> {
+        let db = self.db()?;
         let Some(p) = self.roots_meta(rk, ov)? else { return Ok(false) };
         // A range delete and a prefix filter: the meta may declare up to u32::MAX chunks.
-        b.delete_range_cf(self.cf(CF_CHUNKS)?, chunk_key(rk, 0), chunk_key(rk, p.chunks));
+        b.delete_range_cf(db.cf(CF_CHUNKS)?, chunk_key(rk, 0), chunk_key(rk, p.chunks));
         let mut prefix = rk.to_vec();
         prefix.push(0);
         ov.chunks.retain(|k, _| !k.starts_with(&prefix));
-        b.delete_cf(self.cf(CF_ROOTS)?, rk);
+        b.delete_cf(db.cf(CF_ROOTS)?, rk);
         ov.roots.insert(rk.to_vec(), None);
         Ok(true)
     }
@@ -82,13 +86,14 @@ impl StateMachine {
     /// One chunk of a file at `rk` (live or staged). Returns whether the file is now
     /// complete and matches its sha256.
     fn put_blob_chunk(&self, index: u64, rk: &[u8], blob: &RootsBlob, b: &mut WriteBatch, ov: &mut Overlay) -> Result<bool> {
+        let db = self.db()?;
         let prev = self.roots_meta(rk, ov)?;
         let mut meta = if blob.chunk == 0 {
             // Chunk 0 starts a new version of the file; drop chunks of the old one.
             // One range delete, not one per chunk: the old version may have declared up
             // to u32::MAX chunks (a file of petabytes).
             if let Some(p) = prev.as_ref().filter(|p| p.chunks > blob.chunks) {
-                b.delete_range_cf(self.cf(CF_CHUNKS)?, chunk_key(rk, blob.chunks), chunk_key(rk, p.chunks));
+                b.delete_range_cf(db.cf(CF_CHUNKS)?, chunk_key(rk, blob.chunks), chunk_key(rk, p.chunks));
             }
             RootsMeta { mode: blob.mode, sha256: blob.sha256.clone(), size: blob.size, chunks: blob.chunks, received: 0, complete: false }
         } else {
@@ -101,7 +106,7 @@ impl StateMachine {
             }
         };
         let ck = chunk_key(rk, blob.chunk);
-        b.put_cf(self.cf(CF_CHUNKS)?, &ck, &blob.data);
+        b.put_cf(db.cf(CF_CHUNKS)?, &ck, &blob.data);
         ov.chunks.insert(ck, blob.data.clone());
         meta.received += 1;
         let mut done = false;
@@ -150,8 +155,9 @@ impl StateMachine {
     /// Every key with `prefix` in CF `roots`, as this batch has left them (live or
     /// deleted earlier in the batch).
     fn roots_keys_with(&self, prefix: &[u8], ov: &Overlay) -> Result<Vec<Vec<u8>>> {
+        let db = self.db()?;
         let mut keys = std::collections::BTreeSet::new();
-        let it = self.db.iterator_cf(self.cf(CF_ROOTS)?, IteratorMode::From(prefix, rocksdb::Direction::Forward));
+        let it = db.iterator_cf(db.cf(CF_ROOTS)?, IteratorMode::From(prefix, rocksdb::Direction::Forward));
         for kv in it {
             let (k, _) = kv?;
             if !k.starts_with(prefix) {
@@ -173,6 +179,7 @@ impl StateMachine {
 
     /// `roots_sync`: the commit of a sync, decided here (module docs, [`RootsSync`]).
     pub(super) fn apply_roots_sync(&self, index: u64, s: &RootsSync, b: &mut WriteBatch, fx: &mut Vec<Effect>, ov: &mut Overlay) -> Result<()> {
+        let db = self.db()?;
         let verdict = self.judge_sync(s, ov)?;
         match verdict {
             Ok((promote, stray)) => {
@@ -188,7 +195,7 @@ impl StateMachine {
                     for c in 0..staged.chunks {
                         let data = self.roots_chunk(&chunk_key(&from, c), ov)?.ok_or_else(|| Error::Invalid(format!("staged roots chunk {c} of {} missing", f.path)))?;
                         let ck = chunk_key(&to, c);
-                        b.put_cf(self.cf(CF_CHUNKS)?, &ck, &data);
+                        b.put_cf(db.cf(CF_CHUNKS)?, &ck, &data);
                         ov.chunks.insert(ck, data);
                     }
                     self.put_meta(&to, RootsMeta { mode: f.mode, ..staged }, b, ov)?;
