@@ -134,13 +134,18 @@ impl PubSocketBackend {
             None => return,
         };
 
-        let mut iter = self.subscribers.begin_async().await;
-        while let Some(subscriber) = iter {
+        // A bucket at a time, synchronously: no bucket is held across an await. The
+        // peers' tasks update subscriptions with `get_sync`, which blocks its worker
+        // thread while the bucket is held; with an async iterator suspended on a held
+        // bucket and every worker so blocked, nothing could run the iterator again
+        // (seen with 8,000 subscribers subscribing while a message fanned out).
+        // `send_to_subscriber` never waits (`try_send`).
+        self.subscribers.iter_sync(|_, subscriber| {
             if subscription_matches(&subscriber.subscriptions, first_frame) {
                 send_to_subscriber(subscriber.send_queue.clone(), &message);
             }
-            iter = subscriber.next_async().await;
-        }
+            true
+        });
     }
 
     fn message_received(&self, peer_id: &PeerIdentity, message: Message) {
