@@ -132,10 +132,13 @@ impl GenericSocketBackend {
                     }
                 },
             };
-            let send_result = match self.peers.get_async(&next_peer_id).await {
-                Some(mut peer) => send_to_peer_queue(&mut peer.send_queue, message).await,
-                None => continue,
+            // The peer's queue is taken out of the map before waiting on it: an entry
+            // holds its bucket locked, and other peers' tasks take that lock with
+            // blocking calls (see `peer_connected`).
+            let Some(mut queue) = self.peer_queue(&next_peer_id) else {
+                continue;
             };
+            let send_result = send_to_peer_queue(&mut queue, message).await;
             return match send_result {
                 Ok(()) => {
                     self.round_robin.push(next_peer_id);
@@ -162,10 +165,10 @@ impl GenericSocketBackend {
             SendResolution::Miss(message) => message,
         };
 
-        let send_result = match self.peers.get_async(peer_id).await {
-            Some(mut peer) => send_to_peer_queue(&mut peer.send_queue, message).await,
-            None => return Err(ZmqError::Other("Destination client not found by identity")),
+        let Some(mut queue) = self.peer_queue(peer_id) else {
+            return Err(ZmqError::Other("Destination client not found by identity"));
         };
+        let send_result = send_to_peer_queue(&mut queue, message).await;
         match send_result {
             Ok(()) => Ok(()),
             Err(e) => {
@@ -173,6 +176,11 @@ impl GenericSocketBackend {
                 Err(e.into())
             }
         }
+    }
+
+    /// A sender on the peer's queue, with no lock held once it returns.
+    fn peer_queue(&self, peer_id: &PeerIdentity) -> Option<mpsc::Sender<Message>> {
+        self.peers.read_sync(peer_id, |_, peer| peer.send_queue.clone())
     }
 
     fn try_send_cached_single_peer(
@@ -288,14 +296,15 @@ impl MultiPeerBackend for GenericSocketBackend {
     async fn peer_connected(self: Arc<Self>, peer_id: &PeerIdentity, io: FramedIo) {
         let (recv_queue, send_queue) = io.into_parts();
         let (queue_sender, queue_receiver) = mpsc::channel(PEER_SEND_QUEUE_CAPACITY);
-        self.peers
-            .upsert_async(
-                peer_id.clone(),
-                Peer {
-                    send_queue: queue_sender,
-                },
-            )
-            .await;
+        // Synchronous, as every other use of this map: an async scc operation can keep
+        // a bucket locked while its task is suspended, and `peer_disconnected`'s
+        // `remove_sync` would then block a worker thread on it.
+        self.peers.upsert_sync(
+            peer_id.clone(),
+            Peer {
+                send_queue: queue_sender,
+            },
+        );
         self.refresh_single_peer_cache();
         let writer_backend = self.clone();
         let writer_peer_id = peer_id.clone();

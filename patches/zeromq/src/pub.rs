@@ -227,17 +227,19 @@ impl MultiPeerBackend for PubSocketBackend {
             .unwrap_or(PUB_SEND_QUEUE_CAPACITY);
         let (queue_sender, queue_receiver) = mpsc::channel(capacity);
         let (sender, stop_receiver) = oneshot::channel();
-        let old_subscriber = self
-            .subscribers
-            .upsert_async(
-                peer_id.clone(),
-                Subscriber {
-                    subscriptions: vec![],
-                    send_queue: queue_sender,
-                    _subscription_coro_stop: sender,
-                },
-            )
-            .await;
+        // Synchronous, as every other use of this map: scc's async operations can keep
+        // a bucket locked while their task is suspended (a lock handed to a waiting
+        // task is held until that task runs again), and with every worker thread
+        // blocked in a `get_sync` on that bucket (peers subscribing) the task never
+        // runs again. Seen with 8,000 subscribers reconnecting after a master restart.
+        let old_subscriber = self.subscribers.upsert_sync(
+            peer_id.clone(),
+            Subscriber {
+                subscriptions: vec![],
+                send_queue: queue_sender,
+                _subscription_coro_stop: sender,
+            },
+        );
         if old_subscriber.is_none() {
             self.subscriber_count.fetch_add(1, Ordering::Relaxed);
         }
