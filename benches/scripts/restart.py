@@ -124,7 +124,9 @@ def run_one(n, mode, port, keydir, distinct, timeout, extra=""):
         back = {}
         watcher = threading.Thread(target=watch_connections, args=(health, n, t0, back, t0 + 600), daemon=True)
         watcher.start()
-        seconds, runs, got = until_all_answer(lambda: answering(m, timeout), n)
+        trace = []
+        seconds, runs, got = until_all_answer(lambda: answering(m, timeout), n, trace=trace)
+        row["ping_run_detail"] = trace
         if got != n:
             row["answering_at_give_up"] = got
         row["listening_to_all_answering_s"] = seconds

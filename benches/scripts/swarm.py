@@ -128,13 +128,17 @@ def ping_count(salt, conf, timeout):
     return out.count("true")
 
 
-def until_all_answer(ask, n, give_up=600):
+def until_all_answer(ask, n, give_up=600, trace=None):
     """Calls `ask()` (one ping run: how many answered) back to back until it returns `n`
-    or `give_up` seconds have passed. Returns (seconds, runs, the last count)."""
+    or `give_up` seconds have passed. Returns (seconds, runs, the last count); each run's
+    start, length and count are appended to `trace` when one is given."""
     t0, runs, got = time.monotonic(), 0, 0
     while time.monotonic() - t0 < give_up:
         runs += 1
+        started = time.monotonic()
         got = ask()
+        if trace is not None:
+            trace.append({"start_s": round(started - t0, 2), "seconds": round(time.monotonic() - started, 2), "answered": got})
         if got == n:
             break
     return round(time.monotonic() - t0, 2), runs, got

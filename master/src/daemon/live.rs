@@ -54,6 +54,8 @@ pub struct Master {
     pub bus: EventBus,
     /// A cluster member: every minion's session key is the cluster AES key.
     pub cluster: bool,
+    /// `tok` checks that succeeded (an RSA operation saved per AES request).
+    pub toks: crate::view::tok_memo::TokMemo,
 }
 
 impl Master {
@@ -66,6 +68,7 @@ impl Master {
             nonces: Mutex::new(Nonces::new(std::time::Duration::from_secs(window), REPLAY_CAPACITY)),
             counted: Default::default(),
             pending_claims: Default::default(),
+            toks: Default::default(),
             roots: FsRoots::new(&cfg),
             autosign: FsAutosign::new(&cfg),
             bus: EventBus::default(),
@@ -238,6 +241,9 @@ impl View for Master {
     }
     fn mine_read(&self) -> &dyn crate::mine::MineRead {
         &**self.sm()
+    }
+    fn tok_memo(&self) -> Option<&crate::view::tok_memo::TokMemo> {
+        Some(&self.toks)
     }
 }
 

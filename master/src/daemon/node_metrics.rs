@@ -212,15 +212,17 @@ mod tests {
 
     #[test]
     fn counts_only_the_connections_on_its_own_address() {
-        // Two listeners on one port number, as members on 127.0.0.x share ports.
-        let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        // Two listeners on one port number, as members on 127.0.0.x share ports. Addresses
+        // nothing else on the machine uses: on 127.0.0.1 a benchmark's thousands of
+        // loopback connections can hold the same port number as their local port.
+        let a = std::net::TcpListener::bind("127.0.3.1:0").unwrap();
         let port = a.local_addr().unwrap().port();
-        let Ok(b) = std::net::TcpListener::bind(("127.0.0.2", port)) else { return };
-        let _c1 = std::net::TcpStream::connect(("127.0.0.2", port)).unwrap();
-        let _c2 = std::net::TcpStream::connect(("127.0.0.2", port)).unwrap();
+        let Ok(b) = std::net::TcpListener::bind(("127.0.3.2", port)) else { return };
+        let _c1 = std::net::TcpStream::connect(("127.0.3.2", port)).unwrap();
+        let _c2 = std::net::TcpStream::connect(("127.0.3.2", port)).unwrap();
         let _s = (b.accept().unwrap(), b.accept().unwrap());
-        assert_eq!(super::established_on(Some("127.0.0.1".parse().unwrap()), port), 0);
-        assert_eq!(super::established_on(Some("127.0.0.2".parse().unwrap()), port), 2);
+        assert_eq!(super::established_on(Some("127.0.3.1".parse().unwrap()), port), 0);
+        assert_eq!(super::established_on(Some("127.0.3.2".parse().unwrap()), port), 2);
     }
 
     #[test]

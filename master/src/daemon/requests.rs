@@ -1,5 +1,7 @@
 //! The request port (`ret_port`, 4506): a ROUTER socket whose requests are each handled
-//! on the blocking pool (RSA and AES are CPU work) by `req::handle`, then carried out:
+//! by `req::handle` — a light one (a job return, a minion event: tens of microseconds)
+//! on the event loop, the rest on the blocking pool (RSA, pillar compilation, file
+//! reads) — then carried out:
 //!
 //! 1. claims granted (a `max_minions` place), or the request handled again, now full;
 //! 2. records committed through the node (group commit with everything in flight);
@@ -72,6 +74,16 @@ async fn handle_blocking(master: &Arc<Master>, body: &Bytes) -> Option<Outcome> 
     }
 }
 
+/// The first handling of a request: a light one ([`req::handle_light`]: a return, a
+/// minion event, a clear ping) right here on the event loop, anything else on the
+/// blocking pool.
+async fn handle_first(master: &Arc<Master>, body: &Bytes) -> Option<Outcome> {
+    match req::handle_light(master.as_ref(), body) {
+        Some(out) if out.claims.is_empty() => Some(out),
+        _ => handle_blocking(master, body).await,
+    }
+}
+
 /// Commits `out`'s records (awaited, not waited for on a thread: hundreds of sign-ins
 /// share one group commit without holding hundreds of blocking threads).
 async fn commit(master: &Master, out: &Outcome) -> Result<(), halite_replication::NodeError> {
@@ -122,7 +134,7 @@ async fn not_ready(master: &Arc<Master>, body: Bytes) -> Option<Vec<u8>> {
 
 /// Handles, commits and settles a request: (command, signed in, reply).
 async fn settle(master: &Arc<Master>, body: Bytes) -> Option<(String, bool, Vec<u8>)> {
-    let mut out = handle_blocking(master, &body).await?;
+    let mut out = handle_first(master, &body).await?;
     // Places granted along the way: kept only if the request ends signed in.
     let mut granted: Vec<Claim> = out.claims.clone();
     let mut round = 1;

@@ -36,6 +36,8 @@ mod tests;
 #[cfg(test)]
 mod tests_hostile;
 #[cfg(test)]
+mod tests_light;
+#[cfg(test)]
 mod fuzz_tests;
 
 use rmpv::Value;
@@ -213,13 +215,50 @@ impl Command {
 
 /// Handles one request body.
 pub fn handle(view: &dyn View, body: &[u8]) -> Outcome {
+    match handle_as(view, body, Weight::Any) {
+        Some(out) => out,
+        None => Outcome::bad_load("internal: a request was left unanswered", "?", "?"),
+    }
+}
+
+/// Requests [`handle_light`] answers: at most this many bytes.
+pub const LIGHT_MAX_BYTES: usize = 64 * 1024;
+
+/// AES commands [`handle_light`] answers: each is a decryption, a key read, a record or
+/// an event, and an encrypted reply (tens of microseconds), never a file, a pillar
+/// compilation or an RSA private-key operation.
+const LIGHT_COMMANDS: &[&str] = &["_return", "_minion_event"];
+
+/// Handles `body` if it is light (a clear `ping`, or an AES `_return` or `_minion_event`
+/// of at most [`LIGHT_MAX_BYTES`]); `None` for anything else, which [`handle`] then
+/// answers in full. The daemon answers light requests on its event loop and the rest on
+/// its blocking pool: a `test.ping` to 8,000 minions is 8,000 light returns, and a hop
+/// to a pool thread and back for each cost more than the return itself. Equivalent to
+/// [`handle`] whenever it answers: the same function, stopped before the command when
+/// the command is not light.
+pub fn handle_light(view: &dyn View, body: &[u8]) -> Option<Outcome> {
+    if body.len() > LIGHT_MAX_BYTES {
+        return None;
+    }
+    handle_as(view, body, Weight::Light)
+}
+
+/// Which requests a call answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Weight {
+    Any,
+    Light,
+}
+
+fn handle_as(view: &dyn View, body: &[u8], weight: Weight) -> Option<Outcome> {
     let env = match envelope::decode(body, view.config().halite_max_request_bytes) {
         Ok(e) => e,
-        Err(why) => return Outcome::bad_load(why, "?", "?"),
+        Err(why) => return Some(Outcome::bad_load(why, "?", "?")),
     };
     match env.enc {
-        Enc::Clear => handle_clear(view, &env.load),
-        Enc::Aes => handle_aes(view, &env),
+        Enc::Clear if weight == Weight::Light && get_text(&env.load, "cmd") != Some("ping") => None,
+        Enc::Clear => Some(handle_clear(view, &env.load)),
+        Enc::Aes => handle_aes(view, &env, weight),
     }
 }
 
@@ -238,40 +277,47 @@ fn handle_clear(view: &dyn View, load: &Value) -> Outcome {
     }
 }
 
-fn handle_aes(view: &dyn View, env: &envelope::Envelope) -> Outcome {
+fn handle_aes(view: &dyn View, env: &envelope::Envelope, weight: Weight) -> Option<Outcome> {
     let id = env.id.as_str();
     if let Err(e) = validate_minion_id(id) {
-        return Outcome::bad_load(e, "aes", id);
+        return Some(Outcome::bad_load(e, "aes", id));
     }
     // No session key: this minion has not signed in (or its key aged out). Nothing is
     // made for it here; `"bad load"` sends it to `_auth`.
     let Some(session) = view.session_key(id) else {
-        return Outcome::bad_load("no session key: the minion has not signed in", "aes", id);
+        return Some(Outcome::bad_load("no session key: the minion has not signed in", "aes", id));
     };
     let opened = match envelope::open_aes(&env.load, id, &session) {
         Ok(o) => o,
-        Err(why) => return Outcome::bad_load(why, "aes", id),
+        Err(why) => return Some(Outcome::bad_load(why, "aes", id)),
     };
     let cmd = opened.cmd.as_str();
+    if weight == Weight::Light && !LIGHT_COMMANDS.contains(&cmd) {
+        return None;
+    }
     let stored = match view.key(id) {
         Ok(Some(k)) if k.state == BankState::Accepted => k,
-        _ => return Outcome::bad_load("the minion's key is not accepted", cmd, id),
+        _ => return Some(Outcome::bad_load("the minion's key is not accepted", cmd, id)),
     };
     let minion_pub = match PublicKey::from_pem(&stored.pub_key) {
         Ok(k) => k,
-        Err(e) => return Outcome::bad_load(format!("the accepted key does not parse: {e}"), cmd, id),
+        Err(e) => return Some(Outcome::bad_load(format!("the accepted key does not parse: {e}"), cmd, id)),
     };
-    if !envelope::tok_valid(&opened.tok, &minion_pub) {
-        return Outcome::bad_load("bad tok", cmd, id);
+    let tok_ok = match (view.tok_memo(), crate::wire::payload::bytes(&opened.tok)) {
+        (Some(memo), Some(tok)) => memo.valid(&stored.pub_key, tok, || envelope::tok_valid(&opened.tok, &minion_pub)),
+        _ => envelope::tok_valid(&opened.tok, &minion_pub),
+    };
+    if !tok_ok {
+        return Some(Outcome::bad_load("bad tok", cmd, id));
     }
     let now_s = (view.now_ns() / 1_000_000_000) as i64;
     if let Err(why) = envelope::check_ttl(&opened.inner, now_s, view.config().request_server_ttl) {
-        return Outcome::bad_load(why, cmd, id);
+        return Some(Outcome::bad_load(why, cmd, id));
     }
     let ctx = Ctx { id, nonce: &opened.nonce, minion_pub: &minion_pub, enc: env.enc_algo, sig: env.sig_algo };
     let mut ans = match Command::parse_aes(cmd, &opened.inner).answer(&ctx, view) {
         Ok(a) => a,
-        Err(why) => return Outcome::bad_load(why, cmd, id),
+        Err(why) => return Some(Outcome::bad_load(why, cmd, id)),
     };
     let changes = !(ans.records.is_empty() && ans.events.is_empty());
     if changes && view.replayed(id, &opened.nonce) {
@@ -287,8 +333,8 @@ fn handle_aes(view: &dyn View, env: &envelope::Envelope) -> Outcome {
     } else {
         match envelope::seal_reply(&session, &opened.nonce, &ans.value) {
             Ok(r) => r,
-            Err(e) => return Outcome::bad_load(format!("cannot encrypt the reply: {e}"), cmd, id),
+            Err(e) => return Some(Outcome::bad_load(format!("cannot encrypt the reply: {e}"), cmd, id)),
         }
     };
-    Outcome { reply, records: ans.records, events: ans.events, claims: vec![], effects, recheck: false, signed_in: false, cmd: cmd.to_string(), id: id.to_string() }
+    Some(Outcome { reply, records: ans.records, events: ans.events, claims: vec![], effects, recheck: false, signed_in: false, cmd: cmd.to_string(), id: id.to_string() })
 }

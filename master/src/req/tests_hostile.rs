@@ -88,8 +88,15 @@ fn every_check_after_decryption_refuses_a_request_that_passes_the_earlier_ones()
     }
     v.set_key("m1", BankState::Accepted, &m.pub_pem());
     assert!(stored(&v, &m.seal(&s, good())), "accepted again, the same request passes");
-    // Each of the 14 refusals above was counted (`halite_refused_total`).
-    assert!(bad_loads_counted() - counted_before >= 14, "every refusal counted");
+    assert!(!v.toks.is_empty(), "the live path: a good tok is remembered");
+    // Another key accepted under the id: the tok remembered for the old key is checked
+    // again, against the new key, and refused.
+    v.set_key("m1", BankState::Accepted, &m2.pub_pem());
+    assert!(is_bad_load(&handle(&v, &m.seal(&s, good()))), "a remembered tok does not outlive its key");
+    v.set_key("m1", BankState::Accepted, &m.pub_pem());
+    assert!(stored(&v, &m.seal(&s, good())));
+    // Each of the 15 refusals above was counted (`halite_refused_total`).
+    assert!(bad_loads_counted() - counted_before >= 15, "every refusal counted");
 }
 
 #[test]

@@ -85,6 +85,8 @@ pub struct MemoryView {
     /// Each minion's mine: (function, msgpack data).
     pub mine: HashMap<String, Vec<(String, Vec<u8>)>>,
     counter: std::sync::atomic::AtomicU64,
+    /// Successful `tok` checks remembered, as the daemon's view does.
+    pub toks: crate::view::tok_memo::TokMemo,
 }
 
 impl MemoryView {
@@ -123,6 +125,7 @@ impl MemoryView {
             now_ns: 1_795_000_000_000_000_000,
             mine: HashMap::new(),
             counter: Default::default(),
+            toks: Default::default(),
         }
     }
 
@@ -194,6 +197,9 @@ impl View for MemoryView {
     }
     fn mine_read(&self) -> &dyn crate::mine::MineRead {
         self
+    }
+    fn tok_memo(&self) -> Option<&crate::view::tok_memo::TokMemo> {
+        Some(&self.toks)
     }
 }
 

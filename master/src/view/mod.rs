@@ -14,10 +14,12 @@
 //! | roots (files, pillar) | [`fs::FsRoots`] over `file_roots`/`pillar_roots` | [`memory::MemoryRoots`] |
 //! | autosign sources  | [`fs::FsAutosign`] (files Salt's way)   | strings         |
 //! | clock, randomness | the system                              | fixed / counter |
+//! | `tok` checks made | [`tok_memo::TokMemo`] (a memo of a pure check) | the same |
 
 pub mod fs;
 #[cfg(test)]
 pub mod memory;
+pub mod tok_memo;
 
 use std::sync::Arc;
 
@@ -105,6 +107,10 @@ pub trait View: Send + Sync {
     fn new_jid(&self) -> String;
     /// The mine and the targets it is read by (the applied state).
     fn mine_read(&self) -> &dyn crate::mine::MineRead;
+    /// Successful `tok` checks remembered (`None`: check every time).
+    fn tok_memo(&self) -> Option<&tok_memo::TokMemo> {
+        None
+    }
 }
 
 /// A file found in a roots tree.

@@ -10,7 +10,8 @@
 //! | OAEP encryption (SHA-1 / SHA-224), X9.31 recovery (`tok`), PKCS#1 v1.5 verification | the accept reply and pillar; every AES request; the swarm and tests | OpenSSL, on a key built from the modulus and exponent `rsa` read |
 //! | key generation, private PEM in and out, the public PEM of a private key | the master key pair | OpenSSL |
 //! | OAEP decryption, PKCS#1 v1.5 signature, X9.31 signature | the master's private key | OpenSSL |
-//! | the Crypticle, random bytes | session and publish keys | OpenSSL |
+//! | the Crypticle's AES-192-CBC, random bytes | session and publish keys | OpenSSL |
+//! | the Crypticle's HMAC-SHA256 | every AES message | `hmac` + `sha2` (the key prepared once per Crypticle) |
 //!
 //! Every private-key operation runs in OpenSSL (the system libssl), whose RSA is blinded
 //! and constant time: the pure-Rust `rsa` crate's private-key operations leak timing (the
@@ -25,6 +26,8 @@
 //! library, is the candidate to move them.
 //!
 use base64::Engine as _;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
 use openssl::hash::MessageDigest;
 use openssl::bn::BigNum;
 use openssl::pkey::{PKey, Private, Public};
@@ -274,11 +277,15 @@ impl PublicKey {
 /// Salt's authenticated symmetric cipher: AES-192-CBC with a random IV, then
 /// HMAC-SHA256 over IV ‖ ciphertext. The key string is base64 of 24 AES bytes followed
 /// by 32 HMAC bytes.
+///
+/// The HMAC key is prepared once (SHA-256 of the padded key, inner and outer), so a
+/// message costs only its own hashing: building an OpenSSL MAC key per message was 6 % of
+/// the master's CPU under an 8,000-minion `test.ping`.
 #[derive(Clone)]
 pub struct Crypticle {
     key_string: String,
     aes: [u8; 24],
-    hmac: [u8; 32],
+    mac_key: Hmac<Sha256>,
 }
 
 impl std::fmt::Debug for Crypticle {
@@ -308,10 +315,9 @@ impl Crypticle {
             return Err(CryptoError::Invalid(format!("AES key string decodes to {} bytes, expected 56", raw.len())));
         }
         let mut aes = [0u8; 24];
-        let mut hmac = [0u8; 32];
         aes.copy_from_slice(&raw[..24]);
-        hmac.copy_from_slice(&raw[24..]);
-        Ok(Crypticle { key_string: s.trim().to_string(), aes, hmac })
+        let mac_key = <Hmac<Sha256> as Mac>::new_from_slice(&raw[24..]).map_err(|e| CryptoError::Invalid(format!("HMAC key: {e}")))?;
+        Ok(Crypticle { key_string: s.trim().to_string(), aes, mac_key })
     }
 
     /// The base64 key string (what is RSA-encrypted to minions).
@@ -319,10 +325,11 @@ impl Crypticle {
         &self.key_string
     }
 
-    fn mac(&self, data: &[u8]) -> Result<Vec<u8>> {
-        let key = PKey::hmac(&self.hmac)?;
-        let mut s = Signer::new(MessageDigest::sha256(), &key)?;
-        Ok(s.sign_oneshot_to_vec(data)?)
+    /// HMAC-SHA256 of `data` under the prepared key, ready to finish or verify.
+    fn mac(&self, data: &[u8]) -> Hmac<Sha256> {
+        let mut m = self.mac_key.clone();
+        m.update(data);
+        m
     }
 
     pub fn encrypt(&self, plaintext: &[u8]) -> Result<Vec<u8>> {
@@ -332,7 +339,7 @@ impl Crypticle {
         let mut out = Vec::with_capacity(16 + ct.len() + 32);
         out.extend_from_slice(&iv);
         out.extend_from_slice(&ct);
-        let mac = self.mac(&out)?;
+        let mac = self.mac(&out).finalize().into_bytes();
         out.extend_from_slice(&mac);
         Ok(out)
     }
@@ -342,10 +349,8 @@ impl Crypticle {
             return Err(CryptoError::Authentication);
         }
         let (body, mac) = blob.split_at(blob.len() - 32);
-        let expect = self.mac(body)?;
-        if !openssl::memcmp::eq(&expect, mac) {
-            return Err(CryptoError::Authentication);
-        }
+        // Constant-time comparison (`hmac`'s `verify_slice`).
+        self.mac(body).verify_slice(mac).map_err(|_| CryptoError::Authentication)?;
         let (iv, ct) = body.split_at(16);
         openssl::symm::decrypt(Cipher::aes_192_cbc(), &self.aes, Some(iv), ct).map_err(|_| CryptoError::Authentication)
     }

@@ -178,8 +178,8 @@ impl StateMachine {
                     tracing::info!(index, jid = %r.jid, id = %r.id, "return skipped: a return for this job and id is stored already");
                     return Ok(());
                 }
-                ov.returns.insert(k.clone());
-                b.put_cf(db.cf(CF_RETURNS)?, k, to_msgpack(r)?);
+                b.put_cf(db.cf(CF_RETURNS)?, &k, to_msgpack(r)?);
+                ov.returns.insert(k);
             }
             Record::GrainsReport(g) => b.put_cf(db.cf(CF_GRAINS)?, g.id.as_bytes(), to_msgpack(g)?),
             Record::PillarCache(p) => b.put_cf(db.cf(CF_PILLAR)?, p.id.as_bytes(), to_msgpack(p)?),
