@@ -12,7 +12,13 @@
 //!   holding their descriptors and read buffers (19,000 of them, 1.2 GiB, in a restart
 //!   storm of 8,000 minions).
 //! - the **starter** takes the waiting requests in order, waits for a permit and the
-//!   budget's charge for each (as the loop did before), and spawns its handler.
+//!   budget's charge for each (as the loop did before), and spawns its handler — unless
+//!   the peer that sent it has gone meanwhile (its connection closed: the reply could
+//!   not reach it, and a minion that gave up has sent or will send the request again on
+//!   a new connection). Such a request is dropped without being handled, counted as
+//!   `halite_refused_total{port="request",reason="peer_gone"}`. After a restart storm
+//!   the queue can hold thousands of sign-ins whose minions timed out; each would have
+//!   cost an RSA decryption and signature for nobody.
 //!
 //! The waiting queue is bounded: at most [`MAX_WAITING`] requests and
 //! [`MAX_WAITING_BYTES`] bytes (a request larger than that waits alone). When it is
@@ -64,15 +70,17 @@ fn compact(msg: ZmqMessage) -> ZmqMessage {
 
 /// Reads requests from `recv` until `stop` completes or the socket ends, and starts
 /// each with `start(message, permit, charge)` (the permit and charge are held until the
-/// request has been answered) within `limits`.
-pub async fn run<S, F, Fut>(mut recv: S, limits: Limits, start: F, stop: impl Future<Output = ()>)
+/// request has been answered) within `limits`, if `present(message)` (its sender is
+/// still connected) when its turn comes.
+pub async fn run<S, F, Fut, P>(mut recv: S, limits: Limits, start: F, stop: impl Future<Output = ()>, present: P)
 where
     S: SocketRecv,
     F: Fn(ZmqMessage, OwnedSemaphorePermit, budget::Charge) -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
+    P: Fn(&ZmqMessage) -> bool + Send + 'static,
 {
     let (tx, rx) = mpsc::channel::<Waiting>(MAX_WAITING);
-    let starter = tokio::spawn(starter(rx, limits, start));
+    let starter = tokio::spawn(starter(rx, limits, start, present));
     let waiting_bytes = Arc::new(Semaphore::new(MAX_WAITING_BYTES / UNIT));
     tokio::pin!(stop);
     loop {
@@ -94,14 +102,20 @@ where
     starter.abort();
 }
 
-/// Starts the waiting requests in order, each once it has a permit and its charge.
-async fn starter<F, Fut>(mut rx: mpsc::Receiver<Waiting>, limits: Limits, start: F)
+/// Starts the waiting requests in order, each once it has a permit and its charge, if
+/// its sender is still there.
+async fn starter<F, Fut, P>(mut rx: mpsc::Receiver<Waiting>, limits: Limits, start: F, present: P)
 where
     F: Fn(ZmqMessage, OwnedSemaphorePermit, budget::Charge) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
+    P: Fn(&ZmqMessage) -> bool,
 {
     while let Some(w) = rx.recv().await {
         let Ok(permit) = limits.in_flight.clone().acquire_owned().await else { return };
+        if !present(&w.msg) {
+            crate::metrics::refuse(crate::metrics::Port::Request, "?", "peer_gone", &"a queued request's connection closed before its turn: dropped unhandled");
+            continue;
+        }
         let Some(charge) = limits.budget.charge(budget::message_bytes(&w.msg)).await else { return };
         tokio::spawn(start(w.msg, permit, charge));
     }

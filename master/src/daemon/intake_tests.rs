@@ -1,6 +1,7 @@
 //! The intake over real TCP connections: peers that send a request and close while every
-//! permit is taken have their connections closed by the master, and their requests still
-//! start once permits come back.
+//! permit is taken have their connections closed by the master, and once permits come
+//! back their requests are dropped unhandled (their senders are gone) while a connected
+//! peer's request starts.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -88,7 +89,8 @@ fn closed_connections_are_dropped_while_every_permit_is_taken() {
         let mut sock = zeromq::RouterSocket::new();
         let ep = sock.bind("tcp://127.0.0.1:0").await.expect("bind");
         let zeromq::Endpoint::Tcp(_, port) = ep else { panic!("a TCP endpoint: {ep}") };
-        let (_send, recv) = sock.split();
+        let (send, recv) = sock.split();
+        let present = move |m: &ZmqMessage| m.get(0).is_some_and(|id| send.has_peer(id));
         // Saturated: the only permit is held by the test.
         let in_flight = Arc::new(Semaphore::new(1));
         let held = in_flight.clone().acquire_owned().await.unwrap();
@@ -104,9 +106,15 @@ fn closed_connections_are_dropped_while_every_permit_is_taken() {
             }
         };
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let intake = tokio::spawn(run(recv, limits, start, async move {
-            let _ = stop_rx.await;
-        }));
+        let intake = tokio::spawn(run(
+            recv,
+            limits,
+            start,
+            async move {
+                let _ = stop_rx.await;
+            },
+            present,
+        ));
 
         let clients = tokio::task::spawn_blocking(move || {
             for i in 0..PEERS {
@@ -121,13 +129,29 @@ fn closed_connections_are_dropped_while_every_permit_is_taken() {
         assert!(closed, "{} connections still open on the master's side", open_server_connections(port));
         assert_eq!(started.load(Ordering::SeqCst), 0, "nothing started while the permit is held");
 
-        // The requests were kept: all start once the permit comes back.
+        // Once the permit comes back, every one of those requests is dropped unhandled:
+        // its sender is gone. Each is counted.
+        let gone_before = peer_gone_counted();
         drop(held);
-        let all = eventually(Duration::from_secs(60), || started.load(Ordering::SeqCst) == PEERS).await;
-        assert!(all, "{} of {PEERS} requests started", started.load(Ordering::SeqCst));
+        let dropped = eventually(Duration::from_secs(60), || peer_gone_counted() - gone_before >= PEERS as u64).await;
+        assert!(dropped, "{} of {PEERS} requests of departed peers dropped", peer_gone_counted() - gone_before);
+        assert_eq!(started.load(Ordering::SeqCst), 0, "no request of a departed peer started");
+
+        // A peer that stays connected is served.
+        let mut dealer = zeromq::DealerSocket::new();
+        dealer.connect(&format!("tcp://127.0.0.1:{port}")).await.expect("connect");
+        zeromq::SocketSend::send(&mut dealer, ZmqMessage::from("request live")).await.expect("send");
+        let served = eventually(Duration::from_secs(60), || started.load(Ordering::SeqCst) == 1).await;
+        assert!(served, "the connected peer's request started");
         let _ = stop_tx.send(());
         intake.await.expect("the intake ends when stopped");
     });
+}
+
+/// `halite_refused_total{port="request",reason="peer_gone"}` so far (only this test
+/// module makes that reason).
+fn peer_gone_counted() -> u64 {
+    crate::metrics::metrics().refused.get_or_create(&crate::metrics::RefusedLabels { port: "request".into(), reason: "peer_gone".into() }).get()
 }
 
 #[test]

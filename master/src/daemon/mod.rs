@@ -215,6 +215,8 @@ async fn serve(master: Arc<Master>, applied_rx: mpsc::UnboundedReceiver<publish:
     };
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ctx(|| "installing the SIGTERM handler".into())?;
     let m = master.clone();
+    let router_peers = send.clone();
+    let present = move |msg: &zeromq::ZmqMessage| msg.get(0).is_some_and(|id| router_peers.has_peer(id));
     let start = move |msg, permit, charge| {
         let (m, s) = (m.clone(), send.clone());
         async move {
@@ -229,7 +231,7 @@ async fn serve(master: Arc<Master>, applied_rx: mpsc::UnboundedReceiver<publish:
             _ = term.recv() => {}
         }
     };
-    intake::run(recv, limits, start, stop).await;
+    intake::run(recv, limits, start, stop, present).await;
     tracing::info!("salt-master stopping");
     let _ = std::fs::remove_file(&sock_path);
     let _ = std::fs::remove_file(&master.cfg.pidfile);

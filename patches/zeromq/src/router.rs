@@ -170,6 +170,20 @@ pub struct RouterRecvHalf {
     fair_queue: FairQueue<ZmqFramedRead, PeerIdentity>,
 }
 
+impl RouterSendHalf {
+    /// Whether the peer a received message came from (its identity frame, the first
+    /// frame `recv` returns) is still connected, so that a reply can still reach it.
+    /// A peer whose connection has closed since is gone for good: a reconnection is a
+    /// new peer. Lets an application that queues requests skip the work for one whose
+    /// sender has left.
+    pub fn has_peer(&self, identity: &[u8]) -> bool {
+        match PeerIdentity::try_from(identity) {
+            Ok(peer_id) => self.inner.backend.peers.contains_sync(&peer_id),
+            Err(_) => false,
+        }
+    }
+}
+
 #[async_trait]
 impl SocketSend for RouterSendHalf {
     async fn send(&mut self, mut message: ZmqMessage) -> ZmqResult<()> {
