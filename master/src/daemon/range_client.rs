@@ -65,15 +65,20 @@ pub fn expand(server: &str, expr: &str) -> std::result::Result<Vec<String>, Stri
     range::parse_response(&buf)
 }
 
+/// The target with its nodegroups resolved (so a group may hold `R@` words) if it then
+/// holds range words, `None` if it needs no range server. Pure: what both
+/// [`resolve_target`] and [`command_needs_range`] decide from.
+fn ranged(cfg: &MasterConfig, tgt: &J, tgt_type: &str) -> std::result::Result<Option<(String, String)>, String> {
+    let Some(t) = tgt.as_str() else { return Ok(None) };
+    let (t, ty) = crate::nodegroups::resolve(t, tgt_type, &cfg.nodegroups)?;
+    Ok(range::needs_range(&J::String(t.clone()), &ty).then_some((t, ty)))
+}
+
 /// A target with its range parts expanded (nodegroups first, so a group may hold `R@`
 /// words), or `None` when it needs no range server. `port` names who asked, for the
 /// refusal count.
 pub fn resolve_target(cfg: &MasterConfig, port: crate::metrics::Port, tgt: &J, tgt_type: &str) -> Result<Option<(J, String)>> {
-    let Some(t) = tgt.as_str() else { return Ok(None) };
-    let (t, ty) = crate::nodegroups::resolve(t, tgt_type, &cfg.nodegroups).map_err(Error::refused)?;
-    if !range::needs_range(&J::String(t.clone()), &ty) {
-        return Ok(None);
-    }
+    let Some((t, ty)) = ranged(cfg, tgt, tgt_type).map_err(Error::refused)? else { return Ok(None) };
     let server = cfg.range_server.clone();
     let mut ask = |expr: &str| {
         expand(&server, expr).map_err(|why| {
@@ -99,8 +104,5 @@ pub fn resolve(cfg: &MasterConfig, mut cmd: crate::admin::Command) -> Result<cra
 /// Whether a parsed command's target needs the range server (so the daemon hands it
 /// to the blocking pool first).
 pub fn command_needs_range(cfg: &MasterConfig, cmd: &mut crate::admin::Command) -> bool {
-    cmd.target_mut().is_some_and(|(tgt, tgt_type)| match tgt.as_str() {
-        Some(t) => crate::nodegroups::resolve(t, tgt_type, &cfg.nodegroups).is_ok_and(|(t, ty)| range::needs_range(&J::String(t), &ty)),
-        None => false,
-    })
+    cmd.target_mut().is_some_and(|(tgt, tgt_type)| matches!(ranged(cfg, tgt, tgt_type), Ok(Some(_))))
 }
