@@ -119,7 +119,9 @@ fn keys_come_from_the_log_an_impostor_is_refused_everywhere_and_a_removed_member
     // Each founder records its own key once a leader exists; every member applies all.
     let want: BTreeMap<u64, Key> = m.iter().map(|(i, x)| (*i, x.key)).collect();
     wait_until("every founder's key in every member's applied state", 30, || m.values().all(|x| x.node.state().member_keys().unwrap() == want));
-    assert!(m.values().all(|x| x.t.peer_keys().book() == want), "and in every transport");
+    // The transports learn them from the applied state, just after it (an effect of the
+    // apply): waited for, not asserted at once.
+    wait_until("and in every transport", 30, || m.values().all(|x| x.t.peer_keys().book() == want));
 
     // A joiner asks member 2 to join; its key travels in the membership change.
     let jid = member_id("n4");
