@@ -12,6 +12,7 @@
 //! | [`admin`] | the admin socket: plans carried out |
 //! | [`follow`] | the admin socket's `job.follow`: a job's returns streamed to `salt` |
 //! | [`maintenance`] | job cache expiry, publish key rotation |
+//! | [`trim`] | the heap's free pages given back to the system after bursts |
 //! | [`cluster`] | the cluster key pair and AES key every member shares |
 //! | [`sessions`], [`replay`], [`bus`] | session keys, nonces of applied requests, the event bus |
 //! | [`listen`] | TCP listeners with Salt's keepalive and backlog |
@@ -41,6 +42,7 @@ pub mod replay;
 pub mod requests;
 pub mod sessions;
 pub mod sockets;
+pub mod trim;
 #[cfg(test)]
 mod sockets_fuzz_tests;
 
@@ -206,6 +208,7 @@ async fn serve(master: Arc<Master>, applied_rx: mpsc::UnboundedReceiver<publish:
         }
     });
     tokio::spawn(maintenance::run(master.clone()));
+    tokio::spawn(trim::run());
     let (send, recv) = router.split();
     // Requests in flight, bounded by count and by bytes (`budget.rs`); `intake.rs` keeps
     // reading (and seeing closed connections) while they are at their bounds.

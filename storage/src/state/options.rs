@@ -19,14 +19,19 @@ use crate::error::Result;
 /// One column family's memtable is flushed when it holds this much.
 pub const MEMTABLE_BYTES: usize = 8 << 20;
 /// All memtables together: past this, RocksDB flushes (all families at once, as
-/// `atomic_flush` keeps them consistent with `applied_index`).
-pub const MEMTABLES_TOTAL_BYTES: usize = 16 << 20;
+/// `atomic_flush` keeps them consistent with `applied_index`). 8 MiB: with 16 the
+/// memtables were the largest single part of a master's heap at 8,000 minions, and the
+/// group commit rate is the same (docs/benchmarks.md "Group commit", 2026-11-24).
+pub const MEMTABLES_TOTAL_BYTES: usize = 8 << 20;
 /// Table files kept open at most (RocksDB's default: all, for ever; the master counts its
 /// descriptors, master/src/daemon/files.rs); others are closed and reopened on use.
 pub const MAX_OPEN_TABLES: i32 = 256;
-/// The block cache (data blocks read back from table files), one for all the families
-/// of a database (RocksDB's default is a cache of 8 MiB for each family).
-pub const BLOCK_CACHE_BYTES: usize = 8 << 20;
+/// The block cache (data blocks read back from table files, uncompressed), one for all
+/// the families of a database (RocksDB's default is a cache of 8 MiB for each family).
+/// Small: the table files stay in the kernel's page cache, which is not the master's
+/// memory, so a block read again costs a copy and a decompression, not a disk read; at
+/// 8,000 minions an 8 MiB cache held 6.9 MiB of keys and returns (heaptrack).
+pub const BLOCK_CACHE_BYTES: usize = 2 << 20;
 
 /// The database-wide options of [`super::StateMachine::open`] (the families' own are
 /// [`descriptors`]).
