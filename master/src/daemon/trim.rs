@@ -52,11 +52,23 @@ pub fn trim() -> bool {
 
 #[cfg(all(test, target_os = "linux", target_env = "gnu"))]
 mod tests {
-    /// This process's resident memory, bytes (`/proc/self/statm`).
-    fn resident() -> u64 {
-        let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
-        let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
-        pages * 4096
+    /// Resident bytes of the mapping of this process that holds `addr`
+    /// (`/proc/self/smaps`): the heap the burst below was allocated in, so other tests
+    /// allocating at the same time in other heaps do not count.
+    fn resident_around(addr: usize) -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        for line in smaps.lines() {
+            let first = line.split_whitespace().next().unwrap_or("");
+            if let Some((lo, hi)) = first.split_once('-').filter(|(lo, hi)| !lo.is_empty() && !hi.is_empty() && lo.chars().all(|c| c.is_ascii_hexdigit())) {
+                let (lo, hi) = (usize::from_str_radix(lo, 16).unwrap(), usize::from_str_radix(hi, 16).unwrap());
+                inside = lo <= addr && addr < hi;
+            } else if inside && line.starts_with("Rss:") {
+                let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+                return kib * 1024;
+            }
+        }
+        panic!("no mapping holds {addr:#x}");
     }
 
     /// A burst of small allocations freed but for the last (so `free` cannot shrink the
@@ -65,16 +77,17 @@ mod tests {
     fn a_freed_burst_is_given_back() {
         std::thread::spawn(|| {
             let mut burst: Vec<Box<[u8; 4000]>> = (0..16_384).map(|_| Box::new([7u8; 4000])).collect();
+            let addr = &*burst[8_000] as *const [u8; 4000] as usize;
             let last = burst.pop();
-            let before = resident();
+            let before = resident_around(addr);
             drop(burst);
-            let freed = resident();
+            let freed = resident_around(addr);
             super::trim();
-            let after = resident();
+            let after = resident_around(addr);
             drop(last);
             // 64 MB was freed in the middle of the heap; nearly all of it stayed resident
             // until the trim.
-            assert!(before.saturating_sub(freed) < 16 << 20, "free alone gave back {} of 64 MB", before - freed);
+            assert!(before.saturating_sub(freed) < 16 << 20, "free alone gave back {} of 64 MB", before.saturating_sub(freed));
             assert!(freed.saturating_sub(after) > 48 << 20, "the trim gave back only {} bytes", freed.saturating_sub(after));
         })
         .join()
