@@ -74,6 +74,7 @@ fn mkdir_private(p: &std::path::Path) -> Result<()> {
 /// Starts the master and serves until SIGINT or SIGTERM.
 pub fn run(cfg: MasterConfig) -> Result<()> {
     let started = std::time::Instant::now();
+    trim::fix_mmap_threshold();
     // Before anything opens a file: Salt's `max_open_files`, and the descriptors kept
     // for the master's own files (`files.rs`).
     let max_open_files = cfg.raw.get("max_open_files").and_then(serde_yaml::Value::as_u64).unwrap_or(files::DEFAULT_MAX_OPEN_FILES);

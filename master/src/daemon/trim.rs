@@ -9,7 +9,11 @@
 //! of resident memory. (The arenas are not the cause: the master uses two, whatever its
 //! thread count, so `M_ARENA_MAX` changes nothing.)
 //!
-//! So every [`EVERY`] the master calls `malloc_trim(0)`, which hands the whole free pages
+//! Two things keep that memory small. At start, [`fix_mmap_threshold`] keeps glibc's
+//! mmap threshold at its starting 128 KiB, so large blocks (RocksDB's 1 MiB memtable
+//! blocks, large buffers) keep getting mappings of their own, unmapped when freed (glibc
+//! would raise the threshold at the first such free and put them in the heaps from then
+//! on). And every [`EVERY`] the master calls `malloc_trim(0)`, which hands the whole free pages
 //! inside the heaps back to the kernel (`MADV_DONTNEED`; the address space stays, a later
 //! allocation faults a zeroed page in again). It takes about a millisecond for a heap of
 //! a hundred MiB; the pages given back and taken again after each burst cost a page fault
@@ -35,6 +39,27 @@ pub async fn run() {
         }
     }
 }
+
+/// Allocations of at least this many bytes get their own mapping (glibc's
+/// `M_MMAP_THRESHOLD`), given back to the kernel as soon as they are freed.
+pub const MMAP_THRESHOLD: i32 = 128 << 10;
+
+/// Fixes glibc's mmap threshold at [`MMAP_THRESHOLD`] (its starting value). Left alone,
+/// glibc raises it to the size of each large block freed (up to 32 MiB), so after the
+/// first RocksDB memtable is flushed its 1 MiB arena blocks, and every large buffer
+/// after them, come from the heaps, where what they leave behind when freed stays
+/// resident. Call it before any thread starts.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub fn fix_mmap_threshold() {
+    // SAFETY: mallopt takes two integers; called at start, before other threads.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+    }
+}
+
+/// Nothing to fix with this C library.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn fix_mmap_threshold() {}
 
 /// Hands the free pages of every heap back to the kernel; whether any were.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -69,6 +94,26 @@ mod tests {
             }
         }
         panic!("no mapping holds {addr:#x}");
+    }
+
+    /// Whether glibc gave the block at `ptr` a mapping of its own: the `IS_MMAPPED` bit
+    /// (2) of the size word glibc keeps just before every block it hands out.
+    fn own_mapping(ptr: *const u8) -> bool {
+        // SAFETY: `ptr` is a live block from malloc; the word before it is its chunk's
+        // size field, which glibc writes for every block (reading it changes nothing).
+        unsafe { (ptr as *const usize).sub(1).read() & 2 != 0 }
+    }
+
+    /// With the threshold fixed, a 1 MiB block freed and asked for again still gets a
+    /// mapping of its own (glibc would otherwise raise the threshold at the first free
+    /// and serve the next ones from a heap).
+    #[test]
+    fn large_blocks_keep_their_own_mappings() {
+        super::fix_mmap_threshold();
+        for round in 0..3 {
+            let block = vec![1u8; 1 << 20];
+            assert!(own_mapping(block.as_ptr()), "round {round}: a 1 MiB block came from a heap");
+        }
     }
 
     /// A burst of small allocations freed but for the last (so `free` cannot shrink the
