@@ -20,6 +20,7 @@
 //! | `halite_max_pending_keys` | 10000 | most pending keys; a new id signing in beyond it is answered `full` and nothing is written (0 = no cap) |
 //! | `halite_health_port` | 0 (off) | port of the HTTP health endpoint on `interface`: `/alive`, `/ready`, `/metrics` |
 //! | `halite_new_publish_key_at_start` | False | a lone master writes a new publish key generation at every start, as Salt makes one (`daemon::publish_key`; for comparisons) |
+//! | `halite_pub_fanout_capacity` | 1024 | publishes held between the daemon and their fan-out to the subscribers' queues on `publish_port` (about 40 bytes a slot, reserved at start); when full, publishing waits for the fan-out, nothing is dropped (`daemon::sockets`) |
 //! | `halite_log_max_bytes` | 268435456 (256 MiB) | compact the log (snapshot + drop the history) when its files exceed this; `0` or `null`: no byte limit |
 //!
 //! Salt's `pub_hwm` (default 1000) bounds the publishes queued per subscriber on
@@ -104,6 +105,8 @@ pub struct MasterConfig {
     pub halite_max_pending_keys: u64,
     /// Publishes queued per subscriber before further ones are dropped for it.
     pub pub_hwm: usize,
+    /// Publishes held between the daemon and their fan-out (`halite_pub_fanout_capacity`).
+    pub halite_pub_fanout_capacity: usize,
     /// The port of the HTTP health endpoint (`/alive`, `/ready`, `/metrics`) on
     /// `interface`; `None` (0 or absent) serves none.
     pub halite_health_port: Option<u16>,
@@ -138,7 +141,7 @@ const KNOWN: &[&str] = &[
     "mmap_cache_max_segment_bytes", "cluster_id", "cluster_peers", "cluster_pki_dir", "cluster_pool_port",
     "cluster_secret", "cluster_isolated_filesystem", "halite_data_dir", "halite_max_request_bytes", "halite_max_inflight_bytes", "cluster_max_log_size", "halite_log_max_bytes",
     "cluster_election_min", "cluster_election_max",
-    "halite_max_pending_keys", "pub_hwm", "halite_health_port", "halite_cluster_dial", "default_include", "include", "user",
+    "halite_max_pending_keys", "pub_hwm", "halite_pub_fanout_capacity", "halite_health_port", "halite_cluster_dial", "default_include", "include", "user",
     "zmq_backlog", "max_minions", "loop_interval", "request_server_ttl", "cluster_pub_fingerprint", "tcp_keepalive", "tcp_keepalive_idle", "tcp_keepalive_cnt", "tcp_keepalive_intvl", "rotate_aes_key", "halite_new_publish_key_at_start",
     "nodegroups", "reactor", "range_server", "minion_data_cache",
     "job_cache_store_endtime",
@@ -295,6 +298,7 @@ impl MasterConfig {
             },
             halite_max_pending_keys: r.uint("halite_max_pending_keys", 10_000)?,
             pub_hwm: r.uint("pub_hwm", 1000)?.clamp(1, 1 << 20) as usize,
+            halite_pub_fanout_capacity: r.uint("halite_pub_fanout_capacity", 1024)?.clamp(1, 1 << 20) as usize,
             halite_health_port: match r.uint("halite_health_port", 0)? {
                 0 => None,
                 p => Some(u16::try_from(p).map_err(|_| r.invalid("halite_health_port", format!("{p} is not a TCP port")))?),

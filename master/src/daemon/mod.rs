@@ -12,6 +12,7 @@
 //! | [`admin`] | the admin socket: plans carried out |
 //! | [`follow`] | the admin socket's `job.follow`: a job's returns streamed to `salt` |
 //! | [`maintenance`] | job cache expiry, publish key rotation |
+//! | [`trim`] | the heap's free pages given back to the system after bursts |
 //! | [`cluster`] | the cluster key pair and AES key every member shares |
 //! | [`sessions`], [`replay`], [`bus`] | session keys, nonces of applied requests, the event bus |
 //! | [`listen`] | TCP listeners with Salt's keepalive and backlog |
@@ -41,6 +42,7 @@ pub mod replay;
 pub mod requests;
 pub mod sessions;
 pub mod sockets;
+pub mod trim;
 #[cfg(test)]
 mod sockets_fuzz_tests;
 
@@ -72,6 +74,7 @@ fn mkdir_private(p: &std::path::Path) -> Result<()> {
 /// Starts the master and serves until SIGINT or SIGTERM.
 pub fn run(cfg: MasterConfig) -> Result<()> {
     let started = std::time::Instant::now();
+    trim::fix_mmap_threshold();
     // Before anything opens a file: Salt's `max_open_files`, and the descriptors kept
     // for the master's own files (`files.rs`).
     let max_open_files = cfg.raw.get("max_open_files").and_then(serde_yaml::Value::as_u64).unwrap_or(files::DEFAULT_MAX_OPEN_FILES);
@@ -206,6 +209,7 @@ async fn serve(master: Arc<Master>, applied_rx: mpsc::UnboundedReceiver<publish:
         }
     });
     tokio::spawn(maintenance::run(master.clone()));
+    tokio::spawn(trim::run());
     let (send, recv) = router.split();
     // Requests in flight, bounded by count and by bytes (`budget.rs`); `intake.rs` keeps
     // reading (and seeing closed connections) while they are at their bounds.

@@ -17,7 +17,10 @@
 //! The publish socket keeps at most [`MAX_SUBSCRIPTIONS`] subscriptions per subscriber
 //! and queues at most `pub_hwm` publishes per subscriber (Salt's option,
 //! default 1000); past that, publishes to a subscriber that does not read are dropped for
-//! it, as ZeroMQ's high-water mark does for Salt.
+//! it, as ZeroMQ's high-water mark does for Salt. Between the daemon and that fan-out,
+//! at most `halite_pub_fanout_capacity` publishes wait (the `zeromq` crate's own ring of
+//! 100,000 slots took 4 MiB at start); when it is full, publishing waits, nothing is
+//! dropped.
 //!
 //! An idle connection holds no read or write buffer (`release_idle_buffers`): a
 //! minion's connections are idle nearly all the time, and a buffer kept at the size
@@ -77,6 +80,7 @@ pub fn publish_options(cfg: &MasterConfig) -> SocketOptions {
     o.handshake_timeout(HANDSHAKE_TIMEOUT);
     o.accept_fd_limit(super::files::connection_fd_limit());
     o.send_queue_capacity(cfg.pub_hwm.max(1));
+    o.fanout_queue_capacity(cfg.halite_pub_fanout_capacity.max(1));
     o.max_subscriptions(MAX_SUBSCRIPTIONS);
     o.release_idle_buffers(true);
     o

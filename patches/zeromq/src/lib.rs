@@ -362,6 +362,7 @@ pub struct SocketOptions {
     pub(crate) read_buffer_short_reads: usize,
     pub(crate) max_message_size: Option<usize>,
     pub(crate) send_queue_capacity: Option<usize>,
+    pub(crate) fanout_queue_capacity: Option<usize>,
     pub(crate) max_subscriptions: Option<usize>,
     pub(crate) handshake_timeout: Option<Duration>,
     pub(crate) accept_fd_limit: Option<u64>,
@@ -378,6 +379,7 @@ impl Default for SocketOptions {
             read_buffer_short_reads: 2,
             max_message_size: None,
             send_queue_capacity: None,
+            fanout_queue_capacity: None,
             max_subscriptions: None,
             handshake_timeout: None,
             accept_fd_limit: None,
@@ -478,6 +480,21 @@ impl SocketOptions {
     pub fn send_queue_capacity(&mut self, capacity: usize) -> &mut Self {
         assert!(capacity > 0, "send queue capacity must be positive");
         self.send_queue_capacity = Some(capacity);
+        self
+    }
+
+    /// Messages a PUB socket holds between `send` and their fan-out to the
+    /// subscribers' queues. Unset: 100,000, reserved when the socket is made (about 4 MB),
+    /// and a message sent while the queue is full is dropped for every subscriber. Set:
+    /// that many slots (about 40 bytes each), and `send` waits while the queue is full
+    /// instead of dropping. Other socket types ignore it. Set it before constructing the
+    /// socket.
+    ///
+    /// # Panics
+    /// Panics if `capacity` is zero.
+    pub fn fanout_queue_capacity(&mut self, capacity: usize) -> &mut Self {
+        assert!(capacity > 0, "fan-out queue capacity must be positive");
+        self.fanout_queue_capacity = Some(capacity);
         self
     }
 

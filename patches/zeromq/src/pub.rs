@@ -81,9 +81,15 @@ struct PubFanoutQueue {
 
 impl PubFanoutQueue {
     fn publish(&self, message: ZmqMessage) -> ZmqResult<()> {
-        if self.queue.push(message).is_err() {
-            return Ok(());
-        }
+        // A full queue drops the message (`fanout_queue_capacity` unset).
+        let _ = self.try_publish(message);
+        Ok(())
+    }
+
+    /// Queues `message` for the fan-out and wakes the fan-out task; a full queue hands
+    /// the message back.
+    fn try_publish(&self, message: ZmqMessage) -> Result<(), ZmqMessage> {
+        self.queue.push(message)?;
 
         if !self.wake_pending.load(Ordering::Acquire)
             && !self.wake_pending.swap(true, Ordering::AcqRel)
@@ -95,8 +101,15 @@ impl PubFanoutQueue {
     }
 }
 
+/// How often `send` tries again while a bounded fan-out queue is full.
+const FANOUT_FULL_RETRY: std::time::Duration = std::time::Duration::from_millis(1);
+
 fn spawn_pub_fanout_queue(backend: Arc<PubSocketBackend>) -> PubFanoutQueue {
-    let queue = Arc::new(ArrayQueue::new(PUB_SEND_QUEUE_CAPACITY));
+    let capacity = backend
+        .socket_options
+        .fanout_queue_capacity
+        .unwrap_or(PUB_SEND_QUEUE_CAPACITY);
+    let queue = Arc::new(ArrayQueue::new(capacity));
     let wake_pending = Arc::new(AtomicBool::new(false));
     let (wake_sender, mut wake_receiver) = mpsc::unbounded();
     let worker_queue = queue.clone();
@@ -322,7 +335,22 @@ impl SocketSend for PubSocket {
             return Ok(());
         }
 
-        self.fanout_queue.publish(message)
+        if self.backend.socket_options.fanout_queue_capacity.is_none() {
+            return self.fanout_queue.publish(message);
+        }
+        // A bounded queue is sized for the application's bursts, not for every message
+        // it may ever have in flight: when it is full, wait for the fan-out to make room
+        // rather than drop the message for every subscriber.
+        let mut message = message;
+        loop {
+            match self.fanout_queue.try_publish(message) {
+                Ok(()) => return Ok(()),
+                Err(back) => {
+                    message = back;
+                    async_rt::task::sleep(FANOUT_FULL_RETRY).await;
+                }
+            }
+        }
     }
 }
 
@@ -687,5 +715,37 @@ mod tests {
         let any_ipv6: IpAddr = "::".parse().unwrap();
         let s = PubSocket::new();
         test_bind_to_unspecified_interface_helper(any_ipv6, s, 4010).await
+    }
+
+    /// `n` messages sent back to back through a PUB socket with one subscriber that
+    /// takes everything: how many reached the subscriber's queue, in order.
+    async fn send_burst(options: SocketOptions, n: usize) -> Vec<Bytes> {
+        let mut socket = PubSocket::with_options(options);
+        let (sender, mut receiver) = mpsc::channel(n + 1);
+        insert_test_subscriber(&socket.backend, PeerIdentity::new(), vec![vec![]], sender).await;
+        for i in 0..n {
+            socket.send(ZmqMessage::from(format!("m{i}"))).await.expect("send");
+        }
+        let mut got = Vec::new();
+        // The fan-out task drains what is queued; give it the time to.
+        for _ in 0..200 {
+            while let Ok(Message::Message(m)) = receiver.try_recv() {
+                got.push(queued_frame(m));
+            }
+            if got.len() == n {
+                break;
+            }
+            async_rt::task::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        got
+    }
+
+    #[async_rt::test]
+    async fn test_bounded_fanout_queue_waits_instead_of_dropping() {
+        let mut options = SocketOptions::default();
+        options.fanout_queue_capacity(2);
+        let got = send_burst(options, 50).await;
+        let want: Vec<Bytes> = (0..50).map(|i| Bytes::from(format!("m{i}"))).collect();
+        assert_eq!(got, want);
     }
 }

@@ -170,8 +170,7 @@ fn from_msgpack<'a, T: Deserialize<'a>>(what: &str, b: &'a [u8]) -> Result<T> {
 impl StateMachine {
     /// Opens (or creates) the state machine at `path`.
     pub fn open(path: &Path) -> Result<Self> {
-        let opts = options::read_write();
-        let db = DB::open_cf(&opts, path, ALL_CFS)?;
+        let db = DB::open_cf_descriptors(&options::read_write(), path, options::descriptors(ALL_CFS)?)?;
         Self::of(db, path.to_path_buf())
     }
 
@@ -188,7 +187,7 @@ impl StateMachine {
         let opts = Options::default();
         let present = DB::list_cf(&opts, path).unwrap_or_else(|_| ALL_CFS.iter().map(|s| s.to_string()).collect());
         let cfs: Vec<&str> = ALL_CFS.iter().copied().filter(|c| present.iter().any(|p| p == c)).collect();
-        let db = DB::open_cf_for_read_only(&opts, path, cfs, false)?;
+        let db = DB::open_cf_descriptors_read_only(&opts, path, options::descriptors(cfs)?, false)?;
         Self::of(db, path.to_path_buf())
     }
 

@@ -1,19 +1,40 @@
-//! How the state machine's RocksDB is opened for writing: no WAL of its own (the raft
-//! log is the durable copy), and memory and descriptors bounded rather than left to
-//! RocksDB's defaults (docs/operations.md "Memory" and "Open files").
+//! How the state machine's RocksDB is opened: no WAL of its own (the raft log is the
+//! durable copy), and memory and descriptors bounded rather than left to RocksDB's
+//! defaults (docs/operations.md "Memory" and "Open files").
+//!
+//! RocksDB's options come in two parts: the database's (background jobs, open files, the
+//! memtable budget shared by every family) and each column family's (its memtable size,
+//! its table format and block cache). The family part must be given per family, in a
+//! [`ColumnFamilyDescriptor`]: `DB::open_cf(&opts, path, names)` gives every family
+//! `Options::default()` whatever `opts` holds, so a memtable size set on `opts` reached
+//! none of them (each had RocksDB's 64 MiB memtable and an 8 MiB block cache of its own,
+//! fourteen of them). Every open path (read-write, read-only, the swap of a snapshot
+//! install) therefore goes through [`descriptors`]; `tests` reads back the options
+//! RocksDB wrote to prove it.
 
-use rocksdb::Options;
+use rocksdb::{BlockBasedOptions, Cache, ColumnFamilyDescriptor, Options, DEFAULT_COLUMN_FAMILY_NAME};
+
+use crate::error::Result;
 
 /// One column family's memtable is flushed when it holds this much.
 pub const MEMTABLE_BYTES: usize = 8 << 20;
 /// All memtables together: past this, RocksDB flushes (all families at once, as
-/// `atomic_flush` keeps them consistent with `applied_index`).
-pub const MEMTABLES_TOTAL_BYTES: usize = 16 << 20;
+/// `atomic_flush` keeps them consistent with `applied_index`). 8 MiB: with 16 the
+/// memtables were the largest single part of a master's heap at 8,000 minions, and the
+/// group commit rate is the same (docs/benchmarks.md "Group commit", 2026-11-24).
+pub const MEMTABLES_TOTAL_BYTES: usize = 8 << 20;
 /// Table files kept open at most (RocksDB's default: all, for ever; the master counts its
 /// descriptors, master/src/daemon/files.rs); others are closed and reopened on use.
 pub const MAX_OPEN_TABLES: i32 = 256;
+/// The block cache (data blocks read back from table files, uncompressed), one for all
+/// the families of a database (RocksDB's default is a cache of 8 MiB for each family).
+/// Small: the table files stay in the kernel's page cache, which is not the master's
+/// memory, so a block read again costs a copy and a decompression, not a disk read; at
+/// 8,000 minions an 8 MiB cache held 6.9 MiB of keys and returns (heaptrack).
+pub const BLOCK_CACHE_BYTES: usize = 2 << 20;
 
-/// The options of [`super::StateMachine::open`].
+/// The database-wide options of [`super::StateMachine::open`] (the families' own are
+/// [`descriptors`]).
 pub fn read_write() -> Options {
     let mut opts = Options::default();
     opts.create_if_missing(true);
@@ -22,12 +43,40 @@ pub fn read_write() -> Options {
     // No WAL (the raft log is the durable copy), so column families must be flushed
     // together to stay consistent with `applied_index`.
     opts.set_atomic_flush(true);
-    // Memory is bounded, not left to RocksDB's defaults (a 64 MiB memtable per column
-    // family, two of them per family before writes stall): returns arrive all the time,
-    // and a master's memory would otherwise grow by the size of that family's memtables
-    // before the first flush.
-    opts.set_write_buffer_size(MEMTABLE_BYTES);
+    // Memory is bounded, not left to RocksDB's defaults: returns arrive all the time, and
+    // a master's memory would otherwise grow by the size of the memtables before the first
+    // flush. The per-family size is in `family` (it has no effect here).
     opts.set_db_write_buffer_size(MEMTABLES_TOTAL_BYTES);
     opts.set_max_open_files(MAX_OPEN_TABLES);
     opts
 }
+
+/// The options every column family is opened with: a memtable of [`MEMTABLE_BYTES`]
+/// (RocksDB's default is 64 MiB, two of them per family before writes stall) and the
+/// database's one block cache.
+fn family(cache: &Cache) -> Options {
+    let mut opts = Options::default();
+    opts.set_write_buffer_size(MEMTABLE_BYTES);
+    let mut table = BlockBasedOptions::default();
+    table.set_block_cache(cache);
+    opts.set_block_based_table_factory(&table);
+    opts
+}
+
+/// The column families `names` (and RocksDB's `default`, which every database has),
+/// each with [`family`]'s options and one block cache of [`BLOCK_CACHE_BYTES`] shared by
+/// them all.
+pub fn descriptors<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<Vec<ColumnFamilyDescriptor>> {
+    let cache = Cache::new_lru_cache(BLOCK_CACHE_BYTES)?;
+    let mut out: Vec<ColumnFamilyDescriptor> = Vec::new();
+    for name in std::iter::once(DEFAULT_COLUMN_FAMILY_NAME).chain(names) {
+        if !out.iter().any(|d| d.name() == name) {
+            out.push(ColumnFamilyDescriptor::new(name, family(&cache)));
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+#[path = "options_tests.rs"]
+mod tests;

@@ -29,7 +29,7 @@ impl StateMachine {
         self.flush()?;
         self.db.swap(|| {
             switch()?;
-            Ok(DB::open_cf(&options::read_write(), &self.path, ALL_CFS)?)
+            Ok(DB::open_cf_descriptors(&options::read_write(), &self.path, options::descriptors(ALL_CFS)?)?)
         })?;
         self.recount_pending()
     }
