@@ -36,23 +36,10 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from swarm import BIN, memory, ping_count, stop, swarm_until_ready, tree, until_all_answer  # noqa: E402
+from swarm import BIN, cpu, memory, ping_count, stop, swarm_until_ready, until_all_answer  # noqa: E402
 
 IPS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
 LB = "127.0.0.10"
-
-
-def cpu(pids):
-    hz = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for p in pids:
-        for q in tree(p):
-            try:
-                f = open(f"/proc/{q}/stat").read().rsplit(")", 1)[1].split()
-                total += int(f[11]) + int(f[12])
-            except (OSError, IndexError):
-                pass
-    return total / hz
 
 
 def start_members(root, ret, pub, pool):

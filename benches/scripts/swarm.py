@@ -62,6 +62,20 @@ def tree(pid):
     return out
 
 
+def cpu(pids):
+    """CPU-seconds (user + system) spent so far by the processes `pids` and their children."""
+    hz = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for p in pids:
+        for q in tree(p):
+            try:
+                f = open(f"/proc/{q}/stat").read().rsplit(")", 1)[1].split()
+                total += int(f[11]) + int(f[12])
+            except (OSError, IndexError):
+                pass
+    return total / hz
+
+
 def rollup(pid, fields):
     """The `smaps_rollup` fields named (KiB each, e.g. "Rss", "Pss", "Anonymous"),
     summed over the process tree, in the order named."""
@@ -179,16 +193,20 @@ class Master:
             self.proc = None
 
     def cli_ping(self, n):
+        return statistics.median(wall for wall, _ in self.cli_ping_runs(n))
+
+    def cli_ping_runs(self, n, runs=5):
+        """`runs` CLI `test.ping`s: each one's wall time and the master's CPU-seconds."""
         exe = os.path.join(BIN, "salt") if self.kind == "halite" else os.path.join(VENV, "bin/salt")
-        times = []
-        for _ in range(5):
-            t0 = time.monotonic()
+        out_runs = []
+        for _ in range(runs):
+            c0, t0 = cpu([self.proc.pid]), time.monotonic()
             out = subprocess.run([exe, "-c", self.conf, "*", "test.ping", "--out", "json", "-t", "60"], capture_output=True, text=True).stdout
-            times.append(time.monotonic() - t0)
+            out_runs.append((time.monotonic() - t0, cpu([self.proc.pid]) - c0))
             got = out.count("true")
             if got != n:
                 print(f"  warning: {self.kind} CLI saw {got}/{n} returns", file=sys.stderr)
-        return statistics.median(times)
+        return out_runs
 
     def local_client_ping(self, n):
         import salt.client
