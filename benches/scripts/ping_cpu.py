@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The master's CPU-seconds and the wall time of each `salt '*' test.ping` at N simulated
-minions, for one build: an A/B of two builds is two runs of this script, alternated.
+minions (and the swarm's and the CLI's CPU-seconds beside them), for one build: an A/B of two builds is two runs of this script, alternated.
 
     ping_cpu.py N BINDIR [RUNS]
 
@@ -31,8 +31,8 @@ t0 = time.monotonic(); c0 = swarm.cpu([m.proc.pid])
 sw, auth, ready = swarm_until_ready(["--port", "29706", "--count", str(n), "--key-dir", os.path.join(HOME, ".cache/halite/swarm-keys"), "--distinct-keys", "1000"], root)
 signin = (time.monotonic() - t0, swarm.cpu([m.proc.pid]) - c0)
 time.sleep(2)
-pings = m.cli_ping_runs(n, runs)
-walls, cpus = [w for w, _ in pings], [c for _, c in pings]
+pings = m.cli_ping_runs(n, runs, others=[sw.pid])
+walls, cpus, swarm_cpus, cli_cpus = ([r[i] for r in pings] for i in range(4))
 rss = swarm.rollup(m.proc.pid, ("Rss",))[0] / 1024
 stop(sw); m.stop()
-print(json.dumps({"bin": bindir, "n": n, "signin_s": round(signin[0], 2), "signin_cpu_s": round(signin[1], 2), "ping_s": [round(x, 3) for x in walls], "ping_cpu_s": [round(x, 3) for x in cpus], "ping_median_s": round(statistics.median(walls), 3), "cpu_median_s": round(statistics.median(cpus), 3), "rss_mib": round(rss, 1)}))
+print(json.dumps({"bin": bindir, "n": n, "signin_s": round(signin[0], 2), "signin_cpu_s": round(signin[1], 2), "ping_s": [round(x, 3) for x in walls], "ping_cpu_s": [round(x, 3) for x in cpus], "ping_median_s": round(statistics.median(walls), 3), "cpu_median_s": round(statistics.median(cpus), 3), "swarm_cpu_median_s": round(statistics.median(swarm_cpus), 3), "cli_cpu_median_s": round(statistics.median(cli_cpus), 3), "rss_mib": round(rss, 1), "swarm_auth": auth}))

@@ -26,6 +26,7 @@ Every process started here is stopped by PID, children included.
 import argparse
 import json
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -195,14 +196,20 @@ class Master:
     def cli_ping(self, n):
         return statistics.median(wall for wall, _ in self.cli_ping_runs(n))
 
-    def cli_ping_runs(self, n, runs=5):
-        """`runs` CLI `test.ping`s: each one's wall time and the master's CPU-seconds."""
+    def cli_ping_runs(self, n, runs=5, others=()):
+        """`runs` CLI `test.ping`s: each one's wall time and the master's CPU-seconds
+        (with `others`, a list of PIDs such as the swarm's, two more: their
+        CPU-seconds in the same run, and the `salt` CLI's own)."""
         exe = os.path.join(BIN, "salt") if self.kind == "halite" else os.path.join(VENV, "bin/salt")
         out_runs = []
         for _ in range(runs):
-            c0, t0 = cpu([self.proc.pid]), time.monotonic()
+            c0, o0, t0 = cpu([self.proc.pid]), cpu(list(others)), time.monotonic()
+            k0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             out = subprocess.run([exe, "-c", self.conf, "*", "test.ping", "--out", "json", "-t", "60"], capture_output=True, text=True).stdout
-            out_runs.append((time.monotonic() - t0, cpu([self.proc.pid]) - c0))
+            k1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            self.last_cli_cpu = (k1.ru_utime + k1.ru_stime) - (k0.ru_utime + k0.ru_stime)
+            run = (time.monotonic() - t0, cpu([self.proc.pid]) - c0)
+            out_runs.append(run + (cpu(list(others)) - o0, self.last_cli_cpu) if others else run)
             got = out.count("true")
             if got != n:
                 print(f"  warning: {self.kind} CLI saw {got}/{n} returns", file=sys.stderr)

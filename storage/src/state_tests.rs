@@ -8,7 +8,7 @@ use crate::keys::localfs::LocalfsKeys;
 use crate::keys::mmap::MmapKeys;
 use crate::keys::{BankState, Geometry};
 use crate::roots::{RootsDirs, RootsMaterialiser};
-use crate::state::{roots_records, Effect, StateMachine};
+use crate::state::{roots_records, Effect, KeyPrint, StateMachine};
 use crate::views::Views;
 
 fn key(id: &str, state: KeyState, t: u64) -> Record {
@@ -450,4 +450,62 @@ fn a_first_only_return_applies_only_where_no_return_is_stored() {
     let plain = ret("m1", 1, false).encode().unwrap();
     assert!(!plain.windows(10).any(|w| w == b"first_only"));
     assert_eq!(Record::decode(&ret("m1", 1, true).encode().unwrap()).unwrap(), ret("m1", 1, true));
+}
+
+/// The request path reads a key's state and PEM digest from memory (`state/key_prints.rs`);
+/// every apply that changes a key must show at once, also while other threads read.
+#[test]
+fn key_prints_follow_every_applied_change() {
+    let d = tempfile::tempdir().unwrap();
+    let sm = std::sync::Arc::new(StateMachine::open(&d.path().join("s")).unwrap());
+    let set = |id: &str, state, pem: &str| Record::KeySet(KeySet { id: id.into(), state, pub_key: pem.as_bytes().to_vec(), time_ns: 1, expect: None, pending_below: None });
+    let direct = |sm: &StateMachine, id: &str| sm.get_key(id).unwrap().map(|k| KeyPrint::of(&k));
+    assert_eq!(sm.key_print("m").unwrap(), None);
+    let steps = [
+        set("m", KeyState::Pending, "PEM 1"),
+        set("m", KeyState::Accepted, "PEM 1"),
+        set("m", KeyState::Rejected, "PEM 1"),
+        set("m", KeyState::Deleted, ""),
+        set("m", KeyState::Accepted, "PEM 2"),
+    ];
+    let mut index = 1;
+    for rec in steps.iter().cloned() {
+        sm.apply(&[(index, rec)]).unwrap();
+        index += 1;
+        assert_eq!(sm.key_print("m").unwrap(), direct(&sm, "m"), "after step {index}");
+        assert_eq!(sm.key_print("m").unwrap(), direct(&sm, "m"), "remembered after step {index}");
+    }
+    // Readers racing the applies: after each apply, what is remembered is what the state
+    // holds.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (sm, stop) = (sm.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    for id in ["m", "n"] {
+                        let _ = sm.key_print(id).unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for round in 0..1500 {
+        let pem = format!("PEM {round}");
+        let state = if round % 3 == 0 { KeyState::Rejected } else { KeyState::Accepted };
+        sm.apply(&[(index, set("m", state, &pem)), (index + 1, set("n", KeyState::Accepted, &pem))]).unwrap();
+        index += 2;
+        // No write until the next round: a reader that read before this apply must not
+        // have left its (old) print behind.
+        for id in ["m", "n"] {
+            assert_eq!(sm.key_print(id).unwrap(), direct(&sm, id), "{id} in round {round}");
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for r in readers {
+        r.join().unwrap();
+    }
+    for id in ["m", "n"] {
+        assert_eq!(sm.key_print(id).unwrap(), direct(&sm, id), "{id} after the race");
+    }
 }

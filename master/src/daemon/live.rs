@@ -203,6 +203,9 @@ impl View for Master {
     fn key(&self, id: &str) -> Result<Option<StoredKey>> {
         Ok(self.sm().get_key(id)?)
     }
+    fn key_print(&self, id: &str) -> Result<Option<halite_storage::state::KeyPrint>> {
+        Ok(self.sm().key_print(id)?)
+    }
     fn denied(&self, id: &str) -> Result<bool> {
         Ok(self.sm().get_denied(id)?.is_some())
     }

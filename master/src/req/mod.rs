@@ -45,8 +45,9 @@ use rmpv::Value;
 use halite_storage::format::Record;
 use halite_storage::id::validate_minion_id;
 use halite_storage::keys::BankState;
+use halite_storage::state::KeyPrint;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::events::Event;
 use crate::view::View;
 use crate::wire::crypto::{Crypticle, EncAlgo, PublicKey, SigAlgo};
@@ -160,10 +161,31 @@ pub enum Command {
 pub struct Ctx<'a> {
     pub id: &'a str,
     pub nonce: &'a str,
-    /// The minion's accepted public key.
-    pub minion_pub: &'a PublicKey,
+    /// The print of the minion's accepted key, the key its `tok` was checked against.
+    pub key: KeyPrint,
     pub enc: EncAlgo,
     pub sig: SigAlgo,
+}
+
+impl Ctx<'_> {
+    /// The minion's accepted public key, read and parsed when a command needs it (the
+    /// pillar's reply is encrypted to it; a return needs no key): the key whose print the
+    /// `tok` was checked against, or an error if it changed since.
+    pub fn minion_pub(&self, view: &dyn View) -> Result<PublicKey> {
+        match view.key(self.id)? {
+            Some(k) if k.state == BankState::Accepted && KeyPrint::of(&k) == self.key => Ok(PublicKey::from_pem(&k.pub_key)?),
+            _ => Err(Error::refused("the minion's accepted key changed during the request")),
+        }
+    }
+}
+
+/// Checks `tok` against the accepted key whose print is `print`, reading and parsing the
+/// key (the memo's check when it does not remember this pair).
+fn tok_matches(view: &dyn View, id: &str, print: &KeyPrint, tok: &Value) -> bool {
+    match view.key(id) {
+        Ok(Some(k)) if KeyPrint::of(&k) == *print => PublicKey::from_pem(&k.pub_key).is_ok_and(|pubkey| envelope::tok_valid(tok, &pubkey)),
+        _ => false,
+    }
 }
 
 /// What an AES command answered.
@@ -295,17 +317,15 @@ fn handle_aes(view: &dyn View, env: &envelope::Envelope, weight: Weight) -> Opti
     if weight == Weight::Light && !LIGHT_COMMANDS.contains(&cmd) {
         return None;
     }
-    let stored = match view.key(id) {
-        Ok(Some(k)) if k.state == BankState::Accepted => k,
+    // The key's state and PEM digest (from memory in the daemon); the PEM itself is read
+    // only when the memo does not know this (key, tok) or the command needs the key.
+    let print = match view.key_print(id) {
+        Ok(Some(p)) if p.state == BankState::Accepted => p,
         _ => return Some(Outcome::bad_load("the minion's key is not accepted", cmd, id)),
     };
-    let minion_pub = match PublicKey::from_pem(&stored.pub_key) {
-        Ok(k) => k,
-        Err(e) => return Some(Outcome::bad_load(format!("the accepted key does not parse: {e}"), cmd, id)),
-    };
     let tok_ok = match (view.tok_memo(), crate::wire::payload::bytes(&opened.tok)) {
-        (Some(memo), Some(tok)) => memo.valid(&stored.pub_key, tok, || envelope::tok_valid(&opened.tok, &minion_pub)),
-        _ => envelope::tok_valid(&opened.tok, &minion_pub),
+        (Some(memo), Some(tok)) => memo.valid(&print.pem_sha256, tok, || tok_matches(view, id, &print, &opened.tok)),
+        _ => tok_matches(view, id, &print, &opened.tok),
     };
     if !tok_ok {
         return Some(Outcome::bad_load("bad tok", cmd, id));
@@ -314,7 +334,7 @@ fn handle_aes(view: &dyn View, env: &envelope::Envelope, weight: Weight) -> Opti
     if let Err(why) = envelope::check_ttl(&opened.inner, now_s, view.config().request_server_ttl) {
         return Some(Outcome::bad_load(why, cmd, id));
     }
-    let ctx = Ctx { id, nonce: &opened.nonce, minion_pub: &minion_pub, enc: env.enc_algo, sig: env.sig_algo };
+    let ctx = Ctx { id, nonce: &opened.nonce, key: print, enc: env.enc_algo, sig: env.sig_algo };
     let mut ans = match Command::parse_aes(cmd, &opened.inner).answer(&ctx, view) {
         Ok(a) => a,
         Err(why) => return Some(Outcome::bad_load(why, cmd, id)),

@@ -47,7 +47,7 @@ impl Pillar {
             records.push(Record::PillarCache(PillarCache { id: ctx.id.to_string(), pillar: cached, time_ns: view.now_ns() }));
         }
         let k = view.fresh_key();
-        let enc_k = ctx.minion_pub.encrypt_oaep(k.key_string().as_bytes(), ctx.enc)?;
+        let enc_k = ctx.minion_pub(view)?.encrypt_oaep(k.key_string().as_bytes(), ctx.enc)?;
         let data = encode(&map([("key", bin(enc_k.clone())), ("pillar", pillar), ("nonce", Value::from(ctx.nonce))]));
         let sig = view.master_keys().private.sign(&data, ctx.sig)?;
         let mut plain = PICKLE.to_vec();

@@ -24,7 +24,7 @@ pub mod tok_memo;
 use std::sync::Arc;
 
 use halite_storage::format::RootsTree;
-use halite_storage::state::StoredKey;
+use halite_storage::state::{KeyPrint, StoredKey};
 
 use crate::config::MasterConfig;
 use crate::error::Result;
@@ -79,6 +79,12 @@ pub trait View: Send + Sync {
     fn session_key(&self, id: &str) -> Option<Crypticle>;
     /// The id's entry in the keys bank.
     fn key(&self, id: &str) -> Result<Option<StoredKey>>;
+    /// The id's key state and the SHA-256 of its PEM: [`View::key`] without the PEM, for
+    /// the request path (the live view answers from memory: `halite_storage`'s
+    /// `state/key_prints.rs`).
+    fn key_print(&self, id: &str) -> Result<Option<KeyPrint>> {
+        Ok(self.key(id)?.map(|k| KeyPrint::of(&k)))
+    }
     /// Whether the id already has a denied key (only the first is kept).
     fn denied(&self, id: &str) -> Result<bool>;
     /// The pillar cached for a minion (msgpack, `pillar_cache` records), to propose a new

@@ -8,8 +8,9 @@
 //! CPU.
 //!
 //! The check is a pure function of (accepted public key, `tok`), so its result can be
-//! remembered exactly. The memo keeps the SHA-256 of the public key's PEM and the `tok`
-//! (each length-prefixed) for checks that **succeeded**; a failed check is not kept, so
+//! remembered exactly. The memo keeps a SHA-256 of the key's print (the SHA-256 of its
+//! PEM, as the state machine keeps it: `halite_storage`'s `state/key_prints.rs`) and the
+//! length-prefixed `tok`, for checks that **succeeded**; a failed check is not kept, so
 //! bad input cannot fill it and a key that changes (a new PEM) is never matched by an old
 //! entry. Whether the key is still accepted is read from the state on every request,
 //! before this memo is asked: deleting or rejecting a key needs nothing from here.
@@ -62,10 +63,11 @@ impl TokMemo {
         self.len() == 0
     }
 
-    /// `check()`'s answer for (`pub_key` as stored, `tok`): remembered if it was `true` before,
-    /// else computed (outside the lock) and remembered if `true`.
-    pub fn valid(&self, pub_key: &[u8], tok: &[u8], check: impl FnOnce() -> bool) -> bool {
-        let key = Self::key(pub_key, tok);
+    /// `check()`'s answer for (the key whose PEM has the SHA-256 `pem_sha256`, `tok`):
+    /// remembered if it was `true` before, else computed (outside the lock) and
+    /// remembered if `true`. `check` must check `tok` against that very key.
+    pub fn valid(&self, pem_sha256: &[u8; 32], tok: &[u8], check: impl FnOnce() -> bool) -> bool {
+        let key = Self::key(pem_sha256, tok);
         if self
             .seen
             .lock()
@@ -86,10 +88,9 @@ impl TokMemo {
         true
     }
 
-    fn key(pem: &[u8], tok: &[u8]) -> [u8; 32] {
+    fn key(pem_sha256: &[u8; 32], tok: &[u8]) -> [u8; 32] {
         let mut h = Sha256::new();
-        h.update((pem.len() as u64).to_be_bytes());
-        h.update(pem);
+        h.update(pem_sha256);
         h.update((tok.len() as u64).to_be_bytes());
         h.update(tok);
         h.finalize().into()
@@ -101,6 +102,10 @@ mod tests {
     use super::*;
     use std::cell::Cell;
 
+    fn print(pem: &[u8]) -> [u8; 32] {
+        Sha256::digest(pem).into()
+    }
+
     #[test]
     fn a_success_is_remembered_and_a_failure_is_not() {
         let memo = TokMemo::new(8);
@@ -109,15 +114,15 @@ mod tests {
             calls.set(calls.get() + 1);
             true
         };
-        assert!(memo.valid(b"PEM", b"tok", ok));
-        assert!(memo.valid(b"PEM", b"tok", || panic!(
+        assert!(memo.valid(&print(b"PEM"), b"tok", ok));
+        assert!(memo.valid(&print(b"PEM"), b"tok", || panic!(
             "a remembered success is not checked again"
         )));
         assert_eq!(calls.get(), 1);
 
         let bad = Cell::new(0);
         for _ in 0..3 {
-            assert!(!memo.valid(b"PEM", b"forged", || {
+            assert!(!memo.valid(&print(b"PEM"), b"forged", || {
                 bad.set(bad.get() + 1);
                 false
             }));
@@ -129,19 +134,17 @@ mod tests {
     #[test]
     fn another_key_or_tok_is_checked_afresh() {
         let memo = TokMemo::new(8);
-        assert!(memo.valid(b"PEM-A", b"tok", || true));
+        assert!(memo.valid(&print(b"PEM-A"), b"tok", || true));
         // The same tok under a new key (the minion's key was replaced): checked again.
-        assert!(!memo.valid(b"PEM-B", b"tok", || false));
-        // Moving bytes between the two fields does not collide (length prefixes).
-        assert!(!memo.valid(b"PEM-At", b"ok", || false));
-        assert!(!memo.valid(b"PEM-A", b"tok2", || false));
+        assert!(!memo.valid(&print(b"PEM-B"), b"tok", || false));
+        assert!(!memo.valid(&print(b"PEM-A"), b"tok2", || false));
     }
 
     #[test]
     fn it_is_bounded() {
         let memo = TokMemo::new(4);
         for i in 0..10 {
-            assert!(memo.valid(b"PEM", format!("tok{i}").as_bytes(), || true));
+            assert!(memo.valid(&print(b"PEM"), format!("tok{i}").as_bytes(), || true));
             assert!(memo.len() <= 4);
         }
         assert!(!memo.is_empty());

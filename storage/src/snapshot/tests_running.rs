@@ -70,7 +70,10 @@ fn same_state(sm: &StateMachine, want: &StateDigest) {
 fn a_running_install_takes_exactly_the_snapshots_state() {
     let s = setup(src_records());
     assert_eq!(s.sm.pending_keys(), 3);
+    // Remembered before the install (the request path's prints, `state/key_prints.rs`).
+    assert!(s.sm.key_print("old-1").unwrap().is_some());
     install_running(&s.snap, &s.log, &s.sm).unwrap();
+    assert!(s.sm.key_print("old-1").unwrap().is_none(), "no print outlives a replaced state");
     same_state(&s.sm, &s.want);
     assert!(s.sm.get_key("old-1").unwrap().is_none());
     assert_eq!(s.sm.get_key("new").unwrap().unwrap().state, BankState::Accepted);

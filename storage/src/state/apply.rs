@@ -90,6 +90,9 @@ impl StateMachine {
         }
         batch.put_cf(db.cf(CF_META)?, APPLIED_INDEX, last.to_be_bytes());
         db.write_opt(batch, &no_wal())?;
+        if !overlay.keys.is_empty() {
+            self.prints.forget(overlay.keys.keys());
+        }
         self.pending_changed(overlay.pending_delta);
         Ok(out)
     }

@@ -43,6 +43,7 @@ mod apply;
 mod digest;
 mod eauth_tokens;
 mod handle;
+mod key_prints;
 mod member_keys;
 pub mod options;
 mod pending;
@@ -54,6 +55,7 @@ mod proposals;
 
 pub use apply::Applied;
 pub use digest::StateDigest;
+pub use key_prints::KeyPrint;
 pub use member_keys::{MemberKeyChange, PublicKey};
 pub use proposals::Outcome;
 
@@ -140,6 +142,9 @@ pub struct StateMachine {
     /// from the state, so every member holds the same number at the same log position;
     /// a new pending key's `pending_below` is decided on it.
     pending: AtomicU64,
+    /// Each key's state and PEM digest, for the request path (`key_prints.rs`): filled
+    /// on read, dropped by `apply` for the keys it changes.
+    prints: key_prints::KeyPrints,
 }
 
 fn roots_key(tree: RootsTree, env: &str, path: &str) -> Vec<u8> {
@@ -175,7 +180,7 @@ impl StateMachine {
     }
 
     fn of(db: DB, path: PathBuf) -> Result<Self> {
-        let sm = StateMachine { db: handle::Handle::new(db), path, pending: AtomicU64::new(0) };
+        let sm = StateMachine { db: handle::Handle::new(db), path, pending: AtomicU64::new(0), prints: key_prints::KeyPrints::new(key_prints::DEFAULT_CAPACITY) };
         sm.recount_pending()?;
         Ok(sm)
     }
@@ -289,6 +294,19 @@ impl StateMachine {
             None => Ok(None),
             Some(v) => Self::decode_key(id.as_bytes(), &v).map(Some),
         }
+    }
+
+    /// `id`'s key state and the SHA-256 of its PEM: what [`StateMachine::get_key`] would
+    /// answer, from memory when it can (`key_prints.rs`: as fresh as a read, bounded).
+    pub fn key_print(&self, id: &str) -> Result<Option<KeyPrint>> {
+        let epoch = match self.prints.get(id) {
+            Ok(p) => return Ok(Some(p)),
+            Err(epoch) => epoch,
+        };
+        let Some(key) = self.get_key(id)? else { return Ok(None) };
+        let print = KeyPrint::of(&key);
+        self.prints.fill(id, print, epoch);
+        Ok(Some(print))
     }
 
     /// The first denied key of `id` and its time.
