@@ -25,10 +25,11 @@ from swarm import HOME, Master, swarm_until_ready, stop  # noqa: E402
 n = int(sys.argv[1]); bindir = sys.argv[2]; runs = int(sys.argv[3]) if len(sys.argv) > 3 else 5
 swarm.BIN = bindir
 root = tempfile.mkdtemp(prefix="ab-")
-m = Master("halite", root, 29706)
+port = int(os.environ.get("HALITE_BENCH_PORT", "29706"))  # two runs at once need two ports
+m = Master("halite", root, port)
 m.start()
 t0 = time.monotonic(); c0 = swarm.cpu([m.proc.pid])
-sw, auth, ready = swarm_until_ready(["--port", "29706", "--count", str(n), "--key-dir", os.path.join(HOME, ".cache/halite/swarm-keys"), "--distinct-keys", "1000"], root)
+sw, auth, ready = swarm_until_ready(["--port", str(port), "--count", str(n), "--key-dir", os.path.join(HOME, ".cache/halite/swarm-keys"), "--distinct-keys", "1000"], root)
 signin = (time.monotonic() - t0, swarm.cpu([m.proc.pid]) - c0)
 time.sleep(2)
 pings = m.cli_ping_runs(n, runs, others=[sw.pid])

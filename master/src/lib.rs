@@ -16,6 +16,7 @@
 //! | [`events`], [`config`], [`error`] | events, Salt's config files, the error type |
 
 pub mod acl;
+pub mod alloc;
 pub mod admin;
 pub mod config;
 pub mod daemon;

@@ -5,6 +5,10 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
+/// The Rust heap is mimalloc's (why, and its settings: `halite_master::alloc`).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(name = "salt-master", about = "The Halite Salt master", version)]
 struct Args {
@@ -20,6 +24,7 @@ struct Args {
 }
 
 fn main() {
+    halite_master::alloc::configure();
     // Two malloc arenas instead of glibc's 8 per core: the handler threads allocate
     // little and briefly, and every extra arena keeps its own free memory resident.
     // SAFETY: mallopt only tunes the allocator; called before any thread exists.
