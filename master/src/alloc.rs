@@ -6,7 +6,7 @@
 //! small free chunks (`malloc_consolidate`) and walk its free lists (`unlink_chunk`), and
 //! a return allocates many small and a few large buffers (frames, the decrypted load,
 //! its msgpack tree, the record). mimalloc keeps free lists per page and per thread: the
-//! same run took a quarter less CPU.
+//! same run took a quarter less CPU (the table below).
 //!
 //! **Memory.** With its defaults mimalloc kept 25–50 MiB more resident at 8,000 minions
 //! than glibc (130–153 MiB against 102–106 after the pings): it commits its arenas
@@ -14,12 +14,20 @@
 //! (`MI_DEFAULT_ARENA_EAGER_COMMIT=0`, a define of mimalloc's C source that
 //! `.cargo/config.toml` passes to its build: the option is read when the process loads,
 //! before `main`, so setting it here came too late and measured 120–130 MiB), and
-//! [`configure`] makes freed pages go back after 10 ms (mimalloc's default is a second):
-//! about the same resident memory as glibc at 8,000 minions (98–104 MiB with delays of
-//! 0, 10 and 100 ms, against 98–106 for glibc in runs of the same hour) for about a third
-//! less of the master's CPU per `test.ping` (0.70 against 1.11 CPU-seconds). What C and C++ libraries
-//! allocate (RocksDB's memtables and caches, OpenSSL) still comes from glibc's heap,
-//! which `daemon::trim` keeps small.
+//! [`configure`] makes freed pages go back at once. Measured the same hour
+//! (`benches/scripts/ping_cpu.py`), the same code apart from the allocator:
+//!
+//! | heap | master CPU per 8,000-minion `test.ping` | RSS after, 8,000 | RSS after, 500 |
+//! |---|---|---|---|
+//! | glibc | 0.90–0.95 s | 98–106 MiB | 37.3 MiB |
+//! | mimalloc, purge after 100 ms | 0.67–0.69 s | 101–104 MiB | |
+//! | mimalloc, purge after 10 ms | 0.70–0.73 s | 101–105 MiB | 44.8 MiB |
+//! | **mimalloc, purge at once** | **0.72 s** | **97.7 MiB** | **41.6 MiB** |
+//!
+//! So about a quarter less CPU, for a few MiB more at small fleets (each thread that
+//! allocated keeps partly used pages of its own). What C and C++ libraries allocate
+//! (RocksDB's memtables and caches, OpenSSL) still comes from glibc's heap, which
+//! `daemon::trim` keeps small.
 //!
 //! The option numbers are mimalloc v3's (`mi_option_t` in its `mimalloc.h`; the sys crate
 //! names only some, with v2's numbers): the test below checks them against their
@@ -34,7 +42,7 @@ const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
 const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 /// How long freed memory stays resident before mimalloc gives it back.
-pub const PURGE_DELAY_MS: i64 = 10;
+pub const PURGE_DELAY_MS: i64 = 0;
 
 /// Sets mimalloc's options (see the module docs), each unless the environment sets it
 /// (`MIMALLOC_ARENA_EAGER_COMMIT`, `MIMALLOC_PURGE_DELAY`: mimalloc reads them when the
