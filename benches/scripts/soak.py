@@ -73,7 +73,9 @@ def main():
     ap.add_argument("--minutes", type=float, default=60)
     ap.add_argument("--interval", type=float, default=1.0)
     ap.add_argument("--sample", type=float, default=10.0)
-    ap.add_argument("--port", type=int, default=45506)
+    # Below the kernel's ephemeral range (32768-60999 here), which other processes' client
+    # sockets take ports from.
+    ap.add_argument("--port", type=int, default=24506)
     ap.add_argument("--keys", default=os.path.expanduser("~/.cache/halite/swarm-keys"))
     ap.add_argument("--out", default="docs/bench-data/soak.json")
     ap.add_argument("--config", default="", help="extra master configuration lines (YAML), e.g. 'cluster_max_log_size: 5000'")
