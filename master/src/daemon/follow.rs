@@ -6,12 +6,12 @@
 //! expected minion returned, the timeout passed or the client went away.
 //!
 //! Batched, because a big job's returns come in bursts (8,000 minions answer a
-//! `test.ping` within a second): when an event wakes the loop, every event already
-//! queued is taken too (at most [`BATCH`]), their returns are read in one go, and their
-//! lines written with one write (cut at [`FLUSH_AT`] bytes). The cost of a wake-up, a
-//! read pass and a syscall is then shared by the burst instead of paid per return.
+//! `test.ping` within a second): when an event wakes the loop, it waits [`COALESCE`]
+//! for the burst to gather, then takes every event queued (at most [`BATCH`]); their
+//! returns are read in one batched lookup and their lines written with one write (cut
+//! at [`FLUSH_AT`] bytes). The cost of a wake-up, a read pass and a syscall is then
+//! shared by the burst instead of paid per return.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde_json::{json, Value as J};
@@ -36,6 +36,11 @@ pub const BATCH: usize = 1024;
 /// otherwise): a burst of large returns is not held whole.
 pub const FLUSH_AT: usize = 1 << 20;
 
+/// How long a wake-up waits for more events before taking what is queued, while more
+/// returns are expected: a few milliseconds later on the screen, in exchange for one
+/// pass per burst instead of one per return when returns trickle in a few at a time.
+pub const COALESCE: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// Up to this many returns are read on the runtime's thread (a few point reads of hot
 /// data); a larger batch is read on the blocking pool.
 const INLINE_READS: usize = 16;
@@ -45,10 +50,11 @@ fn load_json(load: &[u8]) -> J {
     payload::decode(load).map(|v| payload::to_json(&v)).unwrap_or(J::Null)
 }
 
-/// Reads the returns of `ids` to `jid` from the job cache (point reads); the ids with no
-/// return yet are left out.
+/// Reads the returns of `ids` to `jid` from the job cache (one batched lookup); the ids
+/// with no return yet are left out (and so are all of them if the read fails: they are
+/// looked up again, as any return not found).
 fn read_returns(sm: &StateMachine, jid: &str, ids: &[String]) -> Vec<(String, J)> {
-    ids.iter().filter_map(|id| sm.job_return(jid, id).ok().flatten().map(|r| (r.id, load_json(&r.load)))).collect()
+    sm.job_returns_of(jid, ids).unwrap_or_default().into_iter().map(|r| (r.id, load_json(&r.load))).collect()
 }
 
 /// [`read_returns`], on the blocking pool unless the batch is small.
@@ -87,13 +93,23 @@ impl Out {
         ok
     }
 
+    /// One `{"id": ID, "return": LOAD}` line, written as it is (no copy of the load into
+    /// a new JSON value first).
+    fn push_return(&mut self, id: &str, load: &J) {
+        self.buf.extend_from_slice(b"{\"id\":");
+        let _ = serde_json::to_writer(&mut self.buf, id);
+        self.buf.extend_from_slice(b",\"return\":");
+        let _ = serde_json::to_writer(&mut self.buf, load);
+        self.buf.extend_from_slice(b"}\n");
+    }
+
     /// Gathers the returns `f` still wants (marking them sent), writing whenever
     /// [`FLUSH_AT`] bytes are gathered; false once the client cannot take them.
     async fn returns<W: AsyncWrite + Unpin>(&mut self, f: &mut Follow, found: Vec<(String, J)>, wr: &mut W) -> bool {
         for (id, load) in found {
             if f.wanted(&id) {
                 f.sent(&id);
-                self.push(&json!({ "id": id, "return": load }));
+                self.push_return(&id, &load);
                 if self.buf.len() >= FLUSH_AT && !self.send(wr).await {
                     return false;
                 }
@@ -150,25 +166,34 @@ async fn stream(sm: Arc<StateMachine>, mut rx: Receiver<Event>, cmd: FollowCmd, 
     let mut closed = false;
     let mut byte = [0u8; 1];
     while !f.done() && !closed {
-        let found: Vec<(String, J)> = tokio::select! {
+        // The returns found, and the minions events named (those of them not found are
+        // retried on the timer).
+        let (found, named): (Vec<(String, J)>, Vec<String>) = tokio::select! {
             _ = tokio::time::sleep_until(deadline) => break,
             // The client closed (or wrote, which a follow does not expect): stop.
             _ = rd.read(&mut byte) => return,
             e = rx.recv() => {
-                // This event and every one already queued behind it, at most BATCH.
+                match e {
+                    Ok(_) => {}
+                    Err(RecvError::Lagged(_)) => lagged = true,
+                    Err(RecvError::Closed) => closed = true,
+                }
+                // More returns to come: let the burst gather for a moment first.
+                if !closed && f.pending() > 1 {
+                    tokio::time::sleep(COALESCE).await;
+                }
+                // This event and every one queued behind it, at most BATCH (the same
+                // minion named twice is read once: `job_returns_of` takes each once).
                 let mut ids = Vec::new();
-                let mut seen = HashSet::new();
                 let mut take = |e: &Event| {
                     if let Some(id) = return_tag_id(&e.tag, &cmd.jid) {
-                        if f.wanted(id) && seen.insert(id.to_string()) {
+                        if f.wanted(id) {
                             ids.push(id.to_string());
                         }
                     }
                 };
-                match e {
-                    Ok(e) => take(&e),
-                    Err(RecvError::Lagged(_)) => lagged = true,
-                    Err(RecvError::Closed) => closed = true,
+                if let Ok(e) = &e {
+                    take(e);
                 }
                 for _ in 1..BATCH {
                     if closed {
@@ -184,24 +209,24 @@ async fn stream(sm: Arc<StateMachine>, mut rx: Receiver<Event>, cmd: FollowCmd, 
                 if ids.is_empty() {
                     continue;
                 }
-                let got = read_batch(&sm, &cmd.jid, ids.clone()).await;
-                let have: HashSet<&str> = got.iter().map(|(id, _)| id.as_str()).collect();
-                // Named, but not applied here yet: looked up again on the timer.
-                for id in ids.iter().filter(|id| !have.contains(id.as_str())) {
-                    f.hint(id);
-                }
-                got
+                (read_batch(&sm, &cmd.jid, ids.clone()).await, ids)
             }
             _ = tick.tick() => {
                 let due = f.due(std::mem::take(&mut lagged));
                 if due.is_empty() {
                     continue;
                 }
-                read_batch(&sm, &cmd.jid, due).await
+                (read_batch(&sm, &cmd.jid, due).await, Vec::new())
             }
         };
         if !out.returns(&mut f, found, &mut wr).await {
             return;
+        }
+        // Named, but not applied here yet: looked up again on the timer.
+        for id in &named {
+            if f.wanted(id) {
+                f.hint(id);
+            }
         }
     }
     out.push(&json!({ "done": true, "missing": f.missing() }));
