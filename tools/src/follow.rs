@@ -11,11 +11,16 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use halite_master::admin::client::socket_path;
+use halite_master::admin::client::{socket_path, NOT_RESPONDING};
 
 /// Longest answer line read from the master (a return is bounded by the master's own
 /// request limits; this only keeps a confused peer from filling memory).
 const MAX_LINE: u64 = 256 << 20;
+
+/// How long past the follow's own timeout an answer may take: the master ends a follow
+/// at its timeout and sends the done line then; one that is silent longer than this
+/// (stopped, wedged) is given up on with [`NOT_RESPONDING`].
+pub const GRACE: Duration = Duration::from_secs(10);
 
 /// What a follow reports.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,8 +37,9 @@ pub enum Arrival {
 pub fn follow(sock_dir: &Path, jid: &str, timeout: Duration, tx: Sender<Arrival>) -> std::io::Result<()> {
     let mut s = UnixStream::connect(socket_path(sock_dir))?;
     // The master ends the follow at the timeout; this only guards against a master
-    // that hangs without closing.
-    s.set_read_timeout(Some(timeout + Duration::from_secs(60)))?;
+    // that hangs without closing (no read waits longer).
+    s.set_read_timeout(Some(timeout.saturating_add(GRACE)))?;
+    s.set_write_timeout(Some(GRACE))?;
     let mut line = json!({ "cmd": "job.follow", "jid": jid, "timeout": timeout.as_secs_f64() }).to_string();
     line.push('\n');
     s.write_all(line.as_bytes())?;
@@ -54,6 +60,7 @@ fn read_all(mut rd: BufReader<UnixStream>, jid: &str, tx: &Sender<Arrival>) -> A
             Ok(0) => return failed("the master closed the connection before the job's end".into()),
             Ok(_) if buf.last() != Some(&b'\n') => return failed("the master's answer was cut short".into()),
             Ok(_) => {}
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => return failed(NOT_RESPONDING.into()),
             Err(e) => return failed(format!("admin socket: {e}")),
         }
         let v: Value = match serde_json::from_slice(&buf) {

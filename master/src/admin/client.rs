@@ -22,6 +22,7 @@
 //! file is the wire protocol and the blocking client the tools use.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use serde_json::Value as J;
 
@@ -29,47 +30,189 @@ use crate::error::{Error, IoContext, Result};
 
 pub const SOCKET_NAME: &str = "halite-admin.sock";
 
+/// What a tool says when the master took no request or gave no answer in time (a
+/// stalled, stopped or overloaded master): Salt's words for its own request timeout.
+pub const NOT_RESPONDING: &str = "Salt request timed out. The master is not responding. You may need to run your command with `--async` in order to bypass the congested event bus. With `--async`, the CLI tool will print the job id (jid) and exit immediately without listening for responses. You can then use `salt-run jobs.lookup_jid` to look up the results of the job in the job cache later.";
+
 pub fn socket_path(sock_dir: &Path) -> PathBuf {
     sock_dir.join(SOCKET_NAME)
 }
 
+/// Salt's `request_channel_timeout` default: how long a request to the master waits for
+/// its answer.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a tool waits for the master to answer one admin request when nothing
+/// (such as `salt -t`) says: the config's `request_channel_timeout` (seconds, Salt's
+/// option for how long a request to the master may take), [`REQUEST_TIMEOUT`] unset.
+pub fn request_timeout(cfg: &crate::MasterConfig) -> Duration {
+    match cfg.raw.get("request_channel_timeout") {
+        Some(v) => v.as_u64().or_else(|| v.as_f64().filter(|s| s.is_finite() && *s > 0.0).map(|s| s.ceil() as u64)).map_or(REQUEST_TIMEOUT, |s| Duration::from_secs(s.max(1))),
+        None => REQUEST_TIMEOUT,
+    }
+}
+
+/// Whether `e` is a call's deadline passing (the answer [`NOT_RESPONDING`]).
+pub fn timed_out(e: &Error) -> bool {
+    matches!(e, Error::Refused(m) if m == NOT_RESPONDING)
+}
+
 /// A blocking client for the tools.
+///
+/// Every call has a deadline ([`AdminClient::set_timeout`], or one per call with
+/// [`AdminClient::call_within`]): a master that is stopped (`SIGSTOP`), wedged or
+/// overloaded still accepts the connection (the kernel queues it) but never answers, and
+/// a tool must not wait for ever. Past the deadline the call fails with
+/// [`NOT_RESPONDING`] and the connection is unusable (a late answer would be read as the
+/// next call's): the tool gives up.
 pub struct AdminClient {
     stream: std::io::BufReader<std::os::unix::net::UnixStream>,
+    timeout: Option<Duration>,
 }
 
 impl AdminClient {
-    /// Connects to a running master; `None` when no master is listening.
+    /// Connects to a running master; `None` when no master is listening. Calls have no
+    /// deadline until [`AdminClient::set_timeout`].
     pub fn connect(sock_dir: &Path) -> Option<AdminClient> {
         let s = std::os::unix::net::UnixStream::connect(socket_path(sock_dir)).ok()?;
-        Some(AdminClient { stream: std::io::BufReader::new(s) })
+        Some(AdminClient { stream: std::io::BufReader::new(s), timeout: None })
     }
 
-    /// Sends one request and reads its answer.
+    /// How long each later [`AdminClient::call`] may take, from sending the request to
+    /// the end of its answer (`None`: no bound).
+    pub fn set_timeout(&mut self, timeout: Option<Duration>) {
+        self.timeout = timeout;
+    }
+
+    /// Sends one request and reads its answer, within the client's timeout.
     pub fn call(&mut self, req: &J) -> Result<J> {
-        use std::io::{BufRead, Write};
+        self.exchange(req, self.timeout)
+    }
+
+    /// Sends one request and reads its answer, within `within` (whatever the client's
+    /// timeout).
+    pub fn call_within(&mut self, req: &J, within: Duration) -> Result<J> {
+        self.exchange(req, Some(within))
+    }
+
+    fn exchange(&mut self, req: &J, within: Option<Duration>) -> Result<J> {
+        use std::io::Write;
+        // A deadline too far to represent is no deadline.
+        let deadline = within.and_then(|d| Instant::now().checked_add(d));
         let mut line = req.to_string();
         line.push('\n');
-        self.stream.get_mut().write_all(line.as_bytes()).ctx(|| "admin socket".into())?;
-        let mut answer = String::new();
-        self.stream.read_line(&mut answer).ctx(|| "admin socket".into())?;
+        let sock = self.stream.get_mut();
+        sock.set_write_timeout(remaining(deadline)?).ctx(|| "admin socket".into())?;
+        sock.write_all(line.as_bytes()).map_err(io_error)?;
+        let answer = self.read_answer(deadline)?;
         if answer.is_empty() {
             return Err(Error::refused("the master closed the admin connection"));
         }
-        let v: J = serde_json::from_str(&answer).map_err(|e| Error::refused(format!("admin socket: bad answer: {e}")))?;
+        let v: J = serde_json::from_slice(&answer).map_err(|e| Error::refused(format!("admin socket: bad answer: {e}")))?;
         if let Some(e) = v.get("error").and_then(J::as_str) {
             return Err(Error::refused(e));
         }
         Ok(v)
     }
+
+    /// Reads one answer line (empty if the master closed first), each read bounded by
+    /// what is left of `deadline`: a master that trickles bytes cannot stretch it.
+    fn read_answer(&mut self, deadline: Option<Instant>) -> Result<Vec<u8>> {
+        use std::io::BufRead;
+        let mut out = Vec::new();
+        loop {
+            self.stream.get_ref().set_read_timeout(remaining(deadline)?).ctx(|| "admin socket".into())?;
+            let buf = match self.stream.fill_buf() {
+                Ok(b) => b,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(io_error(e)),
+            };
+            if buf.is_empty() {
+                return Ok(out);
+            }
+            match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => {
+                    out.extend_from_slice(&buf[..=i]);
+                    self.stream.consume(i + 1);
+                    return Ok(out);
+                }
+                None => {
+                    let n = buf.len();
+                    out.extend_from_slice(buf);
+                    self.stream.consume(n);
+                }
+            }
+        }
+    }
+}
+
+/// What is left before `deadline`, as a socket timeout (`None`: no deadline); an error
+/// once it passed.
+fn remaining(deadline: Option<Instant>) -> Result<Option<Duration>> {
+    match deadline {
+        None => Ok(None),
+        Some(d) => match d.checked_duration_since(Instant::now()) {
+            // A zero timeout means "none" to the socket: the smallest real one instead.
+            Some(left) if !left.is_zero() => Ok(Some(left)),
+            _ => Err(Error::refused(NOT_RESPONDING)),
+        },
+    }
+}
+
+/// A socket error; a read or write that timed out is [`NOT_RESPONDING`].
+fn io_error(e: std::io::Error) -> Error {
+    match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Error::refused(NOT_RESPONDING),
+        _ => Error::io("admin socket", e),
+    }
 }
 
 impl AdminClient {
     /// Turns this connection into an event stream: yields `{"tag", "data"}` objects until
-    /// the master goes away.
+    /// the master goes away (no deadline: a watch waits for events as long as it runs).
     pub fn watch(mut self) -> Result<impl Iterator<Item = J>> {
         use std::io::{BufRead, Write};
-        self.stream.get_mut().write_all(b"{\"cmd\":\"events.watch\"}\n").ctx(|| "admin socket".into())?;
+        let sock = self.stream.get_mut();
+        sock.set_write_timeout(self.timeout).ctx(|| "admin socket".into())?;
+        sock.write_all(b"{\"cmd\":\"events.watch\"}\n").map_err(io_error)?;
+        sock.set_read_timeout(None).ctx(|| "admin socket".into())?;
         Ok(self.stream.lines().map_while(Result::ok).filter_map(|l| serde_json::from_str(&l).ok()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, Write};
+    use std::os::unix::net::UnixListener;
+
+    /// A peer that accepts and reads but never answers (a stopped master) makes a call
+    /// fail with `NOT_RESPONDING` at its deadline; one that answers is read as before,
+    /// also when the answer comes in pieces.
+    #[test]
+    fn calls_end_at_their_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = UnixListener::bind(socket_path(dir.path())).unwrap();
+        let server = std::thread::spawn(move || {
+            let (s, _) = listener.accept().unwrap();
+            let mut rd = std::io::BufReader::new(s.try_clone().unwrap());
+            let mut w = s;
+            let mut line = String::new();
+            rd.read_line(&mut line).unwrap();
+            w.write_all(b"{\"ok\":").unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            w.write_all(b"1}\n").unwrap();
+            line.clear();
+            rd.read_line(&mut line).unwrap(); // the second request: never answered
+            line.clear();
+            let _ = rd.read_line(&mut line); // until the client gives up and closes
+        });
+        let mut c = AdminClient::connect(dir.path()).expect("connects");
+        c.set_timeout(Some(Duration::from_secs(30)));
+        assert_eq!(c.call(&serde_json::json!({"cmd": "key.list"})).unwrap(), serde_json::json!({"ok": 1}));
+        let e = c.call_within(&serde_json::json!({"cmd": "key.list"}), Duration::from_millis(200)).unwrap_err();
+        assert!(timed_out(&e), "{e}");
+        drop(c);
+        server.join().unwrap();
     }
 }

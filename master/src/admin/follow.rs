@@ -96,6 +96,11 @@ impl Follow {
         }
     }
 
+    /// How many expected minions are still to return.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
     pub fn done(&self) -> bool {
         self.pending.is_empty()
     }
@@ -157,7 +162,7 @@ mod tests {
         f.sent("a");
         f.sent("zz"); // not expected: sent, and never pending
         assert!(!f.done());
-        assert_eq!(f.missing(), vec!["c"]);
+        assert_eq!((f.pending(), f.missing()), (1, vec!["c".to_string()]));
         f.sent("c");
         assert!(f.done());
     }

@@ -4,42 +4,134 @@
 //! is missed), read what the job cache already holds, then send each return an event
 //! names once the job cache has it, retrying and sweeping on a timer, until every
 //! expected minion returned, the timeout passed or the client went away.
+//!
+//! Batched, because a big job's returns come in bursts (8,000 minions answer a
+//! `test.ping` within a second): when an event wakes the loop, it waits [`COALESCE`]
+//! for the burst to gather, then takes every event queued (at most [`BATCH`]); their
+//! returns are read in one batched lookup and their lines written with one write (cut
+//! at [`FLUSH_AT`] bytes). The cost of a wake-up, a read pass and a syscall is then
+//! shared by the burst instead of paid per return.
 
 use std::sync::Arc;
 
 use serde_json::{json, Value as J};
-use tokio::io::{AsyncReadExt, BufReader};
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::sync::broadcast::error::RecvError;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+use tokio::sync::broadcast::Receiver;
 
-use super::admin::write_line;
+use halite_storage::state::StateMachine;
+
+use super::admin::WRITE_TIMEOUT;
 use super::live::Master;
 use crate::admin::follow::{return_tag_id, Follow, FollowCmd, HINT_RETRY};
 use crate::admin::error;
+use crate::events::Event;
 use crate::wire::payload;
+
+/// Most events taken off the bus per wake-up (more wait for the next turn of the loop,
+/// so the timeout and the client's going away are still noticed during a flood).
+pub const BATCH: usize = 1024;
+
+/// The output buffer is written once it holds this many bytes (one write per batch
+/// otherwise): a burst of large returns is not held whole.
+pub const FLUSH_AT: usize = 1 << 20;
+
+/// How long a wake-up waits for more events before taking what is queued, while more
+/// returns are expected: a few milliseconds later on the screen, in exchange for one
+/// pass per burst instead of one per return when returns trickle in a few at a time.
+pub const COALESCE: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// Up to this many returns are read on the runtime's thread (a few point reads of hot
+/// data); a larger batch is read on the blocking pool.
+const INLINE_READS: usize = 16;
 
 /// The load of a stored return, as JSON (`Null` if it cannot be decoded).
 fn load_json(load: &[u8]) -> J {
     payload::decode(load).map(|v| payload::to_json(&v)).unwrap_or(J::Null)
 }
 
-/// Reads the returns of `ids` to `jid` from the job cache (point reads).
-fn read_returns(m: &Master, jid: &str, ids: &[String]) -> Vec<(String, J)> {
-    let sm = m.sm();
-    ids.iter().filter_map(|id| sm.job_return(jid, id).ok().flatten().map(|r| (r.id, load_json(&r.load)))).collect()
+/// Reads the returns of `ids` to `jid` from the job cache (one batched lookup); the ids
+/// with no return yet are left out (and so are all of them if the read fails: they are
+/// looked up again, as any return not found).
+fn read_returns(sm: &StateMachine, jid: &str, ids: &[String]) -> Vec<(String, J)> {
+    sm.job_returns_of(jid, ids).unwrap_or_default().into_iter().map(|r| (r.id, load_json(&r.load))).collect()
+}
+
+/// [`read_returns`], on the blocking pool unless the batch is small.
+async fn read_batch(sm: &Arc<StateMachine>, jid: &str, ids: Vec<String>) -> Vec<(String, J)> {
+    if ids.len() <= INLINE_READS {
+        return read_returns(sm, jid, &ids);
+    }
+    let (sm, jid) = (sm.clone(), jid.to_string());
+    tokio::task::spawn_blocking(move || read_returns(&sm, &jid, &ids)).await.unwrap_or_default()
 }
 
 /// A job's expected minions and the returns stored so far.
 type Start = (Vec<String>, Vec<(String, J)>);
 
+/// Answer lines gathered for one write.
+#[derive(Default)]
+struct Out {
+    buf: Vec<u8>,
+}
+
+impl Out {
+    fn push(&mut self, v: &J) {
+        // Writing JSON into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut self.buf, v);
+        self.buf.push(b'\n');
+    }
+
+    /// Writes what is gathered (one write, bounded by [`WRITE_TIMEOUT`]); false once the
+    /// client cannot take it.
+    async fn send<W: AsyncWrite + Unpin>(&mut self, wr: &mut W) -> bool {
+        if self.buf.is_empty() {
+            return true;
+        }
+        let ok = matches!(tokio::time::timeout(WRITE_TIMEOUT, wr.write_all(&self.buf)).await, Ok(Ok(())));
+        self.buf.clear();
+        ok
+    }
+
+    /// One `{"id": ID, "return": LOAD}` line, written as it is (no copy of the load into
+    /// a new JSON value first).
+    fn push_return(&mut self, id: &str, load: &J) {
+        self.buf.extend_from_slice(b"{\"id\":");
+        let _ = serde_json::to_writer(&mut self.buf, id);
+        self.buf.extend_from_slice(b",\"return\":");
+        let _ = serde_json::to_writer(&mut self.buf, load);
+        self.buf.extend_from_slice(b"}\n");
+    }
+
+    /// Gathers the returns `f` still wants (marking them sent), writing whenever
+    /// [`FLUSH_AT`] bytes are gathered; false once the client cannot take them.
+    async fn returns<W: AsyncWrite + Unpin>(&mut self, f: &mut Follow, found: Vec<(String, J)>, wr: &mut W) -> bool {
+        for (id, load) in found {
+            if f.wanted(&id) {
+                f.sent(&id);
+                self.push_return(&id, &load);
+                if self.buf.len() >= FLUSH_AT && !self.send(wr).await {
+                    return false;
+                }
+            }
+        }
+        self.send(wr).await
+    }
+}
+
 /// Serves one `job.follow` until it ends; the connection is closed after it.
-pub async fn follow(master: Arc<Master>, cmd: FollowCmd, mut rd: BufReader<OwnedReadHalf>, mut wr: OwnedWriteHalf) {
-    let mut rx = master.bus.subscribe();
+pub async fn follow(master: Arc<Master>, cmd: FollowCmd, rd: impl AsyncRead + Unpin, wr: impl AsyncWrite + Unpin) {
+    let rx = master.bus.subscribe();
+    stream(master.sm().clone(), rx, cmd, rd, wr).await
+}
+
+/// The follow itself, on a job cache and a bus subscription taken before it is called.
+async fn stream(sm: Arc<StateMachine>, mut rx: Receiver<Event>, cmd: FollowCmd, mut rd: impl AsyncRead + Unpin, mut wr: impl AsyncWrite + Unpin) {
     let deadline = tokio::time::Instant::now() + cmd.timeout;
+    let mut out = Out::default();
     let first = {
-        let (m, jid) = (master.clone(), cmd.jid.clone());
+        let (sm, jid) = (sm.clone(), cmd.jid.clone());
         tokio::task::spawn_blocking(move || -> crate::error::Result<Option<Start>> {
-            let sm = m.sm();
             let Some(job) = sm.job(&jid)? else { return Ok(None) };
             let stored = sm.job_returns(&jid)?.into_iter().map(|r| (r.id, load_json(&r.load))).collect();
             Ok(Some((job.minions, stored)))
@@ -49,70 +141,98 @@ pub async fn follow(master: Arc<Master>, cmd: FollowCmd, mut rd: BufReader<Owned
     let (expected, stored) = match first {
         Ok(Ok(Some(x))) => x,
         Ok(Ok(None)) => {
-            let _ = write_line(&mut wr, error(format!("no job {} in the job cache", cmd.jid)).to_string()).await;
+            out.push(&error(format!("no job {} in the job cache", cmd.jid)));
+            out.send(&mut wr).await;
             return;
         }
         Ok(Err(e)) => {
-            let _ = write_line(&mut wr, error(e).to_string()).await;
+            out.push(&error(e));
+            out.send(&mut wr).await;
             return;
         }
         Err(e) => {
-            let _ = write_line(&mut wr, error(e).to_string()).await;
+            out.push(&error(e));
+            out.send(&mut wr).await;
             return;
         }
     };
     let mut f = Follow::new(expected);
-    for (id, load) in stored {
-        if f.wanted(&id) {
-            f.sent(&id);
-            if !write_line(&mut wr, json!({ "id": id, "return": load }).to_string()).await {
-                return;
-            }
-        }
+    if !out.returns(&mut f, stored, &mut wr).await {
+        return;
     }
     let mut tick = tokio::time::interval(HINT_RETRY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut lagged = false;
+    let mut closed = false;
     let mut byte = [0u8; 1];
-    while !f.done() {
-        let found: Vec<(String, J)> = tokio::select! {
+    while !f.done() && !closed {
+        // The returns found, and the minions events named (those of them not found are
+        // retried on the timer).
+        let (found, named): (Vec<(String, J)>, Vec<String>) = tokio::select! {
             _ = tokio::time::sleep_until(deadline) => break,
             // The client closed (or wrote, which a follow does not expect): stop.
             _ = rd.read(&mut byte) => return,
-            e = rx.recv() => match e {
-                Ok(e) => match return_tag_id(&e.tag, &cmd.jid) {
-                    Some(id) if f.wanted(id) => {
-                        let got = read_returns(&master, &cmd.jid, &[id.to_string()]);
-                        if got.is_empty() {
-                            f.hint(id);
+            e = rx.recv() => {
+                match e {
+                    Ok(_) => {}
+                    Err(RecvError::Lagged(_)) => lagged = true,
+                    Err(RecvError::Closed) => closed = true,
+                }
+                // More returns to come: let the burst gather for a moment first.
+                if !closed && f.pending() > 1 {
+                    tokio::time::sleep(COALESCE).await;
+                }
+                // This event and every one queued behind it, at most BATCH (the same
+                // minion named twice is read once: `job_returns_of` takes each once).
+                let mut ids = Vec::new();
+                let mut take = |e: &Event| {
+                    if let Some(id) = return_tag_id(&e.tag, &cmd.jid) {
+                        if f.wanted(id) {
+                            ids.push(id.to_string());
                         }
-                        got
                     }
-                    _ => continue,
-                },
-                Err(RecvError::Lagged(_)) => {
-                    lagged = true;
+                };
+                if let Ok(e) = &e {
+                    take(e);
+                }
+                for _ in 1..BATCH {
+                    if closed {
+                        break;
+                    }
+                    match rx.try_recv() {
+                        Ok(e) => take(&e),
+                        Err(TryRecvError::Lagged(_)) => lagged = true,
+                        Err(TryRecvError::Empty) => break,
+                        Err(TryRecvError::Closed) => closed = true,
+                    }
+                }
+                if ids.is_empty() {
                     continue;
                 }
-                Err(RecvError::Closed) => break,
-            },
+                (read_batch(&sm, &cmd.jid, ids.clone()).await, ids)
+            }
             _ = tick.tick() => {
                 let due = f.due(std::mem::take(&mut lagged));
                 if due.is_empty() {
                     continue;
                 }
-                let (m, jid) = (master.clone(), cmd.jid.clone());
-                tokio::task::spawn_blocking(move || read_returns(&m, &jid, &due)).await.unwrap_or_default()
+                (read_batch(&sm, &cmd.jid, due).await, Vec::new())
             }
         };
-        for (id, load) in found {
-            if f.wanted(&id) {
-                f.sent(&id);
-                if !write_line(&mut wr, json!({ "id": id, "return": load }).to_string()).await {
-                    return;
-                }
+        if !out.returns(&mut f, found, &mut wr).await {
+            return;
+        }
+        // Named, but not applied here yet: looked up again on the timer.
+        for id in &named {
+            if f.wanted(id) {
+                f.hint(id);
             }
         }
     }
-    let _ = write_line(&mut wr, json!({ "done": true, "missing": f.missing() }).to_string()).await;
+    out.push(&json!({ "done": true, "missing": f.missing() }));
+    out.send(&mut wr).await;
 }
+
+#[cfg(test)]
+#[path = "follow_tests.rs"]
+mod tests;

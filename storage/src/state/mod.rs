@@ -48,6 +48,7 @@ mod member_keys;
 pub mod options;
 mod pending;
 mod replace;
+mod returns;
 mod roots;
 #[cfg(test)]
 mod tests_swap;

@@ -6,15 +6,19 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Parser;
 use serde_json::{json, Value};
 
-use halite_master::admin::client::AdminClient;
+use halite_master::admin::client::{request_timeout, AdminClient};
 
 use halite_tools::common::{init_logging, load_config, run, Failure, Result};
 use halite_tools::keys::{self, Cmd, Include};
 use halite_tools::output::{listing_value, render, Out};
+
+/// More time for a `key.apply`, per key it commits.
+const APPLY_PER_KEY: Duration = Duration::from_millis(5);
 
 #[derive(Parser, Debug)]
 #[command(name = "salt-key", about = "Manage Salt minion keys (Halite)", version)]
@@ -126,6 +130,11 @@ fn change_keys(args: &Args, cfg: &halite_master::MasterConfig, cmd: Cmd, pattern
     // With the master running, changes go through its admin socket; otherwise through
     // the log directly.
     let mut admin = AdminClient::connect(&cfg.sock_dir);
+    // A master that does not answer within `request_channel_timeout` is not responding.
+    let call_timeout = request_timeout(cfg);
+    if let Some(a) = &mut admin {
+        a.set_timeout(Some(call_timeout));
+    }
     let node = if admin.is_none() { Some(keys::open_node(cfg)?) } else { None };
     let selected = match (&mut admin, &node) {
         (Some(a), _) => {
@@ -170,7 +179,10 @@ fn change_keys(args: &Args, cfg: &halite_master::MasterConfig, cmd: Cmd, pattern
     let ids = |v: &Value| -> Vec<String> { v.as_array().into_iter().flatten().filter_map(|x| x.as_str().map(String::from)).collect() };
     let (done, invalid): (Vec<String>, Vec<String>) = match (&mut admin, &node) {
         (Some(a), _) => {
-            let v = a.call(&json!({ "cmd": "key.apply", "action": cmd.verb(), "selected": selected }))?;
+            // Committing many keys takes longer than a request: more time per key.
+            let n: usize = selected.values().map(|v| v.as_array().map_or(0, Vec::len)).sum();
+            let within = call_timeout.saturating_add(APPLY_PER_KEY.saturating_mul(n.min(u32::MAX as usize) as u32));
+            let v = a.call_within(&json!({ "cmd": "key.apply", "action": cmd.verb(), "selected": selected }), within)?;
             (ids(&v["done"]), ids(&v["invalid"]))
         }
         (None, Some(node)) => keys::apply(node, cmd, &selected)?,

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use serde_json::{json, Value};
 
-use halite_master::admin::client::AdminClient;
+use halite_master::admin::client::{request_timeout, AdminClient};
 use halite_master::admin::{cluster, jobs, Members};
 use halite_master::{start, store};
 use halite_tools::common::{init_logging, load_config, run, Failure, Result};
@@ -61,6 +61,29 @@ const MASTER_RUNNERS: &[&str] = &[
     "cache.mine",
 ];
 
+/// Runners whose work on the master can take long (a whole tree committed, every key
+/// copied, a member's removal agreed): their answer comes when the work is done.
+const LONG_RUNNERS: &[&str] = &["cluster.sync_roots", "cluster.remove_member", "pki.migrate_to_mmap"];
+
+/// How long a [`LONG_RUNNERS`] runner's answer may take when `-t` does not say.
+const LONG_RUNNER_WAIT: Duration = Duration::from_secs(3600);
+
+/// How long past `-t` a request's answer may take (the master's own work first).
+const CALL_GRACE: Duration = Duration::from_secs(5);
+
+/// How long each request to the master waits for its answer before the master is
+/// declared not responding: `-t` (plus [`CALL_GRACE`]) when given, otherwise
+/// `request_channel_timeout` (60 s unset), or [`LONG_RUNNER_WAIT`] for [`LONG_RUNNERS`].
+/// (Salt's `salt-run` runs most runners in its own process, reading the job cache and
+/// key directories itself; its requests to the master wait `request_channel_timeout`.)
+fn call_timeout(fun: &str, t: Option<u64>, cfg: &halite_master::MasterConfig) -> Duration {
+    match t {
+        Some(t) => Duration::from_secs(t).saturating_add(CALL_GRACE),
+        None if LONG_RUNNERS.contains(&fun) => LONG_RUNNER_WAIT,
+        None => request_timeout(cfg),
+    }
+}
+
 fn main() {
     let args = Args::parse();
     init_logging(&args.log_level);
@@ -86,6 +109,9 @@ fn real_main(a: Args) -> Result<()> {
     };
     let jid = || positional.first().cloned().or_else(|| kwargs.get("jid").cloned()).ok_or_else(|| Failure::new(format!("{} needs a jid", a.fun), 2));
     let mut admin = AdminClient::connect(&cfg.sock_dir);
+    if let Some(c) = &mut admin {
+        c.set_timeout(Some(call_timeout(&a.fun, a.timeout, &cfg)));
+    }
     let ret: Value = match a.fun.as_str() {
         f if MASTER_RUNNERS.contains(&f) => {
             let c = admin.as_mut().ok_or_else(|| Failure::new(format!("{f}: the master is not running"), 1))?;

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use serde_json::{json, Map, Value};
 
-use halite_master::admin::client::AdminClient;
+use halite_master::admin::client::{AdminClient, NOT_RESPONDING};
 use halite_tools::batch::{retcode, Batch, BatchSpec};
 use halite_tools::common::{init_logging, load_config, run, Failure, Result};
 use halite_tools::follow::{follow, Arrival};
@@ -101,6 +101,10 @@ fn main() {
     init_logging(&args.log_level);
     run(|| real_main(args))
 }
+
+/// How long past `-t` a request to the master may take before the master is declared
+/// not responding (a busy master's publish commits a record first).
+const CALL_GRACE: Duration = Duration::from_secs(5);
 
 /// YAML-types a CLI value the way Salt does (`1` → int, `True` → bool, `[a]` → list).
 fn yaml_value(s: &str) -> Value {
@@ -198,7 +202,10 @@ fn publish(client: &mut AdminClient, tgt: &Value, tgt_type: &str, fun: &str, arg
 }
 
 fn start_follow(sock_dir: &Path, jid: &str, timeout: Duration, tx: &mpsc::Sender<Arrival>) -> Result<()> {
-    follow(sock_dir, jid, timeout, tx.clone()).map_err(|e| Failure::new(format!("Salt request timed out. The master is not responding ({e})."), 2))
+    follow(sock_dir, jid, timeout, tx.clone()).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Failure::new(NOT_RESPONDING, 2),
+        _ => Failure::new(format!("Salt request timed out. The master is not responding ({e})."), 2),
+    })
 }
 
 /// A job's returns in the order they came (`(id, load)`), and who did not return.
@@ -252,6 +259,11 @@ fn real_main(a: Args) -> Result<()> {
     let cfg = load_config(&a.config_dir)?;
     let mut client = AdminClient::connect(&cfg.sock_dir)
         .ok_or_else(|| Failure::new(format!("Salt request timed out. The master is not responding (no admin socket in {}).", cfg.sock_dir.display()), 2))?;
+    let timeout = Duration::from_secs(a.timeout.unwrap_or(cfg.timeout));
+    // Each request to the master (a publish, a batch's next publish) is answered within
+    // the timeout, or the master is not responding (Salt bounds its publish the same
+    // way); a stopped master still accepts the connection, so this is what ends the wait.
+    client.set_timeout(Some(timeout.saturating_add(CALL_GRACE)));
     let tgt_type = [
         (a.list, "list"),
         (a.pcre, "pcre"),
@@ -269,7 +281,6 @@ fn real_main(a: Args) -> Result<()> {
     .unwrap_or("glob");
     let mut tgt = if a.list { Value::Array(a.target.split(',').map(|s| Value::String(s.trim().to_string())).collect()) } else { Value::String(a.target.clone()) };
     let mut tgt_type = tgt_type.to_string();
-    let timeout = Duration::from_secs(a.timeout.unwrap_or(cfg.timeout));
     let (args, kwargs) = parse_args(&a.args);
     let mut printer = Printer::new(a.out, a.static_);
     if let Some(spec) = &a.batch {
