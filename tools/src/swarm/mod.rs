@@ -273,14 +273,17 @@ async fn live(swarm: Arc<Swarm>, seat: Seat, mut creds: Creds, ready: mpsc::Unbo
     let Seat { me, master, endpoint } = seat;
     let pub_ep = format!("tcp://{master}:{}", creds.publish_port);
     let mut sub = zeromq::SubSocket::new();
+    let sub_events = sub.monitor();
     let subscribed = async {
         sub.connect(&pub_ep).await?;
         sub.subscribe("").await
     }
     .await;
-    let mut req = zeromq::ReqSocket::new();
-    let connected = req.connect(&endpoint).await;
+    let mut first = zeromq::ReqSocket::new();
+    let connected = first.connect(&endpoint).await;
+    let req = Arc::new(tokio::sync::Mutex::new(first));
     let _ = ready.send(subscribed.and(connected));
+    tokio::spawn(renew_request_socket(sub_events, req.clone(), endpoint.clone()));
     let mut last_serial = 0i64;
     loop {
         let frame = match sub.recv().await {
@@ -305,7 +308,7 @@ async fn live(swarm: Arc<Swarm>, seat: Seat, mut creds: Creds, ready: mpsc::Unbo
         if !job.matched {
             continue;
         }
-        let ok = match send_return(&swarm, &me, &endpoint, &mut creds, &mut req, &job).await {
+        let ok = match send_return(&swarm, &me, &endpoint, &mut creds, &mut *req.lock().await, &job).await {
             Ok(()) => true,
             Err(e) => {
                 tracing::warn!(id = %me.id, jid = %job.jid, "return not delivered: {e}");
@@ -313,6 +316,31 @@ async fn live(swarm: Arc<Swarm>, seat: Seat, mut creds: Creds, ready: mpsc::Unbo
             }
         };
         swarm.returned(&job.jid, ok);
+    }
+}
+
+/// Connects a fresh request socket whenever the publish connection comes back after it
+/// was lost (the master restarted, or a balancer moved the minion), and puts it in place
+/// of the old one: salt-minion's request socket (libzmq) reconnects by itself in the
+/// background, every 100 ms, so its first return after a restart goes out on a
+/// connection that is already there. This crate's REQ socket does not reconnect; without
+/// this, every simulated minion made its new connection only when the first job after
+/// the restart arrived, all 8,000 at once with that job's returns.
+async fn renew_request_socket(mut events: futures::channel::mpsc::Receiver<zeromq::SocketEvent>, req: Arc<tokio::sync::Mutex<zeromq::ReqSocket>>, endpoint: String) {
+    use futures::StreamExt;
+    let mut lost = false;
+    while let Some(event) = events.next().await {
+        match event {
+            zeromq::SocketEvent::Disconnected(_) => lost = true,
+            zeromq::SocketEvent::Connected(..) if lost => {
+                lost = false;
+                let mut fresh = zeromq::ReqSocket::new();
+                if fresh.connect(&endpoint).await.is_ok() {
+                    *req.lock().await = fresh;
+                }
+            }
+            _ => {}
+        }
     }
 }
 
