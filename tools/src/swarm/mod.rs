@@ -321,9 +321,10 @@ async fn live(swarm: Arc<Swarm>, seat: Seat, mut creds: Creds, ready: mpsc::Unbo
 
 /// Connects a fresh request socket whenever the publish connection comes back after it
 /// was lost (the master restarted, or a balancer moved the minion), and puts it in place
-/// of the old one: salt-minion's request socket (libzmq) reconnects by itself in the
-/// background, every 100 ms, so its first return after a restart goes out on a
-/// connection that is already there. This crate's REQ socket does not reconnect; without
+/// of the old one: salt-minion's request socket (libzmq REQ) reconnects by itself in the
+/// background (after 100 ms, backing off to at most 5 s: Salt sets `RECONNECT_IVL_MAX`
+/// 5000), so its first return after a restart goes out on a connection that is already
+/// there. This crate's REQ socket does not reconnect; without
 /// this, every simulated minion made its new connection only when the first job after
 /// the restart arrived, all 8,000 at once with that job's returns.
 async fn renew_request_socket(mut events: futures::channel::mpsc::Receiver<zeromq::SocketEvent>, req: Arc<tokio::sync::Mutex<zeromq::ReqSocket>>, endpoint: String) {
