@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use halite_master::admin::client::{socket_path, NOT_RESPONDING};
+use halite_master::admin::client::{is_timeout, socket_path, NOT_RESPONDING};
 
 /// Longest answer line read from the master (a return is bounded by the master's own
 /// request limits; this only keeps a confused peer from filling memory).
@@ -60,7 +60,7 @@ fn read_all(mut rd: BufReader<UnixStream>, jid: &str, tx: &Sender<Arrival>) -> A
             Ok(0) => return failed("the master closed the connection before the job's end".into()),
             Ok(_) if buf.last() != Some(&b'\n') => return failed("the master's answer was cut short".into()),
             Ok(_) => {}
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => return failed(NOT_RESPONDING.into()),
+            Err(e) if is_timeout(&e) => return failed(NOT_RESPONDING.into()),
             Err(e) => return failed(format!("admin socket: {e}")),
         }
         let v: Value = match serde_json::from_slice(&buf) {

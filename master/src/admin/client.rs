@@ -52,6 +52,16 @@ pub fn request_timeout(cfg: &crate::MasterConfig) -> Duration {
     }
 }
 
+/// How long past its `-t` a tool lets a request to the master take before the master
+/// is declared not responding (the master's own work first: a publish commits a record).
+pub const CALL_GRACE: Duration = Duration::from_secs(5);
+
+/// Whether a socket error is a read or write timing out (the socket's timeout, set from
+/// a deadline, passed).
+pub fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
+}
+
 /// Whether `e` is a call's deadline passing (the answer [`NOT_RESPONDING`]).
 pub fn timed_out(e: &Error) -> bool {
     matches!(e, Error::Refused(m) if m == NOT_RESPONDING)
@@ -161,9 +171,10 @@ fn remaining(deadline: Option<Instant>) -> Result<Option<Duration>> {
 
 /// A socket error; a read or write that timed out is [`NOT_RESPONDING`].
 fn io_error(e: std::io::Error) -> Error {
-    match e.kind() {
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Error::refused(NOT_RESPONDING),
-        _ => Error::io("admin socket", e),
+    if is_timeout(&e) {
+        Error::refused(NOT_RESPONDING)
+    } else {
+        Error::io("admin socket", e)
     }
 }
 

@@ -72,7 +72,12 @@ pub async fn read_line<R: AsyncRead + Unpin>(rd: &mut BufReader<R>, max: usize) 
 pub(super) async fn write_line(wr: &mut tokio::net::unix::OwnedWriteHalf, line: String) -> bool {
     let mut out = line;
     out.push('\n');
-    matches!(tokio::time::timeout(WRITE_TIMEOUT, wr.write_all(out.as_bytes())).await, Ok(Ok(())))
+    write_bounded(wr, out.as_bytes()).await
+}
+
+/// Writes `bytes` whole within [`WRITE_TIMEOUT`]; false once the client cannot take them.
+pub(super) async fn write_bounded(wr: &mut (impl tokio::io::AsyncWrite + Unpin), bytes: &[u8]) -> bool {
+    matches!(tokio::time::timeout(WRITE_TIMEOUT, wr.write_all(bytes)).await, Ok(Ok(())))
 }
 
 /// Serves one admin connection until it closes.

@@ -15,13 +15,13 @@
 use std::sync::Arc;
 
 use serde_json::{json, Value as J};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::sync::broadcast::Receiver;
 
 use halite_storage::state::StateMachine;
 
-use super::admin::WRITE_TIMEOUT;
+use super::admin::write_bounded;
 use super::live::Master;
 use crate::admin::follow::{return_tag_id, Follow, FollowCmd, HINT_RETRY};
 use crate::admin::error;
@@ -82,13 +82,13 @@ impl Out {
         self.buf.push(b'\n');
     }
 
-    /// Writes what is gathered (one write, bounded by [`WRITE_TIMEOUT`]); false once the
+    /// Writes what is gathered (one write, bounded by [`super::admin::WRITE_TIMEOUT`]); false once the
     /// client cannot take it.
     async fn send<W: AsyncWrite + Unpin>(&mut self, wr: &mut W) -> bool {
         if self.buf.is_empty() {
             return true;
         }
-        let ok = matches!(tokio::time::timeout(WRITE_TIMEOUT, wr.write_all(&self.buf)).await, Ok(Ok(())));
+        let ok = write_bounded(wr, &self.buf).await;
         self.buf.clear();
         ok
     }

@@ -172,20 +172,23 @@ impl Ctx<'_> {
     /// pillar's reply is encrypted to it; a return needs no key): the key whose print the
     /// `tok` was checked against, or an error if it changed since.
     pub fn minion_pub(&self, view: &dyn View) -> Result<PublicKey> {
-        match view.key(self.id)? {
-            Some(k) if k.state == BankState::Accepted && KeyPrint::of(&k) == self.key => Ok(PublicKey::from_pem(&k.pub_key)?),
-            _ => Err(Error::refused("the minion's accepted key changed during the request")),
-        }
+        key_of_print(view, self.id, &self.key)
     }
 }
 
-/// Checks `tok` against the accepted key whose print is `print`, reading and parsing the
-/// key (the memo's check when it does not remember this pair).
-fn tok_matches(view: &dyn View, id: &str, print: &KeyPrint, tok: &Value) -> bool {
-    match view.key(id) {
-        Ok(Some(k)) if KeyPrint::of(&k) == *print => PublicKey::from_pem(&k.pub_key).is_ok_and(|pubkey| envelope::tok_valid(tok, &pubkey)),
-        _ => false,
+/// `id`'s key, read and parsed, if it is still the one whose print is `print` (the
+/// print holds the state too, so an accepted print means an accepted key).
+fn key_of_print(view: &dyn View, id: &str, print: &KeyPrint) -> Result<PublicKey> {
+    match view.key(id)? {
+        Some(k) if KeyPrint::of(&k) == *print => Ok(PublicKey::from_pem(&k.pub_key)?),
+        _ => Err(Error::refused("the minion's accepted key changed during the request")),
     }
+}
+
+/// Checks `tok` against the key whose print is `print` (the memo's check when it does
+/// not remember this pair).
+fn tok_matches(view: &dyn View, id: &str, print: &KeyPrint, tok: &Value) -> bool {
+    key_of_print(view, id, print).is_ok_and(|pubkey| envelope::tok_valid(tok, &pubkey))
 }
 
 /// What an AES command answered.

@@ -9,6 +9,7 @@ use std::collections::{HashMap, HashSet};
 
 use rocksdb::WriteBatch;
 
+use super::returns::return_key;
 use super::{no_wal, to_msgpack, Effect, RootsMeta, StateMachine, APPLIED_INDEX, CF_AES, CF_DENIED, CF_GRAINS, CF_IMPORTS, CF_JOBS, CF_KEYS, CF_META, CF_MINE, CF_PILLAR, CF_RETURNS, CLUSTER_KEY, MASTER_KEY};
 use super::proposals::{Outcome, Tracker};
 use crate::context::ProposalId;
@@ -172,9 +173,7 @@ impl StateMachine {
             },
             Record::JobPublished(j) => b.put_cf(db.cf(CF_JOBS)?, j.jid.as_bytes(), to_msgpack(j)?),
             Record::JobReturn(r) => {
-                let mut k = r.jid.as_bytes().to_vec();
-                k.push(0);
-                k.extend_from_slice(r.id.as_bytes());
+                let k = return_key(&r.jid, &r.id);
                 if r.first_only && (ov.returns.contains(&k) || db.get_cf(db.cf(CF_RETURNS)?, &k)?.is_some()) {
                     // Decided here, the same on every member: a return that must be the
                     // first for (jid, id) and is not changes nothing.

@@ -444,26 +444,6 @@ impl StateMachine {
         }
     }
 
-    /// The returns stored for a job.
-    pub fn job_returns(&self, jid: &str) -> Result<Vec<crate::format::JobReturn>> {
-        let mut prefix = jid.as_bytes().to_vec();
-        prefix.push(0);
-        self.scan(CF_RETURNS, &prefix)?.into_iter().map(|(_, v)| from_msgpack("returns", &v)).collect()
-    }
-
-    /// One minion's return to a job (a point read: what `salt`'s follow of a job asks for
-    /// each return it is told of, so its cost does not grow with the job).
-    pub fn job_return(&self, jid: &str, id: &str) -> Result<Option<crate::format::JobReturn>> {
-        let db = self.db()?;
-        let mut k = jid.as_bytes().to_vec();
-        k.push(0);
-        k.extend_from_slice(id.as_bytes());
-        match db.get_cf(db.cf(CF_RETURNS)?, k)? {
-            Some(v) => Ok(Some(from_msgpack("returns", &v)?)),
-            None => Ok(None),
-        }
-    }
-
     /// A published job.
     pub fn job(&self, jid: &str) -> Result<Option<crate::format::JobPublished>> {
         let db = self.db()?;

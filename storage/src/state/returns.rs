@@ -1,27 +1,45 @@
-//! Reading a burst of one job's returns at once: `salt`'s follow of a big job
-//! (`halite_master::daemon::follow`) is told of many returns together, and reads them
-//! with one batched RocksDB lookup (`MultiGet`, keys sorted) instead of one point read
-//! each: the lookups share their passes over the memtables and blocks.
+//! Reading the job cache's returns: a job's all, one minion's, or a burst of them at
+//! once. `salt`'s follow of a big job (`halite_master::daemon::follow`) is told of many
+//! returns together, and reads them with one batched RocksDB lookup (`MultiGet`, keys
+//! sorted) instead of one point read each: the lookups share their passes over the
+//! memtables and blocks.
 
 use super::{from_msgpack, StateMachine, CF_RETURNS};
 use crate::error::Result;
 use crate::format::JobReturn;
 
+/// A job return's key in `returns`: the jid, a zero byte, the minion id.
+pub(super) fn return_key(jid: &str, id: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(jid.len() + 1 + id.len());
+    k.extend_from_slice(jid.as_bytes());
+    k.push(0);
+    k.extend_from_slice(id.as_bytes());
+    k
+}
+
 impl StateMachine {
+    /// The returns stored for a job.
+    pub fn job_returns(&self, jid: &str) -> Result<Vec<JobReturn>> {
+        let mut prefix = jid.as_bytes().to_vec();
+        prefix.push(0);
+        self.scan(CF_RETURNS, &prefix)?.into_iter().map(|(_, v)| from_msgpack("returns", &v)).collect()
+    }
+
+    /// One minion's return to a job (a point read; a burst of them is
+    /// [`StateMachine::job_returns_of`]).
+    pub fn job_return(&self, jid: &str, id: &str) -> Result<Option<JobReturn>> {
+        let db = self.db()?;
+        match db.get_cf(db.cf(CF_RETURNS)?, return_key(jid, id))? {
+            Some(v) => Ok(Some(from_msgpack("returns", &v)?)),
+            None => Ok(None),
+        }
+    }
+
     /// The stored returns of the minions `ids` to `jid`, in minion-id order (each once);
     /// minions with no return stored are left out.
     pub fn job_returns_of(&self, jid: &str, ids: &[String]) -> Result<Vec<JobReturn>> {
         let db = self.db()?;
-        let mut keys: Vec<Vec<u8>> = ids
-            .iter()
-            .map(|id| {
-                let mut k = Vec::with_capacity(jid.len() + 1 + id.len());
-                k.extend_from_slice(jid.as_bytes());
-                k.push(0);
-                k.extend_from_slice(id.as_bytes());
-                k
-            })
-            .collect();
+        let mut keys: Vec<Vec<u8>> = ids.iter().map(|id| return_key(jid, id)).collect();
         keys.sort_unstable();
         keys.dedup();
         let mut out = Vec::with_capacity(keys.len());

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use serde_json::{json, Value};
 
-use halite_master::admin::client::{request_timeout, AdminClient};
+use halite_master::admin::client::{request_timeout, AdminClient, CALL_GRACE};
 use halite_master::admin::{cluster, jobs, Members};
 use halite_master::{start, store};
 use halite_tools::common::{init_logging, load_config, run, Failure, Result};
@@ -67,9 +67,6 @@ const LONG_RUNNERS: &[&str] = &["cluster.sync_roots", "cluster.remove_member", "
 
 /// How long a [`LONG_RUNNERS`] runner's answer may take when `-t` does not say.
 const LONG_RUNNER_WAIT: Duration = Duration::from_secs(3600);
-
-/// How long past `-t` a request's answer may take (the master's own work first).
-const CALL_GRACE: Duration = Duration::from_secs(5);
 
 /// How long each request to the master waits for its answer before the master is
 /// declared not responding: `-t` (plus [`CALL_GRACE`]) when given, otherwise

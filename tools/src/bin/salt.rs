@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use serde_json::{json, Map, Value};
 
-use halite_master::admin::client::{AdminClient, NOT_RESPONDING};
+use halite_master::admin::client::{is_timeout, AdminClient, CALL_GRACE, NOT_RESPONDING};
 use halite_tools::batch::{retcode, Batch, BatchSpec};
 use halite_tools::common::{init_logging, load_config, run, Failure, Result};
 use halite_tools::follow::{follow, Arrival};
@@ -101,10 +101,6 @@ fn main() {
     init_logging(&args.log_level);
     run(|| real_main(args))
 }
-
-/// How long past `-t` a request to the master may take before the master is declared
-/// not responding (a busy master's publish commits a record first).
-const CALL_GRACE: Duration = Duration::from_secs(5);
 
 /// YAML-types a CLI value the way Salt does (`1` → int, `True` → bool, `[a]` → list).
 fn yaml_value(s: &str) -> Value {
@@ -202,9 +198,12 @@ fn publish(client: &mut AdminClient, tgt: &Value, tgt_type: &str, fun: &str, arg
 }
 
 fn start_follow(sock_dir: &Path, jid: &str, timeout: Duration, tx: &mpsc::Sender<Arrival>) -> Result<()> {
-    follow(sock_dir, jid, timeout, tx.clone()).map_err(|e| match e.kind() {
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Failure::new(NOT_RESPONDING, 2),
-        _ => Failure::new(format!("Salt request timed out. The master is not responding ({e})."), 2),
+    follow(sock_dir, jid, timeout, tx.clone()).map_err(|e| {
+        if is_timeout(&e) {
+            Failure::new(NOT_RESPONDING, 2)
+        } else {
+            Failure::new(format!("Salt request timed out. The master is not responding ({e})."), 2)
+        }
     })
 }
 
