@@ -1,8 +1,8 @@
 //! The state machine: committed records applied, in log order, to RocksDB.
 //!
 //! (Just over 600 lines on purpose: the column-family table and every point read the
-//! views and handlers use stay beside the type; applying, replacing, roots, tokens and
-//! member keys live in their own files.)
+//! views and handlers use stay beside the type; applying, replacing, roots, tokens, job
+//! returns, key prints and member keys live in their own files.)
 //!
 //! Column families (keys and values are documented in docs/formats.md):
 //!
