@@ -45,20 +45,31 @@ pub const COALESCE: std::time::Duration = std::time::Duration::from_millis(5);
 /// data); a larger batch is read on the blocking pool.
 const INLINE_READS: usize = 16;
 
-/// The load of a stored return, as JSON (`Null` if it cannot be decoded).
-fn load_json(load: &[u8]) -> J {
-    payload::decode(load).map(|v| payload::to_json(&v)).unwrap_or(J::Null)
+/// The load of a stored return as JSON text (`null` if it cannot be decoded), written
+/// straight from the msgpack value ([`payload::write_json`]).
+fn load_json(load: &[u8]) -> Vec<u8> {
+    match payload::decode(load) {
+        Ok(v) => {
+            let mut out = Vec::with_capacity(load.len() + load.len() / 4 + 8);
+            payload::write_json(&v, &mut out);
+            out
+        }
+        Err(_) => b"null".to_vec(),
+    }
 }
+
+/// Returns read from the job cache: (minion id, its load as JSON text).
+type Found = Vec<(String, Vec<u8>)>;
 
 /// Reads the returns of `ids` to `jid` from the job cache (one batched lookup); the ids
 /// with no return yet are left out (and so are all of them if the read fails: they are
 /// looked up again, as any return not found).
-fn read_returns(sm: &StateMachine, jid: &str, ids: &[String]) -> Vec<(String, J)> {
+fn read_returns(sm: &StateMachine, jid: &str, ids: &[String]) -> Found {
     sm.job_returns_of(jid, ids).unwrap_or_default().into_iter().map(|r| (r.id, load_json(&r.load))).collect()
 }
 
 /// [`read_returns`], on the blocking pool unless the batch is small.
-async fn read_batch(sm: &Arc<StateMachine>, jid: &str, ids: Vec<String>) -> Vec<(String, J)> {
+async fn read_batch(sm: &Arc<StateMachine>, jid: &str, ids: Vec<String>) -> Found {
     if ids.len() <= INLINE_READS {
         return read_returns(sm, jid, &ids);
     }
@@ -67,7 +78,7 @@ async fn read_batch(sm: &Arc<StateMachine>, jid: &str, ids: Vec<String>) -> Vec<
 }
 
 /// A job's expected minions and the returns stored so far.
-type Start = (Vec<String>, Vec<(String, J)>);
+type Start = (Vec<String>, Found);
 
 /// Answer lines gathered for one write.
 #[derive(Default)]
@@ -93,19 +104,18 @@ impl Out {
         ok
     }
 
-    /// One `{"id": ID, "return": LOAD}` line, written as it is (no copy of the load into
-    /// a new JSON value first).
-    fn push_return(&mut self, id: &str, load: &J) {
+    /// One `{"id": ID, "return": LOAD}` line, the load's JSON text copied as it is.
+    fn push_return(&mut self, id: &str, load: &[u8]) {
         self.buf.extend_from_slice(b"{\"id\":");
         let _ = serde_json::to_writer(&mut self.buf, id);
         self.buf.extend_from_slice(b",\"return\":");
-        let _ = serde_json::to_writer(&mut self.buf, load);
+        self.buf.extend_from_slice(load);
         self.buf.extend_from_slice(b"}\n");
     }
 
     /// Gathers the returns `f` still wants (marking them sent), writing whenever
     /// [`FLUSH_AT`] bytes are gathered; false once the client cannot take them.
-    async fn returns<W: AsyncWrite + Unpin>(&mut self, f: &mut Follow, found: Vec<(String, J)>, wr: &mut W) -> bool {
+    async fn returns<W: AsyncWrite + Unpin>(&mut self, f: &mut Follow, found: Found, wr: &mut W) -> bool {
         for (id, load) in found {
             if f.wanted(&id) {
                 f.sent(&id);
@@ -168,7 +178,7 @@ async fn stream(sm: Arc<StateMachine>, mut rx: Receiver<Event>, cmd: FollowCmd, 
     while !f.done() && !closed {
         // The returns found, and the minions events named (those of them not found are
         // retried on the timer).
-        let (found, named): (Vec<(String, J)>, Vec<String>) = tokio::select! {
+        let (found, named): (Found, Vec<String>) = tokio::select! {
             _ = tokio::time::sleep_until(deadline) => break,
             // The client closed (or wrote, which a follow does not expect): stop.
             _ = rd.read(&mut byte) => return,

@@ -210,18 +210,19 @@ impl Answer {
 
 impl Command {
     /// Parses an AES command from its (decrypted, checked) inner load.
-    pub fn parse_aes(cmd: &str, inner: &Value) -> Command {
-        if let Some(f) = files::Files::parse(cmd, inner) {
+    /// A return takes the load as it is (its largest part, `return`, is never copied).
+    pub fn parse_aes(cmd: &str, inner: Value) -> Command {
+        if let Some(f) = files::Files::parse(cmd, &inner) {
             return Command::Files(f);
         }
-        if let Some(m) = mine::Mine::parse(cmd, inner) {
+        if let Some(m) = mine::Mine::parse(cmd, &inner) {
             return Command::Mine(m);
         }
         match cmd {
             "_return" => Command::Return(returns::Return::parse(inner)),
-            "_pillar" => Command::Pillar(pillar::Pillar::parse(inner)),
-            "_minion_event" => Command::MinionEvent(events::MinionEvent::parse(inner)),
-            other => Command::Misc(misc::Misc::parse(other, inner)),
+            "_pillar" => Command::Pillar(pillar::Pillar::parse(&inner)),
+            "_minion_event" => Command::MinionEvent(events::MinionEvent::parse(&inner)),
+            other => Command::Misc(misc::Misc::parse(other, &inner)),
         }
     }
 
@@ -338,7 +339,7 @@ fn handle_aes(view: &dyn View, env: &envelope::Envelope, weight: Weight) -> Opti
         return Some(Outcome::bad_load(why, cmd, id));
     }
     let ctx = Ctx { id, nonce: &opened.nonce, key: print, enc: env.enc_algo, sig: env.sig_algo };
-    let mut ans = match Command::parse_aes(cmd, &opened.inner).answer(&ctx, view) {
+    let mut ans = match Command::parse_aes(cmd, opened.inner).answer(&ctx, view) {
         Ok(a) => a,
         Err(why) => return Some(Outcome::bad_load(why, cmd, id)),
     };

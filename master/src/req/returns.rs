@@ -9,7 +9,8 @@
 //! a stored job only: a master never publishes what a minion sent
 //! ([`crate::jobs::publishable`]), so a scheduled job runs once, its return data stays
 //! on the master, and no minion can pick the target of a publish. The reply comes once
-//! the records are committed; the `salt/job/<jid>/ret/<id>` event fires then.
+//! the records are committed; the `salt/job/<jid>/ret/<id>` event fires then (its data
+//! made with room for the `_stamp` the bus adds).
 
 use rmpv::Value;
 
@@ -27,8 +28,8 @@ pub struct Return {
 }
 
 impl Return {
-    pub fn parse(inner: &Value) -> Self {
-        Return { load: inner.clone() }
+    pub fn parse(inner: Value) -> Self {
+        Return { load: inner }
     }
 
     pub fn answer(self, ctx: &Ctx, view: &dyn View) -> Result<Answer> {
@@ -60,7 +61,7 @@ impl Return {
         for rec in &records {
             rec.validate().map_err(|e| crate::error::Error::refused(format!("return refused: {e}")))?;
         }
-        let events = vec![event(format!("salt/job/{jid}/ret/{}", ctx.id), payload::to_json(&load))];
+        let events = vec![event(format!("salt/job/{jid}/ret/{}", ctx.id), payload::to_json_with_room(&load, 1))];
         Ok(Answer { value: Value::Nil, private: false, records, events })
     }
 }

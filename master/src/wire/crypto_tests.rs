@@ -291,3 +291,31 @@ fn crypticle_round_trip_and_tamper() {
 fn clean_key_form() {
     assert_eq!(clean_key(b"  -----BEGIN X-----\r\nAAA\r\n-----END X-----\n\n"), b"-----BEGIN X-----\nAAA\n-----END X-----");
 }
+
+/// The Crypticle's AES-192-CBC agrees byte for byte with OpenSSL's (what Salt's
+/// `cryptography` backend calls) at every padding length, both ways.
+#[test]
+fn crypticle_aes_agrees_with_openssl() {
+    use base64::Engine as _;
+    use openssl::symm::{decrypt, encrypt, Cipher};
+    let c = Crypticle::generate();
+    let raw = base64::engine::general_purpose::STANDARD.decode(c.key_string()).unwrap();
+    let (key, mac_key) = raw.split_at(24);
+    for len in 0..70usize {
+        let plain: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
+        // Ours → OpenSSL.
+        let blob = c.encrypt(&plain).unwrap();
+        assert_eq!(blob.len(), 16 + (len / 16 + 1) * 16 + 32, "length {len}");
+        let (body, _) = blob.split_at(blob.len() - 32);
+        let (iv, ct) = body.split_at(16);
+        assert_eq!(decrypt(Cipher::aes_192_cbc(), key, Some(iv), ct).unwrap(), plain, "length {len}");
+        // OpenSSL → ours (with the MAC Salt appends).
+        let iv = [len as u8; 16];
+        let mut theirs = iv.to_vec();
+        theirs.extend(encrypt(Cipher::aes_192_cbc(), key, Some(&iv), &plain).unwrap());
+        let mut m = <hmac::Hmac<sha2::Sha256> as hmac::Mac>::new_from_slice(mac_key).unwrap();
+        hmac::Mac::update(&mut m, &theirs);
+        theirs.extend(hmac::Mac::finalize(m).into_bytes());
+        assert_eq!(c.decrypt(&theirs).unwrap(), plain, "length {len}");
+    }
+}

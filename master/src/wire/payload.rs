@@ -113,19 +113,103 @@ pub fn to_json(v: &Value) -> serde_json::Value {
         Value::F64(f) => serde_json::Number::from_f64(*f).map(J::Number).unwrap_or(J::Null),
         Value::String(_) | Value::Binary(_) => J::String(String::from_utf8_lossy(bytes(v).unwrap_or_default()).into_owned()),
         Value::Array(a) => J::Array(a.iter().map(to_json).collect()),
-        Value::Map(m) => J::Object(
-            m.iter()
-                .map(|(k, x)| {
-                    let key = match bytes(k) {
-                        Some(b) => String::from_utf8_lossy(b).into_owned(),
-                        None => to_json(k).to_string(),
-                    };
-                    (key, to_json(x))
-                })
-                .collect(),
-        ),
+        Value::Map(_) => to_json_with_room(v, 0),
         Value::Ext(_, b) => J::String(String::from_utf8_lossy(b).into_owned()),
     }
+}
+
+/// [`to_json`], with room in a top-level map for `extra` more keys, so that adding them
+/// (an event's `_stamp`, when it is fired) neither grows nor rehashes the map.
+pub fn to_json_with_room(v: &Value, extra: usize) -> serde_json::Value {
+    match v {
+        Value::Map(m) => {
+            let mut out = serde_json::Map::with_capacity(m.len() + extra);
+            for (k, x) in m {
+                let key = match bytes(k) {
+                    Some(b) => String::from_utf8_lossy(b).into_owned(),
+                    None => to_json(k).to_string(),
+                };
+                out.insert(key, to_json(x));
+            }
+            serde_json::Value::Object(out)
+        }
+        other => to_json(other),
+    }
+}
+
+/// Writes the JSON text of [`to_json`]`(v)` into `out` without building the JSON value
+/// (the follow's answer lines: half of its cost was allocating that value). Byte for
+/// byte what `serde_json::to_writer(out, &to_json(v))` writes; a map that names a key
+/// twice (only a hostile minion sends one) is written through [`to_json`], whose last
+/// value wins in the first one's place.
+pub fn write_json(v: &Value, out: &mut Vec<u8>) {
+    use std::io::Write as _;
+    // Writing into a Vec cannot fail.
+    match v {
+        Value::Nil => out.extend_from_slice(b"null"),
+        Value::Boolean(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+        Value::Integer(i) => {
+            if let Some(u) = i.as_u64() {
+                let _ = write!(out, "{u}");
+            } else if let Some(s) = i.as_i64() {
+                let _ = write!(out, "{s}");
+            } else {
+                out.extend_from_slice(b"null");
+            }
+        }
+        Value::F32(_) | Value::F64(_) => {
+            let _ = serde_json::to_writer(&mut *out, &to_json(v));
+        }
+        Value::String(_) | Value::Binary(_) | Value::Ext(..) => {
+            let b = match v {
+                Value::Ext(_, b) => &b[..],
+                _ => bytes(v).unwrap_or_default(),
+            };
+            let _ = serde_json::to_writer(&mut *out, &*String::from_utf8_lossy(b));
+        }
+        Value::Array(a) => {
+            out.push(b'[');
+            for (n, x) in a.iter().enumerate() {
+                if n > 0 {
+                    out.push(b',');
+                }
+                write_json(x, out);
+            }
+            out.push(b']');
+        }
+        Value::Map(m) => {
+            let keys: Vec<std::borrow::Cow<'_, str>> = m
+                .iter()
+                .map(|(k, _)| match bytes(k) {
+                    Some(b) => String::from_utf8_lossy(b),
+                    None => std::borrow::Cow::Owned(to_json(k).to_string()),
+                })
+                .collect();
+            if has_repeats(&keys) {
+                let _ = serde_json::to_writer(&mut *out, &to_json(v));
+                return;
+            }
+            out.push(b'{');
+            for (n, (key, (_, x))) in keys.iter().zip(m).enumerate() {
+                if n > 0 {
+                    out.push(b',');
+                }
+                let _ = serde_json::to_writer(&mut *out, &**key);
+                out.push(b':');
+                write_json(x, out);
+            }
+            out.push(b'}');
+        }
+    }
+}
+
+/// Whether a map's keys name one twice.
+fn has_repeats(keys: &[std::borrow::Cow<'_, str>]) -> bool {
+    if keys.len() <= 16 {
+        return keys.iter().enumerate().any(|(i, k)| keys[..i].contains(k));
+    }
+    let mut seen = std::collections::HashSet::with_capacity(keys.len());
+    !keys.iter().all(|k| seen.insert(&**k))
 }
 
 /// Converts JSON (from the CLI) to a payload value.
@@ -152,6 +236,38 @@ pub fn from_json(j: &serde_json::Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// Any payload value: every msgpack kind, text and non-UTF-8 bytes, repeated keys,
+    /// keys that are not text, nesting.
+    fn any_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Nil),
+            any::<bool>().prop_map(Value::Boolean),
+            any::<u64>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<f32>().prop_map(Value::F32),
+            any::<f64>().prop_map(Value::F64),
+            "[a-c\\\"\u{0}-\u{1f}é🦀]{0,6}".prop_map(|s| Value::from(s.as_str())),
+            proptest::collection::vec(any::<u8>(), 0..6).prop_map(Value::Binary),
+            (any::<i8>(), proptest::collection::vec(any::<u8>(), 0..4)).prop_map(|(t, b)| Value::Ext(t, b)),
+        ];
+        leaf.prop_recursive(4, 48, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                proptest::collection::vec((prop_oneof![3 => "[ab]{0,2}".prop_map(|s| Value::from(s.as_str())), 1 => inner.clone()], inner), 0..6).prop_map(Value::Map),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn write_json_is_to_json_written(v in any_value()) {
+            let mut w = Vec::new();
+            write_json(&v, &mut w);
+            prop_assert_eq!(String::from_utf8(w).unwrap(), serde_json::to_string(&to_json(&v)).unwrap());
+        }
+    }
 
     #[test]
     fn python_str_blobs_and_limits() {
@@ -164,7 +280,23 @@ mod tests {
         assert_eq!(get_bytes(&v, "load").unwrap(), &[0xff; 96][..]);
         assert!(get_text(&v, "load").is_none());
         // Deep nesting is refused, not a stack overflow.
+        let m = map([("b", Value::from(2)), ("a", Value::Array(vec![Value::Nil])), ("b", Value::from(3))]);
+        let j = to_json_with_room(&m, 1);
+        assert_eq!(j, serde_json::json!({"b": 3, "a": [null]}), "a repeated key keeps its place, the last value wins");
+        assert_eq!(j.to_string(), to_json(&m).to_string());
         let deep = vec![0x91; 10_000];
+        let mut w = Vec::new();
+        write_json(&m, &mut w);
+        assert_eq!(w, to_json(&m).to_string().into_bytes());
+        // Past 16 keys the repeat check is a set: without and with a repeated key.
+        let mut big: Vec<(Value, Value)> = (0..20).map(|i| (Value::from(format!("k{i}").as_str()), Value::from(i))).collect();
+        for _ in 0..2 {
+            let v = Value::Map(big.clone());
+            let mut w = Vec::new();
+            write_json(&v, &mut w);
+            assert_eq!(w, to_json(&v).to_string().into_bytes());
+            big.push((Value::from("k3"), Value::Nil));
+        }
         assert!(decode(&deep).is_err());
         assert!(decode(&[0xda, 0x00, 0x10, b'a']).is_err(), "a str cut short");
         let mut t = encode(&Value::from(1));
