@@ -67,6 +67,13 @@ pub fn timed_out(e: &Error) -> bool {
     matches!(e, Error::Refused(m) if m == NOT_RESPONDING)
 }
 
+/// The largest answer line a tool reads (1 GiB): past it the call fails instead of the
+/// tool growing without bound on a peer that never ends its line. The largest real
+/// answers are whole job caches (`job.returns`, `jobs.lookup_jid`: a highstate's returns
+/// from 8,000 minions are a few hundred MiB); `job.follow` and `events.watch` send one
+/// return or event per line.
+pub const MAX_ANSWER_BYTES: usize = 1 << 30;
+
 /// A blocking client for the tools.
 ///
 /// Every call has a deadline ([`AdminClient::set_timeout`], or one per call with
@@ -78,6 +85,7 @@ pub fn timed_out(e: &Error) -> bool {
 pub struct AdminClient {
     stream: std::io::BufReader<std::os::unix::net::UnixStream>,
     timeout: Option<Duration>,
+    max_answer: usize,
 }
 
 impl AdminClient {
@@ -85,7 +93,7 @@ impl AdminClient {
     /// deadline until [`AdminClient::set_timeout`].
     pub fn connect(sock_dir: &Path) -> Option<AdminClient> {
         let s = std::os::unix::net::UnixStream::connect(socket_path(sock_dir)).ok()?;
-        Some(AdminClient { stream: std::io::BufReader::new(s), timeout: None })
+        Some(AdminClient { stream: std::io::BufReader::new(s), timeout: None, max_answer: MAX_ANSWER_BYTES })
     }
 
     /// How long each later [`AdminClient::call`] may take, from sending the request to
@@ -126,7 +134,8 @@ impl AdminClient {
     }
 
     /// Reads one answer line (empty if the master closed first), each read bounded by
-    /// what is left of `deadline`: a master that trickles bytes cannot stretch it.
+    /// what is left of `deadline`: a master that trickles bytes cannot stretch it. A line
+    /// longer than the bound ([`MAX_ANSWER_BYTES`]) is an error.
     fn read_answer(&mut self, deadline: Option<Instant>) -> Result<Vec<u8>> {
         use std::io::BufRead;
         let mut out = Vec::new();
@@ -148,6 +157,9 @@ impl AdminClient {
                 }
                 None => {
                     let n = buf.len();
+                    if out.len() + n > self.max_answer {
+                        return Err(Error::refused(format!("admin socket: an answer longer than {} bytes", self.max_answer)));
+                    }
                     out.extend_from_slice(buf);
                     self.stream.consume(n);
                 }
@@ -181,13 +193,23 @@ fn io_error(e: std::io::Error) -> Error {
 impl AdminClient {
     /// Turns this connection into an event stream: yields `{"tag", "data"}` objects until
     /// the master goes away (no deadline: a watch waits for events as long as it runs).
+    /// Each line is bounded as an answer is; a line that is not JSON is skipped.
     pub fn watch(mut self) -> Result<impl Iterator<Item = J>> {
-        use std::io::{BufRead, Write};
+        use std::io::Write;
         let sock = self.stream.get_mut();
         sock.set_write_timeout(self.timeout).ctx(|| "admin socket".into())?;
         sock.write_all(b"{\"cmd\":\"events.watch\"}\n").map_err(io_error)?;
-        sock.set_read_timeout(None).ctx(|| "admin socket".into())?;
-        Ok(self.stream.lines().map_while(Result::ok).filter_map(|l| serde_json::from_str(&l).ok()))
+        Ok(std::iter::from_fn(move || loop {
+            match self.read_answer(None) {
+                Ok(line) if line.is_empty() => return None,
+                Ok(line) => {
+                    if let Ok(v) = serde_json::from_slice(&line) {
+                        return Some(v);
+                    }
+                }
+                Err(_) => return None,
+            }
+        }))
     }
 }
 
@@ -224,6 +246,37 @@ mod tests {
         let e = c.call_within(&serde_json::json!({"cmd": "key.list"}), Duration::from_millis(200)).unwrap_err();
         assert!(timed_out(&e), "{e}");
         drop(c);
+        server.join().unwrap();
+    }
+
+    /// A peer that never ends its answer line (or an event line) makes the call fail at
+    /// the bound, with the memory it read no larger than that.
+    #[test]
+    fn answers_are_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = UnixListener::bind(socket_path(dir.path())).unwrap();
+        let server = std::thread::spawn(move || {
+            for _ in 0..2 {
+                let (s, _) = listener.accept().unwrap();
+                let mut rd = std::io::BufReader::new(s.try_clone().unwrap());
+                let mut w = s;
+                let mut line = String::new();
+                rd.read_line(&mut line).unwrap();
+                w.write_all(b"{\"tag\":\"a\",\"data\":{}}\n").unwrap();
+                // Then a line that never ends, until the client hangs up.
+                while w.write_all(&[b'x'; 4096]).is_ok() {}
+            }
+        });
+        let mut c = AdminClient::connect(dir.path()).expect("connects");
+        c.max_answer = 64 << 10;
+        assert_eq!(c.call(&serde_json::json!({"cmd": "key.list"})).unwrap(), serde_json::json!({"tag": "a", "data": {}}));
+        let e = c.call(&serde_json::json!({"cmd": "key.list"})).unwrap_err();
+        assert!(e.to_string().contains("an answer longer than 65536 bytes"), "{e}");
+        drop(c);
+        let mut c = AdminClient::connect(dir.path()).expect("connects");
+        c.max_answer = 64 << 10;
+        let events: Vec<J> = c.watch().unwrap().collect();
+        assert_eq!(events, vec![serde_json::json!({"tag": "a", "data": {}})], "the watch ends at the unbounded line");
         server.join().unwrap();
     }
 }
