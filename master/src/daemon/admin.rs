@@ -16,7 +16,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{json, Value as J};
+use serde_json::Value as J;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 
 use super::live::Master;
@@ -174,13 +174,22 @@ fn restrict(master: &Master, name: &str, cmd: Command) -> Result<Command> {
     }
 }
 
+/// One `events.watch` line: `{"tag", "data"}`.
+#[derive(serde::Serialize)]
+struct WatchLine<'a> {
+    tag: &'a str,
+    data: &'a J,
+}
+
 /// From here on the connection streams events, one JSON object per line.
 async fn watch(master: &Master, mut wr: tokio::net::unix::OwnedWriteHalf) {
     let mut rx = master.bus.subscribe();
     loop {
         match rx.recv().await {
             Ok(e) => {
-                if !write_line(&mut wr, json!({ "tag": e.tag, "data": e.data }).to_string()).await {
+                // Written from the shared event, not copied into a new JSON value.
+                let line = serde_json::to_string(&WatchLine { tag: &e.tag, data: &e.data }).unwrap_or_default();
+                if !write_line(&mut wr, line).await {
                     return;
                 }
             }

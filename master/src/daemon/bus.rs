@@ -4,6 +4,9 @@
 //! In a cluster, what is fired here is also handed to the forwarder to the other
 //! members (`peer_events`), and what they forward is fired here without being handed
 //! on again.
+//!
+//! An event is shared (`Arc`), not cloned, for each watcher: a return's event carries
+//! the whole return, and the `salt` CLI, a reactor and salt-api streams may all watch.
 
 use std::sync::{Arc, OnceLock};
 
@@ -16,7 +19,7 @@ pub type Forward = Arc<dyn Fn(&Event) + Send + Sync>;
 
 #[derive(Clone)]
 pub struct EventBus {
-    tx: broadcast::Sender<Event>,
+    tx: broadcast::Sender<Arc<Event>>,
     forward: Arc<OnceLock<Forward>>,
 }
 
@@ -38,13 +41,13 @@ impl EventBus {
         if let Some(f) = self.forward.get() {
             f(&e);
         }
-        let _ = self.tx.send(e);
+        let _ = self.tx.send(Arc::new(e));
     }
 
     /// Fires an event another member forwarded (it keeps its own `_stamp`).
     pub fn fire_from_peer(&self, e: Event) {
         tracing::debug!(tag = %e.tag, "event from a peer");
-        let _ = self.tx.send(e);
+        let _ = self.tx.send(Arc::new(e));
     }
 
     /// Hands every event fired from now on to `f` too (set once).
@@ -52,7 +55,7 @@ impl EventBus {
         let _ = self.forward.set(f);
     }
 
-    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
         self.tx.subscribe()
     }
 }

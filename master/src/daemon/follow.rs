@@ -136,7 +136,7 @@ pub async fn follow(master: Arc<Master>, cmd: FollowCmd, rd: impl AsyncRead + Un
 }
 
 /// The follow itself, on a job cache and a bus subscription taken before it is called.
-async fn stream(sm: Arc<StateMachine>, mut rx: Receiver<Event>, cmd: FollowCmd, mut rd: impl AsyncRead + Unpin, mut wr: impl AsyncWrite + Unpin) {
+async fn stream(sm: Arc<StateMachine>, mut rx: Receiver<Arc<Event>>, cmd: FollowCmd, mut rd: impl AsyncRead + Unpin, mut wr: impl AsyncWrite + Unpin) {
     let deadline = tokio::time::Instant::now() + cmd.timeout;
     let mut out = Out::default();
     let first = {

@@ -54,7 +54,7 @@ fn ret_event(i: usize) -> Event {
 }
 
 /// Starts a follow of the job; the client's end of the socket, as lines.
-fn start(sm: &Arc<StateMachine>, rx: Receiver<Event>, timeout: Duration) -> tokio::io::Lines<BufReader<tokio::net::UnixStream>> {
+fn start(sm: &Arc<StateMachine>, rx: Receiver<Arc<Event>>, timeout: Duration) -> tokio::io::Lines<BufReader<tokio::net::UnixStream>> {
     let (client, server) = tokio::net::UnixStream::pair().unwrap();
     let (rd, wr) = server.into_split();
     tokio::spawn(stream(sm.clone(), rx, FollowCmd { jid: JID.into(), timeout }, rd, wr));
@@ -84,17 +84,17 @@ async fn burst(name: &str, capacity: usize) {
     let (tx, rx) = broadcast::channel(capacity);
     let lines = start(&sm, rx, Duration::from_secs(120));
     // Named before its return is applied: not sent then, looked up again later.
-    tx.send(ret_event(100)).unwrap();
+    tx.send(Arc::new(ret_event(100))).unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
     // The rest committed at once, their events queued at once, each twice (a minion's
     // own event and the master's), plus events of another job and of a stranger.
     commit(&sm, &index, 100..N);
     for i in 100..N {
-        let _ = tx.send(ret_event(i));
-        let _ = tx.send(ret_event(i));
-        let _ = tx.send(Event { tag: format!("salt/job/20261124000000000002/ret/{}", id(i)), data: json!({}) });
+        let _ = tx.send(Arc::new(ret_event(i)));
+        let _ = tx.send(Arc::new(ret_event(i)));
+        let _ = tx.send(Arc::new(Event { tag: format!("salt/job/20261124000000000002/ret/{}", id(i)), data: json!({}) }));
     }
-    let _ = tx.send(Event { tag: format!("salt/job/{JID}/ret/stranger"), data: json!({}) });
+    let _ = tx.send(Arc::new(Event { tag: format!("salt/job/{JID}/ret/stranger"), data: json!({}) }));
     let (sent, done) = read_all(lines).await;
     assert_eq!(done, json!({"done": true, "missing": []}));
     assert_eq!(sent.len(), N, "every minion's return sent");
@@ -123,10 +123,10 @@ async fn who_did_not_return_is_missing_at_the_timeout() {
     let lines = start(&sm, rx, Duration::from_millis(600));
     commit(&sm, &index, 0..3);
     for i in 0..3 {
-        tx.send(ret_event(i)).unwrap();
+        tx.send(Arc::new(ret_event(i))).unwrap();
     }
     // Named, never applied: a hint retried until the end, never sent.
-    tx.send(ret_event(4)).unwrap();
+    tx.send(Arc::new(ret_event(4))).unwrap();
     let (sent, done) = read_all(lines).await;
     assert_eq!(sent.keys().cloned().collect::<Vec<_>>(), [id(0), id(1), id(2)]);
     assert_eq!(done, json!({"done": true, "missing": [id(3), id(4)]}));
@@ -147,7 +147,7 @@ async fn large_returns_are_written_in_bounded_pieces() {
         .collect();
     sm.apply(&entries).unwrap();
     for i in 0..40 {
-        tx.send(ret_event(i)).unwrap();
+        tx.send(Arc::new(ret_event(i))).unwrap();
     }
     let (sent, done) = read_all(lines).await;
     assert_eq!(done["missing"], json!([]));
