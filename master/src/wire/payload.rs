@@ -125,11 +125,7 @@ pub fn to_json_with_room(v: &Value, extra: usize) -> serde_json::Value {
         Value::Map(m) => {
             let mut out = serde_json::Map::with_capacity(m.len() + extra);
             for (k, x) in m {
-                let key = match bytes(k) {
-                    Some(b) => String::from_utf8_lossy(b).into_owned(),
-                    None => to_json(k).to_string(),
-                };
-                out.insert(key, to_json(x));
+                out.insert(key_text(k).into_owned(), to_json(x));
             }
             serde_json::Value::Object(out)
         }
@@ -178,13 +174,7 @@ pub fn write_json(v: &Value, out: &mut Vec<u8>) {
             out.push(b']');
         }
         Value::Map(m) => {
-            let keys: Vec<std::borrow::Cow<'_, str>> = m
-                .iter()
-                .map(|(k, _)| match bytes(k) {
-                    Some(b) => String::from_utf8_lossy(b),
-                    None => std::borrow::Cow::Owned(to_json(k).to_string()),
-                })
-                .collect();
+            let keys: Vec<std::borrow::Cow<'_, str>> = m.iter().map(|(k, _)| key_text(k)).collect();
             if has_repeats(&keys) {
                 let _ = serde_json::to_writer(&mut *out, &to_json(v));
                 return;
@@ -200,6 +190,15 @@ pub fn write_json(v: &Value, out: &mut Vec<u8>) {
             }
             out.push(b'}');
         }
+    }
+}
+
+/// A map key as JSON names it: text (bytes that are not UTF-8 with replacement
+/// characters), or the JSON text of a key that is not a string.
+fn key_text(k: &Value) -> std::borrow::Cow<'_, str> {
+    match bytes(k) {
+        Some(b) => String::from_utf8_lossy(b),
+        None => std::borrow::Cow::Owned(to_json(k).to_string()),
     }
 }
 
