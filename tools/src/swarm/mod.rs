@@ -32,7 +32,10 @@
 //! a reply that does not verify) is what makes salt-minion restart its process after a
 //! random 1..=`random_reauth_delay` seconds; the swarm minion waits the same and tries
 //! again. Salt applies no random delay to the re-authentication a publish or a bad load
-//! calls for; neither does the swarm.
+//! calls for; neither does the swarm. The first sign-in retries the same way when its
+//! first try goes unanswered or is refused (a master not yet listening, a connection
+//! reset in a storm), for ten rounds `acceptance_wait` apart, and the
+//! `authenticated` line says how many did (`retried`).
 
 pub mod minion;
 pub mod procstat;
@@ -161,6 +164,24 @@ async fn sign_in(opts: &Options, endpoint: &str, me: &Identity, cached: Option<&
         let (nonce, reply) = auth_exchange(opts, endpoint, me, cached).await?;
         match minion::auth_reply(me, &nonce, &reply, cached) {
             Err(MinionError::Pending) => tokio::time::sleep(opts.acceptance_wait).await,
+            other => return other,
+        }
+    }
+}
+
+/// Rounds of [`first_sign_in_again`] before a minion is reported as failed (salt-minion
+/// tries for ever; a swarm must end when its master never comes).
+const FIRST_SIGN_IN_ROUNDS: u32 = 10;
+
+/// A first sign-in whose first try went unanswered, was refused or found the master
+/// full: `acceptance_wait`, then [`sign_in`] again, up to [`FIRST_SIGN_IN_ROUNDS`] rounds.
+async fn first_sign_in_again(opts: &Options, endpoint: &str, me: &Identity) -> std::result::Result<Creds, MinionError> {
+    let mut round = 0;
+    loop {
+        round += 1;
+        tokio::time::sleep(opts.acceptance_wait.max(Duration::from_millis(100))).await;
+        match sign_in(opts, endpoint, me, None).await {
+            Err(MinionError::Timeout(..) | MinionError::Transport(_) | MinionError::Full) if round < FIRST_SIGN_IN_ROUNDS => continue,
             other => return other,
         }
     }
@@ -445,19 +466,30 @@ pub async fn run(opts: Options) -> Result<()> {
     let mut replies = Vec::new();
     let mut failures: HashMap<String, usize> = HashMap::new();
     let mut last = Duration::ZERO;
+    let mut pending = tokio::task::JoinSet::new();
     while let Some(j) = tasks.join_next().await {
-        let Ok((me, r, at)) = j else { continue };
+        let Ok((seat, r, at)) = j else { continue };
         match r {
             Ok(reply) => {
                 last = last.max(at);
-                replies.push((me, reply));
+                replies.push((seat, reply));
+            }
+            // Unanswered, refused or full: salt-minion waits `acceptance_wait_time` and
+            // tries again (its first sign-in retries for ever); so does the swarm, for
+            // ten more rounds, so that a master that never comes is reported.
+            Err(MinionError::Timeout(..) | MinionError::Transport(_) | MinionError::Full) => {
+                let opts = opts.clone();
+                pending.spawn(async move {
+                    let r = first_sign_in_again(&opts, &seat.endpoint, &seat.me).await;
+                    (seat, r)
+                });
             }
             Err(e) => *failures.entry(e.to_string()).or_default() += 1,
         }
     }
+    let retried = pending.len();
     let after = opts.master_pid.map(procstat::tree_stats);
     let mut signed_in = Vec::new();
-    let mut pending = tokio::task::JoinSet::new();
     for (seat, (nonce, reply)) in replies {
         match tokio::task::block_in_place(|| minion::auth_reply(&seat.me, &nonce, &reply, None)) {
             Ok(c) => signed_in.push((seat, c)),
@@ -484,7 +516,7 @@ pub async fn run(opts: Options) -> Result<()> {
         last = t0.elapsed();
     }
     let master_cpu = before.zip(after).map(|(b, a)| a.cpu_seconds - b.cpu_seconds);
-    emit(json!({"event": "authenticated", "count": signed_in.len(), "failed": failures, "seconds": last.as_secs_f64(), "waited_for_acceptance": waited,
+    emit(json!({"event": "authenticated", "count": signed_in.len(), "failed": failures, "seconds": last.as_secs_f64(), "waited_for_acceptance": waited, "retried": retried,
         "master_cpu_seconds": master_cpu, "master_processes": after.map(|a| a.processes)}));
     if signed_in.is_empty() {
         return Err(Failure::new("no minion could sign in", 1));

@@ -6,7 +6,8 @@
 //! kept) and after its publish key changes (each signs in again, as salt-minion does).
 //! One swarm process can also spread its minions over the members of a cluster (no
 //! balancer in front), so a fleet larger than one process's file limit is several
-//! processes with their own ranges of ids.
+//! processes with their own ranges of ids. A swarm started before its master signs in
+//! once the master listens (each minion retries its first sign-in, as salt-minion does).
 
 use std::process::Command;
 
@@ -48,6 +49,30 @@ fn answering(env: &Env) -> usize {
 fn signed_in_again(lines: &mut Lines) -> usize {
     lines.poll(std::time::Duration::from_millis(500), |_| false);
     lines.seen().iter().filter(|l| l.contains("\"signed_in_again\"")).count()
+}
+
+/// A swarm started before its master: the first sign-in goes unanswered, and each
+/// minion tries again `acceptance_wait` later, as salt-minion does, until the master
+/// listens (before, each was reported failed and left out).
+#[test]
+fn swarm_minions_started_before_their_master_sign_in_once_it_listens() {
+    const N: usize = 20;
+    let env = Env::master(&one_ip(), "localfs_key", "auto_accept: True\n");
+    let mut cmd = Command::new(SWARM);
+    cmd.args(["--master", &env.ip, "--port", &env.ret.to_string(), "--count", &N.to_string()]);
+    // One unanswered send ends the first try (`auth_tries` 1).
+    cmd.args(["--auth-timeout", "1", "--acceptance-wait", "1", "--auth-tries", "1"]);
+    let (_swarm, mut lines) = Proc::spawn_lines("halite-swarm", &mut cmd, &env.root.join("swarm.log"));
+    lines.wait("the swarm's key pairs", 900, |l| l.iter().any(|l| l.contains("\"keys\"")));
+    // Its first round goes to a port nobody listens on yet.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let _master = start_master(&env);
+    lines.wait("the swarm to sign in", 120, |l| l.iter().any(|l| l.contains("\"ready\"")));
+    let auth = swarm_event(&lines, "authenticated");
+    assert_eq!(auth["count"], json!(N), "{auth}");
+    assert_eq!(auth["retried"], json!(N), "every first try went unanswered: {auth}");
+    assert_eq!(swarm_event(&lines, "ready")["count"], json!(N));
+    wait_for("every swarm minion answering", 60, || answering(&env) == N);
 }
 
 #[test]
