@@ -139,28 +139,16 @@ pub fn to_json_with_room(v: &Value, extra: usize) -> serde_json::Value {
 /// twice (only a hostile minion sends one) is written through [`to_json`], whose last
 /// value wins in the first one's place.
 pub fn write_json(v: &Value, out: &mut Vec<u8>) {
-    use std::io::Write as _;
     // Writing into a Vec cannot fail.
     match v {
-        Value::Nil => out.extend_from_slice(b"null"),
-        Value::Boolean(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
-        Value::Integer(i) => {
-            if let Some(u) = i.as_u64() {
-                let _ = write!(out, "{u}");
-            } else if let Some(s) = i.as_i64() {
-                let _ = write!(out, "{s}");
-            } else {
-                out.extend_from_slice(b"null");
-            }
-        }
-        Value::F32(_) | Value::F64(_) => {
+        // Scalars: `to_json` makes them without allocating.
+        Value::Nil | Value::Boolean(_) | Value::Integer(_) | Value::F32(_) | Value::F64(_) => {
             let _ = serde_json::to_writer(&mut *out, &to_json(v));
         }
-        Value::String(_) | Value::Binary(_) | Value::Ext(..) => {
-            let b = match v {
-                Value::Ext(_, b) => &b[..],
-                _ => bytes(v).unwrap_or_default(),
-            };
+        Value::String(_) | Value::Binary(_) => {
+            let _ = serde_json::to_writer(&mut *out, &*String::from_utf8_lossy(bytes(v).unwrap_or_default()));
+        }
+        Value::Ext(_, b) => {
             let _ = serde_json::to_writer(&mut *out, &*String::from_utf8_lossy(b));
         }
         Value::Array(a) => {

@@ -169,6 +169,12 @@ async fn sign_in(opts: &Options, endpoint: &str, me: &Identity, cached: Option<&
     }
 }
 
+/// A sign-in that went unanswered, was refused or found the master full: salt-minion
+/// waits `acceptance_wait_time` and tries again (any other failure restarts it).
+fn waits_to_retry(e: &MinionError) -> bool {
+    matches!(e, MinionError::Timeout(..) | MinionError::Transport(_) | MinionError::Full)
+}
+
 /// Rounds of [`first_sign_in_again`] before a minion is reported as failed (salt-minion
 /// tries for ever; a swarm must end when its master never comes).
 const FIRST_SIGN_IN_ROUNDS: u32 = 10;
@@ -181,7 +187,7 @@ async fn first_sign_in_again(opts: &Options, endpoint: &str, me: &Identity) -> s
         round += 1;
         tokio::time::sleep(opts.acceptance_wait.max(Duration::from_millis(100))).await;
         match sign_in(opts, endpoint, me, None).await {
-            Err(MinionError::Timeout(..) | MinionError::Transport(_) | MinionError::Full) if round < FIRST_SIGN_IN_ROUNDS => continue,
+            Err(e) if waits_to_retry(&e) && round < FIRST_SIGN_IN_ROUNDS => continue,
             other => return other,
         }
     }
@@ -199,7 +205,7 @@ async fn sign_in_again(swarm: &Swarm, me: &Identity, endpoint: &str, master_pub:
                 emit(json!({"event": "signed_in_again", "id": me.id, "total": n}));
                 return c;
             }
-            Err(MinionError::Timeout(..) | MinionError::Transport(_) | MinionError::Full) => swarm.opts.acceptance_wait,
+            Err(e) if waits_to_retry(&e) => swarm.opts.acceptance_wait,
             Err(e) => {
                 let bound = swarm.opts.random_reauth_delay.as_millis().max(1000) as u64;
                 let ms = rand::Rng::gen_range(&mut rand::thread_rng(), 1000..=bound);
@@ -477,7 +483,7 @@ pub async fn run(opts: Options) -> Result<()> {
             // Unanswered, refused or full: salt-minion waits `acceptance_wait_time` and
             // tries again (its first sign-in retries for ever); so does the swarm, for
             // ten more rounds, so that a master that never comes is reported.
-            Err(MinionError::Timeout(..) | MinionError::Transport(_) | MinionError::Full) => {
+            Err(e) if waits_to_retry(&e) => {
                 let opts = opts.clone();
                 pending.spawn(async move {
                     let r = first_sign_in_again(&opts, &seat.endpoint, &seat.me).await;
