@@ -10,7 +10,7 @@
 //! | source            | live (daemon)                           | in tests        |
 //! |-------------------|-----------------------------------------|-----------------|
 //! | keys, denied keys | the state machine                       | a map           |
-//! | session keys      | `cachedir/sessions/` and memory         | a map           |
+//! | session keys      | memory and `cachedir/sessions/journal`  | a map           |
 //! | roots (files, pillar) | [`fs::FsRoots`] over `file_roots`/`pillar_roots` | [`memory::MemoryRoots`] |
 //! | autosign sources  | [`fs::FsAutosign`] (files Salt's way)   | strings         |
 //! | clock, randomness | the system                              | fixed / counter |

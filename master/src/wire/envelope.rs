@@ -78,12 +78,12 @@ pub fn decode(body: &[u8], max: usize) -> Result<Envelope, EnvelopeError> {
     if body.len() > max {
         return Err(EnvelopeError::TooLarge { len: body.len(), max });
     }
-    let env = match payload::decode(body) {
+    let mut env = match payload::decode(body) {
         Ok(v @ Value::Map(_)) => v,
         Ok(_) => return Err(EnvelopeError::NotAMap),
         Err(e) => return Err(EnvelopeError::Undecodable(e.to_string())),
     };
-    let (Some(enc), Some(load)) = (get_text(&env, "enc"), get(&env, "load")) else {
+    let (Some(enc), Some(_)) = (get_text(&env, "enc"), get(&env, "load")) else {
         return Err(EnvelopeError::Incomplete);
     };
     let version = get(&env, "version").and_then(Value::as_i64).unwrap_or(0);
@@ -95,13 +95,12 @@ pub fn decode(body: &[u8], max: usize) -> Result<Envelope, EnvelopeError> {
         "aes" => Enc::Aes,
         other => return Err(EnvelopeError::UnknownEnc(other.escape_debug().to_string())),
     };
-    Ok(Envelope {
-        enc,
-        load: load.clone(),
-        id: get_text(&env, "id").unwrap_or("").to_string(),
-        enc_algo: EncAlgo::parse(get_text(&env, "enc_algo").unwrap_or("OAEP-SHA1")).unwrap_or(EncAlgo::OaepSha1),
-        sig_algo: SigAlgo::parse(get_text(&env, "sig_algo").unwrap_or("PKCS1v15-SHA1")).unwrap_or(SigAlgo::Pkcs1v15Sha1),
-    })
+    let id = get_text(&env, "id").unwrap_or("").to_string();
+    let enc_algo = EncAlgo::parse(get_text(&env, "enc_algo").unwrap_or("OAEP-SHA1")).unwrap_or(EncAlgo::OaepSha1);
+    let sig_algo = SigAlgo::parse(get_text(&env, "sig_algo").unwrap_or("PKCS1v15-SHA1")).unwrap_or(SigAlgo::Pkcs1v15Sha1);
+    // Moved out, not copied: an AES load is the whole ciphertext.
+    let load = take(&mut env, "load").unwrap_or(Value::Nil);
+    Ok(Envelope { enc, load, id, enc_algo, sig_algo })
 }
 
 /// An AES request, decrypted and checked up to (not including) its `tok`.

@@ -121,9 +121,10 @@ fn a_rotated_session_key_is_picked_up_by_the_minion() {
     // publish_session: the session key is replaced after 4 s; the minion's next request
     // with the old one gets "bad load", it signs in again and its job still returns.
     let s = Served::start(Accept::Auto, "publish_session: 4\n", "");
-    let session_file = s.env.root.join("cache/sessions/m1");
-    let first = std::fs::read(&session_file).expect("m1's session key");
-    wait_for("a job answered with a new session key", 60, || ping_via(&s.env, MINION, 5) && std::fs::read(&session_file).ok().is_some_and(|k| k != first));
+    let sessions = s.env.root.join("cache/sessions");
+    let key = || halite_master::daemon::sessions::read_keys(&sessions).remove("m1");
+    let first = key().expect("m1's session key in the journal");
+    wait_for("a job answered with a new session key", 60, || ping_via(&s.env, MINION, 5) && key().is_some_and(|k| k != first));
 }
 
 // ---------------------------------------------------------------------------------------
