@@ -13,6 +13,13 @@ use clap::Parser;
 use halite_tools::common::{init_logging, run, Failure};
 use halite_tools::swarm::{self, Options};
 
+/// mimalloc, as the master: with glibc's heap, `malloc` and `free` were a fifth of the
+/// swarm's CPU in a `test.ping` loop, CPU the master it measures shares the machine with
+/// (docs/benchmarks.md, "The load generator's own CPU"). mimalloc's own defaults: the
+/// swarm's memory is not what is measured.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(name = "halite-swarm", about = "Many simulated salt-minions in one process, for load tests", version)]
 struct Args {
