@@ -64,7 +64,9 @@ impl Master {
         let aes = publish.aes.clone();
         let window = if cfg.request_server_ttl > 0 { cfg.request_server_ttl } else { REPLAY_WINDOW_SECS };
         Master {
-            sessions: Sessions::new(cfg.cachedir.join("sessions"), std::time::Duration::from_secs(cfg.publish_session.max(1))),
+            // A cluster member hands out the cluster's AES key as every session key and
+            // keeps no journal (members may share a cachedir).
+            sessions: if cluster { Sessions::none() } else { Sessions::new(cfg.cachedir.join("sessions"), std::time::Duration::from_secs(cfg.publish_session.max(1))) },
             nonces: Mutex::new(Nonces::new(std::time::Duration::from_secs(window), REPLAY_CAPACITY)),
             counted: Default::default(),
             pending_claims: Default::default(),

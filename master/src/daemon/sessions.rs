@@ -112,6 +112,12 @@ impl Sessions {
         s
     }
 
+    /// A cluster member's sessions: none is ever installed (one would be kept in memory
+    /// only); no directory, no journal.
+    pub fn none() -> Self {
+        Sessions { dir: PathBuf::new(), max_age: Duration::ZERO, cap: 1, inner: Mutex::new(Inner { keys: Keys::new(), journal: None, records: 0, failed_at: None }) }
+    }
+
     /// The same with at most `cap` keys in memory.
     pub fn with_cap(mut self, cap: usize) -> Self {
         self.cap = cap.max(1);
@@ -146,6 +152,9 @@ impl Sessions {
             self.make_room(&mut inner.keys);
         }
         inner.keys.insert(id.to_string(), (key.clone(), born));
+        if self.dir.as_os_str().is_empty() {
+            return; // `none()`: memory only
+        }
         if let Some(at) = inner.failed_at {
             if at.elapsed() >= REWRITE_RETRY {
                 self.rewrite(&mut inner);

@@ -176,3 +176,13 @@ proptest::proptest! {
         proptest::prop_assert!(keys.len() <= bytes.len() / (HEADER + 9));
     }
 }
+
+/// A cluster member's sessions touch no file, even if a key were installed.
+#[test]
+fn a_cluster_members_sessions_write_nothing() {
+    let cwd = std::env::current_dir().unwrap();
+    let s = Sessions::none();
+    s.install("m1", &Crypticle::generate());
+    assert_eq!(s.in_memory(), 1);
+    assert!(!cwd.join(format!(".{JOURNAL}.tmp")).exists() && !cwd.join(JOURNAL).exists());
+}
