@@ -15,6 +15,8 @@
 //! | `job.list` | | `{"jobs": {jid: {fun, tgt, minions}}}` |
 //! | `runner` | `fun`: `jobs.list_jobs`, `jobs.lookup_jid` + `jid`, `cluster.members`, `cluster.ring_info`, `cluster.sync_roots` + `roots`, `cluster.remove_member` + `name`, `cluster.digest`, `pki.migrate_to_mmap`, `mine.get` + `tgt`, `mine_fun`, `tgt_type`; `jobs.list_job`, `jobs.print_job`, `jobs.exit_success`, `manage.present`, `manage.not_present`, `fileserver.*`, `pillar.show_*`, `cache.*` + `arg` (list), `kwarg` (map), bound as Salt binds them; `jobs.active` + `running` (`{minion: saltutil.running return}`); `manage.versions` + `returns` (`{minion: test.version return load or null}`); `state.orchestrate` + `arg`, `kwarg` (`mods`, `saltenv`, `pillar`) → `{master_id, jid, sls, steps}` or `{master_id, jid, sls, errors}` (`jid`: the run's own job) | `{"return": ...}` |
 //! | `orchestrate.return` | `jid` (a run's), `return` (`{data, outputter, retcode}`) | `{"return": true}` |
+//! | `run.start` | `client` (`runner`/`wheel`), `fun`, `fun_args` (list), `user` | `{"jid", "tag"}` (`salt/run/<jid>`, `salt/wheel/<jid>`; the job recorded, `<tag>/new` fired) |
+//! | `run.return` | `jid` (a `run.start` job's), `return`, `success` | `{"return": true}` (`<tag>/ret` fired) |
 //! | `events.watch` | | from then on, one `{"tag", "data"}` line per event on the master bus |
 //! | `job.follow` | `jid`, `timeout` (seconds) | one `{"id", "return"}` line per return as it is committed, then `{"done": true, "missing": [ids]}`; then closed |
 //!

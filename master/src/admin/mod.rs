@@ -21,6 +21,7 @@
 //! | `runner` `pki.migrate_to_mmap` | `salt-run` | [`pki`] |
 //! | `runner` `mine.get` | `salt-run` | [`mine`] |
 //! | `runner` `state.orchestrate` (renders, records the run's job; `salt-run` drives the steps), `orchestrate.return` (the run's return) | `salt-run` | [`crate::orchestrate`] |
+//! | `run.start`, `run.return` (a runner's or a wheel's run kept as a job, fired as events) | `salt-api` `runner_async`, `wheel_async` | [`crate::orchestrate::job`] |
 //! | `events.watch` | `salt-run state.event` | the daemon streams the bus |
 //! | `job.follow` | `salt` | [`follow`]; the daemon streams the job's returns |
 //! | `token.create`, `token.get`, `token.revoke`, `target.minions` | `salt-api` | [`tokens`] |
@@ -126,6 +127,8 @@ pub enum Command {
     Cache(cache::CacheCmd),
     Orchestrate(crate::orchestrate::OrchCmd),
     OrchReturn(crate::orchestrate::job::OrchReturn),
+    RunStart(crate::orchestrate::job::RunStart),
+    RunReturn(crate::orchestrate::job::RunReturn),
     Tokens(tokens::TokenCmd),
     /// Turns the connection into an event stream (handled by the daemon).
     EventsWatch,
@@ -231,6 +234,8 @@ impl Command {
             "key.list" | "key.select" | "key.apply" => Command::Keys(keys::KeyCmd::parse(req)?),
             "publish" | "job.returns" | "job.list" => Command::Jobs(jobs::JobCmd::parse(req)?),
             "orchestrate.return" => Command::OrchReturn(crate::orchestrate::job::OrchReturn::parse(req)?),
+            "run.start" => Command::RunStart(crate::orchestrate::job::RunStart::parse(req)?),
+            "run.return" => Command::RunReturn(crate::orchestrate::job::RunReturn::parse(req)?),
             "events.watch" => Command::EventsWatch,
             "token.create" | "token.get" | "token.revoke" | "target.minions" => Command::Tokens(tokens::TokenCmd::parse(req)?),
             "job.follow" => Command::JobFollow(follow::FollowCmd::parse(req)?),
@@ -264,6 +269,8 @@ impl Command {
             Command::Cache(c) => c.answer(view),
             Command::Orchestrate(c) => c.answer(view),
             Command::OrchReturn(c) => c.answer(view),
+            Command::RunStart(c) => c.answer(view),
+            Command::RunReturn(c) => c.answer(view),
             Command::Tokens(c) => c.answer(view),
             Command::EventsWatch => Err(Error::refused("events.watch streams; it has no single answer")),
             Command::JobFollow(_) => Err(Error::refused("job.follow streams; it has no single answer")),

@@ -244,3 +244,66 @@ fn end_time_is_the_last_return_with_job_cache_store_endtime() {
     let printed = ret(&f, json!({"cmd": "runner", "fun": "jobs.print_job", "arg": [JID], "kwarg": {}}));
     assert_eq!(printed[JID]["EndTime"], json!("2026, Nov 23 03:51:21.250000"));
 }
+
+#[test]
+fn a_background_runner_or_wheel_run_is_a_job_with_one_return() {
+    let f = Fixture::new("run-job");
+    let plan = f.run(json!({"cmd": "run.start", "client": "runner", "fun": "jobs.list_jobs", "fun_args": [{"search_function": "test.*"}], "user": "fred"})).unwrap();
+    let [Record::JobPublished(job)] = &plan.proposals.concat()[..] else { panic!("{plan:?}") };
+    assert!(!crate::jobs::publishable(job), "a run's job is never sent to minions");
+    let (jid, host) = (job.jid.clone(), job.minions[0].clone());
+    assert!(host.ends_with("_master"));
+    let super::Answer::Now(a) = &plan.answer else { panic!() };
+    assert_eq!(a, &json!({"jid": jid, "tag": format!("salt/run/{jid}")}));
+    assert_eq!(plan.events[0].tag, format!("salt/run/{jid}/new"));
+    assert_eq!(plan.events[0].data["fun"], json!("runner.jobs.list_jobs"));
+    assert_eq!(plan.events[0].data["user"], json!("fred"));
+    f.apply(&plan.proposals.concat());
+    let end = json!({"cmd": "run.return", "jid": jid, "return": {"x": 1}, "success": true});
+    let plan = f.run(end.clone()).unwrap();
+    f.apply(&plan.proposals.concat());
+    let super::Answer::After(settle) = plan.answer else { panic!("answered before the commit") };
+    let settled = settle(&f).unwrap();
+    assert_eq!(settled.events[0].tag, format!("salt/run/{jid}/ret"));
+    let data = settled.events[0].data.clone();
+    assert_eq!((&data["fun"], &data["return"], &data["success"], &data["user"], &data["fun_args"]), (&json!("runner.jobs.list_jobs"), &json!({"x": 1}), &json!(true), &json!("fred"), &json!([{"search_function": "test.*"}])));
+    let looked = ret(&f, json!({"cmd": "runner", "fun": "jobs.lookup_jid", "jid": jid}));
+    assert_eq!(looked[&host]["return"], json!({"x": 1}), "kept as Salt's store_job keeps a runner's data: {looked}");
+    assert!(f.run(end).unwrap_err().to_string().contains("already has its return"));
+
+    // A wheel's run: its own tags (a fixture of its own: the fixture's jids repeat).
+    let f = Fixture::new("run-job-wheel");
+    let plan = f.run(json!({"cmd": "run.start", "client": "wheel", "fun": "key.list_all"})).unwrap();
+    let super::Answer::Now(a) = &plan.answer else { panic!() };
+    let wjid = a["jid"].as_str().unwrap().to_string();
+    assert_eq!(a["tag"], json!(format!("salt/wheel/{wjid}")));
+    assert_eq!(plan.events[0].tag, format!("salt/wheel/{wjid}/new"));
+    f.apply(&plan.proposals.concat());
+    let plan = f.run(json!({"cmd": "run.return", "jid": wjid, "return": "no", "success": false})).unwrap();
+    f.apply(&plan.proposals.concat());
+    let super::Answer::After(settle) = plan.answer else { panic!() };
+    assert_eq!(settle(&f).unwrap().events[0].tag, format!("salt/wheel/{wjid}/ret"));
+
+    // Hostile or mistaken requests.
+    for bad in [
+        json!({"cmd": "run.start", "client": "local", "fun": "test.ping"}),
+        json!({"cmd": "run.start", "client": "runner", "fun": "jobs"}),
+        json!({"cmd": "run.start", "client": "runner", "fun": "../x.y"}),
+        json!({"cmd": "run.start", "client": "runner", "fun": "a.b.c"}),
+        json!({"cmd": "run.start", "client": "runner", "fun": format!("a.{}", "b".repeat(300))}),
+        json!({"cmd": "run.start", "client": "runner", "fun": "jobs.list_jobs", "fun_args": "x"}),
+        json!({"cmd": "run.start", "client": "runner", "fun": "jobs.list_jobs", "user": ""}),
+        json!({"cmd": "run.return", "jid": jid, "return": 1}),
+    ] {
+        assert!(f.run(bad.clone()).is_err(), "{bad}");
+    }
+    // Only a run.start job takes such a return (not a minion's job, not an orchestration run).
+    let f = Fixture::new("run-job-others");
+    f.apply(&[Record::JobPublished(JobPublished { jid: JID.into(), load: enc(json!({"fun": "test.ping"})), minions: vec!["m1".into()], time_ns: 1, started_by: None })]);
+    assert!(f.run(json!({"cmd": "run.return", "jid": JID, "return": 1, "success": true})).unwrap_err().to_string().contains("not a runner's or a wheel's run"));
+    f.apply(&roots_records(RootsTree::File, "base", "orch/x.sls", 0o644, b"ping:\n  test.nop: []\n"));
+    let orch = f.run(json!({"cmd": "runner", "fun": "state.orchestrate", "arg": ["orch.x"], "kwarg": {}})).unwrap();
+    f.apply(&orch.proposals.concat());
+    let ojid = orch.proposals.concat().iter().find_map(|r| match r { Record::JobPublished(j) => Some(j.jid.clone()), _ => None }).unwrap();
+    assert!(f.run(json!({"cmd": "run.return", "jid": ojid, "return": 1, "success": true})).is_err());
+}

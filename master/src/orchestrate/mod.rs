@@ -79,12 +79,7 @@ impl OrchCmd {
     }
 
     pub fn answer(self, view: &dyn AdminView) -> Result<Plan> {
-        let id = &view.config().id;
-        let master_id = if id.ends_with("_master") {
-            id.clone()
-        } else {
-            format!("{id}_master")
-        };
+        let master_id = job::master_id(view);
         let mut fun_args = vec![J::String(self.mods.clone())];
         if self.saltenv != "base" {
             fun_args.push(json!({ "saltenv": self.saltenv }));
