@@ -62,7 +62,15 @@ impl JobCmd {
             },
             ("job.returns", _) => JobCmd::Returns { jid: jid("job.returns")? },
             ("job.list", _) => JobCmd::List,
-            (_, "jobs.lookup_jid") => JobCmd::LookupJid { jid: jid("jobs.lookup_jid")? },
+            // `salt-run` sends the jid as a field; salt-api's runner client as an argument.
+            (_, f @ "jobs.lookup_jid") => match s("jid") {
+                Some(j) => JobCmd::LookupJid { jid: j.to_string() },
+                None => {
+                    let params = [("jid", None), ("ext_source", Some(J::Null)), ("returned", Some(J::Bool(true))), ("missing", Some(J::Bool(false))), ("display_progress", Some(J::Bool(false)))];
+                    let b = RunnerArgs::from_req(req).bind(f, &params, false)?;
+                    JobCmd::LookupJid { jid: b.text("jid").ok_or_else(|| Error::refused(format!("{f} needs a jid")))? }
+                }
+            },
             (_, f @ ("jobs.list_job" | "jobs.print_job" | "jobs.exit_success")) => {
                 let b = RunnerArgs::from_req(req).bind(f, &[("jid", None), ("ext_source", Some(J::Null))], false)?;
                 let jid = b.text("jid").ok_or_else(|| Error::refused(format!("{f} needs a jid")))?;

@@ -209,6 +209,9 @@ fn job_queries_answer_in_salts_shapes() {
     let listed = f.now(json!({"cmd": "runner", "fun": "jobs.list_jobs"}));
     assert_eq!(listed["return"][jid], json!({"Function": "test.ping", "Arguments": [], "Target": "*", "Target-type": "glob", "User": "root", "StartTime": "2026, Nov 22 03:51:19.123456"}));
     assert!(f.run(json!({"cmd": "runner", "fun": "jobs.lookup_jid"})).is_err(), "a jid is required");
+    // As salt-api's runner client passes it: an argument or a keyword argument.
+    assert_eq!(f.now(json!({"cmd": "runner", "fun": "jobs.lookup_jid", "arg": [], "kwarg": {"jid": jid}})), json!({"return": {"m1": true}}));
+    assert_eq!(f.now(json!({"cmd": "runner", "fun": "jobs.lookup_jid", "arg": [jid], "kwarg": {}})), json!({"return": {"m1": true}}));
 }
 
 #[test]

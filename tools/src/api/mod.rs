@@ -238,7 +238,11 @@ async fn run_all(cfg: &ApiConfig, s: &Session, chunks: Vec<Map<String, J>>, clie
     }
     let mut out = Vec::with_capacity(chunks.len());
     for c in chunks {
-        out.push(clients::run(cfg, s, c, client).await?);
+        match clients::run(cfg, s, c, client).await? {
+            clients::Reply::One(v) => out.push(v),
+            // rest_cherrypy lists each item a client yields (local_batch's returns).
+            clients::Reply::Many(vs) => out.extend(vs),
+        }
     }
     Ok(out)
 }

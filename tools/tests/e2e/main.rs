@@ -31,6 +31,7 @@ mod minion;
 mod runners;
 mod saltapi;
 mod saltapi_auth;
+mod saltapi_clients;
 mod stalled;
 mod targeting;
 mod targeting_more;

@@ -20,7 +20,7 @@ const SALT_API: &str = env!("CARGO_BIN_EXE_salt-api");
 /// `root/users.txt`: `fred` may do anything, `limited` only `test.*` on minions, `web`
 /// `test.*` on m1 and `test.echo` with a first argument starting with "ok" on the minions
 /// whose `id` grain is m2.
-fn api_conf(root: &Path, host: &str, port: u16, token_expire: u64) -> String {
+pub(crate) fn api_conf(root: &Path, host: &str, port: u16, token_expire: u64) -> String {
     std::fs::write(root.join("users.txt"), "fred:s3cret\nlimited:pw\nweb:pw\n").expect("users file");
     format!(
         "timeout: 30\ntoken_expire: {token_expire}\nexternal_auth:\n  file:\n    ^filename: {}/users.txt\n    fred:\n      - '.*'\n      - '@runner'\n      - '@wheel'\n    limited:\n      - 'test.*'\n    web:\n      - m1:\n        - 'test.*'\n      - 'G@id:m2':\n        - test.echo:\n            args: ['^ok']\n\
@@ -30,14 +30,14 @@ fn api_conf(root: &Path, host: &str, port: u16, token_expire: u64) -> String {
 }
 
 /// A running salt-api and where it listens.
-struct Api {
+pub(crate) struct Api {
     _proc: Proc,
-    base: String,
+    pub(crate) base: String,
 }
 
 impl Api {
     /// Starts salt-api with the config in `conf_dir` and waits until it answers.
-    fn start(conf_dir: &Path, log: &Path, host: &str, port: u16) -> Api {
+    pub(crate) fn start(conf_dir: &Path, log: &Path, host: &str, port: u16) -> Api {
         let proc = Proc::spawn_logged("salt-api", Command::new(SALT_API).args(["-c", &conf_dir.display().to_string(), "-l", "info"]), log);
         let api = Api { _proc: proc, base: format!("http://{host}:{port}") };
         wait_for("salt-api to answer", 60, || api.curl("/", &[]).0 == 200);
@@ -45,7 +45,7 @@ impl Api {
     }
 
     /// `curl ARGS BASE+PATH`: the status and the body.
-    fn curl(&self, path: &str, args: &[&str]) -> (u16, String) {
+    pub(crate) fn curl(&self, path: &str, args: &[&str]) -> (u16, String) {
         let url = format!("{}{path}", self.base);
         let o = run(Command::new("curl").args(["-sS", "--max-time", "60", "-w", "\n%{http_code}"]).args(args).arg(&url), Duration::from_secs(90));
         let out = String::from_utf8_lossy(&o.stdout).to_string();
@@ -54,7 +54,7 @@ impl Api {
     }
 
     /// A JSON request with a token; the status and the parsed body (`null` if not JSON).
-    fn call(&self, method: &str, path: &str, token: &str, body: Option<Value>) -> (u16, Value) {
+    pub(crate) fn call(&self, method: &str, path: &str, token: &str, body: Option<Value>) -> (u16, Value) {
         let hdr = format!("X-Auth-Token: {token}");
         let data = body.map(|b| b.to_string());
         let mut args = vec!["-X", method, "-H", &hdr, "-H", "Accept: application/json"];
@@ -66,13 +66,13 @@ impl Api {
     }
 
     /// Logs in; the status and `return[0]`.
-    fn login(&self, user: &str, password: &str) -> (u16, Value) {
+    pub(crate) fn login(&self, user: &str, password: &str) -> (u16, Value) {
         let body = json!({ "username": user, "password": password, "eauth": "file" }).to_string();
         let (status, text) = self.curl("/login", &["-H", "Content-Type: application/json", "-H", "Accept: application/json", "--data-binary", &body]);
         (status, serde_json::from_str::<Value>(&text).map(|v| v["return"][0].clone()).unwrap_or(Value::Null))
     }
 
-    fn token(&self, user: &str, password: &str) -> String {
+    pub(crate) fn token(&self, user: &str, password: &str) -> String {
         let (status, r) = self.login(user, password);
         assert_eq!(status, 200, "login as {user}: {r}");
         r["token"].as_str().expect("a token").to_string()
@@ -96,7 +96,7 @@ fn login_lowstate_minions_jobs_events_acls_logout_and_bounds_with_real_minions()
 
     let (status, welcome) = api.call("GET", "/", "", None);
     assert_eq!((status, &welcome["return"]), (200, &json!("Welcome")), "{welcome}");
-    assert_eq!(welcome["clients"], json!(["local", "local_async", "runner", "wheel"]));
+    assert_eq!(welcome["clients"], json!(["local", "local_async", "local_batch", "local_subset", "runner", "runner_async", "wheel", "wheel_async"]));
 
     // Logins: wrong password, unknown user, unknown backend refused; fred's rules come back.
     assert_eq!(api.login("fred", "wrong").0, 401);

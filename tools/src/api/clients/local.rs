@@ -1,0 +1,136 @@
+//! `local` and `local_async`, and what the other `local_*` clients share with them: the
+//! call a chunk names, publishing it, and following a job's returns.
+
+use serde_json::{json, Map, Value as J};
+use tokio::io::BufReader;
+use tokio::net::UnixStream;
+
+use super::{args_of, kwargs_of, ApiConfig, ApiError, Rules, Session};
+use crate::api::admin;
+
+/// Most seconds a chunk's `timeout` may ask for (the master's own bound of a follow).
+pub const MAX_TIMEOUT_SECS: f64 = 24.0 * 3600.0;
+
+/// The call a `local*` chunk names.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    pub tgt: J,
+    pub tgt_type: String,
+    pub fun: String,
+    pub arg: Vec<J>,
+    pub kwarg: Map<String, J>,
+    /// The chunk's `timeout` (seconds), else the master's.
+    pub timeout: Option<f64>,
+}
+
+impl Call {
+    pub fn parse(chunk: &Map<String, J>, fun: String) -> Result<Call, ApiError> {
+        let tgt = chunk.get("tgt").cloned().filter(|t| !t.is_null()).ok_or_else(|| ApiError::new(400, "Missing tgt"))?;
+        let tgt_type = match chunk.get("tgt_type") {
+            None | Some(J::Null) => "glob".to_string(),
+            Some(J::String(t)) => t.clone(),
+            Some(_) => return Err(ApiError::new(400, "tgt_type must be a string")),
+        };
+        let timeout = match chunk.get("timeout") {
+            None | Some(J::Null) => None,
+            Some(t) => Some(t.as_f64().or_else(|| t.as_str().and_then(|s| s.trim().parse().ok())).filter(|t| t.is_finite() && *t > 0.0).ok_or_else(|| ApiError::new(400, format!("timeout must be a number of seconds, not {}", super::short(t))))?.min(MAX_TIMEOUT_SECS)),
+        };
+        Ok(Call { tgt, tgt_type, fun, arg: args_of(chunk), kwarg: kwargs_of(chunk)?, timeout })
+    }
+
+    /// Seconds to wait for returns.
+    pub fn timeout(&self, cfg: &ApiConfig) -> f64 {
+        self.timeout.unwrap_or(cfg.timeout as f64)
+    }
+}
+
+/// A published job: its jid and the minions it went to (`None` from [`publish`]: no
+/// minion matched).
+pub struct Published {
+    pub jid: String,
+    pub minions: J,
+    /// Listed ids with no accepted key: sent nothing.
+    pub missing: Vec<String>,
+}
+
+/// Publishes `fun` to a target as `s`'s job.
+pub async fn publish(cfg: &ApiConfig, s: &Session, tgt: &J, tgt_type: &str, fun: &str, arg: &[J], kwarg: &Map<String, J>) -> Result<Option<Published>, ApiError> {
+    let req = json!({ "cmd": "publish", "tgt": tgt, "tgt_type": tgt_type, "fun": fun, "arg": arg, "kwarg": kwarg, "user": s.user });
+    let job = match admin::call(&cfg.sock_dir, &req).await {
+        Ok(j) => j,
+        // Salt's clients answer an empty map when nothing matched.
+        Err(e) if e.msg.starts_with("No minions matched") => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let jid = job.get("jid").and_then(J::as_str).unwrap_or("").to_string();
+    tracing::info!(user = %s.user, fun, jid = %jid, "salt-api: published");
+    let missing = job.get("missing").and_then(J::as_array).map(|a| a.iter().filter_map(J::as_str).map(str::to_string).collect()).unwrap_or_default();
+    Ok(Some(Published { jid, minions: job.get("minions").cloned().unwrap_or(J::Array(vec![])), missing }))
+}
+
+/// What a followed job brings.
+#[derive(Debug)]
+pub enum Arrival {
+    /// A minion's return load (`return`, `retcode`, ...).
+    Return { id: String, load: J },
+    /// The job is over: every minion returned, or these did not in time.
+    Done { missing: Vec<String> },
+}
+
+/// A job's returns as the master commits them (`job.follow`).
+pub struct Follow(BufReader<UnixStream>);
+
+impl Follow {
+    pub async fn open(cfg: &ApiConfig, jid: &str, timeout: f64) -> Result<Follow, ApiError> {
+        Ok(Follow(admin::open(&cfg.sock_dir, &json!({ "cmd": "job.follow", "jid": jid, "timeout": timeout })).await?))
+    }
+
+    /// The next arrival; `None` after `Done` (or when the master closed early).
+    pub async fn next(&mut self) -> Result<Option<Arrival>, ApiError> {
+        loop {
+            let Some(line) = admin::next(&mut self.0).await? else { return Ok(None) };
+            if let Some(e) = line.get("error").and_then(J::as_str) {
+                return Err(ApiError::new(500, e));
+            }
+            if line.get("done").is_some() {
+                let missing = line.get("missing").and_then(J::as_array).map(|a| a.iter().filter_map(J::as_str).map(str::to_string).collect()).unwrap_or_default();
+                return Ok(Some(Arrival::Done { missing }));
+            }
+            if let Some(id) = line.get("id").and_then(J::as_str) {
+                return Ok(Some(Arrival::Return { id: id.to_string(), load: line.get("return").cloned().unwrap_or(J::Null) }));
+            }
+        }
+    }
+
+    /// Follows to the end: the returns in the order they came, and who did not return.
+    pub async fn collect(mut self) -> Result<(Vec<(String, J)>, Vec<String>), ApiError> {
+        let mut got = Vec::new();
+        while let Some(a) = self.next().await? {
+            match a {
+                Arrival::Return { id, load } => got.push((id, load)),
+                Arrival::Done { missing } => return Ok((got, missing)),
+            }
+        }
+        Ok((got, Vec::new()))
+    }
+}
+
+/// The return of a load (`load["return"]`).
+pub fn ret_of(load: &J) -> J {
+    load.get("return").cloned().unwrap_or(J::Null)
+}
+
+/// `local`: `{minion: return}` for the minions that returned in time.
+pub async fn local(cfg: &ApiConfig, s: &Session, c: &Call) -> Result<J, ApiError> {
+    Rules::load(cfg, s).await?.check(cfg, &c.fun, &c.arg, &c.kwarg, &c.tgt, &c.tgt_type).await?;
+    let Some(p) = publish(cfg, s, &c.tgt, &c.tgt_type, &c.fun, &c.arg, &c.kwarg).await? else { return Ok(json!({})) };
+    let (got, _) = Follow::open(cfg, &p.jid, c.timeout(cfg)).await?.collect().await?;
+    Ok(J::Object(got.into_iter().map(|(id, load)| (id, ret_of(&load))).collect()))
+}
+
+/// `local_async`: `{"jid", "minions"}` at once.
+pub async fn local_async(cfg: &ApiConfig, s: &Session, c: &Call) -> Result<J, ApiError> {
+    Rules::load(cfg, s).await?.check(cfg, &c.fun, &c.arg, &c.kwarg, &c.tgt, &c.tgt_type).await?;
+    let Some(p) = publish(cfg, s, &c.tgt, &c.tgt_type, &c.fun, &c.arg, &c.kwarg).await? else { return Ok(json!({})) };
+    Ok(json!({ "jid": p.jid, "minions": p.minions }))
+}

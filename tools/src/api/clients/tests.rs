@@ -1,0 +1,104 @@
+//! Parsing chunks: every client's fields checked before anything runs.
+
+use serde_json::{json, Map, Value as J};
+
+use super::batch::Opts;
+use super::*;
+use crate::batch::BatchSpec;
+
+fn chunk(v: J) -> Map<String, J> {
+    v.as_object().unwrap().clone()
+}
+
+fn parse(v: J) -> Result<Command, ApiError> {
+    Command::parse(&chunk(v), None)
+}
+
+fn status(v: J) -> (u16, String) {
+    let e = parse(v).unwrap_err();
+    (e.status, e.msg)
+}
+
+#[test]
+fn every_client_parses() {
+    for c in CLIENTS {
+        let cmd = parse(json!({"client": c, "tgt": "*", "fun": "test.ping"})).unwrap_or_else(|e| panic!("{c}: {e:?}"));
+        let name = match cmd {
+            Command::Local(_) => "local",
+            Command::LocalAsync(_) => "local_async",
+            Command::LocalBatch(..) => "local_batch",
+            Command::LocalSubset(..) => "local_subset",
+            Command::Runner(_) => "runner",
+            Command::RunnerAsync(_) => "runner_async",
+            Command::Wheel(_) => "wheel",
+            Command::WheelAsync(_) => "wheel_async",
+        };
+        assert_eq!(name, c);
+    }
+    assert_eq!(status(json!({"client": "ssh", "tgt": "*", "fun": "test.ping"})).0, 400);
+    assert_eq!(status(json!({"client": 1, "fun": "test.ping"})).0, 400);
+    assert_eq!(status(json!({"client": "local", "tgt": "*"})).1, "Missing fun");
+    assert_eq!(status(json!({"client": "local", "tgt": "*", "fun": ["a"]})).0, 400);
+    assert_eq!(status(json!({"client": "local", "fun": "test.ping"})).1, "Missing tgt");
+    assert_eq!(status(json!({"client": "local", "tgt": "*", "fun": "test.ping", "tgt_type": 3})).0, 400);
+    assert_eq!(status(json!({"client": "local", "tgt": "*", "fun": "test.ping", "kwarg": [1]})).0, 400);
+    assert_eq!(status(json!({"client": "local", "tgt": "*", "fun": "test.ping", "timeout": "soon"})).0, 400);
+    assert_eq!(status(json!({"client": "local", "tgt": "*", "fun": "test.ping", "timeout": -1})).0, 400);
+    let Command::Local(c) = parse(json!({"client": "local", "tgt": "*", "fun": "test.ping", "timeout": "1e9"})).unwrap() else { panic!() };
+    assert_eq!(c.timeout, Some(local::MAX_TIMEOUT_SECS), "bounded");
+    // The endpoint's client wins over the chunk's.
+    assert!(matches!(Command::parse(&chunk(json!({"client": "runner", "tgt": "*", "fun": "test.ping"})), Some("local_async")), Ok(Command::LocalAsync(_))));
+}
+
+#[test]
+fn batch_values_as_salt_reads_them_and_bounded() {
+    let opts = |v: J| match parse(json!({"client": "local_batch", "tgt": "*", "fun": "test.ping", "batch": v})) {
+        Ok(Command::LocalBatch(_, o)) => Ok(o),
+        Ok(other) => panic!("{other:?}"),
+        Err(e) => Err(e),
+    };
+    assert_eq!(opts(json!(1)).unwrap().spec, BatchSpec::Count(1));
+    assert_eq!(opts(json!("2")).unwrap().spec, BatchSpec::Count(2));
+    assert_eq!(opts(json!("25%")).unwrap().spec, BatchSpec::Percent(25.0));
+    assert_eq!(opts(json!("%10")).unwrap().spec, BatchSpec::Percent(10.0));
+    assert_eq!(opts(J::Null).unwrap().spec, BatchSpec::Percent(10.0), "Salt's default");
+    for bad in [json!(0), json!(-1), json!(1.5), json!(true), json!("x"), json!("0"), json!("-5%"), json!([1]), json!({"n": 1}), json!("9".repeat(100)), json!("")] {
+        let e = opts(bad.clone()).unwrap_err();
+        assert_eq!(e.status, 400, "{bad}");
+        assert!(e.msg.starts_with("Invalid batch data sent"), "{e:?}");
+        assert!(e.msg.len() < 200, "the value is cut short in the message");
+    }
+    let o = Opts::parse(&chunk(json!({"batch_wait": 2, "failhard": true}))).unwrap();
+    assert_eq!((o.wait.as_secs(), o.failhard), (2, true));
+    assert!(Opts::parse(&chunk(json!({"failhard": "True"}))).unwrap().failhard, "a form's string");
+    for bad in [json!({"batch_wait": -1}), json!({"batch_wait": 1e12}), json!({"batch_wait": "x"}), json!({"failhard": 1}), json!({"failhard": "yes"})] {
+        assert_eq!(Opts::parse(&chunk(bad.clone())).unwrap_err().status, 400, "{bad}");
+    }
+}
+
+#[test]
+fn subset_values_are_bounded() {
+    let n = |v: J| match parse(json!({"client": "local_subset", "tgt": "*", "fun": "test.ping", "subset": v})) {
+        Ok(Command::LocalSubset(_, n)) => Ok(n),
+        Ok(other) => panic!("{other:?}"),
+        Err(e) => Err(e),
+    };
+    assert_eq!(n(json!(1)), Ok(1));
+    assert_eq!(n(json!("2")), Ok(2), "a form's string");
+    assert_eq!(n(J::Null), Ok(3), "Salt's default");
+    assert!(matches!(parse(json!({"client": "local_subset", "tgt": "*", "fun": "test.ping", "sub": 4})), Ok(Command::LocalSubset(_, 4))), "Salt's older name");
+    for bad in [json!(0), json!(-2), json!(2.5), json!(false), json!("two"), json!(subset::MAX_SUBSET + 1), json!(u64::MAX), json!([1])] {
+        let e = n(bad.clone()).unwrap_err();
+        assert_eq!(e.status, 400, "{bad}");
+        assert!(e.msg.starts_with("subset must be a whole number"), "{e:?}");
+    }
+}
+
+#[test]
+fn runner_and_wheel_keywords() {
+    let Ok(Command::RunnerAsync(c)) = parse(json!({"client": "runner_async", "fun": "jobs.lookup_jid", "jid": "1", "token": "x", "__x": 1, "arg": "a"})) else { panic!() };
+    assert_eq!(c.kwarg, chunk(json!({"jid": "1"})), "the client's own keys are not keyword arguments");
+    assert_eq!(c.fun_args(), json!(["a", {"jid": "1"}]));
+    let Ok(Command::WheelAsync(c)) = parse(json!({"client": "wheel_async", "fun": "key.list_all"})) else { panic!() };
+    assert_eq!(c.fun_args(), json!([]));
+}
