@@ -205,6 +205,31 @@ fn an_orchestration_run_is_a_job_with_one_return() {
     assert!(f.run(json!({"cmd": "orchestrate.return", "jid": "20990101000000000000", "return": {}})).is_err());
 }
 
+/// The run is recorded as its caller's (salt-api names its eauth user), in the job, its
+/// `new` event and its `ret` event; a bad user is refused before anything is recorded.
+#[test]
+fn an_orchestration_run_records_who_ran_it() {
+    let f = Fixture::new("orch-user");
+    f.apply(&roots_records(RootsTree::File, "base", "orch/x.sls", 0o644, b"ping:\n  salt.function:\n    - name: test.ping\n    - tgt: '*'\n"));
+    let plan = f.run(json!({"cmd": "runner", "fun": "state.orchestrate", "arg": ["orch.x"], "kwarg": {}, "user": "fred"})).unwrap();
+    assert_eq!(plan.events[0].data["user"], json!("fred"));
+    f.apply(&plan.proposals.concat());
+    let super::Answer::Now(a) = &plan.answer else { panic!() };
+    let jid = a["return"]["jid"].as_str().unwrap().to_string();
+    let plan = f.run(json!({"cmd": "orchestrate.return", "jid": jid, "return": {"data": {}, "outputter": "highstate", "retcode": 1}})).unwrap();
+    f.apply(&plan.proposals.concat());
+    let super::Answer::After(settle) = plan.answer else { panic!("answered before the commit") };
+    let ev = &settle(&f).unwrap().events[0];
+    assert_eq!((&ev.data["user"], &ev.data["success"], &ev.data["return"]["retcode"]), (&json!("fred"), &json!(false), &json!(1)), "{:?}", ev.data);
+    for bad in [json!(""), json!(7), json!("x".repeat(10_000))] {
+        assert!(f.run(json!({"cmd": "runner", "fun": "state.orchestrate", "arg": ["orch.x"], "kwarg": {}, "user": bad})).is_err(), "{bad}");
+    }
+    // An orchestration is never started as a plain runner's run (it would be two jobs).
+    for fun in crate::orchestrate::NAMES {
+        assert!(f.run(json!({"cmd": "run.start", "client": "runner", "fun": fun})).is_err(), "{fun}");
+    }
+}
+
 #[test]
 fn two_ends_of_one_run_racing_leave_one_return_and_one_refusal() {
     let f = Fixture::new("orch-race");

@@ -44,9 +44,23 @@ pub fn master_id(view: &dyn AdminView) -> String {
     }
 }
 
-/// The record and the event that start a run's job: `fun_args` as Salt lists them.
-pub fn start(view: &dyn AdminView, master_id: &str, fun_args: J) -> (String, Record, crate::events::Event) {
-    start_as(view, master_id, "salt/run", RUN_FUN, fun_args, "root")
+/// The record and the event that start a run's job: `fun_args` as Salt lists them, run
+/// by `user`.
+pub fn start(view: &dyn AdminView, master_id: &str, fun_args: J, user: &str) -> (String, Record, crate::events::Event) {
+    start_as(view, master_id, "salt/run", RUN_FUN, fun_args, user)
+}
+
+/// A request's `user` (who runs it; `root` when unset), checked as a token's user name is.
+pub fn user_of(req: &J, verb: &str) -> Result<String> {
+    let user = match req.get("user") {
+        None | Some(J::Null) => "root",
+        Some(J::String(u)) => u.as_str(),
+        Some(_) => return Err(Error::refused(format!("{verb}: not a user name"))),
+    };
+    if user.is_empty() || user.len() > halite_storage::eauth_token::MAX_USER_LEN || user.contains('\0') {
+        return Err(Error::refused(format!("{verb}: not a user name")));
+    }
+    Ok(user.to_string())
 }
 
 /// The record and the `<prefix>/<jid>/new` event that start the job of `fun` (with its
@@ -89,16 +103,17 @@ impl RunStart {
         if !ok {
             return Err(Error::refused(format!("run.start: {fun:?} is not a function name (module.function)")));
         }
+        if client == "runner" && super::NAMES.contains(&fun) {
+            // An orchestration's job is the one its render records (`runner` `state.orchestrate`).
+            return Err(Error::refused(format!("run.start: {fun} runs are started by rendering them (the runner verb)")));
+        }
         let fun_args = match req.get("fun_args") {
             None | Some(J::Null) => J::Array(vec![]),
             Some(a @ J::Array(_)) => a.clone(),
             Some(_) => return Err(Error::refused("run.start: fun_args must be a list")),
         };
-        let user = req.get("user").and_then(J::as_str).unwrap_or("root");
-        if user.is_empty() || user.len() > halite_storage::eauth_token::MAX_USER_LEN || user.contains('\0') {
-            return Err(Error::refused("run.start: not a user name"));
-        }
-        Ok(RunStart { client: client.to_string(), fun: fun.to_string(), fun_args, user: user.to_string() })
+        let user = user_of(req, "run.start")?;
+        Ok(RunStart { client: client.to_string(), fun: fun.to_string(), fun_args, user })
     }
 
     pub fn answer(self, view: &dyn AdminView) -> Result<Plan> {
@@ -197,7 +212,7 @@ impl OrchReturn {
         let retcode = self.ret.get("retcode").and_then(J::as_i64).unwrap_or(1);
         let ret_load = json!({
             "fun": RUN_FUN, "fun_args": load["arg"], "jid": self.jid, "id": master_id,
-            "return": self.ret, "retcode": retcode, "success": retcode == 0, "user": "root",
+            "return": self.ret, "retcode": retcode, "success": retcode == 0, "user": load.get("user").cloned().unwrap_or(json!("root")),
         });
         let ours = JobReturn { jid: self.jid.clone(), id: master_id, load: payload::encode(&payload::from_json(&ret_load)), time_ns: view.now_ns(), first_only: true };
         let rec = Record::JobReturn(ours.clone());

@@ -8,14 +8,15 @@
 //!   member holds the same roots, so any member renders the same steps): the `runner`
 //!   verb `state.orchestrate` answers `{"return": {"master_id", "sls", "steps"}}` or
 //!   `{"return": {"master_id", "sls", "errors"}}` ([`sls`]);
-//! - `salt-run` drives the steps through the admin socket ([`run`]). Salt runs a runner
-//!   in the `salt-run` process too; here it means a step's job is an ordinary
+//! - `salt-run`, or salt-api's `runner`/`runner_async` clients, drive the steps through
+//!   the admin socket ([`run`]; the tools' `halite_tools::orchestrate` is that driver,
+//!   shared by both). Salt runs a runner in the `salt-run` (or salt-api's) process too; here it means a step's job is an ordinary
 //!   `publish` (a `job_published` record, decided at apply like any job, in the job
 //!   cache of every member), its returns read back with `job.returns`, and the master
 //!   keeps no long-lived per-run state: a run that `salt-run` abandons leaves finished
 //!   jobs, nothing half-applied;
 //! - the run itself is a job ([`job`]): recorded when the master renders it, its
-//!   return (the highstate data) recorded when `salt-run` reports the end
+//!   return (the highstate data) recorded when the driver reports the end
 //!   (`orchestrate.return`). An abandoned run is a job without a return.
 
 pub mod job;
@@ -32,12 +33,14 @@ use crate::error::{Error, Result};
 pub const NAMES: [&str; 3] = ["state.orchestrate", "state.orch", "state.sls"];
 
 /// `state.orchestrate`, as the master sees it: which SLS, in which saltenv, with which
-/// pillar.
+/// pillar, and who runs it (the request's `user`, beside `arg` and `kwarg`: salt-api
+/// names its eauth user; `root` unset), recorded as the run job's `user`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OrchCmd {
     pub mods: String,
     pub saltenv: String,
     pub pillar: J,
+    pub user: String,
 }
 
 impl OrchCmd {
@@ -71,10 +74,12 @@ impl OrchCmd {
                 ))
             }
         };
+        let user = job::user_of(req, "state.orchestrate")?;
         Ok(OrchCmd {
             mods,
             saltenv: b.text("saltenv").unwrap_or_else(|| "base".into()),
             pillar,
+            user,
         })
     }
 
@@ -87,7 +92,7 @@ impl OrchCmd {
         if self.pillar.as_object().is_some_and(|p| !p.is_empty()) {
             fun_args.push(json!({ "pillar": self.pillar }));
         }
-        let (jid, rec, ev) = job::start(view, &master_id, J::Array(fun_args));
+        let (jid, rec, ev) = job::start(view, &master_id, J::Array(fun_args), &self.user);
         let v = match sls::load(view.state(), &self.saltenv, &self.mods, &self.pillar) {
             Ok(steps) => {
                 json!({ "master_id": master_id, "jid": jid, "sls": self.mods, "steps": steps.iter().map(sls::Step::to_json).collect::<Vec<_>>() })

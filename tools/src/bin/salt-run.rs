@@ -130,9 +130,9 @@ fn real_main(a: Args) -> Result<()> {
             }
             c.call(&json!({ "cmd": "runner", "fun": "manage.versions", "returns": returns }))?["return"].clone()
         }
-        f if halite_master::orchestrate::NAMES.contains(&f) => {
+        f if halite_tools::orchestrate::is_orchestrate(f) => {
             let c = admin.as_mut().ok_or_else(|| Failure::new(format!("{f}: the master is not running"), 1))?;
-            let timeout = Duration::from_secs(a.timeout.unwrap_or(ORCH_TIMEOUT));
+            let timeout = a.timeout.map_or(halite_tools::orchestrate::STEP_TIMEOUT, Duration::from_secs);
             return orchestrate(c, f, &positional, &kwargs, timeout, a.out);
         }
         "pki.status" => Value::String(pki::status(&cfg)),
@@ -232,45 +232,25 @@ fn real_main(a: Args) -> Result<()> {
     Ok(())
 }
 
-/// Seconds a `salt.function` or `salt.state` step waits for its minions when neither
-/// the step (`timeout`) nor `-t` says.
-const ORCH_TIMEOUT: u64 = 60;
-
 /// `state.orchestrate`: the master renders the SLS into steps, this process drives them
-/// (`halite_master::orchestrate`) and prints the run as Salt does (`highstate`, or
-/// `{"data", "outputter", "retcode"}` with `--out`); exits with the retcode.
+/// and stores the run's return (`halite_tools::orchestrate`), then prints the run as
+/// Salt does (`highstate`, or `{"data", "outputter", "retcode"}` with `--out`); exits
+/// with the retcode.
 fn orchestrate(c: &mut AdminClient, fun: &str, positional: &[String], kwargs: &BTreeMap<String, String>, timeout: Duration, out: Option<Out>) -> Result<()> {
-    use halite_master::orchestrate::{run::Run, sls::Step};
     let arg: Vec<Value> = positional.iter().map(|v| yamlify(v)).collect();
     let kwarg: serde_json::Map<String, Value> = kwargs.iter().map(|(k, v)| (k.clone(), yamlify(v))).collect();
-    let r = c.call(&json!({ "cmd": "runner", "fun": fun, "arg": arg, "kwarg": kwarg }))?["return"].clone();
-    let master_id = r["master_id"].as_str().unwrap_or("master").to_string();
-    let (host, ok) = match r["errors"].as_array() {
-        Some(errors) => (Value::Array(errors.clone()), false),
-        None => {
-            let steps: Vec<Step> = r["steps"].as_array().into_iter().flatten().filter_map(Step::from_json).collect();
-            let (results, ok) = Run { sls: r["sls"].as_str().unwrap_or_default().to_string(), steps, timeout, caller: c }.run();
-            (Value::Object(results), ok)
-        }
-    };
-    let retcode = if ok { 0 } else { 1 };
-    let mut data = serde_json::Map::new();
-    data.insert(master_id, host);
-    // The run's own job gets its return (as Salt stores a runner's return).
-    if let Some(jid) = r["jid"].as_str() {
-        let ret = json!({ "data": data, "outputter": "highstate", "retcode": retcode });
-        if let Err(e) = c.call(&json!({ "cmd": "orchestrate.return", "jid": jid, "return": ret })) {
-            eprintln!("The run's return was not stored in the job cache: {e}");
-        }
+    let done = halite_tools::orchestrate::run(c, fun, &arg, &kwarg, None, timeout).map_err(|e| Failure::new(e, 1))?;
+    if let Err(e) = &done.stored {
+        eprintln!("The run's return was not stored in the job cache: {e}");
     }
     match out {
-        None => println!("{}", halite_tools::highstate::render(&data)),
-        Some(o) => println!("{}", render(&json!({ "data": data, "outputter": "highstate", "retcode": retcode }), o, std::io::stdout().is_terminal())),
+        None => println!("{}", halite_tools::highstate::render(&done.data())),
+        Some(o) => println!("{}", render(&done.ret, o, std::io::stdout().is_terminal())),
     }
-    if ok {
+    if done.retcode == 0 {
         Ok(())
     } else {
-        Err(Failure::new("", retcode))
+        Err(Failure::new("", done.retcode))
     }
 }
 

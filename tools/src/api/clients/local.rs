@@ -23,6 +23,15 @@ pub struct Call {
     pub timeout: Option<f64>,
 }
 
+/// A chunk's `timeout`: a positive number of seconds (a JSON number or a string), at
+/// most [`MAX_TIMEOUT_SECS`]; `None` when absent.
+pub(crate) fn timeout_of(chunk: &Map<String, J>) -> Result<Option<f64>, ApiError> {
+    Ok(match chunk.get("timeout") {
+        None | Some(J::Null) => None,
+        Some(t) => Some(t.as_f64().or_else(|| t.as_str().and_then(|s| s.trim().parse().ok())).filter(|t| t.is_finite() && *t > 0.0).ok_or_else(|| ApiError::new(400, format!("timeout must be a number of seconds, not {}", super::short(t))))?.min(MAX_TIMEOUT_SECS)),
+    })
+}
+
 impl Call {
     pub fn parse(chunk: &Map<String, J>, fun: String) -> Result<Call, ApiError> {
         let tgt = chunk.get("tgt").cloned().filter(|t| !t.is_null()).ok_or_else(|| ApiError::new(400, "Missing tgt"))?;
@@ -31,11 +40,7 @@ impl Call {
             Some(J::String(t)) => t.clone(),
             Some(_) => return Err(ApiError::new(400, "tgt_type must be a string")),
         };
-        let timeout = match chunk.get("timeout") {
-            None | Some(J::Null) => None,
-            Some(t) => Some(t.as_f64().or_else(|| t.as_str().and_then(|s| s.trim().parse().ok())).filter(|t| t.is_finite() && *t > 0.0).ok_or_else(|| ApiError::new(400, format!("timeout must be a number of seconds, not {}", super::short(t))))?.min(MAX_TIMEOUT_SECS)),
-        };
-        Ok(Call { tgt, tgt_type, fun, arg: args_of(chunk), kwarg: kwargs_of(chunk)?, timeout })
+        Ok(Call { tgt, tgt_type, fun, arg: args_of(chunk), kwarg: kwargs_of(chunk)?, timeout: timeout_of(chunk)? })
     }
 
     /// Seconds to wait for returns.

@@ -6,14 +6,29 @@
 //! the event data stored as the job's return, `salt/run/<jid>/ret` fired), so the
 //! result is found the ways Salt's is: on the event bus, and with `jobs.lookup_jid`.
 //! At most [`MAX_IN_FLIGHT`] runs go on at once; past that a new one is refused (503).
+//!
+//! An orchestration (`state.orchestrate`, `state.orch`, `state.sls`) is driven here as
+//! `salt-run` drives it (`crate::orchestrate`, on a blocking admin connection in
+//! tokio's blocking pool): the master renders it and records its run job (that job's
+//! jid is the one `runner_async` answers: one job per run, no `run.start`), the steps
+//! run, and the run's return (`{"data", "outputter": "highstate", "retcode"}`, Salt's)
+//! is stored with `orchestrate.return`, which fires `salt/run/<jid>/ret`. `runner`
+//! answers that return when the run ends; `runner_async` answers the jid once the
+//! SLS is rendered and drives the run in the background (counted in
+//! [`MAX_IN_FLIGHT`]). A run goes on to its end when the HTTP client leaves. Each step
+//! waits for its minions for its own `timeout`, else the chunk's, else
+//! [`crate::orchestrate::STEP_TIMEOUT`] (as `salt-run` without `-t`).
 
 use std::future::Future;
+use std::time::Duration;
 
+use halite_master::admin::client::{AdminClient, CALL_GRACE, REQUEST_TIMEOUT};
 use serde_json::{json, Value as J};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, SemaphorePermit};
 
 use super::{check_special, ApiConfig, ApiError, Session, Special};
 use crate::api::admin;
+use crate::orchestrate::{self, Rendered};
 
 /// Most `runner_async` and `wheel_async` runs going on at once.
 pub const MAX_IN_FLIGHT: usize = 32;
@@ -23,6 +38,15 @@ static IN_FLIGHT: Semaphore = Semaphore::const_new(MAX_IN_FLIGHT);
 /// `runner`: the runner's return.
 pub async fn runner(cfg: &ApiConfig, s: &Session, c: &Special) -> Result<J, ApiError> {
     check_special(s, "runner", c)?;
+    if orchestrate::is_orchestrate(&c.fun) {
+        let (mut admin, rendered) = render(cfg, s, c).await?;
+        let timeout = step_timeout(c);
+        let done = tokio::task::spawn_blocking(move || rendered.drive(&mut admin, timeout)).await.map_err(|e| ApiError::new(500, format!("the orchestration's driver failed: {e}")))?;
+        if let Err(e) = &done.stored {
+            tracing::error!(fun = %c.fun, "salt-api: the orchestration's return was not kept: {e}");
+        }
+        return Ok(done.ret);
+    }
     call(cfg, c).await
 }
 
@@ -31,9 +55,59 @@ async fn call(cfg: &ApiConfig, c: &Special) -> Result<J, ApiError> {
     Ok(v.get("return").cloned().unwrap_or(J::Null))
 }
 
+/// How long an orchestration's steps wait for their minions when a step does not say.
+fn step_timeout(c: &Special) -> Duration {
+    c.timeout.map_or(orchestrate::STEP_TIMEOUT, Duration::from_secs_f64)
+}
+
+/// A blocking admin connection for an orchestration, with the run rendered on it (its
+/// job recorded for `s.user`). A refused render is a 400 (nothing recorded).
+async fn render(cfg: &ApiConfig, s: &Session, c: &Special) -> Result<(AdminClient, Rendered), ApiError> {
+    let (sock_dir, user, c) = (cfg.sock_dir.clone(), s.user.clone(), c.clone());
+    // Each request waits for the master as `salt-run` lets it (a step's publish or
+    // `job.returns`, a `salt.runner` step's runner).
+    let per_call = step_timeout(&c).max(REQUEST_TIMEOUT).saturating_add(CALL_GRACE);
+    tokio::task::spawn_blocking(move || {
+        let mut a = AdminClient::connect(&sock_dir).ok_or_else(|| ApiError::new(503, format!("the master is not running (no admin socket in {})", sock_dir.display())))?;
+        a.set_timeout(Some(per_call));
+        let r = orchestrate::render(&mut a, &c.fun, &c.arg, &c.kwarg, Some(&user)).map_err(|e| ApiError::new(400, e))?;
+        Ok((a, r))
+    })
+    .await
+    .map_err(|e| ApiError::new(500, format!("the orchestration's render failed: {e}")))?
+}
+
+/// `runner_async` of an orchestration: rendered now (its run job's jid answered), driven
+/// in the background.
+async fn orchestrate_async(cfg: &ApiConfig, s: &Session, c: &Special) -> Result<J, ApiError> {
+    let permit = permit()?;
+    let (mut admin, rendered) = render(cfg, s, c).await?;
+    let (Some(jid), Some(tag)) = (rendered.jid.clone(), rendered.tag()) else {
+        return Err(ApiError::new(500, "the master recorded no job for the orchestration"));
+    };
+    tracing::info!(user = %s.user, fun = %c.fun, jid = %jid, "salt-api: runner run started");
+    let (timeout, fun, job) = (step_timeout(c), c.fun.clone(), jid.clone());
+    tokio::task::spawn_blocking(move || {
+        let done = rendered.drive(&mut admin, timeout);
+        if let Err(e) = &done.stored {
+            tracing::error!(fun, jid = %job, "salt-api: the end of a background run was not kept: {e}");
+        }
+        drop(permit);
+    });
+    Ok(json!({ "tag": tag, "jid": jid }))
+}
+
+/// A place among the [`MAX_IN_FLIGHT`] background runs, else the 503.
+fn permit() -> Result<SemaphorePermit<'static>, ApiError> {
+    IN_FLIGHT.try_acquire().map_err(|_| ApiError::new(503, format!("{MAX_IN_FLIGHT} runner_async and wheel_async runs are going on already; try again later")))
+}
+
 /// `runner_async`: `{"tag": "salt/run/<jid>", "jid"}`.
 pub async fn runner_async(cfg: &ApiConfig, s: &Session, c: Special) -> Result<J, ApiError> {
     check_special(s, "runner", &c)?;
+    if orchestrate::is_orchestrate(&c.fun) {
+        return orchestrate_async(cfg, s, &c).await;
+    }
     let cfg2 = cfg.clone();
     let c2 = c.clone();
     background(cfg, s, "runner", &c, async move { call(&cfg2, &c2).await }).await
@@ -44,9 +118,7 @@ pub(super) async fn background<F>(cfg: &ApiConfig, s: &Session, client: &str, c:
 where
     F: Future<Output = Result<J, ApiError>> + Send + 'static,
 {
-    let Ok(permit) = IN_FLIGHT.try_acquire() else {
-        return Err(ApiError::new(503, format!("{MAX_IN_FLIGHT} runner_async and wheel_async runs are going on already; try again later")));
-    };
+    let permit = permit()?;
     let started = admin::call(&cfg.sock_dir, &json!({ "cmd": "run.start", "client": client, "fun": c.fun, "fun_args": c.fun_args(), "user": s.user })).await?;
     let jid = started.get("jid").and_then(J::as_str).ok_or_else(|| ApiError::new(500, "run.start answered no jid"))?.to_string();
     let tag = started.get("tag").cloned().unwrap_or(J::Null);

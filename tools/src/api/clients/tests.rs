@@ -100,5 +100,13 @@ fn runner_and_wheel_keywords() {
     assert_eq!(c.kwarg, chunk(json!({"jid": "1"})), "the client's own keys are not keyword arguments");
     assert_eq!(c.fun_args(), json!(["a", {"jid": "1"}]));
     let Ok(Command::WheelAsync(c)) = parse(json!({"client": "wheel_async", "fun": "key.list_all"})) else { panic!() };
-    assert_eq!(c.fun_args(), json!([]));
+    assert_eq!((c.fun_args(), c.timeout), (json!([]), None));
+    // A runner chunk's `timeout` (an orchestration's steps' wait) is checked as local's is.
+    let Ok(Command::Runner(c)) = parse(json!({"client": "runner", "fun": "state.orch", "mods": "orch.x", "timeout": "15"})) else { panic!() };
+    assert_eq!((c.timeout, c.kwarg), (Some(15.0), chunk(json!({"mods": "orch.x"}))));
+    let Ok(Command::RunnerAsync(c)) = parse(json!({"client": "runner_async", "fun": "state.orch", "timeout": 1e9})) else { panic!() };
+    assert_eq!(c.timeout, Some(local::MAX_TIMEOUT_SECS), "bounded");
+    for bad in [json!(0), json!(-3), json!("soon"), json!(true)] {
+        assert_eq!(status(json!({"client": "runner", "fun": "state.orch", "timeout": bad})).0, 400, "{bad}");
+    }
 }
