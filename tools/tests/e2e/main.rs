@@ -32,6 +32,7 @@ mod runners;
 mod saltapi;
 mod saltapi_auth;
 mod saltapi_clients;
+mod saltapi_orchestrate;
 mod stalled;
 mod targeting;
 mod targeting_more;
