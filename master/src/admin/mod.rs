@@ -20,7 +20,7 @@
 //! | `runner` `cluster.members`, `cluster.ring_info`, `cluster.remove_member`, `cluster.sync_roots` | `salt-run` | [`cluster`] |
 //! | `runner` `pki.migrate_to_mmap` | `salt-run` | [`pki`] |
 //! | `runner` `mine.get` | `salt-run` | [`mine`] |
-//! | `runner` `state.orchestrate` (renders, records the run's job; `salt-run` drives the steps), `orchestrate.return` (the run's return) | `salt-run` | [`crate::orchestrate`] |
+//! | `runner` `state.orchestrate` (renders, records the run's job; the caller drives the steps), `orchestrate.return` (the run's return) | `salt-run`, `salt-api` `runner`/`runner_async` (`halite_tools::orchestrate`) | [`crate::orchestrate`] |
 //! | `run.start`, `run.return` (a runner's or a wheel's run kept as a job, fired as events) | `salt-api` `runner_async`, `wheel_async` | [`crate::orchestrate::job`] |
 //! | `events.watch` | `salt-run state.event` | the daemon streams the bus |
 //! | `job.follow` | `salt` | [`follow`]; the daemon streams the job's returns |

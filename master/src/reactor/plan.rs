@@ -152,7 +152,7 @@ pub fn action(r: &Reaction) -> Result<Action, String> {
             Ok(Action::Keys { cmd, pattern, include })
         }
         Kind::Runner => {
-            // The master only renders an orchestration; `salt-run` drives it.
+            // The master only renders an orchestration; `salt-run` or salt-api drives it.
             if crate::orchestrate::NAMES.contains(&r.fun.as_str()) {
                 return Err(format!("runner.{} is not supported in a reaction (run it with salt-run)", r.fun));
             }
