@@ -14,6 +14,7 @@
 //! | `halite_pam_confdir` | (PAM's, `/etc/pam.d`) | Halite's own: a directory of PAM service files used instead (`pam_start_confdir`) |
 //! | `external_auth` | `{}` | eauth backends and their users' rules (`crate::api::acl`) |
 //! | `timeout` | `5` | seconds a `local` call waits for returns (a chunk's `timeout` overrides it) |
+//! | `netapi_enable_clients` | `[]` | the lowstate clients served (Salt 3006's rule: none unless listed; another is a 400 "Client disabled") |
 
 use std::path::PathBuf;
 
@@ -36,6 +37,8 @@ pub struct ApiConfig {
     /// `ssl_crt`, `ssl_key`: serve HTTPS (`None`: `disable_ssl: True`, plain HTTP).
     pub tls: Option<(PathBuf, PathBuf)>,
     pub pam_confdir: Option<PathBuf>,
+    /// `netapi_enable_clients`: the clients served.
+    pub enabled_clients: Vec<String>,
 }
 
 impl ApiConfig {
@@ -61,7 +64,16 @@ impl ApiConfig {
         if token_expire == 0 || token_expire > halite_master::admin::tokens::MAX_EXPIRE_SECS {
             return Err(format!("salt-api: token_expire must be 1 to {} seconds", halite_master::admin::tokens::MAX_EXPIRE_SECS));
         }
+        let enabled_clients = match get("netapi_enable_clients") {
+            J::Null => Vec::new(),
+            J::Array(a) => a.iter().map(|c| c.as_str().map(str::to_string).ok_or("salt-api: netapi_enable_clients must be a list of client names")).collect::<Result<Vec<_>, _>>()?,
+            _ => return Err("salt-api: netapi_enable_clients must be a list of client names".into()),
+        };
+        if enabled_clients.is_empty() {
+            tracing::warn!("salt-api: netapi_enable_clients lists no client: every lowstate call will be refused (as Salt's salt-api refuses it); list the clients to serve, e.g. [local, local_async, runner, wheel]");
+        }
         Ok(ApiConfig {
+            enabled_clients,
             host: rc.get("host").and_then(J::as_str).unwrap_or("0.0.0.0").to_string(),
             port: port as u16,
             max_body: num(rc.get("max_request_body_size"), 1 << 20).min(64 << 20) as usize,

@@ -23,7 +23,7 @@ const SALT_API: &str = env!("CARGO_BIN_EXE_salt-api");
 pub(crate) fn api_conf(root: &Path, host: &str, port: u16, token_expire: u64) -> String {
     std::fs::write(root.join("users.txt"), "fred:s3cret\nlimited:pw\nweb:pw\n").expect("users file");
     format!(
-        "timeout: 30\ntoken_expire: {token_expire}\nexternal_auth:\n  file:\n    ^filename: {}/users.txt\n    fred:\n      - '.*'\n      - '@runner'\n      - '@wheel'\n    limited:\n      - 'test.*'\n    web:\n      - m1:\n        - 'test.*'\n      - 'G@id:m2':\n        - test.echo:\n            args: ['^ok']\n\
+        "timeout: 30\ntoken_expire: {token_expire}\nnetapi_enable_clients: [local, local_async, local_batch, local_subset, runner, runner_async, wheel, wheel_async]\nexternal_auth:\n  file:\n    ^filename: {}/users.txt\n    fred:\n      - '.*'\n      - '@runner'\n      - '@wheel'\n    limited:\n      - 'test.*'\n    web:\n      - m1:\n        - 'test.*'\n      - 'G@id:m2':\n        - test.echo:\n            args: ['^ok']\n\
          rest_cherrypy:\n  host: {host}\n  port: {port}\n  disable_ssl: True\n  max_request_body_size: 65536\n",
         root.display()
     )

@@ -79,7 +79,7 @@ fn pam_logins_through_a_real_pam_stack_with_group_rules() {
     let htpasswd = env.root.join("api.htpasswd");
     std::fs::write(&htpasswd, "bob:$2y$05$UwAcFQIFjkqFkqPws3aKJ.GLALqbm/l8MSc8xXLioP74dMw4CrDzu\namy:$apr1$LpC92ioe$6A/mlTIk2NCqv4gd1aBmA.\nsam:{SHA}KvPXpIScDQubdcQXyPXUdUCmoqA=\n").expect("htpasswd");
     env.append_conf(&format!(
-        "timeout: 30\nauth.pam.service: halite-api\nhalite_pam_confdir: {}\nexternal_auth:\n  pam:\n    alice:\n      - 'test.ping'\n    'root%':\n      - '@runner'\n      - 'test.*'\n  file:\n    ^filename: {}\n    ^filetype: htpasswd\n    '*':\n      - 'test.*'\n\
+        "timeout: 30\nnetapi_enable_clients: [local, runner]\nauth.pam.service: halite-api\nhalite_pam_confdir: {}\nexternal_auth:\n  pam:\n    alice:\n      - 'test.ping'\n    'root%':\n      - '@runner'\n      - 'test.*'\n  file:\n    ^filename: {}\n    ^filetype: htpasswd\n    '*':\n      - 'test.*'\n\
          rest_cherrypy:\n  host: {ip}\n  port: {port}\n  disable_ssl: True\n",
         pam_dir.display(),
         htpasswd.display()
@@ -128,6 +128,13 @@ fn pam_logins_through_a_real_pam_stack_with_group_rules() {
     assert_eq!((status, &r["return"]), (200, &json!([{ "m1": "bcrypt" }])), "{r}");
     // PAM's users are not the file's.
     assert_eq!(api.login("file", "alice", "open sesame").0, 401);
+
+    // netapi_enable_clients lists local and runner only: wheel (also behind GET /keys)
+    // is refused as Salt refuses it, whoever asks.
+    let (status, r) = api.call(&root, json!({ "client": "wheel", "fun": "key.list_all" }));
+    assert_eq!(status, 400, "{r}");
+    assert!(r.to_string().contains("Client disabled: 'wheel'"), "{r}");
+    assert_eq!(api.call(&root, json!({ "client": "local_async", "tgt": "m1", "fun": "test.ping" })).0, 400);
 }
 
 
@@ -152,7 +159,7 @@ fn https_with_ssl_crt_and_ssl_key() {
     );
     std::fs::write(env.root.join("users.txt"), "fred:s3cret\n").expect("users");
     let users = env.root.join("users.txt");
-    let auth = format!("timeout: 30\nexternal_auth:\n  file:\n    ^filename: {}\n    fred:\n      - 'test.*'\n", users.display());
+    let auth = format!("timeout: 30\nnetapi_enable_clients: [local]\nexternal_auth:\n  file:\n    ^filename: {}\n    fred:\n      - 'test.*'\n", users.display());
 
     // Neither disable_ssl nor the files: salt-api says what is missing and stops.
     let bad = env.root.join("bad-conf");

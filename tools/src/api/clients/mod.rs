@@ -133,7 +133,24 @@ impl Command {
 
 /// Runs one chunk for `s`; `client` overrides the chunk's own (the endpoints that fix it).
 pub async fn run(cfg: &ApiConfig, s: &Session, chunk: Map<String, J>, client: Option<&str>) -> Result<Reply, ApiError> {
+    enabled(&cfg.enabled_clients, &chunk, client)?;
     Command::parse(&chunk, client)?.answer(cfg, s).await
+}
+
+/// Refuses a known client that `netapi_enable_clients` does not list, with Salt's 400
+/// and message (an unknown or missing client is left to [`Command::parse`]'s errors).
+pub(crate) fn enabled(enabled: &[String], chunk: &Map<String, J>, client: Option<&str>) -> Result<(), ApiError> {
+    let client = match client {
+        Some(c) => c,
+        None => match chunk.get("client") {
+            Some(J::String(c)) => c.as_str(),
+            _ => return Ok(()),
+        },
+    };
+    if !CLIENTS.contains(&client) || enabled.iter().any(|c| c == client) {
+        return Ok(());
+    }
+    Err(ApiError::new(400, format!("Client disabled: '{client}'. Add to 'netapi_enable_clients' master config option to enable.")))
 }
 
 impl Special {

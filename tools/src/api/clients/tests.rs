@@ -110,3 +110,19 @@ fn runner_and_wheel_keywords() {
         assert_eq!(status(json!({"client": "runner", "fun": "state.orch", "timeout": bad})).0, 400, "{bad}");
     }
 }
+
+/// `netapi_enable_clients`: a known client it does not list is refused with Salt's 400
+/// before anything runs; the endpoints' fixed client counts, not the chunk's.
+#[test]
+fn clients_not_enabled_are_refused_as_salt_refuses_them() {
+    let on = vec!["local".to_string(), "runner".to_string()];
+    let c = chunk(json!({ "client": "wheel", "fun": "key.list_all" }));
+    let e = enabled(&on, &c, None).unwrap_err();
+    assert_eq!((e.status, e.msg.as_str()), (400, "Client disabled: 'wheel'. Add to 'netapi_enable_clients' master config option to enable."));
+    assert!(enabled(&on, &chunk(json!({ "client": "local", "fun": "test.ping" })), None).is_ok());
+    assert!(enabled(&on, &c, Some("runner")).is_ok(), "the endpoint's client decides");
+    assert_eq!(enabled(&on, &chunk(json!({ "client": "local" })), Some("wheel")).unwrap_err().status, 400);
+    assert!(enabled(&[], &chunk(json!({ "fun": "x" })), None).is_ok(), "no client: parse's own error");
+    assert!(enabled(&[], &chunk(json!({ "client": "ssh", "fun": "x" })), None).is_ok(), "unknown client: parse's own error");
+    assert_eq!(enabled(&[], &chunk(json!({ "client": "local", "fun": "test.ping" })), None).unwrap_err().status, 400, "none is served by default");
+}
