@@ -202,12 +202,19 @@ fn login_lowstate_minions_jobs_events_acls_logout_and_bounds_with_real_minions()
     // The server is still there.
     assert_eq!(api.curl("/", &[]).0, 200);
 
+    // local: a minion the job went to that does not return in time is `false`, as
+    // Salt's LocalClient.cmd lists it.
+    let mut m2 = _m2;
+    m2.stop();
+    let (status, r) = api.call("POST", "/", &token, Some(json!([{ "client": "local", "tgt": "*", "fun": "test.ping", "timeout": 5 }])));
+    assert_eq!((status, &r["return"]), (200, &json!([{ "m1": true, "m2": false }])), "{r}");
+
     // Logout revokes: the token is refused afterwards, limited's still works.
     let (status, r) = api.call("POST", "/logout", &token, None);
     assert_eq!((status, &r["return"]), (200, &json!("Your token has been cleared")), "{r}");
     assert_eq!(api.call("GET", "/jobs", &token, None).0, 401);
     sse.wait_exit("the event stream to end after the logout", 60);
-    assert_eq!(api.call("POST", "/", &lim, Some(json!([{ "client": "local", "tgt": "m2", "fun": "test.ping" }]))).0, 200);
+    assert_eq!(api.call("POST", "/", &lim, Some(json!([{ "client": "local", "tgt": "m1", "fun": "test.ping" }]))).0, 200);
     let log = std::fs::read_to_string(env.root.join("salt-api.log")).unwrap_or_default();
     assert!(log.contains("call refused by external_auth"), "{log}");
 

@@ -125,12 +125,22 @@ pub fn ret_of(load: &J) -> J {
     load.get("return").cloned().unwrap_or(J::Null)
 }
 
-/// `local`: `{minion: return}` for the minions that returned in time.
+/// `local`: `{minion: return}`, and `false` for each minion the job went to that did not
+/// return in time (Salt's `LocalClient.cmd`, which rest_cherrypy's `local` calls).
 pub async fn local(cfg: &ApiConfig, s: &Session, c: &Call) -> Result<J, ApiError> {
     Rules::load(cfg, s).await?.check(cfg, &c.fun, &c.arg, &c.kwarg, &c.tgt, &c.tgt_type).await?;
     let Some(p) = publish(cfg, s, &c.tgt, &c.tgt_type, &c.fun, &c.arg, &c.kwarg).await? else { return Ok(json!({})) };
     let (got, _) = Follow::open(cfg, &p.jid, c.timeout(cfg)).await?.collect().await?;
-    Ok(J::Object(got.into_iter().map(|(id, load)| (id, ret_of(&load))).collect()))
+    Ok(J::Object(with_silent(got, &p.minions)))
+}
+
+/// The returns, then `false` for each of `minions` that is not among them.
+pub(crate) fn with_silent(got: Vec<(String, J)>, minions: &J) -> Map<String, J> {
+    let mut out: Map<String, J> = got.into_iter().map(|(id, load)| (id, ret_of(&load))).collect();
+    for id in minions.as_array().into_iter().flatten().filter_map(J::as_str) {
+        out.entry(id.to_string()).or_insert(J::Bool(false));
+    }
+    out
 }
 
 /// `local_async`: `{"jid", "minions"}` at once.

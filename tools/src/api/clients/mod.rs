@@ -6,7 +6,7 @@
 //!
 //! | client | does | answers | file |
 //! |---|---|---|---|
-//! | `local` | publishes, waits for the returns (the chunk's `timeout`, else the master's `timeout`) | `{minion: return}` for the minions that returned | [`local`] |
+//! | `local` | publishes, waits for the returns (the chunk's `timeout`, else the master's `timeout`) | `{minion: return}`, `false` for a minion the job went to that did not return in time | [`local`] |
 //! | `local_async` | publishes | `{"jid", "minions"}` | [`local`] |
 //! | `local_batch` | Salt's `cmd_batch`: `test.ping`s the target, then runs on `batch` (N or N%, default `10%`) of the minions that answered at a time (`batch_wait`, `failhard`) | one `{minion: return}` per minion as it returns, each an item of the answer's `return` list (`{minion: {}}` for one that did not return in time) | [`batch`] |
 //! | `local_subset` | Salt's `cmd_subset`: asks the target for `sys.list_functions`, runs on `subset` (default 3) of the minions that have `fun`, picked at random | `{minion: return}` (`false` for a picked minion that did not return) | [`subset`] |

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use rand::seq::SliceRandom;
 use serde_json::{json, Map, Value as J};
 
-use super::local::{publish, ret_of, Call, Follow};
+use super::local::{publish, ret_of, with_silent, Call, Follow};
 use super::{count, ApiConfig, ApiError, Rules, Session};
 
 /// Most minions a `subset` may ask for.
@@ -54,11 +54,7 @@ pub async fn answer(cfg: &ApiConfig, s: &Session, c: &Call, n: usize) -> Result<
     let list = J::Array(able.into_iter().map(J::String).collect());
     let Some(p) = publish(cfg, s, &list, "list", &c.fun, &c.arg, &c.kwarg).await? else { return Ok(json!({})) };
     let (got, _) = Follow::open(cfg, &p.jid, timeout).await?.collect().await?;
-    let mut out: Map<String, J> = got.into_iter().map(|(id, load)| (id, ret_of(&load))).collect();
-    for m in picked {
-        out.entry(m).or_insert(J::Bool(false));
-    }
-    Ok(J::Object(out))
+    Ok(J::Object(with_silent(got, &p.minions)))
 }
 
 #[cfg(test)]
