@@ -173,6 +173,14 @@ fn runner_async_and_wheel_async_results_on_the_bus_and_in_the_job_cache() {
     event(&format!("salt/wheel/{wjid}/new"));
     let done = event(&format!("salt/wheel/{wjid}/ret"));
     assert_eq!((&done["fun"], &done["return"]["minions"], &done["success"]), (&json!("wheel.key.list_all"), &json!(["m1"]), &json!(true)), "{done}");
+    // The synchronous wheel client's call is a kept run too: its answer's jid has the
+    // ret event with the same return.
+    let (status, r) = post(&api, &fred, json!({ "client": "wheel", "fun": "key.list_all" }));
+    assert_eq!(status, 200, "{r}");
+    let sjid = r[0]["data"]["jid"].as_str().expect("a jid").to_string();
+    assert_eq!(r[0]["tag"], json!(format!("salt/wheel/{sjid}")), "{r}");
+    let done = event(&format!("salt/wheel/{sjid}/ret"));
+    assert_eq!((&done["return"], &done["success"]), (&r[0]["data"]["return"], &json!(true)), "{done}");
     let (status, r) = post(&api, &fred, json!({ "client": "wheel_async", "fun": "key.gen" }));
     assert_eq!(status, 400, "a wheel function Halite lacks: {r}");
 
@@ -183,6 +191,18 @@ fn runner_async_and_wheel_async_results_on_the_bus_and_in_the_job_cache() {
         assert_eq!((status, &r["return"]), (401, &json!("Authorization error occurred.")), "{c}: {r}");
     }
     let (_, jobs) = post(&api, &fred, json!({ "client": "runner", "fun": "jobs.list_jobs" }));
-    let runs = jobs[0].as_object().expect("jobs").values().filter(|j| j["Function"].as_str().is_some_and(|f| f.starts_with("runner.") || f.starts_with("wheel."))).count();
-    assert_eq!(runs, 3, "three runs kept, none for the refused calls: {jobs}");
+    let runs: Vec<(&str, &str)> = jobs[0]
+        .as_object()
+        .expect("jobs")
+        .values()
+        .filter_map(|j| Some((j["Function"].as_str()?, j["User"].as_str()?)))
+        .filter(|(f, _)| f.starts_with("runner.") || f.starts_with("wheel."))
+        .collect();
+    assert!(runs.iter().all(|(_, u)| *u == "fred"), "none for the refused calls: {jobs}");
+    assert_eq!(runs.iter().filter(|(f, _)| ["runner.manage.present", "wheel.key.list_all"].contains(f)).count(), 3, "both background runs and the synchronous wheel call: {jobs}");
+    // Synchronous runner calls are kept as jobs too, as Salt's runner client keeps them
+    // (the listing's own call included).
+    for f in ["runner.jobs.lookup_jid", "runner.jobs.list_jobs"] {
+        assert!(runs.contains(&(f, "fred")), "{f}: {jobs}");
+    }
 }

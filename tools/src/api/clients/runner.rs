@@ -1,4 +1,7 @@
-//! `runner` and `runner_async`, and the background runs `wheel_async` shares.
+//! `runner` and `runner_async`, and the kept runs the wheel clients share: every call
+//! of either client, synchronous or not, is a job of the master's own with its `new`
+//! and `ret` events, as Salt's runner and wheel clients keep theirs ([`kept`],
+//! [`background`]).
 //!
 //! A background run is a job the master keeps (`run.start`: the job recorded,
 //! `salt/run/<jid>/new` fired, answered `{"jid", "tag"}` at once); salt-api then runs
@@ -47,7 +50,7 @@ pub async fn runner(cfg: &ApiConfig, s: &Session, c: &Special) -> Result<J, ApiE
         }
         return Ok(done.ret);
     }
-    call(cfg, c).await
+    Ok(kept(cfg, s, "runner", c, call(cfg, c)).await?.1)
 }
 
 async fn call(cfg: &ApiConfig, c: &Special) -> Result<J, ApiError> {
@@ -119,20 +122,44 @@ where
     F: Future<Output = Result<J, ApiError>> + Send + 'static,
 {
     let permit = permit()?;
-    let started = admin::call(&cfg.sock_dir, &json!({ "cmd": "run.start", "client": client, "fun": c.fun, "fun_args": c.fun_args(), "user": s.user })).await?;
-    let jid = started.get("jid").and_then(J::as_str).ok_or_else(|| ApiError::new(500, "run.start answered no jid"))?.to_string();
-    let tag = started.get("tag").cloned().unwrap_or(J::Null);
-    tracing::info!(user = %s.user, fun = %c.fun, jid = %jid, "salt-api: {client} run started");
+    let (jid, tag) = start_run(cfg, s, client, c).await?;
     let (sock_dir, fun, job) = (cfg.sock_dir.clone(), c.fun.clone(), jid.clone());
     tokio::spawn(async move {
-        let (ret, success) = match work.await {
-            Ok(v) => (v, true),
-            Err(e) => (J::String(e.msg), false),
-        };
-        if let Err(e) = admin::call(&sock_dir, &json!({ "cmd": "run.return", "jid": job, "return": ret, "success": success })).await {
-            tracing::error!(fun, jid = %job, "salt-api: the end of a background run was not kept: {}", e.msg);
-        }
+        end_run(&sock_dir, &fun, &job, &work.await).await;
         drop(permit);
     });
     Ok(json!({ "tag": tag, "jid": jid }))
+}
+
+/// Runs `work` as `client`'s call `c`, kept as Salt's runner and wheel clients keep
+/// every call, the synchronous ones too: a job of the master's own, with its
+/// `salt/run|wheel/<jid>/new` and `/ret` events (`run.start`, `run.return`). Answers
+/// the run's jid and `work`'s result once the end is kept.
+pub(super) async fn kept<F>(cfg: &ApiConfig, s: &Session, client: &str, c: &Special, work: F) -> Result<(String, J), ApiError>
+where
+    F: Future<Output = Result<J, ApiError>>,
+{
+    let (jid, _) = start_run(cfg, s, client, c).await?;
+    let res = work.await;
+    end_run(&cfg.sock_dir, &c.fun, &jid, &res).await;
+    res.map(|v| (jid, v))
+}
+
+/// `run.start`: the run's job recorded and its `new` event fired; its jid and tag.
+async fn start_run(cfg: &ApiConfig, s: &Session, client: &str, c: &Special) -> Result<(String, J), ApiError> {
+    let started = admin::call(&cfg.sock_dir, &json!({ "cmd": "run.start", "client": client, "fun": c.fun, "fun_args": c.fun_args(), "user": s.user })).await?;
+    let jid = started.get("jid").and_then(J::as_str).ok_or_else(|| ApiError::new(500, "run.start answered no jid"))?.to_string();
+    tracing::info!(user = %s.user, fun = %c.fun, jid = %jid, "salt-api: {client} run started");
+    Ok((jid, started.get("tag").cloned().unwrap_or(J::Null)))
+}
+
+/// `run.return`: the run's end kept (an error as its message, unsuccessful).
+async fn end_run(sock_dir: &std::path::Path, fun: &str, jid: &str, res: &Result<J, ApiError>) {
+    let (ret, success) = match res {
+        Ok(v) => (v.clone(), true),
+        Err(e) => (J::String(e.msg.clone()), false),
+    };
+    if let Err(e) = admin::call(sock_dir, &json!({ "cmd": "run.return", "jid": jid, "return": ret, "success": success })).await {
+        tracing::error!(fun, jid, "salt-api: the end of a run was not kept: {}", e.msg);
+    }
 }

@@ -19,8 +19,7 @@ fn known(fun: &str) -> Result<(), ApiError> {
 pub async fn wheel(cfg: &ApiConfig, s: &Session, c: &Special) -> Result<J, ApiError> {
     check_special(s, "wheel", c)?;
     known(&c.fun)?;
-    let ret = call(cfg, c).await?;
-    let jid = halite_master::jobs::new_jid();
+    let (jid, ret) = super::runner::kept(cfg, s, "wheel", c, call(cfg, c)).await?;
     let tag = format!("salt/wheel/{jid}");
     let micros = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0);
     Ok(json!({ "tag": tag, "data": { "fun": format!("wheel.{}", c.fun), "jid": jid, "tag": tag, "user": s.user, "_stamp": halite_master::events::stamp_at(micros), "return": ret, "success": true } }))
