@@ -29,6 +29,31 @@ pub(crate) fn api_conf(root: &Path, host: &str, port: u16, token_expire: u64) ->
     )
 }
 
+/// A master with [`api_conf`]'s options (`prepare` runs on its environment before it
+/// starts), real minions `ids` answering it, and salt-api in front of it. Fields drop
+/// in order: salt-api, the minions, the master.
+pub(crate) struct Served {
+    pub(crate) api: Api,
+    pub(crate) _minions: Vec<Proc>,
+    pub(crate) m: Running,
+}
+
+pub(crate) fn served(ids: &[&str], prepare: impl FnOnce(&Env)) -> Served {
+    let ip = one_ip();
+    let port = port_free_on(&[&ip]);
+    let env = Env::master(&ip, "localfs_key", "auto_accept: True\n");
+    env.append_conf(&api_conf(&env.root, &ip, port, 43200));
+    prepare(&env);
+    let m = Running::start(env);
+    let conf = format!("master: {}\nmaster_port: {}\n", m.env.ip, m.env.ret);
+    let minions = ids.iter().map(|id| start_minion(&m.env.root, id, &conf)).collect();
+    for id in ids {
+        wait_ping(&m.env, id, 90);
+    }
+    let api = Api::start(&m.env.root.join("conf"), &m.env.root.join("salt-api.log"), &ip, port);
+    Served { api, _minions: minions, m }
+}
+
 /// A running salt-api and where it listens.
 pub(crate) struct Api {
     _proc: Proc,

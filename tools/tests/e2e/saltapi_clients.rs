@@ -10,7 +10,7 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 
-use crate::saltapi::{api_conf, Api};
+use crate::saltapi::{served, Api};
 use crate::support::*;
 
 /// One lowstate chunk through `POST /`: the status and the answer's `return`.
@@ -32,18 +32,8 @@ fn job_targets(api: &Api, token: &str, fun: &str, arg: &str) -> Vec<Value> {
 
 #[test]
 fn local_batch_and_local_subset_with_real_minions() {
-    let ip = one_ip();
-    let port = port_free_on(&[&ip]);
-    let env = Env::master(&ip, "localfs_key", "auto_accept: True\n");
-    env.append_conf(&api_conf(&env.root, &ip, port, 43200));
-    let m = Running::start(env);
-    let env = &m.env;
-    let conf = format!("master: {}\nmaster_port: {}\n", env.ip, env.ret);
-    let _m1 = start_minion(&env.root, "m1", &conf);
-    let _m2 = start_minion(&env.root, "m2", &conf);
-    wait_ping(env, "m1", 90);
-    wait_ping(env, "m2", 90);
-    let api = Api::start(&env.root.join("conf"), &env.root.join("salt-api.log"), &ip, port);
+    let s = served(&["m1", "m2"], |_| {});
+    let api = &s.api;
     let fred = api.token("fred", "s3cret");
 
     let (_, welcome) = api.call("GET", "/", "", None);
@@ -121,16 +111,8 @@ fn local_batch_and_local_subset_with_real_minions() {
 
 #[test]
 fn runner_async_and_wheel_async_results_on_the_bus_and_in_the_job_cache() {
-    let ip = one_ip();
-    let port = port_free_on(&[&ip]);
-    let env = Env::master(&ip, "localfs_key", "auto_accept: True\n");
-    env.append_conf(&api_conf(&env.root, &ip, port, 43200));
-    let m = Running::start(env);
-    let env = &m.env;
-    let conf = format!("master: {}\nmaster_port: {}\n", env.ip, env.ret);
-    let _m1 = start_minion(&env.root, "m1", &conf);
-    wait_ping(env, "m1", 90);
-    let api = Api::start(&env.root.join("conf"), &env.root.join("salt-api.log"), &ip, port);
+    let s = served(&["m1"], |_| {});
+    let (env, api) = (&s.m.env, &s.api);
     let fred = api.token("fred", "s3cret");
     let hdr = format!("X-Auth-Token: {fred}");
     let (_sse, mut events) = Proc::spawn_lines("curl /events", Command::new("curl").args(["-sS", "-N", "-H", &hdr, &format!("{}/events", api.base)]), &env.root.join("sse.log"));

@@ -13,7 +13,7 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 
-use crate::saltapi::{api_conf, Api};
+use crate::saltapi::{served, Api};
 use crate::support::*;
 
 /// One lowstate chunk through `POST /`: the status and the answer's `return`.
@@ -53,24 +53,18 @@ const FAIL: &str = "fail_first:\n  salt.function:\n    - name: cmd.run\n    - tg
 
 #[test]
 fn runner_and_runner_async_run_an_orchestration_on_real_minions() {
-    let ip = one_ip();
-    let port = port_free_on(&[&ip]);
-    let env = Env::master(&ip, "localfs_key", "auto_accept: True\n");
-    env.append_conf(&api_conf(&env.root, &ip, port, 43200));
+    let s = served(&["m1"], |env| {
+        let dir = env.root.join("work");
+        std::fs::create_dir_all(&dir).expect("work dir");
+        for (path, body) in [("orch/api.sls", DEPLOY), ("api_check.sls", CHECK), ("orch/fail.sls", FAIL)] {
+            let p = env.root.join("srv/salt").join(path);
+            std::fs::create_dir_all(p.parent().expect("a parent")).expect("roots dir");
+            std::fs::write(p, body.replace("@DIR@", &dir.display().to_string())).expect("roots file");
+        }
+    });
+    let (env, api) = (&s.m.env, &s.api);
     let dir = env.root.join("work");
-    std::fs::create_dir_all(&dir).expect("work dir");
-    for (path, body) in [("orch/api.sls", DEPLOY), ("api_check.sls", CHECK), ("orch/fail.sls", FAIL)] {
-        let p = env.root.join("srv/salt").join(path);
-        std::fs::create_dir_all(p.parent().expect("a parent")).expect("roots dir");
-        std::fs::write(p, body.replace("@DIR@", &dir.display().to_string())).expect("roots file");
-    }
-    let m = Running::start(env);
-    let env = &m.env;
     env.ok(SALT_RUN, &["cluster.sync_roots"]);
-    let conf = format!("master: {}\nmaster_port: {}\n", env.ip, env.ret);
-    let _m1 = start_minion(&env.root, "m1", &conf);
-    wait_ping(env, "m1", 90);
-    let api = Api::start(&env.root.join("conf"), &env.root.join("salt-api.log"), &ip, port);
     let fred = api.token("fred", "s3cret");
 
     // runner: the whole run, then Salt's answer. The state step, declared first, runs
