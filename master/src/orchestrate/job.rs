@@ -138,10 +138,9 @@ pub struct RunReturn {
 
 impl RunReturn {
     pub fn parse(req: &J) -> Result<RunReturn> {
-        let jid = req.get("jid").and_then(J::as_str).ok_or_else(|| Error::refused("run.return needs a jid"))?;
-        let ret = req.get("return").cloned().ok_or_else(|| Error::refused("run.return needs the run's return"))?;
+        let (jid, ret) = jid_and_return(req, "run.return")?;
         let success = req.get("success").and_then(J::as_bool).ok_or_else(|| Error::refused("run.return needs success (true or false)"))?;
-        Ok(RunReturn { jid: jid.to_string(), ret, success })
+        Ok(RunReturn { jid, ret, success })
     }
 
     pub fn answer(self, view: &dyn AdminView) -> Result<Plan> {
@@ -183,6 +182,13 @@ impl RunReturn {
     }
 }
 
+/// The `jid` and `return` an end of a run names (`verb` says which, in the refusal).
+fn jid_and_return(req: &J, verb: &str) -> Result<(String, J)> {
+    let jid = req.get("jid").and_then(J::as_str).ok_or_else(|| Error::refused(format!("{verb} needs a jid")))?;
+    let ret = req.get("return").cloned().ok_or_else(|| Error::refused(format!("{verb} needs the run's return")))?;
+    Ok((jid.to_string(), ret))
+}
+
 /// `orchestrate.return`: the end of a run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OrchReturn {
@@ -192,9 +198,8 @@ pub struct OrchReturn {
 
 impl OrchReturn {
     pub fn parse(req: &J) -> Result<OrchReturn> {
-        let jid = req.get("jid").and_then(J::as_str).ok_or_else(|| Error::refused("orchestrate.return needs a jid"))?;
-        let ret = req.get("return").cloned().ok_or_else(|| Error::refused("orchestrate.return needs the run's return"))?;
-        Ok(OrchReturn { jid: jid.to_string(), ret })
+        let (jid, ret) = jid_and_return(req, "orchestrate.return")?;
+        Ok(OrchReturn { jid, ret })
     }
 
     pub fn answer(self, view: &dyn AdminView) -> Result<Plan> {
