@@ -144,6 +144,12 @@ fn login_lowstate_minions_jobs_events_acls_logout_and_bounds_with_real_minions()
     // local: test.ping on both minions.
     let (status, r) = api.call("POST", "/", &token, Some(json!([{ "client": "local", "tgt": "*", "fun": "test.ping" }])));
     assert_eq!((status, &r["return"]), (200, &json!([{ "m1": true, "m2": true }])), "{r}");
+    // full_return: each minion's ret with its retcode and jid, as Salt's cmd gives them.
+    let (status, r) = api.call("POST", "/", &token, Some(json!([{ "client": "local", "tgt": "m1", "fun": "test.ping", "full_return": true }])));
+    let m1 = &r["return"][0]["m1"];
+    assert_eq!((status, &m1["ret"], &m1["retcode"]), (200, &json!(true), &json!(0)), "{r}");
+    assert!(m1["jid"].as_str().is_some_and(|j| j.len() == 20), "{r}");
+    assert_eq!(api.call("POST", "/", &token, Some(json!([{ "client": "local", "tgt": "m1", "fun": "test.ping", "full_return": "yes" }]))).0, 400);
 
     // local_async through /minions: 202, a jid and a link; its returns reach /jobs/<jid>.
     let (status, r) = api.call("POST", "/minions", &token, Some(json!({ "tgt": "*", "fun": "test.echo", "arg": ["hi"] })));

@@ -187,4 +187,10 @@ fn runner_async_and_wheel_async_results_on_the_bus_and_in_the_job_cache() {
     for f in ["runner.jobs.lookup_jid", "runner.jobs.list_jobs"] {
         assert!(runs.contains(&(f, "fred")), "{f}: {jobs}");
     }
+    // full_return: the runner client answers the run's whole ret event data.
+    let (status, r) = post(api, &fred, json!({ "client": "runner", "fun": "manage.present", "full_return": true }));
+    assert_eq!(status, 200, "{r}");
+    assert_eq!((&r[0]["fun"], &r[0]["return"], &r[0]["success"], &r[0]["user"]), (&json!("runner.manage.present"), &json!(["m1"]), &json!(true), &json!("fred")), "{r}");
+    let fjid = r[0]["jid"].as_str().expect("a jid");
+    assert_eq!(event(&format!("salt/run/{fjid}/ret"))["return"], json!(["m1"]));
 }

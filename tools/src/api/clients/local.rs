@@ -21,6 +21,20 @@ pub struct Call {
     pub kwarg: Map<String, J>,
     /// The chunk's `timeout` (seconds), else the master's.
     pub timeout: Option<f64>,
+    /// `full_return`: each minion's `{"ret", "retcode", "jid", "out"}` instead of its
+    /// return (Salt's `cmd(full_return=True)`).
+    pub full_return: bool,
+}
+
+/// A chunk's `full_return`: `true`/`false` (or a form's `"true"`/`"false"`).
+pub(crate) fn full_return_of(chunk: &Map<String, J>) -> Result<bool, ApiError> {
+    match chunk.get("full_return") {
+        None | Some(J::Null) => Ok(false),
+        Some(J::Bool(b)) => Ok(*b),
+        Some(J::String(t)) if t.eq_ignore_ascii_case("true") => Ok(true),
+        Some(J::String(t)) if t.eq_ignore_ascii_case("false") => Ok(false),
+        Some(v) => Err(ApiError::new(400, format!("full_return must be true or false, not {}", super::short(v)))),
+    }
 }
 
 /// A chunk's `timeout`: a positive number of seconds (a JSON number or a string), at
@@ -40,7 +54,7 @@ impl Call {
             Some(J::String(t)) => t.clone(),
             Some(_) => return Err(ApiError::new(400, "tgt_type must be a string")),
         };
-        Ok(Call { tgt, tgt_type, fun, arg: args_of(chunk), kwarg: kwargs_of(chunk)?, timeout: timeout_of(chunk)? })
+        Ok(Call { tgt, tgt_type, fun, arg: args_of(chunk), kwarg: kwargs_of(chunk)?, timeout: timeout_of(chunk)?, full_return: full_return_of(chunk)? })
     }
 
     /// Seconds to wait for returns.
@@ -131,12 +145,26 @@ pub async fn local(cfg: &ApiConfig, s: &Session, c: &Call) -> Result<J, ApiError
     Rules::load(cfg, s).await?.check(cfg, &c.fun, &c.arg, &c.kwarg, &c.tgt, &c.tgt_type).await?;
     let Some(p) = publish(cfg, s, &c.tgt, &c.tgt_type, &c.fun, &c.arg, &c.kwarg).await? else { return Ok(json!({})) };
     let (got, _) = Follow::open(cfg, &p.jid, c.timeout(cfg)).await?.collect().await?;
-    Ok(J::Object(with_silent(got, &p.minions)))
+    Ok(J::Object(with_silent(got, &p.minions, c.full_return)))
 }
 
-/// The returns, then `false` for each of `minions` that is not among them.
-pub(crate) fn with_silent(got: Vec<(String, J)>, minions: &J) -> Map<String, J> {
-    let mut out: Map<String, J> = got.into_iter().map(|(id, load)| (id, ret_of(&load))).collect();
+/// What Salt's `cmd(full_return=True)` gives for a return: `{"ret"}` with the load's
+/// `out`, `retcode` and `jid` when it has them.
+pub fn full_of(load: &J) -> J {
+    let mut m = Map::new();
+    m.insert("ret".into(), ret_of(load));
+    for k in ["out", "retcode", "jid"] {
+        if let Some(v) = load.get(k) {
+            m.insert(k.into(), v.clone());
+        }
+    }
+    J::Object(m)
+}
+
+/// The returns (each [`full_of`] it when `full`), then `false` for each of `minions`
+/// that is not among them.
+pub(crate) fn with_silent(got: Vec<(String, J)>, minions: &J, full: bool) -> Map<String, J> {
+    let mut out: Map<String, J> = got.into_iter().map(|(id, load)| (id, if full { full_of(&load) } else { ret_of(&load) })).collect();
     for id in minions.as_array().into_iter().flatten().filter_map(J::as_str) {
         out.entry(id.to_string()).or_insert(J::Bool(false));
     }

@@ -85,6 +85,10 @@ pub struct Special {
     /// The chunk's `timeout` (seconds): how long an orchestration's steps wait for
     /// their minions ([`runner`]).
     pub timeout: Option<f64>,
+    /// `full_return`: the `runner` client answers the run's whole `ret` event data
+    /// (`fun`, `fun_args`, `jid`, `user`, `_stamp`, `return`, `success`), as Salt's
+    /// `cmd_sync(full_return=True)` does.
+    pub full_return: bool,
 }
 
 impl Command {
@@ -161,7 +165,7 @@ impl Special {
                 kwarg.insert(k.clone(), v.clone());
             }
         }
-        Ok(Special { fun, arg, kwarg, timeout: local::timeout_of(chunk)? })
+        Ok(Special { fun, arg, kwarg, timeout: local::timeout_of(chunk)?, full_return: local::full_return_of(chunk)? })
     }
 
     /// `fun_args` as Salt's runner and wheel events list them: the arguments, then the

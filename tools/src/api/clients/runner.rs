@@ -50,7 +50,12 @@ pub async fn runner(cfg: &ApiConfig, s: &Session, c: &Special) -> Result<J, ApiE
         }
         return Ok(done.ret);
     }
-    Ok(kept(cfg, s, "runner", c, call(cfg, c)).await?.1)
+    let (jid, ret) = kept(cfg, s, "runner", c, call(cfg, c)).await?;
+    if !c.full_return {
+        return Ok(ret);
+    }
+    let micros = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0);
+    Ok(json!({ "fun": format!("runner.{}", c.fun), "fun_args": c.fun_args(), "jid": jid, "user": s.user, "_stamp": halite_master::events::stamp_at(micros), "return": ret, "success": true }))
 }
 
 async fn call(cfg: &ApiConfig, c: &Special) -> Result<J, ApiError> {

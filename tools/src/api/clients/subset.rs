@@ -54,7 +54,7 @@ pub async fn answer(cfg: &ApiConfig, s: &Session, c: &Call, n: usize) -> Result<
     let list = J::Array(able.into_iter().map(J::String).collect());
     let Some(p) = publish(cfg, s, &list, "list", &c.fun, &c.arg, &c.kwarg).await? else { return Ok(json!({})) };
     let (got, _) = Follow::open(cfg, &p.jid, timeout).await?.collect().await?;
-    Ok(J::Object(with_silent(got, &p.minions)))
+    Ok(J::Object(with_silent(got, &p.minions, c.full_return)))
 }
 
 #[cfg(test)]
