@@ -28,6 +28,11 @@ pub fn stamp_at(micros: u64) -> String {
     format!("{}-{}-{}T{}:{}:{}.{}", &jid[0..4], &jid[4..6], &jid[6..8], &jid[8..10], &jid[10..12], &jid[12..14], &jid[14..20])
 }
 
+/// Salt's `_stamp` of now.
+pub fn stamp_now() -> String {
+    stamp_at(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_micros() as u64)
+}
+
 /// An event; data that is not a map is wrapped as `{"data": ...}`, as Salt does.
 pub fn event(tag: impl Into<String>, data: J) -> Event {
     let data = match data {

@@ -66,7 +66,8 @@ const MAGIC: &[u8; 8] = b"HSESS\x00\x00\x01";
 type Keys = HashMap<String, (Crypticle, SystemTime)>;
 
 pub struct Sessions {
-    dir: PathBuf,
+    /// The journal's directory; `None` for a cluster member's ([`Sessions::none`]).
+    dir: Option<PathBuf>,
     max_age: Duration,
     cap: usize,
     inner: Mutex<Inner>,
@@ -95,14 +96,14 @@ impl Sessions {
         let mut keys = read_journal(&dir.join(JOURNAL));
         let legacy = read_legacy_files(&dir, &mut keys);
         keys.retain(|_, (_, born)| age(*born) < max_age);
-        let s = Sessions { dir, max_age, cap: MAX_IN_MEMORY, inner: Mutex::new(Inner { keys, journal: None, records: 0, failed_at: None }) };
+        let s = Sessions { dir: Some(dir.clone()), max_age, cap: MAX_IN_MEMORY, inner: Mutex::new(Inner { keys, journal: None, records: 0, failed_at: None }) };
         {
             let mut inner = s.lock();
             s.make_room(&mut inner.keys);
-            s.rewrite(&mut inner);
+            s.rewrite(&dir, &mut inner);
             if inner.journal.is_some() {
                 for name in &legacy {
-                    let _ = std::fs::remove_file(s.dir.join(name));
+                    let _ = std::fs::remove_file(dir.join(name));
                 }
             }
             if !inner.keys.is_empty() || !legacy.is_empty() {
@@ -115,7 +116,7 @@ impl Sessions {
     /// A cluster member's sessions: none is ever installed (one would be kept in memory
     /// only); no directory, no journal.
     pub fn none() -> Self {
-        Sessions { dir: PathBuf::new(), max_age: Duration::ZERO, cap: 1, inner: Mutex::new(Inner { keys: Keys::new(), journal: None, records: 0, failed_at: None }) }
+        Sessions { dir: None, max_age: Duration::ZERO, cap: 1, inner: Mutex::new(Inner { keys: Keys::new(), journal: None, records: 0, failed_at: None }) }
     }
 
     /// The same with at most `cap` keys in memory.
@@ -152,12 +153,12 @@ impl Sessions {
             self.make_room(&mut inner.keys);
         }
         inner.keys.insert(id.to_string(), (key.clone(), born));
-        if self.dir.as_os_str().is_empty() {
+        let Some(dir) = &self.dir else {
             return; // `none()`: memory only
-        }
+        };
         if let Some(at) = inner.failed_at {
             if at.elapsed() >= REWRITE_RETRY {
-                self.rewrite(&mut inner);
+                self.rewrite(dir, &mut inner);
             }
             return;
         }
@@ -169,13 +170,13 @@ impl Sessions {
         match written {
             Ok(()) => inner.records += 1,
             Err(e) => {
-                crate::metrics::refuse(crate::metrics::Port::Disk, &self.dir.display().to_string(), "session_journal", &format_args!("cannot persist the session key of {id}: {e}"));
+                crate::metrics::refuse(crate::metrics::Port::Disk, &dir.display().to_string(), "session_journal", &format_args!("cannot persist the session key of {id}: {e}"));
                 inner.failed_at = Some(Instant::now());
                 return;
             }
         }
         if inner.records > 2 * inner.keys.len() + COMPACT_SLACK {
-            self.rewrite(&mut inner);
+            self.rewrite(dir, &mut inner);
         }
     }
 
@@ -195,9 +196,9 @@ impl Sessions {
     /// as appends are not, so a rewrite never holds the lock for a disk flush), then
     /// appends to it. On failure the old journal stays as it was, and appends stop
     /// until a later rewrite succeeds (`failed_at`).
-    fn rewrite(&self, inner: &mut Inner) {
-        let path = self.dir.join(JOURNAL);
-        let tmp = self.dir.join(format!(".{JOURNAL}.tmp"));
+    fn rewrite(&self, dir: &Path, inner: &mut Inner) {
+        let path = dir.join(JOURNAL);
+        let tmp = dir.join(format!(".{JOURNAL}.tmp"));
         let mut buf = Vec::with_capacity(MAGIC.len() + inner.keys.len() * 128);
         buf.extend_from_slice(MAGIC);
         for (id, (key, born)) in &inner.keys {

@@ -166,20 +166,26 @@ impl RunReturn {
             "fun": fun, "fun_args": load["arg"], "jid": self.jid, "id": master_id,
             "return": data, "retcode": retcode, "success": self.success, "user": load["user"],
         });
-        let ours = JobReturn { jid: self.jid.clone(), id: master_id, load: payload::encode(&payload::from_json(&ret_load)), time_ns: view.now_ns(), first_only: true };
-        let rec = Record::JobReturn(ours.clone());
-        let (jid, tag) = (self.jid.clone(), format!("{prefix}/{}/ret", self.jid));
-        let mut plan = Plan::answer(J::Null);
-        plan.proposals = vec![vec![rec]];
-        plan.answer = Answer::After(Box::new(move |view: &dyn AdminView| {
-            let stored = view.state().job_return(&ours.jid, &ours.id)?;
-            if stored.as_ref() != Some(&ours) {
-                return Err(Error::refused(format!("the run {jid} already has its return")));
-            }
-            Ok(Settled { value: json!({ "return": true }), events: vec![event(tag, data)], effects: Vec::new() })
-        }));
-        Ok(plan)
+        let tag = format!("{prefix}/{}/ret", self.jid);
+        Ok(first_return(view, self.jid, master_id, &ret_load, event(tag, data)))
     }
+}
+
+/// The plan that stores `ret_load` as the run's one return (a `first_only` record) and,
+/// once applied, answers `{"return": true}` and fires `ret` — or, when another end of
+/// the run applied first (through this member or another), refuses: decided at apply.
+fn first_return(view: &dyn AdminView, jid: String, master_id: String, ret_load: &J, ret: crate::events::Event) -> Plan {
+    let ours = JobReturn { jid, id: master_id, load: payload::encode(&payload::from_json(ret_load)), time_ns: view.now_ns(), first_only: true };
+    let mut plan = Plan::answer(J::Null);
+    plan.proposals = vec![vec![Record::JobReturn(ours.clone())]];
+    plan.answer = Answer::After(Box::new(move |view: &dyn AdminView| {
+        let stored = view.state().job_return(&ours.jid, &ours.id)?;
+        if stored.as_ref() != Some(&ours) {
+            return Err(Error::refused(format!("the run {} already has its return", ours.jid)));
+        }
+        Ok(Settled { value: json!({ "return": true }), events: vec![ret], effects: Vec::new() })
+    }));
+    plan
 }
 
 /// The `jid` and `return` an end of a run names (`verb` says which, in the refusal).
@@ -219,21 +225,7 @@ impl OrchReturn {
             "fun": RUN_FUN, "fun_args": load["arg"], "jid": self.jid, "id": master_id,
             "return": self.ret, "retcode": retcode, "success": retcode == 0, "user": load.get("user").cloned().unwrap_or(json!("root")),
         });
-        let ours = JobReturn { jid: self.jid.clone(), id: master_id, load: payload::encode(&payload::from_json(&ret_load)), time_ns: view.now_ns(), first_only: true };
-        let rec = Record::JobReturn(ours.clone());
-        let jid = self.jid;
-        let mut plan = Plan::answer(J::Null);
-        plan.proposals = vec![vec![rec]];
-        // Decided at apply: the run's return is ours only if our record is the one stored
-        // (another `orchestrate.return` for the same run, through this member or another,
-        // may have applied first; then ours changed nothing).
-        plan.answer = Answer::After(Box::new(move |view: &dyn AdminView| {
-            let stored = view.state().job_return(&ours.jid, &ours.id)?;
-            if stored.as_ref() != Some(&ours) {
-                return Err(Error::refused(format!("the run {jid} already has its return")));
-            }
-            Ok(Settled { value: json!({ "return": true }), events: vec![event(format!("salt/run/{jid}/ret"), ret_load)], effects: Vec::new() })
-        }));
-        Ok(plan)
+        let ret = event(format!("salt/run/{}/ret", self.jid), ret_load.clone());
+        Ok(first_return(view, self.jid, master_id, &ret_load, ret))
     }
 }

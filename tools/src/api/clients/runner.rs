@@ -54,8 +54,7 @@ pub async fn runner(cfg: &ApiConfig, s: &Session, c: &Special) -> Result<J, ApiE
     if !c.full_return {
         return Ok(ret);
     }
-    let micros = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0);
-    Ok(json!({ "fun": format!("runner.{}", c.fun), "fun_args": c.fun_args(), "jid": jid, "user": s.user, "_stamp": halite_master::events::stamp_at(micros), "return": ret, "success": true }))
+    Ok(json!({ "fun": format!("runner.{}", c.fun), "fun_args": c.fun_args(), "jid": jid, "user": s.user, "_stamp": halite_master::events::stamp_now(), "return": ret, "success": true }))
 }
 
 async fn call(cfg: &ApiConfig, c: &Special) -> Result<J, ApiError> {

@@ -21,8 +21,7 @@ pub async fn wheel(cfg: &ApiConfig, s: &Session, c: &Special) -> Result<J, ApiEr
     known(&c.fun)?;
     let (jid, ret) = super::runner::kept(cfg, s, "wheel", c, call(cfg, c)).await?;
     let tag = format!("salt/wheel/{jid}");
-    let micros = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0);
-    Ok(json!({ "tag": tag, "data": { "fun": format!("wheel.{}", c.fun), "jid": jid, "tag": tag, "user": s.user, "_stamp": halite_master::events::stamp_at(micros), "return": ret, "success": true } }))
+    Ok(json!({ "tag": tag, "data": { "fun": format!("wheel.{}", c.fun), "jid": jid, "tag": tag, "user": s.user, "_stamp": halite_master::events::stamp_now(), "return": ret, "success": true } }))
 }
 
 /// `wheel_async`: `{"tag": "salt/wheel/<jid>", "jid"}`; the run's `salt/wheel/<jid>/ret`
