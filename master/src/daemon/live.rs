@@ -26,9 +26,10 @@ use crate::wire::crypto::Crypticle;
 use crate::wire::publish::Publisher;
 
 /// How long, without `request_server_ttl`, a side-effecting request's nonce is kept,
-/// and how many are kept at most (about 64 bytes each: `replay.rs`).
+/// unless this many newer ones came in meanwhile (`replay.rs`: at most twice as many are
+/// kept, 4.5 MiB).
 const REPLAY_WINDOW_SECS: u64 = 900;
-const REPLAY_CAPACITY: usize = 65_536;
+const REPLAY_KEEP: usize = 65_536;
 
 /// The running master.
 pub struct Master {
@@ -67,7 +68,7 @@ impl Master {
             // A cluster member hands out the cluster's AES key as every session key and
             // keeps no journal (members may share a cachedir).
             sessions: if cluster { Sessions::none() } else { Sessions::new(cfg.cachedir.join("sessions"), std::time::Duration::from_secs(cfg.publish_session.max(1))) },
-            nonces: Mutex::new(Nonces::new(std::time::Duration::from_secs(window), REPLAY_CAPACITY)),
+            nonces: Mutex::new(Nonces::new(std::time::Duration::from_secs(window), REPLAY_KEEP)),
             counted: Default::default(),
             pending_claims: Default::default(),
             toks: Default::default(),

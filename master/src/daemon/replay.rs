@@ -5,21 +5,23 @@
 //! one's records and events take effect: a request whose `(id, nonce)` is remembered
 //! here is handled read-only. Only side-effecting requests (records or events) are
 //! remembered, for `window` (Salt's `request_server_ttl` when set, so that every request
-//! young enough to be accepted is covered), at most `capacity` of them (oldest forgotten
-//! first).
+//! young enough to be accepted is covered), unless more than `keep` newer ones came in
+//! meanwhile (so memory is bounded however fast requests come).
 //!
 //! Memory: a remembered request is the first 16 bytes of SHA-256 over its id and nonce
-//! (length-prefixed, so no two pairs share an input), not the strings, and the
-//! millisecond it was remembered at (counted from the guard's start, 8 bytes, not a
-//! 16-byte `Instant`): a map slot and a queue slot of 24 bytes each, however long the
-//! ids and nonces a minion sends. The queue is reserved at `capacity` + 1 slots (1.5 MiB
-//! at the default, its pages touched as it fills) so it never doubles; under constant
-//! insert-and-forget the map's table settles at twice the slots that `capacity` needs
-//! (262,144 for 65,536: 6.3 MiB). So 7.8 MiB at the default bound (12.3 MiB measured
-//! with 16-byte keys aligned to 16 and `Instant`s, docs/benchmarks.md "Memory soak"). A
-//! collision of two live entries would need 2^64 of them.
+//! (length-prefixed, so no two pairs share an input), not the strings, however long the
+//! ids and nonces a minion sends. They are kept in two **generations**, two hash sets:
+//! new ones go into the current one; when it has been current for `window`, or holds
+//! `keep` digests, it becomes the previous one and the previous one is emptied (its
+//! table kept) to become current. A lookup checks both. So a request is remembered for
+//! at least `window` unless `keep` newer ones came in meanwhile, and at most `2 × keep`
+//! are remembered (about 2.3 MiB a generation at the
+//! default 65,536: a table of 131,072 16-byte slots). Nothing is ever removed one by
+//! one: an earlier design (a map plus a queue of what to forget, in order) kept 7.8 MiB
+//! at the same bound, as the forgotten slots of a hash table under constant
+//! insert-and-remove filled it until it doubled (docs/benchmarks.md "Memory soak").
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
@@ -38,65 +40,74 @@ fn key(id: &str, nonce: &str) -> Key {
     [word(0), word(8)]
 }
 
-/// Milliseconds since the guard started.
-type Millis = u64;
-
 pub struct Nonces {
-    seen: HashMap<Key, Millis>,
-    order: VecDeque<(Millis, Key)>,
-    start: Instant,
+    /// Remembered since `since`.
+    current: HashSet<Key>,
+    /// Remembered in the generation before.
+    previous: HashSet<Key>,
+    since: Instant,
     window: Duration,
-    capacity: usize,
+    keep: usize,
 }
 
 impl Nonces {
-    pub fn new(window: Duration, capacity: usize) -> Self {
-        let capacity = capacity.max(1);
-        // The queue holds at most `capacity` + 1 entries (one past, until `expire`); reserved
-        // so, it is never copied into a buffer twice its size.
-        Nonces { seen: HashMap::new(), order: VecDeque::with_capacity(capacity + 1), start: Instant::now(), window, capacity }
+    /// A guard that remembers each request for `window`, and at least the newest `keep`
+    /// of them whatever their age (see the module docs).
+    pub fn new(window: Duration, keep: usize) -> Self {
+        Nonces { current: HashSet::new(), previous: HashSet::new(), since: Instant::now(), window, keep: keep.max(1) }
     }
 
-    fn now(&self) -> Millis {
-        self.start.elapsed().as_millis() as Millis
+    /// Starts a new generation: the current one becomes the previous one, the previous
+    /// one is forgotten (its table is reused for the new current one).
+    fn rotate(&mut self, now: Instant) {
+        std::mem::swap(&mut self.current, &mut self.previous);
+        self.current.clear();
+        self.since = now;
     }
 
-    fn expire(&mut self, now: Millis) {
-        let window = self.window.as_millis() as Millis;
-        while let Some((at, _)) = self.order.front() {
-            if now.saturating_sub(*at) < window && self.order.len() <= self.capacity {
-                break;
-            }
-            if let Some((at, k)) = self.order.pop_front() {
-                // Only forget the entry this queue slot stands for (not a later re-insert).
-                if self.seen.get(&k) == Some(&at) {
-                    self.seen.remove(&k);
-                }
+    /// Rotates once the current generation has been current for `window` (twice, so
+    /// both are forgotten, after two windows without a request).
+    fn age(&mut self, now: Instant) {
+        let held = now.saturating_duration_since(self.since);
+        if held >= self.window {
+            self.rotate(now);
+            if held >= self.window.saturating_mul(2) {
+                self.previous.clear();
             }
         }
     }
 
     /// Whether `(id, nonce)` already changed something within the window.
     pub fn seen(&mut self, id: &str, nonce: &str) -> bool {
-        self.expire(self.now());
-        self.seen.contains_key(&key(id, nonce))
+        self.seen_at(id, nonce, Instant::now())
+    }
+
+    fn seen_at(&mut self, id: &str, nonce: &str, now: Instant) -> bool {
+        self.age(now);
+        let k = key(id, nonce);
+        self.current.contains(&k) || self.previous.contains(&k)
     }
 
     /// Remembers a request whose effects were committed.
     pub fn remember(&mut self, id: &str, nonce: &str) {
-        let now = self.now();
-        let k = key(id, nonce);
-        self.seen.insert(k, now);
-        self.order.push_back((now, k));
-        self.expire(now);
+        self.remember_at(id, nonce, Instant::now())
     }
 
+    fn remember_at(&mut self, id: &str, nonce: &str, now: Instant) {
+        self.age(now);
+        if self.current.len() >= self.keep {
+            self.rotate(now);
+        }
+        self.current.insert(key(id, nonce));
+    }
+
+    /// Requests remembered (a request remembered in both generations counts twice).
     pub fn len(&self) -> usize {
-        self.seen.len()
+        self.current.len() + self.previous.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.seen.is_empty()
+        self.len() == 0
     }
 }
 
@@ -105,23 +116,41 @@ mod tests {
     use super::*;
 
     #[test]
-    fn remembers_within_window_and_capacity() {
+    fn remembers_the_newest_keep_and_at_most_twice_that() {
         let mut n = Nonces::new(Duration::from_secs(60), 3);
         assert!(!n.seen("m1", "a"));
         n.remember("m1", "a");
         assert!(n.seen("m1", "a"));
         assert!(!n.seen("m2", "a"), "nonces are per minion");
-        for x in ["b", "c", "d"] {
+        for x in ["b", "c", "d", "e", "f"] {
             n.remember("m1", x);
         }
-        assert_eq!(n.len(), 3);
-        assert!(!n.seen("m1", "a"), "the oldest is forgotten past capacity");
-        assert!(n.seen("m1", "d"));
-        let mut short = Nonces::new(Duration::from_millis(1), 10);
-        short.remember("m1", "a");
-        std::thread::sleep(Duration::from_millis(5));
-        assert!(!short.seen("m1", "a"), "forgotten after the window");
-        assert!(short.is_empty());
+        // Generations {a b c} then {d e f}: the newest three and the three before.
+        assert_eq!(n.len(), 6);
+        assert!(["a", "b", "c", "d", "e", "f"].iter().all(|x| n.seen("m1", x)));
+        n.remember("m1", "g");
+        assert!(!n.seen("m1", "a") && !n.seen("m1", "c"), "the oldest generation is forgotten as a whole");
+        assert!(["d", "e", "f", "g"].iter().all(|x| n.seen("m1", x)), "the newest `keep` are always remembered");
+        for i in 0..1000 {
+            n.remember("m9", &i.to_string());
+            assert!(n.len() <= 6);
+            assert!((i.max(2) - 2..=i).all(|j| n.seen("m9", &j.to_string())));
+        }
+    }
+
+    #[test]
+    fn forgets_after_the_window() {
+        let mut n = Nonces::new(Duration::from_secs(60), 10);
+        let (t0, s) = (n.since, Duration::from_secs(1));
+        n.remember_at("m1", "a", t0 + 10 * s);
+        assert!(n.seen_at("m1", "a", t0 + 59 * s));
+        assert!(n.seen_at("m1", "a", t0 + 61 * s), "a window old: in the previous generation");
+        n.remember_at("m1", "b", t0 + 62 * s);
+        assert!(n.seen_at("m1", "a", t0 + 119 * s), "remembered for at least a window");
+        assert!(!n.seen_at("m1", "a", t0 + 122 * s), "two generations old: forgotten");
+        assert!(n.seen_at("m1", "b", t0 + 122 * s));
+        assert!(!n.seen_at("m1", "b", t0 + 300 * s), "two windows without a request: both forgotten");
+        assert!(n.is_empty());
     }
 
     #[test]
@@ -133,18 +162,18 @@ mod tests {
     }
 
     #[test]
-    fn a_full_guard_keeps_its_reserved_size() {
-        // 24-byte slots in the queue and the map (not 32: no 16-byte alignment, no Instant).
-        assert_eq!(std::mem::size_of::<(Millis, Key)>(), 24);
-        assert_eq!(std::mem::size_of::<(Key, Millis)>(), 24);
+    fn a_busy_guard_keeps_its_tables() {
+        // 16-byte slots (no 16-byte alignment: two words).
+        assert_eq!(std::mem::size_of::<Key>(), 16);
         let mut n = Nonces::new(Duration::from_secs(60), 1000);
-        let reserved = n.order.capacity();
-        assert!(reserved > 1000);
-        for i in 0..5000 {
+        for i in 0..2000 {
             n.remember("m", &i.to_string());
         }
-        assert_eq!(n.len(), 1000);
-        assert_eq!(n.order.capacity(), reserved, "the queue was never copied into a larger buffer");
-        assert!(n.seen("m", "4999") && !n.seen("m", "3999"));
+        let sizes = (n.current.capacity(), n.previous.capacity());
+        for i in 2000..20_000 {
+            n.remember("m", &i.to_string());
+        }
+        assert_eq!((n.current.capacity(), n.previous.capacity()), sizes, "the tables were reused, never grown");
+        assert!(n.seen("m", "19999") && n.seen("m", "19000") && !n.seen("m", "17999"));
     }
 }

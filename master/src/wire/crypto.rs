@@ -289,10 +289,17 @@ impl PublicKey {
 /// built a context for every message, 2–3 % of the master's CPU per return. The key
 /// schedule is expanded per message (tens of nanoseconds with AES-NI) rather than kept:
 /// kept, it is about a kilobyte for each of 8,000 session keys, 14 MiB of RSS.
+///
+/// Cloning shares the key (a reference count): a Crypticle is cloned for every request
+/// (the session key handed out), and a session map's slot holds a pointer, not the
+/// 200-byte key with its prepared HMAC states (the map's table has twice as many slots
+/// as keys).
 #[derive(Clone)]
-pub struct Crypticle {
-    /// Shared: a Crypticle is cloned for every request (the session key handed out).
-    key_string: std::sync::Arc<str>,
+pub struct Crypticle(std::sync::Arc<CrypticleKey>);
+
+/// A Crypticle's key: its text and the two keys it holds.
+struct CrypticleKey {
+    key_string: Box<str>,
     aes: [u8; 24],
     mac_key: Hmac<Sha256>,
 }
@@ -326,17 +333,17 @@ impl Crypticle {
         let mut aes = [0u8; 24];
         aes.copy_from_slice(&raw[..24]);
         let mac_key = <Hmac<Sha256> as Mac>::new_from_slice(&raw[24..]).map_err(|e| CryptoError::Invalid(format!("HMAC key: {e}")))?;
-        Ok(Crypticle { key_string: s.trim().into(), aes, mac_key })
+        Ok(Crypticle(std::sync::Arc::new(CrypticleKey { key_string: s.trim().into(), aes, mac_key })))
     }
 
     /// The base64 key string (what is RSA-encrypted to minions).
     pub fn key_string(&self) -> &str {
-        &self.key_string
+        &self.0.key_string
     }
 
     /// HMAC-SHA256 of `data` under the prepared key, ready to finish or verify.
     fn mac(&self, data: &[u8]) -> Hmac<Sha256> {
-        let mut m = self.mac_key.clone();
+        let mut m = self.0.mac_key.clone();
         m.update(data);
         m
     }
@@ -350,7 +357,7 @@ impl Crypticle {
         out.extend_from_slice(&iv);
         out.extend_from_slice(plaintext);
         out.resize(16 + padded, 0);
-        let enc = cbc::Encryptor::<aes::Aes192>::new((&self.aes).into(), (&iv).into());
+        let enc = cbc::Encryptor::<aes::Aes192>::new((&self.0.aes).into(), (&iv).into());
         enc.encrypt_padded_mut::<Pkcs7>(&mut out[16..], plaintext.len())
             .map_err(|_| CryptoError::Invalid("AES padding".into()))?;
         let mac = self.mac(&out).finalize().into_bytes();
@@ -366,7 +373,7 @@ impl Crypticle {
         // Constant-time comparison (`hmac`'s `verify_slice`).
         self.mac(body).verify_slice(mac).map_err(|_| CryptoError::Authentication)?;
         let (iv, ct) = body.split_at(16);
-        let dec = cbc::Decryptor::<aes::Aes192>::new_from_slices(&self.aes, iv).map_err(|_| CryptoError::Authentication)?;
+        let dec = cbc::Decryptor::<aes::Aes192>::new_from_slices(&self.0.aes, iv).map_err(|_| CryptoError::Authentication)?;
         dec.decrypt_padded_vec_mut::<Pkcs7>(ct).map_err(|_| CryptoError::Authentication)
     }
 }

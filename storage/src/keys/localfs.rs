@@ -82,12 +82,20 @@ impl LocalfsKeys {
     }
 
     fn write_file(&mut self, dir: &Path, name: &str, data: &[u8], mode: u32, mtime_ns: Option<u64>) -> Result<()> {
-        fs::create_dir_all(dir).ctx(|| format!("creating {}", dir.display()))?;
         let target = dir.join(name);
         if target.parent() != Some(dir) {
             return Err(Error::InvalidPath { path: name.to_string(), why: "it would land outside its directory".into() });
         }
-        let (tmp, mut f) = tempfile_in(dir, ".halite-tmp-")?;
+        // The directory is made when the temporary file cannot be created for want of
+        // it (once, or after an operator removed it), not checked before every write: a
+        // sign-in storm writes thousands of keys into a directory that exists.
+        let (tmp, mut f) = match tempfile_in(dir, ".halite-tmp-") {
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                fs::create_dir_all(dir).ctx(|| format!("creating {}", dir.display()))?;
+                tempfile_in(dir, ".halite-tmp-")?
+            }
+            other => other?,
+        };
         let res = (|| -> Result<()> {
             f.write_all(data).ctx(|| format!("writing {}", tmp.display()))?;
             if let Some(ns) = mtime_ns {

@@ -207,4 +207,20 @@ mod tests {
         salt_sort(&mut v);
         assert_eq!(v, ["ACC-00", "acc-01", "b", "Mixed_Case-01", "web01"]);
     }
+
+    /// The key directories are made when a key is first written into them, and again
+    /// when an operator removed one meanwhile.
+    #[test]
+    fn localfs_makes_its_directories_when_they_are_missing() {
+        let d = tempfile::tempdir().unwrap();
+        let pki = d.path().join("pki");
+        let mut v = localfs::LocalfsKeys::open(&pki).unwrap();
+        v.set_key("m1", BankState::Accepted, b"k1", 1).unwrap();
+        std::fs::remove_dir_all(pki.join("minions")).unwrap();
+        v.set_key("m2", BankState::Accepted, b"k2", 1).unwrap();
+        v.set_key("m3", BankState::Pending, b"k3", 1).unwrap();
+        assert_eq!(std::fs::read(pki.join("minions/m2")).unwrap(), b"k2");
+        assert_eq!(std::fs::read(pki.join("minions_pre/m3")).unwrap(), b"k3");
+        assert!(!pki.join("minions/m1").exists());
+    }
 }

@@ -17,12 +17,15 @@ use rocksdb::{BlockBasedOptions, Cache, ColumnFamilyDescriptor, Options, DEFAULT
 use crate::error::Result;
 
 /// One column family's memtable is flushed when it holds this much.
-pub const MEMTABLE_BYTES: usize = 8 << 20;
+pub const MEMTABLE_BYTES: usize = 4 << 20;
 /// All memtables together: past this, RocksDB flushes (all families at once, as
-/// `atomic_flush` keeps them consistent with `applied_index`). 8 MiB: with 16 the
+/// `atomic_flush` keeps them consistent with `applied_index`). 4 MiB: with 16 the
 /// memtables were the largest single part of a master's heap at 8,000 minions, and the
-/// group commit rate is the same (docs/benchmarks.md "Group commit", 2026-11-24).
-pub const MEMTABLES_TOTAL_BYTES: usize = 8 << 20;
+/// group commit rate is the same with 8 (docs/benchmarks.md "Group commit",
+/// 2026-11-24); with 4 the master's RSS after 30 `test.ping`s to 8,000 minions is
+/// about 3 MiB lower and its CPU per ping no higher (a flush about every ping; "Memory
+/// at 8,000 minions", eighth session).
+pub const MEMTABLES_TOTAL_BYTES: usize = 4 << 20;
 /// Table files kept open at most (RocksDB's default: all, for ever; the master counts its
 /// descriptors, master/src/daemon/files.rs); others are closed and reopened on use.
 pub const MAX_OPEN_TABLES: i32 = 256;
