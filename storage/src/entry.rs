@@ -1,8 +1,8 @@
-//! A raft entry's data: the records of one proposal, applied all-or-nothing.
+//! A raft entry's data: the records of one proposal, or of a group of proposals.
 //!
-//! One proposal is one log entry, whatever its number of records, so that it commits,
-//! is deduplicated and is applied as one unit (`state/proposals.rs`) and its proposer
-//! answers once, for exactly that entry. The entry's `data` is:
+//! A proposal's records are in one entry, whatever their number, so that they commit,
+//! are deduplicated and are applied as one unit (`state/proposals.rs`) and the proposer
+//! answers once, for exactly that proposal. The entry's `data` is:
 //!
 //! - **one record**: the framed record itself (`format.rs`), the layout every entry
 //!   had before batches existed, so old logs read unchanged;
@@ -23,8 +23,25 @@
 //! the records end exactly where the entry ends; any failure is an
 //! [`Error::BadRecord`] naming the offset, never a panic.
 //!
-//! [`LogEntry`] is an entry as the state machine sees it: its index, the proposal
-//! identity its [context](crate::context) names, and its records.
+//! - **several proposals** of one proposer (a group, written since the eighth session):
+//!   concurrent proposals handed to raft together share one entry, so a burst of
+//!   thousands of one-record proposals (a job's returns) costs raft a few entries, not
+//!   thousands. Each keeps its own identity and is deduplicated and answered on its own:
+//!
+//! ```text
+//! offset  size  field
+//! 0       2     magic, the ASCII bytes "HG" (0x48 0x47)
+//! 2       1     group version, 1
+//! 3       1     reserved, 0
+//! 4       4     count N of proposals, u32 LE, 2 ..= MAX_GROUP_PROPOSALS
+//! 8       ...   N items: seq u64 LE (the proposal's sequence number; its proposer and
+//!               incarnation are the entry context's), len u32 LE, then len bytes of
+//!               the proposal's data (one record or a batch, never a group)
+//! ```
+//!
+//! [`LogEntry`] is a proposal as the state machine sees it: its entry's index, the
+//! proposal identity (the [context](crate::context)'s, with a group item's own sequence
+//! number), and its records. A group entry gives one per item, all with its index.
 
 use std::io::Write;
 use std::ops::Range;
@@ -45,6 +62,93 @@ pub const BATCH_HEADER_LEN: usize = 8;
 pub const MAX_ENTRY_LEN: usize = 65 << 20;
 /// Upper bound of the records in one batch.
 pub const MAX_BATCH_RECORDS: usize = 1 << 20;
+/// The magic of a group entry.
+pub const GROUP_MAGIC: [u8; 2] = *b"HG";
+/// The group layout version this build writes and reads.
+pub const GROUP_VERSION: u8 = 1;
+/// Length of a group's header.
+pub const GROUP_HEADER_LEN: usize = 8;
+/// Length of a group item's header (seq and len).
+pub const GROUP_ITEM_HEADER_LEN: usize = 12;
+/// Upper bound of the proposals in one group.
+pub const MAX_GROUP_PROPOSALS: usize = 1 << 16;
+
+/// The data of one entry holding several proposals (`(seq, data)` each, in order;
+/// each `data` as [`Record::encode_batch`] makes it). Refuses fewer than two, more
+/// than [`MAX_GROUP_PROPOSALS`], a group inside a group, and more than
+/// [`MAX_ENTRY_LEN`] bytes.
+pub fn encode_group(items: &[(u64, &[u8])]) -> Result<Vec<u8>> {
+    if !(2..=MAX_GROUP_PROPOSALS).contains(&items.len()) {
+        return Err(Error::Invalid(format!("a group holds 2 to {MAX_GROUP_PROPOSALS} proposals, not {}", items.len())));
+    }
+    let len = GROUP_HEADER_LEN + items.iter().map(|(_, d)| GROUP_ITEM_HEADER_LEN + d.len()).sum::<usize>();
+    if len > MAX_ENTRY_LEN {
+        return Err(Error::Invalid(format!("a group of {} proposals is {len} bytes, over the {MAX_ENTRY_LEN}-byte limit of one entry", items.len())));
+    }
+    let mut out = Vec::with_capacity(len);
+    out.extend_from_slice(&GROUP_MAGIC);
+    out.push(GROUP_VERSION);
+    out.push(0);
+    out.extend_from_slice(&(items.len() as u32).to_le_bytes());
+    for (seq, data) in items {
+        if data.starts_with(&GROUP_MAGIC) {
+            return Err(Error::Invalid("a group cannot hold a group".into()));
+        }
+        out.extend_from_slice(&seq.to_le_bytes());
+        // At most MAX_ENTRY_LEN (checked above), so it fits a u32.
+        out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        out.extend_from_slice(data);
+    }
+    Ok(out)
+}
+
+/// The items `(seq, data)` of a group entry's data, or `None` when `buf` is not a
+/// group (a record or a batch). Bounds are checked before anything is allocated; an
+/// item that is itself a group is refused.
+pub fn decode_group(buf: &[u8]) -> Result<Option<Vec<(u64, &[u8])>>> {
+    if buf.len() < 2 || buf[0..2] != GROUP_MAGIC {
+        return Ok(None);
+    }
+    if buf.len() > MAX_ENTRY_LEN {
+        return Err(bad(0, format!("entry of {} bytes exceeds the {MAX_ENTRY_LEN}-byte limit", buf.len())));
+    }
+    if buf.len() < GROUP_HEADER_LEN {
+        return Err(bad(0, format!("{} bytes, shorter than the {GROUP_HEADER_LEN}-byte group header", buf.len())));
+    }
+    if buf[2] != GROUP_VERSION {
+        return Err(bad(2, format!("unknown group version {} (this build reads version {GROUP_VERSION})", buf[2])));
+    }
+    if buf[3] != 0 {
+        return Err(bad(3, format!("reserved group byte is {}, not 0", buf[3])));
+    }
+    let count = u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]]) as usize;
+    let room = (buf.len() - GROUP_HEADER_LEN) / GROUP_ITEM_HEADER_LEN;
+    if !(2..=MAX_GROUP_PROPOSALS).contains(&count) || count > room {
+        return Err(bad(4, format!("group of {count} proposals refused (2 to {MAX_GROUP_PROPOSALS}, and at most {room} fit in {} bytes)", buf.len())));
+    }
+    let mut out = Vec::with_capacity(count);
+    let mut at = GROUP_HEADER_LEN;
+    for i in 0..count {
+        let Some(head) = buf.get(at..at + GROUP_ITEM_HEADER_LEN) else {
+            return Err(bad(at, format!("item {i} of the group: its header is cut off")));
+        };
+        let seq = u64::from_le_bytes(head[0..8].try_into().unwrap_or([0; 8]));
+        let len = u32::from_le_bytes(head[8..12].try_into().unwrap_or([0; 4])) as usize;
+        let start = at + GROUP_ITEM_HEADER_LEN;
+        let Some(data) = buf.get(start..start.saturating_add(len)) else {
+            return Err(bad(at + 8, format!("item {i} of the group declares {len} bytes, {} are left", buf.len() - start)));
+        };
+        if data.starts_with(&GROUP_MAGIC) {
+            return Err(bad(start, format!("item {i} of the group is itself a group")));
+        }
+        out.push((seq, data));
+        at = start + len;
+    }
+    if at != buf.len() {
+        return Err(bad(at, format!("{} trailing bytes after the group's {count} proposals", buf.len() - at)));
+    }
+    Ok(Some(out))
+}
 
 impl Record {
     /// The data of one entry holding `records`, in order: the record itself for one, a
@@ -71,8 +175,19 @@ impl Record {
         }
     }
 
-    /// The records of one entry's data (a plain record or a batch).
+    /// The records of one entry's data (a plain record, a batch, or every proposal's of
+    /// a group, in order).
     pub fn decode_entry(buf: &[u8]) -> Result<Vec<Record>> {
+        if let Some(items) = decode_group(buf)? {
+            let mut out = Vec::new();
+            for (i, (_, data)) in items.into_iter().enumerate() {
+                out.extend(Record::decode_entry(data).map_err(|e| match e {
+                    Error::BadRecord { offset, why } => Error::BadRecord { offset, why: format!("proposal {i} of the group: {why}") },
+                    other => other,
+                })?);
+            }
+            return Ok(out);
+        }
         if buf.len() > MAX_ENTRY_LEN {
             return Err(bad(0, format!("entry of {} bytes exceeds the {MAX_ENTRY_LEN}-byte limit", buf.len())));
         }
@@ -184,14 +299,14 @@ impl LogEntry {
         LogEntry { index, id: None, settled_below: 0, records }
     }
 
-    /// Reads a raft entry: `Ok(None)` for entries without records (a new leader's empty
-    /// entry, membership changes), an error when its data does not decode. A context
-    /// that does not decode names no proposal (logged; every member reads it the same).
-    pub fn from_raft(e: &Entry) -> Result<Option<LogEntry>> {
+    /// Reads a raft entry: its proposals (none for entries without records: a new
+    /// leader's empty entry, membership changes; one, or a group's several), an error
+    /// when its data does not decode. A context that does not decode names no proposal
+    /// (logged; every member reads it the same).
+    pub fn from_raft(e: &Entry) -> Result<Vec<LogEntry>> {
         if e.data.is_empty() || e.get_entry_type() != EntryType::EntryNormal {
-            return Ok(None);
+            return Ok(Vec::new());
         }
-        let records = Record::decode_entry(&e.data)?;
         let ctx = match context::decode(&e.context) {
             Ok(c) => c,
             Err(err) => {
@@ -199,12 +314,22 @@ impl LogEntry {
                 None
             }
         };
-        Ok(Some(LogEntry { index: e.index, id: ctx.and_then(|c| c.id()), settled_below: ctx.map_or(0, |c| c.settled_below), records }))
+        let (id, settled_below) = (ctx.and_then(|c| c.id()), ctx.map_or(0, |c| c.settled_below));
+        let Some(items) = decode_group(&e.data)? else {
+            return Ok(vec![LogEntry { index: e.index, id, settled_below, records: Record::decode_entry(&e.data)? }]);
+        };
+        let mut out = Vec::with_capacity(items.len());
+        for (seq, data) in items {
+            // Each item is its own proposal: the context's proposer and incarnation, the
+            // item's sequence number (no context: untracked, as a plain entry would be).
+            out.push(LogEntry { index: e.index, id: id.map(|i| ProposalId { seq, ..i }), settled_below, records: Record::decode_entry(data)? });
+        }
+        Ok(out)
     }
 }
 
-// The single-record layout's magic must differ from a batch's.
-const _: () = assert!(MAGIC[1] != BATCH_MAGIC[1]);
+// The single-record layout's magic must differ from a batch's and a group's.
+const _: () = assert!(MAGIC[1] != BATCH_MAGIC[1] && MAGIC[1] != GROUP_MAGIC[1] && BATCH_MAGIC[1] != GROUP_MAGIC[1]);
 
 #[cfg(test)]
 #[path = "entry_tests.rs"]

@@ -93,18 +93,86 @@ fn log_entries_carry_the_proposal_identity() {
     use crate::context::{encode, EntryContext, ProposalId};
     let id = ProposalId { proposer: 4, incarnation: 9, seq: 12 };
     let e = Entry { index: 30, data: Record::encode_batch(&samples()[..2]).unwrap().into(), context: encode(&EntryContext::proposal(id, 10, None)).into(), ..Default::default() };
-    let le = LogEntry::from_raft(&e).unwrap().unwrap();
+    let le = LogEntry::from_raft(&e).unwrap().remove(0);
     assert_eq!((le.index, le.id, le.settled_below, le.records.len()), (30, Some(id), 10, 2));
     // An old entry: one record, no context.
     let old = Entry { index: 3, data: samples()[0].encode().unwrap().into(), ..Default::default() };
-    assert_eq!(LogEntry::from_raft(&old).unwrap().unwrap(), LogEntry::plain(3, vec![samples()[0].clone()]));
+    assert_eq!(LogEntry::from_raft(&old).unwrap(), vec![LogEntry::plain(3, vec![samples()[0].clone()])]);
     // A context that does not decode names nothing; the records still apply.
     let odd = Entry { index: 4, data: samples()[0].encode().unwrap().into(), context: vec![1, 2, 3].into(), ..Default::default() };
-    assert_eq!(LogEntry::from_raft(&odd).unwrap().unwrap().id, None);
-    assert_eq!(LogEntry::from_raft(&Entry { index: 5, ..Default::default() }).unwrap(), None);
+    assert_eq!(LogEntry::from_raft(&odd).unwrap()[0].id, None);
+    assert!(LogEntry::from_raft(&Entry { index: 5, ..Default::default() }).unwrap().is_empty());
+}
+
+/// Several proposals in one entry: each its own identity and records, in order.
+#[test]
+fn a_group_entry_gives_each_proposal_with_its_own_identity() {
+    use crate::context::{encode, EntryContext, ProposalId};
+    let all = samples();
+    let (a, b, c) = (Record::encode_batch(&all[..1]).unwrap(), Record::encode_batch(&all[1..3]).unwrap(), Record::encode_batch(&all[3..4]).unwrap());
+    let data = encode_group(&[(7, &a), (8, &b), (11, &c)]).unwrap();
+    assert_eq!(&data[..4], &[b'H', b'G', 1, 0]);
+    assert_eq!(Record::decode_entry(&data).unwrap(), all[..4].to_vec(), "every proposal's records, in order");
+    let id = ProposalId { proposer: 4, incarnation: 9, seq: 7 };
+    let e = Entry { index: 30, data: data.clone().into(), context: encode(&EntryContext::proposal(id, 5, None)).into(), ..Default::default() };
+    let got = LogEntry::from_raft(&e).unwrap();
+    let want = |seq, records: &[Record]| LogEntry { index: 30, id: Some(ProposalId { seq, ..id }), settled_below: 5, records: records.to_vec() };
+    assert_eq!(got, vec![want(7, &all[..1]), want(8, &all[1..3]), want(11, &all[3..4])]);
+    // Without a context the proposals apply untracked, as a plain entry's would.
+    let bare = Entry { index: 31, data: data.into(), ..Default::default() };
+    assert!(LogEntry::from_raft(&bare).unwrap().iter().all(|le| le.id.is_none() && le.index == 31));
+    // Fewer than two, or a group inside a group, is refused.
+    assert!(encode_group(&[(1, &a)]).is_err());
+    let inner = encode_group(&[(1, &a), (2, &b)]).unwrap();
+    assert!(encode_group(&[(1, &a), (2, &inner)]).is_err());
+}
+
+#[test]
+fn hostile_groups_are_refused_before_allocating() {
+    let (a, b) = (samples()[0].encode().unwrap(), samples()[1].encode().unwrap());
+    let data = encode_group(&[(1, &a), (2, &b)]).unwrap();
+    for count in [0u32, 1, 3, 1 << 16, (1 << 16) + 1, u32::MAX] {
+        let mut g = data.clone();
+        g[4..8].copy_from_slice(&count.to_le_bytes());
+        assert!(matches!(Record::decode_entry(&g), Err(Error::BadRecord { .. })), "count {count}");
+    }
+    // An item declaring more bytes than are left.
+    for len in [u32::MAX, (a.len() + b.len() + 100) as u32] {
+        let mut g = data.clone();
+        g[16..20].copy_from_slice(&len.to_le_bytes());
+        assert!(matches!(Record::decode_entry(&g), Err(Error::BadRecord { .. })), "len {len}");
+    }
+    // Trailing bytes, a cut, a wrong version or reserved byte, a nested group.
+    let mut long = data.clone();
+    long.push(0);
+    assert!(Record::decode_entry(&long).is_err());
+    assert!(Record::decode_entry(&data[..data.len() - 1]).is_err());
+    assert!(Record::decode_entry(&data[..6]).is_err());
+    for (at, v) in [(2, 2u8), (3, 1)] {
+        let mut g = data.clone();
+        g[at] = v;
+        assert!(Record::decode_entry(&g).is_err());
+    }
+    let mut nested = data.clone();
+    nested[20..22].copy_from_slice(b"HG");
+    assert!(Record::decode_entry(&nested).is_err());
 }
 
 proptest! {
+    #[test]
+    fn decode_of_mutated_groups_never_panics(pos in any::<usize>(), val in any::<u8>(), cut in any::<usize>(), tail in proptest::collection::vec(any::<u8>(), 0..64)) {
+        let (a, b) = (samples()[0].encode().unwrap(), Record::encode_batch(&samples()[1..3]).unwrap());
+        let mut g = encode_group(&[(1, &a), (2, &b)]).unwrap();
+        let p = pos % g.len();
+        g[p] = val;
+        let c = cut % (g.len() + 1);
+        let _ = Record::decode_entry(&g[..c]);
+        let _ = Record::decode_entry(&g);
+        let mut h = b"HG\x01\x00".to_vec();
+        h.extend_from_slice(&tail);
+        let _ = Record::decode_entry(&h);
+    }
+
     #[test]
     fn decode_entry_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
         let _ = Record::decode_entry(&bytes);

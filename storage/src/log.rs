@@ -307,7 +307,8 @@ impl RaftLog {
     }
 
     /// Reads the entries that carry records from `low` to `high` (exclusive; the end
-    /// when `None`) in chunks and calls `f` with each, decoded ([`LogEntry::from_raft`])
+    /// when `None`) in chunks and calls `f` with each proposal they carry (a group
+    /// entry's several, each with the entry's index), decoded ([`LogEntry::from_raft`]),
     /// or the decode error with its index. Stops at the first error of `f`.
     pub fn for_each_entry(&self, low: u64, high: Option<u64>, mut f: impl FnMut(u64, Result<LogEntry>) -> Result<()>) -> Result<()> {
         let Some(last) = self.last_entry_index() else { return Ok(()) };
@@ -323,8 +324,8 @@ impl RaftLog {
             for e in entries {
                 at = e.index + 1;
                 match LogEntry::from_raft(&e) {
-                    Ok(None) => {}
-                    Ok(Some(le)) => f(e.index, Ok(le))?,
+                    // A group's proposals one by one, with the entry's index.
+                    Ok(proposals) => proposals.into_iter().try_for_each(|le| f(e.index, Ok(le)))?,
                     Err(err) => f(e.index, Err(err))?,
                 }
             }

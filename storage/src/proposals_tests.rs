@@ -122,3 +122,31 @@ fn a_mark_above_the_entry_itself_is_capped_at_its_seq() {
     assert_eq!(sm.proposer_mark(6).unwrap(), Some((1, 3)));
     assert_eq!(sm.apply_entries(&[LogEntry { index: 2, ..e }]).unwrap().outcomes, vec![Outcome::Duplicate]);
 }
+
+/// A group entry: its proposals share its index, each applies (once) on its own; a copy
+/// of the group later in the log applies none of them; a replay of the entry is past.
+#[test]
+fn the_proposals_of_a_group_entry_apply_each_once() {
+    let d = tempfile::tempdir().unwrap();
+    let sm = open(&d, "g");
+    let group = |index| vec![entry(index, 7, 100, 1, 1, vec![grains("a", 1)]), entry(index, 7, 100, 2, 1, vec![grains("b", 1), grains("c", 1)]), entry(index, 7, 100, 3, 1, vec![grains("d", 1)])];
+    let out = sm.apply_entries(&group(1)).unwrap();
+    assert_eq!(out.outcomes, vec![Outcome::Applied; 3]);
+    for id in ["a", "b", "c", "d"] {
+        assert!(sm.grains(id).unwrap().is_some(), "{id}");
+    }
+    assert_eq!(sm.applied_index().unwrap(), 1);
+    // The same group again at index 2 (a duplicated forward), with one new proposal.
+    let mut again = group(2);
+    again.push(entry(2, 7, 100, 4, 1, vec![grains("e", 1)]));
+    let out = sm.apply_entries(&again).unwrap();
+    assert_eq!(out.outcomes, vec![Outcome::Duplicate, Outcome::Duplicate, Outcome::Duplicate, Outcome::Applied]);
+    // Entry 1 handed over once more: past, every proposal of it.
+    assert_eq!(sm.apply_entries(&group(1)).unwrap().outcomes, vec![Outcome::Past; 3]);
+    // The same log applied in one batch gives the same outcomes.
+    let other = open(&d, "h");
+    let mut all = group(1);
+    all.extend(again);
+    let out = other.apply_entries(&all).unwrap();
+    assert_eq!(out.outcomes, [vec![Outcome::Applied; 3], vec![Outcome::Duplicate; 3], vec![Outcome::Applied]].concat());
+}

@@ -1,9 +1,12 @@
 //! Proposals waiting to be applied, from the moment the driver takes them until their
 //! caller is answered.
 //!
-//! A proposal (one entry's records, or a membership change) gets this node's next
-//! sequence number and waits under it, in order. Its entry carries, in its
-//! [entry context](super::context), the proposal's identity: this node's id, this
+//! A proposal (one caller's records, or a membership change) gets this node's next
+//! sequence number and waits under it, in order. Record proposals handed to raft at the
+//! same time share an entry (a group, `halite_storage::entry`: under load a job's
+//! returns take about one entry per hundred), each item with its sequence number. An
+//! entry carries, in its [entry context](super::context), the proposal's identity (a
+//! group's first): this node's id, this
 //! process's **incarnation** (persisted, larger at every start: `RaftLog::
 //! next_incarnation`) and the sequence number, so no two proposals ever share one, across
 //! restarts too; plus the **settled mark**, the lowest sequence number still waiting
@@ -37,6 +40,7 @@ use raft::eraftpb::{ConfChange, ConfChangeType};
 use raft::{RawNode, StateRole};
 
 use halite_storage::context::{self, EntryContext, ProposalId};
+use halite_storage::entry;
 use halite_storage::log::RaftLog;
 use halite_storage::state::Outcome;
 
@@ -47,11 +51,25 @@ use super::{NodeError, Reply};
 /// cluster cannot commit at all).
 pub(super) const MAX_WAITING: usize = 16_384;
 
+/// Most record proposals handed to raft in one entry.
+pub(super) const GROUP_MAX_PROPOSALS: usize = 4096;
+/// Most bytes of proposals' data in one entry (a proposal larger than this is an entry
+/// of its own): 1 MiB keeps an entry, and the raft message that carries it to a
+/// follower, small next to the transport's frame limit.
+pub(super) const GROUP_MAX_BYTES: usize = 1 << 20;
+
 /// What a waiting proposal asks for.
 pub(super) enum Payload {
     /// One entry's data: the proposal's records (`halite_storage::entry`).
     Records(Vec<u8>),
     Member { change: ConfChangeType, node: u64, addr: Option<SocketAddr>, key: Option<[u8; 32]> },
+}
+
+/// A due proposal, as [`Proposals::submit`] hands it over.
+enum Due {
+    /// Records: their data's length.
+    Records(usize),
+    Member(ConfChangeType, u64, Option<SocketAddr>, Option<[u8; 32]>),
 }
 
 /// A proposal not yet applied.
@@ -108,7 +126,10 @@ impl Proposals {
         self.waiting.values().any(|w| matches!(w.payload, Payload::Member { node: n, .. } if n == node))
     }
 
-    /// Hands raft every waiting proposal that is due (see the module docs).
+    /// Hands raft every waiting proposal that is due (see the module docs): record
+    /// proposals in groups of up to [`GROUP_MAX_PROPOSALS`] and [`GROUP_MAX_BYTES`],
+    /// each group one entry (`halite_storage::entry`'s group layout; a group of one is
+    /// a plain entry), membership changes one by one.
     pub(super) fn submit(&mut self, raw: &mut RawNode<RaftLog>) {
         if raw.raft.leader_id == raft::INVALID_ID {
             return;
@@ -121,24 +142,85 @@ impl Proposals {
         if !due.is_empty() {
             tracing::debug!(id = self.me, n = due.len(), leader = raw.raft.leader_id, term, "proposals handed to raft");
         }
+        let mut group: Vec<u64> = Vec::new();
+        let mut group_bytes = 0;
         for seq in due {
-            let Some(w) = self.waiting.get(&seq) else { continue };
-            let id = ProposalId { proposer: self.me, incarnation: self.incarnation, seq };
-            let r = match &w.payload {
-                Payload::Records(data) => raw.propose(context::encode(&EntryContext::proposal(id, settled_below, None)), data.clone()),
+            // What it is, copied out of the map (handing proposals over changes the map).
+            let due = match self.waiting.get(&seq).map(|w| &w.payload) {
+                None => continue,
+                Some(Payload::Records(data)) => Due::Records(data.len()),
+                Some(Payload::Member { change, node, addr, key }) => Due::Member(*change, *node, *addr, *key),
+            };
+            match due {
+                Due::Records(len) => {
+                    if !group.is_empty() && (group.len() >= GROUP_MAX_PROPOSALS || group_bytes + len > GROUP_MAX_BYTES) {
+                        let full = std::mem::take(&mut group);
+                        self.hand_records(raw, full, settled_below, term, leading);
+                        group_bytes = 0;
+                    }
+                    group_bytes += len;
+                    group.push(seq);
+                }
                 // raft-rs turns a change proposed while another is pending into an empty
                 // entry: wait for the pending one to apply.
-                Payload::Member { .. } if leading && raw.raft.has_pending_conf() => continue,
-                Payload::Member { change, node, addr, key } => {
+                Due::Member(..) if leading && raw.raft.has_pending_conf() => continue,
+                Due::Member(change, node, addr, key) => {
+                    // The records before it go first, in order.
+                    let before = std::mem::take(&mut group);
+                    self.hand_records(raw, before, settled_below, term, leading);
+                    group_bytes = 0;
                     let mut cc = ConfChange::default();
-                    cc.set_change_type(*change);
-                    cc.node_id = *node;
-                    raw.propose_conf_change(context::encode(&EntryContext::proposal(id, settled_below, *addr).with_key(*key)), cc)
+                    cc.set_change_type(change);
+                    cc.node_id = node;
+                    let id = ProposalId { proposer: self.me, incarnation: self.incarnation, seq };
+                    let r = raw.propose_conf_change(context::encode(&EntryContext::proposal(id, settled_below, addr).with_key(key)), cc);
+                    self.handed(&[seq], r, term, leading);
                 }
-            };
-            match r {
-                Ok(()) => {
-                    if let Some(w) = self.waiting.get_mut(&seq) {
+            }
+        }
+        self.hand_records(raw, group, settled_below, term, leading);
+    }
+
+    /// Proposes the record proposals `seqs` (waiting, in order) as one entry.
+    fn hand_records(&mut self, raw: &mut RawNode<RaftLog>, seqs: Vec<u64>, settled_below: u64, term: u64, leading: bool) {
+        let Some(&first) = seqs.first() else { return };
+        let id = ProposalId { proposer: self.me, incarnation: self.incarnation, seq: first };
+        let data = {
+            let items: Vec<(u64, &[u8])> = seqs
+                .iter()
+                .filter_map(|seq| match self.waiting.get(seq).map(|w| &w.payload) {
+                    Some(Payload::Records(d)) => Some((*seq, d.as_slice())),
+                    _ => None,
+                })
+                .collect();
+            match items.as_slice() {
+                [] => return,
+                [(_, one)] => Ok(one.to_vec()),
+                many => entry::encode_group(many),
+            }
+        };
+        match data {
+            // The context names the first proposal; a group's items name the others.
+            Ok(data) => {
+                let r = raw.propose(context::encode(&EntryContext::proposal(id, settled_below, None)), data);
+                self.handed(&seqs, r, term, leading);
+            }
+            // Not within the group bounds above; should it happen, one entry each.
+            Err(e) => {
+                tracing::error!("a group of {} proposals could not be encoded ({e}); handed over one by one", seqs.len());
+                for seq in seqs {
+                    self.hand_records(raw, vec![seq], settled_below, term, leading);
+                }
+            }
+        }
+    }
+
+    /// Notes what raft made of the proposals `seqs`, handed to it as one entry.
+    fn handed(&mut self, seqs: &[u64], r: raft::Result<()>, term: u64, leading: bool) {
+        match r {
+            Ok(()) => {
+                for seq in seqs {
+                    if let Some(w) = self.waiting.get_mut(seq) {
                         if w.term.is_some() {
                             tracing::debug!(seq, term, "proposal handed to raft again");
                         }
@@ -147,11 +229,17 @@ impl Proposals {
                         w.forwarded = !leading;
                     }
                 }
-                // No leader after all (it stepped down): try again at the next change.
-                Err(raft::Error::ProposalDropped) => {}
-                Err(e) => {
-                    if let Some(w) = self.waiting.remove(&seq) {
-                        let _ = w.reply.send(Err(e.into()));
+            }
+            // No leader after all (it stepped down): try again at the next change.
+            Err(raft::Error::ProposalDropped) => {}
+            Err(e) => {
+                let why = e.to_string();
+                let mut e = Some(e);
+                for seq in seqs {
+                    if let Some(w) = self.waiting.remove(seq) {
+                        // raft's error to the first, its text to the others of a group.
+                        let err = e.take().map_or_else(|| NodeError::Refused(format!("raft: {why}")), NodeError::Raft);
+                        let _ = w.reply.send(Err(err));
                     }
                 }
             }

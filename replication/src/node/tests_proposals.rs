@@ -294,3 +294,39 @@ fn a_group_larger_than_one_entry_is_refused_whole_or_cut_by_propose_all() {
     assert_eq!(sizes.iter().sum::<usize>(), 66);
     assert!(sizes.len() >= 2, "{sizes:?}");
 }
+
+/// Proposals made at once share entries (groups), and each is still its own: applied
+/// once on every member though its forwards are duplicated, and its caller answered
+/// with the index of the entry that holds its records.
+#[test]
+fn concurrent_proposals_share_entries_and_each_is_applied_and_answered_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (n1, n2) = pair(dir.path(), Fault::Duplicate, Duration::from_secs(30));
+    let n = 400;
+    let mut pending = Vec::new();
+    for i in 0..n {
+        // Half from the learner (forwarded, each forward sent twice), half from the leader.
+        let (m, who) = if i % 2 == 0 { (&n2, "l") } else { (&n1, "f") };
+        let id = format!("g-{who}-{i}");
+        pending.push((id.clone(), m.node.propose_async(&[grains(&id)]).unwrap()));
+    }
+    let answered: Vec<(String, u64)> = pending.into_iter().map(|(id, p)| (id, p.wait().unwrap())).collect();
+    wait_until("the learner to apply every proposal", 30, || answered.iter().all(|(id, _)| n2.applied_count(id) == 1));
+    for m in [&n1, &n2] {
+        let applied = m.applied.lock().unwrap().clone();
+        for (id, index) in &answered {
+            let at: Vec<u64> = applied.iter().filter(|(_, g)| g == id).map(|(i, _)| *i).collect();
+            assert_eq!(at, vec![*index], "{id}: applied once, in the entry its caller was told");
+        }
+    }
+    let entries: std::collections::BTreeSet<u64> = answered.iter().map(|(_, i)| *i).collect();
+    assert!(entries.len() < n, "{n} proposals made at once took {} entries: none was grouped", entries.len());
+    n1.stop();
+    n2.stop();
+    // In the log, every proposal of the learner's is there under its own identity (some
+    // twice: the duplicated forwards), and its sequence numbers are 1..=n/2.
+    let mut seqs: Vec<u64> = copies_in_log(dir.path(), 2).into_iter().map(|id| id.seq).collect();
+    seqs.sort_unstable();
+    seqs.dedup();
+    assert_eq!(seqs, (1..=n as u64 / 2).collect::<Vec<_>>());
+}

@@ -35,8 +35,9 @@ impl StateMachine {
         Ok(self.apply_refs(&refs)?.effects)
     }
 
-    /// Applies committed entries in log order, each all-or-nothing: an entry at or
-    /// below the applied index, or whose proposal was applied before or is stale
+    /// Applies committed entries in log order (a group entry's proposals one after the
+    /// other, with its index), each all-or-nothing: an entry at or below the applied
+    /// index, or whose proposal was applied before or is stale
     /// (`proposals.rs`), changes nothing; otherwise all its records apply. One RocksDB
     /// write holds the whole group and the new applied index. (RocksDB's WAL is never
     /// written; see the module docs. A bulk replay calls [`StateMachine::flush`] once
@@ -55,11 +56,22 @@ impl StateMachine {
         // Changes earlier in this batch that later records of the batch must see.
         let mut overlay = Overlay::default();
         let mut tracker = Tracker::default();
+        // The previous entry's index and where its records' positions ended.
+        let mut prev: Option<(u64, usize)> = None;
         for e in entries {
-            if e.index <= last {
+            // The proposals of a group entry share its index: after the first, the
+            // others come with the index just taken (`crate::entry`).
+            if e.index <= applied || e.index < last {
                 out.outcomes.push(Outcome::Past);
                 continue;
             }
+            // A record's position in its entry: a group's proposals after the first
+            // continue the numbering (keys made of index and position stay unique).
+            let base = match prev {
+                Some((index, end)) if index == e.index => end,
+                _ => 0,
+            };
+            prev = Some((e.index, base + e.records.len()));
             last = e.index;
             let mut outcome = match &e.id {
                 Some(id) => self.admit(id, e.settled_below, &mut tracker, &mut batch)?,
@@ -79,7 +91,7 @@ impl StateMachine {
                         self.apply_member_key(e.index, e.id.map(|i| i.proposer), k, &mut batch, &mut overlay)?;
                         continue;
                     }
-                    self.apply_one(e.index, pos, rec, &mut batch, &mut out.effects, &mut overlay)?;
+                    self.apply_one(e.index, base + pos, rec, &mut batch, &mut out.effects, &mut overlay)?;
                 }
             } else {
                 tracing::info!(index = e.index, id = ?e.id, ?outcome, "entry skipped: its proposal was applied before or its proposer has restarted");
