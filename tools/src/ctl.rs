@@ -297,14 +297,16 @@ pub fn replay(cfg: &MasterConfig) -> Result<u64> {
     };
     log.for_each_entry(first, None, |index, e| {
         let e = e.map_err(|e| halite_storage::Error::CorruptLog(format!("entry {index}: {e}. Run `halite-ctl verify`")))?;
+        // A batch ends between entries, never inside a group entry: its proposals are
+        // applied in one call, as the live apply does.
+        if in_batch >= 65536 && index != last_seen {
+            n += apply(&mut batch)?;
+            in_batch = 0;
+            progress.set(last_seen);
+        }
         in_batch += e.records.len();
         batch.push(e);
         last_seen = index;
-        if in_batch >= 65536 {
-            n += apply(&mut batch)?;
-            in_batch = 0;
-            progress.set(index);
-        }
         Ok(())
     })?;
     n += apply(&mut batch)?;
@@ -424,4 +426,44 @@ pub fn import_shared(cfg: &MasterConfig, tree: &SharedTree) -> Result<BTreeMap<S
     node.propose(&[Record::ImportMarker(ImportMarker { source, phase: ImportPhase::End, counts: counts.clone(), time_ns: now_ns() })])?;
     p.finish();
     Ok(counts)
+}
+
+#[cfg(test)]
+mod tests {
+    use halite_storage::context::{encode, EntryContext, ProposalId};
+    use halite_storage::entry::encode_group;
+    use halite_storage::format::GrainsReport;
+    use raft::eraftpb::Entry;
+
+    use super::*;
+
+    fn grains(id: &str) -> Record {
+        Record::GrainsReport(GrainsReport { id: id.into(), grains: vec![0x80], time_ns: 1 })
+    }
+
+    /// A group entry whose proposals straddle the replay's batch bound is applied whole:
+    /// every proposal of it, not only those before the bound.
+    #[test]
+    fn replay_applies_every_proposal_of_a_group_entry_across_its_batch_bound() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("master"), format!("root_dir: {0}\nhalite_data_dir: {0}/data\n", d.path().display())).unwrap();
+        let cfg = MasterConfig::load(d.path()).unwrap();
+        let data = store::data_dir(&cfg);
+        std::fs::create_dir_all(data.log()).unwrap();
+        let log = RaftLog::open(&data.log()).unwrap();
+        let ctx = |seq| encode(&EntryContext::proposal(ProposalId { proposer: 1, incarnation: 1, seq }, 1, None));
+        let entry = |index, data: Vec<u8>, context: Vec<u8>| Entry { index, term: 1, data: data.into(), context: context.into(), ..Default::default() };
+        // 65,535 records, one short of the bound, then a group of three proposals.
+        let first: Vec<Record> = (0..65_535).map(|i| grains(&format!("m{i}"))).collect();
+        let items: Vec<Vec<u8>> = ["g1", "g2", "g3"].iter().map(|id| Record::encode_batch(&[grains(id)]).unwrap()).collect();
+        let group = encode_group(&[(2, &items[0]), (3, &items[1]), (4, &items[2])]).unwrap();
+        let entries = vec![entry(1, Record::encode_batch(&first).unwrap(), ctx(1)), entry(2, group, ctx(2)), entry(3, Record::encode_batch(&[grains("after")]).unwrap(), ctx(5))];
+        log.append(&entries, None, None, true).unwrap();
+        drop(log);
+        assert_eq!(replay(&cfg).unwrap(), 65_535 + 4);
+        let sm = StateMachine::open(&data.state()).unwrap();
+        for id in ["m0", "m65534", "g1", "g2", "g3", "after"] {
+            assert!(sm.grains(id).unwrap().is_some(), "{id} was not replayed");
+        }
+    }
 }

@@ -36,7 +36,8 @@ impl StateMachine {
     }
 
     /// Applies committed entries in log order (a group entry's proposals one after the
-    /// other, with its index), each all-or-nothing: an entry at or below the applied
+    /// other, with its index, all in the same call: one that came after its entry's
+    /// index was applied would be taken for a copy), each all-or-nothing: an entry at or below the applied
     /// index, or whose proposal was applied before or is stale
     /// (`proposals.rs`), changes nothing; otherwise all its records apply. One RocksDB
     /// write holds the whole group and the new applied index. (RocksDB's WAL is never
