@@ -21,7 +21,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import swarm  # noqa: E402
-from swarm import HOME, Master, swarm_until_ready, stop  # noqa: E402
+from swarm import HOME, swarm_until_ready, stop  # noqa: E402
 
 
 def mappings(pid):
@@ -48,10 +48,7 @@ def snapshot(label, pid):
 n = int(sys.argv[1]); swarm.BIN = sys.argv[2]; pings = int(sys.argv[3]) if len(sys.argv) > 3 else 30
 port = int(os.environ.get("HALITE_BENCH_PORT", "23706"))
 root = tempfile.mkdtemp(prefix="rss-")
-m = Master("halite", root, port)
-if os.environ.get("EXTRA_CONF"):
-    with open(os.path.join(m.conf, "master"), "a") as f:
-        f.write(os.environ["EXTRA_CONF"] + "\n")
+m = swarm.master_with_extra_conf(root, port)
 m.start()
 try:
     report = {"bin": sys.argv[2], "n": n, "snapshots": [snapshot("start", m.proc.pid)]}

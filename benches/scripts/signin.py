@@ -21,7 +21,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import swarm  # noqa: E402
-from swarm import HOME, Master, swarm_until_ready, stop  # noqa: E402
+from swarm import HOME, swarm_until_ready, stop  # noqa: E402
 
 
 def listen_overflows():
@@ -33,10 +33,7 @@ n = int(sys.argv[1]); swarm.BIN = sys.argv[2]
 port = int(sys.argv[3]) if len(sys.argv) > 3 else 23706
 perf_out = sys.argv[4] if len(sys.argv) > 4 else ""
 root = tempfile.mkdtemp(prefix="signin-")
-m = Master("halite", root, port)
-if os.environ.get("EXTRA_CONF"):
-    with open(os.path.join(m.conf, "master"), "a") as f:
-        f.write(os.environ["EXTRA_CONF"] + "\n")
+m = swarm.master_with_extra_conf(root, port)
 m.start()
 perf = None
 if perf_out:

@@ -318,5 +318,15 @@ def sweep(sizes, variants, first_port, run, out):
         json.dump({"date": time.strftime("%Y-%m-%d"), "cores": os.cpu_count(), "rows": rows}, f, indent=1)
 
 
+def master_with_extra_conf(root, port):
+    """A Halite `Master` under `root` whose config has the `EXTRA_CONF` environment
+    variable's YAML lines appended (the single-build scripts' knob), not started."""
+    m = Master("halite", root, port)
+    if os.environ.get("EXTRA_CONF"):
+        with open(os.path.join(m.conf, "master"), "a") as f:
+            f.write(os.environ["EXTRA_CONF"] + "\n")
+    return m
+
+
 if __name__ == "__main__":
     main()

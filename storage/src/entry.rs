@@ -112,20 +112,7 @@ pub fn decode_group(buf: &[u8]) -> Result<Option<Vec<(u64, &[u8])>>> {
     if buf.len() > MAX_ENTRY_LEN {
         return Err(bad(0, format!("entry of {} bytes exceeds the {MAX_ENTRY_LEN}-byte limit", buf.len())));
     }
-    if buf.len() < GROUP_HEADER_LEN {
-        return Err(bad(0, format!("{} bytes, shorter than the {GROUP_HEADER_LEN}-byte group header", buf.len())));
-    }
-    if buf[2] != GROUP_VERSION {
-        return Err(bad(2, format!("unknown group version {} (this build reads version {GROUP_VERSION})", buf[2])));
-    }
-    if buf[3] != 0 {
-        return Err(bad(3, format!("reserved group byte is {}, not 0", buf[3])));
-    }
-    let count = u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]]) as usize;
-    let room = (buf.len() - GROUP_HEADER_LEN) / GROUP_ITEM_HEADER_LEN;
-    if !(2..=MAX_GROUP_PROPOSALS).contains(&count) || count > room {
-        return Err(bad(4, format!("group of {count} proposals refused (2 to {MAX_GROUP_PROPOSALS}, and at most {room} fit in {} bytes)", buf.len())));
-    }
+    let count = checked_count(buf, Layout { name: "group", version: GROUP_VERSION, item_min: GROUP_ITEM_HEADER_LEN, max: MAX_GROUP_PROPOSALS, items: "proposals" })?;
     let mut out = Vec::with_capacity(count);
     let mut at = GROUP_HEADER_LEN;
     for i in 0..count {
@@ -195,22 +182,7 @@ impl Record {
             // A single record; its decoder reports a wrong magic.
             return Ok(vec![Record::decode(buf)?]);
         }
-        if buf.len() < BATCH_HEADER_LEN {
-            return Err(bad(0, format!("{} bytes, shorter than the {BATCH_HEADER_LEN}-byte batch header", buf.len())));
-        }
-        if buf[2] != BATCH_VERSION {
-            return Err(bad(2, format!("unknown batch version {} (this build reads version {BATCH_VERSION})", buf[2])));
-        }
-        if buf[3] != 0 {
-            return Err(bad(3, format!("reserved batch byte is {}, not 0", buf[3])));
-        }
-        let count = u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]]) as usize;
-        // Every record takes at least its header: a count the bytes cannot hold is
-        // refused before anything is allocated for it.
-        let room = (buf.len() - BATCH_HEADER_LEN) / HEADER_LEN;
-        if !(2..=MAX_BATCH_RECORDS).contains(&count) || count > room {
-            return Err(bad(4, format!("batch of {count} records refused (2 to {MAX_BATCH_RECORDS}, and at most {room} fit in {} bytes)", buf.len())));
-        }
+        let count = checked_count(buf, Layout { name: "batch", version: BATCH_VERSION, item_min: HEADER_LEN, max: MAX_BATCH_RECORDS, items: "records" })?;
         let mut out = Vec::with_capacity(count);
         let mut at = BATCH_HEADER_LEN;
         for i in 0..count {
@@ -275,6 +247,40 @@ impl Write for Counter {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+/// A batch's or a group's 8-byte header, as [`checked_count`] reads it.
+struct Layout {
+    name: &'static str,
+    version: u8,
+    /// The fewest bytes an item takes (its header).
+    item_min: usize,
+    max: usize,
+    items: &'static str,
+}
+
+/// The item count of a batch's or a group's header (magic, version, reserved byte, u32
+/// LE count), checked: the version this build reads, a zero reserved byte, and a count
+/// from 2 to the layout's maximum that the bytes could hold (every item takes at least
+/// `item_min` bytes), so a hostile count is refused before anything is allocated.
+fn checked_count(buf: &[u8], l: Layout) -> Result<usize> {
+    const HEADER: usize = 8;
+    const _: () = assert!(BATCH_HEADER_LEN == HEADER && GROUP_HEADER_LEN == HEADER);
+    if buf.len() < HEADER {
+        return Err(bad(0, format!("{} bytes, shorter than the {HEADER}-byte {} header", buf.len(), l.name)));
+    }
+    if buf[2] != l.version {
+        return Err(bad(2, format!("unknown {} version {} (this build reads version {})", l.name, buf[2], l.version)));
+    }
+    if buf[3] != 0 {
+        return Err(bad(3, format!("reserved {} byte is {}, not 0", l.name, buf[3])));
+    }
+    let count = u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]]) as usize;
+    let room = (buf.len() - HEADER) / l.item_min;
+    if !(2..=l.max).contains(&count) || count > room {
+        return Err(bad(4, format!("{} of {count} {} refused (2 to {}, and at most {room} fit in {} bytes)", l.name, l.items, l.max, buf.len())));
+    }
+    Ok(count)
 }
 
 fn bad(offset: usize, why: impl Into<String>) -> Error {
