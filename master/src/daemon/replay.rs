@@ -15,9 +15,9 @@
 //! `keep` digests, it becomes the previous one and the previous one is emptied (its
 //! table kept) to become current. A lookup checks both. So a request is remembered for
 //! at least `window` unless `keep` newer ones came in meanwhile, and at most `2 × keep`
-//! are remembered (about 2.3 MiB a generation at the
-//! default 65,536: a table of 131,072 16-byte slots). Nothing is ever removed one by
-//! one: an earlier design (a map plus a queue of what to forget, in order) kept 7.8 MiB
+//! are remembered (about 2.3 MiB a generation at the default 65,536: a table of 131,072
+//! 16-byte slots). A collision of two live digests would need about 2^64 of them.
+//! Nothing is ever removed one by one: an earlier design (a map plus a queue of what to forget, in order) kept 7.8 MiB
 //! at the same bound, as the forgotten slots of a hash table under constant
 //! insert-and-remove filled it until it doubled (docs/benchmarks.md "Memory soak").
 
@@ -51,8 +51,8 @@ pub struct Nonces {
 }
 
 impl Nonces {
-    /// A guard that remembers each request for `window`, and at least the newest `keep`
-    /// of them whatever their age (see the module docs).
+    /// A guard that remembers each request for at least `window`, unless `keep` newer
+    /// ones came in meanwhile (see the module docs).
     pub fn new(window: Duration, keep: usize) -> Self {
         Nonces { current: HashSet::new(), previous: HashSet::new(), since: Instant::now(), window, keep: keep.max(1) }
     }

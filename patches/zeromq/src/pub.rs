@@ -256,26 +256,40 @@ impl MultiPeerBackend for PubSocketBackend {
         if old_subscriber.is_none() {
             self.subscriber_count.fetch_add(1, Ordering::Relaxed);
         }
-        let writer_backend = self.clone();
-        let writer_peer_id = peer_id.clone();
         let release_idle = self.socket_options.release_idle_buffers;
-        async_rt::task::spawn(async move {
-            if let Err(error) = write_message_queue(queue_receiver, send_queue, release_idle).await {
-                log::debug!(
-                    "Error sending message to subscriber {:?}: {:?}",
-                    writer_peer_id,
-                    error
-                );
-                writer_backend.peer_disconnected(&writer_peer_id);
-            }
-        });
         let backend = self;
         let peer_id = peer_id.clone();
+        // One task per subscriber: it writes the subscriber's queue to the connection
+        // and reads what the subscriber sends (its subscriptions), until either ends.
+        // (Two tasks, a writer and a reader, cost a second task allocation and copies
+        // of the backend and the identity for every subscriber.)
         async_rt::task::spawn(async move {
+            let mut writer =
+                std::pin::pin!(write_message_queue(queue_receiver, send_queue, release_idle).fuse());
             let mut stop_receiver = stop_receiver.fuse();
             loop {
                 select! {
+                     written = writer => {
+                         if let Err(error) = written {
+                             log::debug!(
+                                 "Error sending message to subscriber {:?}: {:?}",
+                                 peer_id,
+                                 error
+                             );
+                             backend.peer_disconnected(&peer_id);
+                         }
+                         break;
+                     },
                      _ = stop_receiver => {
+                         // Removed or replaced: what is queued is still written (its
+                         // queue's sender is gone, so the writer ends once it is).
+                         if let Err(error) = writer.await {
+                             log::debug!(
+                                 "Error sending message to subscriber {:?}: {:?}",
+                                 peer_id,
+                                 error
+                             );
+                         }
                          break;
                      },
                      message = recv_queue.next().fuse() => {

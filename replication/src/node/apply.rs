@@ -5,9 +5,10 @@
 //! applied together (one state-machine write, then the views); a membership change in
 //! between first applies the entries before it, then itself (`membership.rs`), so the
 //! order of the log is the order of effects. Each proposal (a record entry, or an item
-//! of a group entry) is applied all-or-nothing; the state machine skips a copy of a proposal it applied before, or
+//! of a group entry: all of a group's are applied in the same batch) is applied
+//! all-or-nothing; the state machine skips a copy of a proposal it applied before, or
 //! one of a proposer's earlier incarnation, the same way on every member, and says so
-//! per entry. A caller is answered when **its** entry (its proposal identity, not an
+//! per proposal. A caller is answered when **its** entry (its proposal identity, not an
 //! index) has applied, with that outcome; the tap sees only what applied. A committed
 //! entry that does not decode is a corrupt log: the node stops rather than skip it. A
 //! view that cannot be written does not stop the apply (`faults.rs`).
