@@ -54,6 +54,23 @@ pub(crate) fn served(ids: &[&str], prepare: impl FnOnce(&Env)) -> Served {
     Served { api, _minions: minions, m }
 }
 
+/// A `GET /events` stream being read.
+pub(crate) struct EventStream {
+    _proc: Proc,
+    lines: Lines,
+}
+
+impl EventStream {
+    /// The `data` of the event tagged `tag`, once it came (within `secs`).
+    pub(crate) fn data(&mut self, tag: &str, secs: u64) -> Value {
+        let want = format!("tag: {tag}");
+        let lines = self.lines.wait(tag, secs, |l| l.iter().position(|x| *x == want).is_some_and(|i| i + 1 < l.len())).to_vec();
+        let at = lines.iter().position(|x| *x == want).expect("the tag");
+        let data: Value = serde_json::from_str(lines[at + 1].strip_prefix("data: ").expect("a data line")).expect("JSON data");
+        data["data"].clone()
+    }
+}
+
 /// A running salt-api and where it listens.
 pub(crate) struct Api {
     _proc: Proc,
@@ -95,6 +112,15 @@ impl Api {
         let body = json!({ "username": user, "password": password, "eauth": "file" }).to_string();
         let (status, text) = self.curl("/login", &["-H", "Content-Type: application/json", "-H", "Accept: application/json", "--data-binary", &body]);
         (status, serde_json::from_str::<Value>(&text).map(|v| v["return"][0].clone()).unwrap_or(Value::Null))
+    }
+
+    /// `GET /events` with `token`, streamed by curl (its output logged to `log`), once
+    /// the stream's first line came.
+    pub(crate) fn events(&self, token: &str, log: &Path) -> EventStream {
+        let hdr = format!("X-Auth-Token: {token}");
+        let (proc, mut lines) = Proc::spawn_lines("curl /events", Command::new("curl").args(["-sS", "-N", "-H", &hdr, &format!("{}/events", self.base)]), log);
+        lines.wait("the stream's retry line", 30, |l| l.iter().any(|x| x == "retry: 400"));
+        EventStream { _proc: proc, lines }
     }
 
     pub(crate) fn token(&self, user: &str, password: &str) -> String {

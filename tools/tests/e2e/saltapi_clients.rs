@@ -6,12 +6,10 @@
 //! `external_auth` rules as Salt's master applies them to what each client publishes,
 //! and bad `batch`/`subset` values refused with 400.
 
-use std::process::Command;
 
 use serde_json::{json, Value};
 
 use crate::saltapi::{served, Api};
-use crate::support::*;
 
 /// One lowstate chunk through `POST /`: the status and the answer's `return`.
 fn post(api: &Api, token: &str, chunk: Value) -> (u16, Value) {
@@ -114,17 +112,9 @@ fn runner_async_and_wheel_async_results_on_the_bus_and_in_the_job_cache() {
     let s = served(&["m1"], |_| {});
     let (env, api) = (&s.m.env, &s.api);
     let fred = api.token("fred", "s3cret");
-    let hdr = format!("X-Auth-Token: {fred}");
-    let (_sse, mut events) = Proc::spawn_lines("curl /events", Command::new("curl").args(["-sS", "-N", "-H", &hdr, &format!("{}/events", api.base)]), &env.root.join("sse.log"));
-    events.wait("the stream's retry line", 30, |l| l.iter().any(|x| x == "retry: 400"));
+    let mut events = api.events(&fred, &env.root.join("sse.log"));
     // The data of the event tagged `tag`, once it came.
-    let mut event = |tag: &str| -> Value {
-        let want = format!("tag: {tag}");
-        let lines = events.wait(tag, 60, |l| l.iter().position(|x| *x == want).is_some_and(|i| i + 1 < l.len())).to_vec();
-        let at = lines.iter().position(|x| *x == want).expect("the tag");
-        let data: Value = serde_json::from_str(lines[at + 1].strip_prefix("data: ").expect("a data line")).expect("JSON data");
-        data["data"].clone()
-    };
+    let mut event = |tag: &str| events.data(tag, 60);
 
     // runner_async: the tag and the jid at once; the run's events; its return kept.
     let (status, r) = post(&api, &fred, json!({ "client": "runner_async", "fun": "manage.present" }));

@@ -9,7 +9,6 @@
 //! requires it from running; one job per run (the run's own, recorded as the eauth
 //! user's), each step an ordinary job; `@runner` rules as Salt's.
 
-use std::process::Command;
 
 use serde_json::{json, Value};
 
@@ -98,16 +97,8 @@ fn runner_and_runner_async_run_an_orchestration_on_real_minions() {
     assert_eq!((status, &kept[0][&host]), (200, &r[0]), "the run's return is kept under its job");
 
     // runner_async: the run's own jid and tag at once; its events; the end, failed.
-    let hdr = format!("X-Auth-Token: {fred}");
-    let (_sse, mut events) = Proc::spawn_lines("curl /events", Command::new("curl").args(["-sS", "-N", "-H", &hdr, &format!("{}/events", api.base)]), &env.root.join("sse.log"));
-    events.wait("the stream's retry line", 30, |l| l.iter().any(|x| x == "retry: 400"));
-    let mut event = |tag: &str| -> Value {
-        let want = format!("tag: {tag}");
-        let lines = events.wait(tag, 120, |l| l.iter().position(|x| *x == want).is_some_and(|i| i + 1 < l.len())).to_vec();
-        let at = lines.iter().position(|x| *x == want).expect("the tag");
-        let data: Value = serde_json::from_str(lines[at + 1].strip_prefix("data: ").expect("a data line")).expect("JSON data");
-        data["data"].clone()
-    };
+    let mut events = api.events(&fred, &env.root.join("sse.log"));
+    let mut event = |tag: &str| events.data(tag, 120);
     let (status, r) = post(&api, &fred, json!({ "client": "runner_async", "fun": "state.orch", "mods": "orch.fail" }));
     assert_eq!(status, 200, "{r}");
     let jid = r[0]["jid"].as_str().expect("a jid").to_string();
