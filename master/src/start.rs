@@ -290,7 +290,7 @@ pub fn start_node_adopting(cfg: &MasterConfig) -> Result<Node, NodeError> {
 pub fn start_node_adopting_tapped(cfg: &MasterConfig, tap: Option<Tap>) -> Result<Node, NodeError> {
     // A shared tree other Halite members already maintain (it carries their marks) holds
     // what their logs hold: a member that is behind must not take it for keys to import.
-    let maintained = cfg.shared_filesystem() && cfg.cluster_id.as_deref().is_some_and(|c| halite_storage::shared_views::SharedViews::new(cfg.keys_dir(), c, cfg.key_driver_name()).maintained());
+    let maintained = cfg.shared_filesystem() && cfg.cluster_id.as_deref().is_some_and(|c| halite_storage::views::shared::SharedViews::new(cfg.keys_dir(), c, cfg.key_driver_name()).maintained());
     let (keys, denied) = if maintained { Default::default() } else { key_view(cfg)?.entries()? };
     let node = start_node_tapped(cfg, views(cfg, key_view(cfg)?), tap)?;
     let source = format!("{}:{}", cfg.key_driver_name(), cfg.keys_dir().display());

@@ -5,7 +5,7 @@
 use halite_replication::DataDir;
 use halite_storage::keys::{open_view, KeyDriver, KeyView};
 use halite_storage::roots::RootsMaterialiser;
-use halite_storage::shared_views::SharedViews;
+use halite_storage::views::shared::SharedViews;
 use halite_storage::views::Views;
 
 use crate::config::MasterConfig;
@@ -28,7 +28,7 @@ pub fn key_view_of(cfg: &MasterConfig, driver: &KeyDriver) -> halite_storage::Re
 
 /// All views of this master. On a shared filesystem (`cluster_isolated_filesystem`
 /// false) they are written one member at a time under their marks
-/// (`halite_storage::shared_views`); a cluster member with its own directories reads and
+/// (`halite_storage::views::shared`); a cluster member with its own directories reads and
 /// drops the marks a copied shared tree may carry.
 pub fn views(cfg: &MasterConfig, keys: Box<dyn KeyView>) -> Views {
     let mut v = Views::new(keys, RootsMaterialiser::new(cfg.roots_dirs()));

@@ -9,7 +9,7 @@
 //! caller, and a lock held elsewhere (a stuck process, a rebuild on another member) must
 //! not stop it. Past [`LOCK_WAIT`] the attempt fails with an error of kind
 //! `WouldBlock`; the view is then marked dirty and written again later
-//! (`replication/src/node/faults.rs`).
+//! (`replication/src/node/driver/faults.rs`).
 //!
 //! The lock is released when the [`Flock`] is dropped (closing the descriptor would
 //! release it too: BSD locks belong to the open file description).

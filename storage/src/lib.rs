@@ -22,8 +22,7 @@
 //! | [`mmap_cache`]| the MmapCache file engine (Salt's `mmap_cache.py` format) |
 //! | [`keys`]      | key view drivers `localfs_key` and `mmap_key`             |
 //! | [`roots`]     | the roots materialiser                                    |
-//! | [`views`]     | applying effects to views, rebuilding them                |
-//! | [`shared_views`] | views on a shared filesystem: one writer at a time, by a mark |
+//! | [`views`]     | applying effects to views, rebuilding them; on a shared filesystem one writer at a time, by a mark (`views::shared`) |
 //! | [`import`]    | reading outside trees (localfs pki, shared cluster dirs) into records |
 
 pub mod compaction;
@@ -41,7 +40,6 @@ pub mod mmap_cache;
 pub mod reaction;
 pub mod eauth_token;
 pub mod roots;
-pub mod shared_views;
 pub mod snapshot;
 pub mod state;
 pub mod tail;
@@ -67,9 +65,6 @@ mod fuzz_tests;
 mod fuzz_roots_tests;
 #[cfg(test)]
 mod fuzz_log_files_tests;
-
-#[cfg(test)]
-mod shared_views_tests;
 
 #[cfg(test)]
 mod mine_tests;

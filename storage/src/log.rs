@@ -208,19 +208,6 @@ impl RaftLog {
             .sum()
     }
 
-    /// Facts about the log for the compaction policy
-    /// ([`crate::compaction::decide`]).
-    pub fn facts(&self, applied_index: u64) -> Result<crate::compaction::LogFacts> {
-        let snap = self.snapshot_meta()?.index;
-        Ok(crate::compaction::LogFacts {
-            first_index: self.first_entry_index().unwrap_or(snap + 1),
-            last_index: self.last_entry_index().unwrap_or(snap),
-            applied_index,
-            snapshot_index: snap,
-            log_bytes: self.disk_bytes(),
-        })
-    }
-
     /// Compaction after a local snapshot: records that the snapshot `meta` exists (with
     /// the membership entries it carries) and drops entries up to and including
     /// `meta.index`, in one synced write; then lets raft-engine delete the files that hold

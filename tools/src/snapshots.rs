@@ -8,7 +8,7 @@
 
 use halite_master::{store, MasterConfig};
 use halite_replication::DataDir;
-use halite_storage::compaction::{self, Decision};
+use halite_storage::compaction::{self, Decision, LogFacts};
 use halite_storage::log::RaftLog;
 use halite_storage::snapshot::{recover_at_start, Snapshot, SnapshotStore};
 use halite_storage::state::StateMachine;
@@ -68,7 +68,7 @@ pub fn snapshot(cfg: &MasterConfig) -> Result<String> {
 pub fn compact(cfg: &MasterConfig, if_needed: bool) -> Result<String> {
     let data = store::data_dir(cfg);
     let o = open(&data)?;
-    let facts = o.log.facts(o.sm.applied_index()?)?;
+    let facts = LogFacts::of(&o.log, o.sm.applied_index()?)?;
     let before = format!("log entries {}..={} ({} entries, {} bytes of files)", facts.first_index, facts.last_index, thousands(facts.entries()), thousands(facts.log_bytes));
     if if_needed {
         if let Decision::Keep = compaction::decide(facts, cfg.compaction) {
@@ -81,7 +81,7 @@ pub fn compact(cfg: &MasterConfig, if_needed: bool) -> Result<String> {
     let Some(c) = done else {
         return Ok(format!("Nothing to do: the log is already compacted through the applied index {}.", facts.applied_index));
     };
-    let after = o.log.facts(facts.applied_index)?;
+    let after = LogFacts::of(&o.log, facts.applied_index)?;
     Ok(format!(
         "Compacted the log through index {}: {} entries dropped, {} older snapshot(s) removed.\nBefore: {before}\nAfter:  log entries {}..={} ({} entries, {} bytes of files)\n{}",
         c.snapshot.index(),

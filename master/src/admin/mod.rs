@@ -20,8 +20,8 @@
 //! | `runner` `cluster.members`, `cluster.ring_info`, `cluster.remove_member`, `cluster.sync_roots` | `salt-run` | [`cluster`] |
 //! | `runner` `pki.migrate_to_mmap` | `salt-run` | [`pki`] |
 //! | `runner` `mine.get` | `salt-run` | [`mine`] |
-//! | `runner` `state.orchestrate` (renders, records the run's job; the caller drives the steps), `orchestrate.return` (the run's return) | `salt-run`, `salt-api` `runner`/`runner_async` (`halite_tools::orchestrate`) | [`crate::orchestrate`] |
-//! | `run.start`, `run.return` (a runner's or a wheel's run kept as a job, fired as events) | `salt-api` `runner_async`, `wheel_async` | [`crate::orchestrate::job`] |
+//! | `runner` `state.orchestrate` (renders, records the run's job; the caller drives the steps with [`crate::orchestrate`]) | `salt-run`, `salt-api` `runner`/`runner_async` (`halite_tools::orchestrate`) | [`orchestrate`] |
+//! | `orchestrate.return` (the run's return), `run.start`, `run.return` (a runner's or a wheel's run kept as a job, fired as events) | `salt-run`, `salt-api` `runner_async`, `wheel_async` | [`runs`] |
 //! | `events.watch` | `salt-run state.event` | the daemon streams the bus |
 //! | `job.follow` | `salt` | [`follow`]; the daemon streams the job's returns |
 //! | `token.create`, `token.get`, `token.revoke`, `target.minions` | `salt-api` | [`tokens`] |
@@ -35,9 +35,11 @@ pub mod jobs;
 pub mod keys;
 pub mod manage;
 pub mod mine;
+pub mod orchestrate;
 pub mod pillar;
 pub mod pki;
 pub mod runner_args;
+pub mod runs;
 pub mod tokens;
 
 #[cfg(test)]
@@ -125,10 +127,10 @@ pub enum Command {
     Fileserver(fileserver::FileserverCmd),
     Pillar(pillar::PillarCmd),
     Cache(cache::CacheCmd),
-    Orchestrate(crate::orchestrate::OrchCmd),
-    OrchReturn(crate::orchestrate::job::OrchReturn),
-    RunStart(crate::orchestrate::job::RunStart),
-    RunReturn(crate::orchestrate::job::RunReturn),
+    Orchestrate(orchestrate::OrchCmd),
+    OrchReturn(runs::OrchReturn),
+    RunStart(runs::RunStart),
+    RunReturn(runs::RunReturn),
     Tokens(tokens::TokenCmd),
     /// Turns the connection into an event stream (handled by the daemon).
     EventsWatch,
@@ -233,9 +235,9 @@ impl Command {
         Ok(match s("cmd").unwrap_or("") {
             "key.list" | "key.select" | "key.apply" => Command::Keys(keys::KeyCmd::parse(req)?),
             "publish" | "job.returns" | "job.list" => Command::Jobs(jobs::JobCmd::parse(req)?),
-            "orchestrate.return" => Command::OrchReturn(crate::orchestrate::job::OrchReturn::parse(req)?),
-            "run.start" => Command::RunStart(crate::orchestrate::job::RunStart::parse(req)?),
-            "run.return" => Command::RunReturn(crate::orchestrate::job::RunReturn::parse(req)?),
+            "orchestrate.return" => Command::OrchReturn(runs::OrchReturn::parse(req)?),
+            "run.start" => Command::RunStart(runs::RunStart::parse(req)?),
+            "run.return" => Command::RunReturn(runs::RunReturn::parse(req)?),
             "events.watch" => Command::EventsWatch,
             "token.create" | "token.get" | "token.revoke" | "target.minions" => Command::Tokens(tokens::TokenCmd::parse(req)?),
             "job.follow" => Command::JobFollow(follow::FollowCmd::parse(req)?),
@@ -247,7 +249,7 @@ impl Command {
                 f @ ("cache.grains" | "cache.pillar" | "cache.mine") => Command::Cache(cache::CacheCmd::parse(f, req)?),
                 "pki.migrate_to_mmap" => Command::MigrateToMmap,
                 "mine.get" => Command::Mine(mine::MineCmd::parse(req)?),
-                f if crate::orchestrate::NAMES.contains(&f) => Command::Orchestrate(crate::orchestrate::OrchCmd::parse(f, req)?),
+                f if crate::orchestrate::NAMES.contains(&f) => Command::Orchestrate(orchestrate::OrchCmd::parse(f, req)?),
                 f if f.starts_with("cluster.") => Command::Cluster(cluster::ClusterCmd::parse(f, req)?),
                 other => return Err(Error::refused(format!("'{other}' is not available."))),
             },

@@ -7,18 +7,20 @@
 //! in a 0711 directory when `publisher_acl` names users), a connection is served only if
 //! its peer's credentials (`SO_PEERCRED`) name root or the master's own user, or, when
 //! `publisher_acl` names users, another system user, which may then only publish
-//! (checked by `crate::publisher_acl`) and follow its own jobs; a request line longer than [`MAX_LINE`] is refused while it
-//! is read (it is never buffered whole) and the connection closed; a connection that
-//! sends no request for [`IDLE_TIMEOUT`], or does not take an answer or event within
-//! [`WRITE_TIMEOUT`], is closed. Each refusal is counted (`metrics::refuse`, port
-//! `admin`).
+//! (checked by `crate::publisher_acl`) and follow its own jobs; a request line longer
+//! than [`MAX_LINE`] is refused while it is read (it is never buffered whole) and the
+//! connection closed; a connection that sends no request for [`IDLE_TIMEOUT`], or does
+//! not take an answer or event within [`super::lines::WRITE_TIMEOUT`], is closed (the
+//! line protocol is in [`super::lines`]). Each refusal is counted (`metrics::refuse`,
+//! port `admin`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value as J;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
+use tokio::io::BufReader;
 
+use super::lines::{read_line, write_line, Line};
 use super::live::Master;
 use crate::admin::{self, Answer, Command, Effect, MemberChange, Plan};
 use crate::error::Result;
@@ -33,51 +35,11 @@ pub const MAX_LINE: usize = 64 << 20;
 /// How long a connection may wait before sending its next request.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// How long writing one answer or event line may take.
-pub const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
-
 /// Whether a peer with this uid may use the admin socket: root, or the user the master
 /// runs as.
 pub fn peer_allowed(uid: u32) -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     uid == 0 || uid == unsafe { libc::geteuid() }
-}
-
-/// What reading one request line gave.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Line {
-    Request(Vec<u8>),
-    /// The peer closed the connection (a partial last line is dropped).
-    Closed,
-    /// The line passed `max` bytes without ending; the connection is closed.
-    TooLong,
-}
-
-/// Reads one line of at most `max` bytes (without its newline). The buffer grows with
-/// what arrives, never past `max` + 1 bytes, whatever the peer sends.
-pub async fn read_line<R: AsyncRead + Unpin>(rd: &mut BufReader<R>, max: usize) -> std::io::Result<Line> {
-    use tokio::io::AsyncReadExt;
-    let mut buf = Vec::new();
-    let n = (&mut *rd).take(max as u64 + 1).read_until(b'\n', &mut buf).await?;
-    if buf.last() == Some(&b'\n') {
-        buf.pop();
-        return Ok(Line::Request(buf));
-    }
-    if n > max {
-        return Ok(Line::TooLong);
-    }
-    Ok(Line::Closed)
-}
-
-pub(super) async fn write_line(wr: &mut tokio::net::unix::OwnedWriteHalf, line: String) -> bool {
-    let mut out = line;
-    out.push('\n');
-    write_bounded(wr, out.as_bytes()).await
-}
-
-/// Writes `bytes` whole within [`WRITE_TIMEOUT`]; false once the client cannot take them.
-pub(super) async fn write_bounded(wr: &mut (impl tokio::io::AsyncWrite + Unpin), bytes: &[u8]) -> bool {
-    matches!(tokio::time::timeout(WRITE_TIMEOUT, wr.write_all(bytes)).await, Ok(Ok(())))
 }
 
 /// Serves one admin connection until it closes.
@@ -243,7 +205,7 @@ pub(crate) fn carry_out(m: &Master, plan: Plan) -> Result<J> {
 /// Carries out one effect of a committed plan.
 fn effect(m: &Master, e: Effect) -> Result<()> {
     match e {
-        Effect::RotateAes => super::maintenance::rotate_aes(m),
+        Effect::RotateAes => super::publish_key::rotate_aes(m),
         Effect::Uncount(ids) => m.uncount(&ids),
         Effect::FinishMmapMigration { build_view } => finish_migration(m, build_view)?,
     }
@@ -264,29 +226,6 @@ fn finish_migration(m: &Master, build_view: bool) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test]
-    async fn lines_are_bounded_while_they_are_read() {
-        let (mut a, b) = tokio::io::duplex(1 << 16);
-        let writer = tokio::spawn(async move {
-            a.write_all(b"{\"cmd\":\"key.list\"}\n").await.unwrap();
-            // A line that never ends: 1 MiB without a newline.
-            for _ in 0..16 {
-                if a.write_all(&[b'x'; 1 << 16]).await.is_err() {
-                    return; // the reader gave up, as it should
-                }
-            }
-        });
-        let mut rd = BufReader::new(b);
-        assert_eq!(read_line(&mut rd, 1024).await.unwrap(), Line::Request(b"{\"cmd\":\"key.list\"}".to_vec()));
-        assert_eq!(read_line(&mut rd, 1024).await.unwrap(), Line::TooLong);
-        drop(rd);
-        let _ = writer.await;
-        let (mut a, b) = tokio::io::duplex(64);
-        a.write_all(b"partial").await.unwrap();
-        drop(a);
-        assert_eq!(read_line(&mut BufReader::new(b), 1024).await.unwrap(), Line::Closed);
-    }
 
     #[test]
     fn only_root_and_the_masters_user_are_served() {

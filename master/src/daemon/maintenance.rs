@@ -1,13 +1,11 @@
 //! Salt's maintenance loop: every `loop_interval` seconds (default 60) the job cache is
 //! expired (`keep_jobs_seconds`) by committing a `jobs_expired` record, and a lone
-//! master's publish key older than `publish_session` is replaced; and the publish key
-//! rotation Salt performs when a key is rejected or deleted (`rotate_aes_key`).
+//! master's publish key older than `publish_session` is replaced (`publish_key.rs`).
 
 use std::sync::Arc;
 
 use super::live::Master;
 use crate::config::MasterConfig;
-use crate::view::View;
 
 /// Salt's `loop_interval` (seconds between maintenance rounds, default 60).
 pub fn loop_interval(cfg: &MasterConfig) -> u64 {
@@ -31,17 +29,5 @@ pub async fn run(m: Arc<Master>) {
             },
             Err(e) => tracing::warn!("job cache expiry not proposed: {e}"),
         }
-    }
-}
-
-/// Replaces the publish AES key. Connected minions learn the new one by
-/// re-authenticating when a publish fails to decrypt (spec §10). The new key is the
-/// next generation's record (a cluster's and a lone master's alike: `publish_key.rs`),
-/// installed when it applies; if two rotations race for a generation the first
-/// committed wins everywhere.
-pub fn rotate_aes(m: &Master) {
-    let current = m.aes_generation.load(std::sync::atomic::Ordering::SeqCst);
-    if let Err(e) = m.node.propose(&[super::cluster::rotation(current, m.now_ns())]) {
-        tracing::error!("publish AES key rotation not committed: {e}");
     }
 }

@@ -28,6 +28,7 @@ pub mod follow;
 pub mod health;
 pub mod http;
 pub mod intake;
+pub mod lines;
 pub mod listen;
 pub mod live;
 pub mod peer_events;

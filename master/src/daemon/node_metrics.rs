@@ -11,7 +11,7 @@
 //! | `halite_is_leader` | gauge | 1 on the leader |
 //! | `halite_leader_info{leader}` | gauge | 1, labelled with the leader's name (none while there is none) |
 //! | `halite_proposals_total` | counter | proposals handed to the node |
-//! | `halite_view_errors_total` | counter | view writes that failed (`replication/src/node/faults.rs`) |
+//! | `halite_view_errors_total` | counter | view writes that failed (`replication/src/node/driver/faults.rs`) |
 //! | `halite_view_dirty{view}` | gauge | 1 while that view (`keys`, `roots`) waits to be rebuilt |
 //! | `halite_returns_total` | counter | job returns committed (`_return`) |
 //! | `halite_auths_total{result}` | counter | sign-ins answered: `accepted`, `other` (pending, rejected, denied, full), `not_ready` |

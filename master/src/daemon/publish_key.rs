@@ -7,7 +7,7 @@
 //! decided at apply), so after a restart its minions only reconnect.
 //!
 //! A new generation is written when Salt would change the key while running: a key
-//! rejected or deleted (`rotate_aes_key`, `maintenance::rotate_aes`), and when the key
+//! rejected or deleted (`rotate_aes_key`, [`rotate_aes`]), and when the key
 //! is older than `publish_session` seconds (checked at start and every maintenance
 //! round), Salt's bound on a publish key's life. The log and the state store live in the
 //! master's own state directory, readable only by the master's user, as Salt's
@@ -21,6 +21,7 @@ use halite_storage::format::{now_ns, AesKeyRotation};
 use super::live::Master;
 use crate::config::MasterConfig;
 use crate::error::{Error, Result};
+use crate::view::View;
 use crate::wire::crypto::Crypticle;
 
 /// Whether a key generation written at `time_ns` has outlived `publish_session` seconds at `now`.
@@ -63,10 +64,22 @@ pub fn rotate_if_old(m: &Master) {
     match m.sm().latest_aes() {
         Ok(Some(a)) if a.generation == current && expired(m.cfg.publish_session, &a, now_ns()) => {
             tracing::info!(generation = current, "publish AES key older than publish_session: rotating");
-            super::maintenance::rotate_aes(m);
+            rotate_aes(m);
         }
         Ok(_) => {}
         Err(e) => tracing::warn!("cannot read the publish AES key: {e}"),
+    }
+}
+
+/// Replaces the publish AES key. Connected minions learn the new one by
+/// re-authenticating when a publish fails to decrypt (spec §10). The new key is the
+/// next generation's record (a cluster's and a lone master's alike),
+/// installed when it applies; if two rotations race for a generation the first
+/// committed wins everywhere.
+pub fn rotate_aes(m: &Master) {
+    let current = m.aes_generation.load(Ordering::SeqCst);
+    if let Err(e) = m.node.propose(&[super::cluster::rotation(current, m.now_ns())]) {
+        tracing::error!("publish AES key rotation not committed: {e}");
     }
 }
 

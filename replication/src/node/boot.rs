@@ -38,9 +38,10 @@ use halite_storage::Error as StorageError;
 
 use super::context::{self, EntryContext};
 use super::driver::{self, Driver};
-use super::faults;
 use super::membership;
-use super::status::{Health, NodeStatus};
+use super::driver::faults;
+use super::driver::health::Health;
+use super::status::NodeStatus;
 use super::{Mailbox, Node, NodeConfig, Result};
 use crate::transport::Outbox;
 
@@ -86,10 +87,10 @@ pub(super) fn start(log: RaftLog, sm: Arc<StateMachine>, mut views: Views, cfg: 
     let status = NodeStatus::new(id);
     let health = Health { status: status.clone(), readiness: Default::default(), faults };
     if let (Some(o), Some(s)) = (&outbox, &snapshots) {
-        o.take_snapshots(super::snapshots::inbox(s.clone(), tx.clone()));
+        o.take_snapshots(driver::snapshots::inbox(s.clone(), tx.clone()));
     }
     let mut d = Driver::new(raw, log.clone(), sm.clone(), views, cfg, outbox, leader.clone(), announce, solo, book.clone(), incarnation, health, tx.clone());
-    d.compactor = snapshots.map(super::compaction::Compactor::new);
+    d.compactor = snapshots.map(driver::compaction::Compactor::new);
     let thread = driver::spawn(d, rx)?;
     Ok(Node { tx, thread: Some(thread), sm, log, leader, id, book, incarnation, status })
 }
@@ -158,7 +159,7 @@ fn recover_views(log: &RaftLog, sm: &StateMachine, views: &mut Views, applied: u
     if views.is_shared() {
         // Shared with other members: their mark, not this member's views index, says
         // what the files show; a member behind it writes nothing
-        // (`halite_storage::shared_views`).
+        // (`halite_storage::views::shared`).
         for kind in halite_storage::views::ViewKind::ALL {
             views.catch_up_shared(sm, Some(log), kind, applied)?;
         }

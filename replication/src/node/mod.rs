@@ -51,16 +51,11 @@
 //! driver (they are handed the `RawNode` when they need it), so the imports of `node/`
 //! point one way: `boot` → `driver` → `proposals`, `membership` → `context`.
 
-mod apply;
 mod boot;
-mod compaction;
 pub mod context;
 mod driver;
-mod member_keys;
 mod membership;
 mod proposals;
-mod snapshots;
-mod faults;
 pub mod status;
 #[cfg(test)]
 mod status_tests;
@@ -250,7 +245,7 @@ enum Msg {
     /// A snapshot transfer to this peer ended (`snapshots.rs`): whether it was sent.
     SnapshotSent(u64, bool),
     /// A snapshot built for a compaction off the driver thread (`compaction.rs`).
-    Compacted(Box<compaction::Built>),
+    Compacted(Box<driver::compaction::Built>),
     Stop,
 }
 

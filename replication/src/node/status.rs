@@ -32,8 +32,6 @@ use std::time::{Duration, Instant};
 
 use raft::{ReadState, StateRole};
 
-use super::driver::Driver;
-
 /// How long an unanswered ReadIndex waits before it is asked again.
 pub const ASK_AGAIN: Duration = Duration::from_secs(1);
 
@@ -60,7 +58,7 @@ impl Role {
         }
     }
 
-    fn of(r: StateRole) -> Role {
+    pub(in crate::node) fn of(r: StateRole) -> Role {
         match r {
             StateRole::Follower => Role::Follower,
             StateRole::PreCandidate => Role::PreCandidate,
@@ -169,25 +167,17 @@ impl NodeStatus {
         self.0.view_errors.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn publish(&self, s: Status) {
+    pub(in crate::node) fn publish(&self, s: Status) {
         self.0.ready.store(s.ready, Ordering::Release);
         *self.0.status.write().unwrap_or_else(|p| p.into_inner()) = s;
     }
 }
 
-/// What the driver thread keeps for [`NodeStatus`]: the shared status it publishes, its
-/// side of readiness, and the views that failed (`faults.rs`).
-pub(super) struct Health {
-    pub(super) status: NodeStatus,
-    pub(super) readiness: Readiness,
-    pub(super) faults: super::faults::ViewFaults,
-}
-
 /// The driver's side of readiness: the commit index it waits for, and its question.
 #[derive(Debug, Default)]
-pub(super) struct Readiness {
+pub(in crate::node) struct Readiness {
     /// What the leader said it had committed.
-    target: Option<u64>,
+    pub(in crate::node) target: Option<u64>,
     /// When the question was last asked (`None`: not asked since the leader was lost).
     asked_at: Option<Instant>,
     /// Caught up once since the leader was last lost.
@@ -196,7 +186,7 @@ pub(super) struct Readiness {
 
 impl Readiness {
     /// Takes the leader's answers out of a `Ready`.
-    pub(super) fn answers(&mut self, states: &[ReadState]) {
+    pub(in crate::node) fn answers(&mut self, states: &[ReadState]) {
         for s in states.iter().filter(|s| s.request_ctx == READY_CTX) {
             self.target = Some(self.target.map_or(s.index, |t| t.max(s.index)));
         }
@@ -204,7 +194,7 @@ impl Readiness {
 
     /// One turn: forget everything without a leader, ask when there is one and no
     /// answer yet; returns whether the node is ready at `applied`.
-    fn turn(&mut self, raw: &mut raft::RawNode<halite_storage::log::RaftLog>, applied: u64) -> bool {
+    pub(in crate::node) fn turn(&mut self, raw: &mut raft::RawNode<halite_storage::log::RaftLog>, applied: u64) -> bool {
         if raw.raft.leader_id == raft::INVALID_ID {
             *self = Readiness::default();
             return false;
@@ -220,41 +210,6 @@ impl Readiness {
             self.reached = true;
         }
         self.reached
-    }
-}
-
-impl Driver {
-    /// End of a driver turn: readiness, dirty views due for recovery, and the status
-    /// every reader sees.
-    pub(super) fn end_turn(&mut self) {
-        self.recover_views();
-        let applied = self.raw.raft.raft_log.applied;
-        let ready = self.health.readiness.turn(&mut self.raw, applied);
-        let r = &self.raw.raft;
-        let leader = (r.leader_id != raft::INVALID_ID).then_some(r.leader_id);
-        let peers = if r.state == StateRole::Leader {
-            let learners = r.prs().conf().learners().clone();
-            let mut v: Vec<PeerProgress> =
-                r.prs().iter().filter(|(id, _)| **id != r.id).map(|(id, p)| PeerProgress { id: *id, matched: p.matched, next: p.next_idx, learner: learners.contains(id) }).collect();
-            v.sort_by_key(|p| p.id);
-            v
-        } else {
-            Vec::new()
-        };
-        let target = self.health.readiness.target;
-        let status = Status {
-            id: r.id,
-            role: Role::of(r.state),
-            term: r.term,
-            leader,
-            commit: r.raft_log.committed.max(target.unwrap_or(0)),
-            applied,
-            catch_up_to: target,
-            ready,
-            peers,
-            dirty_views: self.health.faults.dirty(),
-        };
-        self.health.status.publish(status);
     }
 }
 

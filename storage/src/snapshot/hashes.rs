@@ -24,9 +24,9 @@
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use super::store::Snapshot;
+use super::manifest::Manifest;
 
 /// The identity of a file on disk: device, inode, size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,17 +51,17 @@ pub(super) struct KnownHashes {
 }
 
 impl KnownHashes {
-    /// The `.sst` files of `prev` whose size on disk is still the one its manifest
-    /// records, with their sha256 (none if there is no previous snapshot).
-    pub(super) fn of(prev: Option<&Snapshot>) -> KnownHashes {
+    /// The `.sst` files of a previous snapshot (its `manifest`, and where its `i`th file
+    /// is on disk) whose size on disk is still the one the manifest records, with their
+    /// sha256. With no previous snapshot, [`KnownHashes::default`] knows none.
+    pub(super) fn of(manifest: &Manifest, file_path: impl Fn(usize) -> Option<PathBuf>) -> KnownHashes {
         let mut by_name = HashMap::new();
-        let Some(prev) = prev else { return KnownHashes { by_name } };
-        for (i, f) in prev.manifest().files.iter().enumerate() {
+        for (i, f) in manifest.files.iter().enumerate() {
             let Some(name) = f.path.strip_prefix("state/") else { continue };
             if !name.ends_with(".sst") {
                 continue;
             }
-            let Some(id) = prev.file_path(i).and_then(|p| file_id(&p)) else { continue };
+            let Some(id) = file_path(i).and_then(|p| file_id(&p)) else { continue };
             if id.size == f.size {
                 by_name.insert(name.to_string(), (id, f.sha256.clone()));
             }

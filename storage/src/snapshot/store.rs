@@ -239,7 +239,10 @@ impl Build {
         }
         names.sort();
         // SSTs shared with the previous snapshot keep its hashes (`hashes.rs`).
-        let known = KnownHashes::of(self.store.latest().ok().flatten().as_ref());
+        let known = match self.store.latest().ok().flatten() {
+            Some(prev) => KnownHashes::of(prev.manifest(), |i| prev.file_path(i)),
+            None => KnownHashes::default(),
+        };
         let (mut reused, mut hashed) = (0u64, 0u64);
         let mut files = Vec::with_capacity(names.len());
         for name in names {

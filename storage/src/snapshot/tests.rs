@@ -11,7 +11,7 @@ use raft::eraftpb::{ConfChange, ConfChangeType, ConfState, Entry, EntryType, Har
 use raft::{GetEntriesContext, Storage, StorageError};
 
 use super::*;
-use crate::compaction::{compact, decide, CompactionLimits, Decision};
+use crate::compaction::{compact, decide, CompactionLimits, Decision, LogFacts};
 use crate::error::Error;
 use crate::format::{KeySet, KeyState, Record, RootsTree};
 use crate::log::RaftLog;
@@ -312,7 +312,7 @@ fn compaction_keeps_raft_storage_right_and_restart_reads_snapshot_and_tail() {
     let root = d.path().join("a");
     let a = Member::with_log(&root, 400, 300);
     let hs_before = a.log.hard_state().unwrap();
-    let facts = a.log.facts(300).unwrap();
+    let facts = LogFacts::of(&a.log, 300).unwrap();
     assert_eq!(facts.entries(), 400);
     let limits = CompactionLimits { max_entries: Some(100), max_bytes: None, min_entries: 10 };
     assert!(matches!(decide(facts, limits), Decision::Compact { through: 300, .. }));
@@ -320,7 +320,7 @@ fn compaction_keeps_raft_storage_right_and_restart_reads_snapshot_and_tail() {
     assert_eq!(c.dropped, 300);
     // Nothing more to do at the same applied index.
     assert!(compact(&a.log, a.sm(), &a.store, |_, _| {}).unwrap().is_none());
-    assert_eq!(decide(a.log.facts(300).unwrap(), limits), Decision::Keep);
+    assert_eq!(decide(LogFacts::of(&a.log, 300).unwrap(), limits), Decision::Keep);
 
     let check = |log: &RaftLog| {
         assert_eq!(log.first_index().unwrap(), 301);

@@ -29,9 +29,7 @@ pub mod admin;
 pub mod clients;
 pub mod config;
 pub mod eauth;
-pub mod htpasswd;
 pub mod input;
-pub mod pam;
 pub mod reply;
 pub mod tls;
 
@@ -312,11 +310,11 @@ async fn login(cfg: &ApiConfig, fmt: Format, body: J) -> Result<Response<Body>, 
     let checked = match eauth.as_str() {
         "file" => {
             let (b, u, p) = (backend.clone(), user.clone(), password.clone());
-            tokio::task::spawn_blocking(move || eauth::check_file(&b, &u, &p)).await.map_err(|e| ApiError::new(500, e.to_string()))?
+            tokio::task::spawn_blocking(move || eauth::file::check_file(&b, &u, &p)).await.map_err(|e| ApiError::new(500, e.to_string()))?
         }
         "pam" => {
             let (svc, dir, u, p) = (cfg.pam_service.clone(), cfg.pam_confdir.clone(), user.clone(), password.clone());
-            tokio::task::spawn_blocking(move || pam::check(&svc, dir.as_deref(), &u, &p)).await.map_err(|e| ApiError::new(500, e.to_string()))?
+            tokio::task::spawn_blocking(move || eauth::pam::check(&svc, dir.as_deref(), &u, &p)).await.map_err(|e| ApiError::new(500, e.to_string()))?
         }
         other => Err(eauth::Denied::Config(format!("eauth backend {other:?} is not supported by Halite's salt-api (file and pam are)"))),
     };
@@ -334,7 +332,7 @@ async fn login(cfg: &ApiConfig, fmt: Format, body: J) -> Result<Response<Body>, 
     // Only `pam` users have groups (their system groups), as in Salt.
     let groups = if eauth == "pam" {
         let u = user.clone();
-        tokio::task::spawn_blocking(move || pam::groups(&u)).await.unwrap_or_default()
+        tokio::task::spawn_blocking(move || eauth::pam::groups(&u)).await.unwrap_or_default()
     } else {
         vec![]
     };

@@ -16,10 +16,23 @@
 //!    (the group commit), send the messages that had to wait for that fsync;
 //! 5. make the views durable when [`VIEWS_SYNC_INTERVAL`] has passed (or when idle);
 //! 6. publish the node's status, readiness, and recover dirty views when due
-//!    (`status.rs`, `faults.rs`).
+//!    (`health.rs`, `faults.rs`).
+//!
+//! This file holds the [`Driver`] and its loop; each other step is a file of this folder
+//! adding its methods to the driver (`impl Driver`), beside the state it keeps:
+//! `apply.rs`, `compaction.rs` ([`compaction::Compactor`]), `faults.rs` (the dirty
+//! views), `health.rs` (readiness and the published status), `member_keys.rs` (this
+//! member's own key), `snapshots.rs` (sending and installing snapshots).
 //!
 //! A stop request, or the last sender gone, ends the loop after the group in progress;
 //! an error ends it too, and every waiting proposal is answered with the reason.
+
+pub(super) mod apply;
+pub(super) mod compaction;
+pub(super) mod faults;
+pub(super) mod health;
+pub(super) mod member_keys;
+pub(super) mod snapshots;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,10 +48,10 @@ use halite_storage::log::RaftLog;
 use halite_storage::state::StateMachine;
 use halite_storage::views::Views;
 
-use super::compaction::Compactor;
+use self::compaction::Compactor;
+use self::health::Health;
 use super::membership::{AddressBook, MemberChange, Membership};
 use super::proposals::{Payload, Proposals};
-use super::status::Health;
 use super::{Msg, NodeConfig, NodeError, Proposal, Result};
 use crate::transport::Outbox;
 
@@ -70,7 +83,7 @@ pub(super) struct Driver {
     pub(super) views_dirty_to: Option<u64>,
     pub(super) views_synced_at: Instant,
 
-    /// The status readers see, readiness and dirty views (`status.rs`, `faults.rs`).
+    /// The status readers see, readiness and dirty views (`health.rs`, `faults.rs`).
     pub(super) health: Health,
 
     /// Log compaction by the policy (`compaction.rs`); `None`: never (a node started
@@ -84,7 +97,7 @@ pub(super) struct Driver {
     /// The member key book or the group may have changed since the transport last
     /// heard (`member_keys.rs`).
     pub(super) keys_dirty: bool,
-    pub(super) own_key: super::member_keys::OwnKey,
+    pub(super) own_key: member_keys::OwnKey,
 }
 
 /// Starts the driver thread. If the loop fails, the error is logged and every waiting

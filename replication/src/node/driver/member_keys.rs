@@ -27,9 +27,9 @@ use halite_storage::context;
 use halite_storage::format::{now_ns, MemberKey, Record};
 use halite_storage::state::MemberKeyChange;
 
-use super::driver::Driver;
-use super::proposals::Payload;
-use super::Result;
+use super::Driver;
+use crate::node::proposals::Payload;
+use crate::node::Result;
 
 /// What the book says of this node's own key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -46,7 +46,7 @@ pub(super) enum Own {
 
 /// The node's state about its own key.
 #[derive(Default)]
-pub(super) struct OwnKey {
+pub(in crate::node) struct OwnKey {
     pub(super) state: Own,
     /// When this node last proposed its key.
     proposed: Option<Instant>,

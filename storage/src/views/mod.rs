@@ -5,6 +5,10 @@
 //! records the index they reflect (`views_index` in the state machine's `meta` family);
 //! if a crash leaves them behind the state machine, the next start rebuilds them from it.
 
+pub mod shared;
+#[cfg(test)]
+mod shared_tests;
+
 use std::collections::BTreeSet;
 
 use crate::error::Result;
@@ -53,11 +57,11 @@ pub struct Views {
     pub keys: Box<dyn KeyView>,
     pub roots: RootsMaterialiser,
     /// Set when the views are on a filesystem other members write too
-    /// (`cluster_isolated_filesystem: False`): see [`crate::shared_views`].
-    pub shared: Option<crate::shared_views::SharedViews>,
+    /// (`cluster_isolated_filesystem: False`): see [`shared`].
+    pub shared: Option<shared::SharedViews>,
     /// Set for views of its own (isolated) whose files may have been copied from a
     /// shared tree: the marks found there, read and removed at start.
-    pub left_shared: Option<crate::shared_views::SharedViews>,
+    pub left_shared: Option<shared::SharedViews>,
 }
 
 /// Counts of a key-view rebuild.
@@ -196,15 +200,15 @@ impl Views {
         Views { keys, roots, shared: None, left_shared: None }
     }
 
-    /// These views are shared with other members (see [`crate::shared_views`]).
-    pub fn shared_with(mut self, shared: crate::shared_views::SharedViews) -> Self {
+    /// These views are shared with other members (see [`shared`]).
+    pub fn shared_with(mut self, shared: shared::SharedViews) -> Self {
         self.shared = Some(shared);
         self
     }
 
     /// Mirrors a batch of applied entries (their effects `effects`) into the views
     /// `skip` does not name, and returns what failed (as [`Views::apply_each`]). Shared
-    /// views follow [`crate::shared_views`]: one member writes each change, from the
+    /// views follow [`shared`]: one member writes each change, from the
     /// state machine, under the view's mark; `log` supplies the entries between the
     /// mark and the batch.
     pub fn apply_entries(&mut self, sm: &StateMachine, log: Option<&crate::log::RaftLog>, entries: &[crate::entry::LogEntry], effects: &[Effect], skip: &mut dyn FnMut(ViewKind) -> bool) -> Vec<ViewFault> {

@@ -13,7 +13,7 @@
 //! While a view is dirty its index is not recorded, so a restart resyncs it from the
 //! log; a failure there marks it dirty too (`boot.rs`), instead of refusing to start.
 //!
-//! Views on a shared filesystem (`halite_storage::shared_views`) fail the same way,
+//! Views on a shared filesystem (`halite_storage::views::shared`) fail the same way,
 //! including when another member keeps their lock past `LOCK_WAIT`; they are recovered
 //! from their mark (never cleared), and not at all if another member has written them
 //! past this one's applied index meanwhile.
@@ -28,8 +28,8 @@ use halite_storage::views::{Touched, ViewKind};
 use halite_storage::entry::LogEntry;
 use halite_storage::{Error as StorageError, Record};
 
-use super::driver::Driver;
-use super::status::NodeStatus;
+use super::Driver;
+use crate::node::status::NodeStatus;
 
 /// First recovery attempt after a fault.
 pub const FIRST_RETRY: Duration = Duration::from_secs(1);
@@ -53,14 +53,14 @@ struct Dirty {
 
 /// The dirty views of a node.
 #[derive(Debug, Default)]
-pub(super) struct ViewFaults {
+pub(in crate::node) struct ViewFaults {
     dirty: BTreeMap<ViewKind, Dirty>,
 }
 
 impl ViewFaults {
     /// Start-up could not bring the views up to the state machine (`boot.rs`): both
     /// are dirty, with what the log says changed since they were last recorded.
-    pub(super) fn at_start(log: &halite_storage::log::RaftLog, sm: &halite_storage::state::StateMachine, error: &dyn std::fmt::Display) -> Self {
+    pub(in crate::node) fn at_start(log: &halite_storage::log::RaftLog, sm: &halite_storage::state::StateMachine, error: &dyn std::fmt::Display) -> Self {
         tracing::error!("the views cannot be brought up to the state machine at start: {error}; the node starts and rebuilds them once they can be written");
         let mut touched = Touched::default();
         if let (Ok(from), Ok(to)) = (sm.views_index(), sm.applied_index()) {
@@ -169,7 +169,7 @@ impl Driver {
             let touched = self.health.faults.dirty.get(&view).map(|d| d.touched.clone()).unwrap_or_default();
             let r = if self.views.is_shared() {
                 // A shared view is caught up from its mark, never cleared
-                // (`halite_storage::shared_views`); if another member wrote past this
+                // (`halite_storage::views::shared`); if another member wrote past this
                 // one meanwhile, there is nothing to do.
                 let applied = self.raw.raft.raft_log.applied;
                 self.views.catch_up_shared(&self.sm, Some(&self.log), view, applied)

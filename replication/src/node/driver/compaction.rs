@@ -23,21 +23,21 @@
 //! A compaction that fails (a full disk) is logged and tried again after
 //! [`RETRY_AFTER`]: the node goes on; the log just stays longer.
 //!
-//! [`NodeConfig::compaction`]: super::NodeConfig::compaction
+//! [`NodeConfig::compaction`]: crate::node::NodeConfig::compaction
 
 use std::time::{Duration, Instant};
 
 use halite_storage::compaction::{self, Decision, LogFacts};
 use halite_storage::snapshot::{Snapshot, SnapshotStore};
 
-use super::driver::Driver;
-use super::{Msg, Result};
+use super::Driver;
+use crate::node::{Msg, Result};
 
 /// How long after a failed compaction the next one is tried.
 pub const RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// The driver's compaction state.
-pub(super) struct Compactor {
+pub(in crate::node) struct Compactor {
     store: SnapshotStore,
     /// No compaction before this (after a failure).
     not_before: Option<Instant>,
@@ -49,7 +49,7 @@ pub(super) struct Compactor {
 
 /// A snapshot hashed and published off the driver thread (or why not), and what the
 /// log line about its compaction needs.
-pub(super) struct Built {
+pub(in crate::node) struct Built {
     result: std::result::Result<Snapshot, String>,
     through: u64,
     reason: String,
@@ -58,7 +58,7 @@ pub(super) struct Built {
 }
 
 impl Compactor {
-    pub(super) fn new(store: SnapshotStore) -> Self {
+    pub(in crate::node) fn new(store: SnapshotStore) -> Self {
         Compactor { store, not_before: None, done: 0, building: None }
     }
 
@@ -78,7 +78,7 @@ impl Driver {
         let waiting = self.peer_waits_for_snapshot()?;
         let Some(c) = self.compactor.as_mut() else { return Ok(()) };
         let applied = self.sm.applied_index()?;
-        let before = self.log.facts(applied)?;
+        let before = LogFacts::of(&self.log, applied)?;
         let decision = match waiting {
             Some(peer) => Decision::Compact { through: applied, reason: format!("member {peer} needs a snapshot that includes it") },
             None => compaction::decide(before, self.cfg.compaction),
@@ -116,7 +116,7 @@ impl Driver {
             Ok(Some(done)) => {
                 c.done += 1;
                 c.not_before = None;
-                let after = self.log.facts(self.sm.applied_index()?)?;
+                let after = LogFacts::of(&self.log, self.sm.applied_index()?)?;
                 tracing::info!(
                     id = self.cfg.id,
                     through = b.through,

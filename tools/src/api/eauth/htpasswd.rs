@@ -13,7 +13,7 @@
 use base64::Engine;
 use md5::{Digest as _, Md5};
 
-use super::eauth::Denied;
+use super::{same, Denied};
 
 /// Checks an htpasswd file's `text` for `user`/`password`.
 pub fn check_htpasswd(text: &str, user: &str, password: &str) -> Result<(), Denied> {
@@ -127,11 +127,6 @@ pub fn apr1(pw: &[u8], salt: &[u8]) -> String {
     }
     put(fin[11] as u32, 2);
     out
-}
-
-/// Compares without stopping at the first difference.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use serde_json::{json, Value as J};
 
 use halite_storage::format::{JobPublished, JobReturn, Record};
 
-use crate::admin::{AdminView, Answer, Plan, Settled};
+use super::{AdminView, Answer, Plan, Settled};
 use crate::error::{Error, Result};
 use crate::events::event;
 use crate::wire::payload;
@@ -103,7 +103,7 @@ impl RunStart {
         if !ok {
             return Err(Error::refused(format!("run.start: {fun:?} is not a function name (module.function)")));
         }
-        if client == "runner" && super::NAMES.contains(&fun) {
+        if client == "runner" && crate::orchestrate::NAMES.contains(&fun) {
             // An orchestration's job is the one its render records (`runner` `state.orchestrate`).
             return Err(Error::refused(format!("run.start: {fun} runs are started by rendering them (the runner verb)")));
         }

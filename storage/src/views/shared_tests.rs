@@ -1,4 +1,4 @@
-//! Views on a shared filesystem (`shared_views.rs`): several members, each with its own
+//! Views on a shared filesystem (`views/shared.rs`): several members, each with its own
 //! state machine fed the same entries, writing one key directory. Real RocksDB, real
 //! files, real `flock`s (each member opens its own descriptors, as separate processes do).
 
@@ -9,7 +9,7 @@ use crate::format::{KeySet, KeyState, Record};
 use crate::keys::mmap::MmapKeys;
 use crate::keys::{BankState, Geometry, KeyView};
 use crate::roots::{RootsDirs, RootsMaterialiser};
-use crate::shared_views::SharedViews;
+use super::shared::SharedViews;
 use crate::state::StateMachine;
 use crate::views::{ViewKind, Views};
 

@@ -13,17 +13,10 @@
 use serde_json::Value as J;
 use sha2::Digest;
 
+use super::{same, Denied};
+
 /// Largest password file read.
 pub const MAX_FILE: u64 = 16 << 20;
-
-/// Why a login failed (the client only ever hears 401; the reason goes to the log).
-#[derive(Debug, PartialEq, Eq)]
-pub enum Denied {
-    /// Wrong user or password.
-    Credentials,
-    /// The backend is not configured or not supported; the text says what to fix.
-    Config(String),
-}
 
 /// Checks `user`/`password` against the `file` backend's options (`^`-keys of its
 /// `external_auth` entry).
@@ -92,11 +85,6 @@ fn digest(hashtype: &str, password: &str) -> Option<String> {
         "sha512" => hex::encode(sha2::Sha512::digest(p)),
         _ => return None,
     })
-}
-
-/// Compares without stopping at the first difference.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]

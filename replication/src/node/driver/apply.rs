@@ -18,8 +18,8 @@ use raft::eraftpb::{Entry, EntryType};
 use halite_storage::state::Outcome;
 use halite_storage::{Error as StorageError, LogEntry};
 
-use super::driver::Driver;
-use super::{Result, Tap};
+use super::Driver;
+use crate::node::{Result, Tap};
 
 impl Driver {
     /// Applies committed `entries` and answers the proposals they carry.

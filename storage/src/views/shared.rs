@@ -40,7 +40,7 @@ use crate::error::{Error, IoContext, Result};
 use crate::flock::{Flock, LOCK_WAIT};
 use crate::log::RaftLog;
 use crate::state::StateMachine;
-use crate::views::{Touched, ViewKind, Views};
+use super::{Touched, ViewKind, Views};
 
 /// Past this many entries between the mark and a batch, the view is reconciled with the
 /// state machine instead of reading them from the log.

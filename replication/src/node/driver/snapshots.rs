@@ -27,9 +27,9 @@ use std::time::Instant;
 use raft::eraftpb::{Message, Snapshot as RaftSnapshot};
 use raft::SnapshotStatus;
 
-use super::driver::Driver;
-use super::membership;
-use super::{Msg, NodeError, Result, Tap};
+use super::Driver;
+use crate::node::membership;
+use crate::node::{Msg, NodeError, Result, Tap};
 
 impl Driver {
     /// Hands a `MsgSnapshot` to the transport with the snapshot's files.
@@ -140,6 +140,6 @@ impl crate::snapshot_transfer::SnapshotInbox for NodeSnapshots {
 }
 
 /// The inbox the transport hands received snapshots to (`boot.rs` registers it).
-pub(super) fn inbox(store: halite_storage::snapshot::SnapshotStore, tx: std::sync::mpsc::Sender<Msg>) -> std::sync::Arc<dyn crate::snapshot_transfer::SnapshotInbox> {
+pub(in crate::node) fn inbox(store: halite_storage::snapshot::SnapshotStore, tx: std::sync::mpsc::Sender<Msg>) -> std::sync::Arc<dyn crate::snapshot_transfer::SnapshotInbox> {
     std::sync::Arc::new(NodeSnapshots { store, tx: std::sync::Mutex::new(tx) })
 }
