@@ -34,6 +34,7 @@ pub mod mine;
 pub mod pillar;
 pub mod pki;
 pub mod publisher_acl;
+pub mod pycompat;
 pub mod range;
 pub mod reactor;
 pub mod req;

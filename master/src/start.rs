@@ -50,14 +50,25 @@ pub fn cluster_plan(cfg: &MasterConfig) -> Result<Option<ClusterPlan>, NodeError
 /// with `cluster_id`, with the founding members of `cluster_peers` over the sealed
 /// transport on `interface:cluster_pool_port`.
 pub fn start_node(cfg: &MasterConfig, views: Views) -> Result<Node, halite_replication::NodeError> {
-    start_node_tapped(cfg, views, None)
+    Ok(start_node_tapped(cfg, views, None)?.0)
+}
+
+/// How a cluster member speaks to the others outside the log: the join handshake's
+/// application messages (the daemon's event fan-out, `daemon::peer_events`), and this
+/// member's name (its `interface`, Salt's peer id).
+#[derive(Clone)]
+pub struct PeerLink {
+    pub handshake: Arc<join::Handshake>,
+    pub name: String,
 }
 
 /// [`start_node`], showing every applied record to `tap` (the daemon publishes the jobs
-/// it applies, whichever master they were proposed on).
-pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> Result<Node, halite_replication::NodeError> {
+/// it applies, whichever master they were proposed on); a cluster member's
+/// [`PeerLink`] beside it.
+pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> Result<(Node, Option<PeerLink>), halite_replication::NodeError> {
     let Some(plan) = cluster_plan(cfg)? else {
-        return Node::start(&data_dir(cfg), views, NodeConfig { tap, compaction: cfg.compaction, ..Default::default() });
+        let node = Node::start(&data_dir(cfg), views, NodeConfig { tap, compaction: cfg.compaction, ..Default::default() })?;
+        return Ok((node, None));
     };
     // This member's raft id: that of its name, or of a later incarnation once it joined
     // again from an empty disk (`halite_replication::join`).
@@ -150,12 +161,11 @@ pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> 
     // Bind every known peer's member key now (`TcpTransport::introduce`).
     transport.introduce();
     let _ = slot.set(node.handle());
-    // Events fired on this member reach the others through the handshake's messages.
-    crate::daemon::peer_events::attach(handshake.clone(), cfg.node_id());
     if let Some(peer) = join_via {
         handshake.request(cfg.interface.clone(), incarnation, peer, node.handle());
     }
-    Ok(node)
+    // Events fired on this member reach the others through the handshake's messages.
+    Ok((node, Some(PeerLink { handshake, name: cfg.node_id() })))
 }
 
 /// What `discover` finds, once it may be acted on: a member about to found a cluster
@@ -283,23 +293,23 @@ pub fn member_names(cfg: &MasterConfig, node: Option<&NodeHandle>) -> BTreeMap<u
 /// Salt master filled, that is every key; later, keys an operator placed by hand (Salt's
 /// way of pre-seeding a minion key into `minions/`). The log is the truth from then on.
 pub fn start_node_adopting(cfg: &MasterConfig) -> Result<Node, NodeError> {
-    start_node_adopting_tapped(cfg, None)
+    Ok(start_node_adopting_tapped(cfg, None)?.0)
 }
 
 /// [`start_node_adopting`] with a tap (see [`start_node_tapped`]).
-pub fn start_node_adopting_tapped(cfg: &MasterConfig, tap: Option<Tap>) -> Result<Node, NodeError> {
+pub fn start_node_adopting_tapped(cfg: &MasterConfig, tap: Option<Tap>) -> Result<(Node, Option<PeerLink>), NodeError> {
     // A shared tree other Halite members already maintain (it carries their marks) holds
     // what their logs hold: a member that is behind must not take it for keys to import.
     let maintained = cfg.shared_filesystem() && cfg.cluster_id.as_deref().is_some_and(|c| halite_storage::views::shared::SharedViews::new(cfg.keys_dir(), c, cfg.key_driver_name()).maintained());
     let (keys, denied) = if maintained { Default::default() } else { key_view(cfg)?.entries()? };
-    let node = start_node_tapped(cfg, views(cfg, key_view(cfg)?), tap)?;
+    let (node, link) = start_node_tapped(cfg, views(cfg, key_view(cfg)?), tap)?;
     let source = format!("{}:{}", cfg.key_driver_name(), cfg.keys_dir().display());
     let groups = adoption(node.state(), keys, denied, &source, now_ns())?;
     if !groups.is_empty() {
         tracing::info!(entries = groups.iter().map(Vec::len).sum::<usize>() - 2, "importing keys found in {source} that the log does not hold yet");
     }
     node.propose_all(&groups, 1, &mut |_, _| {})?;
-    Ok(node)
+    Ok((node, link))
 }
 
 /// The proposals that import the view's keys the state machine does not hold, between

@@ -215,6 +215,13 @@ impl AdminClient {
     }
 }
 
+/// The orchestrate driver's way to the master ([`crate::orchestrate::run`]).
+impl crate::orchestrate::run::Caller for AdminClient {
+    fn call(&mut self, req: &J) -> Result<J, String> {
+        AdminClient::call(self, req).map_err(|e| e.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

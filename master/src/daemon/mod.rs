@@ -103,7 +103,8 @@ pub fn run(cfg: MasterConfig) -> Result<()> {
     // A lone master's key pair a pki dir already holds, read before the node owns the view.
     let found = if clustered { None } else { masterkeys::existing(&cfg, &*store::key_view(&cfg)?) };
     let (applied_tx, applied_rx) = mpsc::unbounded_channel();
-    let node = Arc::new(start::start_node_adopting_tapped(&cfg, Some(publish::tap(applied_tx)))?);
+    let (node, peer_link) = start::start_node_adopting_tapped(&cfg, Some(publish::tap(applied_tx)))?;
+    let node = Arc::new(node);
     // The node above started with its peers exactly when `cluster_id` is set.
     let (keys, aes, generation) = if clustered {
         let s = cluster::secrets(&cfg, &node)?;
@@ -116,7 +117,9 @@ pub fn run(cfg: MasterConfig) -> Result<()> {
     let publish_key = PublishKey::new(aes, &keys)?;
     wait_ready(&node);
     let master = Arc::new(Master::new(cfg, node, keys, publish_key, generation));
-    peer_events::start(&master.bus);
+    if let Some(link) = peer_link {
+        peer_events::start(&master.bus, link);
+    }
     reactor::start(&master);
     // Request handlers run on the blocking pool (RSA, pillar rendering, file reads): a few
     // threads per core keep the CPU busy; more only add stacks and allocator arenas.

@@ -19,12 +19,14 @@
 //! after checking it: at most [`BATCH`] events, tags of 1 to 1,024 bytes, data a map.
 
 use std::sync::mpsc::{sync_channel, Receiver, TrySendError};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value as J};
 
 use halite_replication::join::Handshake;
+
+use crate::start::PeerLink;
 
 use super::bus::EventBus;
 use crate::events::Event;
@@ -41,19 +43,10 @@ const PAUSE: Duration = Duration::from_millis(50);
 /// Longest tag taken from a peer.
 const MAX_TAG: usize = 1024;
 
-/// The cluster's handshake and this member's name, set when the node starts peered.
-static LINK: OnceLock<Mutex<Option<(Arc<Handshake>, String)>>> = OnceLock::new();
-
-/// Called when the node starts with peers: the handshake its messages go through and
-/// the member's name (its `interface`, Salt's peer id).
-pub fn attach(hs: Arc<Handshake>, name: String) {
-    *LINK.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner()) = Some((hs, name));
-}
-
-/// Connects `bus` to the other members: what is fired here is forwarded, what they
-/// forward is fired here. Nothing for a lone master.
-pub fn start(bus: &EventBus) {
-    let Some((hs, name)) = LINK.get().and_then(|l| l.lock().unwrap_or_else(|p| p.into_inner()).clone()) else { return };
+/// Connects `bus` to the other members over `link` (a cluster member's, from
+/// [`crate::start`]): what is fired here is forwarded, what they forward is fired here.
+pub fn start(bus: &EventBus, link: PeerLink) {
+    let PeerLink { handshake: hs, name } = link;
     let local = bus.clone();
     hs.on_app(Arc::new(move |from, body| receive(&local, from, body)));
     let (tx, rx) = sync_channel::<Event>(QUEUE);

@@ -20,7 +20,8 @@ use serde_json::{json, Map, Value as J};
 
 use super::sls::{Kind, Step};
 
-/// What the driver calls: the admin socket (`crate::admin::client::AdminClient`).
+/// What the driver calls: the admin socket (`crate::admin::client::AdminClient`, which
+/// implements it).
 pub trait Caller {
     /// Sends one admin request; `Err` carries the master's refusal.
     fn call(&mut self, req: &J) -> Result<J, String>;
@@ -475,11 +476,5 @@ mod tests {
         ));
         assert!(!check_result(&json!(["Rendering SLS 'base:x' failed"])));
         assert!(!check_result(&json!({})));
-    }
-}
-
-impl Caller for crate::admin::client::AdminClient {
-    fn call(&mut self, req: &J) -> Result<J, String> {
-        crate::admin::client::AdminClient::call(self, req).map_err(|e| e.to_string())
     }
 }

@@ -162,7 +162,7 @@ pub fn render(text: &str, saltenv: &str, sls: &str, pillar: &J) -> Result<Vec<St
     let mut env = minijinja::Environment::new();
     env.set_keep_trailing_newline(true);
     env.set_fuel(Some(FUEL));
-    env.set_unknown_method_callback(crate::reactor::pycompat::methods);
+    env.set_unknown_method_callback(crate::pycompat::methods);
     let ctx = minijinja::context! { pillar => minijinja::Value::from_serialize(pillar), saltenv => saltenv, sls => sls };
     let out = env
         .render_str(text, ctx)

@@ -22,7 +22,6 @@
 //! entry applied carries out the rest (events, runners).
 
 pub mod plan;
-pub mod pycompat;
 pub mod render;
 
 use std::path::{Path, PathBuf};

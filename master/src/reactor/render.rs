@@ -79,7 +79,7 @@ pub fn render(text: &str, tag: &str, data: &J) -> Result<Vec<Reaction>, String> 
     let mut env = minijinja::Environment::new();
     env.set_keep_trailing_newline(true);
     env.set_fuel(Some(FUEL));
-    env.set_unknown_method_callback(super::pycompat::methods);
+    env.set_unknown_method_callback(crate::pycompat::methods);
     let ctx = minijinja::context! { tag => tag, data => minijinja::Value::from_serialize(data) };
     let out = env.render_str(text, ctx).map_err(|e| format!("Jinja: {e}"))?;
     if out.len() > MAX_OUTPUT {

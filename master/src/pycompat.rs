@@ -1,5 +1,6 @@
-//! The Python methods reactor templates call on `data` and its strings
-//! (`data.get('id')`, `data['id'].startswith('web')`), which minijinja does not have:
+//! The Python methods Salt's Jinja templates (reactor and orchestrate SLS files) call on
+//! `data` and its strings (`data.get('id')`, `data['id'].startswith('web')`), which
+//! minijinja does not have:
 //! maps `get`, `items`, `keys`, `values`; strings `startswith`, `endswith`, `split`,
 //! `lower`, `upper`, `strip`, `replace`. Anything else stays an unknown method.
 
