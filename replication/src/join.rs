@@ -67,7 +67,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::{incarnation_id, ClusterPlan};
 use crate::transport::refusal::Refused;
-use crate::{NodeHandle, Outbox, TcpTransport};
+use crate::node::NodeHandle;
+use crate::transport::{Outbox, TcpTransport};
 
 /// How long a new member waits for its peers' answers before founding a cluster.
 pub const DISCOVER_FOR: Duration = Duration::from_secs(3);
