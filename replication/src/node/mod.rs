@@ -5,7 +5,8 @@
 //!
 //! 1. wait for a request or the next tick; then take every request already queued (up
 //!    to [`NodeConfig::max_batch`] records): this is the group;
-//! 2. propose each proposal to raft as one entry (I/O-free);
+//! 2. propose the group's proposals to raft, several to an entry (I/O-free;
+//!    `proposals.rs`);
 //! 3. take raft's `Ready`: append its entries and hard state to the log in **one**
 //!    raft-engine write with **one** fsync, send its messages (none with one voter);
 //! 4. apply newly committed entries to the state machine and the views, in order;
@@ -19,8 +20,8 @@
 //! With peers ([`Node::start_peered`]) the same loop also steps the raft messages that
 //! arrive in its [`Mailbox`] and hands the ones raft produces to an [`Outbox`] (the TCP
 //! transport). Any node takes proposals: a follower's are forwarded by raft to the
-//! leader. A proposal is **one entry** (its records applied all-or-nothing) whose
-//! context names it uniquely across restarts: this node's id, this process's
+//! leader. A proposal (its records applied all-or-nothing) is an entry of its own or an
+//! item of a group entry (`docs/formats.md` §1.1), named uniquely across restarts: this node's id, this process's
 //! incarnation, a sequence number (`proposals.rs`). It is recognised when applied by
 //! that identity, not by its index, since a leader change can replace an uncommitted
 //! index with another node's entry. A proposal may be handed to raft again (a new term,
@@ -36,20 +37,24 @@
 //! |------|------|
 //! | `mod.rs` (this file) | the public face: [`Node`], [`NodeHandle`], [`NodeConfig`], [`NodeError`], [`Pending`], the [`Inbox`]/[`Mailbox`] channel, the [`Tap`] |
 //! | `boot.rs` | opening a node: founding a new log, the start-up checks and view recovery, building the `RawNode`, starting the driver |
-//! | `driver.rs` | the driver thread: the loop, group commit, ticks, `Ready` handling, view sync cadence, stop |
-//! | `proposals.rs` | proposals waiting to be applied: submitting them in the current term, expiry, answering them on apply |
-//! | `apply.rs` | committed entries → state machine and views, in log order, and the tap |
+//! | `driver/mod.rs` | the driver thread: the loop, group commit, ticks, `Ready` handling, view sync cadence, stop |
+//! | `driver/apply.rs` | committed entries → state machine and views, in log order, and the tap |
+//! | `driver/faults.rs` | views that cannot be written: marked dirty, counted, recovered later with backoff; the node goes on |
+//! | `driver/health.rs` | the end of each turn: readiness asked and checked, the status published |
+//! | `driver/snapshots.rs` | a snapshot sent to a member behind the log's first index (through the transport, off the driver thread), and one received installed |
+//! | `driver/compaction.rs` | compacting the log by the policy while the node runs (who may compact, retry after a failure) |
+//! | `driver/member_keys.rs` | the member key book: keys of conf changes applied, this member recording its own |
+//! | `proposals.rs` | proposals waiting to be applied: grouped into entries, submitted in the current term, expiry, answering them on apply |
 //! | `membership.rs` | conf changes, the member address book, announcing this node, promoting learners |
 //! | `context.rs` | the bytes of an entry's `context` (proposal identity, member address); re-exports `halite_storage::context` |
 //! | `status.rs` | [`NodeStatus`]: role, indexes, peers' progress, readiness (caught up with the cluster's commit index, learned by ReadIndex) |
-//! | `faults.rs` | views that cannot be written: marked dirty, counted, recovered later with backoff; the node goes on |
-//! | `snapshots.rs` | a snapshot sent to a member behind the log's first index (through the transport, off the driver thread), and one received installed |
-//! | `compaction.rs` | compacting the log by the policy while the node runs (who may compact, retry after a failure) |
 //!
 //! The driver thread owns one `driver::Driver`, which holds the raft core, a
 //! `proposals::Proposals` and a `membership::Membership`; those two know nothing of the
-//! driver (they are handed the `RawNode` when they need it), so the imports of `node/`
-//! point one way: `boot` → `driver` → `proposals`, `membership` → `context`.
+//! driver (they are handed the `RawNode` when they need it). Each file of `driver/` adds
+//! one step's methods to the driver beside the state it keeps. So the imports of `node/`
+//! point one way: `boot` → `driver` (and its steps) → `proposals`, `membership`,
+//! `status` → `context`.
 
 mod boot;
 pub mod context;
