@@ -10,7 +10,7 @@ every return was stored: ``salt-run jobs.lookup_jid`` for every job must list ev
 minion.
 
     ~/.cache/halite/venv-salt-3008.5/bin/python benches/scripts/soak.py \\
-        [--minions 1000] [--minutes 60] [--interval 1] [--out docs/bench-data/soak.json]
+        [--minions 1000] [--minutes 60] [--interval 1] [--distinct-keys 1000] [--out docs/bench-data/soak.json]
 
 The one-hour soak the benchmark report names is the default; ``--minutes 10`` is the
 shorter run. Release binaries are expected in $CARGO_TARGET_DIR/release (default
@@ -77,6 +77,8 @@ def main():
     # sockets take ports from.
     ap.add_argument("--port", type=int, default=24506)
     ap.add_argument("--keys", default=os.path.expanduser("~/.cache/halite/swarm-keys"))
+    ap.add_argument("--distinct-keys", type=int, default=1000,
+                    help="key pairs the swarm uses (minion n takes key n mod K); the master's work is the same")
     ap.add_argument("--out", default="docs/bench-data/soak.json")
     ap.add_argument("--config", default="", help="extra master configuration lines (YAML), e.g. 'cluster_max_log_size: 5000'")
     args = ap.parse_args()
@@ -88,7 +90,8 @@ def main():
             f.write(args.config.replace("\\n", "\n") + "\n")
     m.start()
     swarm, _auth, ready = swarm_until_ready(
-        ["--port", str(args.port), "--count", str(args.minions), "--key-dir", args.keys, "--master-pid", str(m.proc.pid)], root
+        ["--port", str(args.port), "--count", str(args.minions), "--key-dir", args.keys, "--distinct-keys", str(args.distinct_keys),
+         "--master-pid", str(m.proc.pid)], root
     )
     samples, jobs, short = [], 0, 0
     try:

@@ -13,5 +13,6 @@ pub mod keys;
 pub mod orchestrate;
 pub mod output;
 pub mod pki;
+pub mod printer;
 pub mod snapshots;
 pub mod swarm;

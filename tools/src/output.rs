@@ -1,5 +1,7 @@
-//! Salt's outputters, as far as the tools print them: `json` (Python's `json.dumps` with
-//! `indent=4`, ASCII-escaped), `yaml`, and `key` (what `salt-key -L` prints by default).
+//! Salt's outputters, as far as the tools print them: `nested` (the default), `json`
+//! (Python's `json.dumps`, `indent=4` unless `--out-indent` says otherwise,
+//! ASCII-escaped), `yaml` (keys sorted, as PyYAML's `safe_dump`), `txt`, `raw`,
+//! `highstate` ([`crate::highstate`]) and `key` (what `salt-key -L` prints by default).
 
 use serde_json::Value;
 
@@ -15,12 +17,47 @@ pub enum Out {
     Txt,
     /// Python's `repr` of the data (Salt's `raw` outputter).
     Raw,
+    /// A state run's returns (`crate::highstate`); other data is printed `nested`.
+    Highstate,
+}
+
+impl Out {
+    /// The outputter Salt names `name` (`text` is `txt`), if the tools have it.
+    pub fn from_salt(name: &str) -> Option<Out> {
+        Some(match name {
+            "nested" => Out::Nested,
+            "json" => Out::Json,
+            "yaml" => Out::Yaml,
+            "txt" | "text" => Out::Txt,
+            "raw" => Out::Raw,
+            "key" => Out::Key,
+            "highstate" => Out::Highstate,
+            _ => return None,
+        })
+    }
+}
+
+/// How an outputter prints, beyond its name: Salt's `color`, `output_indent` and the
+/// highstate options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Style {
+    pub color: bool,
+    /// `--out-indent` (`output_indent`): `None` when not set (`json` indents by 4); a
+    /// negative value prints `json` on one line.
+    pub indent: Option<i64>,
+    pub state: crate::highstate::Style,
 }
 
 /// Python `json.dumps(v, indent=4)` (ensure_ascii, `", "`/`": "` separators, key order kept).
 pub fn python_json(v: &Value) -> String {
+    python_json_indent(v, Some(4))
+}
+
+/// Python `json.dumps(v, indent=indent)`: `None` is one line (separators `", "` and
+/// `": "`, as Python's with no indent).
+pub fn python_json_indent(v: &Value, indent: Option<usize>) -> String {
     let mut s = String::new();
-    write_json(v, 0, &mut s);
+    write_json(v, 0, indent, &mut s);
     s
 }
 
@@ -47,10 +84,20 @@ fn write_str(t: &str, out: &mut String) {
     out.push('"');
 }
 
-fn write_json(v: &Value, depth: usize, out: &mut String) {
+fn write_json(v: &Value, depth: usize, indent: Option<usize>, out: &mut String) {
+    // Before an item: a new line indented (with an indent), else nothing; between items
+    // the comma, then a space on one line.
     let pad = |d: usize, out: &mut String| {
-        out.push('\n');
-        out.push_str(&" ".repeat(4 * d));
+        if let Some(n) = indent {
+            out.push('\n');
+            out.push_str(&" ".repeat(n * d));
+        }
+    };
+    let sep = |out: &mut String| {
+        out.push(',');
+        if indent.is_none() {
+            out.push(' ');
+        }
     };
     match v {
         Value::Null => out.push_str("null"),
@@ -62,10 +109,10 @@ fn write_json(v: &Value, depth: usize, out: &mut String) {
             out.push('[');
             for (i, x) in a.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    sep(out);
                 }
                 pad(depth + 1, out);
-                write_json(x, depth + 1, out);
+                write_json(x, depth + 1, indent, out);
             }
             pad(depth, out);
             out.push(']');
@@ -75,12 +122,12 @@ fn write_json(v: &Value, depth: usize, out: &mut String) {
             out.push('{');
             for (i, (k, x)) in m.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    sep(out);
                 }
                 pad(depth + 1, out);
                 write_str(k, out);
                 out.push_str(": ");
-                write_json(x, depth + 1, out);
+                write_json(x, depth + 1, indent, out);
             }
             pad(depth, out);
             out.push('}');
@@ -88,9 +135,23 @@ fn write_json(v: &Value, depth: usize, out: &mut String) {
     }
 }
 
-/// YAML like Salt's yaml outputter (block style).
+/// YAML like Salt's yaml outputter (block style, mapping keys sorted as PyYAML's
+/// `safe_dump` sorts them).
 pub fn yaml(v: &Value) -> String {
-    serde_yaml::to_string(v).unwrap_or_else(|e| format!("# cannot render yaml: {e}\n"))
+    serde_yaml::to_string(&sorted(v)).unwrap_or_else(|e| format!("# cannot render yaml: {e}\n"))
+}
+
+/// `v` with the keys of every mapping in it sorted.
+fn sorted(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            Value::Object(keys.into_iter().map(|k| (k.clone(), sorted(&m[k]))).collect())
+        }
+        Value::Array(a) => Value::Array(a.iter().map(sorted).collect()),
+        other => other.clone(),
+    }
 }
 
 /// The listing as the ordered JSON object Salt returns (`minions_pre`, `minions_rejected`,
@@ -158,10 +219,25 @@ pub fn key_outputter(data: &serde_json::Map<String, Value>, color: bool) -> Stri
     lines.join("\n")
 }
 
-/// Prints `v` in the chosen format (`key` falls back to `nested` for other shapes).
+/// Prints `v` in the chosen format (`key` and `highstate` fall back to `nested` for other
+/// shapes).
 pub fn render(v: &Value, out: Out, color: bool) -> String {
+    render_styled(v, out, &Style { color, ..Style::default() })
+}
+
+/// [`render`] with Salt's output options.
+pub fn render_styled(v: &Value, out: Out, style: &Style) -> String {
+    let color = style.color;
     match out {
-        Out::Json => python_json(v),
+        Out::Json => match style.indent {
+            None => python_json(v),
+            Some(n) if n >= 0 => python_json_indent(v, Some(n as usize)),
+            Some(_) => python_json_indent(v, None),
+        },
+        Out::Highstate => match v {
+            Value::Object(m) => crate::highstate::render_with(m, &crate::highstate::Style { color, ..style.state }),
+            other => nested_colored(other, color),
+        },
         Out::Yaml => yaml(v).trim_end().to_string(),
         Out::Key => match v {
             Value::Object(m) => key_outputter(m, color),
@@ -181,15 +257,18 @@ pub fn python_repr(v: &Value) -> String {
 
 /// Salt's `nested` outputter without colours (`--no-color`, or not a terminal).
 pub fn nested(v: &Value, indent: usize) -> String {
-    let mut out = Vec::new();
-    Nest { color: false }.display(v, indent, "", &mut out);
-    out.join("\n")
+    nested_colored_at(v, indent, false)
 }
 
 /// Salt's `nested` outputter, coloured as Salt colours it on a terminal.
 pub fn nested_colored(v: &Value, color: bool) -> String {
+    nested_colored_at(v, 0, color)
+}
+
+/// [`nested_colored`] `indent` columns in (Salt's `nested_indent`).
+pub fn nested_colored_at(v: &Value, indent: usize, color: bool) -> String {
     let mut out = Vec::new();
-    Nest { color }.display(v, 0, "", &mut out);
+    Nest { color }.display(v, indent, "", &mut out);
     out.join("\n")
 }
 
@@ -201,7 +280,7 @@ struct Nest {
     color: bool,
 }
 
-const LIGHT_YELLOW: &str = "\x1b[1;33m";
+const LIGHT_YELLOW: &str = "\x1b[0;1;33m";
 const GREEN: &str = "\x1b[0;32m";
 const CYAN: &str = "\x1b[0;36m";
 const ENDC: &str = "\x1b[0;0m";
@@ -245,6 +324,14 @@ impl Nest {
                 }
             }
         }
+    }
+}
+
+/// Python's `str` of a decoded value: text as it is, anything else as its `repr`.
+pub fn py_str(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => py_repr(other),
     }
 }
 
@@ -314,6 +401,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn out_indent_and_yaml_print_as_salts() {
+        // What Salt 3008.5's json and yaml outputters print for this return (the json
+        // one with --out-indent unset, 2 and -1).
+        let v: Value = serde_json::from_str(r#"{"m1": true, "m2": {"b": [1, "x"], "a": null, "s": "it's"}}"#).unwrap();
+        let style = |indent| Style { indent, ..Style::default() };
+        assert_eq!(render_styled(&v, Out::Json, &style(None)), "{\n    \"m1\": true,\n    \"m2\": {\n        \"b\": [\n            1,\n            \"x\"\n        ],\n        \"a\": null,\n        \"s\": \"it's\"\n    }\n}");
+        assert_eq!(render_styled(&v, Out::Json, &style(Some(2))), "{\n  \"m1\": true,\n  \"m2\": {\n    \"b\": [\n      1,\n      \"x\"\n    ],\n    \"a\": null,\n    \"s\": \"it's\"\n  }\n}");
+        assert_eq!(render_styled(&v, Out::Json, &style(Some(-1))), r#"{"m1": true, "m2": {"b": [1, "x"], "a": null, "s": "it's"}}"#);
+        assert_eq!(render_styled(&v, Out::Yaml, &style(None)), "m1: true\nm2:\n  a: null\n  b:\n  - 1\n  - x\n  s: it's");
+    }
+
+    #[test]
     fn python_json_shape() {
         let v: Value = serde_json::from_str(r#"{"minions_pre": [], "minions": ["a", "ü"], "n": {"x": 1}}"#).unwrap();
         assert_eq!(python_json(&v), "{\n    \"minions_pre\": [],\n    \"minions\": [\n        \"a\",\n        \"\\u00fc\"\n    ],\n    \"n\": {\n        \"x\": 1\n    }\n}");
@@ -348,7 +447,7 @@ mod tests {
         .join("\n");
         assert_eq!(nested(&v, 0), expected);
         assert_eq!(nested(&serde_json::json!(["a", "b"]), 0), "- a\n- b", "a runner's list, as manage.present prints it");
-        assert_eq!(nested_colored(&serde_json::json!({"a": true}), true), "\x1b[0;36ma\x1b[0;0m:\n    \x1b[1;33mTrue\x1b[0;0m");
+        assert_eq!(nested_colored(&serde_json::json!({"a": true}), true), "\x1b[0;36ma\x1b[0;0m:\n    \x1b[0;1;33mTrue\x1b[0;0m");
     }
 
     #[test]

@@ -2,14 +2,16 @@
 //! committed.
 //!
 //! `salt [-c DIR] TARGET FUN [ARG ...] [-L|-E|-G|-P|-I|-J|-S|-N|-C] [--subset N]
-//! [-t SECONDS] [--async] [--static] [--out nested|json|yaml|txt|raw]
-//! [-b N|N% [--batch-wait S] [--failhard]]`. Arguments are parsed as Salt parses them:
+//! [-t SECONDS] [--async] [--static] [--out nested|json|yaml|txt|raw|highstate]
+//! [--out-indent N] [--out-file FILE [--out-file-append]] [--no-color|--force-color]
+//! [--state-output FORM] [--state-verbose BOOL] [-b N|N% [--batch-wait S] [--failhard]]`. Arguments are parsed as Salt parses them:
 //! `key=value` becomes a keyword argument, every value is YAML-typed (`1` is an int,
 //! `True` a bool).
 //!
 //! Returns are followed with the admin socket's `job.follow` (a cursor on the job cache
 //! the master wakes with its event bus; see `halite_master::admin::follow`): each is
-//! printed once it is committed, as `{minion: return}` in the chosen outputter, then a
+//! printed once it is committed, as `{minion: return}` in the outputter Salt would choose
+//! (`halite_tools::printer`: `--out`, else the one the return names), then a
 //! "Minion did not return" line for each minion that did not return in time. `--static`
 //! gathers them and prints one document. The exit code is Salt's: 1 when a minion
 //! returned a non-zero retcode or did not return, 2 when nothing could be sent. A batch
@@ -27,7 +29,8 @@ use halite_master::admin::client::{is_timeout, AdminClient, CALL_GRACE, NOT_RESP
 use halite_tools::batch::{retcode, Batch, BatchSpec};
 use halite_tools::common::{init_logging, load_config, run, Failure, Result};
 use halite_tools::follow::{follow, Arrival};
-use halite_tools::output::{python_repr, render, Out};
+use halite_tools::output::{python_repr, Style};
+use halite_tools::printer::{Options, Printer};
 
 #[derive(Parser, Debug)]
 #[command(name = "salt", about = "Publish Salt jobs through a Halite master", version)]
@@ -87,8 +90,33 @@ struct Args {
     /// Stop the batch at the first minion that returns a non-zero retcode.
     #[arg(long = "failhard")]
     failhard: bool,
-    #[arg(long = "out", value_enum)]
-    out: Option<Out>,
+    /// The outputter: nested, json, yaml, txt (text), raw, highstate; by default the one
+    /// each return names (`highstate` for a state function), else nested.
+    #[arg(long = "out", alias = "output")]
+    out: Option<String>,
+    /// Indentation of the json outputter (a negative number: one line per minion).
+    #[arg(long = "out-indent", alias = "output-indent", allow_negative_numbers = true)]
+    out_indent: Option<i64>,
+    /// Write the output to this file instead of standard output (emptied first).
+    #[arg(long = "out-file", alias = "output-file")]
+    out_file: Option<PathBuf>,
+    /// Append to the `--out-file` instead of emptying it first.
+    #[arg(long = "out-file-append", alias = "output-file-append")]
+    out_file_append: bool,
+    /// No colours, even on a terminal.
+    #[arg(long = "no-color", alias = "no-colour")]
+    no_color: bool,
+    /// Colours, even when not on a terminal.
+    #[arg(long = "force-color", alias = "force-colour")]
+    force_color: bool,
+    /// The highstate outputter's form: full, terse, mixed, changes or filter (each may
+    /// end in `_id`); default the master config's `state_output`, else full.
+    #[arg(long = "state-output", alias = "state_output")]
+    state_output: Option<String>,
+    /// `False` leaves out of the highstate the states that succeeded without changes;
+    /// default the master config's `state_verbose`, else True.
+    #[arg(long = "state-verbose", alias = "state_verbose")]
+    state_verbose: Option<String>,
     #[arg(long = "log-level", default_value = "warning")]
     log_level: String,
     target: String,
@@ -133,51 +161,6 @@ fn no_return(jid: &str) -> String {
 
 fn names(v: &Value) -> Vec<String> {
     v.as_array().into_iter().flatten().filter_map(|v| v.as_str().map(String::from)).collect()
-}
-
-/// Where returns are printed: each as it comes, or gathered into one document.
-struct Printer {
-    out: Out,
-    color: bool,
-    gather: Option<Map<String, Value>>,
-}
-
-impl Printer {
-    fn new(out: Option<Out>, static_: bool) -> Printer {
-        Printer { out: out.unwrap_or(Out::Nested), color: std::io::stdout().is_terminal(), gather: static_.then(Map::new) }
-    }
-
-    /// Prints (or gathers) `{id: value}`.
-    fn one(&mut self, id: &str, value: Value) {
-        match &mut self.gather {
-            Some(all) => {
-                all.insert(id.to_string(), value);
-            }
-            None => {
-                let mut m = Map::new();
-                m.insert(id.to_string(), value);
-                self.print(&Value::Object(m));
-            }
-        }
-    }
-
-    fn print(&self, v: &Value) {
-        println!("{}", render(v, self.out, self.color));
-    }
-
-    /// A line of progress (not in a gathered document).
-    fn say(&self, line: &str) {
-        if self.gather.is_none() {
-            println!("{line}");
-        }
-    }
-
-    /// Prints the gathered document, if gathering.
-    fn finish(&mut self) {
-        if let Some(all) = self.gather.take() {
-            self.print(&Value::Object(all));
-        }
-    }
 }
 
 /// What `publish` answered.
@@ -254,6 +237,29 @@ fn exit_for(failed: bool) -> Result<()> {
     Ok(())
 }
 
+/// The printer `a` and the master config ask for (Salt's output options; the flags
+/// win over the config's `state_output`, `state_verbose` and `output_indent`).
+fn printer(a: &Args, cfg: &halite_master::MasterConfig) -> Result<Printer> {
+    let text = |k: &str| cfg.raw.get(k).and_then(|v| match v {
+        serde_yaml::Value::String(s) => Some(s.clone()),
+        serde_yaml::Value::Bool(b) => Some(if *b { "True" } else { "False" }.to_string()),
+        serde_yaml::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    });
+    let mut state = halite_tools::highstate::Style::default();
+    if let Some(o) = a.state_output.clone().or_else(|| text("state_output")) {
+        state = state.with_state_output(&o);
+    }
+    if let Some(v) = a.state_verbose.clone().or_else(|| text("state_verbose")) {
+        // Salt turns only these two spellings into False (any other text is true).
+        state.verbose = !(v == "False" || v == "false");
+    }
+    let indent = a.out_indent.or_else(|| text("output_indent").and_then(|t| if t == "pretty" { Some(4) } else { t.parse().ok() }));
+    let color = a.force_color || (!a.no_color && std::io::stdout().is_terminal());
+    let options = Options { out: a.out.clone(), style: Style { color, indent, state }, gather: a.static_, file: a.out_file.clone(), append: a.out_file_append, fun: a.fun.clone() };
+    Printer::new(options).map_err(|e| Failure::new(format!("{}: Access denied: {e}", a.out_file.as_deref().unwrap_or(Path::new("")).display()), 2))
+}
+
 fn real_main(a: Args) -> Result<()> {
     let cfg = load_config(&a.config_dir)?;
     let mut client = AdminClient::connect(&cfg.sock_dir)
@@ -281,7 +287,7 @@ fn real_main(a: Args) -> Result<()> {
     let mut tgt = if a.list { Value::Array(a.target.split(',').map(|s| Value::String(s.trim().to_string())).collect()) } else { Value::String(a.target.clone()) };
     let mut tgt_type = tgt_type.to_string();
     let (args, kwargs) = parse_args(&a.args);
-    let mut printer = Printer::new(a.out, a.static_);
+    let mut printer = printer(&a, &cfg)?;
     if let Some(spec) = &a.batch {
         let spec: BatchSpec = spec.parse().map_err(|e: String| Failure::new(e, 2))?;
         if a.asynchronous {
@@ -313,7 +319,7 @@ fn real_main(a: Args) -> Result<()> {
         match arrival {
             Arrival::Return { id, load, .. } => {
                 failed |= retcode(&load) != 0;
-                printer.one(&id, load.get("return").cloned().unwrap_or(Value::Null));
+                printer.one(&id, load.get("return").cloned().unwrap_or(Value::Null), load.get("out").and_then(Value::as_str));
             }
             Arrival::Done { mut missing, .. } => {
                 // Without the minion data cache a grain or pillar target went to every
@@ -327,7 +333,7 @@ fn real_main(a: Args) -> Result<()> {
                 missing.sort();
                 for m in missing {
                     failed = true;
-                    printer.one(&m, Value::String(no_return(&p.jid)));
+                    printer.one(&m, Value::String(no_return(&p.jid)), None);
                 }
                 break;
             }
@@ -412,7 +418,7 @@ fn run_batch(client: &mut AdminClient, sock_dir: &Path, tgt: &Value, tgt_type: &
             Arrival::Done { jid, missing } => {
                 for m in missing {
                     batch.timed_out(&m, Instant::now());
-                    printer.one(&m, Value::String(no_return(&jid)));
+                    printer.one(&m, Value::String(no_return(&jid)), None);
                 }
             }
             Arrival::Failed { error, .. } => {
@@ -431,22 +437,6 @@ fn run_batch(client: &mut AdminClient, sock_dir: &Path, tgt: &Value, tgt_type: &
     Ok(())
 }
 
-impl Printer {
-    /// One return of a batch run, shaped as Salt's batch prints it: the return under the
-    /// minion id beside the job's `jid` and the `retcode` (keys sorted for `nested`, as
-    /// Salt's nested outputter sorts them); gathered as `{id: return}`.
-    fn batch_return(&mut self, jid: &str, id: &str, rc: i64, value: Value) {
-        if self.gather.is_some() {
-            return self.one(id, value);
-        }
-        let mut fields = vec![("retcode".to_string(), json!(rc)), ("jid".to_string(), json!(jid)), (id.to_string(), value)];
-        if self.out == Out::Nested {
-            fields.sort_by(|a, b| a.0.cmp(&b.0));
-        }
-        self.print(&Value::Object(fields.into_iter().collect()));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -459,12 +449,12 @@ mod tests {
         assert!(a.failhard && !a.static_);
         let a = Args::try_parse_from(["salt", "--batch-size", "2", "--static", "--out", "raw", "*", "cmd.run", "echo hi", "shell=/bin/sh"]).unwrap();
         assert_eq!(a.batch.as_deref(), Some("2"));
-        assert!(a.static_ && a.out == Some(Out::Raw));
+        assert!(a.static_ && a.out.as_deref() == Some("raw"));
         let (args, kwargs) = parse_args(&a.args);
         assert_eq!(args, vec![json!("echo hi")]);
         assert_eq!(kwargs["shell"], json!("/bin/sh"));
         let a = Args::try_parse_from(["salt", "*", "test.ping", "--out", "txt"]).unwrap();
-        assert!(a.batch.is_none() && a.out == Some(Out::Txt));
+        assert!(a.batch.is_none() && a.out.as_deref() == Some("txt"));
     }
 
     #[test]

@@ -33,6 +33,69 @@ fn state_apply_renders_a_jinja_sls_with_a_managed_file_from_the_file_server() {
     assert_eq!(std::fs::read_to_string(&target).expect("the managed file"), "hello from m1\n");
 }
 
+/// What Salt 3008.5's own highstate outputter prints for `data` with `state_output`
+/// and `state_verbose` (no colours), in the reference venv's Python.
+fn reference_highstate(data: &serde_json::Value, state_output: &str, state_verbose: bool) -> String {
+    let body = format!(
+        "import json, sys, salt.config, salt.output\nopts = dict(salt.config.DEFAULT_MASTER_OPTS)\nopts.update(color=False, state_output={state_output:?}, state_verbose={v})\nprint(salt.output.out_format(json.load(sys.stdin), 'highstate', opts))\n",
+        v = if state_verbose { "True" } else { "False" }
+    );
+    let mut child = std::process::Command::new(reference_venv().join("bin/python"))
+        .arg("-c")
+        .arg(body)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python");
+    use std::io::Write as _;
+    child.stdin.take().expect("stdin").write_all(data.to_string().as_bytes()).expect("write the data");
+    let o = child.wait_with_output().expect("python ran");
+    assert!(o.status.success(), "the reference outputter failed");
+    String::from_utf8(o.stdout).expect("utf-8")
+}
+
+/// `salt` prints a state run as Salt does: the minion names the highstate outputter in
+/// its return, and Salt 3008.5's outputter, given the same job's returns
+/// (`jobs.lookup_jid`), prints the same bytes, in full, with `--state-output terse` and
+/// with `--state-verbose False`. A failed state makes the exit code 1.
+#[test]
+fn state_apply_prints_salts_highstate_as_the_reference_does() {
+    let s = Served::start(Accept::Auto, "", "");
+    let srv = s.env.root.join("srv/salt");
+    std::fs::create_dir_all(&srv).expect("roots");
+    std::fs::write(srv.join("demo.sls"), "changed:\n  test.succeed_with_changes: []\nclean:\n  test.succeed_without_changes: []\nbroken:\n  test.fail_without_changes: []\n").expect("demo.sls");
+    for (flags, form, verbose) in [(vec![], "full", true), (vec!["--state-output", "terse"], "terse", true), (vec!["--state-verbose", "False"], "full", false)] {
+        let mut args = vec!["m1", "state.apply", "demo"];
+        args.extend(flags.iter().copied());
+        let o = s.env.salt(&args, 60);
+        let printed = String::from_utf8_lossy(&o.stdout).to_string();
+        assert_eq!(o.status.code(), Some(1), "a failed state: exit code 1\n{printed}");
+        let (jid, _) = s.env.newest_job("state.apply").expect("the state.apply job");
+        let data = s.env.runner(&["jobs.lookup_jid", &jid]);
+        assert_eq!(data["m1"].as_object().map(|m| m.len()), Some(3), "{data}");
+        assert!(printed.contains("Summary for m1\n") && printed.contains("Failed:    1"), "{printed}");
+        assert_eq!(printed.contains("Name: clean - Function: test.succeed_without_changes - Result: Clean"), form == "terse", "{printed}");
+        assert_eq!(printed.contains("ID: clean"), form == "full" && verbose, "{printed}");
+        assert_eq!(printed, reference_highstate(&data, form, verbose), "{flags:?}");
+    }
+}
+
+/// `--out json --out-indent -1` prints each minion on one line; `--out-file` writes the
+/// output there instead of standard output (emptied first), `--out-file-append` adds.
+#[test]
+fn out_indent_and_out_file_shape_the_output_as_salts() {
+    let s = Served::start(Accept::Auto, "", "");
+    let file = s.env.root.join("out.json");
+    std::fs::write(&file, "stale\n").expect("a stale file");
+    let f = file.display().to_string();
+    let o = s.env.salt(&["m1", "test.ping", "--out", "json", "--out-indent", "-1", "--out-file", &f], 30);
+    assert!(o.status.success() && o.stdout.is_empty(), "{}", String::from_utf8_lossy(&o.stdout));
+    assert_eq!(std::fs::read_to_string(&file).expect("the out file"), "{\"m1\": true}\n");
+    let o = s.env.salt(&["m1", "test.echo", "hi", "--out", "json", "--out-indent", "-1", "--out-file", &f, "--out-file-append"], 30);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read_to_string(&file).expect("the out file"), "{\"m1\": true}\n{\"m1\": \"hi\"}\n");
+}
+
 #[test]
 fn cp_list_master_lists_the_file_roots() {
     let (s, _) = with_web_state();

@@ -196,16 +196,10 @@ fn state_event_streams_job_and_custom_events() {
     assert_eq!(data["data"]["x"], 1, "{data}");
 }
 
-/// The jid of the newest `fun` job in `jobs.list_jobs`.
-fn newest_job(env: &Env, fun: &str) -> Option<(String, Value)> {
-    let jobs = env.runner(&["jobs.list_jobs"]);
-    jobs.as_object()?.iter().rev().find(|(_, j)| j["Function"] == fun).map(|(jid, j)| (jid.clone(), j.clone()))
-}
-
 #[test]
 fn the_job_runners_list_and_look_up_a_finished_job() {
     let s = Served::start(Accept::Auto, "", "");
-    let (jid, job) = newest_job(&s.env, "test.ping").expect("a test.ping job");
+    let (jid, job) = s.env.newest_job("test.ping").expect("a test.ping job");
     assert_eq!(job["User"], "root");
     assert!(job["StartTime"].as_str().unwrap_or("").starts_with("20"), "{job}");
     assert_eq!(s.env.runner(&["jobs.lookup_jid", &jid]), json!({"m1": true}));
@@ -218,7 +212,7 @@ fn a_scheduled_jobs_return_gets_a_jid_and_a_load() {
     let s = Served::start(Accept::Auto, "", schedule);
     let mut scheduled = None;
     wait_for("the scheduled job in the job cache", 60, || {
-        scheduled = newest_job(&s.env, "test.echo");
+        scheduled = s.env.newest_job("test.echo");
         scheduled.is_some()
     });
     let (jid, job) = scheduled.expect("found");
@@ -296,7 +290,7 @@ fn a_served_minion_leaves_key_grains_job_and_return_records() {
 #[test]
 fn offline_runners_read_a_stopped_masters_job_cache() {
     let mut s = Served::start(Accept::Auto, "", "");
-    let (jid, _) = newest_job(&s.env, "test.ping").expect("a test.ping job");
+    let (jid, _) = s.env.newest_job("test.ping").expect("a test.ping job");
     s.master.stop();
     assert_eq!(s.env.runner(&["jobs.lookup_jid", &jid]), json!({"m1": true}));
 }

@@ -150,6 +150,12 @@ impl Env {
         json(&self.ok(SALT_RUN, &full))
     }
 
+    /// The jid of the newest `fun` job in `jobs.list_jobs`, with what it lists.
+    pub fn newest_job(&self, fun: &str) -> Option<(String, Value)> {
+        let jobs = self.runner(&["jobs.list_jobs"]);
+        jobs.as_object()?.iter().rev().find(|(_, j)| j["Function"] == fun).map(|(jid, j)| (jid.clone(), j.clone()))
+    }
+
     /// The kinds of the log's records, in order (`halite-ctl dump --json`; offline).
     pub fn record_kinds(&self) -> Vec<String> {
         self.ok(CTL, &["dump", "--json"]).lines().map(|l| json(l)["kind"].as_str().unwrap_or("").to_string()).collect()

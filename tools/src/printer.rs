@@ -1,0 +1,197 @@
+//! Where `salt` prints a job's returns, and with which outputter, as Salt's `salt`
+//! command does (`salt/output/__init__.py` of Salt 3008.5):
+//!
+//! - the outputter of a return is `--out` when given (and not `highstate`); else the one
+//!   the minion named in its return (`out`: a state function names `highstate`); else,
+//!   with `--static` and a `state.*` function, `highstate`; else `nested`. A name the
+//!   tools do not have is logged and `nested` is used, as Salt falls back;
+//! - each return is printed as it comes, or with `--static` all of them at the end as
+//!   one document (in the outputter the last return named);
+//! - `--out-file FILE` writes the printouts to FILE instead of standard output (emptied
+//!   first, unless `--out-file-append`), each followed by a newline;
+//! - colours on a terminal (standard output's), or always with `--force-color`, never
+//!   with `--no-color`.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use serde_json::{Map, Value};
+
+use crate::output::{render_styled, Out, Style};
+
+/// `salt`'s output options, as parsed from its flags and the master config.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// `--out`, as given.
+    pub out: Option<String>,
+    pub style: Style,
+    /// `--static`.
+    pub gather: bool,
+    /// `--out-file`.
+    pub file: Option<PathBuf>,
+    /// `--out-file-append`.
+    pub append: bool,
+    /// The job's function (`--static` prints a `state.*` function's returns as
+    /// `highstate` when no outputter is named).
+    pub fun: String,
+}
+
+/// Prints returns as `salt` does (see the module docs).
+pub struct Printer {
+    forced: Option<Out>,
+    style: Style,
+    file: Option<PathBuf>,
+    state_fun: bool,
+    /// `--static`: the returns so far and the outputter the last one named.
+    gather: Option<(Map<String, Value>, Option<String>)>,
+}
+
+/// The outputter Salt names `name`, or `nested` (with Salt's error) if there is none.
+fn named(name: &str) -> Out {
+    Out::from_salt(name).unwrap_or_else(|| {
+        tracing::error!("Invalid outputter {name} specified, fall back to nested");
+        Out::Nested
+    })
+}
+
+impl Printer {
+    /// A printer for `o`; empties `--out-file` first unless appending (keeping the
+    /// file's permissions, as Salt does).
+    pub fn new(o: Options) -> std::io::Result<Printer> {
+        if let (Some(f), false) = (&o.file, o.append) {
+            if f.is_file() {
+                std::fs::OpenOptions::new().write(true).truncate(true).open(f)?;
+            }
+        }
+        let forced = o.out.as_deref().filter(|n| *n != "highstate" && !n.is_empty()).map(named);
+        Ok(Printer { forced, style: o.style, file: o.file, state_fun: o.fun.starts_with("state."), gather: o.gather.then(|| (Map::new(), None)) })
+    }
+
+    /// The outputter for data whose return named `hint`.
+    fn outputter(&self, hint: Option<&str>) -> Out {
+        if let Some(o) = self.forced {
+            return o;
+        }
+        match hint.filter(|h| !h.is_empty()) {
+            Some(h) => named(h),
+            None if self.gather.is_some() && self.state_fun => Out::Highstate,
+            None => Out::Nested,
+        }
+    }
+
+    /// The outputter a plain `{id: value}` (not a minion's return) is printed with.
+    pub fn plain_out(&self) -> Out {
+        self.forced.unwrap_or(Out::Nested)
+    }
+
+    /// Prints (or gathers) `{id: value}`; `hint` is the outputter the return named.
+    pub fn one(&mut self, id: &str, value: Value, hint: Option<&str>) {
+        match &mut self.gather {
+            Some((all, last)) => {
+                all.insert(id.to_string(), value);
+                if hint.is_some() {
+                    *last = hint.map(String::from);
+                }
+            }
+            None => {
+                let mut m = Map::new();
+                m.insert(id.to_string(), value);
+                let out = self.outputter(hint);
+                self.print(&Value::Object(m), out);
+            }
+        }
+    }
+
+    /// Prints `v` with `out` to standard output or the out-file.
+    pub fn print(&self, v: &Value, out: Out) {
+        let text = render_styled(v, out, &self.style);
+        match &self.file {
+            None => println!("{text}"),
+            Some(f) => {
+                if text.is_empty() {
+                    return;
+                }
+                let written = std::fs::OpenOptions::new().create(true).append(true).open(f).and_then(|mut h| h.write_all(format!("{text}\n").as_bytes()));
+                if let Err(e) = written {
+                    tracing::error!("cannot write the output to {}: {e}", f.display());
+                }
+            }
+        }
+    }
+
+    /// A line of progress on standard output (not in a gathered document).
+    pub fn say(&self, line: &str) {
+        if self.gather.is_none() {
+            println!("{line}");
+        }
+    }
+
+    /// Whether returns are gathered (`--static`).
+    pub fn gathering(&self) -> bool {
+        self.gather.is_some()
+    }
+
+    /// Prints the gathered document, if gathering.
+    pub fn finish(&mut self) {
+        if let Some((all, last)) = self.gather.take() {
+            let out = self.outputter(last.as_deref());
+            self.print(&Value::Object(all), out);
+        }
+    }
+}
+
+impl Printer {
+    /// One return of a batch run, shaped as Salt's batch prints it: the return under the
+    /// minion id beside the job's `jid` and the `retcode` (keys sorted for `nested`, as
+    /// Salt's nested outputter sorts them); gathered as `{id: return}`.
+    pub fn batch_return(&mut self, jid: &str, id: &str, rc: i64, value: Value) {
+        if self.gather.is_some() {
+            return self.one(id, value, None);
+        }
+        let out = self.plain_out();
+        let mut fields = vec![("retcode".to_string(), serde_json::json!(rc)), ("jid".to_string(), serde_json::json!(jid)), (id.to_string(), value)];
+        if out == Out::Nested {
+            fields.sort_by(|a, b| a.0.cmp(&b.0));
+        }
+        self.print(&Value::Object(fields.into_iter().collect()), out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn printer(out: Option<&str>, gather: bool, fun: &str) -> Printer {
+        Printer::new(Options { out: out.map(String::from), gather, fun: fun.into(), ..Default::default() }).unwrap()
+    }
+
+    #[test]
+    fn the_outputter_is_chosen_as_salt_chooses_it() {
+        // The return's own outputter unless --out names another (not highstate).
+        assert_eq!(printer(None, false, "state.apply").outputter(Some("highstate")), Out::Highstate);
+        assert_eq!(printer(Some("json"), false, "state.apply").outputter(Some("highstate")), Out::Json);
+        assert_eq!(printer(Some("highstate"), false, "test.ping").outputter(None), Out::Nested, "--out highstate keeps the return's");
+        assert_eq!(printer(Some("text"), false, "test.ping").outputter(None), Out::Txt);
+        // Unknown names fall back to nested.
+        assert_eq!(printer(Some("quiet"), false, "test.ping").outputter(None), Out::Nested);
+        assert_eq!(printer(None, false, "test.ping").outputter(Some("progress")), Out::Nested);
+        // --static and a state function: highstate when nothing is named.
+        assert_eq!(printer(None, true, "state.sls").outputter(None), Out::Highstate);
+        assert_eq!(printer(None, false, "state.sls").outputter(None), Out::Nested);
+    }
+
+    #[test]
+    fn the_out_file_is_emptied_then_appended_to() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("out");
+        std::fs::write(&f, "old\n").unwrap();
+        let opts = |append| Options { out: Some("json".into()), file: Some(f.clone()), append, style: Style { indent: Some(-1), ..Style::default() }, ..Default::default() };
+        let mut p = Printer::new(opts(false)).unwrap();
+        p.one("m1", Value::Bool(true), None);
+        p.one("m2", Value::Bool(false), None);
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), "{\"m1\": true}\n{\"m2\": false}\n");
+        let mut p = Printer::new(opts(true)).unwrap();
+        p.one("m3", Value::Null, None);
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), "{\"m1\": true}\n{\"m2\": false}\n{\"m3\": null}\n");
+    }
+}
