@@ -21,6 +21,12 @@ pub enum Out {
     Highstate,
 }
 
+impl Default for Out {
+    fn default() -> Self {
+        Out::Nested
+    }
+}
+
 impl Out {
     /// The outputter Salt names `name` (`text` is `txt`), if the tools have it.
     pub fn from_salt(name: &str) -> Option<Out> {

@@ -1,5 +1,6 @@
-//! Where `salt` prints a job's returns, and with which outputter, as Salt's `salt`
-//! command does (`salt/output/__init__.py` of Salt 3008.5):
+//! Where `salt` prints a job's returns (and `salt-run`, `salt-key` their answers), and
+//! with which outputter, as Salt's commands do (`salt/output/__init__.py` of Salt
+//! 3008.5); [`OutputFlags`] are Salt's output options, the same on the three commands:
 //!
 //! - the outputter of a return is `--out` when given (and not `highstate`); else the one
 //!   the minion named in its return (`out`: a state function names `highstate`); else,
@@ -19,6 +20,74 @@ use serde_json::{Map, Value};
 
 use crate::output::{render_styled, Out, Style};
 
+/// Salt's output options (its `OutputOptionsMixIn`), the same flags on `salt`,
+/// `salt-run` and `salt-key`.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct OutputFlags {
+    /// The outputter: nested, json, yaml, txt (text), raw, highstate, key; by default
+    /// the one the answer names (`highstate` for a state function), else the command's.
+    #[arg(long = "out", alias = "output")]
+    pub out: Option<String>,
+    /// Indentation of the json outputter (a negative number: one line per minion).
+    #[arg(long = "out-indent", alias = "output-indent", allow_negative_numbers = true)]
+    pub out_indent: Option<i64>,
+    /// Write the output to this file instead of standard output (emptied first).
+    #[arg(long = "out-file", alias = "output-file")]
+    pub out_file: Option<PathBuf>,
+    /// Append to the `--out-file` instead of emptying it first.
+    #[arg(long = "out-file-append", alias = "output-file-append")]
+    pub out_file_append: bool,
+    /// No colours, even on a terminal.
+    #[arg(long = "no-color", alias = "no-colour")]
+    pub no_color: bool,
+    /// Colours, even when not on a terminal.
+    #[arg(long = "force-color", alias = "force-colour")]
+    pub force_color: bool,
+    /// The highstate outputter's form: full, terse, mixed, changes or filter (each may
+    /// end in `_id`); default the master config's `state_output`, else full.
+    #[arg(long = "state-output", alias = "state_output")]
+    pub state_output: Option<String>,
+    /// `False` leaves out of the highstate the states that succeeded without changes;
+    /// default the master config's `state_verbose`, else True.
+    #[arg(long = "state-verbose", alias = "state_verbose")]
+    pub state_verbose: Option<String>,
+}
+
+impl OutputFlags {
+    /// The style these flags and the master config ask for (the flags win over the
+    /// config's `state_output`, `state_verbose` and `output_indent`).
+    pub fn style(&self, cfg: &halite_master::MasterConfig) -> Style {
+        let text = |k: &str| {
+            cfg.raw.get(k).and_then(|v| match v {
+                serde_yaml::Value::String(s) => Some(s.clone()),
+                serde_yaml::Value::Bool(b) => Some(if *b { "True" } else { "False" }.to_string()),
+                serde_yaml::Value::Number(n) => Some(n.to_string()),
+                _ => None,
+            })
+        };
+        let mut state = crate::highstate::Style::default();
+        if let Some(o) = self.state_output.clone().or_else(|| text("state_output")) {
+            state = state.with_state_output(&o);
+        }
+        if let Some(v) = self.state_verbose.clone().or_else(|| text("state_verbose")) {
+            // Salt turns only these two spellings into False (any other text is true).
+            state.verbose = !(v == "False" || v == "false");
+        }
+        let indent = self.out_indent.or_else(|| text("output_indent").and_then(|t| if t == "pretty" { Some(4) } else { t.parse().ok() }));
+        use std::io::IsTerminal;
+        let color = self.force_color || (!self.no_color && std::io::stdout().is_terminal());
+        Style { color, indent, state }
+    }
+
+    /// A printer for a command whose own outputter is `default` (`fun`: the job's
+    /// function; `gather`: `--static`). `Err`: Salt's complaint about an `--out-file` it
+    /// cannot empty.
+    pub fn printer(&self, cfg: &halite_master::MasterConfig, default: Out, fun: &str, gather: bool) -> Result<Printer, String> {
+        let options = Options { out: self.out.clone(), style: self.style(cfg), gather, file: self.out_file.clone(), append: self.out_file_append, fun: fun.to_string(), default };
+        Printer::new(options).map_err(|e| format!("{}: Access denied: {e}", self.out_file.as_deref().map(|p| p.display().to_string()).unwrap_or_default()))
+    }
+}
+
 /// `salt`'s output options, as parsed from its flags and the master config.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
@@ -34,11 +103,14 @@ pub struct Options {
     /// The job's function (`--static` prints a `state.*` function's returns as
     /// `highstate` when no outputter is named).
     pub fun: String,
+    /// The command's own outputter (`nested`; `key` for `salt-key`).
+    pub default: Out,
 }
 
 /// Prints returns as `salt` does (see the module docs).
 pub struct Printer {
     forced: Option<Out>,
+    default: Out,
     style: Style,
     file: Option<PathBuf>,
     state_fun: bool,
@@ -64,7 +136,7 @@ impl Printer {
             }
         }
         let forced = o.out.as_deref().filter(|n| *n != "highstate" && !n.is_empty()).map(named);
-        Ok(Printer { forced, style: o.style, file: o.file, state_fun: o.fun.starts_with("state."), gather: o.gather.then(|| (Map::new(), None)) })
+        Ok(Printer { forced, default: o.default, style: o.style, file: o.file, state_fun: o.fun.starts_with("state."), gather: o.gather.then(|| (Map::new(), None)) })
     }
 
     /// The outputter for data whose return named `hint`.
@@ -75,13 +147,18 @@ impl Printer {
         match hint.filter(|h| !h.is_empty()) {
             Some(h) => named(h),
             None if self.gather.is_some() && self.state_fun => Out::Highstate,
-            None => Out::Nested,
+            None => self.default,
         }
     }
 
     /// The outputter a plain `{id: value}` (not a minion's return) is printed with.
     pub fn plain_out(&self) -> Out {
-        self.forced.unwrap_or(Out::Nested)
+        self.forced.unwrap_or(self.default)
+    }
+
+    /// Whether `--out` named an outputter (other than `highstate`).
+    pub fn forced(&self) -> bool {
+        self.forced.is_some()
     }
 
     /// Prints (or gathers) `{id: value}`; `hint` is the outputter the return named.
@@ -104,13 +181,18 @@ impl Printer {
 
     /// Prints `v` with `out` to standard output or the out-file.
     pub fn print(&self, v: &Value, out: Out) {
-        let text = render_styled(v, out, &self.style);
+        self.print_text(&render_styled(v, out, &self.style));
+    }
+
+    /// Prints text already rendered; nothing when it is empty (as Salt's
+    /// `display_output`).
+    pub fn print_text(&self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
         match &self.file {
             None => println!("{text}"),
             Some(f) => {
-                if text.is_empty() {
-                    return;
-                }
                 let written = std::fs::OpenOptions::new().create(true).append(true).open(f).and_then(|mut h| h.write_all(format!("{text}\n").as_bytes()));
                 if let Err(e) = written {
                     tracing::error!("cannot write the output to {}: {e}", f.display());

@@ -4,7 +4,7 @@
 //! they work with the master stopped. Accept, reject and delete are committed through
 //! the log: via the running master's admin socket, or directly when it is stopped.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -15,7 +15,8 @@ use halite_master::admin::client::{request_timeout, AdminClient};
 
 use halite_tools::common::{init_logging, load_config, run, Failure, Result};
 use halite_tools::keys::{self, Cmd, Include};
-use halite_tools::output::{listing_value, render, Out};
+use halite_tools::output::{listing_value, Out};
+use halite_tools::printer::{OutputFlags, Printer};
 
 /// More time for a `key.apply`, per key it commits.
 const APPLY_PER_KEY: Duration = Duration::from_millis(5);
@@ -67,11 +68,8 @@ struct Args {
     include_denied: bool,
     #[arg(long = "include-all")]
     include_all: bool,
-    /// Output format.
-    #[arg(long = "out", value_enum)]
-    out: Option<Out>,
-    #[arg(long = "no-color")]
-    no_color: bool,
+    #[command(flatten)]
+    output: OutputFlags,
     #[arg(short = 'q', long = "quiet")]
     quiet: bool,
     /// Log level for messages on stderr.
@@ -85,12 +83,8 @@ fn main() {
     run(|| real_main(args))
 }
 
-fn print(v: &Value, args: &Args) {
-    let color = !args.no_color && std::io::stdout().is_terminal();
-    let s = render(v, args.out.unwrap_or(Out::Key), color);
-    if !s.is_empty() {
-        println!("{s}");
-    }
+fn print(v: &Value, printer: &Printer) {
+    printer.print(v, printer.plain_out());
 }
 
 fn real_main(args: Args) -> Result<()> {
@@ -105,11 +99,12 @@ fn real_main(args: Args) -> Result<()> {
     ]
     .into_iter()
     .find_map(|(m, c)| m.map(|m| (m, c)));
+    let printer = args.output.printer(&cfg, Out::Key, "", false).map_err(|e| Failure::new(e, 1))?;
     if let Some((pattern, cmd)) = change {
-        return change_keys(&args, &cfg, cmd, &pattern);
+        return change_keys(&args, &cfg, cmd, &pattern, &printer);
     }
     if let Some(g) = args.finger.clone().or(args.finger_all.then(|| "*".to_string())) {
-        print(&keys::fingers(&cfg, &g)?, &args);
+        print(&keys::fingers(&cfg, &g)?, &printer);
         return Ok(());
     }
     let listing = keys::listing(&cfg)?;
@@ -117,11 +112,11 @@ fn real_main(args: Args) -> Result<()> {
         Some(arg) => keys::list_status(&listing, arg)?,
         None => listing_value(&listing),
     };
-    print(&v, &args);
+    print(&v, &printer);
     Ok(())
 }
 
-fn change_keys(args: &Args, cfg: &halite_master::MasterConfig, cmd: Cmd, pattern: &str) -> Result<()> {
+fn change_keys(args: &Args, cfg: &halite_master::MasterConfig, cmd: Cmd, pattern: &str, printer: &Printer) -> Result<()> {
     let inc = Include {
         accepted: cmd == Cmd::Reject && (args.include_all || args.include_accepted),
         rejected: cmd == Cmd::Accept && (args.include_all || args.include_rejected),
@@ -163,7 +158,7 @@ fn change_keys(args: &Args, cfg: &halite_master::MasterConfig, cmd: Cmd, pattern
         return Ok(());
     }
     println!("The following keys are going to be {}ed:", cmd.verb().trim_end_matches('e'));
-    print(&Value::Object(selected.clone()), args);
+    print(&Value::Object(selected.clone()), printer);
     if !args.yes {
         let (prompt, default_yes) = if cmd == Cmd::Delete { ("Proceed? [N/y] ", false) } else { ("Proceed? [n/Y] ", true) };
         print!("{prompt}");

@@ -12,7 +12,6 @@
 //! stopped, through the data dir directly (as do `jobs.*` and `cluster.members`).
 
 use std::collections::BTreeMap;
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -23,7 +22,8 @@ use halite_master::admin::client::{request_timeout, AdminClient, CALL_GRACE};
 use halite_master::admin::{cluster, jobs, Members};
 use halite_master::{start, store};
 use halite_tools::common::{init_logging, load_config, run, Failure, Result};
-use halite_tools::output::{render, Out};
+use halite_tools::output::Out;
+use halite_tools::printer::{OutputFlags, Printer};
 use halite_tools::pki;
 
 #[derive(Parser, Debug)]
@@ -36,8 +36,8 @@ struct Args {
     /// Seconds manage.* wait for minions to answer.
     #[arg(short = 't', long = "timeout")]
     timeout: Option<u64>,
-    #[arg(long = "out", value_enum)]
-    out: Option<Out>,
+    #[command(flatten)]
+    output: OutputFlags,
     /// Runner function, e.g. pki.migrate_to_mmap.
     fun: String,
     /// Arguments; `key=value` are keyword arguments.
@@ -133,7 +133,8 @@ fn real_main(a: Args) -> Result<()> {
         f if halite_tools::orchestrate::is_orchestrate(f) => {
             let c = admin.as_mut().ok_or_else(|| Failure::new(format!("{f}: the master is not running"), 1))?;
             let timeout = a.timeout.map_or(halite_tools::orchestrate::STEP_TIMEOUT, Duration::from_secs);
-            return orchestrate(c, f, &positional, &kwargs, timeout, a.out);
+            let printer = a.output.printer(&cfg, Out::Nested, f, false).map_err(|e| Failure::new(e, 1))?;
+            return orchestrate(c, f, &positional, &kwargs, timeout, &printer);
         }
         "pki.status" => Value::String(pki::status(&cfg)),
         "pki.migrate_to_mmap" => match &mut admin {
@@ -225,9 +226,10 @@ fn real_main(a: Args) -> Result<()> {
         }
         other => return Err(Failure::new(format!("'{other}' is not available."), 1)),
     };
-    match (&ret, a.out) {
-        (Value::String(s), None) => println!("{s}"),
-        (v, out) => println!("{}", render(v, out.unwrap_or(Out::Nested), std::io::stdout().is_terminal())),
+    let printer = a.output.printer(&cfg, Out::Nested, &a.fun, false).map_err(|e| Failure::new(e, 1))?;
+    match &ret {
+        Value::String(s) if !printer.forced() => printer.print_text(s),
+        v => printer.print(v, printer.plain_out()),
     }
     Ok(())
 }
@@ -236,16 +238,17 @@ fn real_main(a: Args) -> Result<()> {
 /// and stores the run's return (`halite_tools::orchestrate`), then prints the run as
 /// Salt does (`highstate`, or `{"data", "outputter", "retcode"}` with `--out`); exits
 /// with the retcode.
-fn orchestrate(c: &mut AdminClient, fun: &str, positional: &[String], kwargs: &BTreeMap<String, String>, timeout: Duration, out: Option<Out>) -> Result<()> {
+fn orchestrate(c: &mut AdminClient, fun: &str, positional: &[String], kwargs: &BTreeMap<String, String>, timeout: Duration, printer: &Printer) -> Result<()> {
     let arg: Vec<Value> = positional.iter().map(|v| yamlify(v)).collect();
     let kwarg: serde_json::Map<String, Value> = kwargs.iter().map(|(k, v)| (k.clone(), yamlify(v))).collect();
     let done = halite_tools::orchestrate::run(c, fun, &arg, &kwarg, None, timeout).map_err(|e| Failure::new(e, 1))?;
     if let Err(e) = &done.stored {
         eprintln!("The run's return was not stored in the job cache: {e}");
     }
-    match out {
-        None => println!("{}", halite_tools::highstate::render(&done.data())),
-        Some(o) => println!("{}", render(&done.ret, o, std::io::stdout().is_terminal())),
+    if printer.forced() {
+        printer.print(&done.ret, printer.plain_out());
+    } else {
+        printer.print(&Value::Object(done.data()), Out::Highstate);
     }
     if done.retcode == 0 {
         Ok(())

@@ -17,7 +17,6 @@
 //! returned a non-zero retcode or did not return, 2 when nothing could be sent. A batch
 //! run (`--batch`) is in `halite_tools::batch` and [`run_batch`].
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -29,8 +28,8 @@ use halite_master::admin::client::{is_timeout, AdminClient, CALL_GRACE, NOT_RESP
 use halite_tools::batch::{retcode, Batch, BatchSpec};
 use halite_tools::common::{init_logging, load_config, run, Failure, Result};
 use halite_tools::follow::{follow, Arrival};
-use halite_tools::output::{python_repr, Style};
-use halite_tools::printer::{Options, Printer};
+use halite_tools::output::{python_repr, Out};
+use halite_tools::printer::{OutputFlags, Printer};
 
 #[derive(Parser, Debug)]
 #[command(name = "salt", about = "Publish Salt jobs through a Halite master", version)]
@@ -90,33 +89,8 @@ struct Args {
     /// Stop the batch at the first minion that returns a non-zero retcode.
     #[arg(long = "failhard")]
     failhard: bool,
-    /// The outputter: nested, json, yaml, txt (text), raw, highstate; by default the one
-    /// each return names (`highstate` for a state function), else nested.
-    #[arg(long = "out", alias = "output")]
-    out: Option<String>,
-    /// Indentation of the json outputter (a negative number: one line per minion).
-    #[arg(long = "out-indent", alias = "output-indent", allow_negative_numbers = true)]
-    out_indent: Option<i64>,
-    /// Write the output to this file instead of standard output (emptied first).
-    #[arg(long = "out-file", alias = "output-file")]
-    out_file: Option<PathBuf>,
-    /// Append to the `--out-file` instead of emptying it first.
-    #[arg(long = "out-file-append", alias = "output-file-append")]
-    out_file_append: bool,
-    /// No colours, even on a terminal.
-    #[arg(long = "no-color", alias = "no-colour")]
-    no_color: bool,
-    /// Colours, even when not on a terminal.
-    #[arg(long = "force-color", alias = "force-colour")]
-    force_color: bool,
-    /// The highstate outputter's form: full, terse, mixed, changes or filter (each may
-    /// end in `_id`); default the master config's `state_output`, else full.
-    #[arg(long = "state-output", alias = "state_output")]
-    state_output: Option<String>,
-    /// `False` leaves out of the highstate the states that succeeded without changes;
-    /// default the master config's `state_verbose`, else True.
-    #[arg(long = "state-verbose", alias = "state_verbose")]
-    state_verbose: Option<String>,
+    #[command(flatten)]
+    output: OutputFlags,
     #[arg(long = "log-level", default_value = "warning")]
     log_level: String,
     target: String,
@@ -237,29 +211,6 @@ fn exit_for(failed: bool) -> Result<()> {
     Ok(())
 }
 
-/// The printer `a` and the master config ask for (Salt's output options; the flags
-/// win over the config's `state_output`, `state_verbose` and `output_indent`).
-fn printer(a: &Args, cfg: &halite_master::MasterConfig) -> Result<Printer> {
-    let text = |k: &str| cfg.raw.get(k).and_then(|v| match v {
-        serde_yaml::Value::String(s) => Some(s.clone()),
-        serde_yaml::Value::Bool(b) => Some(if *b { "True" } else { "False" }.to_string()),
-        serde_yaml::Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    });
-    let mut state = halite_tools::highstate::Style::default();
-    if let Some(o) = a.state_output.clone().or_else(|| text("state_output")) {
-        state = state.with_state_output(&o);
-    }
-    if let Some(v) = a.state_verbose.clone().or_else(|| text("state_verbose")) {
-        // Salt turns only these two spellings into False (any other text is true).
-        state.verbose = !(v == "False" || v == "false");
-    }
-    let indent = a.out_indent.or_else(|| text("output_indent").and_then(|t| if t == "pretty" { Some(4) } else { t.parse().ok() }));
-    let color = a.force_color || (!a.no_color && std::io::stdout().is_terminal());
-    let options = Options { out: a.out.clone(), style: Style { color, indent, state }, gather: a.static_, file: a.out_file.clone(), append: a.out_file_append, fun: a.fun.clone() };
-    Printer::new(options).map_err(|e| Failure::new(format!("{}: Access denied: {e}", a.out_file.as_deref().unwrap_or(Path::new("")).display()), 2))
-}
-
 fn real_main(a: Args) -> Result<()> {
     let cfg = load_config(&a.config_dir)?;
     let mut client = AdminClient::connect(&cfg.sock_dir)
@@ -287,7 +238,7 @@ fn real_main(a: Args) -> Result<()> {
     let mut tgt = if a.list { Value::Array(a.target.split(',').map(|s| Value::String(s.trim().to_string())).collect()) } else { Value::String(a.target.clone()) };
     let mut tgt_type = tgt_type.to_string();
     let (args, kwargs) = parse_args(&a.args);
-    let mut printer = printer(&a, &cfg)?;
+    let mut printer = a.output.printer(&cfg, Out::Nested, &a.fun, a.static_).map_err(|e| Failure::new(e, 2))?;
     if let Some(spec) = &a.batch {
         let spec: BatchSpec = spec.parse().map_err(|e: String| Failure::new(e, 2))?;
         if a.asynchronous {
@@ -449,12 +400,12 @@ mod tests {
         assert!(a.failhard && !a.static_);
         let a = Args::try_parse_from(["salt", "--batch-size", "2", "--static", "--out", "raw", "*", "cmd.run", "echo hi", "shell=/bin/sh"]).unwrap();
         assert_eq!(a.batch.as_deref(), Some("2"));
-        assert!(a.static_ && a.out.as_deref() == Some("raw"));
+        assert!(a.static_ && a.output.out.as_deref() == Some("raw"));
         let (args, kwargs) = parse_args(&a.args);
         assert_eq!(args, vec![json!("echo hi")]);
         assert_eq!(kwargs["shell"], json!("/bin/sh"));
         let a = Args::try_parse_from(["salt", "*", "test.ping", "--out", "txt"]).unwrap();
-        assert!(a.batch.is_none() && a.out.as_deref() == Some("txt"));
+        assert!(a.batch.is_none() && a.output.out.as_deref() == Some("txt"));
     }
 
     #[test]
