@@ -4,7 +4,8 @@
 //! `salt [-c DIR] TARGET FUN [ARG ...] [-L|-E|-G|-P|-I|-J|-S|-N|-C] [--subset N]
 //! [-t SECONDS] [--async] [--static] [--out nested|json|yaml|txt|raw|highstate]
 //! [--out-indent N] [--out-file FILE [--out-file-append]] [--no-color|--force-color]
-//! [--state-output FORM] [--state-verbose BOOL] [-b N|N% [--batch-wait S] [--failhard]]`. Arguments are parsed as Salt parses them:
+//! [--state-output FORM] [--state-verbose BOOL] [-v|--show-jid] [--hide-timeout]
+//! [-b N|N% [--batch-wait S] [--failhard]]`. Arguments are parsed as Salt parses them:
 //! `key=value` becomes a keyword argument, every value is YAML-typed (`1` is an int,
 //! `True` a bool).
 //!
@@ -80,6 +81,15 @@ struct Args {
     /// as it arrives).
     #[arg(long = "static")]
     static_: bool,
+    /// Print the job's jid first (`Executing job with jid ...`).
+    #[arg(short = 'v', long = "verbose")]
+    verbose: bool,
+    /// Print the job's jid first (`jid: ...`), without the rest of `--verbose`.
+    #[arg(long = "show-jid")]
+    show_jid: bool,
+    /// Leave out the minions that did not return (and do not count them as failed).
+    #[arg(long = "hide-timeout")]
+    hide_timeout: bool,
     /// Run on N minions at a time, or N% of the targeted minions (`--batch-size` too).
     #[arg(short = 'b', long = "batch", alias = "batch-size")]
     batch: Option<String>,
@@ -262,6 +272,12 @@ fn real_main(a: Args) -> Result<()> {
     if p.minions.is_empty() {
         return Err(Failure::new("No minions matched the target. No command was sent, no jid was assigned.", 2));
     }
+    if a.verbose {
+        let msg = format!("Executing job with jid {}", p.jid);
+        println!("{msg}\n{}\n", "-".repeat(msg.len()));
+    } else if a.show_jid {
+        println!("jid: {}", p.jid);
+    }
     let (tx, rx) = mpsc::channel();
     start_follow(&cfg.sock_dir, &p.jid, timeout, &tx)?;
     drop(tx);
@@ -282,6 +298,10 @@ fn real_main(a: Args) -> Result<()> {
                 // they are reported as not returning, as Salt does.
                 missing.extend(p.missing.iter().cloned());
                 missing.sort();
+                // `--hide-timeout`: Salt neither prints them nor counts them.
+                if a.hide_timeout && !a.verbose {
+                    missing.clear();
+                }
                 for m in missing {
                     failed = true;
                     printer.one(&m, Value::String(no_return(&p.jid)), None);

@@ -154,13 +154,26 @@ fn grain_pcre_and_compound_targets_match_from_the_reported_grains() {
 }
 
 #[test]
-fn a_listed_id_without_a_key_is_reported_as_not_returning() {
+fn a_listed_id_without_a_key_is_reported_as_not_returning_unless_timeouts_are_hidden() {
     let s = Served::start(Accept::Auto, "", "");
     let o = s.env.salt(&["-L", "m1,nosuch", "test.ping", "--static", "--out", "json"], 10);
     let v: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
     assert_eq!(v["m1"], true, "{v}");
     assert!(v["nosuch"].as_str().unwrap_or("").starts_with("Minion did not return. [No response]"), "{v}");
     assert!(!o.status.success(), "the run fails");
+    // --hide-timeout: neither printed nor counted; --show-jid and -v name the job first.
+    let o = s.env.salt(&["-L", "m1,nosuch", "test.ping", "--out", "json", "--out-indent", "-1", "--hide-timeout", "--show-jid"], 10);
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(o.status.success(), "{text}");
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(lines[0].starts_with("jid: 20") && lines[0].len() == "jid: ".len() + 20, "{text}");
+    assert_eq!(lines[1], r#"{"m1": true}"#);
+    let o = s.env.salt(&["m1", "test.ping", "-v"], 10);
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("Executing job with jid 20") && lines[1] == "-".repeat(lines[0].len()) && lines[2].is_empty(), "{text}");
+    assert_eq!(&lines[3..], ["m1:", "    True"], "{text}");
 }
 
 #[test]
