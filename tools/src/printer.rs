@@ -225,12 +225,13 @@ impl Printer {
 impl Printer {
     /// One return of a batch run, shaped as Salt's batch prints it: the return under the
     /// minion id beside the job's `jid` and the `retcode` (keys sorted for `nested`, as
-    /// Salt's nested outputter sorts them); gathered as `{id: return}`.
-    pub fn batch_return(&mut self, jid: &str, id: &str, rc: i64, value: Value) {
+    /// Salt's nested outputter sorts them), in the outputter the return named (`hint`)
+    /// unless `--out` names one; gathered as `{id: return}`.
+    pub fn batch_return(&mut self, jid: &str, id: &str, rc: i64, value: Value, hint: Option<&str>) {
         if self.gather.is_some() {
-            return self.one(id, value, None);
+            return self.one(id, value, hint);
         }
-        let out = self.plain_out();
+        let out = self.outputter(hint);
         let mut fields = vec![("retcode".to_string(), serde_json::json!(rc)), ("jid".to_string(), serde_json::json!(jid)), (id.to_string(), value)];
         if out == Out::Nested {
             fields.sort_by(|a, b| a.0.cmp(&b.0));

@@ -383,7 +383,7 @@ fn run_batch(client: &mut AdminClient, sock_dir: &Path, tgt: &Value, tgt_type: &
                 let rc = retcode(&load);
                 if batch.returned(&id, rc, Instant::now()) {
                     worst = worst.max(rc);
-                    printer.batch_return(&jid, &id, rc, load.get("return").cloned().unwrap_or(Value::Null));
+                    printer.batch_return(&jid, &id, rc, load.get("return").cloned().unwrap_or(Value::Null), load.get("out").and_then(Value::as_str));
                 }
             }
             Arrival::Done { jid, missing } => {
