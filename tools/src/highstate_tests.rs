@@ -1,5 +1,5 @@
 //! The highstate outputter held to Salt 3008.5's own: `tests/vectors/highstate.json` is
-//! what Salt's outputter printed for the same returns (`tests/vectors/highstate.py`
+//! what Salt's outputter printed for the same returns (`tests/vectors/make_highstate.py`
 //! writes it), with every `state_output` form, `state_verbose` and colours.
 
 use serde_json::{json, Value};

@@ -13,6 +13,7 @@ pub mod keys;
 pub mod orchestrate;
 pub mod output;
 pub mod pki;
+pub mod pprint;
 pub mod printer;
 pub mod snapshots;
 pub mod swarm;

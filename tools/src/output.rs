@@ -1,7 +1,8 @@
 //! Salt's outputters, as far as the tools print them: `nested` (the default), `json`
 //! (Python's `json.dumps`, `indent=4` unless `--out-indent` says otherwise,
 //! ASCII-escaped), `yaml` (keys sorted, as PyYAML's `safe_dump`), `txt`, `raw`,
-//! `highstate` ([`crate::highstate`]) and `key` (what `salt-key -L` prints by default).
+//! `pprint` ([`crate::pprint`]), `highstate` ([`crate::highstate`]) and `key` (what
+//! `salt-key -L` prints by default).
 
 use serde_json::Value;
 
@@ -19,6 +20,8 @@ pub enum Out {
     Raw,
     /// A state run's returns (`crate::highstate`); other data is printed `nested`.
     Highstate,
+    /// Python's `pprint.pformat` (`crate::pprint`).
+    Pprint,
 }
 
 impl Default for Out {
@@ -38,6 +41,7 @@ impl Out {
             "raw" => Out::Raw,
             "key" => Out::Key,
             "highstate" => Out::Highstate,
+            "pprint" => Out::Pprint,
             _ => return None,
         })
     }
@@ -240,6 +244,7 @@ pub fn render_styled(v: &Value, out: Out, style: &Style) -> String {
             Some(n) if n >= 0 => python_json_indent(v, Some(n as usize)),
             Some(_) => python_json_indent(v, None),
         },
+        Out::Pprint => crate::pprint::pformat(v, style.indent.filter(|n| *n >= 0).map_or(1, |n| n as usize)),
         Out::Highstate => match v {
             Value::Object(m) => crate::highstate::render_with(m, &crate::highstate::Style { color, ..style.state }),
             other => nested_colored(other, color),
@@ -361,7 +366,9 @@ pub fn py_repr(v: &Value) -> String {
                         o.push('\\');
                         o.push(c);
                     }
-                    c if (c as u32) < 0x20 || c as u32 == 0x7f => o.push_str(&format!("\\x{:02x}", c as u32)),
+                    c if (c as u32) < 0x100 && !py_printable(c) => o.push_str(&format!("\\x{:02x}", c as u32)),
+                    c if (c as u32) < 0x10000 && !py_printable(c) => o.push_str(&format!("\\u{:04x}", c as u32)),
+                    c if !py_printable(c) => o.push_str(&format!("\\U{:08x}", c as u32)),
                     c => o.push(c),
                 }
             }
@@ -371,6 +378,26 @@ pub fn py_repr(v: &Value) -> String {
         Value::Array(a) => format!("[{}]", a.iter().map(py_repr).collect::<Vec<_>>().join(", ")),
         Value::Object(m) => format!("{{{}}}", m.iter().map(|(k, x)| format!("{}: {}", py_repr(&Value::String(k.clone())), py_repr(x))).collect::<Vec<_>>().join(", ")),
     }
+}
+
+/// Whether Python's `str.isprintable` holds for `c` (what `repr` leaves unescaped): not a
+/// control, format, surrogate or private-use character, nor a separator other than the
+/// space. The non-ASCII ranges are the ones met in practice (C1 controls, no-break and
+/// typographic spaces, zero-width and direction marks, line and paragraph separators,
+/// the byte-order mark, private use).
+fn py_printable(c: char) -> bool {
+    let u = c as u32;
+    !(u < 0x20
+        || (0x7f..=0xa0).contains(&u)
+        || u == 0xad
+        || u == 0x1680
+        || (0x2000..=0x200f).contains(&u)
+        || (0x2028..=0x202f).contains(&u)
+        || (0x205f..=0x2064).contains(&u)
+        || u == 0x3000
+        || u == 0xfeff
+        || (0xe000..=0xf8ff).contains(&u)
+        || (0xf0000..).contains(&u))
 }
 
 /// Salt's `txt` outputter: for a mapping, `key: line` for each line of a text value and

@@ -24,7 +24,7 @@ use crate::output::{render_styled, Out, Style};
 /// `salt-run` and `salt-key`.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct OutputFlags {
-    /// The outputter: nested, json, yaml, txt (text), raw, highstate, key; by default
+    /// The outputter: nested, json, yaml, txt (text), raw, pprint, highstate, key; by default
     /// the one the answer names (`highstate` for a state function), else the command's.
     #[arg(long = "out", alias = "output")]
     pub out: Option<String>,
@@ -255,6 +255,7 @@ mod tests {
         assert_eq!(printer(Some("json"), false, "state.apply").outputter(Some("highstate")), Out::Json);
         assert_eq!(printer(Some("highstate"), false, "test.ping").outputter(None), Out::Nested, "--out highstate keeps the return's");
         assert_eq!(printer(Some("text"), false, "test.ping").outputter(None), Out::Txt);
+        assert_eq!(printer(Some("pprint"), false, "test.ping").outputter(None), Out::Pprint);
         // Unknown names fall back to nested.
         assert_eq!(printer(Some("quiet"), false, "test.ping").outputter(None), Out::Nested);
         assert_eq!(printer(None, false, "test.ping").outputter(Some("progress")), Out::Nested);

@@ -2,7 +2,7 @@
 //! committed.
 //!
 //! `salt [-c DIR] TARGET FUN [ARG ...] [-L|-E|-G|-P|-I|-J|-S|-N|-C] [--subset N]
-//! [-t SECONDS] [--async] [--static] [--out nested|json|yaml|txt|raw|highstate]
+//! [-t SECONDS] [--async] [--static] [--out nested|json|yaml|txt|raw|pprint|highstate]
 //! [--out-indent N] [--out-file FILE [--out-file-append]] [--no-color|--force-color]
 //! [--state-output FORM] [--state-verbose BOOL] [-v|--show-jid] [--hide-timeout]
 //! [-b N|N% [--batch-wait S] [--failhard]]`. Arguments are parsed as Salt parses them:

@@ -2,7 +2,7 @@
 over sample state returns with each state_output / state_verbose / color setting, the
 vectors tools/src/highstate_tests.rs holds Halite's outputter to.
 
-    ~/.cache/halite/venv-salt-3008.5/bin/python tools/tests/vectors/highstate.py \
+    ~/.cache/halite/venv-salt-3008.5/bin/python tools/tests/vectors/make_highstate.py \
         MASTER_CONFIG tools/tests/vectors/highstate.json
 
 MASTER_CONFIG: any master config file (e.g. one line `root_dir: /tmp/x`).
