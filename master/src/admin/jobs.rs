@@ -18,6 +18,7 @@ use serde_json::{json, Map, Value as J};
 use halite_storage::format::{JobPublished, Record};
 use halite_storage::state::StateMachine;
 
+use super::returners::ReturnTo;
 use super::runner_args::RunnerArgs;
 use super::{AdminView, Plan};
 use crate::error::{Error, Result};
@@ -31,7 +32,8 @@ pub enum JobCmd {
     /// salt-api names, else `root`; the admin socket sets a system user's own name).
     /// `acl_checked`: the user is neither root nor the master's user, so
     /// `publisher_acl` must allow the call (`crate::publisher_acl`).
-    Publish { fun: String, tgt: J, tgt_type: String, arg: Vec<J>, kwarg: Map<String, J>, user: String, acl_checked: bool },
+    /// `ret`: the returners the minions also send the returns to.
+    Publish { fun: String, tgt: J, tgt_type: String, arg: Vec<J>, kwarg: Map<String, J>, user: String, acl_checked: bool, ret: ReturnTo },
     Returns { jid: String },
     List,
     ListJobs,
@@ -59,6 +61,7 @@ impl JobCmd {
                 kwarg: req.get("kwarg").and_then(J::as_object).cloned().unwrap_or_default(),
                 user: s("user").filter(|u| !u.is_empty() && u.len() <= 256).unwrap_or("root").to_string(),
                 acl_checked: false,
+                ret: ReturnTo::parse(req)?,
             },
             ("job.returns", _) => JobCmd::Returns { jid: jid("job.returns")? },
             ("job.list", _) => JobCmd::List,
@@ -88,7 +91,7 @@ impl JobCmd {
     pub fn answer(self, view: &dyn AdminView) -> Result<Plan> {
         let sm = view.state();
         match self {
-            JobCmd::Publish { fun, tgt, tgt_type, arg, kwarg, user, acl_checked } => publish(view, fun, tgt, tgt_type, arg, kwarg, &user, acl_checked),
+            JobCmd::Publish { fun, tgt, tgt_type, arg, kwarg, user, acl_checked, ret } => publish(view, Publish { fun, tgt, tgt_type, args: arg, kwarg, user, acl_checked, ret }),
             JobCmd::Returns { jid } => {
                 let mut out = Map::new();
                 for r in sm.job_returns(&jid)? {
@@ -123,7 +126,21 @@ impl JobCmd {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn publish(view: &dyn AdminView, fun: String, tgt: J, tgt_type: String, mut args: Vec<J>, kwarg: Map<String, J>, user: &str, acl_checked: bool) -> Result<Plan> {
+/// A publish request's parts.
+struct Publish {
+    fun: String,
+    tgt: J,
+    tgt_type: String,
+    args: Vec<J>,
+    kwarg: Map<String, J>,
+    user: String,
+    acl_checked: bool,
+    ret: ReturnTo,
+}
+
+fn publish(view: &dyn AdminView, p: Publish) -> Result<Plan> {
+    let Publish { fun, tgt, tgt_type, mut args, kwarg, user, acl_checked, ret } = p;
+    let user = user.as_str();
     let raw = |k: &str| view.config().raw.get(k).and_then(|v| serde_json::to_value(v).ok()).unwrap_or(J::Null);
     let refused = || Error::refused("Authorization error occurred.");
     if crate::publisher_acl::blacklisted(&raw("publisher_acl_blacklist"), user, &fun) {
@@ -168,7 +185,10 @@ fn publish(view: &dyn AdminView, fun: String, tgt: J, tgt_type: String, mut args
         return Err(Error::refused("No minions matched the target. No command was sent, no jid was assigned."));
     }
     let jid = view.new_jid();
-    let load = json!({ "fun": fun, "arg": args, "tgt": tgt, "jid": jid, "ret": "", "tgt_type": tgt_type, "user": user });
+    let mut load = json!({ "fun": fun, "arg": args, "tgt": tgt, "jid": jid, "ret": "", "tgt_type": tgt_type, "user": user });
+    if let J::Object(m) = &mut load {
+        ret.fill(m, view.config().raw.get("ext_job_cache").and_then(serde_yaml::Value::as_str));
+    }
     let rec = Record::JobPublished(JobPublished { jid: jid.clone(), load: payload::encode(&payload::from_json(&load)), minions: minions.clone(), time_ns: view.now_ns(), started_by: None });
     tracing::info!(jid = %jid, fun = %fun, minions = minions.len(), "publishing");
     // `unresolved`: the minions are every accepted one; those the target does not match

@@ -38,6 +38,7 @@ pub mod mine;
 pub mod orchestrate;
 pub mod pillar;
 pub mod pki;
+pub mod returners;
 pub mod runner_args;
 pub mod runs;
 pub mod tokens;

@@ -5,6 +5,7 @@
 //! [-t SECONDS] [--async] [--static] [--out nested|json|yaml|txt|raw|pprint|highstate]
 //! [--out-indent N] [--out-file FILE [--out-file-append]] [--no-color|--force-color]
 //! [--state-output FORM] [--state-verbose BOOL] [-v|--show-jid] [--hide-timeout]
+//! [--return RETURNER [--return_config PROFILE] [--return_kwargs YAML]]
 //! [-b N|N% [--batch-wait S] [--failhard]]`. Arguments are parsed as Salt parses them:
 //! `key=value` becomes a keyword argument, every value is YAML-typed (`1` is an int,
 //! `True` a bool).
@@ -90,6 +91,15 @@ struct Args {
     /// Leave out the minions that did not return (and do not count them as failed).
     #[arg(long = "hide-timeout")]
     hide_timeout: bool,
+    /// Returners the minions also send the returns to (comma-separated).
+    #[arg(long = "return", value_name = "RETURNER")]
+    ret: Option<String>,
+    /// The returner profile (`<profile>.<returner>.*` options in the minion config).
+    #[arg(long = "return_config", alias = "return-config", value_name = "RETURNER_CONF")]
+    ret_config: Option<String>,
+    /// Options for the returners, a YAML mapping.
+    #[arg(long = "return_kwargs", alias = "return-kwargs", value_name = "RETURNER_KWARGS")]
+    ret_kwargs: Option<String>,
     /// Run on N minions at a time, or N% of the targeted minions (`--batch-size` too).
     #[arg(short = 'b', long = "batch", alias = "batch-size")]
     batch: Option<String>,
@@ -157,10 +167,14 @@ struct Published {
     unresolved: bool,
 }
 
-fn publish(client: &mut AdminClient, tgt: &Value, tgt_type: &str, fun: &str, args: &[Value], kwargs: &Map<String, Value>) -> Result<Published> {
-    let r = client
-        .call(&json!({ "cmd": "publish", "tgt": tgt, "tgt_type": tgt_type, "fun": fun, "arg": args, "kwarg": kwargs }))
-        .map_err(|e| Failure::new(e.to_string(), 2))?;
+/// Publishes `fun`; `extra` joins the request (the returners: `ret`, `ret_config`,
+/// `ret_kwargs`).
+fn publish(client: &mut AdminClient, tgt: &Value, tgt_type: &str, fun: &str, args: &[Value], kwargs: &Map<String, Value>, extra: &Map<String, Value>) -> Result<Published> {
+    let mut req = json!({ "cmd": "publish", "tgt": tgt, "tgt_type": tgt_type, "fun": fun, "arg": args, "kwarg": kwargs });
+    if let Value::Object(m) = &mut req {
+        m.extend(extra.clone());
+    }
+    let r = client.call(&req).map_err(|e| Failure::new(e.to_string(), 2))?;
     Ok(Published { jid: r["jid"].as_str().unwrap_or("").to_string(), minions: names(&r["minions"]), missing: names(&r["missing"]), unresolved: r["unresolved"].as_bool().unwrap_or(false) })
 }
 
@@ -198,7 +212,7 @@ fn collect(sock_dir: &Path, jid: &str, timeout: Duration) -> Result<Collected> {
 /// minions that answered with `fun` among their functions, at random.
 fn subset(client: &mut AdminClient, sock_dir: &Path, tgt: &Value, tgt_type: &str, fun: &str, n: usize, timeout: Duration) -> Result<Vec<String>> {
     use rand::seq::SliceRandom;
-    let p = publish(client, tgt, tgt_type, "sys.list_functions", &[], &Map::new())?;
+    let p = publish(client, tgt, tgt_type, "sys.list_functions", &[], &Map::new(), &Map::new())?;
     let (returns, _) = collect(sock_dir, &p.jid, timeout)?;
     let mut able: Vec<String> = returns
         .into_iter()
@@ -249,6 +263,17 @@ fn real_main(a: Args) -> Result<()> {
     let mut tgt_type = tgt_type.to_string();
     let (args, kwargs) = parse_args(&a.args);
     let mut printer = a.output.printer(&cfg, Out::Nested, &a.fun, a.static_).map_err(|e| Failure::new(e, 2))?;
+    // Salt's `--return`, `--return_config`, `--return_kwargs` (YAML-typed, a mapping).
+    let mut returners = Map::new();
+    if let Some(r) = &a.ret {
+        returners.insert("ret".into(), Value::String(r.clone()));
+    }
+    if let Some(c) = &a.ret_config {
+        returners.insert("ret_config".into(), Value::String(c.clone()));
+    }
+    if let Some(k) = &a.ret_kwargs {
+        returners.insert("ret_kwargs".into(), yaml_value(k));
+    }
     if let Some(spec) = &a.batch {
         let spec: BatchSpec = spec.parse().map_err(|e: String| Failure::new(e, 2))?;
         if a.asynchronous {
@@ -257,14 +282,14 @@ fn real_main(a: Args) -> Result<()> {
         if !a.batch_wait.is_finite() || a.batch_wait < 0.0 {
             return Err(Failure::new("--batch-wait takes a number of seconds", 2));
         }
-        let run = BatchRun { spec, wait: Duration::from_secs_f64(a.batch_wait.min(86_400.0)), failhard: a.failhard, timeout };
+        let run = BatchRun { spec, returners: returners.clone(), wait: Duration::from_secs_f64(a.batch_wait.min(86_400.0)), failhard: a.failhard, timeout };
         return run_batch(&mut client, &cfg.sock_dir, &tgt, &tgt_type, &a.fun, &args, &kwargs, run, &mut printer);
     }
     if let Some(n) = a.subset {
         tgt = Value::Array(subset(&mut client, &cfg.sock_dir, &tgt, &tgt_type, &a.fun, n, timeout)?.into_iter().map(Value::String).collect());
         tgt_type = "list".into();
     }
-    let p = publish(&mut client, &tgt, &tgt_type, &a.fun, &args, &kwargs)?;
+    let p = publish(&mut client, &tgt, &tgt_type, &a.fun, &args, &kwargs, &returners)?;
     if a.asynchronous {
         println!("Executed command with job ID: {}", p.jid);
         return Ok(());
@@ -321,6 +346,8 @@ fn real_main(a: Args) -> Result<()> {
 /// How a batch runs.
 struct BatchRun {
     spec: BatchSpec,
+    /// The returners each batch's job names (`--return`).
+    returners: Map<String, Value>,
     wait: Duration,
     failhard: bool,
     timeout: Duration,
@@ -332,7 +359,7 @@ struct BatchRun {
 /// largest retcode returned, as Salt's batch does.
 #[allow(clippy::too_many_arguments)]
 fn run_batch(client: &mut AdminClient, sock_dir: &Path, tgt: &Value, tgt_type: &str, fun: &str, args: &[Value], kwargs: &Map<String, Value>, run: BatchRun, printer: &mut Printer) -> Result<()> {
-    let ping = publish(client, tgt, tgt_type, "test.ping", &[], &Map::new())?;
+    let ping = publish(client, tgt, tgt_type, "test.ping", &[], &Map::new(), &Map::new())?;
     let (answered, mut down) = collect(sock_dir, &ping.jid, run.timeout)?;
     if ping.unresolved {
         down.clear();
@@ -357,7 +384,7 @@ fn run_batch(client: &mut AdminClient, sock_dir: &Path, tgt: &Value, tgt_type: &
         if !start.is_empty() {
             printer.say(&format!("\nExecuting run on {}\n", python_repr(&json!(start))));
             let list = Value::Array(start.iter().cloned().map(Value::String).collect());
-            let p = publish(client, &list, "list", fun, args, kwargs)?;
+            let p = publish(client, &list, "list", fun, args, kwargs, &run.returners)?;
             // A minion whose key went away since the ping was sent nothing.
             for m in &p.missing {
                 batch.timed_out(m, now);

@@ -361,3 +361,46 @@ fn pki_migrate_to_mmap_runs_online_through_the_running_master() {
     let mid = std::fs::read_dir(env.pki()).expect("pki").filter_map(|e| e.ok()?.file_name().into_string().ok()).find(|n| n.ends_with(".pem") && n != "master.pem").expect("the master's key file");
     assert_eq!(mm.get_master_key(&mid).expect("read").expect("master key in the view"), std::fs::read(env.pki().join(&mid)).expect("key file"));
 }
+
+/// The JSON lines a `rawfile_json` returner wrote to `path` (none yet: empty).
+fn returned_lines(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+/// `salt --return rawfile_json` makes the real minion run that returner after the job
+/// (its line in the file the minion config names), `--return_config alt` the returner
+/// under its `alt` profile (another file); an unknown-shaped returner name is refused
+/// before anything is published.
+#[test]
+fn a_job_names_returners_the_minion_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (plain, alt) = (dir.path().join("plain.json"), dir.path().join("alt.json"));
+    let minion = format!("rawfile_json.filename: {}\nalt.rawfile_json.filename: {}\n", plain.display(), alt.display());
+    let s = Served::start(Accept::Auto, "", &minion);
+    let o = s.env.salt(&["m1", "test.echo", "first", "--return", "rawfile_json", "--out", "json"], 30);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    wait_for("the returner's line", 30, || returned_lines(&plain).len() == 1);
+    let line = &returned_lines(&plain)[0];
+    assert_eq!((line["id"].as_str(), line["return"].as_str(), line["fun"].as_str()), (Some("m1"), Some("first"), Some("test.echo")), "{line}");
+    let o = s.env.salt(&["m1", "test.echo", "second", "--return", "rawfile_json", "--return_config", "alt", "--out", "json"], 30);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    wait_for("the alt profile's line", 30, || returned_lines(&alt).len() == 1);
+    assert_eq!(returned_lines(&alt)[0]["return"], "second");
+    // A job without --return runs no returner.
+    assert_eq!(s.env.salt_json(&["m1", "test.echo", "third"], 30), json!({"m1": "third"}));
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!((returned_lines(&plain).len(), returned_lines(&alt).len()), (1, 1));
+    let o = s.env.salt(&["m1", "test.ping", "--return", "../../etc/x"], 10);
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stdout));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("is not a returner name"), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// The master's `ext_job_cache` is a returner of every job, as Salt's client adds it.
+#[test]
+fn ext_job_cache_is_every_jobs_returner() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plain = dir.path().join("plain.json");
+    let s = Served::start(Accept::Auto, "ext_job_cache: rawfile_json\n", &format!("rawfile_json.filename: {}\n", plain.display()));
+    assert_eq!(s.env.salt_json(&["m1", "test.echo", "cached"], 30), json!({"m1": "cached"}));
+    wait_for("the ext_job_cache line", 30, || returned_lines(&plain).iter().any(|l| l["return"] == "cached"));
+}

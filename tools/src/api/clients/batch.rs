@@ -70,7 +70,7 @@ pub async fn answer(cfg: &ApiConfig, s: &Session, c: &Call, o: &Opts) -> Result<
     // Salt's gather_minions publishes test.ping to the target as the caller.
     rules.check(cfg, "test.ping", &[], &none, &c.tgt, &c.tgt_type).await?;
     let timeout = c.timeout(cfg);
-    let Some(ping) = publish(cfg, s, &c.tgt, &c.tgt_type, "test.ping", &[], &none).await? else { return Ok(vec![]) };
+    let Some(ping) = publish(cfg, s, &c.tgt, &c.tgt_type, "test.ping", &[], &none, &none).await? else { return Ok(vec![]) };
     let (answered, _) = Follow::open(cfg, &ping.jid, timeout).await?.collect().await?;
     let mut minions: Vec<String> = answered.into_iter().map(|(id, _)| id).collect();
     minions.sort();
@@ -90,7 +90,7 @@ pub async fn answer(cfg: &ApiConfig, s: &Session, c: &Call, o: &Opts) -> Result<
             // Each batch is a publish of its own, checked on its own minions.
             rules.check_on(&c.fun, &c.arg, &c.kwarg, &start.iter().cloned().collect::<BTreeSet<_>>())?;
             let list = J::Array(start.iter().cloned().map(J::String).collect());
-            match publish(cfg, s, &list, "list", &c.fun, &c.arg, &c.kwarg).await? {
+            match publish(cfg, s, &list, "list", &c.fun, &c.arg, &c.kwarg, &c.returners).await? {
                 None => {
                     for m in &start {
                         batch.timed_out(m, now);

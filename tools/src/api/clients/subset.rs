@@ -39,7 +39,7 @@ pub async fn answer(cfg: &ApiConfig, s: &Session, c: &Call, n: usize) -> Result<
     let none = Map::new();
     rules.check(cfg, "sys.list_functions", &[], &none, &c.tgt, &c.tgt_type).await?;
     let timeout = c.timeout(cfg);
-    let Some(p) = publish(cfg, s, &c.tgt, &c.tgt_type, "sys.list_functions", &[], &none).await? else { return Ok(json!({})) };
+    let Some(p) = publish(cfg, s, &c.tgt, &c.tgt_type, "sys.list_functions", &[], &none, &none).await? else { return Ok(json!({})) };
     let (answered, _) = Follow::open(cfg, &p.jid, timeout).await?.collect().await?;
     let mut able: Vec<String> = answered.into_iter().filter(|(_, load)| has(&ret_of(load), &c.fun)).map(|(id, _)| id).collect();
     able.sort();
@@ -52,7 +52,7 @@ pub async fn answer(cfg: &ApiConfig, s: &Session, c: &Call, n: usize) -> Result<
     let picked: BTreeSet<String> = able.iter().cloned().collect();
     rules.check_on(&c.fun, &c.arg, &c.kwarg, &picked)?;
     let list = J::Array(able.into_iter().map(J::String).collect());
-    let Some(p) = publish(cfg, s, &list, "list", &c.fun, &c.arg, &c.kwarg).await? else { return Ok(json!({})) };
+    let Some(p) = publish(cfg, s, &list, "list", &c.fun, &c.arg, &c.kwarg, &c.returners).await? else { return Ok(json!({})) };
     let (got, _) = Follow::open(cfg, &p.jid, timeout).await?.collect().await?;
     Ok(J::Object(with_silent(got, &p.minions, c.full_return)))
 }
