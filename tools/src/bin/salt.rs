@@ -227,6 +227,33 @@ fn subset(client: &mut AdminClient, sock_dir: &Path, tgt: &Value, tgt_type: &str
     Ok(able)
 }
 
+/// `sys.doc`, printed as Salt's `salt` prints it: every function's docstring once
+/// (the first minion that has one gives it), functions sorted, each as `fun:`, the text
+/// and an empty line; with `--out`, each `{fun: doc}` through `nested`.
+fn print_docs(returns: &[(String, Value)], printer: &Printer, out_given: bool) -> Result<()> {
+    if returns.is_empty() {
+        return Err(Failure::new("No minions found to gather docs from", 2));
+    }
+    let mut docs: std::collections::BTreeMap<&str, &Value> = std::collections::BTreeMap::new();
+    for (_, load) in returns {
+        let Some(funs) = load.get("return").and_then(Value::as_object) else { continue };
+        for (fun, doc) in funs {
+            let given = !matches!(doc, Value::Null | Value::Bool(false)) && doc.as_str() != Some("");
+            if given {
+                docs.entry(fun.as_str()).or_insert(doc);
+            }
+        }
+    }
+    for (fun, doc) in docs {
+        if out_given {
+            printer.print(&json!({ fun: doc }), Out::Nested);
+        } else {
+            println!("{fun}:\n{}\n", halite_tools::output::py_str(doc));
+        }
+    }
+    Ok(())
+}
+
 /// The exit of a run: Salt's message and code when a minion failed.
 fn exit_for(failed: bool) -> Result<()> {
     if failed {
@@ -302,6 +329,10 @@ fn real_main(a: Args) -> Result<()> {
         println!("{msg}\n{}\n", "-".repeat(msg.len()));
     } else if a.show_jid {
         println!("jid: {}", p.jid);
+    }
+    if a.fun == "sys.doc" {
+        let (returns, _) = collect(&cfg.sock_dir, &p.jid, timeout)?;
+        return print_docs(&returns, &printer, a.output.out.is_some());
     }
     let (tx, rx) = mpsc::channel();
     start_follow(&cfg.sock_dir, &p.jid, timeout, &tx)?;

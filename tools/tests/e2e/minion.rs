@@ -404,3 +404,17 @@ fn ext_job_cache_is_every_jobs_returner() {
     assert_eq!(s.env.salt_json(&["m1", "test.echo", "cached"], 30), json!({"m1": "cached"}));
     wait_for("the ext_job_cache line", 30, || returned_lines(&plain).iter().any(|l| l["return"] == "cached"));
 }
+
+/// `salt '*' sys.doc FUN...` prints each function's docstring once, as Salt's `salt`
+/// does: `fun:`, the text, an empty line, functions sorted.
+#[test]
+fn sys_doc_prints_each_functions_docstring_once() {
+    let s = Served::start(Accept::Auto, "", "");
+    let o = s.env.salt(&["m1", "sys.doc", "test.ping", "test.echo"], 30);
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(o.status.success(), "{text}{}", String::from_utf8_lossy(&o.stderr));
+    let (echo, ping) = (text.find("test.echo:\n").expect("test.echo's entry"), text.find("test.ping:\n").expect("test.ping's entry"));
+    assert!(echo < ping && text.ends_with("\n\n"), "{text}");
+    assert!(text[ping..].contains("Used to make sure the minion is up and responding"), "{text}");
+    assert!(!text.contains("m1:"), "the docs, not the minion's return: {text}");
+}
