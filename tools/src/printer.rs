@@ -140,7 +140,7 @@ impl Printer {
     }
 
     /// The outputter for data whose return named `hint`.
-    fn outputter(&self, hint: Option<&str>) -> Out {
+    pub fn outputter(&self, hint: Option<&str>) -> Out {
         if let Some(o) = self.forced {
             return o;
         }

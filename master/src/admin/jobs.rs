@@ -125,7 +125,6 @@ impl JobCmd {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 /// A publish request's parts.
 struct Publish {
     fun: String,
@@ -363,12 +362,22 @@ pub fn list_jobs(sm: &StateMachine) -> Result<J> {
     Ok(J::Object(out))
 }
 
-/// `jobs.lookup_jid JID`: `{minion: return}`.
+/// `jobs.lookup_jid JID`: `{minion: return}`, or `{"outputter", "data"}` when the
+/// returns name their outputter.
 pub fn lookup_jid(sm: &StateMachine, jid: &str) -> Result<J> {
     let mut out = Map::new();
+    let mut outputter = None;
     for r in sm.job_returns(jid)? {
         let load = payload::decode(&r.load).map(|v| payload::to_json(&v)).unwrap_or(J::Null);
+        if out.is_empty() {
+            outputter = load.get("out").and_then(J::as_str).filter(|o| !o.is_empty()).map(String::from);
+        }
         out.insert(r.id, load.get("return").cloned().unwrap_or(J::Null));
     }
-    Ok(J::Object(out))
+    // As Salt's runner: the outputter the (first) return names travels with the data,
+    // so a state run's lookup prints as a highstate.
+    Ok(match outputter {
+        Some(o) => json!({ "outputter": o, "data": out }),
+        None => J::Object(out),
+    })
 }

@@ -227,9 +227,18 @@ fn real_main(a: Args) -> Result<()> {
         other => return Err(Failure::new(format!("'{other}' is not available."), 1)),
     };
     let printer = a.output.printer(&cfg, Out::Nested, &a.fun, false).map_err(|e| Failure::new(e, 1))?;
-    match &ret {
-        Value::String(s) if !printer.forced() => printer.print_text(s),
-        v => printer.print(v, printer.plain_out()),
+    // A runner's `{"outputter", "data"}` (jobs.lookup_jid of a state run): the data, in
+    // that outputter unless --out names one, as Salt's runner client prints it.
+    let (ret, named) = match ret {
+        Value::Object(mut m) if m.len() == 2 && m.contains_key("data") && m.get("outputter").is_some_and(Value::is_string) => {
+            let named = m.remove("outputter").and_then(|o| o.as_str().map(String::from));
+            (m.remove("data").unwrap_or(Value::Null), named)
+        }
+        other => (other, None),
+    };
+    match (&ret, named) {
+        (Value::String(s), None) if !printer.forced() => printer.print_text(s),
+        (v, named) => printer.print(v, printer.outputter(named.as_deref())),
     }
     Ok(())
 }

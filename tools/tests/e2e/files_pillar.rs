@@ -57,7 +57,8 @@ fn reference_highstate(data: &serde_json::Value, state_output: &str, state_verbo
 /// `salt` prints a state run as Salt does: the minion names the highstate outputter in
 /// its return, and Salt 3008.5's outputter, given the same job's returns
 /// (`jobs.lookup_jid`), prints the same bytes, in full, with `--state-output terse` and
-/// with `--state-verbose False`. A failed state makes the exit code 1.
+/// with `--state-verbose False`; `salt-run jobs.lookup_jid` prints it the same. A failed
+/// state makes the exit code 1.
 #[test]
 fn state_apply_prints_salts_highstate_as_the_reference_does() {
     let s = Served::start(Accept::Auto, "", "");
@@ -77,6 +78,11 @@ fn state_apply_prints_salts_highstate_as_the_reference_does() {
         assert_eq!(printed.contains("Name: clean - Function: test.succeed_without_changes - Result: Clean"), form == "terse", "{printed}");
         assert_eq!(printed.contains("ID: clean"), form == "full" && verbose, "{printed}");
         assert_eq!(printed, reference_highstate(&data, form, verbose), "{flags:?}");
+        if flags.is_empty() {
+            // salt-run jobs.lookup_jid prints the same job as a highstate too (the
+            // returns name their outputter), as Salt's runner does.
+            assert_eq!(s.env.ok(SALT_RUN, &["jobs.lookup_jid", &jid]), printed);
+        }
     }
 }
 
