@@ -212,6 +212,10 @@ fn job_queries_answer_in_salts_shapes() {
     // As salt-api's runner client passes it: an argument or a keyword argument.
     assert_eq!(f.now(json!({"cmd": "runner", "fun": "jobs.lookup_jid", "arg": [], "kwarg": {"jid": jid}})), json!({"return": {"m1": true}}));
     assert_eq!(f.now(json!({"cmd": "runner", "fun": "jobs.lookup_jid", "arg": [jid], "kwarg": {}})), json!({"return": {"m1": true}}));
+    // A state run's returns name the highstate outputter: it travels with the data.
+    let state = "20261122035119123457";
+    f.apply(&[Record::JobReturn(JobReturn { jid: state.into(), id: "m1".into(), load: crate::wire::payload::encode(&crate::wire::payload::from_json(&json!({"return": {"s": {"result": true}}, "out": "highstate"}))), time_ns: 3, first_only: false })]);
+    assert_eq!(f.now(json!({"cmd": "runner", "fun": "jobs.lookup_jid", "jid": state})), json!({"return": {"outputter": "highstate", "data": {"m1": {"s": {"result": true}}}}}));
 }
 
 #[test]
