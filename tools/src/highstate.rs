@@ -74,22 +74,17 @@ impl Style {
         self
     }
 
-    fn paint(&self, color: &str) -> &'static str {
-        if !self.color {
-            return "";
-        }
-        match color {
-            RED => RED,
-            LIGHT_RED => LIGHT_RED,
-            GREEN => GREEN,
-            CYAN => CYAN,
-            LIGHT_YELLOW => LIGHT_YELLOW,
-            _ => ENDC,
+    /// `color`'s code, or nothing without colours.
+    fn paint(&self, color: &'static str) -> &'static str {
+        if self.color {
+            color
+        } else {
+            ""
         }
     }
 
     /// `text` in `color`, ended by the reset code (nothing without colours).
-    fn colored(&self, color: &str, text: &str) -> String {
+    fn colored(&self, color: &'static str, text: &str) -> String {
         format!("{}{text}{}", self.paint(color), self.paint(ENDC))
     }
 }
@@ -335,7 +330,7 @@ fn comment(ret: &Value) -> String {
 }
 
 /// One state on one line (Salt's `_format_terse`, not tabular).
-fn terse_line(tcolor: &str, comps: &[&str], ret: &Value, style: &Style) -> String {
+fn terse_line(tcolor: &'static str, comps: &[&str], ret: &Value, style: &Style) -> String {
     let changed = match &ret["changes"] {
         Value::Null | Value::Bool(false) => false,
         Value::Object(m) => !m.is_empty(),
