@@ -16,7 +16,9 @@ The one-hour soak the benchmark report names is the default; ``--minutes 10`` is
 shorter run. Release binaries are expected in $CARGO_TARGET_DIR/release (default
 ~/.cache/halite/target/release): ``cargo build --release -p halite-master -p halite-tools``.
 Environment variables the script is started with reach the master (``MALLOC_ARENA_MAX``,
-for instance). Every process started here is stopped by PID, children included.
+for instance). Every process started here is stopped by PID, children included. With
+``--config "halite_health_port: N"`` each sample also records the state machine's RocksDB
+memory by part (``halite_state_memory_bytes``: memtables, table readers, block cache).
 """
 
 import argparse
@@ -29,6 +31,22 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from swarm import BIN, Master, rollup, stop, swarm_until_ready  # noqa: E402
+
+
+def state_memory(port):
+    """The master's `halite_state_memory_bytes` by part (MiB), from its health endpoint on
+    127.0.0.1:`port` (`halite_health_port`); {} when it does not answer."""
+    import urllib.request
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    except OSError:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("halite_state_memory_bytes{part="):
+            part = line.split('"')[1]
+            out[part] = round(float(line.rsplit(" ", 1)[1]) / (1 << 20), 2)
+    return out
 
 
 def smaps(pid):
@@ -83,6 +101,9 @@ def main():
     ap.add_argument("--config", default="", help="extra master configuration lines (YAML), e.g. 'cluster_max_log_size: 5000'")
     args = ap.parse_args()
 
+    # `--config "halite_health_port: N"`: each sample also reads the state machine's
+    # memory by part from the master's /metrics.
+    health = next((int(l.split(":", 1)[1]) for l in args.config.replace("\\n", "\n").splitlines() if l.strip().startswith("halite_health_port:")), None)
     root = tempfile.mkdtemp(prefix="soak-")
     m = Master("halite", root, args.port)
     if args.config:
@@ -105,6 +126,8 @@ def main():
             if now >= next_sample:
                 rss, anon = smaps(m.proc.pid)
                 samples.append({"s": round(now - t0, 1), "jobs": jobs, "rss_mib": round(rss / 1024, 1), "anon_mib": round(anon / 1024, 1)})
+                if health:
+                    samples[-1]["state_mib"] = state_memory(health)
                 print(json.dumps(samples[-1]), flush=True)
                 next_sample += args.sample
             if now >= next_job:

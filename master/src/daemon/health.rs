@@ -120,6 +120,7 @@ fn route(master: &Master, method: &str, path: &str) -> Vec<u8> {
         "/metrics" => {
             let leader = master.node.leader().map(|id| crate::start::member_names(&master.cfg, Some(&master.node.handle())).get(&id).cloned().unwrap_or_else(|| id.to_string()));
             node_metrics::refresh(master.node.status(), leader, &master.cfg.interface, master.cfg.publish_port);
+            node_metrics::refresh_state_memory(master.sm());
             http::response(200, "text/plain; version=0.0.4; charset=utf-8", crate::metrics::encode().as_bytes(), head_only)
         }
         _ => http::response(404, "text/plain", b"not found: /alive, /ready, /metrics\n", head_only),

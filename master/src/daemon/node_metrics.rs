@@ -16,6 +16,7 @@
 //! | `halite_returns_total` | counter | job returns committed (`_return`) |
 //! | `halite_auths_total{result}` | counter | sign-ins answered: `accepted`, `other` (pending, rejected, denied, full), `not_ready` |
 //! | `halite_minions_connected` | gauge | established TCP connections on `interface:publish_port` (Salt counts the same way) |
+//! | `halite_state_memory_bytes{part}` | gauge | the state machine's RocksDB memory by RocksDB's estimates: `memtables`, `table_readers` (index and filter blocks of the open table files), `block_cache` |
 //!
 //! The node's values are copied from its [`NodeStatus`] when `/metrics` is read
 //! ([`refresh`]); the request counters are bumped by the request path ([`answered`]).
@@ -44,6 +45,11 @@ pub struct ViewLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PartLabels {
+    pub part: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AuthLabels {
     pub result: String,
 }
@@ -62,6 +68,7 @@ pub struct NodeMetrics {
     returns: Counter,
     auths: Family<AuthLabels, Counter>,
     connected: Gauge,
+    state_memory: Family<PartLabels, Gauge>,
     /// One refresh at a time (the counters are brought up to the node's totals).
     refreshing: Mutex<()>,
 }
@@ -81,6 +88,7 @@ static NODE: LazyLock<NodeMetrics> = LazyLock::new(|| {
         returns: Counter::default(),
         auths: Family::default(),
         connected: Gauge::default(),
+        state_memory: Family::default(),
         refreshing: Mutex::new(()),
     };
     let m = metrics();
@@ -97,6 +105,7 @@ static NODE: LazyLock<NodeMetrics> = LazyLock::new(|| {
     m.register("returns", "Job returns committed through this member", n.returns.clone());
     m.register("auths", "Sign-ins answered by this member, by result", n.auths.clone());
     m.register("minions_connected", "Established TCP connections on the publish port", n.connected.clone());
+    m.register("state_memory_bytes", "The state machine's RocksDB memory (RocksDB's estimates), by part", n.state_memory.clone());
     n
 });
 
@@ -126,6 +135,16 @@ pub fn refresh(status: &NodeStatus, leader_name: Option<String>, interface: &str
     // So every series exists from the first scrape.
     for r in ["accepted", "other", "not_ready"] {
         let _ = n.auths.get_or_create(&AuthLabels { result: r.into() });
+    }
+}
+
+/// Brings `halite_state_memory_bytes` up to what the state machine holds now (left as
+/// it was if RocksDB cannot be asked, during a snapshot install's swap).
+pub fn refresh_state_memory(sm: &halite_storage::state::StateMachine) {
+    let Ok(m) = sm.memory() else { return };
+    let n = &*NODE;
+    for (part, bytes) in [("memtables", m.memtables), ("table_readers", m.table_readers), ("block_cache", m.block_cache)] {
+        n.state_memory.get_or_create(&PartLabels { part: part.into() }).set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 }
 

@@ -45,6 +45,7 @@ mod eauth_tokens;
 mod handle;
 mod key_prints;
 mod member_keys;
+mod memory;
 pub mod options;
 mod pending;
 mod replace;
@@ -58,6 +59,7 @@ pub use apply::Applied;
 pub use digest::StateDigest;
 pub use key_prints::KeyPrint;
 pub use member_keys::{MemberKeyChange, PublicKey};
+pub use memory::Memory;
 pub use proposals::Outcome;
 
 use crate::error::{Error, Result};

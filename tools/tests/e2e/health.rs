@@ -65,6 +65,11 @@ fn a_lone_master_serves_alive_ready_metrics_and_salts_probe_files() {
     assert_eq!(metric(&text, "halite_auths_total{result=\"other\"}"), Some(1.0), "{text}");
     assert_eq!(metric(&text, "halite_view_dirty{view=\"keys\"}"), Some(0.0), "{text}");
     assert!(text.lines().any(|l| l.starts_with("halite_leader_info{leader=") && l.ends_with(" 1")), "{text}");
+    // The state machine's memory by part; the memtables hold what was applied.
+    for part in ["memtables", "table_readers", "block_cache"] {
+        assert!(metric(&text, &format!("halite_state_memory_bytes{{part=\"{part}\"}}")).is_some(), "{part} missing from:\n{text}");
+    }
+    assert!(metric(&text, "halite_state_memory_bytes{part=\"memtables\"}").unwrap() > 0.0, "{text}");
     // HEAD, other methods, other paths, garbage.
     let (s, b) = http(&ip, port, "HEAD /ready HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!((s, b.as_str()), (200, ""));
