@@ -29,12 +29,13 @@ pub const MEMTABLES_TOTAL_BYTES: usize = 4 << 20;
 /// Table files kept open at most (RocksDB's default: all, for ever; the master counts its
 /// descriptors, master/src/daemon/files.rs); others are closed and reopened on use.
 pub const MAX_OPEN_TABLES: i32 = 256;
-/// The block cache (data blocks read back from table files, uncompressed), one for all
-/// the families of a database (RocksDB's default is a cache of 8 MiB for each family).
-/// Small: the table files stay in the kernel's page cache, which is not the master's
-/// memory, so a block read again costs a copy and a decompression, not a disk read; at
-/// 8,000 minions an 8 MiB cache held 6.9 MiB of keys and returns (heaptrack).
-pub const BLOCK_CACHE_BYTES: usize = 2 << 20;
+/// The block cache (data blocks read back from table files, uncompressed, and every
+/// table's index blocks), one for all the families of a database (RocksDB's default is a
+/// cache of 8 MiB for each family). Small: the table files stay in the kernel's page
+/// cache, which is not the master's memory, so a block read again costs a copy and a
+/// decompression, not a disk read; at 8,000 minions an 8 MiB cache held 6.9 MiB of keys
+/// and returns (heaptrack). 4 MiB since the index blocks live here too (2 MiB before).
+pub const BLOCK_CACHE_BYTES: usize = 4 << 20;
 
 /// The database-wide options of [`super::StateMachine::open`] (the families' own are
 /// [`descriptors`]).
@@ -56,12 +57,17 @@ pub fn read_write() -> Options {
 
 /// The options every column family is opened with: a memtable of [`MEMTABLE_BYTES`]
 /// (RocksDB's default is 64 MiB, two of them per family before writes stall) and the
-/// database's one block cache.
+/// database's one block cache, which also holds the tables' index and filter blocks
+/// (RocksDB's default keeps them in each open table's reader, outside any bound: they
+/// grew with the job cache, docs/benchmarks.md "What grows: the table readers"); the
+/// level-0 tables' stay pinned there, as the newest returns are read from them.
 fn family(cache: &Cache) -> Options {
     let mut opts = Options::default();
     opts.set_write_buffer_size(MEMTABLE_BYTES);
     let mut table = BlockBasedOptions::default();
     table.set_block_cache(cache);
+    table.set_cache_index_and_filter_blocks(true);
+    table.set_pin_l0_filter_and_index_blocks_in_cache(true);
     opts.set_block_based_table_factory(&table);
     opts
 }
