@@ -19,7 +19,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::output::{nested_colored_at, py_str};
+use crate::output::{nested_colored_at, py_str, py_truthy};
 
 const RED: &str = "\x1b[0;31m";
 const LIGHT_RED: &str = "\x1b[0;1;31m";
@@ -257,11 +257,7 @@ fn states_block(name: &str, states: &Map<String, Value>, style: &Style, level: u
         lines.push(style.colored(tcolor, &format!("     Changes:   {ctext}")));
         if let Some(w) = ret.get("warnings") {
             warned += 1;
-            let text = match w {
-                Value::Array(a) => a.iter().map(py_str).collect::<Vec<_>>().join("\n"),
-                other => py_str(other),
-            };
-            lines.push(format!("   {} Warnings: {}{}", style.paint(LIGHT_RED), wrap(&text, 80, 14).trim_start(), style.paint(ENDC)));
+            lines.push(format!("   {} Warnings: {}{}", style.paint(LIGHT_RED), wrap(&warnings_text(w), 80, 14).trim_start(), style.paint(ENDC)));
         }
     }
     // Parallel states ran at the same time: the longest of them counts.
@@ -308,10 +304,7 @@ fn summary(name: &str, t: &Tally, style: &Style, lines: &mut Vec<String>) {
 /// A state's comment as Salt prints it: text stripped, its later lines 14 columns in;
 /// anything else as Python's `str` of it; `data` appended.
 fn comment(ret: &Value) -> String {
-    let mut c = match &ret["comment"] {
-        Value::String(s) => s.trim().replace('\n', &format!("\n{}", " ".repeat(14))),
-        other => py_str(other).trim().replace('\n', &format!("\n{}", " ".repeat(14))),
-    };
+    let mut c = py_str(&ret["comment"]).trim().replace('\n', &format!("\n{}", " ".repeat(14)));
     match ret.get("data") {
         Some(Value::Array(items)) => {
             for i in items {
@@ -329,29 +322,25 @@ fn comment(ret: &Value) -> String {
     c
 }
 
+/// A state's `warnings`, one a line.
+fn warnings_text(w: &Value) -> String {
+    match w {
+        Value::Array(a) => a.iter().map(py_str).collect::<Vec<_>>().join("\n"),
+        other => py_str(other),
+    }
+}
+
 /// One state on one line (Salt's `_format_terse`, not tabular).
 fn terse_line(tcolor: &'static str, comps: &[&str], ret: &Value, style: &Style) -> String {
-    let changed = match &ret["changes"] {
-        Value::Null | Value::Bool(false) => false,
-        Value::Object(m) => !m.is_empty(),
-        Value::Array(a) => !a.is_empty(),
-        Value::String(s) => !s.is_empty(),
-        Value::Number(n) => n.as_f64() != Some(0.0),
-        Value::Bool(true) => true,
-    };
     let result = match outcome(ret) {
         Outcome::Failed => "Failed",
         Outcome::NotRun => "Differs",
-        Outcome::Ok if changed => "Changed",
+        Outcome::Ok if py_truthy(&ret["changes"]) => "Changed",
         Outcome::Ok => "Clean",
     };
     let mut s = String::new();
     if let Some(w) = ret.get("warnings") {
-        let text = match w {
-            Value::Array(a) => a.iter().map(py_str).collect::<Vec<_>>().join("\n"),
-            other => py_str(other),
-        };
-        s.push_str(&format!("{}Warnings:\n{text}{}", style.paint(LIGHT_RED), style.paint(ENDC)));
+        s.push_str(&format!("{}Warnings:\n{}{}", style.paint(LIGHT_RED), warnings_text(w), style.paint(ENDC)));
     }
     s.push_str(&format!(" {} Name: {} - Function: {}.{} - Result: {result}", style.paint(tcolor), comps[2], comps[0], comps[comps.len() - 1]));
     if ret.get("start_time").is_some() {
@@ -386,15 +375,7 @@ fn wrap(text: &str, width: usize, indent: usize) -> String {
 /// A state's changes (Salt's `_format_changes`): a `salt.state` step's minions'
 /// highstates nested, anything else through the nested outputter 14 columns in.
 fn changes(c: &Value, style: &Style) -> (bool, String) {
-    let empty = match c {
-        Value::Null | Value::Bool(false) => true,
-        Value::Object(m) => m.is_empty(),
-        Value::Array(a) => a.is_empty(),
-        Value::String(s) => s.is_empty(),
-        Value::Number(n) => n.as_f64() == Some(0.0),
-        Value::Bool(true) => false,
-    };
-    if empty {
+    if !py_truthy(c) {
         return (false, String::new());
     }
     let Value::Object(m) = c else {

@@ -338,6 +338,19 @@ impl Nest {
     }
 }
 
+/// Python's truth of a decoded value: `None`, `False`, zero and empty text, lists and
+/// mappings are false.
+pub fn py_truthy(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64() != Some(0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(m) => !m.is_empty(),
+    }
+}
+
 /// Python's `str` of a decoded value: text as it is, anything else as its `repr`.
 pub fn py_str(v: &Value) -> String {
     match v {

@@ -238,8 +238,7 @@ fn print_docs(returns: &[(String, Value)], printer: &Printer, out_given: bool) -
     for (_, load) in returns {
         let Some(funs) = load.get("return").and_then(Value::as_object) else { continue };
         for (fun, doc) in funs {
-            let given = !matches!(doc, Value::Null | Value::Bool(false)) && doc.as_str() != Some("");
-            if given {
+            if halite_tools::output::py_truthy(doc) {
                 docs.entry(fun.as_str()).or_insert(doc);
             }
         }
