@@ -13,9 +13,12 @@
 //!   with an `_id` form that shows the ID in place of the name;
 //! - colours as Salt's default theme, on a terminal or with `--force-color`.
 //!
+//! - `state_output_diff` (`--output-diff`): the states that succeeded without changes
+//!   left out, as with `state_verbose: False`.
+//!
 //! `state_output_profile` is Salt's default (`True`: Started and Duration shown, the
-//! total run time summed); `state_tabular`, `state_compress_ids`, `state_output_diff`
-//! and `state_output_pct` are not read.
+//! total run time summed); `state_tabular`, `state_compress_ids` and `state_output_pct`
+//! are not read.
 
 use serde_json::{Map, Value};
 
@@ -47,11 +50,14 @@ pub struct Style {
     pub output: StateOutput,
     /// An `_id` form of `state_output`: the ID shown where the name would be.
     pub ids: bool,
+    /// `state_output_diff` (`--output-diff`): leave out the states that succeeded
+    /// without changes, as `state_verbose: False` does.
+    pub diff: bool,
 }
 
 impl Default for Style {
     fn default() -> Self {
-        Style { color: false, verbose: true, output: StateOutput::Full, ids: false }
+        Style { color: false, verbose: true, output: StateOutput::Full, ids: false, diff: false }
     }
 }
 
@@ -207,7 +213,7 @@ fn states_block(name: &str, states: &Map<String, Value>, style: &Style, level: u
             changes(&ret["changes"], style)
         };
         nchanges += changed as usize;
-        if !style.verbose && result == Outcome::Ok && !changed {
+        if (style.diff || !style.verbose) && result == Outcome::Ok && !changed {
             continue;
         }
         let mut tcolor = if changed { CYAN } else { GREEN };

@@ -16,4 +16,5 @@ pub mod pki;
 pub mod pprint;
 pub mod printer;
 pub mod snapshots;
+pub mod summary;
 pub mod swarm;

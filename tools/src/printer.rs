@@ -51,6 +51,10 @@ pub struct OutputFlags {
     /// default the master config's `state_verbose`, else True.
     #[arg(long = "state-verbose", alias = "state_verbose")]
     pub state_verbose: Option<String>,
+    /// Leave out of the highstate the states that succeeded without changes (Salt's
+    /// `--output-diff`; the config's `state_output_diff`).
+    #[arg(long = "output-diff")]
+    pub output_diff: bool,
 }
 
 impl OutputFlags {
@@ -73,6 +77,13 @@ impl OutputFlags {
             // Salt turns only these two spellings into False (any other text is true).
             state.verbose = !(v == "False" || v == "false");
         }
+        state.diff = self.output_diff
+            || match cfg.raw.get("state_output_diff") {
+                Some(serde_yaml::Value::Bool(b)) => *b,
+                Some(serde_yaml::Value::String(s)) => !s.is_empty(),
+                Some(serde_yaml::Value::Number(n)) => n.as_f64().is_some_and(|f| f != 0.0),
+                _ => false,
+            };
         let indent = self.out_indent.or_else(|| text("output_indent").and_then(|t| if t == "pretty" { Some(4) } else { t.parse().ok() }));
         use std::io::IsTerminal;
         let color = self.force_color || (!self.no_color && std::io::stdout().is_terminal());

@@ -18,7 +18,8 @@ use serde_json::{json, Map, Value as J};
 use halite_storage::format::{JobPublished, Record};
 use halite_storage::state::StateMachine;
 
-use super::returners::ReturnTo;
+use super::publish_options::PublishOptions;
+use super::job_search::JobFilter;
 use super::runner_args::RunnerArgs;
 use super::{AdminView, Plan};
 use crate::error::{Error, Result};
@@ -32,11 +33,19 @@ pub enum JobCmd {
     /// salt-api names, else `root`; the admin socket sets a system user's own name).
     /// `acl_checked`: the user is neither root nor the master's user, so
     /// `publisher_acl` must allow the call (`crate::publisher_acl`).
-    /// `ret`: the returners the minions also send the returns to.
-    Publish { fun: String, tgt: J, tgt_type: String, arg: Vec<J>, kwarg: Map<String, J>, user: String, acl_checked: bool, ret: ReturnTo },
+    /// `opts`: the returners the minions also send the returns to, the job's metadata,
+    /// whether minions announce that they took it.
+    Publish { fun: String, tgt: J, tgt_type: String, arg: Vec<J>, kwarg: Map<String, J>, user: String, acl_checked: bool, opts: PublishOptions },
     Returns { jid: String },
     List,
-    ListJobs,
+    /// `jobs.list_jobs`: the jobs the filter passes (`outputter`: the runner's
+    /// `outputter` argument, which the answer then names).
+    ListJobs { filter: JobFilter, outputter: Option<String> },
+    /// `jobs.list_jobs_filter COUNT`: the newest `count` jobs, oldest first, each with
+    /// its `JID`; `saltutil.find_job` left out unless `filter_find_job` is false.
+    ListJobsFilter { count: usize, filter_find_job: bool, outputter: Option<String> },
+    /// `jobs.last_run`: `jobs.print_job` of the newest job the filter passes, else `false`.
+    LastRun { filter: JobFilter, outputter: Option<String> },
     LookupJid { jid: String },
     /// `jobs.list_job JID`: the job and its returns.
     ListJob { jid: String },
@@ -61,7 +70,7 @@ impl JobCmd {
                 kwarg: req.get("kwarg").and_then(J::as_object).cloned().unwrap_or_default(),
                 user: s("user").filter(|u| !u.is_empty() && u.len() <= 256).unwrap_or("root").to_string(),
                 acl_checked: false,
-                ret: ReturnTo::parse(req)?,
+                opts: PublishOptions::parse(req)?,
             },
             ("job.returns", _) => JobCmd::Returns { jid: jid("job.returns")? },
             ("job.list", _) => JobCmd::List,
@@ -84,14 +93,32 @@ impl JobCmd {
                 }
             }
             (_, "jobs.active") => JobCmd::Active { running: req.get("running").and_then(J::as_object).cloned().unwrap_or_default() },
-            _ => JobCmd::ListJobs,
+            (_, f @ "jobs.list_jobs") => {
+                let n = Some(J::Null);
+                let params = [("ext_source", n.clone()), ("outputter", n.clone()), ("search_metadata", n.clone()), ("search_function", n.clone()), ("search_target", n.clone()), ("start_time", n.clone()), ("end_time", n), ("display_progress", Some(J::Bool(false)))];
+                let b = RunnerArgs::from_req(req).bind(f, &params, false)?;
+                JobCmd::ListJobs { filter: JobFilter::from_bound(&b, "search_metadata", "search_function", "search_target")?, outputter: outputter(&b) }
+            }
+            (_, f @ "jobs.list_jobs_filter") => {
+                let params = [("count", None), ("filter_find_job", Some(J::Bool(true))), ("ext_source", Some(J::Null)), ("outputter", Some(J::Null)), ("display_progress", Some(J::Bool(false)))];
+                let b = RunnerArgs::from_req(req).bind(f, &params, false)?;
+                let count = b.get("count").as_u64().or_else(|| b.text("count").and_then(|c| c.parse().ok())).ok_or_else(|| Error::refused(format!("{f}: count is a number of jobs")))?;
+                JobCmd::ListJobsFilter { count: usize::try_from(count).unwrap_or(usize::MAX), filter_find_job: b.truthy("filter_find_job"), outputter: outputter(&b) }
+            }
+            (_, f @ "jobs.last_run") => {
+                let n = Some(J::Null);
+                let params = [("ext_source", n.clone()), ("outputter", n.clone()), ("metadata", n.clone()), ("function", n.clone()), ("target", n), ("display_progress", Some(J::Bool(false)))];
+                let b = RunnerArgs::from_req(req).bind(f, &params, false)?;
+                JobCmd::LastRun { filter: JobFilter::from_bound(&b, "metadata", "function", "target")?, outputter: outputter(&b) }
+            }
+            (cmd, fun) => return Err(Error::refused(format!("unknown jobs request {cmd:?} {fun:?}"))),
         })
     }
 
     pub fn answer(self, view: &dyn AdminView) -> Result<Plan> {
         let sm = view.state();
         match self {
-            JobCmd::Publish { fun, tgt, tgt_type, arg, kwarg, user, acl_checked, ret } => publish(view, Publish { fun, tgt, tgt_type, args: arg, kwarg, user, acl_checked, ret }),
+            JobCmd::Publish { fun, tgt, tgt_type, arg, kwarg, user, acl_checked, opts } => publish(view, Publish { fun, tgt, tgt_type, args: arg, kwarg, user, acl_checked, opts }),
             JobCmd::Returns { jid } => {
                 let mut out = Map::new();
                 for r in sm.job_returns(&jid)? {
@@ -107,21 +134,35 @@ impl JobCmd {
                 }
                 Ok(Plan::answer(json!({ "jobs": out })))
             }
-            JobCmd::ListJobs => Ok(Plan::answer(json!({ "return": list_jobs(sm)? }))),
-            JobCmd::LookupJid { jid } => Ok(Plan::answer(json!({ "return": lookup_jid(sm, &jid)? }))),
-            JobCmd::ListJob { jid } => Ok(Plan::answer(json!({ "return": list_job(sm, &jid, view.config().job_cache_store_endtime)? }))),
-            JobCmd::PrintJob { jid } => {
-                let mut job = list_job(sm, &jid, view.config().job_cache_store_endtime)?;
-                if let J::Object(m) = &mut job {
-                    m.remove("jid");
-                }
-                let mut out = Map::new();
-                out.insert(jid, job);
-                Ok(Plan::answer(json!({ "return": out })))
-            }
-            JobCmd::ExitSuccess { jid } => Ok(Plan::answer(json!({ "return": exit_success(sm, &jid)? }))),
-            JobCmd::Active { running } => Ok(Plan::answer(json!({ "return": active(sm, &running)? }))),
+            other => Ok(Plan::answer(json!({ "return": other.runner_answer(sm, view.config().job_cache_store_endtime)? }))),
         }
+    }
+
+    /// The answer of a job runner (`jobs.*`), read from the job cache alone: what the
+    /// master answers, and what `salt-run` reads from a stopped master's state.
+    /// `endtime`: Salt's `job_cache_store_endtime`.
+    pub fn runner_answer(self, sm: &StateMachine, endtime: bool) -> Result<J> {
+        Ok(match self {
+            JobCmd::ListJobs { filter, outputter } => named(outputter, list_jobs(sm, &filter)?),
+            JobCmd::ListJobsFilter { count, filter_find_job, outputter } => named(outputter, list_jobs_filter(sm, count, filter_find_job)?),
+            JobCmd::LastRun { filter, outputter } => {
+                let newest = match list_jobs(sm, &filter)? {
+                    J::Object(all) => all.keys().max().cloned(),
+                    _ => None,
+                };
+                let data = match newest {
+                    Some(jid) => print_job(sm, &jid, endtime)?,
+                    None => J::Bool(false),
+                };
+                named(outputter, data)
+            }
+            JobCmd::LookupJid { jid } => lookup_jid(sm, &jid)?,
+            JobCmd::ListJob { jid } => list_job(sm, &jid, endtime)?,
+            JobCmd::PrintJob { jid } => print_job(sm, &jid, endtime)?,
+            JobCmd::ExitSuccess { jid } => exit_success(sm, &jid)?,
+            JobCmd::Active { running } => active(sm, &running)?,
+            JobCmd::Publish { .. } | JobCmd::Returns { .. } | JobCmd::List => return Err(Error::refused("not a job runner")),
+        })
     }
 }
 
@@ -134,11 +175,11 @@ struct Publish {
     kwarg: Map<String, J>,
     user: String,
     acl_checked: bool,
-    ret: ReturnTo,
+    opts: PublishOptions,
 }
 
 fn publish(view: &dyn AdminView, p: Publish) -> Result<Plan> {
-    let Publish { fun, tgt, tgt_type, mut args, kwarg, user, acl_checked, ret } = p;
+    let Publish { fun, tgt, tgt_type, mut args, kwarg, user, acl_checked, opts } = p;
     let user = user.as_str();
     let raw = |k: &str| view.config().raw.get(k).and_then(|v| serde_json::to_value(v).ok()).unwrap_or(J::Null);
     let refused = || Error::refused("Authorization error occurred.");
@@ -186,7 +227,7 @@ fn publish(view: &dyn AdminView, p: Publish) -> Result<Plan> {
     let jid = view.new_jid();
     let mut load = json!({ "fun": fun, "arg": args, "tgt": tgt, "jid": jid, "ret": "", "tgt_type": tgt_type, "user": user });
     if let J::Object(m) = &mut load {
-        ret.fill(m, view.config().raw.get("ext_job_cache").and_then(serde_yaml::Value::as_str));
+        opts.fill(m, view.config().raw.get("ext_job_cache").and_then(serde_yaml::Value::as_str));
     }
     let rec = Record::JobPublished(JobPublished { jid: jid.clone(), load: payload::encode(&payload::from_json(&load)), minions: minions.clone(), time_ns: view.now_ns(), started_by: None });
     tracing::info!(jid = %jid, fun = %fun, minions = minions.len(), "publishing");
@@ -219,6 +260,11 @@ fn job_instance(jid: &str, load: &J) -> J {
     m.insert("Target".into(), load.get("tgt").cloned().unwrap_or(J::String("unknown-target".into())));
     m.insert("Target-type".into(), load.get("tgt_type").cloned().unwrap_or(J::String("list".into())));
     m.insert("User".into(), load.get("user").cloned().unwrap_or(J::String("root".into())));
+    // `metadata` of the load, of its `kwargs`, or a `metadata=` keyword argument.
+    let kwarg_metadata = load.get("arg").and_then(J::as_array).and_then(|a| a.iter().find_map(|x| (x.get("__kwarg__") == Some(&J::Bool(true))).then(|| x.get("metadata")).flatten()));
+    if let Some(md) = load.get("metadata").or_else(|| load.get("kwargs").and_then(|k| k.get("metadata"))).or(kwarg_metadata) {
+        m.insert("Metadata".into(), md.clone());
+    }
     m.insert("StartTime".into(), J::String(jid_to_time(jid)));
     J::Object(m)
 }
@@ -236,10 +282,6 @@ fn job_cache_instance(jid: &str, load: Option<&J>, minions: Option<&[String]>) -
         m = base;
     }
     let start = m.remove("StartTime").unwrap_or(J::Null);
-    let kwarg_metadata = load.get("arg").and_then(J::as_array).and_then(|a| a.iter().find_map(|x| (x.get("__kwarg__") == Some(&J::Bool(true))).then(|| x.get("metadata")).flatten()));
-    if let Some(md) = load.get("metadata").or_else(|| load.get("kwargs").and_then(|k| k.get("metadata"))).or(kwarg_metadata) {
-        m.insert("Metadata".into(), md.clone());
-    }
     if let Some(ids) = minions {
         let mut ids = ids.to_vec();
         ids.sort();
@@ -352,14 +394,62 @@ pub fn active(sm: &StateMachine, running: &Map<String, J>) -> Result<J> {
     Ok(J::Object(out))
 }
 
-/// `jobs.list_jobs`: `{jid: {Function, Arguments, Target, Target-type, User, StartTime}}`.
-pub fn list_jobs(sm: &StateMachine) -> Result<J> {
+/// `jobs.list_jobs`: `{jid: {Function, Arguments, Target, Target-type, User,
+/// Metadata (when the job has some), StartTime}}` of the jobs `filter` passes.
+pub fn list_jobs(sm: &StateMachine, filter: &JobFilter) -> Result<J> {
     let mut out = Map::new();
     for j in sm.jobs()? {
         let load = payload::decode(&j.load).map(|v| payload::to_json(&v)).unwrap_or(J::Null);
-        out.insert(j.jid.clone(), job_instance(&j.jid, &load));
+        if let J::Object(job) = job_instance(&j.jid, &load) {
+            if filter.matches(&j.jid, &job) {
+                out.insert(j.jid.clone(), J::Object(job));
+            }
+        }
     }
     Ok(J::Object(out))
+}
+
+/// `jobs.list_jobs_filter`: the newest `count` jobs, oldest first, each as
+/// `jobs.list_jobs` shows it with its `JID` (Salt's `format_jid_instance_ext`).
+pub fn list_jobs_filter(sm: &StateMachine, count: usize, filter_find_job: bool) -> Result<J> {
+    let mut jobs: Vec<(String, Map<String, J>)> = Vec::new();
+    for j in sm.jobs()? {
+        let load = payload::decode(&j.load).map(|v| payload::to_json(&v)).unwrap_or(J::Null);
+        let J::Object(mut job) = job_instance(&j.jid, &load) else { continue };
+        if filter_find_job && job.get("Function").and_then(J::as_str) == Some("saltutil.find_job") {
+            continue;
+        }
+        job.insert("JID".into(), J::String(j.jid.clone()));
+        jobs.push((j.jid, job));
+    }
+    jobs.sort_by(|a, b| a.0.cmp(&b.0));
+    let skip = jobs.len().saturating_sub(count);
+    Ok(J::Array(jobs.into_iter().skip(skip).map(|(_, j)| J::Object(j)).collect()))
+}
+
+/// `jobs.print_job JID`: `{jid: list_job without its "jid"}`.
+pub fn print_job(sm: &StateMachine, jid: &str, endtime: bool) -> Result<J> {
+    let mut job = list_job(sm, jid, endtime)?;
+    if let J::Object(m) = &mut job {
+        m.remove("jid");
+    }
+    let mut out = Map::new();
+    out.insert(jid.to_string(), job);
+    Ok(J::Object(out))
+}
+
+/// A runner's `outputter` argument, when given.
+fn outputter(b: &super::runner_args::Bound) -> Option<String> {
+    b.text("outputter").filter(|o| !o.is_empty())
+}
+
+/// A runner's answer, named with the `outputter` its caller asked for (as Salt's job
+/// runners answer `{"outputter", "data"}`).
+fn named(outputter: Option<String>, data: J) -> J {
+    match outputter {
+        Some(o) => json!({ "outputter": o, "data": data }),
+        None => data,
+    }
 }
 
 /// `jobs.lookup_jid JID`: `{minion: return}`, or `{"outputter", "data"}` when the

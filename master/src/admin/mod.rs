@@ -12,7 +12,7 @@
 //! |---|---|---|
 //! | `key.list`, `key.select`, `key.apply` | `salt-key` | [`keys`] |
 //! | `publish`, `job.returns`, `job.list` | `salt`, `manage.*` | [`jobs`] |
-//! | `runner` `jobs.list_jobs`, `jobs.lookup_jid`, `jobs.list_job`, `jobs.print_job`, `jobs.exit_success`, `jobs.active` | `salt-run` | [`jobs`] |
+//! | `runner` `jobs.list_jobs` (filters: [`job_search`]), `jobs.list_jobs_filter`, `jobs.last_run`, `jobs.lookup_jid`, `jobs.list_job`, `jobs.print_job`, `jobs.exit_success`, `jobs.active` | `salt-run` | [`jobs`] |
 //! | `runner` `manage.present`, `manage.not_present`, `manage.versions` | `salt-run` | [`manage`] |
 //! | `runner` `fileserver.file_list`, `fileserver.dir_list`, `fileserver.envs` | `salt-run` | [`fileserver`] |
 //! | `runner` `pillar.show_pillar`, `pillar.show_top` | `salt-run` | [`pillar`] |
@@ -31,6 +31,7 @@ pub mod client;
 pub mod cluster;
 pub mod fileserver;
 pub mod follow;
+pub mod job_search;
 pub mod jobs;
 pub mod keys;
 pub mod manage;
@@ -38,6 +39,7 @@ pub mod mine;
 pub mod orchestrate;
 pub mod pillar;
 pub mod pki;
+pub mod publish_options;
 pub mod returners;
 pub mod runner_args;
 pub mod runs;
@@ -205,6 +207,7 @@ impl Command {
             Command::Jobs(jobs::JobCmd::Publish { tgt, tgt_type, .. }) => Some((tgt, tgt_type)),
             Command::Mine(m) => Some((&mut m.tgt, &mut m.tgt_type)),
             Command::Cache(c) => Some((&mut c.tgt, &mut c.tgt_type)),
+            Command::Tokens(tokens::TokenCmd::Minions { tgt, tgt_type }) => Some((tgt, tgt_type)),
             _ => None,
         }
     }
@@ -243,7 +246,7 @@ impl Command {
             "token.create" | "token.get" | "token.revoke" | "target.minions" => Command::Tokens(tokens::TokenCmd::parse(req)?),
             "job.follow" => Command::JobFollow(follow::FollowCmd::parse(req)?),
             "runner" => match s("fun").unwrap_or("") {
-                "jobs.list_jobs" | "jobs.lookup_jid" | "jobs.list_job" | "jobs.print_job" | "jobs.exit_success" | "jobs.active" => Command::Jobs(jobs::JobCmd::parse(req)?),
+                "jobs.list_jobs" | "jobs.list_jobs_filter" | "jobs.last_run" | "jobs.lookup_jid" | "jobs.list_job" | "jobs.print_job" | "jobs.exit_success" | "jobs.active" => Command::Jobs(jobs::JobCmd::parse(req)?),
                 f @ ("manage.present" | "manage.not_present" | "manage.versions") => Command::Manage(manage::ManageCmd::parse(f, req)?),
                 f @ ("fileserver.file_list" | "fileserver.dir_list" | "fileserver.envs") => Command::Fileserver(fileserver::FileserverCmd::parse(f, req)?),
                 f @ ("pillar.show_pillar" | "pillar.show_top") => Command::Pillar(pillar::PillarCmd::parse(f, req)?),

@@ -58,6 +58,43 @@ fn fixture(name: &str) -> Fixture {
 }
 
 #[test]
+fn list_jobs_searches_and_last_run_and_list_jobs_filter_pick_the_newest() {
+    let f = fixture("runners-list-jobs");
+    // A second job (older by its jid: the fixture's clock), published through the admin verb with metadata at the top.
+    let plan = f.run(json!({"cmd": "publish", "fun": "test.ping", "tgt": "db1", "metadata": {"ticket": "OPS-2"}, "start_event": true})).unwrap();
+    let [Record::JobPublished(j)] = &plan.proposals[0][..] else { panic!("{plan:?}") };
+    let (published, load) = (j.jid.clone(), payload::to_json(&payload::decode(&j.load).unwrap()));
+    assert_eq!((&load["metadata"], &load["start_event"]), (&json!({"ticket": "OPS-2"}), &json!(true)));
+    f.carry_out(plan);
+    let list = |kwarg: J| ret(&f, runner("jobs.list_jobs", json!([]), kwarg));
+    let jids = |v: &J| v.as_object().map(|m| m.keys().cloned().collect::<Vec<_>>()).unwrap_or_default();
+    assert_eq!(jids(&list(json!({}))), [published.clone(), JID.to_string()]);
+    assert_eq!(list(json!({}))[&published]["Metadata"], json!({"ticket": "OPS-2"}), "metadata is shown");
+    assert_eq!(jids(&list(json!({"search_metadata": {"ticket": "OPS-2"}}))), [published.clone()]);
+    assert_eq!(jids(&list(json!({"search_metadata": {"ticket": 7}}))), [JID], "metadata given as a keyword is searched too");
+    assert_eq!(jids(&list(json!({"search_function": "test.p*"}))), [published.clone()]);
+    assert_eq!(jids(&list(json!({"search_target": "web*", "search_function": "test.*"}))), [JID]);
+    assert_eq!(jids(&list(json!({"start_time": "2026, Nov 24 00:11:22.334455"}))), [JID], "the start is inclusive");
+    assert_eq!(jids(&list(json!({"end_time": "2026-11-24"}))), [published.clone()]);
+    assert_eq!(list(json!({"outputter": "yaml"}))["outputter"], "yaml");
+    assert!(f.run(runner("jobs.list_jobs", json!([]), json!({"start_time": "soon"}))).unwrap_err().to_string().contains("cannot read the time"));
+    assert!(f.run(runner("jobs.list_jobs", json!([]), json!({"nosuch": 1}))).is_err(), "unknown keywords are refused as Python refuses them");
+    // last_run: print_job of the newest match, false without one.
+    let last = ret(&f, runner("jobs.last_run", json!([]), json!({})));
+    assert_eq!(last[JID]["Result"]["web1"]["retcode"], 0, "{last}");
+    assert_eq!(jids(&ret(&f, runner("jobs.last_run", json!([]), json!({"function": "test.ping"})))), [published.clone()]);
+    assert_eq!(ret(&f, runner("jobs.last_run", json!([]), json!({"target": "nosuch*"}))), json!(false));
+    // list_jobs_filter: the newest COUNT, oldest first, with their JID.
+    let newest = ret(&f, runner("jobs.list_jobs_filter", json!([1]), json!({})));
+    assert_eq!(newest.as_array().map(|a| a.iter().map(|j| j["JID"].clone()).collect::<Vec<_>>()), Some(vec![json!(JID)]));
+    assert_eq!(ret(&f, runner("jobs.list_jobs_filter", json!([5]), json!({})))[0]["JID"], json!(published));
+    assert!(f.run(runner("jobs.list_jobs_filter", json!(["many"]), json!({}))).is_err());
+    // A publish's metadata is bounded and its start_event a boolean.
+    assert!(f.run(json!({"cmd": "publish", "fun": "test.ping", "tgt": "db1", "metadata": "x".repeat(70_000)})).is_err());
+    assert!(f.run(json!({"cmd": "publish", "fun": "test.ping", "tgt": "db1", "start_event": "yes"})).is_err());
+}
+
+#[test]
 fn list_job_and_print_job_show_the_job_and_its_returns() {
     let f = fixture("runners-list-job");
     let j = ret(&f, runner("jobs.list_job", json!([JID]), json!({})));

@@ -63,7 +63,7 @@ impl Fixture {
     }
 
     /// Commits a plan's proposals as the daemon would, then reads its answer.
-    fn carry_out(&self, plan: Plan) -> Settled {
+    pub(super) fn carry_out(&self, plan: Plan) -> Settled {
         for g in &plan.proposals {
             self.apply(g);
         }

@@ -118,7 +118,7 @@ fn restrict(master: &Master, name: &str, cmd: Command) -> Result<Command> {
     use crate::admin::jobs::JobCmd;
     use crate::metrics::{refuse, Port};
     match cmd {
-        Command::Jobs(JobCmd::Publish { fun, tgt, tgt_type, arg, kwarg, ret, .. }) => Ok(Command::Jobs(JobCmd::Publish { fun, tgt, tgt_type, arg, kwarg, user: name.to_string(), acl_checked: true, ret })),
+        Command::Jobs(JobCmd::Publish { fun, tgt, tgt_type, arg, kwarg, opts, .. }) => Ok(Command::Jobs(JobCmd::Publish { fun, tgt, tgt_type, arg, kwarg, user: name.to_string(), acl_checked: true, opts })),
         Command::JobFollow(f) => {
             let job = master.sm().job(&f.jid)?;
             let owner = job.and_then(|j| crate::wire::payload::decode(&j.load).ok()).map(|l| crate::wire::payload::to_json(&l)).and_then(|l| l.get("user").and_then(J::as_str).map(str::to_string));

@@ -132,7 +132,7 @@ pub fn action(r: &Reaction) -> Result<Action, String> {
             let tgt = r.low.get("tgt").cloned().filter(|t| t.is_string() || t.is_array()).ok_or("a local reaction needs a `tgt` (a string or a list)")?;
             let tgt_type = r.low.get("tgt_type").or_else(|| r.low.get("expr_form")).and_then(J::as_str).unwrap_or("glob").to_string();
             let (arg, kwarg) = arguments(r, &[])?;
-            Ok(Action::Publish(JobCmd::Publish { fun: r.fun.clone(), tgt, tgt_type, arg, kwarg, user: "root".into(), acl_checked: false, ret: Default::default() }))
+            Ok(Action::Publish(JobCmd::Publish { fun: r.fun.clone(), tgt, tgt_type, arg, kwarg, user: "root".into(), acl_checked: false, opts: Default::default() }))
         }
         Kind::Wheel => {
             let cmd = match r.fun.as_str() {

@@ -142,16 +142,18 @@ fn real_main(a: Args) -> Result<()> {
             Some(c) if !dry()? => c.call(&json!({ "cmd": "runner", "fun": "pki.migrate_to_mmap" }))?["return"].clone(),
             _ => Value::String(pki::migrate_offline(&cfg, dry()?)?),
         },
-        "jobs.list_jobs" | "jobs.lookup_jid" | "cluster.members" | "cluster.ring_info" => match &mut admin {
-            Some(c) => {
-                let mut req = json!({ "cmd": "runner", "fun": a.fun });
-                if a.fun == "jobs.lookup_jid" {
-                    req["jid"] = Value::String(jid()?);
-                }
-                c.call(&req)?["return"].clone()
+        "jobs.list_jobs" | "jobs.list_jobs_filter" | "jobs.last_run" | "jobs.lookup_jid" | "cluster.members" | "cluster.ring_info" => {
+            let arg: Vec<Value> = positional.iter().map(|v| yamlify(v)).collect();
+            let kwarg: serde_json::Map<String, Value> = kwargs.iter().map(|(k, v)| (k.clone(), yamlify(v))).collect();
+            let mut req = json!({ "cmd": "runner", "fun": a.fun, "arg": arg, "kwarg": kwarg });
+            if a.fun == "jobs.lookup_jid" {
+                req["jid"] = Value::String(jid()?);
             }
-            None => offline_runner(&cfg, &a.fun, if a.fun == "jobs.lookup_jid" { Some(jid()?) } else { None })?,
-        },
+            match &mut admin {
+                Some(c) => c.call(&req)?["return"].clone(),
+                None => offline_runner(&cfg, &a.fun, &req)?,
+            }
+        }
         "cluster.digest" => {
             let c = admin.as_mut().ok_or_else(|| Failure::new("cluster.digest: the master is not running (halite-ctl verify prints a stopped master's digest)", 1))?;
             c.call(&json!({ "cmd": "runner", "fun": "cluster.digest" }))?["return"].clone()
@@ -267,7 +269,7 @@ fn orchestrate(c: &mut AdminClient, fun: &str, positional: &[String], kwargs: &B
 }
 
 /// Runners read from a stopped master's data directory.
-fn offline_runner(cfg: &halite_master::MasterConfig, fun: &str, jid: Option<String>) -> Result<Value> {
+fn offline_runner(cfg: &halite_master::MasterConfig, fun: &str, req: &Value) -> Result<Value> {
     let data = store::data_dir(cfg);
     if fun == "cluster.ring_info" || fun == "cluster.members" {
         let log = halite_storage::log::RaftLog::open(&data.log())?;
@@ -278,10 +280,7 @@ fn offline_runner(cfg: &halite_master::MasterConfig, fun: &str, jid: Option<Stri
         return Ok(if fun == "cluster.members" { cluster::members(&cfg.node_id(), &m) } else { cluster::ring_info(cfg.cluster_id.is_some(), &m) });
     }
     let sm = halite_storage::state::StateMachine::open(&data.state())?;
-    Ok(match jid {
-        Some(j) => jobs::lookup_jid(&sm, &j)?,
-        None => jobs::list_jobs(&sm)?,
-    })
+    Ok(jobs::JobCmd::parse(req)?.runner_answer(&sm, cfg.job_cache_store_endtime)?)
 }
 
 /// `salt-run` arguments: positional ones, and `key=value` keywords (a `=` inside a

@@ -2,11 +2,14 @@
 //! committed.
 //!
 //! `salt [-c DIR] TARGET FUN [ARG ...] [-L|-E|-G|-P|-I|-J|-S|-N|-C] [--subset N]
-//! [-t SECONDS] [--async] [--static] [--out nested|json|yaml|txt|raw|pprint|highstate]
+//! [-t SECONDS] [--async] [-s|--static] [--out nested|json|yaml|txt|raw|pprint|highstate]
 //! [--out-indent N] [--out-file FILE [--out-file-append]] [--no-color|--force-color]
-//! [--state-output FORM] [--state-verbose BOOL] [-v|--show-jid] [--hide-timeout]
-//! [--return RETURNER [--return_config PROFILE] [--return_kwargs YAML]]
-//! [-b N|N% [--batch-wait S] [--failhard]]`. Arguments are parsed as Salt parses them:
+//! [--state-output FORM] [--state-verbose BOOL] [--output-diff] [-v|--show-jid]
+//! [--hide-timeout] [--summary] [--return RETURNER [--return_config PROFILE]
+//! [--return_kwargs YAML]] [--metadata YAML] [--start-event]
+//! [-b N|N% [--batch-wait S] [--failhard]] [--batch-safe-limit N [--batch-safe-size N]]`,
+//! `salt -d [TARGET [FUN]]` (the function's `sys.doc`), `salt --preview-target TARGET`
+//! (the matching minions, nothing run). Arguments are parsed as Salt parses them:
 //! `key=value` becomes a keyword argument, every value is YAML-typed (`1` is an int,
 //! `True` a bool).
 //!
@@ -80,7 +83,7 @@ struct Args {
     asynchronous: bool,
     /// Gather every return and print them as one document at the end (instead of each
     /// as it arrives).
-    #[arg(long = "static")]
+    #[arg(short = 's', long = "static")]
     static_: bool,
     /// Print the job's jid first (`Executing job with jid ...`).
     #[arg(short = 'v', long = "verbose")]
@@ -109,13 +112,64 @@ struct Args {
     /// Stop the batch at the first minion that returns a non-zero retcode.
     #[arg(long = "failhard")]
     failhard: bool,
+    /// Run as a batch of `--batch-safe-size` when the target matches at least this many
+    /// minions (0 or 1: never).
+    #[arg(long = "batch-safe-limit", default_value_t = 0)]
+    batch_safe_limit: usize,
+    /// The batch size `--batch-safe-limit` switches to (N or N%).
+    #[arg(long = "batch-safe-size", default_value = "8")]
+    batch_safe_size: String,
+    /// The function's documentation (`sys.doc`) instead of running it: `salt -d '*'
+    /// test.ping`.
+    #[arg(short = 'd', long = "doc", alias = "documentation")]
+    doc: bool,
+    /// After the returns, print how many minions were targeted, returned, did not
+    /// return and failed.
+    #[arg(long = "summary")]
+    summary: bool,
+    /// Print the minions the target matches, and run nothing.
+    #[arg(long = "preview-target")]
+    preview_target: bool,
+    /// Metadata kept with the job (a YAML value; `jobs.list_jobs search_metadata=...`
+    /// finds the job by it, minions copy a mapping into their returns).
+    #[arg(long = "metadata")]
+    metadata: Option<String>,
+    /// Each minion fires `salt/job/<jid>/start/<id>` when it takes the job.
+    #[arg(long = "start-event")]
+    start_event: bool,
     #[command(flatten)]
     output: OutputFlags,
-    #[arg(long = "log-level", default_value = "warning")]
+    #[arg(short = 'l', long = "log-level", default_value = "warning")]
     log_level: String,
-    target: String,
-    fun: String,
-    args: Vec<String>,
+    /// The target, then the function and its arguments (`-d` and `--preview-target`
+    /// need less).
+    #[arg(value_name = "TARGET FUN ARGS")]
+    words: Vec<String>,
+}
+
+/// The target, function and arguments of a command line, as Salt's parser reads them
+/// (`-d` runs `sys.doc` on the function named; `--preview-target` needs only a target).
+fn job_words(a: &Args) -> Result<(String, String, Vec<String>)> {
+    let mut w = a.words.clone();
+    if a.doc {
+        if w.is_empty() {
+            w.push("*".into());
+        }
+        if w.len() < 2 || w[1] != "sys.doc" {
+            w.insert(1, "sys.doc".into());
+        }
+        if w.len() > 3 {
+            return Err(Failure::new("You can only get documentation for one method at one time.", 2));
+        }
+    }
+    let mut it = w.into_iter();
+    let target = it.next().ok_or_else(|| Failure::new("Cannot execute command without defining a target.", 42))?;
+    let fun = match it.next() {
+        Some(f) => f,
+        None if a.preview_target => String::new(),
+        None => return Err(Failure::new("Incomplete options passed.", 42)),
+    };
+    Ok((target, fun, it.collect()))
 }
 
 fn main() {
@@ -285,22 +339,45 @@ fn real_main(a: Args) -> Result<()> {
     .into_iter()
     .find_map(|(on, t)| on.then_some(t))
     .unwrap_or("glob");
-    let mut tgt = if a.list { Value::Array(a.target.split(',').map(|s| Value::String(s.trim().to_string())).collect()) } else { Value::String(a.target.clone()) };
+    let (target, fun, words) = job_words(&a)?;
+    let mut tgt = if a.list { Value::Array(target.split(',').map(|s| Value::String(s.trim().to_string())).collect()) } else { Value::String(target.clone()) };
     let mut tgt_type = tgt_type.to_string();
-    let (args, kwargs) = parse_args(&a.args);
-    let mut printer = a.output.printer(&cfg, Out::Nested, &a.fun, a.static_).map_err(|e| Failure::new(e, 2))?;
-    // Salt's `--return`, `--return_config`, `--return_kwargs` (YAML-typed, a mapping).
-    let mut returners = Map::new();
+    let (args, kwargs) = parse_args(&words);
+    let mut printer = a.output.printer(&cfg, Out::Nested, &fun, a.static_).map_err(|e| Failure::new(e, 2))?;
+    if a.preview_target {
+        // Salt's `--preview-target`: the matching minions, through the outputter.
+        let r = client.call(&json!({ "cmd": "target.minions", "tgt": tgt, "tgt_type": tgt_type })).map_err(|e| Failure::new(e.to_string(), 2))?;
+        printer.print(&Value::Array(names(&r["minions"]).into_iter().map(Value::String).collect()), printer.outputter(None));
+        return Ok(());
+    }
+    // What the publish load carries beyond the job: Salt's `--return`, `--return_config`,
+    // `--return_kwargs` (YAML-typed, a mapping), `--metadata`, `--start-event`.
+    let mut extras = Map::new();
     if let Some(r) = &a.ret {
-        returners.insert("ret".into(), Value::String(r.clone()));
+        extras.insert("ret".into(), Value::String(r.clone()));
     }
     if let Some(c) = &a.ret_config {
-        returners.insert("ret_config".into(), Value::String(c.clone()));
+        extras.insert("ret_config".into(), Value::String(c.clone()));
     }
     if let Some(k) = &a.ret_kwargs {
-        returners.insert("ret_kwargs".into(), yaml_value(k));
+        extras.insert("ret_kwargs".into(), yaml_value(k));
     }
-    if let Some(spec) = &a.batch {
+    if let Some(m) = &a.metadata {
+        extras.insert("metadata".into(), yaml_value(m));
+    }
+    if a.start_event {
+        extras.insert("start_event".into(), Value::Bool(true));
+    }
+    let mut batch = a.batch.clone();
+    if batch.is_none() && a.batch_safe_limit > 1 {
+        // Salt's `--batch-safe-limit`: a large target runs as a batch.
+        let r = client.call(&json!({ "cmd": "target.minions", "tgt": tgt, "tgt_type": tgt_type })).map_err(|e| Failure::new(e.to_string(), 2))?;
+        if names(&r["minions"]).len() >= a.batch_safe_limit {
+            println!("\nNOTICE: Too many minions targeted, switching to batch execution.");
+            batch = Some(a.batch_safe_size.clone());
+        }
+    }
+    if let Some(spec) = &batch {
         let spec: BatchSpec = spec.parse().map_err(|e: String| Failure::new(e, 2))?;
         if a.asynchronous {
             return Err(Failure::new("--async with --batch is not supported: a batch run is driven by the salt command", 2));
@@ -308,14 +385,14 @@ fn real_main(a: Args) -> Result<()> {
         if !a.batch_wait.is_finite() || a.batch_wait < 0.0 {
             return Err(Failure::new("--batch-wait takes a number of seconds", 2));
         }
-        let run = BatchRun { spec, returners: returners.clone(), wait: Duration::from_secs_f64(a.batch_wait.min(86_400.0)), failhard: a.failhard, timeout };
-        return run_batch(&mut client, &cfg.sock_dir, &tgt, &tgt_type, &a.fun, &args, &kwargs, run, &mut printer);
+        let run = BatchRun { spec, returners: extras.clone(), wait: Duration::from_secs_f64(a.batch_wait.min(86_400.0)), failhard: a.failhard, timeout };
+        return run_batch(&mut client, &cfg.sock_dir, &tgt, &tgt_type, &fun, &args, &kwargs, run, &mut printer);
     }
     if let Some(n) = a.subset {
-        tgt = Value::Array(subset(&mut client, &cfg.sock_dir, &tgt, &tgt_type, &a.fun, n, timeout)?.into_iter().map(Value::String).collect());
+        tgt = Value::Array(subset(&mut client, &cfg.sock_dir, &tgt, &tgt_type, &fun, n, timeout)?.into_iter().map(Value::String).collect());
         tgt_type = "list".into();
     }
-    let p = publish(&mut client, &tgt, &tgt_type, &a.fun, &args, &kwargs, &returners)?;
+    let p = publish(&mut client, &tgt, &tgt_type, &fun, &args, &kwargs, &extras)?;
     if a.asynchronous {
         println!("Executed command with job ID: {}", p.jid);
         return Ok(());
@@ -329,7 +406,7 @@ fn real_main(a: Args) -> Result<()> {
     } else if a.show_jid {
         println!("jid: {}", p.jid);
     }
-    if a.fun == "sys.doc" {
+    if fun == "sys.doc" {
         let (returns, _) = collect(&cfg.sock_dir, &p.jid, timeout)?;
         return print_docs(&returns, &printer, a.output.out.is_some());
     }
@@ -337,10 +414,13 @@ fn real_main(a: Args) -> Result<()> {
     start_follow(&cfg.sock_dir, &p.jid, timeout, &tx)?;
     drop(tx);
     let mut failed = false;
+    let mut summary = halite_tools::summary::Summary::default();
     for arrival in rx {
         match arrival {
             Arrival::Return { id, load, .. } => {
-                failed |= retcode(&load) != 0;
+                let rc = retcode(&load);
+                failed |= rc != 0;
+                summary.returned(&id, rc);
                 printer.one(&id, load.get("return").cloned().unwrap_or(Value::Null), load.get("out").and_then(Value::as_str));
             }
             Arrival::Done { mut missing, .. } => {
@@ -359,6 +439,7 @@ fn real_main(a: Args) -> Result<()> {
                 }
                 for m in missing {
                     failed = true;
+                    summary.missing(&m);
                     printer.one(&m, Value::String(no_return(&p.jid)), None);
                 }
                 break;
@@ -370,6 +451,10 @@ fn real_main(a: Args) -> Result<()> {
         }
     }
     printer.finish();
+    // As Salt: only for the returns printed as they came, with no `--out`.
+    if a.summary && !a.static_ && a.output.out.is_none() {
+        print!("{}", summary.render(a.verbose));
+    }
     exit_for(failed)
 }
 
@@ -478,11 +563,32 @@ mod tests {
         let a = Args::try_parse_from(["salt", "--batch-size", "2", "--static", "--out", "raw", "*", "cmd.run", "echo hi", "shell=/bin/sh"]).unwrap();
         assert_eq!(a.batch.as_deref(), Some("2"));
         assert!(a.static_ && a.output.out.as_deref() == Some("raw"));
-        let (args, kwargs) = parse_args(&a.args);
+        let (_, _, words) = job_words(&a).unwrap();
+        let (args, kwargs) = parse_args(&words);
         assert_eq!(args, vec![json!("echo hi")]);
         assert_eq!(kwargs["shell"], json!("/bin/sh"));
         let a = Args::try_parse_from(["salt", "*", "test.ping", "--out", "txt"]).unwrap();
         assert!(a.batch.is_none() && a.output.out.as_deref() == Some("txt"));
+    }
+
+    #[test]
+    fn doc_and_preview_read_the_words_as_salt_does() {
+        let words = |argv: &[&str]| {
+            let a = Args::try_parse_from(std::iter::once("salt").chain(argv.iter().copied())).unwrap();
+            job_words(&a).map_err(|e| e.msg)
+        };
+        let w = |t: &str, f: &str, r: &[&str]| Ok((t.to_string(), f.to_string(), r.iter().map(|s| s.to_string()).collect::<Vec<_>>()));
+        assert_eq!(words(&["-d"]), w("*", "sys.doc", &[]));
+        assert_eq!(words(&["-d", "web*"]), w("web*", "sys.doc", &[]));
+        assert_eq!(words(&["web*", "-d", "test.ping"]), w("web*", "sys.doc", &["test.ping"]));
+        assert_eq!(words(&["--documentation", "*", "sys.doc", "pkg"]), w("*", "sys.doc", &["pkg"]));
+        assert!(words(&["-d", "*", "a.b", "c.d"]).unwrap_err().contains("one method at one time"));
+        assert_eq!(words(&["--preview-target", "-G", "os:Debian"]), w("os:Debian", "", &[]));
+        assert!(words(&["web*"]).unwrap_err().contains("Incomplete options"));
+        assert!(words(&[]).unwrap_err().contains("without defining a target"));
+        let a = Args::try_parse_from(["salt", "-s", "-l", "debug", "--summary", "--metadata", "{ticket: OPS-1}", "--start-event", "--batch-safe-limit", "100", "*", "test.ping"]).unwrap();
+        assert!(a.static_ && a.summary && a.start_event && a.log_level == "debug" && a.batch_safe_limit == 100 && a.batch_safe_size == "8");
+        assert_eq!(yaml_value(a.metadata.as_deref().unwrap()), json!({"ticket": "OPS-1"}));
     }
 
     #[test]

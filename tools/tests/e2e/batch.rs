@@ -105,6 +105,26 @@ fn returns_print_in_salts_output_shapes() {
     let (o, e, code) = salt(env, &["m1", "cmd.run", "exit 3"]);
     assert_eq!(code, Some(1), "{o}{e}");
     assert!(e.contains("ERROR: Minions returned with non-zero exit code"), "{e}");
+    // --summary: Salt's counts after the returns; with -v the ids behind them.
+    let (o, _, _) = salt(env, &["-L", "m1,m2,nosuch", "cmd.run", "exit {{ 3 if grains['id'] == 'm2' else 0 }}", "template=jinja", "--summary", "-v"]);
+    let rule = "-".repeat(43);
+    let want = format!("\n\n{rule}\nSummary\n{rule}\n# of minions targeted: 3\n# of minions returned: 2\n# of minions that did not return: 1\n# of minions with errors: 1\nMinions not responding: nosuch\nMinions with failures: m2\n{rule}\n");
+    assert!(o.ends_with(&want), "{o}");
+    let (o, _, _) = salt(env, &["m1", "test.ping", "--summary", "--out", "json"]);
+    assert!(!o.contains("Summary"), "not with --out, as in Salt: {o}");
+    // --preview-target: the minions the target matches, through the outputter; nothing runs.
+    let before = env.runner(&["jobs.list_jobs"]).as_object().map_or(0, |m| m.len());
+    let (o, _, code) = salt(env, &["--preview-target", "m[12]"]);
+    assert_eq!((o.as_str(), code), ("- m1\n- m2\n", Some(0)));
+    let (o, _, _) = salt(env, &["-C", "m* and not m2", "--preview-target", "--out", "json"]);
+    assert_eq!(documents(&o), vec![serde_json::json!(["m1", "m3"])], "{o}");
+    assert_eq!(env.runner(&["jobs.list_jobs"]).as_object().map_or(0, |m| m.len()), before, "no job published");
+    // --batch-safe-limit: a target that large runs as a batch of --batch-safe-size.
+    let (o, e, code) = salt(env, &["--batch-safe-limit", "3", "--batch-safe-size", "2", "*", "test.ping"]);
+    assert_eq!(code, Some(0), "{o}{e}");
+    assert!(o.starts_with("\nNOTICE: Too many minions targeted, switching to batch execution.\n") && o.contains("Executing run on ['m1', 'm2']") && o.contains("Executing run on ['m3']"), "{o}");
+    let (o, _, _) = salt(env, &["--batch-safe-limit", "4", "*", "test.ping", "--out", "txt"]);
+    assert!(!o.contains("NOTICE") && !o.contains("Executing run"), "under the limit: {o}");
 }
 
 #[test]

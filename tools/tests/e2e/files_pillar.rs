@@ -35,10 +35,12 @@ fn state_apply_renders_a_jinja_sls_with_a_managed_file_from_the_file_server() {
 
 /// What Salt 3008.5's own highstate outputter prints for `data` with `state_output`
 /// and `state_verbose` (no colours), in the reference venv's Python.
-fn reference_highstate(data: &serde_json::Value, state_output: &str, state_verbose: bool) -> String {
+fn reference_highstate(data: &serde_json::Value, state_output: &str, state_verbose: bool, state_output_diff: bool) -> String {
+    let py = |b: bool| if b { "True" } else { "False" };
     let body = format!(
-        "import json, sys, salt.config, salt.output\nopts = dict(salt.config.DEFAULT_MASTER_OPTS)\nopts.update(color=False, state_output={state_output:?}, state_verbose={v})\nprint(salt.output.out_format(json.load(sys.stdin), 'highstate', opts))\n",
-        v = if state_verbose { "True" } else { "False" }
+        "import json, sys, salt.config, salt.output\nopts = dict(salt.config.DEFAULT_MASTER_OPTS)\nopts.update(color=False, state_output={state_output:?}, state_verbose={v}, state_output_diff={d})\nprint(salt.output.out_format(json.load(sys.stdin), 'highstate', opts))\n",
+        v = py(state_verbose),
+        d = py(state_output_diff)
     );
     let mut child = std::process::Command::new(reference_venv().join("bin/python"))
         .arg("-c")
@@ -57,15 +59,15 @@ fn reference_highstate(data: &serde_json::Value, state_output: &str, state_verbo
 /// `salt` prints a state run as Salt does: the minion names the highstate outputter in
 /// its return, and Salt 3008.5's outputter, given the same job's returns
 /// (`jobs.lookup_jid`), prints the same bytes, in full, with `--state-output terse` and
-/// with `--state-verbose False`; `salt-run jobs.lookup_jid` prints it the same. A failed
-/// state makes the exit code 1.
+/// with `--state-verbose False` and with `--output-diff`; `salt-run jobs.lookup_jid`
+/// prints it the same. A failed state makes the exit code 1.
 #[test]
 fn state_apply_prints_salts_highstate_as_the_reference_does() {
     let s = Served::start(Accept::Auto, "", "");
     let srv = s.env.root.join("srv/salt");
     std::fs::create_dir_all(&srv).expect("roots");
     std::fs::write(srv.join("demo.sls"), "changed:\n  test.succeed_with_changes: []\nclean:\n  test.succeed_without_changes: []\nbroken:\n  test.fail_without_changes: []\n").expect("demo.sls");
-    for (flags, form, verbose) in [(vec![], "full", true), (vec!["--state-output", "terse"], "terse", true), (vec!["--state-verbose", "False"], "full", false)] {
+    for (flags, form, verbose, diff) in [(vec![], "full", true, false), (vec!["--state-output", "terse"], "terse", true, false), (vec!["--state-verbose", "False"], "full", false, false), (vec!["--output-diff"], "full", true, true)] {
         let mut args = vec!["m1", "state.apply", "demo"];
         args.extend(flags.iter().copied());
         let o = s.env.salt(&args, 60);
@@ -76,8 +78,8 @@ fn state_apply_prints_salts_highstate_as_the_reference_does() {
         assert_eq!(data["m1"].as_object().map(|m| m.len()), Some(3), "{data}");
         assert!(printed.contains("Summary for m1\n") && printed.contains("Failed:    1"), "{printed}");
         assert_eq!(printed.contains("Name: clean - Function: test.succeed_without_changes - Result: Clean"), form == "terse", "{printed}");
-        assert_eq!(printed.contains("ID: clean"), form == "full" && verbose, "{printed}");
-        assert_eq!(printed, reference_highstate(&data, form, verbose), "{flags:?}");
+        assert_eq!(printed.contains("ID: clean"), form == "full" && verbose && !diff, "{printed}");
+        assert_eq!(printed, reference_highstate(&data, form, verbose, diff), "{flags:?}");
         if flags.is_empty() {
             // salt-run jobs.lookup_jid prints the same job as a highstate too (the
             // returns name their outputter), as Salt's runner does.

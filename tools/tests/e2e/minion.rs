@@ -209,6 +209,48 @@ fn state_event_streams_job_and_custom_events() {
     assert_eq!(data["data"]["x"], 1, "{data}");
 }
 
+/// `salt --metadata` and `--start-event` reach a real minion in the publish load: it
+/// fires `salt/job/<jid>/start/<id>` (with the metadata) before it runs the job, the job
+/// cache keeps the metadata, and `jobs.list_jobs search_metadata=` and `jobs.last_run
+/// metadata=` find the job by it. `salt -d` prints the function's docstring.
+#[test]
+fn metadata_and_the_start_event_travel_with_the_job() {
+    let s = Served::start(Accept::Auto, "", "");
+    let (_watcher, mut lines) = Proc::spawn_lines("salt-run state.event", Command::new(SALT_RUN).args(["-c", &s.env.conf(), "state.event", "tagmatch=salt/job/*/start/*"]), &s.env.root.join("state-event.log"));
+    // The watcher says nothing when it has subscribed: the job is sent again until its
+    // start event is seen.
+    let mut jid = None;
+    for _ in 0..10 {
+        assert_eq!(s.env.salt_json(&["m1", "test.ping", "--metadata", "{ticket: OPS-1}", "--start-event"], 20), json!({"m1": true}));
+        let (j, _) = s.env.newest_job("test.ping").expect("the job");
+        let tag = format!("salt/job/{j}/start/m1\t");
+        if lines.poll(Duration::from_secs(3), |l| l.iter().any(|x| x.starts_with(&tag))) {
+            jid = Some(j);
+            break;
+        }
+    }
+    let jid = jid.unwrap_or_else(|| panic!("no start event seen:\n{}", lines.seen().join("\n")));
+    let line = lines.seen().iter().find(|l| l.starts_with(&format!("salt/job/{jid}/start/m1\t"))).cloned().expect("the start event");
+    let data = json(line.split_once('\t').expect("tab").1);
+    assert_eq!((&data["data"]["jid"], &data["data"]["fun"], &data["data"]["metadata"]), (&json!(jid), &json!("test.ping"), &json!({"ticket": "OPS-1"})), "{data}");
+    // A job without --start-event fires none.
+    let v = s.env.salt_json(&["m1", "test.echo", "quiet"], 20);
+    assert_eq!(v, json!({"m1": "quiet"}));
+    let (quiet, _) = s.env.newest_job("test.echo").expect("the echo job");
+    assert!(!lines.poll(Duration::from_secs(2), |l| l.iter().any(|x| x.contains(&quiet))), "{:?}", lines.seen());
+    // The job cache: Metadata shown and searched.
+    let found = s.env.runner(&["jobs.list_jobs", "search_metadata={ticket: OPS-1}"]);
+    assert!(found.get(&jid).is_some_and(|j| j["Metadata"] == json!({"ticket": "OPS-1"})), "{found}");
+    assert!(found.get(&quiet).is_none(), "{found}");
+    let last = s.env.runner(&["jobs.last_run", "metadata={ticket: OPS-1}", "function=test.ping"]);
+    assert_eq!(last[&jid]["Result"]["m1"]["return"], json!(true), "{last}");
+    assert_eq!(s.env.runner(&["jobs.list_jobs", "search_function=test.echo"]).as_object().map(|m| m.keys().cloned().collect::<Vec<_>>()), Some(vec![quiet.clone()]));
+    // salt -d: the docstring, as Salt prints sys.doc.
+    let o = s.env.salt(&["m1", "-d", "test.ping"], 30);
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(text.starts_with("test.ping:\n") && text.contains("salt '*' test.ping"), "{text}");
+}
+
 #[test]
 fn the_job_runners_list_and_look_up_a_finished_job() {
     let s = Served::start(Accept::Auto, "", "");

@@ -90,7 +90,7 @@ pub async fn answer(cfg: &ApiConfig, s: &Session, c: &Call, o: &Opts) -> Result<
             // Each batch is a publish of its own, checked on its own minions.
             rules.check_on(&c.fun, &c.arg, &c.kwarg, &start.iter().cloned().collect::<BTreeSet<_>>())?;
             let list = J::Array(start.iter().cloned().map(J::String).collect());
-            match publish(cfg, s, &list, "list", &c.fun, &c.arg, &c.kwarg, &c.returners).await? {
+            match publish(cfg, s, &list, "list", &c.fun, &c.arg, &c.kwarg, &c.publish_opts).await? {
                 None => {
                     for m in &start {
                         batch.timed_out(m, now);

@@ -24,13 +24,15 @@ pub struct Call {
     /// `full_return`: each minion's `{"ret", "retcode", "jid", "out"}` instead of its
     /// return (Salt's `cmd(full_return=True)`).
     pub full_return: bool,
-    /// The chunk's `ret`, `ret_config` and `ret_kwargs`: returners the minions also send
-    /// the returns to (checked by the master, `halite_master::admin::returners`).
-    pub returners: Map<String, J>,
+    /// The chunk's `ret`, `ret_config` and `ret_kwargs` (returners the minions also
+    /// send the returns to), `metadata` and `start_event`: what the publish load carries
+    /// beyond the job, as Salt's local client passes them on (checked by the master,
+    /// `halite_master::admin::publish_options`).
+    pub publish_opts: Map<String, J>,
 }
 
-/// The chunk keys that name returners.
-const RETURNER_KEYS: [&str; 3] = ["ret", "ret_config", "ret_kwargs"];
+/// The chunk keys the publish load carries beyond the job.
+const PUBLISH_KEYS: [&str; 5] = ["ret", "ret_config", "ret_kwargs", "metadata", "start_event"];
 
 /// A chunk's `full_return`: `true`/`false` (or a form's `"true"`/`"false"`).
 pub(crate) fn full_return_of(chunk: &Map<String, J>) -> Result<bool, ApiError> {
@@ -60,8 +62,8 @@ impl Call {
             Some(J::String(t)) => t.clone(),
             Some(_) => return Err(ApiError::new(400, "tgt_type must be a string")),
         };
-        let returners = chunk.iter().filter(|(k, _)| RETURNER_KEYS.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
-        Ok(Call { tgt, tgt_type, fun, arg: args_of(chunk), kwarg: kwargs_of(chunk)?, timeout: timeout_of(chunk)?, full_return: full_return_of(chunk)?, returners })
+        let publish_opts = chunk.iter().filter(|(k, _)| PUBLISH_KEYS.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
+        Ok(Call { tgt, tgt_type, fun, arg: args_of(chunk), kwarg: kwargs_of(chunk)?, timeout: timeout_of(chunk)?, full_return: full_return_of(chunk)?, publish_opts })
     }
 
     /// Seconds to wait for returns.
@@ -79,7 +81,7 @@ pub struct Published {
     pub missing: Vec<String>,
 }
 
-/// Publishes `fun` to a target as `s`'s job; `extra` joins the request (returners).
+/// Publishes `fun` to a target as `s`'s job; `extra` joins the request (returners, metadata, start_event).
 #[allow(clippy::too_many_arguments)]
 pub async fn publish(cfg: &ApiConfig, s: &Session, tgt: &J, tgt_type: &str, fun: &str, arg: &[J], kwarg: &Map<String, J>, extra: &Map<String, J>) -> Result<Option<Published>, ApiError> {
     let mut req = json!({ "cmd": "publish", "tgt": tgt, "tgt_type": tgt_type, "fun": fun, "arg": arg, "kwarg": kwarg, "user": s.user });
@@ -154,7 +156,7 @@ pub fn ret_of(load: &J) -> J {
 /// return in time (Salt's `LocalClient.cmd`, which rest_cherrypy's `local` calls).
 pub async fn local(cfg: &ApiConfig, s: &Session, c: &Call) -> Result<J, ApiError> {
     Rules::load(cfg, s).await?.check(cfg, &c.fun, &c.arg, &c.kwarg, &c.tgt, &c.tgt_type).await?;
-    let Some(p) = publish(cfg, s, &c.tgt, &c.tgt_type, &c.fun, &c.arg, &c.kwarg, &c.returners).await? else { return Ok(json!({})) };
+    let Some(p) = publish(cfg, s, &c.tgt, &c.tgt_type, &c.fun, &c.arg, &c.kwarg, &c.publish_opts).await? else { return Ok(json!({})) };
     let (got, _) = Follow::open(cfg, &p.jid, c.timeout(cfg)).await?.collect().await?;
     Ok(J::Object(with_silent(got, &p.minions, c.full_return)))
 }
@@ -185,7 +187,7 @@ pub(crate) fn with_silent(got: Vec<(String, J)>, minions: &J, full: bool) -> Map
 /// `local_async`: `{"jid", "minions"}` at once.
 pub async fn local_async(cfg: &ApiConfig, s: &Session, c: &Call) -> Result<J, ApiError> {
     Rules::load(cfg, s).await?.check(cfg, &c.fun, &c.arg, &c.kwarg, &c.tgt, &c.tgt_type).await?;
-    let Some(p) = publish(cfg, s, &c.tgt, &c.tgt_type, &c.fun, &c.arg, &c.kwarg, &c.returners).await? else { return Ok(json!({})) };
+    let Some(p) = publish(cfg, s, &c.tgt, &c.tgt_type, &c.fun, &c.arg, &c.kwarg, &c.publish_opts).await? else { return Ok(json!({})) };
     Ok(json!({ "jid": p.jid, "minions": p.minions }))
 }
 
@@ -195,9 +197,9 @@ mod tests {
 
     #[test]
     fn a_chunk_names_its_returners_apart_from_the_functions_arguments() {
-        let chunk = json!({"client": "local", "tgt": "*", "fun": "test.ping", "ret": "rawfile_json", "ret_config": "alt", "ret_kwargs": {"k": 1}, "kwarg": {"x": 2}});
+        let chunk = json!({"client": "local", "tgt": "*", "fun": "test.ping", "ret": "rawfile_json", "ret_config": "alt", "ret_kwargs": {"k": 1}, "metadata": {"t": 1}, "start_event": true, "kwarg": {"x": 2}});
         let c = Call::parse(chunk.as_object().unwrap(), "test.ping".into()).unwrap();
-        assert_eq!(J::Object(c.returners), json!({"ret": "rawfile_json", "ret_config": "alt", "ret_kwargs": {"k": 1}}));
+        assert_eq!(J::Object(c.publish_opts), json!({"ret": "rawfile_json", "ret_config": "alt", "ret_kwargs": {"k": 1}, "metadata": {"t": 1}, "start_event": true}));
         assert_eq!(J::Object(c.kwarg), json!({"x": 2}));
     }
 }

@@ -52,7 +52,7 @@ pub async fn answer(cfg: &ApiConfig, s: &Session, c: &Call, n: usize) -> Result<
     let picked: BTreeSet<String> = able.iter().cloned().collect();
     rules.check_on(&c.fun, &c.arg, &c.kwarg, &picked)?;
     let list = J::Array(able.into_iter().map(J::String).collect());
-    let Some(p) = publish(cfg, s, &list, "list", &c.fun, &c.arg, &c.kwarg, &c.returners).await? else { return Ok(json!({})) };
+    let Some(p) = publish(cfg, s, &list, "list", &c.fun, &c.arg, &c.kwarg, &c.publish_opts).await? else { return Ok(json!({})) };
     let (got, _) = Follow::open(cfg, &p.jid, timeout).await?.collect().await?;
     Ok(J::Object(with_silent(got, &p.minions, c.full_return)))
 }
