@@ -240,6 +240,17 @@ pub struct JobPublished {
     /// only what its operator asked for. Absent from the payload when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_by: Option<String>,
+    /// Another group of minions for a job already stored (a `--batch` run's next start,
+    /// published under the run's one jid, as Salt 3008 does). Decided at apply: when the
+    /// job exists its `minions` gain these (in order, each once) and its load and time
+    /// stay; when it does not, this record is stored as it is. The load is still what
+    /// this group is sent. Absent from the payload when false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub joins: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// One minion's return for a job.

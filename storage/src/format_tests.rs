@@ -10,7 +10,7 @@ pub(crate) fn samples() -> Vec<Record> {
     vec![
         Record::KeySet(KeySet { id: "web01".into(), state: KeyState::Accepted, pub_key: b"-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----".to_vec(), time_ns: 1, expect: None, pending_below: None }),
         Record::KeySet(KeySet { id: "web01".into(), state: KeyState::Deleted, pub_key: vec![], time_ns: 2, expect: None, pending_below: None }),
-        Record::JobPublished(JobPublished { jid: "20261122021944123456".into(), load: vec![0x80], minions: vec!["web01".into()], time_ns: 3, started_by: None }),
+        Record::JobPublished(JobPublished { jid: "20261122021944123456".into(), load: vec![0x80], minions: vec!["web01".into()], time_ns: 3, started_by: None, joins: false }),
         Record::JobReturn(JobReturn { jid: "20261122021944123456".into(), id: "web01".into(), load: vec![0xc3], time_ns: 4, first_only: false }),
         Record::GrainsReport(GrainsReport { id: "web01".into(), grains: vec![0x80], time_ns: 5 }),
         Record::RootsBlob(RootsBlob { tree: RootsTree::File, saltenv: "base".into(), path: "top.sls".into(), mode: 0o644, sha256: vec![7; 32], size: 3, chunk: 0, chunks: 1, data: b"abc".to_vec() }),

@@ -239,7 +239,7 @@ pub fn read_job_cache(cachedir: &Path, out: &mut Vec<Record>, counts: &mut BTree
                 }
                 _ => Vec::new(),
             };
-            let rec = Record::JobPublished(JobPublished { jid: jid.clone(), load, minions, time_ns: mtime_ns(&meta), started_by: None });
+            let rec = Record::JobPublished(JobPublished { jid: jid.clone(), load, minions, time_ns: mtime_ns(&meta), started_by: None, joins: false });
             if rec.validate().is_err() {
                 tracing::warn!(dir = %jd.display(), "job with an invalid jid skipped");
                 *counts.entry("skipped".into()).or_default() += 1;

@@ -118,7 +118,7 @@ mod tests {
         use crate::entry::LogEntry;
         use crate::format::{JobPublished, JobsExpired};
         use crate::state::{Outcome, StateMachine};
-        let job = |jid: &str| Record::JobPublished(JobPublished { jid: jid.into(), load: vec![0x80], minions: vec!["m1".into()], time_ns: 1, started_by: None });
+        let job = |jid: &str| Record::JobPublished(JobPublished { jid: jid.into(), load: vec![0x80], minions: vec!["m1".into()], time_ns: 1, started_by: None, joins: false });
         let claim = |id: &str, member: &str| Record::Reaction(Reaction { id: id.into(), member: member.into(), tag: "t".into(), reactions: b"[]".to_vec(), time_ns: 1 });
         let (a, b) = (format!("20261124003000000001{}", "a".repeat(64)), format!("20261124003000000002{}", "b".repeat(64)));
         for together in [true, false] {

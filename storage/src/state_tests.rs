@@ -267,7 +267,7 @@ fn jobs_expire_by_cutoff_with_their_returns_and_nothing_else() {
     use crate::format::{JobPublished, JobReturn, JobsExpired};
     let d = tempfile::tempdir().unwrap();
     let sm = StateMachine::open(&d.path().join("s")).unwrap();
-    let job = |jid: &str| Record::JobPublished(JobPublished { jid: jid.into(), load: vec![0x80], minions: vec!["m1".into()], time_ns: 1, started_by: None });
+    let job = |jid: &str| Record::JobPublished(JobPublished { jid: jid.into(), load: vec![0x80], minions: vec!["m1".into()], time_ns: 1, started_by: None, joins: false });
     let ret = |jid: &str, id: &str| Record::JobReturn(JobReturn { jid: jid.into(), id: id.into(), load: vec![0xc3], time_ns: 1, first_only: false });
     let (old, edge, new) = ("20261120000000000001", "20261121000000000000", "20261122000000000002");
     sm.apply(&numbered(vec![job(old), ret(old, "m1"), ret(old, "m2"), job(edge), ret(edge, "m1"), job(new), ret(new, "m1"), job("custom-jid"), key("m1", KeyState::Accepted, 1)], 1)).unwrap();
@@ -287,6 +287,32 @@ fn jobs_expire_by_cutoff_with_their_returns_and_nothing_else() {
     assert!(!sm.has_job_before(edge).unwrap());
     // A cutoff that is not a 20-digit jid never reaches the log.
     assert!(Record::JobsExpired(JobsExpired { before_jid: "9".into(), time_ns: 3 }).encode().is_err());
+}
+
+#[test]
+fn a_joining_group_adds_its_minions_to_the_stored_job_and_keeps_its_load() {
+    use crate::format::JobPublished;
+    let d = tempfile::tempdir().unwrap();
+    let sm = StateMachine::open(&d.path().join("s")).unwrap();
+    let jid = "20261125000000000001";
+    let group = |load: u8, minions: &[&str], time_ns: u64, joins: bool| Record::JobPublished(JobPublished { jid: jid.into(), load: vec![0x91, load], minions: minions.iter().map(|m| m.to_string()).collect(), time_ns, started_by: None, joins });
+    // A join with no job stored is stored as it is (and is no longer a join).
+    sm.apply(&numbered(vec![group(1, &["m1"], 1, true)], 1)).unwrap();
+    let j = sm.job(jid).unwrap().unwrap();
+    assert_eq!((j.minions.clone(), j.load.clone(), j.joins), (vec!["m1".to_string()], vec![0x91, 1], false));
+    // Two joins in one batch, one repeating a minion: each sees the one before.
+    sm.apply(&numbered(vec![group(2, &["m2", "m1"], 2, true), group(3, &["m3"], 3, true)], 2)).unwrap();
+    let j = sm.job(jid).unwrap().unwrap();
+    assert_eq!(j.minions, ["m1", "m2", "m3"]);
+    assert_eq!((j.load, j.time_ns), (vec![0x91, 1], 1), "the first group's load and time stay");
+    // A record that does not join replaces the job, as before.
+    sm.apply(&numbered(vec![group(4, &["m9"], 4, false)], 4)).unwrap();
+    assert_eq!(sm.job(jid).unwrap().unwrap().minions, ["m9"]);
+    // `joins` travels in the payload only when set.
+    let plain = group(5, &["m1"], 5, false).encode().unwrap();
+    let joining = group(5, &["m1"], 5, true).encode().unwrap();
+    assert!(!plain.windows(5).any(|w| w == b"joins") && joining.windows(5).any(|w| w == b"joins"));
+    assert_eq!(Record::decode(&joining).unwrap(), group(5, &["m1"], 5, true));
 }
 
 fn test_key(name: &str) -> Vec<u8> {

@@ -33,14 +33,19 @@ pub enum Arrival {
     Failed { jid: String, error: String },
 }
 
-/// Starts following `jid` for `timeout`: its returns, then its end, arrive on `tx`.
-pub fn follow(sock_dir: &Path, jid: &str, timeout: Duration, tx: Sender<Arrival>) -> std::io::Result<()> {
+/// Starts following `jid` for `timeout` (`only`: those of its minions only, a batch
+/// run's group): its returns, then its end, arrive on `tx`.
+pub fn follow(sock_dir: &Path, jid: &str, only: Option<&[String]>, timeout: Duration, tx: Sender<Arrival>) -> std::io::Result<()> {
     let mut s = UnixStream::connect(socket_path(sock_dir))?;
     // The master ends the follow at the timeout; this only guards against a master
     // that hangs without closing (no read waits longer).
     s.set_read_timeout(Some(timeout.saturating_add(GRACE)))?;
     s.set_write_timeout(Some(GRACE))?;
-    let mut line = json!({ "cmd": "job.follow", "jid": jid, "timeout": timeout.as_secs_f64() }).to_string();
+    let mut req = json!({ "cmd": "job.follow", "jid": jid, "timeout": timeout.as_secs_f64() });
+    if let Some(m) = only {
+        req["minions"] = json!(m);
+    }
+    let mut line = req.to_string();
     line.push('\n');
     s.write_all(line.as_bytes())?;
     let jid = jid.to_string();

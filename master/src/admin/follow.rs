@@ -10,10 +10,11 @@
 //! [`Follow::due`]). No step reads the whole job, except the first read when the follow
 //! begins, which finds the returns committed before it.
 //!
-//! Request: `{"cmd": "job.follow", "jid": JID, "timeout": SECONDS}`. Answer lines:
-//! `{"id": MINION, "return": LOAD}` once per minion (the load as stored: `return`,
-//! `retcode`, `success`, `out`, ...), then `{"done": true, "missing": [ids]}` when every
-//! expected minion returned or the timeout passed; then the master closes the
+//! Request: `{"cmd": "job.follow", "jid": JID, "timeout": SECONDS}`, with `"minions":
+//! [ids]` to follow those minions only (a batch run's group: its job holds every group).
+//! Answer lines: `{"id": MINION, "return": LOAD}` once per minion (the load as stored:
+//! `return`, `retcode`, `success`, `out`, ...), then `{"done": true, "missing": [ids]}`
+//! when every expected minion returned or the timeout passed; then the master closes the
 //! connection. A client that closes first ends the follow.
 
 use std::collections::{BTreeSet, HashSet};
@@ -39,7 +40,12 @@ pub const SWEEP_EVERY: u32 = 20;
 pub struct FollowCmd {
     pub jid: String,
     pub timeout: Duration,
+    /// `minions`: only these are expected, and only their returns are sent.
+    pub only: Option<Vec<String>>,
 }
+
+/// Most ids a follow's `minions` may name.
+pub const MAX_FOLLOW_MINIONS: usize = 100_000;
 
 impl FollowCmd {
     pub fn parse(req: &J) -> Result<FollowCmd> {
@@ -49,7 +55,12 @@ impl FollowCmd {
         }
         let secs = req.get("timeout").and_then(J::as_f64).unwrap_or(5.0);
         let timeout = if secs.is_finite() && secs > 0.0 { Duration::from_secs_f64(secs).min(MAX_TIMEOUT) } else { Duration::ZERO };
-        Ok(FollowCmd { jid: jid.to_string(), timeout })
+        let only = match req.get("minions") {
+            None | Some(J::Null) => None,
+            Some(J::Array(a)) if a.len() <= MAX_FOLLOW_MINIONS => Some(a.iter().map(|m| m.as_str().filter(|m| !m.is_empty() && m.len() <= 256).map(String::from).ok_or_else(|| Error::refused("job.follow: minions are ids"))).collect::<Result<Vec<_>>>()?),
+            Some(_) => return Err(Error::refused(format!("job.follow: minions is a list of at most {MAX_FOLLOW_MINIONS} ids"))),
+        };
+        Ok(FollowCmd { jid: jid.to_string(), timeout, only })
     }
 }
 
@@ -67,6 +78,8 @@ pub struct Follow {
     sent: HashSet<String>,
     hinted: BTreeSet<String>,
     ticks: u32,
+    /// Following some minions only: no one else's return is sent.
+    only: Option<HashSet<String>>,
 }
 
 impl Follow {
@@ -75,10 +88,15 @@ impl Follow {
         Follow { pending: expected.into_iter().collect(), ..Default::default() }
     }
 
+    /// A follow of `minions` only (a group of a batch run's job).
+    pub fn only(minions: Vec<String>) -> Follow {
+        Follow { only: Some(minions.iter().cloned().collect()), ..Follow::new(minions) }
+    }
+
     /// Whether `id`'s return is still to be sent (a minion outside the expected list
-    /// that returned is sent too, as Salt prints it).
+    /// that returned is sent too, as Salt prints it, unless following some only).
     pub fn wanted(&self, id: &str) -> bool {
-        !self.sent.contains(id)
+        !self.sent.contains(id) && self.only.as_ref().is_none_or(|o| o.contains(id))
     }
 
     /// `id`'s return was sent.
@@ -143,6 +161,18 @@ mod tests {
         assert!(FollowCmd::parse(&json!({"jid": ""})).is_err());
         assert!(FollowCmd::parse(&json!({"jid": "a\u{0}b"})).is_err());
         assert!(FollowCmd::parse(&json!({})).is_err());
+        assert_eq!(FollowCmd::parse(&json!({"jid": "1", "minions": ["m1", "m2"]})).unwrap().only, Some(vec!["m1".to_string(), "m2".to_string()]));
+        for bad in [json!("m1"), json!([1]), json!([""]), json!(vec!["m"; MAX_FOLLOW_MINIONS + 1])] {
+            assert!(FollowCmd::parse(&json!({"jid": "1", "minions": bad})).is_err());
+        }
+    }
+
+    #[test]
+    fn a_follow_of_some_minions_sends_only_theirs() {
+        let mut f = Follow::only(vec!["m2".to_string()]);
+        assert!(f.wanted("m2") && !f.wanted("m1"), "another group's minion is not this follow's");
+        f.sent("m2");
+        assert!(f.done() && !f.wanted("m2"));
     }
 
     #[test]

@@ -224,12 +224,21 @@ fn publish(view: &dyn AdminView, p: Publish) -> Result<Plan> {
     if minions.is_empty() {
         return Err(Error::refused("No minions matched the target. No command was sent, no jid was assigned."));
     }
-    let jid = view.new_jid();
+    // A batch run's next group joins the run's job: checked here for a clear refusal
+    // (the apply adds the minions to whatever job it finds then).
+    if let Some(j) = &opts.join {
+        let job = view.state().job(j)?.ok_or_else(|| Error::refused(format!("no job {j} to join")))?;
+        let stored = payload::decode(&job.load).map(|v| payload::to_json(&v)).unwrap_or(J::Null);
+        if job.started_by.is_some() || stored.get("fun").and_then(J::as_str) != Some(fun.as_str()) || stored.get("user").and_then(J::as_str).unwrap_or("root") != user {
+            return Err(Error::refused(format!("job {j} is not a run of {fun} by {user} to join")));
+        }
+    }
+    let jid = opts.join.clone().unwrap_or_else(|| view.new_jid());
     let mut load = json!({ "fun": fun, "arg": args, "tgt": tgt, "jid": jid, "ret": "", "tgt_type": tgt_type, "user": user });
     if let J::Object(m) = &mut load {
         opts.fill(m, view.config().raw.get("ext_job_cache").and_then(serde_yaml::Value::as_str));
     }
-    let rec = Record::JobPublished(JobPublished { jid: jid.clone(), load: payload::encode(&payload::from_json(&load)), minions: minions.clone(), time_ns: view.now_ns(), started_by: None });
+    let rec = Record::JobPublished(JobPublished { jid: jid.clone(), load: payload::encode(&payload::from_json(&load)), minions: minions.clone(), time_ns: view.now_ns(), started_by: None, joins: opts.join.is_some() });
     tracing::info!(jid = %jid, fun = %fun, minions = minions.len(), "publishing");
     // `unresolved`: the minions are every accepted one; those the target does not match
     // will not return, and are not missing (the CLI does not list them).

@@ -7,7 +7,10 @@
 //!   `search_metadata`); a salt-minion copies a mapping into each of its returns;
 //! - `start_event` (`salt --start-event`): each minion fires
 //!   `salt/job/<jid>/start/<id>` on the master's bus when it takes the job, before
-//!   running it (new in Salt 3008).
+//!   running it (new in Salt 3008);
+//! - `jid` of a job already stored: this publish is the next group of a `--batch` run,
+//!   published under the run's one jid as Salt 3008 does (the record joins the job:
+//!   `halite_storage::format::JobPublished::joins`).
 //!
 //! Checked before anything is published: the metadata is at most
 //! [`MAX_METADATA_BYTES`] as JSON, `start_event` a boolean (or a form's `"true"`).
@@ -28,6 +31,8 @@ pub struct PublishOptions {
     pub metadata: Option<J>,
     /// `start_event`: minions announce that they took the job.
     pub start_event: bool,
+    /// `jid`: the stored job this publish joins (a batch run's next group).
+    pub join: Option<String>,
 }
 
 impl PublishOptions {
@@ -46,7 +51,12 @@ impl PublishOptions {
             Some(J::String(t)) if t.eq_ignore_ascii_case("false") => false,
             Some(_) => return Err(Error::refused("start_event: true or false")),
         };
-        Ok(PublishOptions { ret: ReturnTo::parse(req)?, metadata, start_event })
+        let join = match req.get("jid") {
+            None | Some(J::Null) => None,
+            Some(J::String(j)) if j.len() == 20 && j.bytes().all(|b| b.is_ascii_digit()) => Some(j.clone()),
+            Some(_) => return Err(Error::refused("jid: the 20-digit jid of the batch run this publish joins")),
+        };
+        Ok(PublishOptions { ret: ReturnTo::parse(req)?, metadata, start_event, join })
     }
 
     /// Adds the options to a publish load (`ext_job_cache`: the master's, joined to the
@@ -76,7 +86,8 @@ mod tests {
         let mut load = Map::new();
         PublishOptions::parse(&json!({})).unwrap().fill(&mut load, None);
         assert_eq!(J::Object(load), json!({"ret": ""}), "nothing given, nothing added");
-        for bad in [json!({"metadata": "x".repeat(MAX_METADATA_BYTES)}), json!({"start_event": "yes"}), json!({"ret": "../x"})] {
+        assert_eq!(PublishOptions::parse(&json!({"jid": "20261125000000000001"})).unwrap().join.as_deref(), Some("20261125000000000001"));
+        for bad in [json!({"metadata": "x".repeat(MAX_METADATA_BYTES)}), json!({"start_event": "yes"}), json!({"ret": "../x"}), json!({"jid": "../x"}), json!({"jid": 2026112500000000000u64})] {
             assert!(PublishOptions::parse(&bad).is_err(), "{bad}");
         }
     }

@@ -41,7 +41,7 @@ fn fixture(name: &str) -> Fixture {
     let mine = payload::from_json(&json!({"data": {"network.ip_addrs": ["10.0.0.5"]}}));
     f.apply(&[crate::mine::send("web1", &mine, 3).unwrap()]);
     let load = json!({"fun": "test.arg", "arg": ["a", {"metadata": {"ticket": 7}, "__kwarg__": true}], "tgt": "web*", "jid": JID, "ret": "", "tgt_type": "glob", "user": "root"});
-    f.apply(&[Record::JobPublished(JobPublished { jid: JID.into(), load: enc(load), minions: vec!["web2".into(), "web1".into()], time_ns: 1, started_by: None })]);
+    f.apply(&[Record::JobPublished(JobPublished { jid: JID.into(), load: enc(load), minions: vec!["web2".into(), "web1".into()], time_ns: 1, started_by: None, joins: false })]);
     f.apply(&[Record::JobReturn(JobReturn { jid: JID.into(), id: "web1".into(), load: enc(json!({"return": {"args": ["a"]}, "retcode": 0, "success": true, "fun": "test.arg", "jid": JID, "id": "web1"})), time_ns: 4, first_only: false })]);
     for (tree, env, path, body) in [
         (RootsTree::File, "base", "top.sls", "base:\n  '*':\n    - web\n"),
@@ -237,7 +237,7 @@ fn an_orchestration_run_is_a_job_with_one_return() {
     assert_eq!(ret(&f, json!({"cmd": "runner", "fun": "jobs.lookup_jid", "jid": jid})), json!({host.clone(): {"data": {host: {}}, "outputter": "highstate", "retcode": 0}}));
     assert!(f.run(done).unwrap_err().to_string().contains("already has its return"));
     // Only a run's job takes such a return.
-    f.apply(&[Record::JobPublished(JobPublished { jid: JID.into(), load: enc(json!({"fun": "test.ping"})), minions: vec!["m1".into()], time_ns: 1, started_by: None })]);
+    f.apply(&[Record::JobPublished(JobPublished { jid: JID.into(), load: enc(json!({"fun": "test.ping"})), minions: vec!["m1".into()], time_ns: 1, started_by: None, joins: false })]);
     assert!(f.run(json!({"cmd": "orchestrate.return", "jid": JID, "return": {}})).unwrap_err().to_string().contains("not an orchestration run"));
     assert!(f.run(json!({"cmd": "orchestrate.return", "jid": "20990101000000000000", "return": {}})).is_err());
 }
@@ -293,7 +293,7 @@ fn two_ends_of_one_run_racing_leave_one_return_and_one_refusal() {
 #[test]
 fn end_time_is_the_last_return_with_job_cache_store_endtime() {
     let mut f = Fixture::new("endtime");
-    let job = Record::JobPublished(JobPublished { jid: JID.into(), load: enc(json!({"fun": "test.ping", "tgt": "*"})), minions: vec!["m1".into(), "m2".into()], time_ns: 1, started_by: None });
+    let job = Record::JobPublished(JobPublished { jid: JID.into(), load: enc(json!({"fun": "test.ping", "tgt": "*"})), minions: vec!["m1".into(), "m2".into()], time_ns: 1, started_by: None, joins: false });
     f.apply(&[job]);
     let list = |f: &Fixture| ret(f, json!({"cmd": "runner", "fun": "jobs.list_job", "arg": [JID], "kwarg": {}}));
     assert!(list(&f).get("EndTime").is_none(), "off by default, as in Salt");
@@ -361,7 +361,7 @@ fn a_background_runner_or_wheel_run_is_a_job_with_one_return() {
     }
     // Only a run.start job takes such a return (not a minion's job, not an orchestration run).
     let f = Fixture::new("run-job-others");
-    f.apply(&[Record::JobPublished(JobPublished { jid: JID.into(), load: enc(json!({"fun": "test.ping"})), minions: vec!["m1".into()], time_ns: 1, started_by: None })]);
+    f.apply(&[Record::JobPublished(JobPublished { jid: JID.into(), load: enc(json!({"fun": "test.ping"})), minions: vec!["m1".into()], time_ns: 1, started_by: None, joins: false })]);
     assert!(f.run(json!({"cmd": "run.return", "jid": JID, "return": 1, "success": true})).unwrap_err().to_string().contains("not a runner's or a wheel's run"));
     f.apply(&roots_records(RootsTree::File, "base", "orch/x.sls", 0o644, b"ping:\n  test.nop: []\n"));
     let orch = f.run(json!({"cmd": "runner", "fun": "state.orchestrate", "arg": ["orch.x"], "kwarg": {}})).unwrap();

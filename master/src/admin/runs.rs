@@ -74,6 +74,7 @@ fn start_as(view: &dyn AdminView, master_id: &str, prefix: &str, fun: &str, fun_
         minions: vec![master_id.to_string()],
         time_ns: view.now_ns(),
         started_by: Some(master_id.to_string()),
+        joins: false,
     });
     let ev = event(format!("{prefix}/{jid}/new"), json!({ "fun": fun, "fun_args": fun_args, "jid": jid, "user": user }));
     (jid, rec, ev)

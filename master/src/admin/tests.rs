@@ -195,12 +195,41 @@ fn publishing_commits_a_job_for_the_expected_minions() {
 }
 
 #[test]
+fn a_batch_runs_next_group_joins_the_runs_job() {
+    let f = Fixture::new("publish-join");
+    for id in ["m1", "m2"] {
+        f.key(id, KeyState::Accepted, PUB);
+    }
+    let first = f.run(json!({"cmd": "publish", "fun": "test.ping", "tgt": ["m1"], "tgt_type": "list"})).unwrap();
+    let [Record::JobPublished(j1)] = &all(&first)[..] else { panic!("{first:?}") };
+    let (jid, joins) = (j1.jid.clone(), j1.joins);
+    assert!(!joins);
+    f.carry_out(first);
+    let next = f.run(json!({"cmd": "publish", "fun": "test.ping", "tgt": ["m2"], "tgt_type": "list", "jid": jid})).unwrap();
+    let [Record::JobPublished(j2)] = &all(&next)[..] else { panic!("{next:?}") };
+    assert_eq!((j2.jid.as_str(), j2.joins, j2.minions.as_slice()), (jid.as_str(), true, &["m2".to_string()][..]));
+    let Answer::Now(a) = &next.answer else { panic!() };
+    assert_eq!((&a["jid"], &a["minions"]), (&json!(jid), &json!(["m2"])), "the group's own minions");
+    f.carry_out(next);
+    assert_eq!(f.now(json!({"cmd": "job.list"}))["jobs"][&jid]["minions"], json!(["m1", "m2"]));
+    // Refused before anything is proposed: no such job, another function, another user.
+    for (req, why) in [
+        (json!({"cmd": "publish", "fun": "test.ping", "tgt": "m1", "jid": "20200101000000000000"}), "no job"),
+        (json!({"cmd": "publish", "fun": "cmd.run", "tgt": "m1", "jid": jid}), "not a run of cmd.run"),
+        (json!({"cmd": "publish", "fun": "test.ping", "tgt": "m1", "jid": jid, "user": "fred"}), "by fred"),
+    ] {
+        let e = f.run(req).unwrap_err().to_string();
+        assert!(e.contains(why), "{e}");
+    }
+}
+
+#[test]
 fn job_queries_answer_in_salts_shapes() {
     let f = Fixture::new("jobs");
     let jid = "20261122035119123456";
     let load = crate::wire::payload::encode(&crate::wire::payload::from_json(&json!({"fun": "test.ping", "arg": [], "tgt": "*", "tgt_type": "glob", "user": "root"})));
     f.apply(&[
-        Record::JobPublished(JobPublished { jid: jid.into(), load, minions: vec!["m1".into()], time_ns: 1, started_by: None }),
+        Record::JobPublished(JobPublished { jid: jid.into(), load, minions: vec!["m1".into()], time_ns: 1, started_by: None, joins: false }),
         Record::JobReturn(JobReturn { jid: jid.into(), id: "m1".into(), load: crate::wire::payload::encode(&crate::wire::payload::from_json(&json!({"return": true, "retcode": 0}))), time_ns: 2, first_only: false }),
     ]);
     assert_eq!(f.now(json!({"cmd": "job.returns", "jid": jid}))["returns"]["m1"]["return"], true);

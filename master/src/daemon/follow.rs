@@ -166,7 +166,10 @@ async fn stream(sm: Arc<StateMachine>, mut rx: Receiver<Arc<Event>>, cmd: Follow
             return;
         }
     };
-    let mut f = Follow::new(expected);
+    let mut f = match cmd.only.clone() {
+        Some(only) => Follow::only(only),
+        None => Follow::new(expected),
+    };
     if !out.returns(&mut f, stored, &mut wr).await {
         return;
     }

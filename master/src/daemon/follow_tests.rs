@@ -33,7 +33,7 @@ fn job(name: &str, n: usize) -> (Arc<StateMachine>, std::cell::Cell<u64>) {
     crate::daemon::trim::fix_mmap_threshold();
     let sm = Arc::new(StateMachine::open_in_memory(name).unwrap());
     let load = encode(json!({"fun": "test.ping", "arg": [], "tgt": "*", "tgt_type": "glob", "user": "root"}));
-    sm.apply(&[(1, Record::JobPublished(JobPublished { jid: JID.into(), load, minions: (0..n).map(id).collect(), time_ns: 1, started_by: None }))]).unwrap();
+    sm.apply(&[(1, Record::JobPublished(JobPublished { jid: JID.into(), load, minions: (0..n).map(id).collect(), time_ns: 1, started_by: None, joins: false }))]).unwrap();
     (sm, std::cell::Cell::new(1))
 }
 
@@ -57,7 +57,7 @@ fn ret_event(i: usize) -> Event {
 fn start(sm: &Arc<StateMachine>, rx: Receiver<Arc<Event>>, timeout: Duration) -> tokio::io::Lines<BufReader<tokio::net::UnixStream>> {
     let (client, server) = tokio::net::UnixStream::pair().unwrap();
     let (rd, wr) = server.into_split();
-    tokio::spawn(stream(sm.clone(), rx, FollowCmd { jid: JID.into(), timeout }, rd, wr));
+    tokio::spawn(stream(sm.clone(), rx, FollowCmd { jid: JID.into(), timeout, only: None }, rd, wr));
     BufReader::new(client).lines()
 }
 

@@ -51,7 +51,7 @@ impl Return {
                     m.push((Value::from(k), v));
                 }
             }
-            let job = JobPublished { jid: jid.clone(), load: encode(&load), minions: vec![ctx.id.to_string()], time_ns: now, started_by: Some(ctx.id.to_string()) };
+            let job = JobPublished { jid: jid.clone(), load: encode(&load), minions: vec![ctx.id.to_string()], time_ns: now, started_by: Some(ctx.id.to_string()), joins: false };
             records.push(Record::JobPublished(job));
             jid
         } else {

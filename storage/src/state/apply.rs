@@ -10,12 +10,12 @@ use std::collections::{HashMap, HashSet};
 use rocksdb::WriteBatch;
 
 use super::returns::return_key;
-use super::{no_wal, to_msgpack, Effect, RootsMeta, StateMachine, APPLIED_INDEX, CF_AES, CF_DENIED, CF_GRAINS, CF_IMPORTS, CF_JOBS, CF_KEYS, CF_META, CF_MINE, CF_PILLAR, CF_RETURNS, CLUSTER_KEY, MASTER_KEY};
+use super::{from_msgpack, no_wal, to_msgpack, Effect, RootsMeta, StateMachine, APPLIED_INDEX, CF_AES, CF_DENIED, CF_GRAINS, CF_IMPORTS, CF_JOBS, CF_KEYS, CF_META, CF_MINE, CF_PILLAR, CF_RETURNS, CLUSTER_KEY, MASTER_KEY};
 use super::proposals::{Outcome, Tracker};
 use crate::context::ProposalId;
 use crate::entry::LogEntry;
 use crate::error::{Error, Result};
-use crate::format::{KeyExpect, KeySet, KeyState, MineOp, Record};
+use crate::format::{JobPublished, KeyExpect, KeySet, KeyState, MineOp, Record};
 use crate::keys::BankState;
 
 /// What applying a group of entries did.
@@ -184,7 +184,33 @@ impl StateMachine {
                     }
                 }
             },
-            Record::JobPublished(j) => b.put_cf(db.cf(CF_JOBS)?, j.jid.as_bytes(), to_msgpack(j)?),
+            Record::JobPublished(j) => {
+                // A group joining a stored job adds its minions to the job's; the first
+                // record's load and time stay (decided here, the same on every member).
+                let stored = match (j.joins, ov.jobs.get(&j.jid)) {
+                    (false, _) => None,
+                    (true, Some(held)) => Some(held.clone()),
+                    (true, None) => match db.get_pinned_cf(db.cf(CF_JOBS)?, j.jid.as_bytes())? {
+                        // A stored job that does not decode (a damaged value) is replaced
+                        // by this group, which heals it, rather than stopping the apply.
+                        Some(v) => from_msgpack::<JobPublished>("jobs", &v).inspect_err(|e| tracing::error!(index, jid = %j.jid, "stored job does not decode, replaced by the joining group: {e}")).ok(),
+                        None => None,
+                    },
+                };
+                let job = match stored {
+                    Some(mut held) => {
+                        for m in &j.minions {
+                            if !held.minions.contains(m) {
+                                held.minions.push(m.clone());
+                            }
+                        }
+                        held
+                    }
+                    None => JobPublished { joins: false, ..j.clone() },
+                };
+                b.put_cf(db.cf(CF_JOBS)?, j.jid.as_bytes(), to_msgpack(&job)?);
+                ov.jobs.insert(j.jid.clone(), job);
+            }
             Record::JobReturn(r) => {
                 let k = return_key(&r.jid, &r.id);
                 if r.first_only && (ov.returns.contains(&k) || db.get_cf(db.cf(CF_RETURNS)?, &k)?.is_some()) {
@@ -373,5 +399,7 @@ pub(super) struct Overlay {
     pub(super) member_keys: HashMap<u64, [u8; 32]>,
     /// Returns (`jid NUL id`) written earlier in the same batch.
     returns: HashSet<Vec<u8>>,
+    /// Jobs written earlier in the same batch (a joining group reads them).
+    jobs: HashMap<String, JobPublished>,
 }
 

@@ -232,8 +232,8 @@ fn publish(client: &mut AdminClient, tgt: &Value, tgt_type: &str, fun: &str, arg
     Ok(Published { jid: r["jid"].as_str().unwrap_or("").to_string(), minions: names(&r["minions"]), missing: names(&r["missing"]), unresolved: r["unresolved"].as_bool().unwrap_or(false) })
 }
 
-fn start_follow(sock_dir: &Path, jid: &str, timeout: Duration, tx: &mpsc::Sender<Arrival>) -> Result<()> {
-    follow(sock_dir, jid, timeout, tx.clone()).map_err(|e| {
+fn start_follow(sock_dir: &Path, jid: &str, only: Option<&[String]>, timeout: Duration, tx: &mpsc::Sender<Arrival>) -> Result<()> {
+    follow(sock_dir, jid, only, timeout, tx.clone()).map_err(|e| {
         if is_timeout(&e) {
             Failure::new(NOT_RESPONDING, 2)
         } else {
@@ -249,7 +249,7 @@ type Collected = (Vec<(String, Value)>, Vec<String>);
 /// did not return.
 fn collect(sock_dir: &Path, jid: &str, timeout: Duration) -> Result<Collected> {
     let (tx, rx) = mpsc::channel();
-    start_follow(sock_dir, jid, timeout, &tx)?;
+    start_follow(sock_dir, jid, None, timeout, &tx)?;
     drop(tx);
     let mut got = Vec::new();
     for a in rx {
@@ -411,7 +411,7 @@ fn real_main(a: Args) -> Result<()> {
         return print_docs(&returns, &printer, a.output.out.is_some());
     }
     let (tx, rx) = mpsc::channel();
-    start_follow(&cfg.sock_dir, &p.jid, timeout, &tx)?;
+    start_follow(&cfg.sock_dir, &p.jid, None, timeout, &tx)?;
     drop(tx);
     let mut failed = false;
     let mut summary = halite_tools::summary::Summary::default();
@@ -461,7 +461,8 @@ fn real_main(a: Args) -> Result<()> {
 /// How a batch runs.
 struct BatchRun {
     spec: BatchSpec,
-    /// The returners each batch's job names (`--return`).
+    /// What each start's publish carries beyond the job (`--return`, `--metadata`,
+    /// `--start-event`).
     returners: Map<String, Value>,
     wait: Duration,
     failhard: bool,
@@ -470,8 +471,9 @@ struct BatchRun {
 
 /// `salt --batch`: resolves the target once with `test.ping` (the minions that answer
 /// are the run; the others are named and skipped), then keeps at most the batch size
-/// of them running, one job per start, printing each return as it comes. Exits with the
-/// largest retcode returned, as Salt's batch does.
+/// of them running, every start published under the run's one jid (as Salt 3008 does),
+/// printing each return as it comes. Exits with the largest retcode returned, as Salt's
+/// batch does.
 #[allow(clippy::too_many_arguments)]
 fn run_batch(client: &mut AdminClient, sock_dir: &Path, tgt: &Value, tgt_type: &str, fun: &str, args: &[Value], kwargs: &Map<String, Value>, run: BatchRun, printer: &mut Printer) -> Result<()> {
     let ping = publish(client, tgt, tgt_type, "test.ping", &[], &Map::new(), &Map::new())?;
@@ -493,18 +495,26 @@ fn run_batch(client: &mut AdminClient, sock_dir: &Path, tgt: &Value, tgt_type: &
     let mut batch = Batch::new(minions, size, run.wait, run.failhard);
     let (tx, rx) = mpsc::channel();
     let mut worst = 0i64;
+    // The run's one jid (Salt 3008): the first start makes the job, each next start
+    // joins it, and each start's follow waits for its own minions.
+    let mut run_jid: Option<String> = None;
     loop {
         let now = Instant::now();
         let start = batch.start(now);
         if !start.is_empty() {
             printer.say(&format!("\nExecuting run on {}\n", python_repr(&json!(start))));
             let list = Value::Array(start.iter().cloned().map(Value::String).collect());
-            let p = publish(client, &list, "list", fun, args, kwargs, &run.returners)?;
+            let mut extra = run.returners.clone();
+            if let Some(j) = &run_jid {
+                extra.insert("jid".into(), Value::String(j.clone()));
+            }
+            let p = publish(client, &list, "list", fun, args, kwargs, &extra)?;
+            let jid = run_jid.get_or_insert_with(|| p.jid.clone()).clone();
             // A minion whose key went away since the ping was sent nothing.
             for m in &p.missing {
                 batch.timed_out(m, now);
             }
-            start_follow(sock_dir, &p.jid, run.timeout, &tx)?;
+            start_follow(sock_dir, &jid, Some(&start), run.timeout, &tx)?;
         }
         if batch.done() {
             break;

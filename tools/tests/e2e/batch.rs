@@ -1,7 +1,8 @@
 //! The `salt` command against three real salt-minion 3008.5 processes: returns printed
 //! as they are committed (a fast minion's before a slow one finishes), Salt's output
-//! shapes (`nested`, `json`, `--static`, `txt`, `raw`), and `--batch`: one minion at a
-//! time, `N%`, `--failhard`. Order is proved by what the minions did (a shared file each
+//! shapes (`nested`, `json`, `--static`, `txt`, `raw`), `--summary`, `--preview-target`,
+//! and `--batch`: one minion at a time under one jid, `N%`, `--failhard`,
+//! `--batch-safe-limit`. Order is proved by what the minions did (a shared file each
 //! job appends to, gates the test opens) and by the job cache, never by timing.
 
 use std::process::Command;
@@ -38,12 +39,18 @@ fn documents(s: &str) -> Vec<Value> {
     serde_json::Deserializer::from_str(s).into_iter::<Value>().map(|d| d.unwrap_or_else(|e| panic!("not JSON documents ({e}):\n{s}"))).collect()
 }
 
-/// The jobs in the job cache running `fun`, oldest first: each one's target.
-fn targets_of(env: &Env, fun: &str) -> Vec<Value> {
+/// The jobs in the job cache running `fun`, oldest first: each one's jid and minions
+/// (`jobs.list_job`'s `Minions`, sorted).
+fn runs_of(env: &Env, fun: &str) -> Vec<(String, Value)> {
     let jobs = env.runner(&["jobs.list_jobs"]);
-    let mut found: Vec<(&String, &Value)> = jobs.as_object().expect("jobs").iter().filter(|(_, j)| j["Function"] == fun).collect();
-    found.sort_by(|a, b| a.0.cmp(b.0));
-    found.into_iter().map(|(_, j)| j["Target"].clone()).collect()
+    let mut found: Vec<String> = jobs.as_object().expect("jobs").iter().filter(|(_, j)| j["Function"] == fun).map(|(jid, _)| jid.clone()).collect();
+    found.sort();
+    found.into_iter().map(|jid| (jid.clone(), env.runner(&["jobs.list_job", &jid])["Minions"].clone())).collect()
+}
+
+/// The minions of each job running `fun`, oldest first.
+fn minions_of(env: &Env, fun: &str) -> Vec<Value> {
+    runs_of(env, fun).into_iter().map(|(_, m)| m).collect()
 }
 
 /// A shell command (rendered with Jinja on each minion) that appends `start ID` to
@@ -141,9 +148,16 @@ fn a_batch_of_one_runs_one_minion_at_a_time() {
         assert!(o.contains(&format!("\nExecuting run on ['{id}']\n\n")), "{o}");
     }
     assert!(o.contains("jid:\n    2") && o.contains("retcode:\n    0"), "{o}");
-    // The job cache: the ping that resolved the target, then one job per minion, in turn.
-    assert!(!targets_of(env, "test.ping").is_empty());
-    assert_eq!(targets_of(env, "cmd.run"), [serde_json::json!(["m1"]), serde_json::json!(["m2"]), serde_json::json!(["m3"])]);
+    // The job cache: the ping that resolved the target, then the run as one job (Salt
+    // 3008's one jid a batch), its minions joined start by start; every return printed
+    // beside that jid, and `jobs.lookup_jid` of it has them all.
+    assert!(!minions_of(env, "test.ping").is_empty());
+    let runs = runs_of(env, "cmd.run");
+    assert_eq!(runs.iter().map(|(_, m)| m.clone()).collect::<Vec<_>>(), [serde_json::json!(["m1", "m2", "m3"])]);
+    let jid = &runs[0].0;
+    assert_eq!(o.matches(&format!("jid:\n    {jid}\n")).count(), 3, "{o}");
+    let all = env.runner(&["jobs.lookup_jid", jid]);
+    assert_eq!(all.as_object().map(|m| m.len()), Some(3), "{all}");
 
     // 67% of three is two at once: m3 starts only once m1 or m2 ended.
     let log = env.root.join("order-67.log");
@@ -156,7 +170,7 @@ fn a_batch_of_one_runs_one_minion_at_a_time() {
     assert!(o.contains("Executing run on ['m1', 'm2']") && o.contains("Executing run on ['m3']"), "{o}");
     let returns: Vec<Value> = o.split("Executing run on").flat_map(|part| documents(part.split_once("]\n").map(|x| x.1).unwrap_or(""))).collect();
     assert_eq!(returns.len(), 3, "{o}");
-    assert!(returns.iter().all(|r| r["retcode"] == 0 && r["jid"].is_string()), "{o}");
+    assert!(returns.iter().all(|r| r["retcode"] == 0 && r["jid"].is_string() && r["jid"] == returns[0]["jid"]), "one jid for the run: {o}");
 }
 
 #[test]
@@ -171,7 +185,7 @@ fn failhard_stops_the_batch_at_the_first_failure() {
     assert_eq!(code, Some(1), "the largest retcode returned: {o}{e}");
     assert!(e.contains("--failhard"), "{e}");
     assert!(!o.contains("['m3']"), "{o}");
-    assert_eq!(targets_of(env, "cmd.run"), [serde_json::json!(["m1"]), serde_json::json!(["m2"])]);
+    assert_eq!(minions_of(env, "cmd.run"), [serde_json::json!(["m1", "m2"])], "m3 never joined the run");
 
     // Without it, the failure is reported and the run goes on.
     let log2 = env.root.join("order2.log");

@@ -1,7 +1,7 @@
 //! salt-api's `local_batch`, `local_subset`, `runner_async` and `wheel_async` clients
 //! with a real HTTP client (curl) in front of a master with unmodified salt-minion
 //! 3008.5 processes: each answer's shape, a batch of one running the minions one after
-//! the other (one job each), a subset of one running on exactly one minion, the
+//! the other (under the run's one jid), a subset of one running on exactly one minion, the
 //! background runs' results on the event stream and through `jobs.lookup_jid`, the
 //! `external_auth` rules as Salt's master applies them to what each client publishes,
 //! and bad `batch`/`subset` values refused with 400.
@@ -18,12 +18,17 @@ fn post(api: &Api, token: &str, chunk: Value) -> (u16, Value) {
     (status, out)
 }
 
-/// The jobs of `fun` with `arg` in `jobs.list_jobs`: their targets.
-fn job_targets(api: &Api, token: &str, fun: &str, arg: &str) -> Vec<Value> {
+/// The jobs of `fun` with `arg` in `jobs.list_jobs`: each one's minions
+/// (`jobs.list_job`'s `Minions`).
+fn job_minions(api: &Api, token: &str, fun: &str, arg: &str) -> Vec<Value> {
     let (status, r) = post(api, token, json!({ "client": "runner", "fun": "jobs.list_jobs" }));
     assert_eq!(status, 200, "{r}");
     let jobs = r[0].as_object().cloned().unwrap_or_default();
-    let mut t: Vec<Value> = jobs.values().filter(|j| j["Function"] == fun && j["Arguments"] == json!([arg])).map(|j| j["Target"].clone()).collect();
+    let mut t: Vec<Value> = jobs
+        .iter()
+        .filter(|(_, j)| j["Function"] == fun && j["Arguments"] == json!([arg]))
+        .map(|(jid, _)| post(api, token, json!({ "client": "runner", "fun": "jobs.list_job", "arg": [jid] })).1[0]["Minions"].clone())
+        .collect();
     t.sort_by_key(|v| v.to_string());
     t
 }
@@ -40,17 +45,17 @@ fn local_batch_and_local_subset_with_real_minions() {
     }
 
     // local_batch, one at a time: each minion's return is an item of its own, in the
-    // order of the batches (ids sorted), each from a job of its own.
+    // order of the batches (ids sorted), the run one job (Salt 3008's one jid a batch).
     let (status, r) = post(&api, &fred, json!({ "client": "local_batch", "tgt": "*", "fun": "test.echo", "arg": ["one-by-one"], "batch": 1 }));
     assert_eq!((status, &r), (200, &json!([{ "m1": "one-by-one" }, { "m2": "one-by-one" }])), "{r}");
-    assert_eq!(job_targets(&api, &fred, "test.echo", "one-by-one"), vec![json!(["m1"]), json!(["m2"])], "one job per batch");
+    assert_eq!(job_minions(&api, &fred, "test.echo", "one-by-one"), vec![json!(["m1", "m2"])], "one job for the run");
     // A batch of both (a percentage, a form's string): one job, two items.
     let (status, r) = post(&api, &fred, json!({ "client": "local_batch", "tgt": "*", "fun": "test.echo", "arg": ["together"], "batch": "100%" }));
     assert_eq!(status, 200, "{r}");
     let mut items: Vec<String> = r.as_array().expect("a list").iter().map(Value::to_string).collect();
     items.sort();
     assert_eq!(items, vec![json!({ "m1": "together" }).to_string(), json!({ "m2": "together" }).to_string()], "{r}");
-    assert_eq!(job_targets(&api, &fred, "test.echo", "together").len(), 1, "one batch, one job");
+    assert_eq!(job_minions(&api, &fred, "test.echo", "together"), vec![json!(["m1", "m2"])], "one batch, one job");
     // Chunks of other clients beside it keep their own items.
     let (status, r) = api.call("POST", "/", &fred, Some(json!([
         { "client": "local_batch", "tgt": "m2", "fun": "test.echo", "arg": ["mixed"], "batch": "1" },
@@ -68,7 +73,7 @@ fn local_batch_and_local_subset_with_real_minions() {
     }
     let (status, _) = post(&api, &fred, json!({ "client": "local_batch", "tgt": "*", "fun": "test.echo", "arg": ["never"], "batch": 1, "batch_wait": "soon" }));
     assert_eq!(status, 400);
-    assert!(job_targets(&api, &fred, "test.echo", "never").is_empty(), "a refused chunk publishes nothing");
+    assert!(job_minions(&api, &fred, "test.echo", "never").is_empty(), "a refused chunk publishes nothing");
 
     // local_subset of one: exactly one of the two runs it.
     let (status, r) = post(&api, &fred, json!({ "client": "local_subset", "tgt": "*", "fun": "test.echo", "arg": ["just-one"], "subset": 1 }));
@@ -77,7 +82,7 @@ fn local_batch_and_local_subset_with_real_minions() {
     assert_eq!(one.len(), 1, "{r}");
     let (id, ret) = one.iter().next().expect("one minion");
     assert!(["m1", "m2"].contains(&id.as_str()) && *ret == json!("just-one"), "{r}");
-    assert_eq!(job_targets(&api, &fred, "test.echo", "just-one"), vec![json!([id])], "published to the picked minion only");
+    assert_eq!(job_minions(&api, &fred, "test.echo", "just-one"), vec![json!([id])], "published to the picked minion only");
     // More than there are: every minion with the function; a function none has: nobody.
     let (status, r) = post(&api, &fred, json!({ "client": "local_subset", "tgt": "*", "fun": "test.echo", "arg": ["all"], "subset": "5" }));
     assert_eq!((status, &r), (200, &json!([{ "m1": "all", "m2": "all" }])), "{r}");
@@ -104,7 +109,7 @@ fn local_batch_and_local_subset_with_real_minions() {
     assert_eq!(status, 401, "{r}");
     let (status, r) = post(&api, &web, json!({ "client": "local_batch", "tgt": "m1", "fun": "test.echo", "arg": ["web"], "batch": 1 }));
     assert_eq!((status, &r), (200, &json!([{ "m1": "web" }])), "{r}");
-    assert!(job_targets(&api, &fred, "cmd.run", "refused").is_empty() && job_targets(&api, &fred, "test.echo", "refused").is_empty(), "refused calls publish nothing");
+    assert!(job_minions(&api, &fred, "cmd.run", "refused").is_empty() && job_minions(&api, &fred, "test.echo", "refused").is_empty(), "refused calls publish nothing");
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! `local_batch`: Salt's `cmd_batch`, driven by the CLI's own batch bookkeeping
 //! ([`crate::batch`]): the target is `test.ping`ed once, the minions that answered (in
-//! id order) run `batch` at a time, each in a job of its own, a return freeing its slot
+//! id order) run `batch` at a time, every start under the run's one jid (as Salt 3008
+//! publishes a batch), a return freeing its slot
 //! (`batch_wait` seconds later), a minion silent past `timeout` freeing it too; with
 //! `failhard` the first non-zero retcode stops the run. Each return is one `{id:
 //! return}` item of the answer, in the order they came (`{id: {}}` for a minion that
@@ -83,6 +84,8 @@ pub async fn answer(cfg: &ApiConfig, s: &Session, c: &Call, o: &Opts) -> Result<
     // The follows end with the run (dropped, they are aborted), or at their timeout.
     let mut follows = JoinSet::new();
     let mut out = Vec::new();
+    // The run's jid: the first start makes the job, the next ones join it.
+    let mut run_jid: Option<String> = None;
     loop {
         let now = Instant::now();
         let start = batch.start(now);
@@ -90,7 +93,11 @@ pub async fn answer(cfg: &ApiConfig, s: &Session, c: &Call, o: &Opts) -> Result<
             // Each batch is a publish of its own, checked on its own minions.
             rules.check_on(&c.fun, &c.arg, &c.kwarg, &start.iter().cloned().collect::<BTreeSet<_>>())?;
             let list = J::Array(start.iter().cloned().map(J::String).collect());
-            match publish(cfg, s, &list, "list", &c.fun, &c.arg, &c.kwarg, &c.publish_opts).await? {
+            let mut extra = c.publish_opts.clone();
+            if let Some(j) = &run_jid {
+                extra.insert("jid".into(), J::String(j.clone()));
+            }
+            match publish(cfg, s, &list, "list", &c.fun, &c.arg, &c.kwarg, &extra).await? {
                 None => {
                     for m in &start {
                         batch.timed_out(m, now);
@@ -103,7 +110,8 @@ pub async fn answer(cfg: &ApiConfig, s: &Session, c: &Call, o: &Opts) -> Result<
                         batch.timed_out(m, now);
                         out.push(json!({ m.clone(): {} }));
                     }
-                    let mut f = Follow::open(cfg, &p.jid, timeout).await?;
+                    let jid = run_jid.get_or_insert_with(|| p.jid.clone()).clone();
+                    let mut f = Follow::open_some(cfg, &jid, &start, timeout).await?;
                     let tx = tx.clone();
                     follows.spawn(async move {
                         loop {

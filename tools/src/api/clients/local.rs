@@ -117,6 +117,11 @@ impl Follow {
         Ok(Follow(admin::open(&cfg.sock_dir, &json!({ "cmd": "job.follow", "jid": jid, "timeout": timeout })).await?))
     }
 
+    /// A follow of some of the job's minions only (a batch run's group).
+    pub async fn open_some(cfg: &ApiConfig, jid: &str, minions: &[String], timeout: f64) -> Result<Follow, ApiError> {
+        Ok(Follow(admin::open(&cfg.sock_dir, &json!({ "cmd": "job.follow", "jid": jid, "minions": minions, "timeout": timeout })).await?))
+    }
+
     /// The next arrival; `None` after `Done` (or when the master closed early).
     pub async fn next(&mut self) -> Result<Option<Arrival>, ApiError> {
         loop {
