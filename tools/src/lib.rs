@@ -17,4 +17,5 @@ pub mod pprint;
 pub mod printer;
 pub mod snapshots;
 pub mod summary;
+pub mod table;
 pub mod swarm;

@@ -22,6 +22,8 @@ pub enum Out {
     Highstate,
     /// Python's `pprint.pformat` (`crate::pprint`).
     Pprint,
+    /// Lists drawn as tables (`crate::table`).
+    Table,
 }
 
 impl Default for Out {
@@ -42,6 +44,7 @@ impl Out {
             "key" => Out::Key,
             "highstate" => Out::Highstate,
             "pprint" => Out::Pprint,
+            "table" => Out::Table,
             _ => return None,
         })
     }
@@ -257,6 +260,7 @@ pub fn render_styled(v: &Value, out: Out, style: &Style) -> String {
         Out::Nested => nested_colored(v, color),
         Out::Txt => txt(v).trim_end_matches('\n').to_string(),
         Out::Raw => py_repr(v),
+        Out::Table => crate::table::render(v, color).unwrap_or_else(|| nested_colored(v, color)),
     }
 }
 

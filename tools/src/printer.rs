@@ -24,7 +24,7 @@ use crate::output::{render_styled, Out, Style};
 /// `salt-run` and `salt-key`.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct OutputFlags {
-    /// The outputter: nested, json, yaml, txt (text), raw, pprint, highstate, key; by default
+    /// The outputter: nested, json, yaml, txt (text), raw, pprint, table, highstate, key; by default
     /// the one the answer names (`highstate` for a state function), else the command's.
     #[arg(long = "out", alias = "output")]
     pub out: Option<String>,

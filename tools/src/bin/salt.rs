@@ -2,7 +2,7 @@
 //! committed.
 //!
 //! `salt [-c DIR] TARGET FUN [ARG ...] [-L|-E|-G|-P|-I|-J|-S|-N|-C] [--subset N]
-//! [-t SECONDS] [--async] [-s|--static] [--out nested|json|yaml|txt|raw|pprint|highstate]
+//! [-t SECONDS] [--async] [-s|--static] [--out nested|json|yaml|txt|raw|pprint|table|highstate]
 //! [--out-indent N] [--out-file FILE [--out-file-append]] [--no-color|--force-color]
 //! [--state-output FORM] [--state-verbose BOOL] [--output-diff] [-v|--show-jid]
 //! [--hide-timeout] [--summary] [--return RETURNER [--return_config PROFILE]

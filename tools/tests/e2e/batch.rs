@@ -104,6 +104,10 @@ fn returns_print_in_salts_output_shapes() {
     assert!(o.contains("'k': 1"), "{o}");
     let (o, _, _) = salt(env, &["m1", "test.ping"]);
     assert_eq!(o, "m1:\n    True\n");
+    // table: a list of mappings a minion returned, drawn as Salt's outputter draws it.
+    let (o, _, _) = salt(env, &["m1", "test.outputter", "[{name: nginx, last_seen: 3}, {name: redis-server, last_seen: 12}]", "--out", "table"]);
+    let rule = format!("    {}", "-".repeat(28));
+    assert_eq!(o, format!("m1:\n----------\n{rule}\n| Last Seen |     Name     |\n{rule}\n|     3     |    nginx     |\n{rule}\n|     12    | redis-server |\n{rule}\n").replace("\n|", "\n    |"));
     // A listed id nobody answers for: Salt's line, and exit code 1.
     let (o, e, code) = salt(env, &["-L", "m1,nosuch", "test.ping", "--out", "txt"]);
     assert!(o.contains("m1: True\n") && o.contains("nosuch: Minion did not return. [No response]"), "{o}");
