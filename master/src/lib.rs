@@ -18,6 +18,7 @@
 pub mod acl;
 pub mod alloc;
 pub mod admin;
+pub mod batch;
 pub mod config;
 pub mod daemon;
 pub mod error;

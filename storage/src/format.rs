@@ -10,7 +10,7 @@
 //! offset  size  field
 //!      0     2  magic, the ASCII bytes "HL" (0x48 0x4C)
 //!      2     1  format version, currently 1
-//!      3     1  kind (see RecordKind: 1 key set ... 13 roots sync, 16 mine update, 17 reaction, 18 eauth token)
+//!      3     1  kind (see RecordKind: 1 key set ... 13 roots sync, 16 mine update, 17 reaction, 18 eauth token, 19 batch run)
 //!      4     4  payload length N, u32 little-endian, at most MAX_PAYLOAD_LEN
 //!      8     4  CRC-32 (IEEE, as crc32fast computes it) of bytes 0..8 and the payload
 //!     12     N  payload: a msgpack map with the kind's named fields (rmp-serde)
@@ -32,6 +32,7 @@ use std::collections::BTreeMap;
 use crate::error::{Error, Result};
 use crate::id::{validate_minion_id, validate_relative_path, validate_saltenv};
 pub use crate::reaction::Reaction;
+pub use crate::batch_run::BatchRun;
 pub use crate::eauth_token::EauthToken;
 
 /// The two magic bytes at the start of every record.
@@ -70,10 +71,11 @@ pub enum RecordKind {
     MineUpdate = 16,
     Reaction = 17,
     EauthToken = 18,
+    BatchRun = 19,
 }
 
 impl RecordKind {
-    pub const ALL: [RecordKind; 18] = [
+    pub const ALL: [RecordKind; 19] = [
         RecordKind::KeySet,
         RecordKind::JobPublished,
         RecordKind::JobReturn,
@@ -92,6 +94,7 @@ impl RecordKind {
         RecordKind::MineUpdate,
         RecordKind::Reaction,
         RecordKind::EauthToken,
+        RecordKind::BatchRun,
     ];
 
     pub fn from_u8(b: u8) -> Option<Self> {
@@ -119,6 +122,7 @@ impl RecordKind {
             RecordKind::MineUpdate => "mine_update",
             RecordKind::Reaction => "reaction",
             RecordKind::EauthToken => "eauth_token",
+            RecordKind::BatchRun => "batch_run",
         }
     }
 
@@ -539,6 +543,7 @@ pub enum Record {
     MineUpdate(MineUpdate),
     Reaction(Reaction),
     EauthToken(EauthToken),
+    BatchRun(BatchRun),
 }
 
 /// The checks of one roots blob (live or staged).
@@ -631,6 +636,7 @@ impl Record {
             Record::MineUpdate(_) => RecordKind::MineUpdate,
             Record::Reaction(_) => RecordKind::Reaction,
             Record::EauthToken(_) => RecordKind::EauthToken,
+            Record::BatchRun(_) => RecordKind::BatchRun,
         }
     }
 
@@ -691,6 +697,10 @@ impl Record {
             Record::MineUpdate(m) => check_mine(m)?,
             Record::Reaction(r) => crate::reaction::check(r)?,
             Record::EauthToken(t) => crate::eauth_token::check(t)?,
+            Record::BatchRun(r) => {
+                check_jid(&r.jid)?;
+                crate::batch_run::check(r)?;
+            }
             Record::MemberKey(k) => {
                 if k.id == 0 || k.public.len() != MEMBER_KEY_LEN {
                     return Err(Error::Invalid(format!("member key for raft id {}: {} bytes (a raft id is non-zero and a member key {MEMBER_KEY_LEN} bytes)", k.id, k.public.len())));
@@ -833,6 +843,7 @@ fn decode_payload(kind: RecordKind, payload: &[u8]) -> std::result::Result<Recor
         RecordKind::MineUpdate => Record::MineUpdate(de(payload)?),
         RecordKind::Reaction => Record::Reaction(de(payload)?),
         RecordKind::EauthToken => Record::EauthToken(de(payload)?),
+        RecordKind::BatchRun => Record::BatchRun(de(payload)?),
     })
 }
 

@@ -25,6 +25,7 @@
 //! | [`views`]     | applying effects to views, rebuilding them; on a shared filesystem one writer at a time, by a mark (`views::shared`) |
 //! | [`import`]    | reading outside trees (localfs pki, shared cluster dirs) into records |
 
+pub mod batch_run;
 pub mod compaction;
 pub mod context;
 pub mod entry;

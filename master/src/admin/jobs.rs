@@ -35,7 +35,7 @@ pub enum JobCmd {
     /// `publisher_acl` must allow the call (`crate::publisher_acl`).
     /// `opts`: the returners the minions also send the returns to, the job's metadata,
     /// whether minions announce that they took it.
-    Publish { fun: String, tgt: J, tgt_type: String, arg: Vec<J>, kwarg: Map<String, J>, user: String, acl_checked: bool, opts: PublishOptions },
+    Publish { fun: String, tgt: J, tgt_type: String, arg: Vec<J>, kwarg: Map<String, J>, user: String, acl_checked: bool, opts: Box<PublishOptions> },
     Returns { jid: String },
     List,
     /// `jobs.list_jobs`: the jobs the filter passes (`outputter`: the runner's
@@ -70,7 +70,7 @@ impl JobCmd {
                 kwarg: req.get("kwarg").and_then(J::as_object).cloned().unwrap_or_default(),
                 user: s("user").filter(|u| !u.is_empty() && u.len() <= 256).unwrap_or("root").to_string(),
                 acl_checked: false,
-                opts: PublishOptions::parse(req)?,
+                opts: Box::new(PublishOptions::parse(req)?),
             },
             ("job.returns", _) => JobCmd::Returns { jid: jid("job.returns")? },
             ("job.list", _) => JobCmd::List,
@@ -118,7 +118,7 @@ impl JobCmd {
     pub fn answer(self, view: &dyn AdminView) -> Result<Plan> {
         let sm = view.state();
         match self {
-            JobCmd::Publish { fun, tgt, tgt_type, arg, kwarg, user, acl_checked, opts } => publish(view, Publish { fun, tgt, tgt_type, args: arg, kwarg, user, acl_checked, opts }),
+            JobCmd::Publish { fun, tgt, tgt_type, arg, kwarg, user, acl_checked, opts } => publish(view, Publish { fun, tgt, tgt_type, args: arg, kwarg, user, acl_checked, opts: *opts }),
             JobCmd::Returns { jid } => {
                 let mut out = Map::new();
                 for r in sm.job_returns(&jid)? {

@@ -25,7 +25,9 @@
 //! | `events.watch` | `salt-run state.event` | the daemon streams the bus |
 //! | `job.follow` | `salt` | [`follow`]; the daemon streams the job's returns |
 //! | `token.create`, `token.get`, `token.revoke`, `target.minions` | `salt-api` | [`tokens`] |
+//! | `batch.start`; `runner` `batch.status`, `batch.list_active`, `batch.stop` | `salt --async --batch`, `salt-run` | [`batch`] |
 
+pub mod batch;
 pub mod cache;
 pub mod client;
 pub mod cluster;
@@ -135,6 +137,7 @@ pub enum Command {
     RunStart(runs::RunStart),
     RunReturn(runs::RunReturn),
     Tokens(tokens::TokenCmd),
+    Batch(batch::BatchCmd),
     /// Turns the connection into an event stream (handled by the daemon).
     EventsWatch,
     /// Streams a job's returns as they are committed (handled by the daemon).
@@ -245,6 +248,7 @@ impl Command {
             "events.watch" => Command::EventsWatch,
             "token.create" | "token.get" | "token.revoke" | "target.minions" => Command::Tokens(tokens::TokenCmd::parse(req)?),
             "job.follow" => Command::JobFollow(follow::FollowCmd::parse(req)?),
+            "batch.start" => Command::Batch(batch::BatchCmd::parse(req)?),
             "runner" => match s("fun").unwrap_or("") {
                 "jobs.list_jobs" | "jobs.list_jobs_filter" | "jobs.last_run" | "jobs.lookup_jid" | "jobs.list_job" | "jobs.print_job" | "jobs.exit_success" | "jobs.active" => Command::Jobs(jobs::JobCmd::parse(req)?),
                 f @ ("manage.present" | "manage.not_present" | "manage.versions") => Command::Manage(manage::ManageCmd::parse(f, req)?),
@@ -252,6 +256,7 @@ impl Command {
                 f @ ("pillar.show_pillar" | "pillar.show_top") => Command::Pillar(pillar::PillarCmd::parse(f, req)?),
                 f @ ("cache.grains" | "cache.pillar" | "cache.mine") => Command::Cache(cache::CacheCmd::parse(f, req)?),
                 "pki.migrate_to_mmap" => Command::MigrateToMmap,
+                "batch.status" | "batch.list_active" | "batch.stop" => Command::Batch(batch::BatchCmd::parse(req)?),
                 "mine.get" => Command::Mine(mine::MineCmd::parse(req)?),
                 f if crate::orchestrate::NAMES.contains(&f) => Command::Orchestrate(orchestrate::OrchCmd::parse(f, req)?),
                 f if f.starts_with("cluster.") => Command::Cluster(cluster::ClusterCmd::parse(f, req)?),
@@ -278,6 +283,7 @@ impl Command {
             Command::RunStart(c) => c.answer(view),
             Command::RunReturn(c) => c.answer(view),
             Command::Tokens(c) => c.answer(view),
+            Command::Batch(c) => c.answer(view),
             Command::EventsWatch => Err(Error::refused("events.watch streams; it has no single answer")),
             Command::JobFollow(_) => Err(Error::refused("job.follow streams; it has no single answer")),
         }

@@ -20,6 +20,7 @@
 //! | [`health`], [`http`], [`node_metrics`], [`probes`] | readiness: the HTTP endpoint (`/alive`, `/ready`, `/metrics`), its metrics, Salt's probe files |
 
 pub mod admin;
+pub mod batches;
 pub mod budget;
 pub mod bus;
 pub mod cluster;
@@ -221,6 +222,7 @@ async fn serve(master: Arc<Master>, applied_rx: mpsc::UnboundedReceiver<publish:
         }
     });
     tokio::spawn(maintenance::run(master.clone()));
+    tokio::spawn(batches::run(master.clone()));
     tokio::spawn(trim::run());
     let (send, recv) = router.split();
     // Requests in flight, bounded by count and by bytes (`budget.rs`); `intake.rs` keeps

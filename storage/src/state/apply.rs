@@ -86,6 +86,14 @@ impl StateMachine {
                     outcome = Outcome::Duplicate;
                 }
             }
+            // So does one that starts with a batch run's step, only on the version it
+            // follows (`crate::batch_run`).
+            if let (Outcome::Applied, Some(Record::BatchRun(r))) = (outcome, e.records.first()) {
+                if !self.batch_step_fits(r, &overlay)? {
+                    tracing::info!(index = e.index, jid = %r.jid, expect = r.expect, "batch run step skipped: the run moved on since it was computed");
+                    outcome = Outcome::Duplicate;
+                }
+            }
             if outcome == Outcome::Applied {
                 for (pos, rec) in e.records.iter().enumerate() {
                     if let Record::MemberKey(k) = rec {
@@ -296,6 +304,7 @@ impl StateMachine {
             // Applied with its entry's proposer (`member_keys.rs`).
             Record::MemberKey(_) => {}
             Record::EauthToken(t) => self.apply_eauth_token(t, b, ov)?,
+            Record::BatchRun(r) => self.apply_batch_run(r, b, ov)?,
             Record::JobsExpired(e) => {
                 // Returns are keyed `jid NUL id`, so one range covers the jobs' returns
                 // too. Only jids from the digits range are touched.
@@ -305,6 +314,8 @@ impl StateMachine {
                 b.delete_range_cf(db.cf(CF_RETURNS)?, FIRST, before);
                 // Reaction claims start with their event's time as a jid.
                 b.delete_range_cf(db.cf(CF_META)?, crate::reaction::claim_key("0"), crate::reaction::claim_key(&e.before_jid));
+                // So do batch runs (keyed by their jid).
+                b.delete_range_cf(db.cf(CF_META)?, crate::batch_run::run_key("0"), crate::batch_run::run_key(&e.before_jid));
                 self.expire_eauth_tokens(e.time_ns, b)?;
             }
         }
@@ -401,5 +412,7 @@ pub(super) struct Overlay {
     returns: HashSet<Vec<u8>>,
     /// Jobs written earlier in the same batch (a joining group reads them).
     jobs: HashMap<String, JobPublished>,
+    /// Batch runs written earlier in the same batch (`batch_runs.rs`).
+    pub(super) batch_runs: HashMap<String, crate::batch_run::StoredRun>,
 }
 

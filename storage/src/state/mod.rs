@@ -40,6 +40,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 mod apply;
+mod batch_runs;
 mod digest;
 mod eauth_tokens;
 mod handle;

@@ -59,6 +59,9 @@ const MASTER_RUNNERS: &[&str] = &[
     "cache.grains",
     "cache.pillar",
     "cache.mine",
+    "batch.status",
+    "batch.list_active",
+    "batch.stop",
 ];
 
 /// Runners whose work on the master can take long (a whole tree committed, every key

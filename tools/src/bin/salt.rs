@@ -20,7 +20,8 @@
 //! "Minion did not return" line for each minion that did not return in time. `--static`
 //! gathers them and prints one document. The exit code is Salt's: 1 when a minion
 //! returned a non-zero retcode or did not return, 2 when nothing could be sent. A batch
-//! run (`--batch`) is in `halite_tools::batch` and [`run_batch`].
+//! run (`--batch`) is in `halite_tools::batch` and [`run_batch`]; with `--async` the
+//! master runs it (`batch.start`, `halite_master::batch`) and `salt` only starts it.
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -378,14 +379,26 @@ fn real_main(a: Args) -> Result<()> {
         }
     }
     if let Some(spec) = &batch {
-        let spec: BatchSpec = spec.parse().map_err(|e: String| Failure::new(e, 2))?;
-        if a.asynchronous {
-            return Err(Failure::new("--async with --batch is not supported: a batch run is driven by the salt command", 2));
-        }
+        let parsed: BatchSpec = spec.parse().map_err(|e: String| Failure::new(e, 2))?;
         if !a.batch_wait.is_finite() || a.batch_wait < 0.0 {
             return Err(Failure::new("--batch-wait takes a number of seconds", 2));
         }
-        let run = BatchRun { spec, returners: extras.clone(), wait: Duration::from_secs_f64(a.batch_wait.min(86_400.0)), failhard: a.failhard, timeout };
+        if a.asynchronous {
+            // Salt 3008: the master drives the run; this command only starts it.
+            let minions = gather(&mut client, &cfg.sock_dir, &tgt, &tgt_type, timeout, &printer)?;
+            if minions.is_empty() {
+                println!("No minions matched the target.");
+                return Ok(());
+            }
+            let mut req = json!({ "cmd": "batch.start", "tgt": tgt, "tgt_type": tgt_type, "fun": fun, "arg": args, "kwarg": kwargs, "minions": minions, "batch": spec, "batch_wait": a.batch_wait, "failhard": a.failhard, "timeout": timeout.as_secs() });
+            if let Value::Object(m) = &mut req {
+                m.extend(extras.clone());
+            }
+            let r = client.call(&req).map_err(|e| Failure::new(e.to_string(), 2))?;
+            println!("Executed batch command with job ID: {}", r["jid"].as_str().unwrap_or(""));
+            return Ok(());
+        }
+        let run = BatchRun { spec: parsed, returners: extras.clone(), wait: Duration::from_secs_f64(a.batch_wait.min(86_400.0)), failhard: a.failhard, timeout };
         return run_batch(&mut client, &cfg.sock_dir, &tgt, &tgt_type, &fun, &args, &kwargs, run, &mut printer);
     }
     if let Some(n) = a.subset {
@@ -458,6 +471,24 @@ fn real_main(a: Args) -> Result<()> {
     exit_for(failed)
 }
 
+/// Salt's batch `gather_minions`: `test.ping` to the target; the minions that answered
+/// (in id order) take part, each of the others is named as not responding.
+fn gather(client: &mut AdminClient, sock_dir: &Path, tgt: &Value, tgt_type: &str, timeout: Duration, printer: &Printer) -> Result<Vec<String>> {
+    let ping = publish(client, tgt, tgt_type, "test.ping", &[], &Map::new(), &Map::new())?;
+    let (answered, mut down) = collect(sock_dir, &ping.jid, timeout)?;
+    if ping.unresolved {
+        down.clear();
+    }
+    down.extend(ping.missing);
+    down.sort();
+    for m in &down {
+        printer.say(&format!("Minion {m} did not respond. No job will be sent."));
+    }
+    let mut minions: Vec<String> = answered.into_iter().map(|(id, _)| id).collect();
+    minions.sort();
+    Ok(minions)
+}
+
 /// How a batch runs.
 struct BatchRun {
     spec: BatchSpec,
@@ -476,18 +507,7 @@ struct BatchRun {
 /// batch does.
 #[allow(clippy::too_many_arguments)]
 fn run_batch(client: &mut AdminClient, sock_dir: &Path, tgt: &Value, tgt_type: &str, fun: &str, args: &[Value], kwargs: &Map<String, Value>, run: BatchRun, printer: &mut Printer) -> Result<()> {
-    let ping = publish(client, tgt, tgt_type, "test.ping", &[], &Map::new(), &Map::new())?;
-    let (answered, mut down) = collect(sock_dir, &ping.jid, run.timeout)?;
-    if ping.unresolved {
-        down.clear();
-    }
-    down.extend(ping.missing);
-    down.sort();
-    for m in &down {
-        printer.say(&format!("Minion {m} did not respond. No job will be sent."));
-    }
-    let mut minions: Vec<String> = answered.into_iter().map(|(id, _)| id).collect();
-    minions.sort();
+    let minions = gather(client, sock_dir, tgt, tgt_type, run.timeout, printer)?;
     if minions.is_empty() {
         return Err(Failure::new("ERROR: No return received", 2));
     }

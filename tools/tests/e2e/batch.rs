@@ -2,7 +2,7 @@
 //! as they are committed (a fast minion's before a slow one finishes), Salt's output
 //! shapes (`nested`, `json`, `--static`, `txt`, `raw`), `--summary`, `--preview-target`,
 //! and `--batch`: one minion at a time under one jid, `N%`, `--failhard`,
-//! `--batch-safe-limit`. Order is proved by what the minions did (a shared file each
+//! `--batch-safe-limit`, and `--async --batch` (the master runs it; `batch.*`). Order is proved by what the minions did (a shared file each
 //! job appends to, gates the test opens) and by the job cache, never by timing.
 
 use std::process::Command;
@@ -197,4 +197,62 @@ fn failhard_stops_the_batch_at_the_first_failure() {
     let (o, e, code) = salt(env, &["-b", "1", "*", "cmd.run", &cmd, "template=jinja"]);
     assert_eq!(lines(&log2), ["ran m1", "ran m2", "ran m3"], "{o}{e}");
     assert_eq!(code, Some(1));
+}
+
+/// `batch.status` of `jid`, polled until `done` says so (60 s at most).
+fn status_until(env: &Env, jid: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let s = env.runner(&["batch.status", jid]);
+        if done(&s) {
+            return s;
+        }
+        assert!(std::time::Instant::now() < deadline, "batch.status never got there: {s}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// Salt 3008's `salt --async --batch`: the command starts the run and exits; the master
+/// runs it one minion at a time (proved by what the minions did), under one jid, with
+/// `salt/batch/<jid>/*` events; `batch.status`, `batch.list_active` and `batch.stop`
+/// show and stop it.
+#[test]
+fn an_async_batch_is_run_by_the_master_after_salt_exits() {
+    let t = three();
+    let env = &t.m.env;
+    let (_watcher, mut events) = Proc::spawn_lines("salt-run state.event", Command::new(SALT_RUN).args(["-c", &env.conf(), "state.event", "tagmatch=salt/batch/*"]), &env.root.join("batch-events.log"));
+    let log = env.root.join("async.log");
+    let (o, e, code) = salt(env, &["--async", "-b", "1", "*", "cmd.run", &logged(&log), "template=jinja"]);
+    assert_eq!(code, Some(0), "{o}{e}");
+    let jid = o.trim().strip_prefix("Executed batch command with job ID: ").unwrap_or_else(|| panic!("no jid: {o}{e}")).to_string();
+    assert!(lines(&log).len() < 6, "salt returned before the run ended: {:?}", lines(&log));
+    let s = status_until(env, &jid, |s| s["completed"] == 3);
+    assert_eq!((&s["total"], &s["failed"], &s["active"], &s["pending"], &s["halted"], &s["driver"], &s["fun"]), (&serde_json::json!(3), &serde_json::json!(0), &serde_json::json!(0), &serde_json::json!(0), &serde_json::json!(false), &serde_json::json!("master"), &serde_json::json!("cmd.run")), "{s}");
+    assert_eq!(lines(&log), ["start m1", "end m1", "start m2", "end m2", "start m3", "end m3"], "one at a time");
+    assert_eq!(env.runner(&["jobs.list_job", &jid])["Minions"], serde_json::json!(["m1", "m2", "m3"]));
+    assert_eq!(env.runner(&["jobs.lookup_jid", &jid]).as_object().map(|m| m.len()), Some(3));
+    assert_eq!(env.runner(&["batch.list_active"]), serde_json::json!([]));
+    let tags = |l: &[String]| l.iter().filter_map(|x| x.split('\t').next()).map(String::from).collect::<Vec<_>>();
+    let done_tag = format!("salt/batch/{jid}/complete");
+    assert!(events.poll(std::time::Duration::from_secs(10), |l| tags(l).contains(&done_tag)), "{:?}", events.seen());
+    assert!(tags(events.seen()).contains(&format!("salt/batch/{jid}/progress")), "{:?}", events.seen());
+
+    // A slower run, stopped after its first start: nobody more is started.
+    let log2 = env.root.join("async-stop.log");
+    let cmd = format!("sleep 3; echo {{{{ grains['id'] }}}} >> {}", log2.display());
+    let (o, e, _) = salt(env, &["--async", "-b", "1", "*", "cmd.run", &cmd, "template=jinja"]);
+    let jid2 = o.trim().strip_prefix("Executed batch command with job ID: ").unwrap_or_else(|| panic!("no jid: {o}{e}")).to_string();
+    let active = env.runner(&["batch.list_active"]);
+    assert_eq!(active.as_array().map(|a| a.iter().map(|s| s["jid"].clone()).collect::<Vec<_>>()), Some(vec![serde_json::json!(jid2)]), "{active}");
+    assert_eq!(env.runner(&["batch.stop", &jid2]), serde_json::json!(true));
+    let s = status_until(env, &jid2, |s| s["halted"] == true);
+    assert_eq!(s["halted_reason"], "stop", "{s}");
+    assert_eq!(env.runner(&["batch.stop", &jid2]), serde_json::json!(false), "stopped already");
+    // The minion running when it stopped finishes; the others never start.
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    assert_eq!(lines(&log2), ["m1"], "{}", env.runner(&["batch.status", &jid2]));
+    assert_eq!(env.runner(&["jobs.list_job", &jid2])["Minions"], serde_json::json!(["m1"]));
+    let halted_tag = format!("salt/batch/{jid2}/halted");
+    assert!(events.poll(std::time::Duration::from_secs(10), |l| tags(l).contains(&halted_tag)), "{:?}", events.seen());
+    assert_eq!(env.runner(&["batch.status", "20200101000000000000"]), Value::Null, "no such run");
 }

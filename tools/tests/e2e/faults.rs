@@ -1,6 +1,7 @@
 //! Faults of a three-member cluster, each checked record by record: a member wiped and
 //! restarted on an empty disk; the leader killed with `kill -9` while a real minion's
-//! returns stream in and keys are accepted; the whole cluster killed and started again.
+//! returns stream in and keys are accepted; the whole cluster killed and started again;
+//! the leader driving an `--async --batch` run stopped mid-run.
 //! After each, every member holds every acknowledged change, and every member's state digest
 //! (`StateMachine::digest`, printed by `halite-ctl verify` on a stopped member) is the
 //! same.
@@ -276,4 +277,34 @@ fn every_acknowledged_return_and_accept_survives_a_leader_killed_under_load() {
     acked.keys.push("streaming".into());
     c.procs[l] = Some(start_master(&c.envs[l]));
     assert_every_member_holds(&mut c, &acked);
+}
+
+/// A master-driven batch run (`salt --async --batch`) goes on when the leader driving it
+/// stops: the new leader reads from the log where the run stands and starts the rest,
+/// one minion at a time, each once (proved by what the minions did).
+#[test]
+fn an_async_batch_goes_on_under_a_new_leader() {
+    let mut c = crate::cluster::founding(3, "batch-failover", "auto_accept: True\n");
+    let l = leader(&c, 0);
+    // The minions sign in to a member that stays up.
+    let home = (l + 1) % 3;
+    let conf = format!("master: {}\nmaster_port: {}\n", c.envs[home].ip, c.envs[home].ret);
+    let _minions: Vec<Proc> = ["m1", "m2", "m3"].iter().map(|id| start_minion(&c.envs[home].root, id, &conf)).collect();
+    for id in ["m1", "m2", "m3"] {
+        wait_ping(&c.envs[home], id, 120);
+    }
+    let log = c.envs[home].root.join("failover.log");
+    let cmd = format!("echo start {{{{ grains['id'] }}}} >> {l}; sleep 2; echo end {{{{ grains['id'] }}}} >> {l}", l = log.display());
+    let o = c.envs[home].salt(&["--async", "-b", "1", "*", "cmd.run", &cmd, "template=jinja"], 60);
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let jid = out.trim().strip_prefix("Executed batch command with job ID: ").unwrap_or_else(|| panic!("no jid: {out}{}", String::from_utf8_lossy(&o.stderr))).to_string();
+    let lines = || std::fs::read_to_string(&log).unwrap_or_default().lines().map(String::from).collect::<Vec<_>>();
+    wait_for("m1 to start", 60, || lines().contains(&"start m1".to_string()));
+    c.stop(l);
+    let env = &c.envs[home];
+    wait_for("the run to complete under the new leader", 120, || env.runner(&["batch.status", &jid])["completed"] == 3);
+    assert_eq!(lines(), ["start m1", "end m1", "start m2", "end m2", "start m3", "end m3"]);
+    assert_eq!(env.runner(&["jobs.list_job", &jid])["Minions"], json!(["m1", "m2", "m3"]));
+    let s = env.runner(&["batch.status", &jid]);
+    assert_eq!((&s["failed"], &s["halted"]), (&json!(0), &json!(false)), "{s}");
 }

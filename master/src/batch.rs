@@ -1,0 +1,288 @@
+//! A master-driven batch run: Salt 3008's `salt --async --batch`. The `salt` command
+//! resolves the target (a `test.ping`), the master starts the run and keeps it going
+//! after the command has gone: at most `size` minions run at once, each return frees
+//! a slot (after `batch_wait`), a minion silent past `timeout` + 10 s frees it as
+//! failed, and with `failhard` the first failure halts the run.
+//!
+//! The run is one value, [`RunState`], and every change to it is a `batch_run` record
+//! (`halite_storage::batch_run`) that applies only on the version it was computed from.
+//! A step that starts minions carries, in the same entry, the `job_published` that
+//! joins them to the run's job, so they are published if and only if the step applied.
+//! Whoever proposes (the leader's driver, `crate::daemon::batches`; `batch.stop`), the
+//! run moves one step at a time, the same on every member, and a new leader takes over
+//! where the log says the run stands.
+//!
+//! [`RunState::progress`] is Salt's `progress_batch` with the master's clock passed in:
+//! the same slot accounting, `batch_wait` cool-downs, timeouts and `failhard`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value as J};
+
+use crate::wire::payload;
+
+/// Salt's `gather_job_timeout` default: added to the timeout before a silent minion
+/// counts as failed.
+pub const GATHER_JOB_TIMEOUT_S: u64 = 10;
+
+/// One batch run's state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunState {
+    pub jid: String,
+    pub fun: String,
+    /// The operator's target, as given (for `batch.status`).
+    pub tgt: J,
+    pub tgt_type: String,
+    pub user: String,
+    /// A start's publish load less its target and jid (`arg`, returners, metadata).
+    pub load: J,
+    /// The batch size as given (`3`, `25%`) and as resolved.
+    pub batch: String,
+    pub size: usize,
+    pub failhard: bool,
+    pub batch_wait_ms: u64,
+    pub timeout_s: u64,
+    pub all: Vec<String>,
+    pub pending: Vec<String>,
+    /// Running: each minion and when it was started (ns).
+    pub active: Vec<(String, u64)>,
+    /// Returned: each minion and its retcode.
+    pub done: Vec<(String, i64)>,
+    /// Failed: each minion and why (`timeout`).
+    pub failed: Vec<(String, String)>,
+    /// When the slots that are cooling down (`batch_wait`) free (ns).
+    pub wait: Vec<u64>,
+    /// Why the run stopped early (`failhard`, `stop`), if it did.
+    pub halted: Option<String>,
+    pub created_ns: u64,
+    pub last_progress_ns: u64,
+}
+
+impl RunState {
+    /// A run over `minions` (the ones that answered the ping, in id order), nothing
+    /// started yet.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(jid: &str, fun: &str, tgt: J, tgt_type: &str, user: &str, load: J, batch: &str, size: usize, failhard: bool, batch_wait_ms: u64, timeout_s: u64, minions: Vec<String>, now_ns: u64) -> RunState {
+        RunState {
+            jid: jid.into(),
+            fun: fun.into(),
+            tgt,
+            tgt_type: tgt_type.into(),
+            user: user.into(),
+            load,
+            batch: batch.into(),
+            size: size.max(1),
+            failhard,
+            batch_wait_ms,
+            timeout_s,
+            pending: minions.clone(),
+            all: minions,
+            active: vec![],
+            done: vec![],
+            failed: vec![],
+            wait: vec![],
+            halted: None,
+            created_ns: now_ns,
+            last_progress_ns: now_ns,
+        }
+    }
+
+    /// Nothing more will happen: halted, or every minion returned or failed.
+    pub fn finished(&self) -> bool {
+        self.halted.is_some() || (self.pending.is_empty() && self.active.is_empty())
+    }
+
+    /// One step: `returns` (minion, retcode) of running minions, at `now_ns`. Returns
+    /// the minions to start now (already moved to `active`).
+    pub fn progress(&mut self, returns: &[(String, i64)], now_ns: u64) -> Vec<String> {
+        let wait_ns = self.batch_wait_ms.saturating_mul(1_000_000);
+        let mut failhard = false;
+        for (id, rc) in returns {
+            let Some(at) = self.active.iter().position(|(a, _)| a == id) else { continue };
+            self.active.remove(at);
+            self.done.push((id.clone(), *rc));
+            if wait_ns > 0 {
+                self.wait.push(now_ns.saturating_add(wait_ns));
+            }
+            failhard |= self.failhard && *rc > 0;
+        }
+        let window = (self.timeout_s + GATHER_JOB_TIMEOUT_S).saturating_mul(1_000_000_000);
+        let (late, running): (Vec<_>, Vec<_>) = std::mem::take(&mut self.active).into_iter().partition(|(_, at)| now_ns.saturating_sub(*at) >= window);
+        self.active = running;
+        for (id, _) in late {
+            self.failed.push((id, "timeout".into()));
+            if wait_ns > 0 {
+                self.wait.push(now_ns.saturating_add(wait_ns));
+            }
+        }
+        self.wait.retain(|t| *t > now_ns);
+        self.wait.sort_unstable();
+        if failhard && self.halted.is_none() {
+            self.halted = Some("failhard".into());
+        }
+        let mut start = Vec::new();
+        if self.halted.is_none() {
+            let free = self.size.saturating_sub(self.active.len() + self.wait.len());
+            let n = free.min(self.pending.len());
+            for id in self.pending.drain(..n) {
+                self.active.push((id.clone(), now_ns));
+                start.push(id);
+            }
+        }
+        self.last_progress_ns = now_ns;
+        start
+    }
+
+    /// The publish load of a start of `minions`.
+    pub fn start_load(&self, minions: &[String]) -> J {
+        let mut load = self.load.clone();
+        if let J::Object(m) = &mut load {
+            m.insert("fun".into(), J::String(self.fun.clone()));
+            m.insert("tgt".into(), json!(minions));
+            m.insert("tgt_type".into(), J::String("list".into()));
+            m.insert("jid".into(), J::String(self.jid.clone()));
+            m.insert("user".into(), J::String(self.user.clone()));
+        }
+        load
+    }
+
+    /// The state as a `batch_run` record carries it (msgpack).
+    pub fn encode(&self) -> Vec<u8> {
+        payload::encode(&payload::from_json(&serde_json::to_value(self).unwrap_or(J::Null)))
+    }
+
+    /// A stored state; `None` when it does not decode (reported by the caller).
+    pub fn decode(bytes: &[u8]) -> Option<RunState> {
+        serde_json::from_value(payload::to_json(&payload::decode(bytes).ok()?)).ok()
+    }
+
+    /// The fields every batch event carries (Salt's `_base_payload`).
+    fn base(&self) -> serde_json::Map<String, J> {
+        let mut m = serde_json::Map::new();
+        for (k, v) in [("jid", json!(self.jid)), ("fun", json!(self.fun)), ("tgt", self.tgt.clone()), ("tgt_type", json!(self.tgt_type)), ("user", json!(self.user))] {
+            m.insert(k.into(), v);
+        }
+        m
+    }
+
+    /// `batch.status` / `batch.list_active`: Salt's flat summary (`stopped`: a stop
+    /// was asked for; `now_ns` for `age_seconds`).
+    pub fn summary(&self, stopped: bool, now_ns: u64) -> J {
+        let mut m = self.base();
+        let halted = self.halted.clone().or_else(|| stopped.then(|| "stop".to_string()));
+        for (k, v) in [
+            ("total", json!(self.all.len())),
+            ("completed", json!(self.done.len())),
+            ("active", json!(self.active.len())),
+            ("pending", json!(self.pending.len())),
+            ("failed", json!(self.failed.len())),
+            ("batch_size", json!(self.size)),
+            ("halted", json!(halted.is_some())),
+            ("halted_reason", json!(halted)),
+            ("driver", json!("master")),
+            ("created", json!(secs(self.created_ns))),
+            ("last_progress", json!(secs(self.last_progress_ns))),
+            ("age_seconds", json!(secs(now_ns.saturating_sub(self.last_progress_ns)))),
+        ] {
+            m.insert(k.into(), v);
+        }
+        J::Object(m)
+    }
+
+    /// The event of this state: `(tag, data)` for `new`, `progress`, `complete` or
+    /// `halted` (Salt's payloads).
+    pub fn event(&self, what: &str, now_ns: u64) -> (String, J) {
+        let mut m = self.base();
+        let duration = json!(secs(now_ns.saturating_sub(self.created_ns)));
+        let extra: Vec<(&str, J)> = match what {
+            "new" => vec![("total_minions", json!(self.all.len())), ("batch_size", json!(self.size)), ("driver", json!("master")), ("created", json!(secs(self.created_ns)))],
+            "complete" => vec![("completed", json!(self.done.len())), ("failed", json!(self.failed.len())), ("total_minions", json!(self.all.len())), ("duration", duration)],
+            "halted" => {
+                let mut active: Vec<&String> = self.active.iter().map(|(id, _)| id).collect();
+                active.sort();
+                vec![("reason", json!(self.halted)), ("completed", json!(self.done.len())), ("failed", json!(self.failed.len())), ("abandoned_active", json!(active)), ("abandoned_pending", json!(self.pending)), ("duration", duration)]
+            }
+            _ => vec![
+                ("total", json!(self.all.len())),
+                ("completed", json!(self.done.len())),
+                ("active", json!(self.active.len())),
+                ("pending", json!(self.pending.len())),
+                ("failed", json!(self.failed.len())),
+                ("iter", J::Null),
+                ("last_progress", json!(secs(self.last_progress_ns))),
+            ],
+        };
+        for (k, v) in extra {
+            m.insert(k.into(), v);
+        }
+        (format!("salt/batch/{}/{what}", self.jid), J::Object(m))
+    }
+}
+
+/// Unix ns as Salt's float seconds.
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// A stored return's retcode as Salt's batch reads it: missing is 0, a mapping of
+/// retcodes its largest.
+pub fn retcode(load: &J) -> i64 {
+    match load.get("retcode") {
+        Some(J::Object(m)) => m.values().filter_map(J::as_i64).max().unwrap_or(0),
+        Some(v) => v.as_i64().unwrap_or(0),
+        None => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    fn run(size: usize, failhard: bool, wait_ms: u64) -> RunState {
+        RunState::new("20261125000000000001", "cmd.run", json!("*"), "glob", "root", json!({"arg": ["x"], "ret": ""}), "2", size, failhard, wait_ms, 5, vec!["a".into(), "b".into(), "c".into()], 0)
+    }
+
+    #[test]
+    fn slots_are_filled_freed_by_returns_and_timeouts() {
+        let mut r = run(2, false, 0);
+        assert_eq!(r.progress(&[], 0), ["a", "b"]);
+        assert!(r.progress(&[], S).is_empty(), "no slot free");
+        assert_eq!(r.progress(&[("a".into(), 0), ("zz".into(), 0)], 2 * S), ["c"], "a return frees a slot; a stranger's return is ignored");
+        // b never returns: after timeout + gather_job_timeout it fails.
+        assert!(r.progress(&[], 14 * S).is_empty());
+        assert!(r.progress(&[("c".into(), 2)], 15 * S).is_empty());
+        assert_eq!(r.failed, [("b".to_string(), "timeout".to_string())]);
+        assert_eq!(r.done, [("a".to_string(), 0), ("c".to_string(), 2)]);
+        assert!(r.finished() && r.halted.is_none(), "a non-zero retcode does not halt without failhard");
+        let load = r.start_load(&["c".into()]);
+        assert_eq!(load, json!({"arg": ["x"], "ret": "", "fun": "cmd.run", "tgt": ["c"], "tgt_type": "list", "jid": "20261125000000000001", "user": "root"}));
+    }
+
+    #[test]
+    fn failhard_halts_and_batch_wait_cools_a_slot() {
+        let mut r = run(1, true, 1500);
+        assert_eq!(r.progress(&[], 0), ["a"]);
+        assert!(r.progress(&[("a".into(), 0)], S).is_empty(), "the freed slot cools down for 1.5 s");
+        assert_eq!(r.progress(&[], 2 * S + S / 2), ["b"]);
+        assert!(r.progress(&[("b".into(), 1)], 3 * S).is_empty());
+        assert_eq!(r.halted.as_deref(), Some("failhard"));
+        assert!(r.finished() && r.pending == ["c"]);
+        let (tag, data) = r.event("halted", 4 * S);
+        assert_eq!(tag, "salt/batch/20261125000000000001/halted");
+        assert_eq!((&data["reason"], &data["abandoned_pending"], &data["duration"]), (&json!("failhard"), &json!(["c"]), &json!(4.0)));
+    }
+
+    #[test]
+    fn the_state_round_trips_and_summarises_as_salt() {
+        let mut r = run(2, false, 0);
+        r.progress(&[], 3 * S);
+        assert_eq!(RunState::decode(&r.encode()), Some(r.clone()));
+        assert_eq!(RunState::decode(b"\x93junk"), None);
+        let s = r.summary(false, 5 * S);
+        assert_eq!((&s["total"], &s["active"], &s["pending"], &s["halted"], &s["driver"], &s["age_seconds"]), (&json!(3), &json!(2), &json!(1), &json!(false), &json!("master"), &json!(2.0)));
+        assert_eq!(r.summary(true, 5 * S)["halted_reason"], "stop");
+        assert_eq!(retcode(&json!({"retcode": {"a": 1, "b": 3}})), 3);
+        assert_eq!(retcode(&json!({"return": true})), 0);
+    }
+}
