@@ -13,6 +13,7 @@
 //! Events, fired by the member whose step applied: `salt/batch/<jid>/progress` after
 //! each step that changed something, then `complete` or `halted` at the end.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,16 +32,28 @@ pub const TICK: Duration = Duration::from_millis(250);
 pub async fn run(m: Arc<Master>) {
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The runs seen over (or undecodable), by the version seen: not decoded again
+    // until that version changes.
+    let mut idle: Idle = HashMap::new();
     loop {
         tick.tick().await;
         if m.node.leader() != Some(m.node.id()) {
             continue;
         }
         let mm = m.clone();
-        let steps = match tokio::task::spawn_blocking(move || next_steps(&mm)).await {
-            Ok(s) => s,
+        let steps = match tokio::task::spawn_blocking(move || {
+            let steps = next_steps(&mm, &mut idle);
+            (steps, idle)
+        })
+        .await
+        {
+            Ok((s, i)) => {
+                idle = i;
+                s
+            }
             Err(e) => {
                 tracing::error!("batch runs: the step computation failed: {e}");
+                idle = HashMap::new();
                 continue;
             }
         };
@@ -60,8 +73,11 @@ struct Step {
     moved: bool,
 }
 
+/// Runs known to be over (or whose state does not decode): jid → the version seen.
+type Idle = HashMap<String, u64>;
+
 /// The steps due now, one per run that moves (read from this member's state).
-fn next_steps(m: &Master) -> Vec<Step> {
+fn next_steps(m: &Master, idle: &mut Idle) -> Vec<Step> {
     let sm = m.sm();
     let runs = match sm.batch_runs() {
         Ok(r) => r,
@@ -72,13 +88,20 @@ fn next_steps(m: &Master) -> Vec<Step> {
     };
     let now = now_ns();
     let mut out = Vec::new();
+    let present: std::collections::HashSet<&str> = runs.iter().map(|(j, _)| j.as_str()).collect();
+    idle.retain(|jid, _| present.contains(jid.as_str()));
     for (jid, stored) in runs {
         let StoredRun { version, stopped, state } = stored;
+        if idle.get(&jid) == Some(&version) {
+            continue;
+        }
         let Some(before) = RunState::decode(&state) else {
             tracing::error!(jid, "batch run state does not decode; the run is left as it is");
+            idle.insert(jid, version);
             continue;
         };
         if before.finished() {
+            idle.insert(jid, version);
             continue;
         }
         let mut after = before.clone();
