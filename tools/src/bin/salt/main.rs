@@ -20,21 +20,21 @@
 //! "Minion did not return" line for each minion that did not return in time. `--static`
 //! gathers them and prints one document. The exit code is Salt's: 1 when a minion
 //! returned a non-zero retcode or did not return, 2 when nothing could be sent. A batch
-//! run (`--batch`) is in `halite_tools::batch` and [`run_batch`]; with `--async` the
-//! master runs it (`batch.start`, `halite_master::batch`) and `salt` only starts it.
+//! run (`--batch`) is `batch.rs` (its bookkeeping `halite_tools::batch`); with `--async`
+//! the master runs it (`batch.start`, `halite_master::batch`) and `salt` only starts it.
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Parser;
 use serde_json::{json, Map, Value};
 
 use halite_master::admin::client::{is_timeout, AdminClient, CALL_GRACE, NOT_RESPONDING};
-use halite_tools::batch::{retcode, Batch, BatchSpec};
+use halite_tools::batch::{retcode, BatchSpec};
 use halite_tools::common::{init_logging, load_config, run, Failure, Result};
 use halite_tools::follow::{follow, Arrival};
-use halite_tools::output::{python_repr, Out};
+use halite_tools::output::Out;
 use halite_tools::printer::{OutputFlags, Printer};
 
 #[derive(Parser, Debug)]
@@ -171,6 +171,18 @@ fn job_words(a: &Args) -> Result<(String, String, Vec<String>)> {
         None => return Err(Failure::new("Incomplete options passed.", 42)),
     };
     Ok((target, fun, it.collect()))
+}
+
+mod batch;
+use batch::BatchRun;
+
+/// A job as the command line names it.
+pub(crate) struct Job<'a> {
+    pub tgt: &'a Value,
+    pub tgt_type: &'a str,
+    pub fun: &'a str,
+    pub args: &'a [Value],
+    pub kwargs: &'a Map<String, Value>,
 }
 
 fn main() {
@@ -383,23 +395,13 @@ fn real_main(a: Args) -> Result<()> {
         if !a.batch_wait.is_finite() || a.batch_wait < 0.0 {
             return Err(Failure::new("--batch-wait takes a number of seconds", 2));
         }
+        let run = BatchRun { spec: parsed, returners: extras.clone(), wait: Duration::from_secs_f64(a.batch_wait.min(86_400.0)), failhard: a.failhard, timeout };
+        let job = Job { tgt: &tgt, tgt_type: &tgt_type, fun: &fun, args: &args, kwargs: &kwargs };
         if a.asynchronous {
             // Salt 3008: the master drives the run; this command only starts it.
-            let minions = gather(&mut client, &cfg.sock_dir, &tgt, &tgt_type, timeout, &printer)?;
-            if minions.is_empty() {
-                println!("No minions matched the target.");
-                return Ok(());
-            }
-            let mut req = json!({ "cmd": "batch.start", "tgt": tgt, "tgt_type": tgt_type, "fun": fun, "arg": args, "kwarg": kwargs, "minions": minions, "batch": spec, "batch_wait": a.batch_wait, "failhard": a.failhard, "timeout": timeout.as_secs() });
-            if let Value::Object(m) = &mut req {
-                m.extend(extras.clone());
-            }
-            let r = client.call(&req).map_err(|e| Failure::new(e.to_string(), 2))?;
-            println!("Executed batch command with job ID: {}", r["jid"].as_str().unwrap_or(""));
-            return Ok(());
+            return batch::start_on_master(&mut client, &cfg.sock_dir, &job, spec, &run, a.batch_wait, &printer);
         }
-        let run = BatchRun { spec: parsed, returners: extras.clone(), wait: Duration::from_secs_f64(a.batch_wait.min(86_400.0)), failhard: a.failhard, timeout };
-        return run_batch(&mut client, &cfg.sock_dir, &tgt, &tgt_type, &fun, &args, &kwargs, run, &mut printer);
+        return batch::run_batch(&mut client, &cfg.sock_dir, &job, run, &mut printer);
     }
     if let Some(n) = a.subset {
         tgt = Value::Array(subset(&mut client, &cfg.sock_dir, &tgt, &tgt_type, &fun, n, timeout)?.into_iter().map(Value::String).collect());
@@ -469,115 +471,6 @@ fn real_main(a: Args) -> Result<()> {
         print!("{}", summary.render(a.verbose));
     }
     exit_for(failed)
-}
-
-/// Salt's batch `gather_minions`: `test.ping` to the target; the minions that answered
-/// (in id order) take part, each of the others is named as not responding.
-fn gather(client: &mut AdminClient, sock_dir: &Path, tgt: &Value, tgt_type: &str, timeout: Duration, printer: &Printer) -> Result<Vec<String>> {
-    let ping = publish(client, tgt, tgt_type, "test.ping", &[], &Map::new(), &Map::new())?;
-    let (answered, mut down) = collect(sock_dir, &ping.jid, timeout)?;
-    if ping.unresolved {
-        down.clear();
-    }
-    down.extend(ping.missing);
-    down.sort();
-    for m in &down {
-        printer.say(&format!("Minion {m} did not respond. No job will be sent."));
-    }
-    let mut minions: Vec<String> = answered.into_iter().map(|(id, _)| id).collect();
-    minions.sort();
-    Ok(minions)
-}
-
-/// How a batch runs.
-struct BatchRun {
-    spec: BatchSpec,
-    /// What each start's publish carries beyond the job (`--return`, `--metadata`,
-    /// `--start-event`).
-    returners: Map<String, Value>,
-    wait: Duration,
-    failhard: bool,
-    timeout: Duration,
-}
-
-/// `salt --batch`: resolves the target once with `test.ping` (the minions that answer
-/// are the run; the others are named and skipped), then keeps at most the batch size
-/// of them running, every start published under the run's one jid (as Salt 3008 does),
-/// printing each return as it comes. Exits with the largest retcode returned, as Salt's
-/// batch does.
-#[allow(clippy::too_many_arguments)]
-fn run_batch(client: &mut AdminClient, sock_dir: &Path, tgt: &Value, tgt_type: &str, fun: &str, args: &[Value], kwargs: &Map<String, Value>, run: BatchRun, printer: &mut Printer) -> Result<()> {
-    let minions = gather(client, sock_dir, tgt, tgt_type, run.timeout, printer)?;
-    if minions.is_empty() {
-        return Err(Failure::new("ERROR: No return received", 2));
-    }
-    let size = run.spec.size(minions.len());
-    let mut batch = Batch::new(minions, size, run.wait, run.failhard);
-    let (tx, rx) = mpsc::channel();
-    let mut worst = 0i64;
-    // The run's one jid (Salt 3008): the first start makes the job, each next start
-    // joins it, and each start's follow waits for its own minions.
-    let mut run_jid: Option<String> = None;
-    loop {
-        let now = Instant::now();
-        let start = batch.start(now);
-        if !start.is_empty() {
-            printer.say(&format!("\nExecuting run on {}\n", python_repr(&json!(start))));
-            let list = Value::Array(start.iter().cloned().map(Value::String).collect());
-            let mut extra = run.returners.clone();
-            if let Some(j) = &run_jid {
-                extra.insert("jid".into(), Value::String(j.clone()));
-            }
-            let p = publish(client, &list, "list", fun, args, kwargs, &extra)?;
-            let jid = run_jid.get_or_insert_with(|| p.jid.clone()).clone();
-            // A minion whose key went away since the ping was sent nothing.
-            for m in &p.missing {
-                batch.timed_out(m, now);
-            }
-            start_follow(sock_dir, &jid, Some(&start), run.timeout, &tx)?;
-        }
-        if batch.done() {
-            break;
-        }
-        let arrival = match batch.next_free() {
-            Some(t) => match rx.recv_timeout(t.saturating_duration_since(now)) {
-                Ok(a) => a,
-                Err(mpsc::RecvTimeoutError::Timeout) => continue,
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            },
-            None => match rx.recv() {
-                Ok(a) => a,
-                Err(_) => break,
-            },
-        };
-        match arrival {
-            Arrival::Return { jid, id, load } => {
-                let rc = retcode(&load);
-                if batch.returned(&id, rc, Instant::now()) {
-                    worst = worst.max(rc);
-                    printer.batch_return(&jid, &id, rc, load.get("return").cloned().unwrap_or(Value::Null), load.get("out").and_then(Value::as_str));
-                }
-            }
-            Arrival::Done { jid, missing } => {
-                for m in missing {
-                    batch.timed_out(&m, Instant::now());
-                    printer.one(&m, Value::String(no_return(&jid)), None);
-                }
-            }
-            Arrival::Failed { error, .. } => {
-                printer.finish();
-                return Err(Failure::new(error, 2));
-            }
-        }
-    }
-    printer.finish();
-    if batch.halted() {
-        eprintln!("ERROR: the batch run stopped at a failed return (--failhard); minions not yet started were not run");
-    }
-    if worst != 0 {
-        return Err(Failure::new("", worst.clamp(1, 255) as i32));
-    }
-    Ok(())
 }
 
 #[cfg(test)]
