@@ -5,7 +5,7 @@
 //! slot, but with `--batch-wait S` only S seconds after it came; a minion that does not
 //! return within the timeout frees its slot the same way; with `--failhard` the first
 //! return with a non-zero retcode (or `failed`) stops the run: nothing more is started,
-//! and the run ends at once. The driver (`bin/salt.rs`) publishes what [`Batch::start`]
+//! and the run ends at once. The driver (`bin/salt/batch.rs`) publishes what [`Batch::start`]
 //! hands it, one job per call, and feeds back what returned.
 
 use std::collections::{BTreeSet, VecDeque};
