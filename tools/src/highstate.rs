@@ -22,7 +22,8 @@
 
 use serde_json::{Map, Value};
 
-use crate::output::{nested_colored_at, py_str, py_truthy};
+use crate::nested::nested_colored_at;
+use crate::pyvalue::{py_repr, py_str, py_truthy};
 
 const RED: &str = "\x1b[0;31m";
 const LIGHT_RED: &str = "\x1b[0;1;31m";
@@ -241,7 +242,7 @@ fn states_block(name: &str, states: &Map<String, Value>, style: &Style, level: u
         let mut block = vec![
             format!("      ID: {}", comps[1]),
             format!("Function: {}.{}", comps[0], comps[3]),
-            format!("  Result: {}", crate::output::py_repr(&ret["result"])),
+            format!("  Result: {}", py_repr(&ret["result"])),
             format!(" Comment: {}", comment(ret)),
         ];
         if ret.get("start_time").is_some() {

@@ -1,18 +1,23 @@
 //! Salt's outputters, as far as the tools print them: `nested` (the default), `json`
 //! (Python's `json.dumps`, `indent=4` unless `--out-indent` says otherwise,
 //! ASCII-escaped), `yaml` (keys sorted, as PyYAML's `safe_dump`), `txt`, `raw`,
-//! `pprint` ([`crate::pprint`]), `highstate` ([`crate::highstate`]) and `key` (what
-//! `salt-key -L` prints by default).
+//! `pprint` ([`crate::pprint`]), `table` ([`crate::table`]), `highstate`
+//! ([`crate::highstate`]) and `key` (what `salt-key -L` prints by default). `nested` is
+//! [`crate::nested`]; Python's `str`/`repr`/truth of a value, [`crate::pyvalue`].
 
 use serde_json::Value;
 
 use halite_storage::keys::KeyListing;
 
+pub use crate::nested::{nested, nested_colored, nested_colored_at};
+pub use crate::pyvalue::{py_repr, py_str, py_truthy};
+
 /// `--out` choices.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Out {
     Json,
     Yaml,
+    #[default]
     Nested,
     Key,
     Txt,
@@ -26,11 +31,6 @@ pub enum Out {
     Table,
 }
 
-impl Default for Out {
-    fn default() -> Self {
-        Out::Nested
-    }
-}
 
 impl Out {
     /// The outputter Salt names `name` (`text` is `txt`), if the tools have it.
@@ -268,153 +268,6 @@ pub fn render_styled(v: &Value, out: Out, style: &Style) -> String {
 /// what the `raw` outputter prints.
 pub fn python_repr(v: &Value) -> String {
     py_repr(v)
-}
-
-/// Salt's `nested` outputter without colours (`--no-color`, or not a terminal).
-pub fn nested(v: &Value, indent: usize) -> String {
-    nested_colored_at(v, indent, false)
-}
-
-/// Salt's `nested` outputter, coloured as Salt colours it on a terminal.
-pub fn nested_colored(v: &Value, color: bool) -> String {
-    nested_colored_at(v, 0, color)
-}
-
-/// [`nested_colored`] `indent` columns in (Salt's `nested_indent`).
-pub fn nested_colored_at(v: &Value, indent: usize, color: bool) -> String {
-    let mut out = Vec::new();
-    Nest { color }.display(v, indent, "", &mut out);
-    out.join("\n")
-}
-
-/// Salt's `NestDisplay`: mappings as `key:` with the value four spaces further in (keys
-/// sorted; a nested mapping opens with `----------`), lists as `- item` (a list or a
-/// mapping inside a list as `|_` with the item two spaces further in), scalars as
-/// Python prints them (`True`, `None`), multi-line text one line each.
-struct Nest {
-    color: bool,
-}
-
-const LIGHT_YELLOW: &str = "\x1b[0;1;33m";
-const GREEN: &str = "\x1b[0;32m";
-const CYAN: &str = "\x1b[0;36m";
-const ENDC: &str = "\x1b[0;0m";
-
-impl Nest {
-    fn line(&self, indent: usize, color: &str, prefix: &str, msg: &str, suffix: &str) -> String {
-        let (c, e) = if self.color { (color, ENDC) } else { ("", "") };
-        format!("{}{c}{prefix}{msg}{e}{suffix}", " ".repeat(indent))
-    }
-
-    fn display(&self, v: &Value, indent: usize, prefix: &str, out: &mut Vec<String>) {
-        match v {
-            Value::Null | Value::Bool(_) | Value::Number(_) => out.push(self.line(indent, LIGHT_YELLOW, prefix, &py_repr(v), "")),
-            Value::String(s) => {
-                for (i, l) in s.lines().enumerate() {
-                    let p = if i == 0 { prefix.to_string() } else { " ".repeat(prefix.len()) };
-                    out.push(self.line(indent, GREEN, &p, l, ""));
-                }
-            }
-            Value::Array(a) => {
-                for x in a {
-                    match x {
-                        Value::Array(_) | Value::Object(_) => {
-                            out.push(self.line(indent, GREEN, "", "|_", ""));
-                            let p = if x.is_object() { "" } else { "- " };
-                            self.display(x, indent + 2, p, out);
-                        }
-                        _ => self.display(x, indent, "- ", out),
-                    }
-                }
-            }
-            Value::Object(m) => {
-                if indent > 0 {
-                    out.push(self.line(indent, CYAN, "", "----------", ""));
-                }
-                let mut keys: Vec<&String> = m.keys().collect();
-                keys.sort();
-                for k in keys {
-                    out.push(self.line(indent, CYAN, prefix, k, ":"));
-                    self.display(&m[k], indent + 4, "", out);
-                }
-            }
-        }
-    }
-}
-
-/// Python's truth of a decoded value: `None`, `False`, zero and empty text, lists and
-/// mappings are false.
-pub fn py_truthy(v: &Value) -> bool {
-    match v {
-        Value::Null => false,
-        Value::Bool(b) => *b,
-        Value::Number(n) => n.as_f64() != Some(0.0),
-        Value::String(s) => !s.is_empty(),
-        Value::Array(a) => !a.is_empty(),
-        Value::Object(m) => !m.is_empty(),
-    }
-}
-
-/// Python's `str` of a decoded value: text as it is, anything else as its `repr`.
-pub fn py_str(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        other => py_repr(other),
-    }
-}
-
-/// Python's `repr` of a decoded value (`True`, `None`, `'text'`, `[1, 'a']`, `{'k': 1}`).
-pub fn py_repr(v: &Value) -> String {
-    match v {
-        Value::Null => "None".into(),
-        Value::Bool(true) => "True".into(),
-        Value::Bool(false) => "False".into(),
-        Value::Number(n) => n.to_string(),
-        Value::String(s) => {
-            let q = if s.contains('\'') && !s.contains('"') { '"' } else { '\'' };
-            let mut o = String::from(q);
-            for c in s.chars() {
-                match c {
-                    '\\' => o.push_str("\\\\"),
-                    '\n' => o.push_str("\\n"),
-                    '\r' => o.push_str("\\r"),
-                    '\t' => o.push_str("\\t"),
-                    c if c == q => {
-                        o.push('\\');
-                        o.push(c);
-                    }
-                    c if (c as u32) < 0x100 && !py_printable(c) => o.push_str(&format!("\\x{:02x}", c as u32)),
-                    c if (c as u32) < 0x10000 && !py_printable(c) => o.push_str(&format!("\\u{:04x}", c as u32)),
-                    c if !py_printable(c) => o.push_str(&format!("\\U{:08x}", c as u32)),
-                    c => o.push(c),
-                }
-            }
-            o.push(q);
-            o
-        }
-        Value::Array(a) => format!("[{}]", a.iter().map(py_repr).collect::<Vec<_>>().join(", ")),
-        Value::Object(m) => format!("{{{}}}", m.iter().map(|(k, x)| format!("{}: {}", py_repr(&Value::String(k.clone())), py_repr(x))).collect::<Vec<_>>().join(", ")),
-    }
-}
-
-/// Whether Python's `str.isprintable` holds for `c` (what `repr` leaves unescaped): not a
-/// control, format, surrogate or private-use character, nor a separator other than the
-/// space. The non-ASCII ranges are the ones met in practice (C1 controls, no-break and
-/// typographic spaces, zero-width and direction marks, line and paragraph separators,
-/// the byte-order mark, private use).
-fn py_printable(c: char) -> bool {
-    let u = c as u32;
-    !(u < 0x20
-        || (0x7f..=0xa0).contains(&u)
-        || u == 0xad
-        || u == 0x1680
-        || (0x2000..=0x200f).contains(&u)
-        || (0x2028..=0x202f).contains(&u)
-        || (0x205f..=0x2064).contains(&u)
-        || u == 0x3000
-        || u == 0xfeff
-        || (0xe000..=0xf8ff).contains(&u)
-        || (0xf0000..).contains(&u))
 }
 
 /// Salt's `txt` outputter: for a mapping, `key: line` for each line of a text value and

@@ -5,7 +5,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::output::py_repr;
+use crate::pyvalue::py_repr;
 
 /// Python's `pprint.pformat(v, indent=indent)` (Python's default indent is 1).
 pub fn pformat(v: &Value, indent: usize) -> String {

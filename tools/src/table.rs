@@ -21,7 +21,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::output::py_str;
+use crate::pyvalue::py_str;
 
 const DARK_GRAY: &str = "\x1b[0;1;30m";
 const LIGHT_GRAY: &str = "\x1b[0;37m";
