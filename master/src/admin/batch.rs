@@ -206,4 +206,31 @@ mod tests {
             assert_eq!(batch_size(bad, 3), None, "{bad}");
         }
     }
+
+    #[test]
+    fn a_start_is_checked_before_anything_is_proposed() {
+        let ok = json!({"cmd": "batch.start", "fun": "test.ping", "minions": ["m1", "m2"], "batch": "50%", "batch_wait": 1.5, "timeout": 1e12, "failhard": true});
+        let BatchCmd::Start(s) = BatchCmd::parse(&ok).unwrap() else { panic!() };
+        assert_eq!((s.batch_wait_ms, s.timeout_s, s.failhard, s.user.as_str()), (1500, MAX_TIMEOUT_S, true, "root"));
+        let with = |k: &str, v: J| {
+            let mut r = ok.clone();
+            r[k] = v;
+            BatchCmd::parse(&r)
+        };
+        for (k, v) in [
+            ("minions", json!([])),
+            ("minions", json!(["../etc"])),
+            ("minions", json!([1])),
+            ("minions", json!(vec!["m"; MAX_RUN_MINIONS + 1])),
+            ("batch", json!("0")),
+            ("batch", json!("x".repeat(30))),
+            ("fun", json!("")),
+            ("jid", json!("../x")),
+            ("metadata", json!("x".repeat(70_000))),
+        ] {
+            assert!(with(k, v.clone()).is_err(), "{k}: {v}");
+        }
+        assert!(BatchCmd::parse(&json!({"cmd": "runner", "fun": "batch.status"})).unwrap_err().to_string().contains("missing 1 required positional argument: 'jid'"));
+        assert_eq!(BatchCmd::parse(&json!({"cmd": "runner", "fun": "batch.stop", "arg": ["1"], "kwarg": {"kill": true}})).unwrap(), BatchCmd::Stop { jid: "1".into(), kill: true });
+    }
 }

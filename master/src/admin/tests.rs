@@ -224,6 +224,40 @@ fn a_batch_runs_next_group_joins_the_runs_job() {
 }
 
 #[test]
+fn a_batch_run_starts_with_its_first_minions_and_can_be_stopped() {
+    let f = Fixture::new("batch-run");
+    for id in ["m1", "m2", "m3"] {
+        f.key(id, KeyState::Accepted, PUB);
+    }
+    let runner = |fun: &str, arg: J, kwarg: J| json!({"cmd": "runner", "fun": fun, "arg": arg, "kwarg": kwarg});
+    let plan = f.run(json!({"cmd": "batch.start", "fun": "test.arg", "arg": ["x"], "kwarg": {"k": 1}, "tgt": "m*", "minions": ["m1", "m2", "m3"], "batch": "2", "timeout": 5, "metadata": {"t": 1}})).unwrap();
+    assert_eq!(plan.proposals.len(), 1, "the run and its first start are one entry");
+    let [Record::BatchRun(step), Record::JobPublished(j)] = &plan.proposals[0][..] else { panic!("{:?}", plan.proposals) };
+    assert_eq!((step.expect, step.stop, j.minions.as_slice(), j.joins, j.jid == step.jid), (0, false, &["m1".to_string(), "m2".to_string()][..], false, true));
+    let jid = j.jid.clone();
+    let load = crate::wire::payload::to_json(&crate::wire::payload::decode(&j.load).unwrap());
+    assert_eq!(load, json!({"arg": ["x", {"k": 1, "__kwarg__": true}], "ret": "", "metadata": {"t": 1}, "fun": "test.arg", "tgt": ["m1", "m2"], "tgt_type": "list", "jid": jid, "user": "root"}));
+    let settled = f.carry_out(plan);
+    assert_eq!(settled.value, json!({"jid": jid, "minions": ["m1", "m2"]}));
+    assert_eq!(settled.events.iter().map(|e| e.tag.as_str()).collect::<Vec<_>>(), [format!("salt/batch/{jid}/new"), format!("salt/job/{jid}/new")]);
+    let s = f.now(runner("batch.status", json!([jid]), json!({})))["return"].clone();
+    assert_eq!((&s["total"], &s["active"], &s["pending"], &s["batch_size"], &s["halted"], &s["tgt"]), (&json!(3), &json!(2), &json!(1), &json!(2), &json!(false), &json!("m*")), "{s}");
+    assert_eq!(f.now(runner("batch.list_active", json!([]), json!({})))["return"].as_array().map(Vec::len), Some(1));
+    // Stopped with kill: the stop record, and saltutil.kill_job to the running minions.
+    let plan = f.run(runner("batch.stop", json!([jid]), json!({"kill": true}))).unwrap();
+    let [Record::BatchRun(stop), Record::JobPublished(kill)] = &plan.proposals[0][..] else { panic!("{:?}", plan.proposals) };
+    assert!(stop.stop && stop.state.is_empty());
+    let kill_load = crate::wire::payload::to_json(&crate::wire::payload::decode(&kill.load).unwrap());
+    assert_eq!((&kill_load["fun"], &kill_load["arg"], kill.minions.as_slice()), (&json!("saltutil.kill_job"), &json!([jid]), &["m1".to_string(), "m2".to_string()][..]));
+    assert_eq!(f.carry_out(Plan { proposals: vec![vec![Record::BatchRun(stop.clone())]], ..plan }).value, json!({"return": true}));
+    let s = f.now(runner("batch.status", json!([jid]), json!({})))["return"].clone();
+    assert_eq!((&s["halted"], &s["halted_reason"]), (&json!(true), &json!("stop")), "{s}");
+    assert_eq!(f.now(runner("batch.list_active", json!([]), json!({})))["return"], json!([]));
+    assert_eq!(f.now(runner("batch.stop", json!([jid]), json!({})))["return"], json!(false), "stopped already");
+    assert_eq!(f.now(runner("batch.status", json!(["20200101000000000000"]), json!({})))["return"], J::Null);
+}
+
+#[test]
 fn job_queries_answer_in_salts_shapes() {
     let f = Fixture::new("jobs");
     let jid = "20261122035119123456";
