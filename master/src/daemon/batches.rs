@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use halite_storage::batch_run::{BatchRun, StoredRun};
 use halite_storage::format::{now_ns, JobPublished, Record};
+use halite_storage::state::StateMachine;
 
 use super::live::Master;
 use crate::batch::{retcode, RunState};
@@ -42,7 +43,7 @@ pub async fn run(m: Arc<Master>) {
         }
         let mm = m.clone();
         let steps = match tokio::task::spawn_blocking(move || {
-            let steps = next_steps(&mm, &mut idle);
+            let steps = next_steps(mm.sm(), &mut idle, now_ns());
             (steps, idle)
         })
         .await
@@ -76,9 +77,8 @@ struct Step {
 /// Runs known to be over (or whose state does not decode): jid → the version seen.
 type Idle = HashMap<String, u64>;
 
-/// The steps due now, one per run that moves (read from this member's state).
-fn next_steps(m: &Master, idle: &mut Idle) -> Vec<Step> {
-    let sm = m.sm();
+/// The steps due at `now`, one per run that moves (read from this member's state).
+fn next_steps(sm: &StateMachine, idle: &mut Idle, now: u64) -> Vec<Step> {
     let runs = match sm.batch_runs() {
         Ok(r) => r,
         Err(e) => {
@@ -86,7 +86,6 @@ fn next_steps(m: &Master, idle: &mut Idle) -> Vec<Step> {
             return vec![];
         }
     };
-    let now = now_ns();
     let mut out = Vec::new();
     let present: std::collections::HashSet<&str> = runs.iter().map(|(j, _)| j.as_str()).collect();
     idle.retain(|jid, _| present.contains(jid.as_str()));
@@ -166,5 +165,75 @@ async fn carry_out(m: &Master, step: Step) {
         tracing::info!(jid = %step.jid, done = step.state.done.len(), failed = step.state.failed.len(), halted = ?step.state.halted, "batch run over");
         let (tag, data) = step.state.event(what, now);
         m.bus.fire(event(tag, data));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use halite_storage::entry::LogEntry;
+    use halite_storage::format::JobReturn;
+    use halite_storage::state::Outcome;
+    use serde_json::json;
+
+    const S: u64 = 1_000_000_000;
+    const JID: &str = "20261125000000000001";
+
+    fn entry(index: u64, records: Vec<Record>) -> LogEntry {
+        LogEntry { index, id: None, settled_below: 0, records }
+    }
+
+    fn ret(id: &str, rc: i64) -> Record {
+        Record::JobReturn(JobReturn { jid: JID.into(), id: id.into(), load: payload::encode(&payload::from_json(&json!({"return": true, "retcode": rc}))), time_ns: 1, first_only: false })
+    }
+
+    /// A run of three, one at a time, started (as `batch.start` commits it) at index 1.
+    fn started() -> StateMachine {
+        let sm = StateMachine::open_in_memory("batches-driver").unwrap();
+        let mut run = RunState::new(JID, "test.ping", json!("*"), "glob", "root", json!({"arg": []}), "1", 1, false, 0, 5, vec!["a".into(), "b".into(), "c".into()], 0);
+        let first = run.progress(&[], 0);
+        let publish = Record::JobPublished(JobPublished { jid: JID.into(), load: payload::encode(&payload::from_json(&run.start_load(&first))), minions: first, time_ns: 0, started_by: None, joins: false });
+        sm.apply_entries(&[entry(1, vec![Record::BatchRun(BatchRun { jid: JID.into(), stop: false, expect: 0, state: run.encode(), time_ns: 0 }), publish])]).unwrap();
+        sm
+    }
+
+    #[test]
+    fn each_return_moves_the_run_one_step_and_a_stale_step_starts_nobody() {
+        let sm = started();
+        let mut idle = Idle::new();
+        assert!(next_steps(&sm, &mut idle, S).is_empty(), "nothing returned, nothing due");
+        sm.apply_entries(&[entry(2, vec![ret("a", 0)])]).unwrap();
+        // Two drivers (a deposed leader and the new one) compute the same step.
+        let mine = next_steps(&sm, &mut idle, 2 * S);
+        let theirs = next_steps(&sm, &mut Idle::new(), 2 * S + 1);
+        assert_eq!(mine.len(), 1);
+        let step = &mine[0];
+        assert_eq!((step.version, step.state.done.clone(), step.state.active.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>()), (1, vec![("a".to_string(), 0)], vec!["b".to_string()]));
+        let Some(Record::JobPublished(j)) = step.records.get(1) else { panic!("{:?}", step.records) };
+        assert_eq!((j.minions.as_slice(), j.joins), (&["b".to_string()][..], true));
+        let out = sm.apply_entries(&[entry(3, theirs[0].records.clone()), entry(4, step.records.clone())]).unwrap();
+        assert_eq!(out.outcomes, [Outcome::Applied, Outcome::Duplicate], "only the first of the two applies");
+        assert_eq!(sm.job(JID).unwrap().unwrap().minions, ["a", "b"], "b is started once");
+        // The rest, then the end: the run over is not decoded again.
+        sm.apply_entries(&[entry(5, vec![ret("b", 0)])]).unwrap();
+        sm.apply_entries(&[entry(6, next_steps(&sm, &mut idle, 3 * S).remove(0).records)]).unwrap();
+        sm.apply_entries(&[entry(7, vec![ret("c", 2)])]).unwrap();
+        let last = next_steps(&sm, &mut idle, 4 * S).remove(0);
+        assert!(last.state.finished() && last.records.len() == 1, "nobody left to start");
+        sm.apply_entries(&[entry(8, last.records)]).unwrap();
+        assert!(next_steps(&sm, &mut idle, 5 * S).is_empty());
+        assert_eq!(idle.get(JID), Some(&4), "remembered as over at its version");
+        assert_eq!(sm.job(JID).unwrap().unwrap().minions, ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn a_stopped_run_takes_one_last_step_halted() {
+        let sm = started();
+        sm.apply_entries(&[entry(2, vec![Record::BatchRun(BatchRun { jid: JID.into(), stop: true, expect: 0, state: vec![], time_ns: 1 }), ret("a", 0)])]).unwrap();
+        let step = next_steps(&sm, &mut Idle::new(), S).remove(0);
+        assert_eq!((step.version, step.state.halted.as_deref(), step.records.len()), (2, Some("stop"), 1), "halted, nobody started");
+        assert_eq!(step.state.pending, ["b", "c"]);
+        sm.apply_entries(&[entry(3, step.records)]).unwrap();
+        assert!(next_steps(&sm, &mut Idle::new(), 2 * S).is_empty());
     }
 }
