@@ -41,7 +41,9 @@ pub struct RunState {
     pub failhard: bool,
     pub batch_wait_ms: u64,
     pub timeout_s: u64,
-    pub all: Vec<String>,
+    /// Not started yet, in the order they will be. (Every minion of the run is in
+    /// exactly one of `pending`, `active`, `done` and `failed`: the list of them all is
+    /// not kept twice, each step records the whole state.)
     pub pending: Vec<String>,
     /// Running: each minion and when it was started (ns).
     pub active: Vec<(String, u64)>,
@@ -74,8 +76,7 @@ impl RunState {
             failhard,
             batch_wait_ms,
             timeout_s,
-            pending: minions.clone(),
-            all: minions,
+            pending: minions,
             active: vec![],
             done: vec![],
             failed: vec![],
@@ -84,6 +85,11 @@ impl RunState {
             created_ns: now_ns,
             last_progress_ns: now_ns,
         }
+    }
+
+    /// How many minions the run holds.
+    pub fn total(&self) -> usize {
+        self.pending.len() + self.active.len() + self.done.len() + self.failed.len()
     }
 
     /// Nothing more will happen: halted, or every minion returned or failed.
@@ -170,7 +176,7 @@ impl RunState {
         let mut m = self.base();
         let halted = self.halted.clone().or_else(|| stopped.then(|| "stop".to_string()));
         for (k, v) in [
-            ("total", json!(self.all.len())),
+            ("total", json!(self.total())),
             ("completed", json!(self.done.len())),
             ("active", json!(self.active.len())),
             ("pending", json!(self.pending.len())),
@@ -194,15 +200,15 @@ impl RunState {
         let mut m = self.base();
         let duration = json!(secs(now_ns.saturating_sub(self.created_ns)));
         let extra: Vec<(&str, J)> = match what {
-            "new" => vec![("total_minions", json!(self.all.len())), ("batch_size", json!(self.size)), ("driver", json!("master")), ("created", json!(secs(self.created_ns)))],
-            "complete" => vec![("completed", json!(self.done.len())), ("failed", json!(self.failed.len())), ("total_minions", json!(self.all.len())), ("duration", duration)],
+            "new" => vec![("total_minions", json!(self.total())), ("batch_size", json!(self.size)), ("driver", json!("master")), ("created", json!(secs(self.created_ns)))],
+            "complete" => vec![("completed", json!(self.done.len())), ("failed", json!(self.failed.len())), ("total_minions", json!(self.total())), ("duration", duration)],
             "halted" => {
                 let mut active: Vec<&String> = self.active.iter().map(|(id, _)| id).collect();
                 active.sort();
                 vec![("reason", json!(self.halted)), ("completed", json!(self.done.len())), ("failed", json!(self.failed.len())), ("abandoned_active", json!(active)), ("abandoned_pending", json!(self.pending)), ("duration", duration)]
             }
             _ => vec![
-                ("total", json!(self.all.len())),
+                ("total", json!(self.total())),
                 ("completed", json!(self.done.len())),
                 ("active", json!(self.active.len())),
                 ("pending", json!(self.pending.len())),
@@ -284,5 +290,17 @@ mod tests {
         assert_eq!(r.summary(true, 5 * S)["halted_reason"], "stop");
         assert_eq!(retcode(&json!({"retcode": {"a": 1, "b": 3}})), 3);
         assert_eq!(retcode(&json!({"return": true})), 0);
+    }
+
+    #[test]
+    fn a_step_of_ten_thousand_minions_is_a_few_hundred_kb() {
+        let ids: Vec<String> = (0..10_000).map(|i| format!("web-{i:05}.example.com")).collect();
+        let mut r = RunState::new("20261125000000000001", "test.ping", json!("*"), "glob", "root", json!({"arg": []}), "10%", 1000, false, 0, 5, ids, 0);
+        r.progress(&[], 0);
+        let done: Vec<(String, i64)> = r.active.iter().map(|(id, _)| (id.clone(), 0)).collect();
+        r.progress(&done, S);
+        assert_eq!(r.total(), 10_000);
+        let n = r.encode().len();
+        assert!(n < 400 << 10, "{n} bytes");
     }
 }

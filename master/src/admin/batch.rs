@@ -154,7 +154,7 @@ fn start(view: &dyn AdminView, s: Start) -> Result<Plan> {
     let publish = Record::JobPublished(JobPublished { jid: jid.clone(), load: payload::encode(&payload::from_json(&start_load)), minions: first.clone(), time_ns: now, started_by: None, joins: false });
     // The records' own checks refuse what is too large before anything is proposed.
     step.encode().map_err(|e| Error::refused(e.to_string()))?;
-    tracing::info!(jid = %jid, fun = %fun, minions = run.all.len(), size, "starting a batch run");
+    tracing::info!(jid = %jid, fun = %fun, minions = run.total(), size, "starting a batch run");
     let (tag, data) = run.event("new", now);
     let job_new = event(format!("salt/job/{jid}/new"), json!({ "jid": jid, "tgt_type": "list", "tgt": first, "user": user, "fun": fun, "arg": start_load["arg"], "minions": first, "missing": [] }));
     let answer = Answer::After(Box::new(move |v: &dyn AdminView| match v.state().batch_run(&jid)? {

@@ -207,8 +207,9 @@ impl StateMachine {
                 };
                 let job = match stored {
                     Some(mut held) => {
+                        let mut seen: HashSet<String> = held.minions.iter().cloned().collect();
                         for m in &j.minions {
-                            if !held.minions.contains(m) {
+                            if seen.insert(m.clone()) {
                                 held.minions.push(m.clone());
                             }
                         }
