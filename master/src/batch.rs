@@ -13,7 +13,11 @@
 //! where the log says the run stands.
 //!
 //! [`RunState::progress`] is Salt's `progress_batch` with the master's clock passed in:
-//! the same slot accounting, `batch_wait` cool-downs, timeouts and `failhard`.
+//! the same slot accounting, `batch_wait` cool-downs, timeouts and `failhard`. The batch
+//! size ([`BatchSpec`]) and a return's [`retcode`] are read here for every batch, the
+//! ones `salt` and salt-api drive too (`halite_tools::batch`).
+
+use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value as J};
@@ -229,13 +233,56 @@ fn secs(ns: u64) -> f64 {
     ns as f64 / 1e9
 }
 
-/// A stored return's retcode as Salt's batch reads it: missing is 0, a mapping of
-/// retcodes its largest.
+/// `--batch N`, `--batch N%` (or Salt's older `%N`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BatchSpec {
+    Count(u64),
+    Percent(f64),
+}
+
+impl FromStr for BatchSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("Invalid batch data sent: {s}\nData must be in the form of %10, 10% or 3");
+        let t = s.trim();
+        if t.contains('%') {
+            let p: f64 = t.trim_matches('%').parse().map_err(|_| bad())?;
+            if !p.is_finite() || p <= 0.0 {
+                return Err(bad());
+            }
+            Ok(BatchSpec::Percent(p))
+        } else {
+            t.parse().map(BatchSpec::Count).map_err(|_| bad())
+        }
+    }
+}
+
+impl BatchSpec {
+    /// How many minions run at once out of `n` (Salt's `get_batch_size`): a percentage
+    /// of `n`, rounded down, but at least 1; a count as given, at least 1.
+    pub fn size(&self, n: usize) -> usize {
+        match *self {
+            BatchSpec::Count(c) => c.clamp(1, usize::MAX as u64) as usize,
+            BatchSpec::Percent(p) => {
+                let res = p / 100.0 * n as f64;
+                if res < 1.0 {
+                    1
+                } else {
+                    res.min(usize::MAX as f64) as usize
+                }
+            }
+        }
+    }
+}
+
+/// The retcode Salt counts for a return load: its `retcode` (the largest of a mapping of
+/// them), 0 when it has none.
 pub fn retcode(load: &J) -> i64 {
     match load.get("retcode") {
+        Some(J::Number(n)) => n.as_i64().unwrap_or(1),
         Some(J::Object(m)) => m.values().filter_map(J::as_i64).max().unwrap_or(0),
-        Some(v) => v.as_i64().unwrap_or(0),
-        None => 0,
+        _ => 0,
     }
 }
 

@@ -9,63 +9,9 @@
 //! hands it, one job per call, and feeds back what returned.
 
 use std::collections::{BTreeSet, VecDeque};
-use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
-/// `--batch N`, `--batch N%` (or Salt's older `%N`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum BatchSpec {
-    Count(u64),
-    Percent(f64),
-}
-
-impl FromStr for BatchSpec {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("Invalid batch data sent: {s}\nData must be in the form of %10, 10% or 3");
-        let t = s.trim();
-        if t.contains('%') {
-            let p: f64 = t.trim_matches('%').parse().map_err(|_| bad())?;
-            if !p.is_finite() || p <= 0.0 {
-                return Err(bad());
-            }
-            Ok(BatchSpec::Percent(p))
-        } else {
-            t.parse().map(BatchSpec::Count).map_err(|_| bad())
-        }
-    }
-}
-
-impl BatchSpec {
-    /// How many minions run at once out of `n` (Salt's `get_batch_size`): a percentage
-    /// of `n`, rounded down, but at least 1; a count as given, at least 1.
-    pub fn size(&self, n: usize) -> usize {
-        match *self {
-            BatchSpec::Count(c) => c.clamp(1, usize::MAX as u64) as usize,
-            BatchSpec::Percent(p) => {
-                let res = p / 100.0 * n as f64;
-                if res < 1.0 {
-                    1
-                } else {
-                    res.min(usize::MAX as f64) as usize
-                }
-            }
-        }
-    }
-}
-
-/// The retcode Salt counts for a return load: its `retcode` (the largest of a mapping of
-/// them), 0 when it has none.
-pub fn retcode(load: &Value) -> i64 {
-    match load.get("retcode") {
-        Some(Value::Number(n)) => n.as_i64().unwrap_or(1),
-        Some(Value::Object(m)) => m.values().filter_map(Value::as_i64).max().unwrap_or(0),
-        _ => 0,
-    }
-}
+pub use halite_master::batch::{retcode, BatchSpec};
 
 /// A batch run's bookkeeping.
 #[derive(Debug)]

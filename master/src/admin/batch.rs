@@ -20,7 +20,7 @@ use halite_storage::format::{JobPublished, Record};
 use super::publish_options::PublishOptions;
 use super::runner_args::RunnerArgs;
 use super::{AdminView, Answer, Plan, Settled};
-use crate::batch::RunState;
+use crate::batch::{BatchSpec, RunState};
 use crate::error::{Error, Result};
 use crate::events::event;
 use crate::wire::payload;
@@ -56,15 +56,13 @@ pub struct Start {
     pub opts: PublishOptions,
 }
 
-/// Salt's `get_batch_size`: `N`, or `N%` of `n` rounded down but at least 1.
+/// Salt's `get_batch_size` of a spec a run may have (`N` from 1, `N%`, `%N`): `None`
+/// for one it may not.
 pub fn batch_size(spec: &str, n: usize) -> Option<usize> {
-    let s = spec.trim();
-    if let Some(p) = s.strip_suffix('%').or_else(|| s.strip_prefix('%')) {
-        let pct: f64 = p.trim().parse().ok().filter(|p: &f64| p.is_finite() && *p > 0.0)?;
-        let res = pct / 100.0 * n as f64;
-        return Some(if res < 1.0 { 1 } else { res as usize });
+    match spec.parse::<BatchSpec>() {
+        Ok(BatchSpec::Count(0)) | Err(_) => None,
+        Ok(s) => Some(s.size(n)),
     }
-    s.parse::<usize>().ok().filter(|n| *n >= 1)
 }
 
 impl BatchCmd {
@@ -132,18 +130,13 @@ impl BatchCmd {
 }
 
 fn start(view: &dyn AdminView, s: Start) -> Result<Plan> {
-    let Start { fun, mut arg, kwarg, tgt, tgt_type, minions, batch, batch_wait_ms, failhard, timeout_s, user, opts } = s;
+    let Start { fun, arg, kwarg, tgt, tgt_type, minions, batch, batch_wait_ms, failhard, timeout_s, user, opts } = s;
     if opts.join.is_some() {
         return Err(Error::refused("batch.start makes its own jid"));
     }
     let size = batch_size(&batch, minions.len()).unwrap_or(1);
-    if !kwarg.is_empty() {
-        let mut k = kwarg;
-        k.insert("__kwarg__".into(), J::Bool(true));
-        arg.push(J::Object(k));
-    }
     let mut load = Map::new();
-    load.insert("arg".into(), J::Array(arg));
+    load.insert("arg".into(), J::Array(crate::jobs::args_with_kwarg(arg, kwarg)));
     opts.fill(&mut load, view.config().raw.get("ext_job_cache").and_then(serde_yaml::Value::as_str));
     let jid = view.new_jid();
     let now = view.now_ns();
@@ -156,7 +149,7 @@ fn start(view: &dyn AdminView, s: Start) -> Result<Plan> {
     step.encode().map_err(|e| Error::refused(e.to_string()))?;
     tracing::info!(jid = %jid, fun = %fun, minions = run.total(), size, "starting a batch run");
     let (tag, data) = run.event("new", now);
-    let job_new = event(format!("salt/job/{jid}/new"), json!({ "jid": jid, "tgt_type": "list", "tgt": first, "user": user, "fun": fun, "arg": start_load["arg"], "minions": first, "missing": [] }));
+    let job_new = crate::jobs::new_job_event(&start_load, &first, &[]);
     let answer = Answer::After(Box::new(move |v: &dyn AdminView| match v.state().batch_run(&jid)? {
         Some(r) if r.version >= 1 && RunState::decode(&r.state).is_some_and(|s| s.created_ns == now) => Ok(Settled { value: json!({ "jid": jid, "minions": first }), events: vec![event(tag, data), job_new], effects: vec![] }),
         _ => Err(Error::refused("the batch run was not stored (its jid is taken)")),
@@ -183,7 +176,7 @@ fn stop(view: &dyn AdminView, jid: &str, kill: bool) -> Result<Plan> {
         let kill_jid = view.new_jid();
         let load = json!({ "fun": "saltutil.kill_job", "arg": [jid], "tgt": active, "tgt_type": "list", "jid": kill_jid, "ret": "", "user": run.user });
         records.push(Record::JobPublished(JobPublished { jid: kill_jid.clone(), load: payload::encode(&payload::from_json(&load)), minions: active.clone(), time_ns: now, started_by: None, joins: false }));
-        events.push(event(format!("salt/job/{kill_jid}/new"), json!({ "jid": kill_jid, "tgt_type": "list", "tgt": active, "user": run.user, "fun": "saltutil.kill_job", "arg": [jid], "minions": active, "missing": [] })));
+        events.push(crate::jobs::new_job_event(&load, &active, &[]));
     }
     events.push(event(format!("salt/batch/{jid}/stop"), json!({ "jid": jid, "reason": "stop" })));
     let mut plan = Plan::answer(json!({ "return": true }));

@@ -23,7 +23,6 @@ use super::job_search::JobFilter;
 use super::runner_args::RunnerArgs;
 use super::{AdminView, Plan};
 use crate::error::{Error, Result};
-use crate::events::event;
 use crate::wire::payload;
 
 /// A jobs request.
@@ -179,7 +178,7 @@ struct Publish {
 }
 
 fn publish(view: &dyn AdminView, p: Publish) -> Result<Plan> {
-    let Publish { fun, tgt, tgt_type, mut args, kwarg, user, acl_checked, opts } = p;
+    let Publish { fun, tgt, tgt_type, args, kwarg, user, acl_checked, opts } = p;
     let user = user.as_str();
     let raw = |k: &str| view.config().raw.get(k).and_then(|v| serde_json::to_value(v).ok()).unwrap_or(J::Null);
     let refused = || Error::refused("Authorization error occurred.");
@@ -209,11 +208,7 @@ fn publish(view: &dyn AdminView, p: Publish) -> Result<Plan> {
             return Err(refused());
         }
     }
-    if !kwarg.is_empty() {
-        let mut k = kwarg;
-        k.insert("__kwarg__".into(), J::Bool(true));
-        args.push(J::Object(k));
-    }
+    let args = crate::jobs::args_with_kwarg(args, kwarg);
     let unresolved = !view.config().minion_data_cache && crate::jobs::reads_minion_data(&tgt, &tgt_type);
     let (minions, missing) = if unresolved {
         // No grains or pillar kept: published to every accepted minion, which match it.
@@ -244,10 +239,7 @@ fn publish(view: &dyn AdminView, p: Publish) -> Result<Plan> {
     // will not return, and are not missing (the CLI does not list them).
     let mut plan = Plan::answer(json!({ "jid": jid, "minions": minions, "missing": missing, "unresolved": unresolved }));
     plan.proposals = vec![vec![rec]];
-    plan.events = vec![event(
-        format!("salt/job/{jid}/new"),
-        json!({ "jid": jid, "tgt_type": tgt_type, "tgt": tgt, "user": user, "fun": fun, "arg": load["arg"], "minions": minions, "missing": missing }),
-    )];
+    plan.events = vec![crate::jobs::new_job_event(&load, &minions, &missing)];
     Ok(plan)
 }
 

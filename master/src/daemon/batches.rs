@@ -153,8 +153,7 @@ async fn carry_out(m: &Master, step: Step) {
     let now = now_ns();
     if let Some(Record::JobPublished(j)) = step.records.get(1) {
         tracing::info!(jid = %step.jid, minions = j.minions.len(), "batch run: starting the next minions");
-        let load = payload::decode(&j.load).map(|l| payload::to_json(&l)).unwrap_or_default();
-        m.bus.fire(event(format!("salt/job/{}/new", step.jid), serde_json::json!({ "jid": step.jid, "tgt_type": "list", "tgt": j.minions, "user": step.state.user, "fun": step.state.fun, "arg": load["arg"], "minions": j.minions, "missing": [] })));
+        m.bus.fire(crate::jobs::new_job_event(&step.state.start_load(&j.minions), &j.minions, &[]));
     }
     if step.moved {
         let (tag, data) = step.state.event("progress", now);

@@ -78,20 +78,11 @@ impl StateMachine {
                 Some(id) => self.admit(id, e.settled_below, &mut tracker, &mut batch)?,
                 None => Outcome::Applied,
             };
-            // An entry that starts with a reaction applies only if it is the first
-            // for its event (`crate::reaction`): later ones are skipped whole.
-            if let (Outcome::Applied, Some(Record::Reaction(r))) = (outcome, e.records.first()) {
-                if self.reaction_claimed(&r.id, &overlay)? {
-                    tracing::info!(index = e.index, id = %r.id, member = %r.member, "reaction skipped: another member's reaction to this event applied first");
-                    outcome = Outcome::Duplicate;
-                }
-            }
-            // So does one that starts with a batch run's step, only on the version it
-            // follows (`crate::batch_run`).
-            if let (Outcome::Applied, Some(Record::BatchRun(r))) = (outcome, e.records.first()) {
-                if !self.batch_step_fits(r, &overlay)? {
-                    tracing::info!(index = e.index, jid = %r.jid, expect = r.expect, "batch run step skipped: the run moved on since it was computed");
-                    outcome = Outcome::Duplicate;
+            if outcome == Outcome::Applied {
+                if let Some(first) = e.records.first() {
+                    if !self.leads_its_entry(e.index, first, &overlay)? {
+                        outcome = Outcome::Duplicate;
+                    }
                 }
             }
             if outcome == Outcome::Applied {
@@ -330,6 +321,24 @@ impl StateMachine {
         let db = self.db()?;
         let v = db.get_pinned_cf(db.cf(CF_META)?, crate::reaction::claim_key(id))?;
         Ok(v.and_then(|v| crate::reaction::Claim::decode(&v)))
+    }
+
+    /// Whether an entry that starts with `first` applies: an entry that starts with a
+    /// reaction only if it is the first for its event (`crate::reaction`), one that
+    /// starts with a batch run's step only on the version the step follows
+    /// (`crate::batch_run`); any other entry always. One that does not is skipped whole.
+    fn leads_its_entry(&self, index: u64, first: &Record, ov: &Overlay) -> Result<bool> {
+        Ok(match first {
+            Record::Reaction(r) if self.reaction_claimed(&r.id, ov)? => {
+                tracing::info!(index, id = %r.id, member = %r.member, "reaction skipped: another member's reaction to this event applied first");
+                false
+            }
+            Record::BatchRun(r) if !self.batch_step_fits(r, ov)? => {
+                tracing::info!(index, jid = %r.jid, expect = r.expect, "batch run step skipped: the run moved on since it was computed");
+                false
+            }
+            _ => true,
+        })
     }
 
     fn reaction_claimed(&self, id: &str, ov: &Overlay) -> Result<bool> {
