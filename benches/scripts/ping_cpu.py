@@ -10,10 +10,15 @@ master CPU, each ping's wall time and master CPU (utime + stime from /proc/PID/s
 so the figure does not depend much on what else the machine runs), their medians, and
 the master's RSS afterwards. The master runs on a fresh state directory under /tmp and
 is stopped by PID with the swarm.
+
+With `HALITE_PERF_OUT=FILE`, `perf record` samples the master during the pings (not
+the sign-in) into FILE.
 """
 import json
 import os
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +37,13 @@ t0 = time.monotonic(); c0 = swarm.cpu([m.proc.pid])
 sw, auth, ready = swarm_until_ready(["--port", str(port), "--count", str(n), "--key-dir", os.path.join(HOME, ".cache/halite/swarm-keys"), "--distinct-keys", "1000"], root)
 signin = (time.monotonic() - t0, swarm.cpu([m.proc.pid]) - c0)
 time.sleep(2)
+perf = None
+if os.environ.get("HALITE_PERF_OUT"):
+    perf = subprocess.Popen(["perf", "record", "-F", "499", "-g", "--call-graph", "dwarf,16384", "-p", str(m.proc.pid), "-o", os.environ["HALITE_PERF_OUT"]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1)
 pings = m.cli_ping_runs(n, runs, others=[sw.pid])
+if perf:
+    perf.send_signal(signal.SIGINT); perf.wait()
 walls, cpus, swarm_cpus, cli_cpus = ([r[i] for r in pings] for i in range(4))
 rss = swarm.rollup(m.proc.pid, ("Rss",))[0] / 1024
 stop(sw); m.stop()

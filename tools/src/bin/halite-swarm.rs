@@ -66,6 +66,11 @@ struct Args {
     /// Exit after this many publishes were answered by every minion.
     #[arg(long)]
     jobs: Option<usize>,
+    /// Hold the first N publishes each minion matches, then send all their returns at
+    /// once and print a `blast` line: the master's rate of acknowledged returns without
+    /// the swarm's own work on the publishes in the window. Exits after it.
+    #[arg(long)]
+    blast: Option<usize>,
     /// Worker threads (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
@@ -95,6 +100,7 @@ fn main() {
             acceptance_wait: Duration::from_secs(args.acceptance_wait),
             random_reauth_delay: Duration::from_secs(args.random_reauth_delay.max(1)),
             jobs: args.jobs,
+            blast: args.blast,
         };
         let mut rt = tokio::runtime::Builder::new_multi_thread();
         if let Some(t) = args.threads {

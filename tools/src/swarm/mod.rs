@@ -15,7 +15,9 @@
 //! 4. `job`, once per publish: seconds from the first minion receiving it to the last
 //!    return acknowledged by the master, and how many minions returned.
 //!
-//! The swarm stops on SIGINT/SIGTERM or after `--jobs N` publishes.
+//! The swarm stops on SIGINT/SIGTERM or after `--jobs N` publishes. With `--blast N`
+//! ([`blast`]) the minions instead hold their first N publishes and then send all their
+//! returns at once: the master's own rate of acknowledged returns.
 //!
 //! A fleet larger than one process's open-file limit (two connections a minion) is
 //! several swarm processes, each with its own range of ids (`first..first+count`); one
@@ -37,6 +39,7 @@
 //! reset in a storm), for ten rounds `acceptance_wait` apart, and the
 //! `authenticated` line says how many did (`retried`).
 
+pub mod blast;
 pub mod minion;
 pub mod procstat;
 
@@ -82,6 +85,9 @@ pub struct Options {
     pub random_reauth_delay: Duration,
     /// Stop after this many publishes have been answered by every minion.
     pub jobs: Option<usize>,
+    /// Hold this many publishes per minion, then send all their returns at once and
+    /// report the master's rate of acknowledged returns ([`blast`]); then stop.
+    pub blast: Option<usize>,
 }
 
 fn emit(v: serde_json::Value) {
@@ -233,6 +239,8 @@ struct Swarm {
     finished: mpsc::UnboundedSender<()>,
     /// Sign-ins the master asked for since the swarm was ready.
     reauths: std::sync::atomic::AtomicU64,
+    /// With `--blast`: the blast the minions take part in.
+    blast: Option<Arc<blast::Blast>>,
 }
 
 impl Swarm {
@@ -312,6 +320,7 @@ async fn live(swarm: Arc<Swarm>, seat: Seat, mut creds: Creds, ready: mpsc::Unbo
     let _ = ready.send(subscribed.and(connected));
     tokio::spawn(renew_request_socket(sub_events, req.clone(), endpoint.clone()));
     let mut last_serial = 0i64;
+    let mut held: Vec<minion::Job> = Vec::new();
     loop {
         let frame = match sub.recv().await {
             Ok(m) => m.into_vec().pop().map(|b| b.to_vec()).unwrap_or_default(),
@@ -331,6 +340,15 @@ async fn live(swarm: Arc<Swarm>, seat: Seat, mut creds: Creds, ready: mpsc::Unbo
             }
         };
         let Some(job) = job else { continue };
+        if let Some(b) = &swarm.blast {
+            if job.matched && held.len() < b.per_minion {
+                held.push(job);
+                if held.len() == b.per_minion {
+                    b.fire(&me, &creds, &mut *req.lock().await, &held).await;
+                }
+            }
+            continue;
+        }
         swarm.seen(&job.jid, job.matched);
         if !job.matched {
             continue;
@@ -529,7 +547,8 @@ pub async fn run(opts: Options) -> Result<()> {
     }
 
     let (finished_tx, mut finished_rx) = mpsc::unbounded_channel();
-    let swarm = Arc::new(Swarm { opts: opts.clone(), jobs: Mutex::new(HashMap::new()), members: signed_in.len(), finished: finished_tx, reauths: Default::default() });
+    let blast = opts.blast.map(|n| Arc::new(blast::Blast::new(n, signed_in.len())));
+    let swarm = Arc::new(Swarm { opts: opts.clone(), jobs: Mutex::new(HashMap::new()), members: signed_in.len(), finished: finished_tx, reauths: Default::default(), blast: blast.clone() });
     let (ready_tx, mut ready_rx) = mpsc::unbounded_channel();
     let n = signed_in.len();
     for (seat, creds) in signed_in {
@@ -553,6 +572,15 @@ pub async fn run(opts: Options) -> Result<()> {
         "master_rss_kib": mem.map(|m| m.rss_kib), "master_pss_kib": mem.map(|m| m.pss_kib)}));
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| Failure::new(e.to_string(), 1))?;
+    if let Some(b) = blast {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+            _ = b.run(opts.master_pid) => {}
+        }
+        emit(json!({"event": "done", "jobs": 0}));
+        return Ok(());
+    }
     let mut done = 0usize;
     while opts.jobs != Some(0) {
         tokio::select! {

@@ -8,6 +8,8 @@
 //! balancer in front), so a fleet larger than one process's file limit is several
 //! processes with their own ranges of ids. A swarm started before its master signs in
 //! once the master listens (each minion retries its first sign-in, as salt-minion does).
+//! With `--blast`, the swarm holds its publishes and then sends all their returns at
+//! once: every one is acknowledged and stored (the returns benchmark, `returns.py`).
 
 use std::process::Command;
 
@@ -135,5 +137,35 @@ fn one_swarm_spreads_its_minions_over_three_members() {
     for (i, env) in c.envs.iter().enumerate() {
         let connected = crate::health::metric(&crate::health::metrics_of(env, health), "halite_minions_connected");
         assert_eq!(connected, Some(2.0), "member {i} holds the subscriptions of its two minions");
+    }
+}
+
+/// `--blast 3`: each of 30 minions holds three published jobs, then all send their
+/// returns at once; the `blast` line counts the 90 acknowledged and the job cache holds
+/// every return of the three jobs.
+#[test]
+fn a_blast_of_held_returns_is_acknowledged_and_stored() {
+    const N: usize = 30;
+    let m = Running::start(Env::master(&one_ip(), "localfs_key", "auto_accept: True\n"));
+    let mut cmd = Command::new(SWARM);
+    cmd.args(["--master", &m.env.ip, "--port", &m.env.ret.to_string(), "--count", &N.to_string(), "--blast", "3"]);
+    let (_swarm, mut lines) = Proc::spawn_lines("halite-swarm", &mut cmd, &m.env.root.join("swarm.log"));
+    lines.wait("the swarm's key pairs", 900, |l| l.iter().any(|l| l.contains("\"keys\"")));
+    lines.wait("the swarm to sign in", 120, |l| l.iter().any(|l| l.contains("\"ready\"")));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let jids: Vec<String> = (0..3)
+        .map(|_| {
+            let out = m.env.ok(SALT, &["*", "test.ping", "--async"]);
+            out.split_whitespace().find(|w| w.len() == 20 && w.bytes().all(|b| b.is_ascii_digit())).unwrap_or_else(|| panic!("no jid in {out}")).to_string()
+        })
+        .collect();
+    lines.wait("the blast", 120, |l| l.iter().any(|l| l.contains("\"blast\"")));
+    let blast = swarm_event(&lines, "blast");
+    assert_eq!((blast["acknowledged"].clone(), blast["failed"].clone()), (json!(3 * N), json!(0)), "{blast}");
+    assert!(blast["returns_per_s"].as_f64().is_some_and(|r| r > 0.0), "{blast}");
+    for jid in &jids {
+        let stored = m.env.runner(&["jobs.lookup_jid", jid]);
+        let ids = stored.as_object().map(|o| o.len()).unwrap_or(0);
+        assert_eq!(ids, N, "every return of {jid} stored: {stored}");
     }
 }
