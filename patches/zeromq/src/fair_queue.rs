@@ -1,38 +1,115 @@
+//! A fair queue of streams: each `poll_next` polls the streams that have become ready,
+//! in the order they did, and yields the first item found.
+//!
+//! The streams live in slots. A stream's waker is made once, when it is inserted, and
+//! names its slot (and the slot's generation, so a wake-up of a stream since removed is
+//! ignored); the ready queue holds slot numbers. Polling a stream so costs no hashing,
+//! no allocation and no clone of its key; the key is hashed only to insert and remove
+//! a stream.
+
 use futures::task::{waker_ref, ArcWake};
 use futures::Stream;
 use parking_lot::Mutex;
 
-use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::pin::Pin;
-use std::sync::atomic;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Waker};
 
+/// One stream's place in the queue.
+struct Slot<S, K: Clone> {
+    /// Bumped each time the slot is vacated, so stale wake-ups and queue entries are
+    /// told from the current occupant's.
+    generation: u64,
+    /// The occupant's key; `None`: the slot is free.
+    key: Option<K>,
+    /// The stream; `None` while it is being polled (or the slot is free).
+    stream: Option<Pin<Box<S>>>,
+    /// Removed (or replaced) while it was being polled: dropped when the poll returns.
+    removed: bool,
+    /// In the ready queue.
+    queued: bool,
+    /// The stream's waker (made once per occupant).
+    waker: Option<Arc<StreamWaker<S, K>>>,
+}
+
 pub(crate) struct QueueInner<S, K: Clone> {
-    counter: atomic::AtomicUsize,
-    ready_queue: BinaryHeap<ReadyEvent<K>>,
-    queued: HashSet<K>,
-    streams: HashMap<K, Pin<Box<S>>>,
+    slots: Vec<Slot<S, K>>,
+    free: Vec<usize>,
+    /// The slot of each key.
+    index: HashMap<K, usize>,
+    /// Slots ready to be polled, with their generation, in the order they became ready.
+    ready_queue: VecDeque<(usize, u64)>,
     waker: Option<Waker>,
     /// Callback invoked when a stream ends (peer disconnected).
     /// Wrapped in Arc so it can be cloned and called outside the lock.
     on_disconnect: Option<Arc<dyn Fn(K) + Send + Sync>>,
+    /// The queue itself, for the wakers made here (weak: a waker held by a stream the
+    /// queue owns must not keep the queue alive).
+    this: Weak<Mutex<QueueInner<S, K>>>,
 }
 
 impl<S, K: Clone + Eq + Hash> QueueInner<S, K> {
     pub fn insert(&mut self, k: K, s: S) {
-        self.streams.insert(k.clone(), Box::pin(s));
-        self.push_ready(k);
+        if let Some(old) = self.index.get(&k).copied() {
+            self.vacate(old);
+        }
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(Slot { generation: 0, key: None, stream: None, removed: false, queued: false, waker: None });
+                self.slots.len() - 1
+            }
+        };
+        let generation = self.slots[idx].generation;
+        let waker = Arc::new(StreamWaker { inner: self.this.clone(), slot: idx, generation });
+        let slot = &mut self.slots[idx];
+        slot.key = Some(k.clone());
+        slot.stream = Some(Box::pin(s));
+        slot.removed = false;
+        slot.queued = false;
+        slot.waker = Some(waker);
+        self.index.insert(k, idx);
+        self.push_ready(idx);
         if let Some(w) = &self.waker {
             w.wake_by_ref();
         }
     }
 
     pub fn remove(&mut self, k: &K) {
-        self.streams.remove(k);
-        self.queued.remove(k);
+        if let Some(idx) = self.index.get(k).copied() {
+            self.vacate(idx);
+        }
+    }
+
+    /// Frees a slot (its stream dropped now, or when its poll returns).
+    fn vacate(&mut self, idx: usize) {
+        if !self.release(idx) {
+            return;
+        }
+        let slot = &mut self.slots[idx];
+        if slot.stream.take().is_some() {
+            self.free.push(idx);
+        } else {
+            // Being polled: the poller drops the stream and frees the slot.
+            slot.removed = true;
+        }
+    }
+
+    /// Ends a slot's occupancy (its key forgotten if the key still names it, stale
+    /// wake-ups and queue entries told apart by the new generation), leaving its stream
+    /// and the freeing to the caller. False if the slot was free.
+    fn release(&mut self, idx: usize) -> bool {
+        let Some(key) = self.slots[idx].key.take() else { return false };
+        if self.index.get(&key) == Some(&idx) {
+            self.index.remove(&key);
+        }
+        let slot = &mut self.slots[idx];
+        slot.generation = slot.generation.wrapping_add(1);
+        slot.queued = false;
+        slot.waker = None;
+        true
     }
 
     /// Clear all streams and the ready queue.
@@ -40,22 +117,52 @@ impl<S, K: Clone + Eq + Hash> QueueInner<S, K> {
     /// Used during shutdown to ensure TCP connections are closed even when
     /// other components (like reconnect tasks) hold Arc references to the inner.
     pub fn clear(&mut self) {
-        self.streams.clear();
+        for idx in 0..self.slots.len() {
+            self.vacate(idx);
+        }
         self.ready_queue.clear();
-        self.queued.clear();
         // Wake the waker so any pending poll_next returns
         if let Some(w) = self.waker.take() {
             w.wake();
         }
     }
 
-    fn push_ready(&mut self, k: K) {
-        if self.queued.insert(k.clone()) {
-            self.ready_queue.push(ReadyEvent {
-                priority: self.counter.fetch_add(1, atomic::Ordering::Relaxed),
-                key: k,
-            });
+    fn push_ready(&mut self, idx: usize) {
+        let slot = &mut self.slots[idx];
+        if slot.key.is_some() && !slot.queued {
+            slot.queued = true;
+            self.ready_queue.push_back((idx, slot.generation));
         }
+    }
+
+    /// Whether no stream is left.
+    fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// The stream of `k`, unless it is being polled.
+    #[cfg(test)]
+    pub(crate) fn stream_mut(&mut self, k: &K) -> Option<&mut Pin<Box<S>>> {
+        let idx = *self.index.get(k)?;
+        self.slots[idx].stream.as_mut()
+    }
+
+    /// Every stream not being polled.
+    #[cfg(test)]
+    pub(crate) fn streams_mut(&mut self) -> impl Iterator<Item = &mut Pin<Box<S>>> {
+        self.slots.iter_mut().filter(|s| s.key.is_some()).filter_map(|s| s.stream.as_mut())
+    }
+
+    /// Slots waiting in the ready queue (stale entries included).
+    #[cfg(test)]
+    pub(crate) fn ready_len(&self) -> usize {
+        self.ready_queue.len()
+    }
+
+    /// Streams marked ready.
+    #[cfg(test)]
+    pub(crate) fn queued_len(&self) -> usize {
+        self.slots.iter().filter(|s| s.key.is_some() && s.queued).count()
     }
 }
 
@@ -64,33 +171,11 @@ pub struct FairQueue<S, K: Clone> {
     inner: Arc<Mutex<QueueInner<S, K>>>,
 }
 
-#[derive(Clone)]
-struct ReadyEvent<K: Clone> {
-    priority: usize,
-    key: K,
-}
-
-impl<K: Clone> PartialEq for ReadyEvent<K> {
-    fn eq(&self, other: &Self) -> bool {
-        self.priority.eq(&other.priority)
-    }
-}
-impl<K: Clone> Eq for ReadyEvent<K> {}
-
-impl<K: Clone> PartialOrd for ReadyEvent<K> {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl<K: Clone> Ord for ReadyEvent<K> {
-    fn cmp(&self, other: &Self) -> Ordering {
-        other.priority.cmp(&self.priority)
-    }
-}
-
+/// Wakes one slot's stream: marks the slot ready, then wakes the queue's poller.
 struct StreamWaker<S, K: Clone> {
-    inner: Arc<Mutex<QueueInner<S, K>>>,
-    event: ReadyEvent<K>,
+    inner: Weak<Mutex<QueueInner<S, K>>>,
+    slot: usize,
+    generation: u64,
 }
 
 impl<S, K> ArcWake for StreamWaker<S, K>
@@ -99,8 +184,12 @@ where
     K: Clone + Eq + Hash + Send + Sync,
 {
     fn wake_by_ref(arc_self: &Arc<Self>) {
-        let mut inner = arc_self.inner.lock();
-        inner.push_ready(arc_self.event.key.clone());
+        let Some(inner) = arc_self.inner.upgrade() else { return };
+        let mut inner = inner.lock();
+        if inner.slots.get(arc_self.slot).map(|s| s.generation) != Some(arc_self.generation) {
+            return;
+        }
+        inner.push_ready(arc_self.slot);
         if let Some(waker) = inner.waker.take() {
             waker.wake_by_ref();
         }
@@ -118,6 +207,8 @@ where
     #[allow(clippy::needless_continue)]
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let fair_queue = self.get_mut();
+        // Only the slots ready now are polled in this call: wake-ups that arrive while
+        // they are polled are queued for a later call.
         let mut remaining_ready = {
             let mut inner = fair_queue.inner.lock();
             inner.waker = Some(cx.waker().clone());
@@ -126,68 +217,69 @@ where
 
         while remaining_ready > 0 {
             remaining_ready -= 1;
-            let (event, mut io_stream) = {
+            let (idx, generation, mut io_stream, waker) = {
                 let mut inner = fair_queue.inner.lock();
-                inner.waker = Some(cx.waker().clone());
-                let event = match inner.ready_queue.pop() {
-                    Some(s) => s,
-                    None => {
-                        return if !inner.streams.is_empty() || fair_queue.block_on_no_clients {
-                            Poll::Pending
-                        } else {
-                            Poll::Ready(None)
-                        }
+                let Some((idx, generation)) = inner.ready_queue.pop_front() else { break };
+                let slot = &mut inner.slots[idx];
+                if slot.generation != generation || slot.key.is_none() {
+                    continue;
+                }
+                slot.queued = false;
+                match (slot.stream.take(), slot.waker.clone()) {
+                    (Some(stream), Some(waker)) => (idx, generation, stream, waker),
+                    (stream, _) => {
+                        slot.stream = stream;
+                        continue;
                     }
-                };
-                inner.queued.remove(&event.key);
-                match inner.streams.remove(&event.key) {
-                    Some(stream) => (event, stream),
-                    None => continue,
                 }
             };
 
-            let waker = Arc::new(StreamWaker {
-                inner: fair_queue.inner.clone(),
-                event: event.clone(),
-            });
             let waker_ref = waker_ref(&waker);
             let mut cx = Context::from_waker(&waker_ref);
-            match io_stream.as_mut().poll_next(&mut cx) {
-                Poll::Ready(Some(res)) => {
-                    let key = event.key.clone();
-                    let item = Some((key.clone(), res));
-                    let mut inner = fair_queue.inner.lock();
-                    inner.streams.insert(event.key, io_stream);
-                    inner.push_ready(key);
-                    return Poll::Ready(item);
+            let polled = io_stream.as_mut().poll_next(&mut cx);
+
+            let mut inner = fair_queue.inner.lock();
+            if inner.slots[idx].removed {
+                // Removed or replaced while it was polled: drop it, free the slot.
+                inner.slots[idx].removed = false;
+                inner.free.push(idx);
+                drop(inner);
+                drop(io_stream);
+                continue;
+            }
+            debug_assert_eq!(inner.slots[idx].generation, generation);
+            match polled {
+                Poll::Ready(Some(item)) => {
+                    inner.slots[idx].stream = Some(io_stream);
+                    // It may hold more: poll it again in a later call.
+                    inner.push_ready(idx);
+                    if let Some(key) = inner.slots[idx].key.clone() {
+                        return Poll::Ready(Some((key, item)));
+                    }
                 }
                 Poll::Ready(None) => {
                     // Peer disconnected. Don't put the stream back.
+                    let key = inner.slots[idx].key.clone();
+                    inner.release(idx);
+                    inner.free.push(idx);
                     // Clone the callback Arc so we can call it outside the lock
                     // (to avoid deadlock if callback accesses inner)
-                    let callback = {
-                        let inner = fair_queue.inner.lock();
-                        inner.on_disconnect.clone()
-                    };
-                    // Call callback outside the lock
-                    if let Some(callback) = callback {
-                        callback(event.key.clone());
+                    let callback = inner.on_disconnect.clone();
+                    drop(inner);
+                    drop(io_stream);
+                    if let (Some(callback), Some(key)) = (callback, key) {
+                        callback(key);
                     }
                     // Continue to poll other streams instead of returning None immediately.
-                    continue;
                 }
-                Poll::Pending => {
-                    let mut inner = fair_queue.inner.lock();
-                    inner.streams.insert(event.key, io_stream);
-                    continue;
-                }
+                Poll::Pending => inner.slots[idx].stream = Some(io_stream),
             }
         }
 
         let mut inner = fair_queue.inner.lock();
         inner.waker = Some(cx.waker().clone());
         let should_wake = !inner.ready_queue.is_empty();
-        let result = if !inner.streams.is_empty() || fair_queue.block_on_no_clients {
+        let result = if !inner.is_empty() || fair_queue.block_on_no_clients {
             Poll::Pending
         } else {
             Poll::Ready(None)
@@ -205,14 +297,17 @@ impl<S, K: Clone> FairQueue<S, K> {
     pub fn new(block_on_no_clients: bool) -> Self {
         Self {
             block_on_no_clients,
-            inner: Arc::new(Mutex::new(QueueInner {
-                counter: atomic::AtomicUsize::new(0),
-                ready_queue: BinaryHeap::new(),
-                queued: HashSet::new(),
-                streams: HashMap::new(),
-                waker: None,
-                on_disconnect: None,
-            })),
+            inner: Arc::new_cyclic(|this| {
+                Mutex::new(QueueInner {
+                    slots: Vec::new(),
+                    free: Vec::new(),
+                    index: HashMap::new(),
+                    ready_queue: VecDeque::new(),
+                    waker: None,
+                    on_disconnect: None,
+                    this: this.clone(),
+                })
+            }),
         }
     }
 
@@ -229,6 +324,11 @@ impl<S, K: Clone> FairQueue<S, K> {
     pub(crate) fn inner(&self) -> Arc<Mutex<QueueInner<S, K>>> {
         self.inner.clone()
     }
+}
+
+#[cfg(test)]
+mod tests {
+    mod slots;
 }
 
 #[cfg(test)]
@@ -571,8 +671,7 @@ mod test {
         let inner = fair_queue.inner();
         let mut lock = inner.lock();
         let poll_count: usize = lock
-            .streams
-            .values_mut()
+            .streams_mut()
             .map(|stream| {
                 let UnifiedStream::CountPending(stream) = stream.as_mut().get_mut() else {
                     panic!("unexpected stream type");
@@ -610,16 +709,16 @@ mod test {
         let inner = fair_queue.inner();
         let mut lock = inner.lock();
         assert_eq!(
-            lock.ready_queue.len(),
+            lock.ready_len(),
             1,
             "wake generated during poll should remain queued for a later poll"
         );
         assert_eq!(
-            lock.queued.len(),
+            lock.queued_len(),
             1,
             "wake generated during poll should be tracked as queued"
         );
-        let stream = lock.streams.get_mut("pending").unwrap();
+        let stream = lock.stream_mut(&"pending").unwrap();
         let UnifiedStream::WakePending(stream) = stream.as_mut().get_mut() else {
             panic!("unexpected stream type");
         };

@@ -6,6 +6,7 @@ use tokio::net::{TcpListener, TcpStream};
 #[cfg(any(feature = "async-std-runtime", feature = "async-dispatcher-runtime"))]
 use async_std::net::{TcpListener, TcpStream};
 
+#[cfg(any(feature = "async-std-runtime", feature = "async-dispatcher-runtime"))]
 use super::make_framed;
 use super::AcceptStopHandle;
 use crate::async_rt;
@@ -39,6 +40,95 @@ fn within_fd_limit(raw_socket: &TcpStream, limit: Option<u64>) -> std::io::Resul
     #[cfg(not(unix))]
     let _ = (raw_socket, limit);
     Ok(())
+}
+
+/// A TCP connection's framed halves. Under tokio the stream is split into its owned
+/// halves (`TcpStream::into_split`), which read and write through the shared socket
+/// without a lock: `tokio::io::split` puts one mutex in front of both, taken by every
+/// read and every write, so a connection's reader and writer tasks contend for it.
+#[cfg(feature = "tokio-runtime")]
+fn make_framed(stream: TcpStream, options: Arc<crate::SocketOptions>) -> FramedIo {
+    use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+    let (read, write) = stream.into_split();
+    FramedIo::new(
+        Box::new(read.compat()),
+        Box::new(WriteHalf(Some(write)).compat_write()),
+        options,
+    )
+}
+
+/// The write half of a split TCP connection that, like `tokio::io::split`'s, leaves the
+/// connection alone when dropped: the socket closes once both halves are gone.
+/// (`OwnedWriteHalf` on its own shuts the write direction down when dropped.)
+#[cfg(feature = "tokio-runtime")]
+struct WriteHalf(Option<tokio::net::tcp::OwnedWriteHalf>);
+
+#[cfg(feature = "tokio-runtime")]
+impl WriteHalf {
+    fn get(&mut self) -> std::io::Result<std::pin::Pin<&mut tokio::net::tcp::OwnedWriteHalf>> {
+        match self.0.as_mut() {
+            Some(w) => Ok(std::pin::Pin::new(w)),
+            None => Err(std::io::ErrorKind::NotConnected.into()),
+        }
+    }
+}
+
+#[cfg(feature = "tokio-runtime")]
+impl Drop for WriteHalf {
+    fn drop(&mut self) {
+        if let Some(w) = self.0.take() {
+            w.forget();
+        }
+    }
+}
+
+#[cfg(feature = "tokio-runtime")]
+impl tokio::io::AsyncWrite for WriteHalf {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match self.get() {
+            Ok(w) => w.poll_write(cx, buf),
+            Err(e) => std::task::Poll::Ready(Err(e)),
+        }
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match self.get() {
+            Ok(w) => w.poll_write_vectored(cx, bufs),
+            Err(e) => std::task::Poll::Ready(Err(e)),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.0.as_ref().is_some_and(|w| w.is_write_vectored())
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get() {
+            Ok(w) => w.poll_flush(cx),
+            Err(e) => std::task::Poll::Ready(Err(e)),
+        }
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get() {
+            Ok(w) => w.poll_shutdown(cx),
+            Err(e) => std::task::Poll::Ready(Err(e)),
+        }
+    }
 }
 
 pub(crate) async fn connect(
