@@ -150,3 +150,114 @@ fn the_proposals_of_a_group_entry_apply_each_once() {
     let out = other.apply_entries(&all).unwrap();
     assert_eq!(out.outcomes, [vec![Outcome::Applied; 3], vec![Outcome::Duplicate; 3], vec![Outcome::Applied]].concat());
 }
+
+mod model {
+    //! The bookkeeping against a model of its rules, whatever the batches: a log of
+    //! proposals from a few proposers (copies, restarts, late entries of an older
+    //! incarnation, marks that lag or jump) applied in one batch, entry by entry, and in
+    //! random batches with the state machine reopened between some of them (so what is
+    //! kept in memory starts over) gives the model's outcomes and leaves exactly the
+    //! model's keys in the family.
+
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[derive(Debug, Clone)]
+    struct Step {
+        proposer: u64,
+        /// Index into the proposer's incarnations (1, 2, 3).
+        incarnation: u64,
+        seq: u64,
+        /// How far below its seq the proposer's lowest waiting proposal is.
+        lag: u64,
+    }
+
+    fn steps() -> impl Strategy<Value = Vec<Step>> {
+        prop::collection::vec((1u64..=3, 1u64..=3, 1u64..=40, 0u64..=6).prop_map(|(proposer, incarnation, seq, lag)| Step { proposer, incarnation, seq, lag }), 1..120)
+    }
+
+    /// The rules (`state/proposals.rs`, module docs): the outcome of each entry and the
+    /// family's content after all of them.
+    fn model(log: &[LogEntry]) -> (Vec<Outcome>, Vec<(Vec<u8>, Vec<u8>)>) {
+        // proposer -> (incarnation, mark, applied seqs of that incarnation)
+        let mut st: BTreeMap<u64, (u64, u64, BTreeSet<u64>)> = BTreeMap::new();
+        let mut out = Vec::new();
+        for e in log {
+            let id = e.id.unwrap();
+            let o = match st.get_mut(&id.proposer) {
+                Some((inc, _, _)) if id.incarnation < *inc => Outcome::Stale,
+                Some((inc, mark, applied)) if id.incarnation == *inc => {
+                    if id.seq < *mark || applied.contains(&id.seq) {
+                        Outcome::Duplicate
+                    } else {
+                        applied.insert(id.seq);
+                        *mark = (*mark).max(e.settled_below.min(id.seq));
+                        Outcome::Applied
+                    }
+                }
+                _ => {
+                    st.insert(id.proposer, (id.incarnation, e.settled_below.min(id.seq), BTreeSet::from([id.seq])));
+                    Outcome::Applied
+                }
+            };
+            out.push(o);
+        }
+        let mut keys = Vec::new();
+        for (p, (inc, mark, applied)) in &st {
+            let mut v = inc.to_be_bytes().to_vec();
+            v.extend_from_slice(&mark.to_be_bytes());
+            keys.push((p.to_be_bytes().to_vec(), v));
+            for s in applied.range(*mark..) {
+                let mut k = p.to_be_bytes().to_vec();
+                k.extend_from_slice(&inc.to_be_bytes());
+                k.extend_from_slice(&s.to_be_bytes());
+                keys.push((k, vec![]));
+            }
+        }
+        keys.sort();
+        (out, keys)
+    }
+
+    fn log_of(steps: &[Step]) -> Vec<LogEntry> {
+        steps.iter().enumerate().map(|(i, s)| entry(i as u64 + 1, s.proposer, s.incarnation, s.seq, s.seq.saturating_sub(s.lag).max(1), vec![grains("x", i as u8)])).collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+        #[test]
+        fn any_batching_gives_the_models_outcomes_and_keys(steps in steps(), cuts in prop::collection::vec(any::<bool>(), 120), reopen in prop::collection::vec(any::<bool>(), 120)) {
+            let log = log_of(&steps);
+            let (want, keys) = model(&log);
+            let d = tempfile::tempdir().unwrap();
+
+            let one = open(&d, "one");
+            prop_assert_eq!(&one.apply_entries(&log).unwrap().outcomes, &want);
+            prop_assert_eq!(&one.scan(CF_PROPOSALS, b"").unwrap(), &keys);
+
+            let each = open(&d, "each");
+            let got: Vec<Outcome> = log.iter().flat_map(|e| each.apply_entries(std::slice::from_ref(e)).unwrap().outcomes).collect();
+            prop_assert_eq!(&got, &want);
+            prop_assert_eq!(&each.scan(CF_PROPOSALS, b"").unwrap(), &keys);
+
+            let mut some = Some(open(&d, "some"));
+            let mut got = Vec::new();
+            let mut batch = Vec::new();
+            for (i, e) in log.iter().enumerate() {
+                batch.push(e.clone());
+                if cuts[i] || i + 1 == log.len() {
+                    got.extend(some.as_ref().unwrap().apply_entries(&batch).unwrap().outcomes);
+                    batch.clear();
+                    if reopen[i] {
+                        some = None;
+                        some = Some(open(&d, "some"));
+                    }
+                }
+            }
+            prop_assert_eq!(&got, &want);
+            prop_assert_eq!(&some.unwrap().scan(CF_PROPOSALS, b"").unwrap(), &keys);
+        }
+    }
+}

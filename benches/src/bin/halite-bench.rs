@@ -68,6 +68,13 @@ enum Cmd {
     Apply {
         #[arg(long, default_value_t = 1_000_000)]
         total: u64,
+        /// Apply job returns as a master does (proposals of one proposer, `group` to an
+        /// entry, each tracked for exactly-once apply) instead of untracked key sets.
+        #[arg(long)]
+        returns: bool,
+        /// Proposals to an entry with `--returns` (a loaded master: about 100).
+        #[arg(long, default_value_t = 100)]
+        group: u64,
     },
     Replay {
         #[arg(long, default_value_t = 1_000_000)]
@@ -137,7 +144,8 @@ fn main() {
     let args = Args::parse();
     match args.cmd {
         Cmd::Commit { total, threads, view, groups } => commit(total, threads, &view, &groups),
-        Cmd::Apply { total } => apply(total),
+        Cmd::Apply { total, returns: false, .. } => apply(total),
+        Cmd::Apply { total, returns: true, group } => apply_returns(total, group),
         Cmd::Replay { total } => replay(total),
         Cmd::Migrate { keys, reference } => migrate(keys, reference),
         Cmd::Snapshot { keys, roots_mib } => snapshot(keys, roots_mib),
@@ -293,6 +301,37 @@ fn apply(total: u64) {
     }
     let s = t.elapsed().as_secs_f64();
     println!("| apply (key sets, 450-byte keys, batches of {batch}) | {total} | {s:.2} s | {:.0} records/s |", total as f64 / s);
+}
+
+/// Job returns applied as the node applies them: a group entry of `group` proposals
+/// (one proposer, its sequence numbers in order, the mark at the group's first) per
+/// index, 64 entries a batch, each proposal a 150-byte return of 8,000 minions' job.
+fn apply_returns(total: u64, group: u64) {
+    use halite_storage::context::ProposalId;
+    use halite_storage::entry::LogEntry;
+    use halite_storage::format::JobReturn;
+    let dir = tempfile::tempdir().expect("tmp");
+    let sm = StateMachine::open(&dir.path().join("state")).expect("sm");
+    let group = group.max(1);
+    let per_batch = 64 * group;
+    let ret = |seq: u64| {
+        let jid = format!("2026112700000000{:04}", seq / 8000);
+        Record::JobReturn(JobReturn { jid, id: format!("swarm-{}", seq % 8000), load: vec![0x82; 150], time_ns: seq, first_only: false })
+    };
+    let t = Instant::now();
+    let mut seq = 1u64;
+    while seq <= total {
+        let mut batch = Vec::with_capacity(per_batch as usize);
+        while seq <= total && (batch.len() as u64) < per_batch {
+            let index = 1 + (seq - 1) / group;
+            let first = (index - 1) * group + 1;
+            batch.push(LogEntry { index, id: Some(ProposalId { proposer: 1, incarnation: 1, seq }), settled_below: first, records: vec![ret(seq)] });
+            seq += 1;
+        }
+        sm.apply_entries(&batch).expect("apply");
+    }
+    let s = t.elapsed().as_secs_f64();
+    println!("| apply (job returns, tracked proposals, {group} an entry) | {total} | {s:.2} s | {:.0} returns/s |", total as f64 / s);
 }
 
 fn replay(total: u64) {

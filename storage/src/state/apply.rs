@@ -101,8 +101,11 @@ impl StateMachine {
         if last == applied {
             return Ok(out);
         }
+        self.record_proposals(&tracker, &mut batch)?;
         batch.put_cf(db.cf(CF_META)?, APPLIED_INDEX, last.to_be_bytes());
-        db.write_opt(batch, &no_wal())?;
+        let written = db.write_opt(batch, &no_wal());
+        self.proposals_written(&tracker, written.is_ok());
+        written?;
         if !overlay.keys.is_empty() {
             self.prints.forget(overlay.keys.keys());
         }

@@ -149,6 +149,9 @@ pub struct StateMachine {
     /// Each key's state and PEM digest, for the request path (`key_prints.rs`): filled
     /// on read, dropped by `apply` for the keys it changes.
     prints: key_prints::KeyPrints,
+    /// The highest applied proposal of each proposer, so most checks need no read
+    /// (`proposals.rs`).
+    highs: proposals::AppliedHighs,
 }
 
 fn roots_key(tree: RootsTree, env: &str, path: &str) -> Vec<u8> {
@@ -184,7 +187,7 @@ impl StateMachine {
     }
 
     fn of(db: DB, path: PathBuf) -> Result<Self> {
-        let sm = StateMachine { db: handle::Handle::new(db), path, pending: AtomicU64::new(0), prints: key_prints::KeyPrints::new(key_prints::DEFAULT_CAPACITY) };
+        let sm = StateMachine { db: handle::Handle::new(db), path, pending: AtomicU64::new(0), prints: key_prints::KeyPrints::new(key_prints::DEFAULT_CAPACITY), highs: Default::default() };
         sm.recount_pending()?;
         Ok(sm)
     }

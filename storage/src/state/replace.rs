@@ -22,7 +22,7 @@ impl StateMachine {
     /// Flushes and closes this state machine's database once no operation uses it,
     /// runs `switch` (which puts another state machine directory at
     /// [`StateMachine::path`]), opens that one and makes it current; the pending-key
-    /// count is taken again and the key prints are dropped. If `switch` or the open fails, the state machine is closed
+    /// count is taken again and the key prints and proposal highs are dropped. If `switch` or the open fails, the state machine is closed
     /// (every later operation is an error) and the error returned: the node stops, and
     /// start-up recovery repairs the directories.
     pub fn reopen_after(&self, switch: impl FnOnce() -> Result<()>) -> Result<()> {
@@ -32,6 +32,7 @@ impl StateMachine {
             Ok(DB::open_cf_descriptors(&options::read_write(), &self.path, options::descriptors(ALL_CFS)?)?)
         })?;
         self.prints.forget_all();
+        self.highs.forget_all();
         self.recount_pending()
     }
 
