@@ -2,13 +2,28 @@
 //! the events they cause; the daemon fires them on its bus (`daemon::bus`) once the
 //! records they follow are committed, and stamps them then with Salt's `_stamp`.
 
+use std::sync::{Arc, OnceLock};
+
 use serde_json::{Map, Value as J};
 
-/// One event: a tag and its data.
-#[derive(Debug, Clone, PartialEq)]
+/// One event: a tag and a map of data.
+///
+/// A job return's event carries the minion's whole load. Most are read by nobody (the
+/// `salt` CLI's follow needs only the tag, and with no watcher on the bus an event is
+/// dropped as soon as it is fired), so such data is kept as the msgpack value it
+/// arrived as and turned into JSON the first time someone reads it ([`Event::data`]),
+/// `_stamp` included.
+#[derive(Debug, Clone)]
 pub struct Event {
     pub tag: String,
-    pub data: J,
+    data: Data,
+}
+
+#[derive(Debug, Clone)]
+enum Data {
+    Json(J),
+    /// A msgpack value, rendered on first read; `stamp`: the `_stamp` to add then.
+    Load { load: Arc<rmpv::Value>, stamp: Option<u64>, json: Arc<OnceLock<J>> },
 }
 
 /// Tags minions may not fire: Salt's `_minion_event` blacklist for `events` lists, and
@@ -33,26 +48,66 @@ pub fn stamp_now() -> String {
     stamp_at(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_micros() as u64)
 }
 
-/// An event; data that is not a map is wrapped as `{"data": ...}`, as Salt does.
-pub fn event(tag: impl Into<String>, data: J) -> Event {
-    let data = match data {
+/// Data that is not a map wrapped as `{"data": ...}`, as Salt does.
+fn as_map(data: J) -> Map<String, J> {
+    match data {
         J::Object(m) => m,
         other => {
             let mut m = Map::new();
             m.insert("data".into(), other);
             m
         }
-    };
-    Event { tag: tag.into(), data: J::Object(data) }
+    }
+}
+
+/// An event; data that is not a map is wrapped as `{"data": ...}`, as Salt does.
+pub fn event(tag: impl Into<String>, data: J) -> Event {
+    Event { tag: tag.into(), data: Data::Json(J::Object(as_map(data))) }
+}
+
+/// An event whose data is a minion's msgpack load, turned into JSON only when read
+/// (see [`Event`]); the same data as `event(tag, payload::to_json(&load))`.
+pub fn event_of_load(tag: impl Into<String>, load: rmpv::Value) -> Event {
+    Event { tag: tag.into(), data: Data::Load { load: Arc::new(load), stamp: None, json: Arc::new(OnceLock::new()) } }
 }
 
 impl Event {
     /// Adds `_stamp` (the moment it is fired).
     pub fn stamped(mut self, micros: u64) -> Self {
-        if let J::Object(m) = &mut self.data {
-            m.insert("_stamp".into(), J::String(stamp_at(micros)));
+        match &mut self.data {
+            Data::Json(J::Object(m)) => {
+                m.insert("_stamp".into(), J::String(stamp_at(micros)));
+            }
+            Data::Json(_) => {}
+            Data::Load { stamp, json, .. } => {
+                *stamp = Some(micros);
+                // Rendered before it was stamped (not done by the daemon): again.
+                if json.get().is_some() {
+                    *json = Arc::new(OnceLock::new());
+                }
+            }
         }
         self
+    }
+
+    /// The event's data, a JSON map (rendered on the first read for a load).
+    pub fn data(&self) -> &J {
+        match &self.data {
+            Data::Json(j) => j,
+            Data::Load { load, stamp, json } => json.get_or_init(|| {
+                let mut m = as_map(crate::wire::payload::to_json_with_room(load, usize::from(stamp.is_some())));
+                if let Some(micros) = stamp {
+                    m.insert("_stamp".into(), J::String(stamp_at(*micros)));
+                }
+                J::Object(m)
+            }),
+        }
+    }
+}
+
+impl PartialEq for Event {
+    fn eq(&self, other: &Self) -> bool {
+        self.tag == other.tag && self.data() == other.data()
     }
 }
 
@@ -66,6 +121,22 @@ mod tests {
         assert!(!super::blacklisted("my/custom/tag"));
         assert_eq!(super::stamp_at(1_795_000_000_123_456), "2026-11-18T11:06:40.123456");
         let e = super::event("t", serde_json::json!(3)).stamped(0);
-        assert_eq!(e.data, serde_json::json!({"data": 3, "_stamp": "1970-01-01T00:00:00.000000"}));
+        assert_eq!(e.data(), &serde_json::json!({"data": 3, "_stamp": "1970-01-01T00:00:00.000000"}));
+    }
+
+    /// A load's event reads as the event of the load's JSON, stamp and all; a load that
+    /// is not a map is wrapped as Salt wraps it.
+    #[test]
+    fn a_loads_event_is_rendered_on_read_as_its_json_would_be() {
+        use crate::wire::payload::{bin, map, to_json};
+        use rmpv::Value;
+        let load = map([("id", Value::from("m1")), ("return", Value::Boolean(true)), ("tok", bin(vec![0, 255])), ("n", Value::from(-3))]);
+        for l in [load, Value::from(7), Value::Array(vec![Value::Nil])] {
+            let lazy = super::event_of_load("salt/job/1/ret/m1", l.clone()).stamped(1_795_000_000_123_456);
+            let eager = super::event("salt/job/1/ret/m1", to_json(&l)).stamped(1_795_000_000_123_456);
+            assert_eq!(lazy.data(), eager.data());
+            assert_eq!(lazy, eager);
+            assert_eq!(lazy.clone().data()["_stamp"], "2026-11-18T11:06:40.123456");
+        }
     }
 }

@@ -249,7 +249,7 @@ fn an_orchestration_run_records_who_ran_it() {
     let f = Fixture::new("orch-user");
     f.apply(&roots_records(RootsTree::File, "base", "orch/x.sls", 0o644, b"ping:\n  salt.function:\n    - name: test.ping\n    - tgt: '*'\n"));
     let plan = f.run(json!({"cmd": "runner", "fun": "state.orchestrate", "arg": ["orch.x"], "kwarg": {}, "user": "fred"})).unwrap();
-    assert_eq!(plan.events[0].data["user"], json!("fred"));
+    assert_eq!(plan.events[0].data()["user"], json!("fred"));
     f.apply(&plan.proposals.concat());
     let super::Answer::Now(a) = &plan.answer else { panic!() };
     let jid = a["return"]["jid"].as_str().unwrap().to_string();
@@ -257,7 +257,7 @@ fn an_orchestration_run_records_who_ran_it() {
     f.apply(&plan.proposals.concat());
     let super::Answer::After(settle) = plan.answer else { panic!("answered before the commit") };
     let ev = &settle(&f).unwrap().events[0];
-    assert_eq!((&ev.data["user"], &ev.data["success"], &ev.data["return"]["retcode"]), (&json!("fred"), &json!(false), &json!(1)), "{:?}", ev.data);
+    assert_eq!((&ev.data()["user"], &ev.data()["success"], &ev.data()["return"]["retcode"]), (&json!("fred"), &json!(false), &json!(1)), "{:?}", ev.data());
     for bad in [json!(""), json!(7), json!("x".repeat(10_000))] {
         assert!(f.run(json!({"cmd": "runner", "fun": "state.orchestrate", "arg": ["orch.x"], "kwarg": {}, "user": bad})).is_err(), "{bad}");
     }
@@ -318,8 +318,8 @@ fn a_background_runner_or_wheel_run_is_a_job_with_one_return() {
     let super::Answer::Now(a) = &plan.answer else { panic!() };
     assert_eq!(a, &json!({"jid": jid, "tag": format!("salt/run/{jid}")}));
     assert_eq!(plan.events[0].tag, format!("salt/run/{jid}/new"));
-    assert_eq!(plan.events[0].data["fun"], json!("runner.jobs.list_jobs"));
-    assert_eq!(plan.events[0].data["user"], json!("fred"));
+    assert_eq!(plan.events[0].data()["fun"], json!("runner.jobs.list_jobs"));
+    assert_eq!(plan.events[0].data()["user"], json!("fred"));
     f.apply(&plan.proposals.concat());
     let end = json!({"cmd": "run.return", "jid": jid, "return": {"x": 1}, "success": true});
     let plan = f.run(end.clone()).unwrap();
@@ -327,7 +327,7 @@ fn a_background_runner_or_wheel_run_is_a_job_with_one_return() {
     let super::Answer::After(settle) = plan.answer else { panic!("answered before the commit") };
     let settled = settle(&f).unwrap();
     assert_eq!(settled.events[0].tag, format!("salt/run/{jid}/ret"));
-    let data = settled.events[0].data.clone();
+    let data = settled.events[0].data().clone();
     assert_eq!((&data["fun"], &data["return"], &data["success"], &data["user"], &data["fun_args"]), (&json!("runner.jobs.list_jobs"), &json!({"x": 1}), &json!(true), &json!("fred"), &json!([{"search_function": "test.*"}])));
     let looked = ret(&f, json!({"cmd": "runner", "fun": "jobs.lookup_jid", "jid": jid}));
     assert_eq!(looked[&host]["return"], json!({"x": 1}), "kept as Salt's store_job keeps a runner's data: {looked}");

@@ -131,7 +131,7 @@ fn accepting_commits_key_records_and_fires_salt_key() {
         && k.expect == Some(KeyExpect::Holds { state: KeyState::Pending, pub_key: PUB.as_bytes().to_vec() })));
     let s = f.carry_out(plan);
     assert_eq!(s.events.len(), 1);
-    assert_eq!(s.events[0].data, json!({"result": true, "act": "accept", "id": "web01"}));
+    assert_eq!(*s.events[0].data(), json!({"result": true, "act": "accept", "id": "web01"}));
     assert!(s.effects.is_empty(), "an accept rotates nothing");
     assert_eq!(s.value, json!({"done": ["web01"], "invalid": ["bogus"]}));
 }

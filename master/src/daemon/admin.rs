@@ -150,7 +150,7 @@ async fn watch(master: &Master, mut wr: tokio::net::unix::OwnedWriteHalf) {
         match rx.recv().await {
             Ok(e) => {
                 // Written from the shared event, not copied into a new JSON value.
-                let line = serde_json::to_string(&WatchLine { tag: &e.tag, data: &e.data }).unwrap_or_default();
+                let line = serde_json::to_string(&WatchLine { tag: &e.tag, data: e.data() }).unwrap_or_default();
                 if !write_line(&mut wr, line).await {
                     return;
                 }

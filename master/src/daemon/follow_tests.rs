@@ -50,7 +50,7 @@ fn commit(sm: &StateMachine, index: &std::cell::Cell<u64>, range: std::ops::Rang
 }
 
 fn ret_event(i: usize) -> Event {
-    Event { tag: format!("salt/job/{JID}/ret/{}", id(i)), data: json!({}) }
+    crate::events::event(format!("salt/job/{JID}/ret/{}", id(i)), json!({}))
 }
 
 /// Starts a follow of the job; the client's end of the socket, as lines.
@@ -92,9 +92,9 @@ async fn burst(name: &str, capacity: usize) {
     for i in 100..N {
         let _ = tx.send(Arc::new(ret_event(i)));
         let _ = tx.send(Arc::new(ret_event(i)));
-        let _ = tx.send(Arc::new(Event { tag: format!("salt/job/20261124000000000002/ret/{}", id(i)), data: json!({}) }));
+        let _ = tx.send(Arc::new(crate::events::event(format!("salt/job/20261124000000000002/ret/{}", id(i)), json!({}))));
     }
-    let _ = tx.send(Arc::new(Event { tag: format!("salt/job/{JID}/ret/stranger"), data: json!({}) }));
+    let _ = tx.send(Arc::new(crate::events::event(format!("salt/job/{JID}/ret/stranger"), json!({}))));
     let (sent, done) = read_all(lines).await;
     assert_eq!(done, json!({"done": true, "missing": []}));
     assert_eq!(sent.len(), N, "every minion's return sent");

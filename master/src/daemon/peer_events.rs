@@ -64,12 +64,12 @@ pub fn start(bus: &EventBus, link: PeerLink) {
 /// Sends what the bus queued, in batches, until the bus is gone.
 fn forward(rx: Receiver<Event>, hs: &Handshake, name: &str) {
     while let Ok(first) = rx.recv() {
-        let mut batch = vec![json!({ "tag": first.tag, "data": first.data })];
-        let mut bytes = first.data.to_string().len();
+        let mut batch = vec![json!({ "tag": first.tag, "data": first.data() })];
+        let mut bytes = first.data().to_string().len();
         while batch.len() < BATCH && bytes < BATCH_BYTES {
             let Ok(e) = rx.try_recv() else { break };
-            bytes += e.tag.len() + e.data.to_string().len();
-            batch.push(json!({ "tag": e.tag, "data": e.data }));
+            bytes += e.tag.len() + e.data().to_string().len();
+            batch.push(json!({ "tag": e.tag, "data": e.data() }));
         }
         hs.send_app(json!({ "events": { "peer": name, "list": batch } }));
         std::thread::sleep(PAUSE);
@@ -98,6 +98,6 @@ fn receive(bus: &EventBus, from: u64, body: J) {
         };
         let mut data = data.clone();
         data.insert("__peer_id".into(), J::String(peer.to_string()));
-        bus.fire_from_peer(Event { tag: tag.to_string(), data: J::Object(data) });
+        bus.fire_from_peer(crate::events::event(tag, J::Object(data)));
     }
 }

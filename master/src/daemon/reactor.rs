@@ -66,7 +66,7 @@ fn react(m: &Master, reactors: &Reactors, e: &Event) {
             refuse(Port::Disk, sls, "reactor_sls", &format_args!("cannot render the reactor SLS {sls} for tag {}: file missing or not found", e.tag));
         }
         for p in paths {
-            match render::render_file(&p, &e.tag, &e.data) {
+            match render::render_file(&p, &e.tag, e.data()) {
                 Ok(r) => reactions.extend(r),
                 Err(why) => refuse(Port::Disk, &p.display().to_string(), "reactor_sls", &format_args!("reactor SLS for tag {} not rendered: {why}", e.tag)),
             }

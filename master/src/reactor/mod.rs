@@ -105,7 +105,7 @@ pub fn resolve(sls: &str, file_roots: &[PathBuf]) -> Vec<PathBuf> {
 /// only field forwarding adds), keys in sorted order. `None` for an event without a
 /// `_stamp` (every event fired on a bus has one).
 pub fn event_id(e: &Event) -> Option<String> {
-    let stamp = e.data.get("_stamp")?.as_str()?;
+    let stamp = e.data().get("_stamp")?.as_str()?;
     let digits: String = stamp.chars().filter(char::is_ascii_digit).collect();
     if digits.len() != 20 {
         return None;
@@ -113,7 +113,7 @@ pub fn event_id(e: &Event) -> Option<String> {
     let mut h = Sha256::new();
     h.update((e.tag.len() as u64).to_be_bytes());
     h.update(e.tag.as_bytes());
-    let mut data = e.data.clone();
+    let mut data = e.data().clone();
     if let J::Object(m) = &mut data {
         m.shift_remove("__peer_id");
     }
@@ -167,18 +167,18 @@ mod tests {
 
     #[test]
     fn an_event_has_one_id_wherever_it_is_fired() {
-        let here = Event { tag: "t/1".into(), data: json!({"id": "m1", "b": [1, {"y": 2, "x": 1}], "_stamp": "2026-11-24T00:30:00.123456"}) };
+        let here = crate::events::event("t/1", json!({"id": "m1", "b": [1, {"y": 2, "x": 1}], "_stamp": "2026-11-24T00:30:00.123456"}));
         // As a peer receives it: keys in another order, `__peer_id` added.
-        let there = Event { tag: "t/1".into(), data: json!({"_stamp": "2026-11-24T00:30:00.123456", "b": [1, {"x": 1, "y": 2}], "id": "m1", "__peer_id": "127.0.0.2"}) };
+        let there = crate::events::event("t/1", json!({"_stamp": "2026-11-24T00:30:00.123456", "b": [1, {"x": 1, "y": 2}], "id": "m1", "__peer_id": "127.0.0.2"}));
         let id = event_id(&here).unwrap();
         assert_eq!(id.len(), halite_storage::reaction::REACTION_ID_LEN);
         assert!(id.starts_with("20261124003000123456"));
         assert_eq!(event_id(&there).unwrap(), id);
-        let other = Event { tag: "t/2".into(), data: here.data.clone() };
+        let other = crate::events::event("t/2", here.data().clone());
         assert_ne!(event_id(&other).unwrap(), id);
-        let later = Event { tag: "t/1".into(), data: json!({"id": "m1", "b": [1, {"y": 2, "x": 1}], "_stamp": "2026-11-24T00:30:00.123457"}) };
+        let later = crate::events::event("t/1", json!({"id": "m1", "b": [1, {"y": 2, "x": 1}], "_stamp": "2026-11-24T00:30:00.123457"}));
         assert_ne!(event_id(&later).unwrap(), id);
-        assert_eq!(event_id(&Event { tag: "t".into(), data: json!({}) }), None);
+        assert_eq!(event_id(&crate::events::event("t", json!({}))), None);
     }
 
     #[test]

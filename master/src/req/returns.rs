@@ -10,7 +10,7 @@
 //! ([`crate::jobs::publishable`]), so a scheduled job runs once, its return data stays
 //! on the master, and no minion can pick the target of a publish. The reply comes once
 //! the records are committed; the `salt/job/<jid>/ret/<id>` event fires then (its data
-//! made with room for the `_stamp` the bus adds).
+//! the load, rendered as JSON only when read).
 
 use rmpv::Value;
 
@@ -18,9 +18,9 @@ use halite_storage::format::{JobPublished, JobReturn, Record};
 
 use super::{Answer, Ctx};
 use crate::error::Result;
-use crate::events::event;
+use crate::events::event_of_load;
 use crate::view::View;
-use crate::wire::payload::{self, encode, get, get_text, take};
+use crate::wire::payload::{encode, get, get_text, take};
 
 /// A `_return` request.
 pub struct Return {
@@ -61,7 +61,8 @@ impl Return {
         for rec in &records {
             rec.validate().map_err(|e| crate::error::Error::refused(format!("return refused: {e}")))?;
         }
-        let events = vec![event(format!("salt/job/{jid}/ret/{}", ctx.id), payload::to_json_with_room(&load, 1))];
+        // The event's data is rendered only if something reads it (`crate::events`).
+        let events = vec![event_of_load(format!("salt/job/{jid}/ret/{}", ctx.id), load)];
         Ok(Answer { value: Value::Nil, private: false, records, events })
     }
 }

@@ -104,7 +104,7 @@ fn a_new_key_is_pending_and_recorded() {
     assert_eq!(get(&i, "ret"), Some(&Value::Boolean(true)));
     assert_eq!(get_text(&i, "nonce"), Some(NONCE));
     assert_eq!(o.events[0].tag, "salt/auth");
-    assert_eq!(o.events[0].data["act"], "pend");
+    assert_eq!(o.events[0].data()["act"], "pend");
     // A new pending key holds a place under halite_max_pending_keys while in flight.
     assert!(o.effects.is_empty());
     assert_eq!(o.claims, vec![Claim::Pending("m1".into())]);
@@ -135,7 +135,7 @@ fn a_sign_in_is_decided_at_apply_and_answered_from_what_applied() {
     let again = handle(&stale, &m.auth(vec![]));
     assert!(again.records.is_empty() && again.signed_in);
     let done = first.settled(again).expect("nothing left to commit");
-    assert_eq!(done.events[0].data["act"], "accept");
+    assert_eq!(done.events[0].data()["act"], "accept");
     assert!(get_bytes(&signed_inner(&stale, &done), "aes").is_some(), "the accept carries the publish key");
     // When the state moved so that another record is needed, that one is committed next.
     let mut moved = MemoryView::new();
@@ -168,7 +168,7 @@ fn a_pending_key_stays_pending_without_a_record() {
     v.set_key("m1", BankState::Pending, &m.pub_pem());
     let o = handle(&v, &m.auth(vec![]));
     assert!(o.records.is_empty());
-    assert_eq!(o.events[0].data["act"], "pend");
+    assert_eq!(o.events[0].data()["act"], "pend");
 }
 
 #[test]
@@ -183,7 +183,7 @@ fn another_key_for_a_known_id_is_denied_and_recorded_once() {
         v.denied.insert("m1".into());
         let o = handle(&v, &m.auth(vec![]));
         assert!(o.records.is_empty(), "only the first denied key is kept");
-        assert_eq!(o.events[0].data["act"], "denied");
+        assert_eq!(o.events[0].data()["act"], "denied");
     }
 }
 
@@ -194,7 +194,7 @@ fn a_rejected_key_stays_rejected() {
     v.set_key("m1", BankState::Rejected, &m.pub_pem());
     let o = handle(&v, &m.auth(vec![]));
     assert!(o.records.is_empty());
-    assert_eq!(o.events[0].data["act"], "reject");
+    assert_eq!(o.events[0].data()["act"], "reject");
 }
 
 #[test]
@@ -229,7 +229,7 @@ fn auto_accept_and_open_mode_accept_new_keys() {
         v.cfg.open_mode = open_mode;
         let o = handle(&v, &Minion::new("m1").auth(vec![]));
         assert_eq!(key_states(&o), vec![KeyState::Accepted]);
-        assert_eq!(o.events[0].data["act"], "accept");
+        assert_eq!(o.events[0].data()["act"], "accept");
     }
 }
 
@@ -243,7 +243,7 @@ fn autosign_and_autoreject_inputs() {
     assert_eq!(key_states(&handle(&v, &Minion::new("db12.example.org").auth(vec![]))), vec![KeyState::Pending]);
     v.autoreject_file = Some("web01\n".into());
     let o = handle(&v, &m.auth(vec![]));
-    assert_eq!((key_states(&o), o.events[0].data["act"].as_str()), (vec![KeyState::Rejected], Some("reject")), "autoreject wins");
+    assert_eq!((key_states(&o), o.events[0].data()["act"].as_str()), (vec![KeyState::Rejected], Some("reject")), "autoreject wins");
     // A pending key listed for autoreject is rejected with its stored key.
     v.set_key("web01", BankState::Pending, &m.pub_pem());
     assert_eq!(key_states(&handle(&v, &m.auth(vec![]))), vec![KeyState::Rejected]);
@@ -306,7 +306,7 @@ fn bad_auth_requests_write_nothing() {
         }
         let o = handle(&v, &clear(l));
         assert!(o.records.is_empty(), "{id:?}");
-        assert_eq!(o.events[0].data["act"], "error");
+        assert_eq!(o.events[0].data()["act"], "error");
     }
     let garbage = map([("cmd", Value::from("_auth")), ("id", Value::from("m2")), ("pub", Value::from("not a key"))]);
     assert!(handle(&v, &clear(garbage)).records.is_empty());
@@ -477,7 +477,7 @@ fn minion_events_fire_with_pretags_and_never_under_reserved_tags() {
     ]);
     let o = handle(&v, &m.aes(&s, "_minion_event", vec![(Value::from("events"), events), (Value::from("pretag"), Value::from("pre"))]));
     assert_eq!(super::events::tags(&o.events), vec!["pre/my/tag", "my/tag"]);
-    assert_eq!(o.events[1].data, serde_json::json!({"x": 1}));
+    assert_eq!(*o.events[1].data(), serde_json::json!({"x": 1}));
     assert!(o.records.is_empty());
     // A single reserved tag is dropped too: a minion cannot pose as a cluster member.
     for tag in ["cluster/event/10.0.0.1/salt/key", "salt/key"] {
