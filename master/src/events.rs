@@ -65,10 +65,14 @@ pub fn event(tag: impl Into<String>, data: J) -> Event {
     Event { tag: tag.into(), data: Data::Json(J::Object(as_map(data))) }
 }
 
-/// An event whose data is a minion's msgpack load, turned into JSON only when read
-/// (see [`Event`]); the same data as `event(tag, payload::to_json(&load))`.
-pub fn event_of_load(tag: impl Into<String>, load: rmpv::Value) -> Event {
-    Event { tag: tag.into(), data: Data::Load { load: Arc::new(load), stamp: None, json: Arc::new(OnceLock::new()) } }
+/// The `salt/job/<jid>/ret/<id>` event of a return minion `id` sent itself (its
+/// `_return`, committed before the event is fired): the data is the load, turned into
+/// JSON only when read (see [`Event`]), the same as
+/// `event(tag, payload::to_json(&load))`. Only such an event carries a return
+/// ([`Event::carried_return`]): an event a minion fires (`_minion_event`) or a peer
+/// forwards may name anyone in its tag.
+pub fn return_event(jid: &str, id: &str, load: rmpv::Value) -> Event {
+    Event { tag: format!("salt/job/{jid}/ret/{id}"), data: Data::Load { load: Arc::new(load), stamp: None, json: Arc::new(OnceLock::new()) } }
 }
 
 impl Event {
@@ -88,6 +92,15 @@ impl Event {
             }
         }
         self
+    }
+
+    /// The committed return this event carries, if it is a [`return_event`]: the
+    /// minion's load as it was stored.
+    pub fn carried_return(&self) -> Option<&rmpv::Value> {
+        match &self.data {
+            Data::Load { load, .. } => Some(load),
+            Data::Json(_) => None,
+        }
     }
 
     /// The event's data, a JSON map (rendered on the first read for a load).
@@ -132,11 +145,13 @@ mod tests {
         use rmpv::Value;
         let load = map([("id", Value::from("m1")), ("return", Value::Boolean(true)), ("tok", bin(vec![0, 255])), ("n", Value::from(-3))]);
         for l in [load, Value::from(7), Value::Array(vec![Value::Nil])] {
-            let lazy = super::event_of_load("salt/job/1/ret/m1", l.clone()).stamped(1_795_000_000_123_456);
+            let lazy = super::return_event("1", "m1", l.clone()).stamped(1_795_000_000_123_456);
             let eager = super::event("salt/job/1/ret/m1", to_json(&l)).stamped(1_795_000_000_123_456);
             assert_eq!(lazy.data(), eager.data());
             assert_eq!(lazy, eager);
             assert_eq!(lazy.clone().data()["_stamp"], "2026-11-18T11:06:40.123456");
+            assert_eq!(lazy.carried_return(), Some(&l));
+            assert_eq!(eager.carried_return(), None, "an event made of JSON carries no return");
         }
     }
 }

@@ -11,6 +11,12 @@
 //! returns are read in one batched lookup and their lines written with one write (cut
 //! at [`FLUSH_AT`] bytes). The cost of a wake-up, a read pass and a syscall is then
 //! shared by the burst instead of paid per return.
+//!
+//! A return's own event (`crate::events::return_event`: fired by this member once the
+//! return a minion sent is committed) carries the load that was stored; that load is
+//! sent as it is, without reading it back. Any other event naming a return (forwarded
+//! by a peer, or fired by a minion, which may name anyone) is only a hint: what it
+//! names is read from the job cache.
 
 use std::sync::Arc;
 
@@ -68,13 +74,33 @@ fn read_returns(sm: &StateMachine, jid: &str, ids: &[String]) -> Found {
     sm.job_returns_of(jid, ids).unwrap_or_default().into_iter().map(|r| (r.id, load_json(&r.load))).collect()
 }
 
-/// [`read_returns`], on the blocking pool unless the batch is small.
-async fn read_batch(sm: &Arc<StateMachine>, jid: &str, ids: Vec<String>) -> Found {
-    if ids.len() <= INLINE_READS {
-        return read_returns(sm, jid, &ids);
+/// Returns the events of a batch carry: (minion id, the event).
+type Carried = Vec<(String, Arc<Event>)>;
+
+/// The carried returns as JSON text, then [`read_returns`] of `ids`.
+fn gather(sm: &StateMachine, jid: &str, carried: &Carried, ids: &[String]) -> Found {
+    let mut found: Found = carried
+        .iter()
+        .filter_map(|(id, e)| {
+            let load = e.carried_return()?;
+            let mut out = Vec::new();
+            payload::write_json(load, &mut out);
+            Some((id.clone(), out))
+        })
+        .collect();
+    if !ids.is_empty() {
+        found.extend(read_returns(sm, jid, ids));
+    }
+    found
+}
+
+/// [`gather`], on the blocking pool unless the batch is small.
+async fn read_batch(sm: &Arc<StateMachine>, jid: &str, carried: Carried, ids: Vec<String>) -> Found {
+    if ids.len() + carried.len() <= INLINE_READS {
+        return gather(sm, jid, &carried, &ids);
     }
     let (sm, jid) = (sm.clone(), jid.to_string());
-    tokio::task::spawn_blocking(move || read_returns(&sm, &jid, &ids)).await.unwrap_or_default()
+    tokio::task::spawn_blocking(move || gather(&sm, &jid, &carried, &ids)).await.unwrap_or_default()
 }
 
 /// A job's expected minions and the returns stored so far.
@@ -197,11 +223,17 @@ async fn stream(sm: Arc<StateMachine>, mut rx: Receiver<Arc<Event>>, cmd: Follow
                 }
                 // This event and every one queued behind it, at most BATCH (the same
                 // minion named twice is read once: `job_returns_of` takes each once).
+                // A return's own event carries it; the others are read.
                 let mut ids = Vec::new();
-                let mut take = |e: &Event| {
+                let mut carried: Carried = Vec::new();
+                let mut take = |e: &Arc<Event>| {
                     if let Some(id) = return_tag_id(&e.tag, &cmd.jid) {
                         if f.wanted(id) {
-                            ids.push(id.to_string());
+                            if e.carried_return().is_some() {
+                                carried.push((id.to_string(), e.clone()));
+                            } else {
+                                ids.push(id.to_string());
+                            }
                         }
                     }
                 };
@@ -219,17 +251,17 @@ async fn stream(sm: Arc<StateMachine>, mut rx: Receiver<Arc<Event>>, cmd: Follow
                         Err(TryRecvError::Closed) => closed = true,
                     }
                 }
-                if ids.is_empty() {
+                if ids.is_empty() && carried.is_empty() {
                     continue;
                 }
-                (read_batch(&sm, &cmd.jid, ids.clone()).await, ids)
+                (read_batch(&sm, &cmd.jid, carried, ids.clone()).await, ids)
             }
             _ = tick.tick() => {
                 let due = f.due(std::mem::take(&mut lagged));
                 if due.is_empty() {
                     continue;
                 }
-                (read_batch(&sm, &cmd.jid, due).await, Vec::new())
+                (read_batch(&sm, &cmd.jid, Vec::new(), due).await, Vec::new())
             }
         };
         if !out.returns(&mut f, found, &mut wr).await {

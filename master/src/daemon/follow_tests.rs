@@ -154,3 +154,32 @@ async fn large_returns_are_written_in_bounded_pieces() {
     assert_eq!(sent.len(), 40);
     assert!(sent.values().all(|v| v.len() == 1 && v[0] == json!(big)));
 }
+
+/// A return's own event carries the load it stored: sent as carried, without a read
+/// (minion 0's carried load differs from the job cache's here to tell them apart). An
+/// event a minion fired naming another minion carries nothing: that minion's return
+/// is looked for in the job cache, and, never committed, it is missing at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_returns_own_event_is_sent_as_it_carries_it_and_other_events_are_only_hints() {
+    const N: usize = 200;
+    let (sm, index) = job("follow-carried", N + 1);
+    let (tx, rx) = broadcast::channel(4096);
+    let lines = start(&sm, rx, Duration::from_millis(1500));
+    // After the follow's first read of the job cache (which would find them all).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    commit(&sm, &index, 0..N);
+    for i in 0..N {
+        let ret = if i == 0 { json!("carried") } else { json!(i) };
+        let load = payload::from_json(&json!({"return": ret, "retcode": 0, "success": true}));
+        tx.send(Arc::new(crate::events::return_event(JID, &id(i), load))).unwrap();
+    }
+    // A minion's own event, forged to name minion N with a made-up return.
+    tx.send(Arc::new(crate::events::event(format!("salt/job/{JID}/ret/{}", id(N)), json!({"return": "forged"})))).unwrap();
+    let (sent, done) = read_all(lines).await;
+    assert_eq!(done, json!({"done": true, "missing": [id(N)]}), "the forged one is not a return");
+    assert_eq!(sent.len(), N);
+    assert_eq!(sent[&id(0)], [json!("carried")], "the carried load, not read back");
+    for i in 1..N {
+        assert_eq!(sent[&id(i)], [json!(i)]);
+    }
+}

@@ -18,7 +18,7 @@ use halite_storage::format::{JobPublished, JobReturn, Record};
 
 use super::{Answer, Ctx};
 use crate::error::Result;
-use crate::events::event_of_load;
+use crate::events::return_event;
 use crate::view::View;
 use crate::wire::payload::{encode, get, get_text, take};
 
@@ -62,7 +62,7 @@ impl Return {
             rec.validate().map_err(|e| crate::error::Error::refused(format!("return refused: {e}")))?;
         }
         // The event's data is rendered only if something reads it (`crate::events`).
-        let events = vec![event_of_load(format!("salt/job/{jid}/ret/{}", ctx.id), load)];
+        let events = vec![return_event(&jid, ctx.id, load)];
         Ok(Answer { value: Value::Nil, private: false, records, events })
     }
 }
