@@ -251,7 +251,8 @@ mod model {
                     got.extend(some.as_ref().unwrap().apply_entries(&batch).unwrap().outcomes);
                     batch.clear();
                     if reopen[i] {
-                        some = None;
+                        // Closed first: one process may hold a database only once.
+                        drop(some.take());
                         some = Some(open(&d, "some"));
                     }
                 }

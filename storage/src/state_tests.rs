@@ -496,8 +496,12 @@ fn key_prints_follow_every_applied_change() {
     ];
     let mut index = 1;
     for rec in steps.iter().cloned() {
+        let accepted = matches!(&rec, Record::KeySet(k) if k.state == KeyState::Accepted);
         sm.apply(&[(index, rec)]).unwrap();
         index += 1;
+        // An accepted key's print is set by the apply itself: the minion's first
+        // request reads nothing. Any other state is read on use.
+        assert_eq!(sm.key_print_remembered("m"), accepted, "after step {index}");
         assert_eq!(sm.key_print("m").unwrap(), direct(&sm, "m"), "after step {index}");
         assert_eq!(sm.key_print("m").unwrap(), direct(&sm, "m"), "remembered after step {index}");
     }

@@ -17,6 +17,8 @@ use crate::entry::LogEntry;
 use crate::error::{Error, Result};
 use crate::format::{JobPublished, KeyExpect, KeySet, KeyState, MineOp, Record};
 use crate::keys::BankState;
+use super::KeyPrint;
+use sha2::{Digest, Sha256};
 
 /// What applying a group of entries did.
 #[derive(Debug, Default)]
@@ -107,7 +109,13 @@ impl StateMachine {
         self.proposals_written(&tracker, written.is_ok());
         written?;
         if !overlay.keys.is_empty() {
-            self.prints.forget(overlay.keys.keys());
+            // What a read would now give for an accepted key; any other state is read
+            // on use (a flood of pending ids must not crowd the prints out).
+            let print = |id: &String| match overlay.keys_held.get(id) {
+                Some(Some((KeyState::Accepted, pem))) => Some(KeyPrint { state: BankState::Accepted, pem_sha256: Sha256::digest(pem).into() }),
+                _ => None,
+            };
+            self.prints.replace(overlay.keys.keys().map(|id| (id, print(id))));
         }
         self.pending_changed(overlay.pending_delta);
         Ok(out)

@@ -10,9 +10,11 @@
 //! (`master/src/view/tok_memo.rs`). The PEM itself is read only when a check is not
 //! remembered or a command needs the key (the pillar).
 //!
-//! **Freshness.** Prints are filled on read and dropped at apply:
-//! - `apply_refs` drops the print of every id its write batch touched, *after* the write,
-//!   and bumps an epoch under the same lock;
+//! **Freshness.** Prints are filled on read and set or dropped at apply:
+//! - `apply_refs` sets the print of every key its write batch accepted and drops that
+//!   of every other id it touched, *after* the write, and bumps an epoch under the same
+//!   lock (so the first request of a minion just accepted, often a whole fleet's at
+//!   once after a sign-in storm, reads nothing);
 //! - a read takes the epoch *before* it reads RocksDB and stores what it read only if the
 //!   epoch has not moved since (else what it read may be the value just replaced);
 //! - replacing the whole state (a snapshot install) drops every print.
@@ -107,11 +109,29 @@ impl KeyPrints {
     }
 
     /// Drops the prints of `ids`, whose keys an apply has just written.
+    #[cfg(test)]
     pub(super) fn forget<'a>(&self, ids: impl IntoIterator<Item = &'a String>) {
+        self.replace(ids.into_iter().map(|id| (id, None)));
+    }
+
+    /// Sets the prints of keys an apply has just written, after its write: `Some` is
+    /// what a read would now give, `None` drops the print (read on next use). A
+    /// read that raced the apply is then not remembered ([`KeyPrints::fill`]).
+    pub(super) fn replace<'a>(&self, changes: impl IntoIterator<Item = (&'a String, Option<KeyPrint>)>) {
         let mut inner = self.lock();
         inner.epoch += 1;
-        for id in ids {
-            inner.prints.remove(id.as_str());
+        for (id, print) in changes {
+            match print {
+                Some(print) => {
+                    if inner.prints.len() >= self.capacity {
+                        inner.prints = HashMap::new();
+                    }
+                    inner.prints.insert(id.as_str().into(), print);
+                }
+                None => {
+                    inner.prints.remove(id.as_str());
+                }
+            }
         }
     }
 
@@ -120,6 +140,14 @@ impl KeyPrints {
         let mut inner = self.lock();
         inner.epoch += 1;
         inner.prints = HashMap::new();
+    }
+}
+
+#[cfg(test)]
+impl super::StateMachine {
+    /// Whether `id`'s print is in memory (a request would read nothing).
+    pub(crate) fn key_print_remembered(&self, id: &str) -> bool {
+        self.prints.get(id).is_ok()
     }
 }
 
