@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{mpsc, watch};
 use zeromq::{SocketRecv, SocketSend, ZmqMessage};
 
 use super::minion::{self, AesReply, Creds, Identity, Job};
@@ -30,6 +30,9 @@ use super::procstat;
 
 /// How long a blast return waits for its reply before it counts as failed.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long the swarm waits for every ready minion to hold its publishes.
+pub const ARM_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// One minion's part: how many of its returns were acknowledged and how many failed.
 struct Part {
@@ -43,8 +46,6 @@ pub struct Blast {
     /// Publishes each minion holds before the blast.
     pub per_minion: usize,
     armed: AtomicUsize,
-    all_armed: Notify,
-    members: usize,
     go: watch::Receiver<bool>,
     go_tx: watch::Sender<bool>,
     parts: mpsc::UnboundedSender<Part>,
@@ -52,10 +53,10 @@ pub struct Blast {
 }
 
 impl Blast {
-    pub fn new(per_minion: usize, members: usize) -> Self {
+    pub fn new(per_minion: usize) -> Self {
         let (go_tx, go) = watch::channel(false);
         let (parts, parts_rx) = mpsc::unbounded_channel();
-        Blast { per_minion: per_minion.max(1), armed: AtomicUsize::new(0), all_armed: Notify::new(), members, go, go_tx, parts, parts_rx: tokio::sync::Mutex::new(parts_rx) }
+        Blast { per_minion: per_minion.max(1), armed: AtomicUsize::new(0), go, go_tx, parts, parts_rx: tokio::sync::Mutex::new(parts_rx) }
     }
 
     /// One minion's blast: builds the returns of `jobs`, waits for the go, sends them
@@ -63,9 +64,7 @@ impl Blast {
     pub async fn fire(&self, me: &Identity, creds: &Creds, req: &mut zeromq::ReqSocket, jobs: &[Job]) {
         let built: Vec<(Vec<u8>, String)> = jobs.iter().filter_map(|j| minion::aes_request(me, &creds.session, minion::return_load(j)).ok()).collect();
         let mut part = Part { acknowledged: 0, failed: jobs.len() - built.len() };
-        if self.armed.fetch_add(1, Ordering::AcqRel) + 1 == self.members {
-            self.all_armed.notify_one();
-        }
+        self.armed.fetch_add(1, Ordering::AcqRel);
         let mut go = self.go.clone();
         let _ = go.wait_for(|g| *g).await;
         for (body, nonce) in built {
@@ -89,12 +88,17 @@ impl Blast {
         let _ = self.parts.send(part);
     }
 
-    /// Waits until every minion is armed, says go, and reports when all have finished
-    /// (the `blast` line). `master_pid`: whose process tree's CPU to report.
-    pub async fn run(&self, master_pid: Option<u32>) {
-        while self.armed.load(Ordering::Acquire) < self.members {
-            // Woken by the last minion to arm; the timeout only re-checks the count.
-            let _ = tokio::time::timeout(Duration::from_millis(200), self.all_armed.notified()).await;
+    /// Waits until the `members` minions that are ready are armed, says go, and reports
+    /// when all have finished (the `blast` line). `master_pid`: whose process tree's CPU
+    /// to report. Fails when they are not all armed within [`ARM_TIMEOUT`] (publishes
+    /// that did not reach every minion).
+    pub async fn run(&self, master_pid: Option<u32>, members: usize) -> Result<(), String> {
+        let deadline = Instant::now() + ARM_TIMEOUT;
+        while self.armed.load(Ordering::Acquire) < members {
+            if Instant::now() > deadline {
+                return Err(format!("only {} of {members} minions held {} publishes after {ARM_TIMEOUT:?}", self.armed.load(Ordering::Acquire), self.per_minion));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let me = std::process::id();
         let (master0, swarm0) = (master_pid.map(procstat::tree_stats), procstat::tree_stats(me));
@@ -102,17 +106,18 @@ impl Blast {
         let _ = self.go_tx.send(true);
         let (mut acknowledged, mut failed) = (0, 0);
         let mut rx = self.parts_rx.lock().await;
-        for _ in 0..self.members {
+        for _ in 0..members {
             let Some(p) = rx.recv().await else { break };
             acknowledged += p.acknowledged;
             failed += p.failed;
         }
         let seconds = t0.elapsed().as_secs_f64();
         let (master1, swarm1) = (master_pid.map(procstat::tree_stats), procstat::tree_stats(me));
-        super::emit(json!({"event": "blast", "minions": self.members, "per_minion": self.per_minion,
+        super::emit(json!({"event": "blast", "minions": members, "per_minion": self.per_minion,
             "acknowledged": acknowledged, "failed": failed, "seconds": seconds,
             "returns_per_s": (acknowledged as f64 / seconds.max(1e-9)).round(),
             "master_cpu_seconds": master0.zip(master1).map(|(a, b)| b.cpu_seconds - a.cpu_seconds),
             "swarm_cpu_seconds": swarm1.cpu_seconds - swarm0.cpu_seconds}));
+        Ok(())
     }
 }

@@ -547,7 +547,7 @@ pub async fn run(opts: Options) -> Result<()> {
     }
 
     let (finished_tx, mut finished_rx) = mpsc::unbounded_channel();
-    let blast = opts.blast.map(|n| Arc::new(blast::Blast::new(n, signed_in.len())));
+    let blast = opts.blast.map(|n| Arc::new(blast::Blast::new(n)));
     let swarm = Arc::new(Swarm { opts: opts.clone(), jobs: Mutex::new(HashMap::new()), members: signed_in.len(), finished: finished_tx, reauths: Default::default(), blast: blast.clone() });
     let (ready_tx, mut ready_rx) = mpsc::unbounded_channel();
     let n = signed_in.len();
@@ -576,7 +576,7 @@ pub async fn run(opts: Options) -> Result<()> {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
-            _ = b.run(opts.master_pid) => {}
+            r = b.run(opts.master_pid, n - bad) => r.map_err(|e| Failure::new(e, 1))?,
         }
         emit(json!({"event": "done", "jobs": 0}));
         return Ok(());
