@@ -114,9 +114,17 @@ pub(super) struct AppliedHighs {
     highs: Mutex<HashMap<u64, (u64, Option<u64>)>>,
 }
 
+/// Proposers whose high is kept (a cluster has a handful; past this the map is emptied
+/// and refills as proposals are checked, so no log can make it grow without bound).
+const MAX_HIGHS: usize = 1024;
+
 impl AppliedHighs {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (u64, Option<u64>)>> {
-        self.highs.lock().unwrap_or_else(|p| p.into_inner())
+        let mut highs = self.highs.lock().unwrap_or_else(|p| p.into_inner());
+        if highs.len() > MAX_HIGHS {
+            highs.clear();
+        }
+        highs
     }
 
     pub(super) fn forget_all(&self) {
