@@ -75,6 +75,16 @@ pub fn return_event(jid: &str, id: &str, load: rmpv::Value) -> Event {
     Event { tag: format!("salt/job/{jid}/ret/{id}"), data: Data::Load { load: Arc::new(load), stamp: None, json: Arc::new(OnceLock::new()) } }
 }
 
+/// Salt's `salt/job/<jid>/new` event of a publish `load` sent to `minions` (`missing`:
+/// listed ids with no accepted key).
+pub fn new_job_event(load: &J, minions: &[String], missing: &[String]) -> Event {
+    let jid = load["jid"].as_str().unwrap_or_default();
+    event(
+        format!("salt/job/{jid}/new"),
+        serde_json::json!({ "jid": jid, "tgt_type": load["tgt_type"], "tgt": load["tgt"], "user": load["user"], "fun": load["fun"], "arg": load["arg"], "minions": minions, "missing": missing }),
+    )
+}
+
 impl Event {
     /// Adds `_stamp` (the moment it is fired).
     pub fn stamped(mut self, micros: u64) -> Self {

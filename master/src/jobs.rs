@@ -25,16 +25,6 @@ pub fn args_with_kwarg(mut args: Vec<serde_json::Value>, kwarg: serde_json::Map<
     args
 }
 
-/// Salt's `salt/job/<jid>/new` event of a publish `load` sent to `minions` (`missing`:
-/// listed ids with no accepted key).
-pub fn new_job_event(load: &serde_json::Value, minions: &[String], missing: &[String]) -> crate::events::Event {
-    let jid = load["jid"].as_str().unwrap_or_default();
-    crate::events::event(
-        format!("salt/job/{jid}/new"),
-        serde_json::json!({ "jid": jid, "tgt_type": load["tgt_type"], "tgt": load["tgt"], "user": load["user"], "fun": load["fun"], "arg": load["arg"], "minions": minions, "missing": missing }),
-    )
-}
-
 /// A new jid: the UTC time as `YYYYMMDDhhmmssffffff` (20 digits).
 pub fn new_jid() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};

@@ -149,7 +149,7 @@ fn start(view: &dyn AdminView, s: Start) -> Result<Plan> {
     step.encode().map_err(|e| Error::refused(e.to_string()))?;
     tracing::info!(jid = %jid, fun = %fun, minions = run.total(), size, "starting a batch run");
     let (tag, data) = run.event("new", now);
-    let job_new = crate::jobs::new_job_event(&start_load, &first, &[]);
+    let job_new = crate::events::new_job_event(&start_load, &first, &[]);
     let answer = Answer::After(Box::new(move |v: &dyn AdminView| match v.state().batch_run(&jid)? {
         Some(r) if r.version >= 1 && RunState::decode(&r.state).is_some_and(|s| s.created_ns == now) => Ok(Settled { value: json!({ "jid": jid, "minions": first }), events: vec![event(tag, data), job_new], effects: vec![] }),
         _ => Err(Error::refused("the batch run was not stored (its jid is taken)")),
@@ -176,7 +176,7 @@ fn stop(view: &dyn AdminView, jid: &str, kill: bool) -> Result<Plan> {
         let kill_jid = view.new_jid();
         let load = json!({ "fun": "saltutil.kill_job", "arg": [jid], "tgt": active, "tgt_type": "list", "jid": kill_jid, "ret": "", "user": run.user });
         records.push(Record::JobPublished(JobPublished { jid: kill_jid.clone(), load: payload::encode(&payload::from_json(&load)), minions: active.clone(), time_ns: now, started_by: None, joins: false }));
-        events.push(crate::jobs::new_job_event(&load, &active, &[]));
+        events.push(crate::events::new_job_event(&load, &active, &[]));
     }
     events.push(event(format!("salt/batch/{jid}/stop"), json!({ "jid": jid, "reason": "stop" })));
     let mut plan = Plan::answer(json!({ "return": true }));

@@ -239,7 +239,7 @@ fn publish(view: &dyn AdminView, p: Publish) -> Result<Plan> {
     // will not return, and are not missing (the CLI does not list them).
     let mut plan = Plan::answer(json!({ "jid": jid, "minions": minions, "missing": missing, "unresolved": unresolved }));
     plan.proposals = vec![vec![rec]];
-    plan.events = vec![crate::jobs::new_job_event(&load, &minions, &missing)];
+    plan.events = vec![crate::events::new_job_event(&load, &minions, &missing)];
     Ok(plan)
 }
 

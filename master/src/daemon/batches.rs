@@ -153,7 +153,7 @@ async fn carry_out(m: &Master, step: Step) {
     let now = now_ns();
     if let Some(Record::JobPublished(j)) = step.records.get(1) {
         tracing::info!(jid = %step.jid, minions = j.minions.len(), "batch run: starting the next minions");
-        m.bus.fire(crate::jobs::new_job_event(&step.state.start_load(&j.minions), &j.minions, &[]));
+        m.bus.fire(crate::events::new_job_event(&step.state.start_load(&j.minions), &j.minions, &[]));
     }
     if step.moved {
         let (tag, data) = step.state.event("progress", now);
