@@ -4,6 +4,7 @@
 use std::path::Path;
 
 pub mod cluster;
+pub mod floor;
 
 use halite_storage::keys::BankState;
 use halite_storage::mmap_cache::{Geometry, MmapWriter};

@@ -21,6 +21,10 @@
 //! halite-bench join [--keys N] [--roots-mib M]
 //!                                              a member joining a compacted cluster: the
 //!                                              snapshot over the transport, then the tail
+//! halite-bench floor [--conns N] [--rounds R] [--blast K]
+//!                                              the machine's floor under the master's
+//!                                              traffic: N minions' connections served by a
+//!                                              process that only frames bytes (src/floor.rs)
 //! ```
 //! Build with `cargo build --release -p halite-benches -p halite-tools` first: `migrate`
 //! runs the release `salt-run` and `salt-key` next to this binary.
@@ -50,8 +54,49 @@ struct Args {
     cmd: Cmd,
 }
 
+/// Message sizes of the `floor` shapes (defaults: a `test.ping` job on the master).
+#[derive(clap::Args, Clone, Copy)]
+struct FloorSizes {
+    #[arg(long, default_value_t = 260)]
+    publish_bytes: usize,
+    #[arg(long, default_value_t = 320)]
+    request_bytes: usize,
+    #[arg(long, default_value_t = 120)]
+    reply_bytes: usize,
+}
+
+impl From<FloorSizes> for halite_benches::floor::Sizes {
+    fn from(s: FloorSizes) -> Self {
+        Self { publish: s.publish_bytes, request: s.request_bytes, reply: s.reply_bytes }
+    }
+}
+
 #[derive(Subcommand)]
 enum Cmd {
+    /// The machine's floor under the master's traffic (src/floor.rs).
+    Floor {
+        /// Simulated minions (each a publish and a request connection).
+        #[arg(long, default_value_t = 8000)]
+        conns: usize,
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// Requests each minion sends for the blast shape (0: no blast).
+        #[arg(long, default_value_t = 5)]
+        blast: u32,
+        /// Runtime workers of the server and of the client (the master's: 2).
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        #[command(flatten)]
+        sizes: FloorSizes,
+    },
+    /// The floor's server, started by `floor` itself.
+    #[command(hide = true)]
+    FloorServe {
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        #[command(flatten)]
+        sizes: FloorSizes,
+    },
     Commit {
         #[arg(long, default_value_t = 200_000)]
         total: u64,
@@ -153,6 +198,19 @@ fn main() {
         Cmd::ClusterCommit { total, threads, groups } => halite_benches::cluster::commit(total, threads, &groups),
         Cmd::Failover { rounds } => halite_benches::cluster::failover(rounds),
         Cmd::Join { keys, roots_mib } => halite_benches::cluster::join(keys, roots_mib),
+        Cmd::Floor { conns, rounds, blast, threads, sizes } => {
+            let opts = halite_benches::floor::Opts { conns, rounds, blast, threads, sizes: sizes.into() };
+            if let Err(e) = halite_benches::floor::run(opts) {
+                eprintln!("floor: {e}");
+                std::process::exit(1);
+            }
+        }
+        Cmd::FloorServe { threads, sizes } => {
+            if let Err(e) = halite_benches::floor::serve(threads, sizes.into()) {
+                eprintln!("floor-serve: {e}");
+                std::process::exit(1);
+            }
+        }
     }
 }
 

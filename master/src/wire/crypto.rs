@@ -349,8 +349,11 @@ impl Crypticle {
     }
 
     pub fn encrypt(&self, plaintext: &[u8]) -> Result<Vec<u8>> {
-        let mut iv = [0u8; 16];
-        openssl::rand::rand_bytes(&mut iv)?;
+        // The IV from the thread's CSPRNG (`rand`'s ChaCha, seeded from the OS and
+        // reseeded after a fork): OpenSSL's `RAND_bytes` asks the kernel for the pid
+        // at every call to notice forks, a syscall a return (docs/benchmarks.md, "The
+        // machine's floor").
+        let iv: [u8; 16] = rand::Rng::gen(&mut rand::thread_rng());
         // PKCS#7 always pads, by 1 to 16 bytes.
         let padded = (plaintext.len() / 16 + 1) * 16;
         let mut out = Vec::with_capacity(16 + padded + 32);
