@@ -102,10 +102,13 @@ pub fn encode_group(items: &[(u64, &[u8])]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// A group entry's items: `(seq, data)`, borrowed from the entry.
+pub type GroupItems<'a> = Vec<(u64, &'a [u8])>;
+
 /// The items `(seq, data)` of a group entry's data, or `None` when `buf` is not a
 /// group (a record or a batch). Bounds are checked before anything is allocated; an
 /// item that is itself a group is refused.
-pub fn decode_group(buf: &[u8]) -> Result<Option<Vec<(u64, &[u8])>>> {
+pub fn decode_group(buf: &[u8]) -> Result<Option<GroupItems<'_>>> {
     if buf.len() < 2 || buf[0..2] != GROUP_MAGIC {
         return Ok(None);
     }

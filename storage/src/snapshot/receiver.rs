@@ -122,8 +122,8 @@ impl Receiver {
             return Err(refuse(format!("chunk runs past the end of {} ({} bytes)", f.path, f.size)));
         };
         let Some(out) = self.out.as_mut() else { return Err(Error::Invalid("receiver: no open file".into())) };
-        out.write_all(&c.data).ctx(|| format!("writing {}", f.path))?;
-        self.hash.update(&c.data);
+        out.write_all(c.data).ctx(|| format!("writing {}", f.path))?;
+        self.hash.update(c.data);
         self.offset = end;
         self.received += c.data.len() as u64;
         self.settle()?;

@@ -191,12 +191,14 @@ impl StateMachine {
     /// Decides whether the entry of proposal `id` applies (see the module docs) and, if
     /// it does, notes it in `tr` (written by [`StateMachine::record_proposals`]).
     pub(super) fn admit(&self, id: &ProposalId, settled_below: u64, tr: &mut Tracker, b: &mut WriteBatch) -> Result<Outcome> {
-        if !tr.proposers.contains_key(&id.proposer) {
-            let mark = self.proposer_mark(id.proposer)?;
-            let (incarnation, settled) = mark.unwrap_or((0, 0));
-            tr.proposers.insert(id.proposer, Progress { known: mark.is_some(), incarnation, settled_before: settled, settled, fresh: false, applied: BTreeSet::new() });
-        }
-        let Some(p) = tr.proposers.get_mut(&id.proposer) else { return Ok(Outcome::Stale) };
+        let p = match tr.proposers.entry(id.proposer) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let mark = self.proposer_mark(id.proposer)?;
+                let (incarnation, settled) = mark.unwrap_or((0, 0));
+                v.insert(Progress { known: mark.is_some(), incarnation, settled_before: settled, settled, fresh: false, applied: BTreeSet::new() })
+            }
+        };
         let known = p.known;
         if known && id.incarnation < p.incarnation {
             return Ok(Outcome::Stale);
