@@ -6,8 +6,17 @@ This machine's speed moves by a quarter from one run to the next (other guests o
 host), so a comparison of builds is only worth the alternation: run A, run B, run A...
 and compare medians, never one run against another.
 
+Each summary line also gives the master's CPU divided by the swarm's in the same window
+("÷ swarm"). The swarm does a fixed amount of work a return or a ping whatever the
+master's build (when both builds share one swarm), so its CPU is a clock of the
+machine's speed during that run. In the runs kept so far the ratio's spread was a third
+to a half of the raw CPU's for `test.ping`, about half for the blast (docs/benchmarks.md,
+"A steadier measure for A/B runs"). It is a proxy: a master that answers faster can let
+the swarm handle more events a wake-up, which moves the swarm's CPU a little too.
+
     ~/.cache/halite/venv-salt-3008.5/bin/python benches/scripts/ab.py BINDIR_A BINDIR_B \
         [--pairs 4] [--minions 8000] [--per-minion 5] [--out FILE.jsonl]
+    ab.py A B --out FILE.jsonl --summarize     # the summary of runs already in FILE
 
 BINDIR_A and BINDIR_B each hold `salt-master`, `salt`, `salt-run` and `halite-swarm`
 (to compare masters alone, give both the same swarm and CLI). Each run's JSON line is
@@ -38,12 +47,21 @@ def summary(rows, kind, b):
         us = [x["master_cpu_us_per_return"] for x in rs]
         sw = [x["swarm_cpu_us_per_return"] for x in rs]
         return (f"blast {b}: {statistics.median(rate):.0f} returns/s ({min(rate):.0f}-{max(rate):.0f}), "
-                f"master {statistics.median(us):.1f} us a return ({min(us)}-{max(us)}), swarm {statistics.median(sw):.1f} us")
+                f"master {statistics.median(us):.1f} us a return ({min(us)}-{max(us)}), swarm {statistics.median(sw):.1f} us, "
+                f"÷ swarm {ratio(us, sw)}")
     ping = [x["ping_median_s"] for x in rs]
     cpu = [x["cpu_median_s"] for x in rs]
+    sw = [x.get("swarm_cpu_median_s") or 0 for x in rs]
     rss = [x["rss_mib"] for x in rs]
     return (f"ping  {b}: {statistics.median(ping):.3f} s ({min(ping)}-{max(ping)}), "
-            f"master {statistics.median(cpu):.3f} CPU-s a ping ({min(cpu)}-{max(cpu)}), RSS {min(rss)}-{max(rss)} MiB")
+            f"master {statistics.median(cpu):.3f} CPU-s a ping ({min(cpu)}-{max(cpu)}), ÷ swarm {ratio(cpu, sw)}, "
+            f"RSS {min(rss)}-{max(rss)} MiB")
+
+
+def ratio(master, swarm):
+    """The master's CPU over the swarm's, run by run: median (range)."""
+    r = [m / s for m, s in zip(master, swarm) if s]
+    return f"{statistics.median(r):.3f} ({min(r):.3f}-{max(r):.3f})" if r else "n/a"
 
 
 def main():
@@ -55,7 +73,16 @@ def main():
     ap.add_argument("--per-minion", type=int, default=5)
     ap.add_argument("--pings", type=int, default=8)
     ap.add_argument("--out", default="")
+    ap.add_argument("--summarize", action="store_true", help="only summarize the runs already in --out")
     a = ap.parse_args()
+    if a.summarize:
+        rows = [json.loads(line) for line in open(a.out) if line.strip()]
+        for r in rows:
+            r.setdefault("bin", r.get("b"))  # the eleventh session's file names it "b"
+        for kind in ("blast", "ping"):
+            for b in (a.a, a.b):
+                print(summary(rows, kind, b))
+        return
     rows = []
     for _ in range(a.pairs):
         for b in (a.a, a.b):

@@ -29,6 +29,11 @@
 //! (RocksDB's memtables and caches, OpenSSL) still comes from glibc's heap, which
 //! `daemon::trim` keeps small.
 //!
+//! Re-measured on the AMD machine (2026-11-28, three alternated pairs at 8,000 minions,
+//! judged by the master's CPU over the swarm's in the same runs): a purge delay of 100 ms
+//! saved nothing and kept 10 MiB more (docs/benchmarks.md, "A steadier measure for A/B
+//! runs"), so the purge stays at once.
+//!
 //! The option numbers are mimalloc v3's (`mi_option_t` in its `mimalloc.h`; the sys crate
 //! names only some, with v2's numbers): the test below checks them against their
 //! distinctive defaults, so a mimalloc upgrade that renumbers them fails the test
