@@ -12,13 +12,12 @@ use rocksdb::WriteBatch;
 use super::returns::return_key;
 use super::{from_msgpack, no_wal, to_msgpack, Effect, RootsMeta, StateMachine, APPLIED_INDEX, CF_AES, CF_DENIED, CF_GRAINS, CF_IMPORTS, CF_JOBS, CF_KEYS, CF_META, CF_MINE, CF_PILLAR, CF_RETURNS, CLUSTER_KEY, MASTER_KEY};
 use super::proposals::{Outcome, Tracker};
+use super::KeyPrint;
 use crate::context::ProposalId;
 use crate::entry::LogEntry;
 use crate::error::{Error, Result};
 use crate::format::{JobPublished, KeyExpect, KeySet, KeyState, MineOp, Record};
 use crate::keys::BankState;
-use super::KeyPrint;
-use sha2::{Digest, Sha256};
 
 /// What applying a group of entries did.
 #[derive(Debug, Default)]
@@ -112,7 +111,7 @@ impl StateMachine {
             // What a read would now give for an accepted key; any other state is read
             // on use (a flood of pending ids must not crowd the prints out).
             let print = |id: &String| match overlay.keys_held.get(id) {
-                Some(Some((KeyState::Accepted, pem))) => Some(KeyPrint { state: BankState::Accepted, pem_sha256: Sha256::digest(pem).into() }),
+                Some(Some((KeyState::Accepted, pem))) => Some(KeyPrint::new(BankState::Accepted, pem)),
                 _ => None,
             };
             self.prints.replace(overlay.keys.keys().map(|id| (id, print(id))));

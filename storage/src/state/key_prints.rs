@@ -47,9 +47,14 @@ pub struct KeyPrint {
 }
 
 impl KeyPrint {
+    /// The print of a key in `state` whose stored PEM is `pem`.
+    pub fn new(state: BankState, pem: &[u8]) -> KeyPrint {
+        KeyPrint { state, pem_sha256: Sha256::digest(pem).into() }
+    }
+
     /// The print of a stored key.
     pub fn of(key: &StoredKey) -> KeyPrint {
-        KeyPrint { state: key.state, pem_sha256: Sha256::digest(&key.pub_key).into() }
+        KeyPrint::new(key.state, &key.pub_key)
     }
 }
 
