@@ -4,6 +4,14 @@
 
 /// True when `name` matches the shell pattern `pat`.
 pub fn fnmatch(pat: &str, name: &str) -> bool {
+    // The common targets, without collecting characters: `*` (a publish to every
+    // minion tests each accepted id) and a pattern with no special character.
+    if pat == "*" {
+        return true;
+    }
+    if !pat.contains(['*', '?', '[']) {
+        return pat == name;
+    }
     let p: Vec<char> = pat.chars().collect();
     let n: Vec<char> = name.chars().collect();
     matches(&p, &n)
@@ -110,8 +118,24 @@ mod tests {
             ("[", "[", true),
             ("", "", true),
             ("acc-0[12]", "acc-03", false),
+            ("*", "", true),
+            ("web01", "web01", true),
+            ("web01", "web011", false),
+            ("", "x", false),
+            ("ünï", "ünï", true),
         ] {
             assert_eq!(fnmatch(p, n), want, "{p} vs {n}");
+        }
+    }
+
+    proptest::proptest! {
+        /// The shortcuts (`*`, a pattern with no special character) answer as the
+        /// general matcher does.
+        #[test]
+        fn shortcuts_agree_with_the_matcher(p in "[a-c.*?\\[\\]!-]{0,6}", n in "[a-c.\\[\\]-]{0,6}") {
+            let (pc, nc): (Vec<char>, Vec<char>) = (p.chars().collect(), n.chars().collect());
+            proptest::prop_assert_eq!(fnmatch(&p, &n), super::matches(&pc, &nc));
+            proptest::prop_assert!(fnmatch("*", &n));
         }
     }
 }

@@ -99,7 +99,7 @@ pub fn reads_minion_data(tgt: &serde_json::Value, tgt_type: &str) -> bool {
 /// reported (best effort: the minions decide for themselves), and the listed ids that are
 /// not accepted.
 pub fn expected_minions(sm: &StateMachine, tgt: &serde_json::Value, tgt_type: &str) -> halite_storage::Result<(Vec<String>, Vec<String>)> {
-    let accepted: Vec<String> = sm.keys()?.into_iter().filter(|(_, k)| k.state == BankState::Accepted).map(|(id, _)| id).collect();
+    let accepted: Vec<String> = sm.ids_in(BankState::Accepted)?;
     let mut missing = Vec::new();
     let hit: Vec<String> = match tgt_type {
         "glob" => {

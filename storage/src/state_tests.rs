@@ -108,6 +108,24 @@ fn new_pending_keys_past_the_cap_change_nothing() {
     assert!(sm.get_key("h").unwrap().is_none());
 }
 
+/// The ids in a state, read from the state byte in place, are what the whole keys say,
+/// in id order, and a count of them is their number.
+#[test]
+fn ids_in_a_state_are_the_whole_keys_in_that_state() {
+    let d = tempfile::tempdir().unwrap();
+    let sm = StateMachine::open(&d.path().join("s")).unwrap();
+    let states = [KeyState::Accepted, KeyState::Pending, KeyState::Rejected];
+    let recs: Vec<Record> = (0..60).map(|i| key(&format!("m{i:02}"), states[i % 3], 1)).collect();
+    sm.apply(&numbered(recs, 1)).unwrap();
+    sm.apply(&numbered(vec![key("m03", KeyState::Deleted, 2), key("m04", KeyState::Accepted, 2)], 61)).unwrap();
+    for state in [BankState::Accepted, BankState::Pending, BankState::Rejected] {
+        let whole: Vec<String> = sm.keys().unwrap().into_iter().filter(|(_, k)| k.state == state).map(|(id, _)| id).collect();
+        assert_eq!(sm.ids_in(state).unwrap(), whole, "{state:?}");
+        assert_eq!(sm.count_keys(state).unwrap(), whole.len() as u64);
+    }
+    assert_eq!(sm.ids_in(BankState::Accepted).unwrap().len(), 20, "m03 deleted, m04 accepted from pending");
+}
+
 #[test]
 fn apply_is_idempotent_and_follows_salt_key_rules() {
     let d = tempfile::tempdir().unwrap();

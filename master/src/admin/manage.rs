@@ -83,7 +83,7 @@ impl ManageCmd {
 }
 
 fn accepted(sm: &StateMachine) -> Result<Vec<String>> {
-    let mut ids: Vec<String> = sm.keys()?.into_iter().filter(|(_, k)| k.state == BankState::Accepted).map(|(id, _)| id).collect();
+    let mut ids: Vec<String> = sm.ids_in(BankState::Accepted)?;
     ids.sort();
     Ok(ids)
 }

@@ -95,7 +95,7 @@ pub fn cached_grains(sm: &StateMachine, id: &str) -> Result<Option<J>> {
 }
 
 fn first_with_grains(sm: &StateMachine) -> Result<Option<(String, J)>> {
-    let mut ids: Vec<String> = sm.keys()?.into_iter().filter(|(_, k)| k.state == BankState::Accepted).map(|(id, _)| id).collect();
+    let mut ids: Vec<String> = sm.ids_in(BankState::Accepted)?;
     ids.sort();
     for id in ids {
         if let Some(g) = cached_grains(sm, &id)? {

@@ -45,6 +45,7 @@ mod digest;
 mod eauth_tokens;
 mod handle;
 mod key_prints;
+mod key_states;
 mod member_keys;
 mod memory;
 pub mod options;
@@ -280,19 +281,6 @@ impl StateMachine {
         }
         let state = BankState::from_mmap_byte(v[0]).ok_or_else(|| Error::Invalid(format!("key entry of {:?} has state byte {}", String::from_utf8_lossy(id), v[0])))?;
         Ok(StoredKey { state, time_ns: u64::from_be_bytes(v[1..9].try_into().unwrap_or([0; 8])), pub_key: v[9..].to_vec() })
-    }
-
-    /// How many entries of the keys bank are in `state` (read without copying keys).
-    pub fn count_keys(&self, state: BankState) -> Result<u64> {
-        let db = self.db()?;
-        let mut n = 0;
-        for item in db.iterator_cf(db.cf(CF_KEYS)?, IteratorMode::Start) {
-            let (_, v) = item?;
-            if v.first().and_then(|b| BankState::from_mmap_byte(*b)) == Some(state) {
-                n += 1;
-            }
-        }
-        Ok(n)
     }
 
     pub fn get_key(&self, id: &str) -> Result<Option<StoredKey>> {
