@@ -304,7 +304,7 @@ fn handle_clear(view: &dyn View, load: &Value) -> Outcome {
 }
 
 fn handle_aes(view: &dyn View, env: &envelope::Envelope, weight: Weight) -> Option<Outcome> {
-    let id = env.id.as_str();
+    let id = env.id;
     if let Err(e) = validate_minion_id(id) {
         return Some(Outcome::bad_load(e, "aes", id));
     }
@@ -313,7 +313,7 @@ fn handle_aes(view: &dyn View, env: &envelope::Envelope, weight: Weight) -> Opti
     let Some(session) = view.session_key(id) else {
         return Some(Outcome::bad_load("no session key: the minion has not signed in", "aes", id));
     };
-    let opened = match envelope::open_aes(&env.load, id, &session) {
+    let opened = match envelope::open_aes(env.ciphertext, id, &session) {
         Ok(o) => o,
         Err(why) => return Some(Outcome::bad_load(why, "aes", id)),
     };

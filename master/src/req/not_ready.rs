@@ -44,7 +44,7 @@ pub fn answer(view: &dyn View, body: &[u8]) -> Outcome {
             Outcome::reply(encode(&reply), "_auth", id)
         }
         "ping" => Outcome::reply(encode(&env.load), "ping", ""),
-        _ => Outcome::reply(cluster_retry(), cmd, env.id.as_str()),
+        _ => Outcome::reply(cluster_retry(), cmd, env.id),
     }
 }
 
