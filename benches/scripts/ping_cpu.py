@@ -12,7 +12,9 @@ the master's RSS afterwards. The master runs on a fresh state directory under /t
 is stopped by PID with the swarm.
 
 With `HALITE_PERF_OUT=FILE`, `perf record` samples the master during the pings (not
-the sign-in) into FILE.
+the sign-in) into FILE; with `HALITE_PERF_STAT_OUT=FILE`, `perf stat` counts the
+master's CPU, context switches and request-path syscalls per thread over the same
+window (`swarm.PERF_STAT_EVENTS`).
 """
 import json
 import os
@@ -40,6 +42,9 @@ time.sleep(2)
 perf = None
 if os.environ.get("HALITE_PERF_OUT"):
     perf = subprocess.Popen(["perf", "record", "-F", "499", "-g", "--call-graph", "dwarf,16384", "-p", str(m.proc.pid), "-o", os.environ["HALITE_PERF_OUT"]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1)
+elif os.environ.get("HALITE_PERF_STAT_OUT"):
+    perf = swarm.perf_stat(m.proc.pid, os.environ["HALITE_PERF_STAT_OUT"])
     time.sleep(1)
 pings = m.cli_ping_runs(n, runs, others=[sw.pid])
 if perf:

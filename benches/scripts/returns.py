@@ -24,7 +24,9 @@ reported beside the master's CPU.
         [--bin DIR] [--out docs/bench-data/returns.json]
 
 With ``HALITE_PERF_OUT=FILE`` (one size, one run), ``perf record`` samples the master
-from the publishes to the end of the blast into FILE.
+from the publishes to the end of the blast into FILE; with ``HALITE_PERF_STAT_OUT=FILE``,
+``perf stat`` counts the master's CPU, context switches and request-path syscalls per
+thread over the same window (``swarm.PERF_STAT_EVENTS``).
 
 Release binaries in $CARGO_TARGET_DIR/release (or ``--bin``). Every process started
 here is stopped by PID, children included.
@@ -91,6 +93,9 @@ def run_one(kind, n, per, port, keydir, distinct):
         if os.environ.get("HALITE_PERF_OUT"):
             perf = subprocess.Popen(["perf", "record", "-F", "999", "-g", "--call-graph", "dwarf,32768", "-p", str(m.proc.pid), "-o", os.environ["HALITE_PERF_OUT"]],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1)
+        elif os.environ.get("HALITE_PERF_STAT_OUT"):
+            perf = swarm.perf_stat(m.proc.pid, os.environ["HALITE_PERF_STAT_OUT"])
             time.sleep(1)
         jids = publish(m, per)
         blast = None

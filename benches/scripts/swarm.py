@@ -44,6 +44,21 @@ BIN = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(HOME, ".cache
 VENV = os.environ.get("HALITE_SALT_VENV", os.path.join(HOME, ".cache/halite/venv-salt-3008.5"))
 
 
+# What `perf stat` counts for the scripts' ``HALITE_PERF_STAT_OUT``: a thread's CPU,
+# its context switches and migrations, and the syscalls of the request path. Counts,
+# not samples: they have no skew, and a VM without hardware counters has them.
+PERF_STAT_EVENTS = ",".join(["task-clock", "context-switches", "cpu-migrations", "syscalls:sys_enter_futex",
+                             "syscalls:sys_enter_epoll_wait", "syscalls:sys_enter_sendto",
+                             "syscalls:sys_enter_recvfrom", "syscalls:sys_enter_write"])
+
+
+def perf_stat(pid, out):
+    """`perf stat` of PID's threads, one line a thread and event, into OUT until it gets
+    SIGINT (the caller stops it as it would `perf record`)."""
+    return subprocess.Popen(["perf", "stat", "-e", PERF_STAT_EVENTS, "--per-thread", "-p", str(pid), "-o", out],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def tree(pid):
     """pid and its live descendants."""
     children = {}
