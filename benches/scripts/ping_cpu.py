@@ -18,9 +18,7 @@ window (`swarm.PERF_STAT_EVENTS`).
 """
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,16 +37,9 @@ t0 = time.monotonic(); c0 = swarm.cpu([m.proc.pid])
 sw, auth, ready = swarm_until_ready(["--port", str(port), "--count", str(n), "--key-dir", os.path.join(HOME, ".cache/halite/swarm-keys"), "--distinct-keys", "1000"], root)
 signin = (time.monotonic() - t0, swarm.cpu([m.proc.pid]) - c0)
 time.sleep(2)
-perf = None
-if os.environ.get("HALITE_PERF_OUT"):
-    perf = subprocess.Popen(["perf", "record", "-F", "499", "-g", "--call-graph", "dwarf,16384", "-p", str(m.proc.pid), "-o", os.environ["HALITE_PERF_OUT"]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(1)
-elif os.environ.get("HALITE_PERF_STAT_OUT"):
-    perf = swarm.perf_stat(m.proc.pid, os.environ["HALITE_PERF_STAT_OUT"])
-    time.sleep(1)
+perf = swarm.perf_start(m.proc.pid, freq=499, stack_bytes=16384)
 pings = m.cli_ping_runs(n, runs, others=[sw.pid])
-if perf:
-    perf.send_signal(signal.SIGINT); perf.wait()
+swarm.perf_stop(perf)
 walls, cpus, swarm_cpus, cli_cpus = ([r[i] for r in pings] for i in range(4))
 rss = swarm.rollup(m.proc.pid, ("Rss",))[0] / 1024
 stop(sw); m.stop()

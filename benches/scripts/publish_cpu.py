@@ -16,7 +16,6 @@ state directory under /tmp and is stopped by PID with the swarm.
 """
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -40,14 +39,7 @@ try:
         if json.loads(line)["event"] == "ready":
             break
     time.sleep(2)
-    perf = None
-    if os.environ.get("HALITE_PERF_OUT"):
-        perf = subprocess.Popen(["perf", "record", "-F", "999", "-g", "--call-graph", "dwarf,32768", "-p", str(m.proc.pid), "-o", os.environ["HALITE_PERF_OUT"]],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(1)
-    elif os.environ.get("HALITE_PERF_STAT_OUT"):
-        perf = swarm.perf_stat(m.proc.pid, os.environ["HALITE_PERF_STAT_OUT"])
-        time.sleep(1)
+    perf = swarm.perf_start(m.proc.pid)
     walls = []
     c0 = swarm.cpu([m.proc.pid])
     for _ in range(count):
@@ -57,9 +49,7 @@ try:
         # Room for the fan-out to finish before the next publish.
         time.sleep(1.0)
     cpu = (swarm.cpu([m.proc.pid]) - c0) / count
-    if perf:
-        perf.send_signal(signal.SIGINT)
-        perf.wait()
+    swarm.perf_stop(perf)
 finally:
     stop(sw)
     m.stop()

@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -89,14 +88,7 @@ def run_one(kind, n, per, port, keydir, distinct):
             if ev["event"] == "ready":
                 break
         time.sleep(0.5)
-        perf = None
-        if os.environ.get("HALITE_PERF_OUT"):
-            perf = subprocess.Popen(["perf", "record", "-F", "999", "-g", "--call-graph", "dwarf,32768", "-p", str(m.proc.pid), "-o", os.environ["HALITE_PERF_OUT"]],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            time.sleep(1)
-        elif os.environ.get("HALITE_PERF_STAT_OUT"):
-            perf = swarm.perf_stat(m.proc.pid, os.environ["HALITE_PERF_STAT_OUT"])
-            time.sleep(1)
+        perf = swarm.perf_start(m.proc.pid)
         jids = publish(m, per)
         blast = None
         for line in sw.stdout:
@@ -104,9 +96,7 @@ def run_one(kind, n, per, port, keydir, distinct):
             if ev["event"] == "blast":
                 blast = ev
                 break
-        if perf:
-            perf.send_signal(signal.SIGINT)
-            perf.wait()
+        swarm.perf_stop(perf)
         if not blast:
             sys.exit(f"no blast line; see {root}/swarm.log")
         row.update({k: blast[k] for k in ("acknowledged", "failed", "seconds", "returns_per_s", "master_cpu_seconds", "swarm_cpu_seconds")})

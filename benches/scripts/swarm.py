@@ -52,11 +52,27 @@ PERF_STAT_EVENTS = ",".join(["task-clock", "context-switches", "cpu-migrations",
                              "syscalls:sys_enter_recvfrom", "syscalls:sys_enter_write"])
 
 
-def perf_stat(pid, out):
-    """`perf stat` of PID's threads, one line a thread and event, into OUT until it gets
-    SIGINT (the caller stops it as it would `perf record`)."""
-    return subprocess.Popen(["perf", "stat", "-e", PERF_STAT_EVENTS, "--per-thread", "-p", str(pid), "-o", out],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def perf_start(pid, freq=999, stack_bytes=32768):
+    """What the environment asks for, attached to PID until `perf_stop`:
+    ``HALITE_PERF_OUT=FILE``, `perf record` (FREQ samples a second, DWARF call graphs of
+    STACK_BYTES); ``HALITE_PERF_STAT_OUT=FILE``, `perf stat` of PID's threads, one line a
+    thread and event (PERF_STAT_EVENTS). None if neither is set."""
+    if os.environ.get("HALITE_PERF_OUT"):
+        cmd = ["perf", "record", "-F", str(freq), "-g", "--call-graph", f"dwarf,{stack_bytes}", "-p", str(pid), "-o", os.environ["HALITE_PERF_OUT"]]
+    elif os.environ.get("HALITE_PERF_STAT_OUT"):
+        cmd = ["perf", "stat", "-e", PERF_STAT_EVENTS, "--per-thread", "-p", str(pid), "-o", os.environ["HALITE_PERF_STAT_OUT"]]
+    else:
+        return None
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1)  # perf attaches to every thread before the measured window opens
+    return proc
+
+
+def perf_stop(proc):
+    """Ends what `perf_start` began (it writes its file on SIGINT)."""
+    if proc:
+        proc.send_signal(signal.SIGINT)
+        proc.wait()
 
 
 def tree(pid):
