@@ -18,7 +18,7 @@
 use rmpv::{Value, ValueRef};
 
 use super::crypto::{Crypticle, EncAlgo, PublicKey, SigAlgo, PICKLE};
-use super::payload::{self, bin, encode, get, get_text, take};
+use super::payload::{self, bin, encode, get, get_text, ref_bytes, ref_text, take};
 
 /// The lowest envelope version served.
 pub const MIN_VERSION: i64 = 3;
@@ -80,38 +80,12 @@ pub enum Enc {
     Aes,
 }
 
-/// The bytes of a str or bin value of `body`'s decoded tree (str content may be
-/// non-UTF-8), as [`payload::bytes`] reads an owned value, for as long as `body` lives.
-/// rmpv lends an invalid-UTF-8 str's bytes only for as long as the value, so they are
-/// found again in `body`, which they were borrowed from (`None` if they are not there).
-fn ref_bytes<'a>(body: &'a [u8], v: &ValueRef<'a>) -> Option<&'a [u8]> {
-    let b: &[u8] = match v {
-        ValueRef::String(s) => s.as_bytes(),
-        ValueRef::Binary(b) => b,
-        _ => return None,
-    };
-    let start = (b.as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
-    body.get(start..start.checked_add(b.len())?)
-}
-
-/// The text of a str or bin value, if it is UTF-8.
-fn ref_text<'a>(body: &'a [u8], v: &ValueRef<'a>) -> Option<&'a str> {
-    ref_bytes(body, v).and_then(|b| std::str::from_utf8(b).ok())
-}
-
 /// Decodes a request body into its envelope; the body must be at most `max` bytes.
 pub fn decode(body: &[u8], max: usize) -> Result<Envelope<'_>, EnvelopeError> {
     if body.len() > max {
         return Err(EnvelopeError::TooLarge { len: body.len(), max });
     }
-    let mut rd = body;
-    let env = rmpv::decode::read_value_ref_with_max_depth(&mut rd, payload::MAX_DEPTH).map_err(|e| match e {
-        rmpv::decode::Error::DepthLimitExceeded => EnvelopeError::Undecodable(payload::PayloadError::TooDeep.to_string()),
-        other => EnvelopeError::Undecodable(payload::PayloadError::Decode(other.to_string()).to_string()),
-    })?;
-    if !rd.is_empty() {
-        return Err(EnvelopeError::Undecodable(payload::PayloadError::Trailing.to_string()));
-    }
+    let env = payload::decode_ref(body).map_err(|e| EnvelopeError::Undecodable(e.to_string()))?;
     let ValueRef::Map(pairs) = env else {
         return Err(EnvelopeError::NotAMap);
     };

@@ -9,7 +9,7 @@
 //! and nesting deeper than [`MAX_DEPTH`] is refused, so hostile input cannot exhaust the
 //! stack.
 
-use rmpv::Value;
+use rmpv::{Value, ValueRef};
 
 pub const MAX_DEPTH: usize = 64;
 
@@ -23,13 +23,29 @@ pub enum PayloadError {
     Trailing,
 }
 
+/// rmpv's decode error as a [`PayloadError`].
+fn read_error(e: rmpv::decode::Error) -> PayloadError {
+    match e {
+        rmpv::decode::Error::DepthLimitExceeded => PayloadError::TooDeep,
+        other => PayloadError::Decode(other.to_string()),
+    }
+}
+
 /// Decodes exactly one msgpack object.
 pub fn decode(bytes: &[u8]) -> Result<Value, PayloadError> {
     let mut rd = bytes;
-    let v = rmpv::decode::read_value_with_max_depth(&mut rd, MAX_DEPTH).map_err(|e| match e {
-        rmpv::decode::Error::DepthLimitExceeded => PayloadError::TooDeep,
-        other => PayloadError::Decode(other.to_string()),
-    })?;
+    let v = rmpv::decode::read_value_with_max_depth(&mut rd, MAX_DEPTH).map_err(read_error)?;
+    if !rd.is_empty() {
+        return Err(PayloadError::Trailing);
+    }
+    Ok(v)
+}
+
+/// [`decode`], borrowing: strings and byte strings stay in `bytes` (the same depth bound
+/// and trailing-bytes check).
+pub fn decode_ref(bytes: &[u8]) -> Result<ValueRef<'_>, PayloadError> {
+    let mut rd = bytes;
+    let v = rmpv::decode::read_value_ref_with_max_depth(&mut rd, MAX_DEPTH).map_err(read_error)?;
     if !rd.is_empty() {
         return Err(PayloadError::Trailing);
     }
@@ -55,6 +71,24 @@ pub fn bytes(v: &Value) -> Option<&[u8]> {
 /// The text of a str or bin value, if it is UTF-8.
 pub fn text(v: &Value) -> Option<&str> {
     bytes(v).and_then(|b| std::str::from_utf8(b).ok())
+}
+
+/// [`bytes`] of a value [`decode_ref`] read from `body`, for as long as `body` lives.
+/// rmpv lends an invalid-UTF-8 str's bytes only for as long as the value, so they are
+/// found again in `body`, which they were borrowed from (`None` if they are not there).
+pub fn ref_bytes<'a>(body: &'a [u8], v: &ValueRef<'a>) -> Option<&'a [u8]> {
+    let b: &[u8] = match v {
+        ValueRef::String(s) => s.as_bytes(),
+        ValueRef::Binary(b) => b,
+        _ => return None,
+    };
+    let start = (b.as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
+    body.get(start..start.checked_add(b.len())?)
+}
+
+/// [`text`] of a value [`decode_ref`] read from `body`.
+pub fn ref_text<'a>(body: &'a [u8], v: &ValueRef<'a>) -> Option<&'a str> {
+    ref_bytes(body, v).and_then(|b| std::str::from_utf8(b).ok())
 }
 
 /// Looks up `key` in a map whose keys are str or bin.
