@@ -59,8 +59,10 @@ pub fn follow(sock_dir: &Path, jid: &str, only: Option<&[String]>, timeout: Dura
 /// Reads answer lines until the follow ends; returns the last arrival.
 fn read_all(mut rd: BufReader<UnixStream>, jid: &str, tx: &Sender<Arrival>) -> Arrival {
     let failed = |error: String| Arrival::Failed { jid: jid.to_string(), error };
+    // One line buffer for the whole follow: a big job's returns are thousands of lines.
+    let mut buf = Vec::new();
     loop {
-        let mut buf = Vec::new();
+        buf.clear();
         match (&mut rd).take(MAX_LINE).read_until(b'\n', &mut buf) {
             Ok(0) => return failed("the master closed the connection before the job's end".into()),
             Ok(_) if buf.last() != Some(&b'\n') => return failed("the master's answer was cut short".into()),
@@ -68,7 +70,7 @@ fn read_all(mut rd: BufReader<UnixStream>, jid: &str, tx: &Sender<Arrival>) -> A
             Err(e) if is_timeout(&e) => return failed(NOT_RESPONDING.into()),
             Err(e) => return failed(format!("admin socket: {e}")),
         }
-        let v: Value = match serde_json::from_slice(&buf) {
+        let mut v: Value = match serde_json::from_slice(&buf) {
             Ok(v) => v,
             Err(e) => return failed(format!("admin socket: bad answer: {e}")),
         };
@@ -80,7 +82,10 @@ fn read_all(mut rd: BufReader<UnixStream>, jid: &str, tx: &Sender<Arrival>) -> A
             return Arrival::Done { jid: jid.to_string(), missing };
         }
         let Some(id) = v.get("id").and_then(Value::as_str) else { continue };
-        let arrival = Arrival::Return { jid: jid.to_string(), id: id.to_string(), load: v.get("return").cloned().unwrap_or(Value::Null) };
+        let id = id.to_string();
+        // Moved out, not copied: a return's load can be large.
+        let load = v.get_mut("return").map(Value::take).unwrap_or(Value::Null);
+        let arrival = Arrival::Return { jid: jid.to_string(), id, load };
         if tx.send(arrival).is_err() {
             return failed("nobody is listening".into());
         }
