@@ -308,6 +308,37 @@ fn jobs_expire_by_cutoff_with_their_returns_and_nothing_else() {
 }
 
 #[test]
+fn returns_put_in_key_order_keep_what_the_batch_did_in_log_order() {
+    use crate::format::{JobReturn, JobsExpired};
+    let d = tempfile::tempdir().unwrap();
+    let sm = StateMachine::open(&d.path().join("s")).unwrap();
+    let ret = |jid: &str, id: &str, load: u8, first_only: bool| Record::JobReturn(JobReturn { jid: jid.into(), id: id.into(), load: vec![load], time_ns: 1, first_only });
+    let (old, edge, new) = ("20261120000000000001", "20261121000000000000", "20261122000000000002");
+    // One batch, ids out of order: a key put twice (the later wins), a range deletion
+    // after some returns (they are gone) and before others (they stay), and a
+    // first-only return after a put of its key earlier in the batch (skipped).
+    let batch = vec![
+        ret(new, "m3", 1, false),
+        ret(old, "m2", 1, false),
+        ret(new, "m1", 1, false),
+        ret(new, "m3", 2, false),
+        Record::JobsExpired(JobsExpired { before_jid: edge.into(), time_ns: 2 }),
+        ret(old, "m1", 3, false),
+        ret(new, "m2", 4, false),
+        ret(new, "m1", 5, true),
+    ];
+    sm.apply(&numbered(batch, 1)).unwrap();
+    let load = |jid: &str, id: &str| sm.job_return(jid, id).unwrap().map(|r| r.load);
+    assert_eq!(load(new, "m3"), Some(vec![2]), "the later of two puts of one key wins");
+    assert_eq!(load(old, "m2"), None, "a return before the range deletion is deleted");
+    assert_eq!(load(old, "m1"), Some(vec![3]), "a return after the range deletion stays");
+    assert_eq!(load(new, "m1"), Some(vec![1]), "a first-only return sees the batch's earlier put");
+    assert_eq!(load(new, "m2"), Some(vec![4]));
+    let ids: Vec<String> = sm.job_returns(new).unwrap().into_iter().map(|r| r.id).collect();
+    assert_eq!(ids, ["m1", "m2", "m3"]);
+}
+
+#[test]
 fn a_joining_group_adds_its_minions_to_the_stored_job_and_keeps_its_load() {
     use crate::format::JobPublished;
     let d = tempfile::tempdir().unwrap();

@@ -372,9 +372,12 @@ fn apply_returns(total: u64, group: u64) {
     let sm = StateMachine::open(&dir.path().join("state")).expect("sm");
     let group = group.max(1);
     let per_batch = 64 * group;
+    // Minions answer in no particular order: the n-th return of a job is minion
+    // `n * 2,897 mod 8,000`'s (2,897 is prime to 8,000, so every minion once a job), and
+    // ids in that order are far from sorted, as a fleet's returns are.
     let ret = |seq: u64| {
         let jid = format!("2026112700000000{:04}", seq / 8000);
-        Record::JobReturn(JobReturn { jid, id: format!("swarm-{}", seq % 8000), load: vec![0x82; 150], time_ns: seq, first_only: false })
+        Record::JobReturn(JobReturn { jid, id: format!("swarm-{}", (seq % 8000) * 2897 % 8000), load: vec![0x82; 150], time_ns: seq, first_only: false })
     };
     let t = Instant::now();
     let mut seq = 1u64;

@@ -102,6 +102,7 @@ impl StateMachine {
         if last == applied {
             return Ok(out);
         }
+        self.put_returns(&mut overlay.returns_out, &mut batch)?;
         self.record_proposals(&tracker, &mut batch)?;
         batch.put_cf(db.cf(CF_META)?, APPLIED_INDEX, last.to_be_bytes());
         let written = db.write_opt(batch, &no_wal());
@@ -118,6 +119,30 @@ impl StateMachine {
         }
         self.pending_changed(overlay.pending_delta);
         Ok(out)
+    }
+
+    /// Puts the returns gathered so far into `b` in key order (and empties `out`).
+    ///
+    /// A batch's returns come in the order minions answered, which is no order: put as
+    /// they came, each one cost RocksDB a search of its memtable's skip list from the
+    /// top, most of it cache misses (with 8,000 minions a fifth of the log thread's
+    /// CPU). In key order each insert starts from where the previous one ended (the
+    /// skip list keeps that position), and the nodes on the way are still in cache
+    /// (docs/benchmarks.md, "Returns put in key order"). The sort is stable, so two
+    /// puts of one key keep their order and the later still wins; returns are only
+    /// ever put, and a range deletion of returns takes the returns before it first
+    /// (`JobsExpired`), so the order of what the batch does is otherwise unchanged.
+    fn put_returns(&self, out: &mut Vec<(Vec<u8>, Vec<u8>)>, b: &mut WriteBatch) -> Result<()> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        let db = self.db()?;
+        let cf = db.cf(CF_RETURNS)?;
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        for (k, v) in out.drain(..) {
+            b.put_cf(cf, k, v);
+        }
+        Ok(())
     }
 
     fn apply_one(&self, index: u64, pos: usize, rec: &Record, b: &mut WriteBatch, fx: &mut Vec<Effect>, ov: &mut Overlay) -> Result<()> {
@@ -229,7 +254,7 @@ impl StateMachine {
                     tracing::info!(index, jid = %r.jid, id = %r.id, "return skipped: a return for this job and id is stored already");
                     return Ok(());
                 }
-                b.put_cf(db.cf(CF_RETURNS)?, &k, to_msgpack(r)?);
+                ov.returns_out.push((k.clone(), to_msgpack(r)?));
                 ov.returns.insert(k);
             }
             Record::GrainsReport(g) => b.put_cf(db.cf(CF_GRAINS)?, g.id.as_bytes(), to_msgpack(g)?),
@@ -313,6 +338,8 @@ impl StateMachine {
                 const FIRST: &[u8] = b"0";
                 let before = e.before_jid.as_bytes();
                 b.delete_range_cf(db.cf(CF_JOBS)?, FIRST, before);
+                // The returns put so far go in first: the range is deleted after them.
+                self.put_returns(&mut ov.returns_out, b)?;
                 b.delete_range_cf(db.cf(CF_RETURNS)?, FIRST, before);
                 // Reaction claims start with their event's time as a jid.
                 b.delete_range_cf(db.cf(CF_META)?, crate::reaction::claim_key("0"), crate::reaction::claim_key(&e.before_jid));
@@ -430,6 +457,9 @@ pub(super) struct Overlay {
     pub(super) member_keys: HashMap<u64, [u8; 32]>,
     /// Returns (`jid NUL id`) written earlier in the same batch.
     returns: HashSet<Vec<u8>>,
+    /// Returns to put (key, value), in the order they were applied: the batch takes them
+    /// in key order ([`StateMachine::put_returns`]).
+    returns_out: Vec<(Vec<u8>, Vec<u8>)>,
     /// Jobs written earlier in the same batch (a joining group reads them).
     jobs: HashMap<String, JobPublished>,
     /// Batch runs written earlier in the same batch (`batch_runs.rs`).
