@@ -9,10 +9,10 @@ use serde_json::{Map, Value as J};
 /// One event: a tag and a map of data.
 ///
 /// A job return's event carries the minion's whole load. Most are read by nobody (the
-/// `salt` CLI's follow needs only the tag, and with no watcher on the bus an event is
-/// dropped as soon as it is fired), so such data is kept as the msgpack value it
-/// arrived as and turned into JSON the first time someone reads it ([`Event::data`]),
-/// `_stamp` included.
+/// `salt` CLI's follow writes its JSON line straight from msgpack, and with no watcher
+/// on the bus an event is dropped as soon as it is fired), so such data is kept as the
+/// msgpack bytes that were stored and turned into JSON the first time someone reads it
+/// ([`Event::data`]), `_stamp` included.
 #[derive(Debug, Clone)]
 pub struct Event {
     pub tag: String,
@@ -22,8 +22,9 @@ pub struct Event {
 #[derive(Debug, Clone)]
 enum Data {
     Json(J),
-    /// A msgpack value, rendered on first read; `stamp`: the `_stamp` to add then.
-    Load { load: Arc<rmpv::Value>, stamp: Option<u64>, json: Arc<OnceLock<J>> },
+    /// A msgpack map (the bytes of a stored return), rendered on first read; `stamp`:
+    /// the `_stamp` to add then.
+    Load { load: Arc<[u8]>, stamp: Option<u64>, json: Arc<OnceLock<J>> },
 }
 
 /// Tags minions may not fire: Salt's `_minion_event` blacklist for `events` lists, and
@@ -66,13 +67,13 @@ pub fn event(tag: impl Into<String>, data: J) -> Event {
 }
 
 /// The `salt/job/<jid>/ret/<id>` event of a return minion `id` sent itself (its
-/// `_return`, committed before the event is fired): the data is the load, turned into
-/// JSON only when read (see [`Event`]), the same as
-/// `event(tag, payload::to_json(&load))`. Only such an event carries a return
+/// `_return`, committed before the event is fired): the data is the load (msgpack, as
+/// stored), turned into JSON only when read (see [`Event`]), the same as
+/// `event(tag, payload::to_json(&payload::decode(&load)?))`. Only such an event carries a return
 /// ([`Event::carried_return`]): an event a minion fires (`_minion_event`) or a peer
 /// forwards may name anyone in its tag.
-pub fn return_event(jid: &str, id: &str, load: rmpv::Value) -> Event {
-    Event { tag: format!("salt/job/{jid}/ret/{id}"), data: Data::Load { load: Arc::new(load), stamp: None, json: Arc::new(OnceLock::new()) } }
+pub fn return_event(jid: &str, id: &str, load: Arc<[u8]>) -> Event {
+    Event { tag: format!("salt/job/{jid}/ret/{id}"), data: Data::Load { load, stamp: None, json: Arc::new(OnceLock::new()) } }
 }
 
 /// Salt's `salt/job/<jid>/new` event of a publish `load` sent to `minions` (`missing`:
@@ -105,8 +106,8 @@ impl Event {
     }
 
     /// The committed return this event carries, if it is a [`return_event`]: the
-    /// minion's load as it was stored.
-    pub fn carried_return(&self) -> Option<&rmpv::Value> {
+    /// minion's load as it was stored (msgpack).
+    pub fn carried_return(&self) -> Option<&[u8]> {
         match &self.data {
             Data::Load { load, .. } => Some(load),
             Data::Json(_) => None,
@@ -118,7 +119,10 @@ impl Event {
         match &self.data {
             Data::Json(j) => j,
             Data::Load { load, stamp, json } => json.get_or_init(|| {
-                let mut m = as_map(crate::wire::payload::to_json_with_room(load, usize::from(stamp.is_some())));
+                use crate::wire::payload;
+                // It decodes: it is what the return stored (`None` only if it was not).
+                let load = payload::decode(load).unwrap_or(rmpv::Value::Nil);
+                let mut m = as_map(payload::to_json_with_room(&load, usize::from(stamp.is_some())));
                 if let Some(micros) = stamp {
                     m.insert("_stamp".into(), J::String(stamp_at(*micros)));
                 }
@@ -151,16 +155,17 @@ mod tests {
     /// is not a map is wrapped as Salt wraps it.
     #[test]
     fn a_loads_event_is_rendered_on_read_as_its_json_would_be() {
-        use crate::wire::payload::{bin, map, to_json};
+        use crate::wire::payload::{bin, encode, map, to_json};
         use rmpv::Value;
         let load = map([("id", Value::from("m1")), ("return", Value::Boolean(true)), ("tok", bin(vec![0, 255])), ("n", Value::from(-3))]);
         for l in [load, Value::from(7), Value::Array(vec![Value::Nil])] {
-            let lazy = super::return_event("1", "m1", l.clone()).stamped(1_795_000_000_123_456);
+            let bytes = encode(&l);
+            let lazy = super::return_event("1", "m1", bytes.as_slice().into()).stamped(1_795_000_000_123_456);
             let eager = super::event("salt/job/1/ret/m1", to_json(&l)).stamped(1_795_000_000_123_456);
             assert_eq!(lazy.data(), eager.data());
             assert_eq!(lazy, eager);
             assert_eq!(lazy.clone().data()["_stamp"], "2026-11-18T11:06:40.123456");
-            assert_eq!(lazy.carried_return(), Some(&l));
+            assert_eq!(lazy.carried_return(), Some(bytes.as_slice()));
             assert_eq!(eager.carried_return(), None, "an event made of JSON carries no return");
         }
     }

@@ -52,16 +52,11 @@ pub const COALESCE: std::time::Duration = std::time::Duration::from_millis(5);
 const INLINE_READS: usize = 16;
 
 /// The load of a stored return as JSON text (`null` if it cannot be decoded), written
-/// straight from the msgpack value ([`payload::write_json`]).
+/// straight from its msgpack bytes ([`payload::write_json`]).
 fn load_json(load: &[u8]) -> Vec<u8> {
-    match payload::decode(load) {
-        Ok(v) => {
-            let mut out = Vec::with_capacity(load.len() + load.len() / 4 + 8);
-            payload::write_json(&v, &mut out);
-            out
-        }
-        Err(_) => b"null".to_vec(),
-    }
+    let mut out = Vec::with_capacity(load.len() + load.len() / 4 + 8);
+    payload::write_json(load, &mut out);
+    out
 }
 
 /// Returns read from the job cache: (minion id, its load as JSON text).
@@ -82,10 +77,7 @@ fn gather(sm: &StateMachine, jid: &str, carried: &Carried, ids: &[String]) -> Fo
     let mut found: Found = carried
         .iter()
         .filter_map(|(id, e)| {
-            let load = e.carried_return()?;
-            let mut out = Vec::new();
-            payload::write_json(load, &mut out);
-            Some((id.clone(), out))
+            Some((id.clone(), load_json(e.carried_return()?)))
         })
         .collect();
     if !ids.is_empty() {

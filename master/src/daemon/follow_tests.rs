@@ -171,7 +171,7 @@ async fn a_returns_own_event_is_sent_as_it_carries_it_and_other_events_are_only_
     for i in 0..N {
         let ret = if i == 0 { json!("carried") } else { json!(i) };
         let load = payload::from_json(&json!({"return": ret, "retcode": 0, "success": true}));
-        tx.send(Arc::new(crate::events::return_event(JID, &id(i), load))).unwrap();
+        tx.send(Arc::new(crate::events::return_event(JID, &id(i), payload::encode(&load).as_slice().into()))).unwrap();
     }
     // A minion's own event, forged to name minion N with a made-up return.
     tx.send(Arc::new(crate::events::event(format!("salt/job/{JID}/ret/{}", id(N)), json!({"return": "forged"})))).unwrap();

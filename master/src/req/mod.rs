@@ -209,9 +209,14 @@ impl Answer {
 }
 
 impl Command {
-    /// Parses an AES command from its (decrypted, checked) inner load.
-    /// A return takes the load as it is (its largest part, `return`, is never copied).
-    pub fn parse_aes(cmd: &str, inner: Value) -> Command {
+    /// Parses an AES command from its (decrypted, checked) inner load, msgpack without
+    /// `nonce` and `tok` ([`envelope::Opened::inner`]). A return takes those bytes as they
+    /// are, to be stored (they are never made into a tree); any other command decodes them.
+    pub fn parse_aes(cmd: &str, opened: envelope::Opened) -> Command {
+        if cmd == "_return" {
+            return Command::Return(returns::Return::parse(opened.inner));
+        }
+        let inner = opened.inner_value();
         if let Some(f) = files::Files::parse(cmd, &inner) {
             return Command::Files(f);
         }
@@ -219,7 +224,6 @@ impl Command {
             return Command::Mine(m);
         }
         match cmd {
-            "_return" => Command::Return(returns::Return::parse(inner)),
             "_pillar" => Command::Pillar(pillar::Pillar::parse(&inner)),
             "_minion_event" => Command::MinionEvent(events::MinionEvent::parse(&inner)),
             other => Command::Misc(misc::Misc::parse(other, &inner)),
@@ -313,11 +317,12 @@ fn handle_aes(view: &dyn View, env: &envelope::Envelope, weight: Weight) -> Opti
     let Some(session) = view.session_key(id) else {
         return Some(Outcome::bad_load("no session key: the minion has not signed in", "aes", id));
     };
-    let opened = match envelope::open_aes(env.ciphertext, id, &session) {
+    let mut opened = match envelope::open_aes(env.ciphertext, id, &session) {
         Ok(o) => o,
         Err(why) => return Some(Outcome::bad_load(why, "aes", id)),
     };
-    let cmd = opened.cmd.as_str();
+    let (cmd, nonce) = (std::mem::take(&mut opened.cmd), std::mem::take(&mut opened.nonce));
+    let cmd = cmd.as_str();
     if weight == Weight::Light && !LIGHT_COMMANDS.contains(&cmd) {
         return None;
     }
@@ -335,27 +340,27 @@ fn handle_aes(view: &dyn View, env: &envelope::Envelope, weight: Weight) -> Opti
         return Some(Outcome::bad_load("bad tok", cmd, id));
     }
     let now_s = (view.now_ns() / 1_000_000_000) as i64;
-    if let Err(why) = envelope::check_ttl(&opened.inner, now_s, view.config().request_server_ttl) {
+    if let Err(why) = envelope::check_ttl(opened.ts, now_s, view.config().request_server_ttl) {
         return Some(Outcome::bad_load(why, cmd, id));
     }
-    let ctx = Ctx { id, nonce: &opened.nonce, key: print, enc: env.enc_algo, sig: env.sig_algo };
-    let mut ans = match Command::parse_aes(cmd, opened.inner).answer(&ctx, view) {
+    let ctx = Ctx { id, nonce: &nonce, key: print, enc: env.enc_algo, sig: env.sig_algo };
+    let mut ans = match Command::parse_aes(cmd, opened).answer(&ctx, view) {
         Ok(a) => a,
         Err(why) => return Some(Outcome::bad_load(why, cmd, id)),
     };
     let changes = !(ans.records.is_empty() && ans.events.is_empty());
-    if changes && view.replayed(id, &opened.nonce) {
+    if changes && view.replayed(id, &nonce) {
         // Answered (a minion resending after a lost reply needs it), but the first
         // copy's effects are the only ones.
-        tracing::info!(cmd, id, nonce = %opened.nonce, "replayed request: answered, nothing written");
+        tracing::info!(cmd, id, nonce = %nonce, "replayed request: answered, nothing written");
         ans.records.clear();
         ans.events.clear();
     }
-    let effects = if ans.records.is_empty() && ans.events.is_empty() { vec![] } else { vec![Effect::RememberNonce { id: id.to_string(), nonce: opened.nonce.clone() }] };
+    let effects = if ans.records.is_empty() && ans.events.is_empty() { vec![] } else { vec![Effect::RememberNonce { id: id.to_string(), nonce: nonce.clone() }] };
     let reply = if ans.private {
         encode(&ans.value)
     } else {
-        match envelope::seal_reply(&session, &opened.nonce, &ans.value) {
+        match envelope::seal_reply(&session, &nonce, &ans.value) {
             Ok(r) => r,
             Err(e) => return Some(Outcome::bad_load(format!("cannot encrypt the reply: {e}"), cmd, id)),
         }

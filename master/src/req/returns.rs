@@ -12,6 +12,8 @@
 //! the records are committed; the `salt/job/<jid>/ret/<id>` event fires then (its data
 //! the load, rendered as JSON only when read).
 
+use std::sync::Arc;
+
 use rmpv::Value;
 
 use halite_storage::format::{JobPublished, JobReturn, Record};
@@ -20,29 +22,38 @@ use super::{Answer, Ctx};
 use crate::error::Result;
 use crate::events::return_event;
 use crate::view::View;
-use crate::wire::payload::{encode, get, get_text, take};
+use crate::wire::payload::{self, encode, get, ref_get, ref_key_bytes, take};
 
 /// A `_return` request.
 pub struct Return {
-    load: Value,
+    /// The inner load as msgpack, without `nonce` and `tok` (a map: `open_aes` read it).
+    load: Vec<u8>,
 }
 
 impl Return {
-    pub fn parse(inner: Value) -> Self {
+    pub fn parse(inner: Vec<u8>) -> Self {
         Return { load: inner }
     }
 
     pub fn answer(self, ctx: &Ctx, view: &dyn View) -> Result<Answer> {
-        let mut load = self.load;
-        let jid = get_text(&load, "jid").unwrap_or("").to_string();
+        // Read in place: a return is stored as the minion sent it, so only `jid` and
+        // whether there is a `return` are looked at (a tree is made only for `req`).
+        let (jid, has_return) = match payload::decode_ref(&self.load) {
+            Ok(m) => {
+                let jid = ref_get(&m, "jid").and_then(|v| ref_key_bytes(v)).and_then(|b| std::str::from_utf8(b).ok()).unwrap_or("").to_string();
+                (jid, ref_get(&m, "return").is_some())
+            }
+            Err(_) => (String::new(), false),
+        };
         // Salt stores nothing for a return without `return` (or `jid`), nor for `nocache`.
-        if jid == "nocache" || jid.is_empty() || get(&load, "return").is_none() {
+        if jid == "nocache" || jid.is_empty() || !has_return {
             tracing::debug!(id = ctx.id, jid, "return not stored");
             return Ok(Answer::value(Value::Nil));
         }
         let now = view.now_ns();
         let mut records = Vec::with_capacity(2);
-        let jid = if jid == "req" {
+        let (jid, load) = if jid == "req" {
+            let mut load = payload::decode(&self.load).unwrap_or(Value::Map(Vec::new()));
             let jid = view.new_jid();
             let fun_args = get(&load, "arg").or_else(|| get(&load, "fun_args")).cloned().unwrap_or(Value::Array(vec![]));
             for (k, v) in [("arg", fun_args), ("tgt_type", Value::from("glob")), ("tgt", Value::from(ctx.id)), ("jid", Value::from(jid.as_str()))] {
@@ -51,18 +62,20 @@ impl Return {
                     m.push((Value::from(k), v));
                 }
             }
-            let job = JobPublished { jid: jid.clone(), load: encode(&load), minions: vec![ctx.id.to_string()], time_ns: now, started_by: Some(ctx.id.to_string()), joins: false };
+            let load = encode(&load);
+            let job = JobPublished { jid: jid.clone(), load: load.clone(), minions: vec![ctx.id.to_string()], time_ns: now, started_by: Some(ctx.id.to_string()), joins: false };
             records.push(Record::JobPublished(job));
-            jid
+            (jid, load)
         } else {
-            jid
+            (jid, self.load)
         };
-        records.push(Record::JobReturn(JobReturn { jid: jid.clone(), id: ctx.id.to_string(), load: encode(&load), time_ns: now, first_only: false }));
+        // The event's data is rendered only if something reads it (`crate::events`).
+        let event_load: Arc<[u8]> = Arc::from(load.as_slice());
+        records.push(Record::JobReturn(JobReturn { jid: jid.clone(), id: ctx.id.to_string(), load, time_ns: now, first_only: false }));
         for rec in &records {
             rec.validate().map_err(|e| crate::error::Error::refused(format!("return refused: {e}")))?;
         }
-        // The event's data is rendered only if something reads it (`crate::events`).
-        let events = vec![return_event(&jid, ctx.id, load)];
+        let events = vec![return_event(&jid, ctx.id, event_load)];
         Ok(Answer { value: Value::Nil, private: false, records, events })
     }
 }

@@ -18,7 +18,7 @@
 use rmpv::{Value, ValueRef};
 
 use super::crypto::{Crypticle, EncAlgo, PublicKey, SigAlgo, PICKLE};
-use super::payload::{self, bin, encode, get, get_text, ref_bytes, ref_text, take};
+use super::payload::{self, bin, encode, ref_bytes, ref_text};
 
 /// The lowest envelope version served.
 pub const MIN_VERSION: i64 = 3;
@@ -123,30 +123,119 @@ pub struct Opened {
     pub cmd: String,
     pub nonce: String,
     pub tok: Value,
-    /// The inner load without `nonce` and `tok`.
-    pub inner: Value,
+    /// `ts` (Salt's request time, seconds) when the load has an integer one.
+    pub ts: Option<i64>,
+    /// The inner load without `nonce` and `tok`, as msgpack: a new map header, then the
+    /// minion's own bytes of every other entry, in its order. A `_return` stores these
+    /// bytes as they are; other commands decode them ([`Opened::inner_value`]).
+    pub inner: Vec<u8>,
+}
+
+impl Opened {
+    /// [`Opened::inner`] decoded (it decodes: [`open_aes`] read every byte of it).
+    pub fn inner_value(&self) -> Value {
+        payload::decode(&self.inner).unwrap_or(Value::Map(Vec::new()))
+    }
+}
+
+/// The header of a msgpack map: (entries, header length); `None` if `b` does not start
+/// with one.
+fn map_header(b: &[u8]) -> Option<(usize, usize)> {
+    match *b.first()? {
+        m @ 0x80..=0x8f => Some(((m & 0x0f) as usize, 1)),
+        0xde => Some((u16::from_be_bytes(b.get(1..3)?.try_into().ok()?) as usize, 3)),
+        0xdf => Some((u32::from_be_bytes(b.get(1..5)?.try_into().ok()?) as usize, 5)),
+        _ => None,
+    }
+}
+
+/// Reads one key or value of a top-level map, in place, within the depth bound that
+/// [`payload::decode`] of the whole map would give it: rmpv spends two of its depth
+/// units on each container level, the map's own included (the test
+/// `an_inner_map_is_bounded_as_a_tree_is` holds the two to the same limit).
+fn read_in_map<'a>(rd: &mut &'a [u8]) -> Result<ValueRef<'a>, EnvelopeError> {
+    rmpv::decode::read_value_ref_with_max_depth(rd, payload::MAX_DEPTH - 2).map_err(|_| EnvelopeError::InnerNotAMap)
+}
+
+/// Appends the shortest msgpack header of a map of `n` entries.
+fn write_map_header(n: usize, out: &mut Vec<u8>) {
+    if n < 16 {
+        out.push(0x80 | n as u8);
+    } else if let Ok(n) = u16::try_from(n) {
+        out.push(0xde);
+        out.extend_from_slice(&n.to_be_bytes());
+    } else {
+        out.push(0xdf);
+        out.extend_from_slice(&(n as u32).to_be_bytes());
+    }
 }
 
 /// Decrypts an AES load with the minion's session key and checks its shape: the
 /// `pickle::` prefix, a map, a well-formed nonce, the inner id equal to `id`, a `tok`.
+///
+/// The map is read in place, one entry at a time (each within the same depth bound as
+/// [`payload::decode`] of the whole), and never made into a tree: of a `test.ping`
+/// return's fields only `cmd`, `id`, `nonce`, `tok` and `ts` are looked at here, and
+/// what is stored is the minion's bytes without `nonce` and `tok`. As with a tree, the
+/// first entry of a key is the one that counts (and the one left out).
 pub fn open_aes(ciphertext: Option<&[u8]>, id: &str, session: &Crypticle) -> Result<Opened, EnvelopeError> {
     let ct = ciphertext.ok_or(EnvelopeError::LoadNotBytes)?;
     let plain = session.decrypt(ct).map_err(|_| EnvelopeError::DoesNotDecrypt)?;
     let msg = plain.strip_prefix(PICKLE).ok_or(EnvelopeError::NoPickle)?;
-    let mut inner = match payload::decode(msg) {
-        Ok(v @ Value::Map(_)) => v,
-        _ => return Err(EnvelopeError::InnerNotAMap),
-    };
-    let cmd = get_text(&inner, "cmd").unwrap_or("").to_string();
-    let nonce = take(&mut inner, "nonce").and_then(|n| payload::text(&n).map(String::from)).unwrap_or_default();
+    let (n, header) = map_header(msg).ok_or(EnvelopeError::InnerNotAMap)?;
+    // Every entry takes at least two bytes: a count beyond that is a lie, refused before
+    // anything is sized by it.
+    if n > (msg.len() - header) / 2 {
+        return Err(EnvelopeError::InnerNotAMap);
+    }
+    let mut rd = &msg[header..];
+    let (mut cmd, mut nonce, mut inner_id, mut tok, mut ts) = (None, None, None, None, None);
+    // Where the entries left out (`nonce`, `tok`) lie, in order.
+    let mut gaps: Vec<(usize, usize)> = Vec::with_capacity(2);
+    for _ in 0..n {
+        let start = msg.len() - rd.len();
+        let k = read_in_map(&mut rd)?;
+        let v = read_in_map(&mut rd)?;
+        let end = msg.len() - rd.len();
+        let mut keep = true;
+        match payload::ref_key_bytes(&k) {
+            Some(b"cmd") if cmd.is_none() => cmd = Some(ref_text(msg, &v).unwrap_or("").to_string()),
+            Some(b"nonce") if nonce.is_none() => {
+                nonce = Some(ref_text(msg, &v).unwrap_or("").to_string());
+                keep = false;
+            }
+            Some(b"id") if inner_id.is_none() => inner_id = Some(ref_text(msg, &v).map(|t| t == id)),
+            Some(b"tok") if tok.is_none() => {
+                tok = Some(v.to_owned());
+                keep = false;
+            }
+            Some(b"ts") if ts.is_none() => ts = Some(if let ValueRef::Integer(i) = v { i.as_i64() } else { None }),
+            _ => {}
+        }
+        if !keep {
+            gaps.push((start, end));
+        }
+    }
+    if !rd.is_empty() {
+        return Err(EnvelopeError::InnerNotAMap);
+    }
+    let nonce = nonce.unwrap_or_default();
     if !well_formed_nonce(&nonce) {
         return Err(EnvelopeError::BadNonce);
     }
-    if get_text(&inner, "id") != Some(id) {
+    if inner_id.flatten() != Some(true) {
         return Err(EnvelopeError::IdMismatch);
     }
-    let tok = take(&mut inner, "tok").ok_or(EnvelopeError::NoTok)?;
-    Ok(Opened { cmd, nonce, tok, inner })
+    let tok = tok.ok_or(EnvelopeError::NoTok)?;
+    let mut inner = Vec::with_capacity(msg.len());
+    write_map_header(n - gaps.len(), &mut inner);
+    let mut at = header;
+    for (start, end) in gaps {
+        inner.extend_from_slice(&msg[at..start]);
+        at = end;
+    }
+    inner.extend_from_slice(&msg[at..]);
+    Ok(Opened { cmd: cmd.unwrap_or_default(), nonce, tok, ts: ts.flatten(), inner })
 }
 
 /// A nonce as Salt makes them: 32 hex digits.
@@ -161,11 +250,11 @@ pub fn tok_valid(tok: &Value, minion_pub: &PublicKey) -> bool {
 
 /// Salt's `request_server_ttl`: refuses a request whose `ts` is more than `ttl` seconds
 /// before `now_s` (0 turns the check off).
-pub fn check_ttl(inner: &Value, now_s: i64, ttl: u64) -> Result<(), EnvelopeError> {
+pub fn check_ttl(ts: Option<i64>, now_s: i64, ttl: u64) -> Result<(), EnvelopeError> {
     if ttl == 0 {
         return Ok(());
     }
-    let ts = get(inner, "ts").and_then(Value::as_i64).unwrap_or(0);
+    let ts = ts.unwrap_or(0);
     let age = now_s.saturating_sub(ts);
     if age > ttl as i64 {
         return Err(EnvelopeError::Stale { ts, age, ttl });
@@ -191,7 +280,7 @@ pub fn bad_load() -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::payload::{get, get_text, map};
+    use crate::wire::payload::{get, get_text, map, take};
 
     fn body(v: Value) -> Vec<u8> {
         encode(&v)
@@ -294,7 +383,8 @@ mod tests {
         let good = good.as_deref();
         let o = open_aes(good, "m1", &k).unwrap();
         assert_eq!((o.cmd.as_str(), o.nonce.as_str()), ("_return", nonce));
-        assert!(get(&o.inner, "nonce").is_none() && get(&o.inner, "tok").is_none(), "nonce and tok are taken out");
+        let inner = o.inner_value();
+        assert!(get(&inner, "nonce").is_none() && get(&inner, "tok").is_none(), "nonce and tok are taken out");
         assert_eq!(open_aes(good, "m2", &k).unwrap_err(), EnvelopeError::IdMismatch);
         assert_eq!(open_aes(good, "m1", &Crypticle::generate()).unwrap_err(), EnvelopeError::DoesNotDecrypt);
         let short_nonce = seal(map([("cmd", Value::from("x")), ("id", Value::from("m1")), ("nonce", Value::from("abc")), ("tok", bin(b"t".to_vec()))]));
@@ -306,12 +396,109 @@ mod tests {
         assert_eq!(open_aes(None, "m1", &k).unwrap_err(), EnvelopeError::LoadNotBytes);
     }
 
+    /// What `open_aes` did before it read in place: the whole map decoded into a tree,
+    /// then looked up and taken from. The oracle of the proptest below.
+    fn open_tree(msg: &[u8], id: &str) -> Result<(String, String, Value, Option<i64>, Value), EnvelopeError> {
+        let mut inner = match payload::decode(msg) {
+            Ok(v @ Value::Map(_)) => v,
+            _ => return Err(EnvelopeError::InnerNotAMap),
+        };
+        let cmd = get_text(&inner, "cmd").unwrap_or("").to_string();
+        let nonce = take(&mut inner, "nonce").and_then(|n| payload::text(&n).map(String::from)).unwrap_or_default();
+        if !well_formed_nonce(&nonce) {
+            return Err(EnvelopeError::BadNonce);
+        }
+        if get_text(&inner, "id") != Some(id) {
+            return Err(EnvelopeError::IdMismatch);
+        }
+        let tok = take(&mut inner, "tok").ok_or(EnvelopeError::NoTok)?;
+        let ts = get(&inner, "ts").and_then(Value::as_i64);
+        Ok((cmd, nonce, tok, ts, inner))
+    }
+
+    fn inner_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => field_value(),
+            1 => Just(Value::from("0123456789abcdef0123456789abcdef")),
+            1 => Just(Value::from("_return")),
+            1 => any::<u64>().prop_map(Value::from),
+            1 => Just(Value::Array(vec![Value::Nil; 3])),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Read in place, an AES load opens as the decoded tree did: the same error, or
+        /// the same cmd, nonce, tok and ts and the same inner map without nonce and tok,
+        /// for any map of the keys it looks at (repeated, not text, in any order).
+        #[test]
+        fn opens_as_the_decoded_tree(pairs in proptest::collection::vec((proptest::sample::select(vec!["cmd", "id", "nonce", "tok", "ts", "jid", "return", "x", "#bin-id", "#int"]), inner_value()), 0..10), raw_tail in proptest::option::of(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..3))) {
+            let key = |k: &str| match k {
+                "#bin-id" => bin(b"id".to_vec()),
+                "#int" => Value::from(7),
+                k => Value::from(k),
+            };
+            let tree = Value::Map(pairs.into_iter().map(|(k, v)| (key(k), v)).collect());
+            let mut msg = encode(&tree);
+            if let Some(t) = raw_tail {
+                msg.extend_from_slice(&t);
+            }
+            let k = Crypticle::generate();
+            let mut plain = PICKLE.to_vec();
+            plain.extend_from_slice(&msg);
+            let ct = k.encrypt(&plain).unwrap();
+            let got = open_aes(Some(&ct), "m1", &k);
+            match open_tree(&msg, "m1") {
+                Err(e) => proptest::prop_assert_eq!(got.unwrap_err(), e),
+                Ok((cmd, nonce, tok, ts, inner)) => {
+                    let o = got.unwrap();
+                    proptest::prop_assert_eq!((o.cmd.as_str(), o.nonce.as_str(), &o.tok, o.ts), (cmd.as_str(), nonce.as_str(), &tok, ts));
+                    proptest::prop_assert_eq!(o.inner_value(), inner.clone());
+                    proptest::prop_assert_eq!(o.inner, encode(&inner), "the minion's bytes, which rmpv writes as it reads them");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_inner_map_is_bounded_as_a_tree_is() {
+        let k = Crypticle::generate();
+        let open = |msg: &[u8]| {
+            let mut plain = PICKLE.to_vec();
+            plain.extend_from_slice(msg);
+            open_aes(Some(&k.encrypt(&plain).unwrap()), "m1", &k)
+        };
+        let nonce = "0123456789abcdef0123456789abcdef";
+        // At every depth up to the limit, a value opens exactly when its tree would
+        // decode (and both happen: the limit is among these depths).
+        let mut seen = std::collections::HashSet::new();
+        for depth in 1..=payload::MAX_DEPTH {
+            let mut deep = Value::Nil;
+            for _ in 0..depth - 1 {
+                deep = Value::Array(vec![deep]);
+            }
+            let m = map([("id", Value::from("m1")), ("nonce", Value::from(nonce)), ("tok", bin(b"t".to_vec())), ("deep", deep)]);
+            let msg = encode(&m);
+            assert_eq!(open(&msg).is_ok(), open_tree(&msg, "m1").is_ok(), "depth {depth}");
+            seen.insert(open(&msg).is_ok());
+        }
+        assert_eq!(seen.len(), 2, "the limit lies among the depths tried");
+        // A map header that claims more entries than the bytes could hold.
+        assert_eq!(open(&[0xdf, 0xff, 0xff, 0xff, 0xff, 0xc0, 0xc0]).unwrap_err(), EnvelopeError::InnerNotAMap);
+        // A 16-bit header, shortened when nonce and tok are left out: 17 entries, 15 kept.
+        let mut pairs: Vec<(Value, Value)> = (0..14).map(|i| (Value::from(format!("k{i}").as_str()), Value::from(i))).collect();
+        pairs.extend([(Value::from("id"), Value::from("m1")), (Value::from("nonce"), Value::from(nonce)), (Value::from("tok"), bin(b"t".to_vec()))]);
+        let o = open(&encode(&Value::Map(pairs))).unwrap();
+        assert_eq!(o.inner[0], 0x8f, "a fixmap of 15");
+        assert_eq!(payload::decode(&o.inner).unwrap().as_map().map(Vec::len), Some(15));
+    }
+
     #[test]
     fn ttl_and_reply() {
-        let inner = map([("ts", Value::from(1000))]);
-        assert!(check_ttl(&inner, 1010, 0).is_ok(), "0 is off");
-        assert!(check_ttl(&inner, 1010, 60).is_ok());
-        assert_eq!(check_ttl(&inner, 1100, 60).unwrap_err(), EnvelopeError::Stale { ts: 1000, age: 100, ttl: 60 });
+        assert!(check_ttl(Some(1000), 1010, 0).is_ok(), "0 is off");
+        assert!(check_ttl(Some(1000), 1010, 60).is_ok());
+        assert_eq!(check_ttl(Some(1000), 1100, 60).unwrap_err(), EnvelopeError::Stale { ts: 1000, age: 100, ttl: 60 });
+        assert_eq!(check_ttl(None, 1100, 60).unwrap_err(), EnvelopeError::Stale { ts: 0, age: 1100, ttl: 60 });
         let k = Crypticle::generate();
         let r = seal_reply(&k, "0123456789abcdef0123456789abcdef", &Value::from(true)).unwrap();
         let ct = payload::decode(&r).unwrap();

@@ -167,38 +167,47 @@ pub fn to_json_with_room(v: &Value, extra: usize) -> serde_json::Value {
     }
 }
 
-/// Writes the JSON text of [`to_json`]`(v)` into `out` without building the JSON value
-/// (the follow's answer lines: half of its cost was allocating that value). Byte for
-/// byte what `serde_json::to_writer(out, &to_json(v))` writes; a map that names a key
-/// twice (only a hostile minion sends one) is written through [`to_json`], whose last
-/// value wins in the first one's place.
-pub fn write_json(v: &Value, out: &mut Vec<u8>) {
+/// Writes the JSON text of [`to_json`] of the msgpack object `msgpack` into `out`, read in
+/// place ([`decode_ref`]) and without building the JSON value: the follow's answer lines,
+/// written from the stored bytes of each return (half of the follow's cost was
+/// allocating that value, then building the msgpack tree). Byte for byte what
+/// `serde_json::to_writer(out, &to_json(&decode(msgpack)?))` writes; `null` if the bytes
+/// do not decode. A map that names a key twice (only a hostile minion sends one) is
+/// written through [`to_json`], whose last value wins in the first one's place.
+pub fn write_json(msgpack: &[u8], out: &mut Vec<u8>) {
+    match decode_ref(msgpack) {
+        Ok(v) => write_json_ref(&v, out),
+        Err(_) => out.extend_from_slice(b"null"),
+    }
+}
+
+fn write_json_ref(v: &ValueRef<'_>, out: &mut Vec<u8>) {
     // Writing into a Vec cannot fail.
     match v {
-        // Scalars: `to_json` makes them without allocating.
-        Value::Nil | Value::Boolean(_) | Value::Integer(_) | Value::F32(_) | Value::F64(_) => {
-            let _ = serde_json::to_writer(&mut *out, &to_json(v));
+        // Scalars: owned without allocating, then as `to_json` makes them.
+        ValueRef::Nil | ValueRef::Boolean(_) | ValueRef::Integer(_) | ValueRef::F32(_) | ValueRef::F64(_) => {
+            let _ = serde_json::to_writer(&mut *out, &to_json(&v.to_owned()));
         }
-        Value::String(_) | Value::Binary(_) => {
-            let _ = serde_json::to_writer(&mut *out, &*String::from_utf8_lossy(bytes(v).unwrap_or_default()));
+        ValueRef::String(t) => {
+            let _ = serde_json::to_writer(&mut *out, &*String::from_utf8_lossy(t.as_bytes()));
         }
-        Value::Ext(_, b) => {
+        ValueRef::Binary(b) | ValueRef::Ext(_, b) => {
             let _ = serde_json::to_writer(&mut *out, &*String::from_utf8_lossy(b));
         }
-        Value::Array(a) => {
+        ValueRef::Array(a) => {
             out.push(b'[');
             for (n, x) in a.iter().enumerate() {
                 if n > 0 {
                     out.push(b',');
                 }
-                write_json(x, out);
+                write_json_ref(x, out);
             }
             out.push(b']');
         }
-        Value::Map(m) => {
-            let keys: Vec<std::borrow::Cow<'_, str>> = m.iter().map(|(k, _)| key_text(k)).collect();
+        ValueRef::Map(m) => {
+            let keys: Vec<std::borrow::Cow<'_, str>> = m.iter().map(|(k, _)| key_text_ref(k)).collect();
             if has_repeats(&keys) {
-                let _ = serde_json::to_writer(&mut *out, &to_json(v));
+                let _ = serde_json::to_writer(&mut *out, &to_json(&v.to_owned()));
                 return;
             }
             out.push(b'{');
@@ -208,7 +217,7 @@ pub fn write_json(v: &Value, out: &mut Vec<u8>) {
                 }
                 let _ = serde_json::to_writer(&mut *out, &**key);
                 out.push(b':');
-                write_json(x, out);
+                write_json_ref(x, out);
             }
             out.push(b'}');
         }
@@ -221,6 +230,32 @@ fn key_text(k: &Value) -> std::borrow::Cow<'_, str> {
     match bytes(k) {
         Some(b) => String::from_utf8_lossy(b),
         None => std::borrow::Cow::Owned(to_json(k).to_string()),
+    }
+}
+
+/// [`key_text`] of a key read in place.
+fn key_text_ref<'a>(k: &'a ValueRef<'_>) -> std::borrow::Cow<'a, str> {
+    match k {
+        ValueRef::String(t) => String::from_utf8_lossy(t.as_bytes()),
+        ValueRef::Binary(b) => String::from_utf8_lossy(b),
+        other => std::borrow::Cow::Owned(to_json(&other.to_owned()).to_string()),
+    }
+}
+
+/// The bytes of a str or bin value read in place (for as long as the value).
+pub fn ref_key_bytes<'v>(v: &'v ValueRef<'_>) -> Option<&'v [u8]> {
+    match v {
+        ValueRef::String(t) => Some(t.as_bytes()),
+        ValueRef::Binary(b) => Some(b),
+        _ => None,
+    }
+}
+
+/// The first value of a map read in place whose key is `key` (str or bin), as [`get`].
+pub fn ref_get<'v, 'a>(map: &'v ValueRef<'a>, key: &str) -> Option<&'v ValueRef<'a>> {
+    match map {
+        ValueRef::Map(m) => m.iter().find(|(k, _)| ref_key_bytes(k) == Some(key.as_bytes())).map(|(_, v)| v),
+        _ => None,
     }
 }
 
@@ -285,7 +320,7 @@ mod tests {
         #[test]
         fn write_json_is_to_json_written(v in any_value()) {
             let mut w = Vec::new();
-            write_json(&v, &mut w);
+            write_json(&encode(&v), &mut w);
             prop_assert_eq!(String::from_utf8(w).unwrap(), serde_json::to_string(&to_json(&v)).unwrap());
         }
     }
@@ -307,14 +342,17 @@ mod tests {
         assert_eq!(j.to_string(), to_json(&m).to_string());
         let deep = vec![0x91; 10_000];
         let mut w = Vec::new();
-        write_json(&m, &mut w);
+        write_json(&encode(&m), &mut w);
         assert_eq!(w, to_json(&m).to_string().into_bytes());
+        let mut w = Vec::new();
+        write_json(&[0xc1], &mut w);
+        assert_eq!(w, b"null", "bytes that do not decode");
         // Past 16 keys the repeat check is a set: without and with a repeated key.
         let mut big: Vec<(Value, Value)> = (0..20).map(|i| (Value::from(format!("k{i}").as_str()), Value::from(i))).collect();
         for _ in 0..2 {
             let v = Value::Map(big.clone());
             let mut w = Vec::new();
-            write_json(&v, &mut w);
+            write_json(&encode(&v), &mut w);
             assert_eq!(w, to_json(&v).to_string().into_bytes());
             big.push((Value::from("k3"), Value::Nil));
         }
