@@ -124,11 +124,13 @@ impl StateMachine {
     /// Puts the returns gathered so far into `b` in key order (and empties `out`).
     ///
     /// A batch's returns come in the order minions answered, which is no order: put as
-    /// they came, each one cost RocksDB a search of its memtable's skip list from the
-    /// top, most of it cache misses (with 8,000 minions a fifth of the log thread's
-    /// CPU). In key order each insert starts from where the previous one ended (the
-    /// skip list keeps that position), and the nodes on the way are still in cache
-    /// (docs/benchmarks.md, "Returns put in key order"). The sort is stable, so two
+    /// they came, each one costs RocksDB a search of its memtable's skip list from the
+    /// top, mostly cache misses (about two fifths of the log thread's CPU in a
+    /// `test.ping` to 8,000 minions). In key order an insert next to the previous one
+    /// starts where that one ended (the skip list keeps the position), and the nodes on
+    /// the way are still in cache. That pays in large batches (replay, catching up:
+    /// a third more returns applied a second); a live master's batches are small, and
+    /// there it measured the same (docs/benchmarks.md, "Returns put in key order"). The sort is stable, so two
     /// puts of one key keep their order and the later still wins; returns are only
     /// ever put, and a range deletion of returns takes the returns before it first
     /// (`JobsExpired`), so the order of what the batch does is otherwise unchanged.
