@@ -1,7 +1,8 @@
 //! The master's own work on a job return, per call, without sockets or storage: the
-//! request envelope decoded, its AES load opened (HMAC, AES-CBC, the inner msgpack), and
-//! the reply sealed. The load is what a salt-minion 3008.5 sends for `test.ping`
-//! (`tok` a 256-byte signature).
+//! request envelope decoded, its AES load opened (HMAC, AES-CBC, the inner map read in
+//! place and the bytes to store cut out of it), and the reply sealed. Two loads as a
+//! salt-minion 3008.5 sends them (`tok` a 256-byte signature): a `test.ping` return, and
+//! a `state.apply` return of 40 states (about 11 KB).
 //!
 //! `cargo bench -p halite-benches --bench request`. Results: `docs/benchmarks.md`.
 
@@ -17,16 +18,40 @@ use halite_master::wire::payload::{bin, encode, map};
 const NONCE: &str = "0123456789abcdef0123456789abcdef";
 const ID: &str = "minion-0001.example.com";
 
-/// The body of a `test.ping` return as a salt-minion 3008.5 sends it.
-fn return_body(session: &Crypticle) -> Vec<u8> {
+/// A `state.apply` return of `n` states, each as Salt reports a `file.managed` in the
+/// correct state.
+fn state_return(n: usize) -> Value {
+    Value::Map(
+        (0..n)
+            .map(|i| {
+                let path = format!("/etc/halite/file-{i}.conf");
+                let state = map([
+                    ("name", Value::from(path.as_str())),
+                    ("changes", Value::Map(vec![])),
+                    ("result", Value::Boolean(true)),
+                    ("comment", Value::from(format!("File {path} is in the correct state").as_str())),
+                    ("__sls__", Value::from("base.files")),
+                    ("__run_num__", Value::from(i as u64)),
+                    ("start_time", Value::from("08:12:44.123456")),
+                    ("duration", Value::F64(1.234)),
+                    ("__id__", Value::from(path.as_str())),
+                ]);
+                (Value::from(format!("file_|-{path}_|-{path}_|-managed").as_str()), state)
+            })
+            .collect(),
+    )
+}
+
+/// The body of a job return as a salt-minion 3008.5 sends it.
+fn return_body(session: &Crypticle, fun: &str, ret: Value) -> Vec<u8> {
     let inner = map([
         ("cmd", Value::from("_return")),
         ("id", Value::from(ID)),
         ("success", Value::Boolean(true)),
-        ("return", Value::Boolean(true)),
+        ("return", ret),
         ("retcode", Value::from(0)),
         ("jid", Value::from("20261128044512345678")),
-        ("fun", Value::from("test.ping")),
+        ("fun", Value::from(fun)),
         ("fun_args", Value::Array(vec![])),
         ("user", Value::from("root")),
         ("nonce", Value::from(NONCE)),
@@ -48,15 +73,15 @@ fn return_body(session: &Crypticle) -> Vec<u8> {
 
 fn request_path(c: &mut Criterion) {
     let session = Crypticle::generate();
-    let body = return_body(&session);
-    let env = envelope::decode(&body, 1 << 20).expect("decode");
-    let mut g = c.benchmark_group("job return (test.ping)");
-    g.bench_function("envelope decode", |b| b.iter(|| envelope::decode(&body, 1 << 20).expect("decode")));
-    g.bench_function("open the AES load", |b| b.iter(|| envelope::open_aes(env.ciphertext, ID, &session).expect("open")));
-    let opened = envelope::open_aes(env.ciphertext, ID, &session).expect("open");
-    g.bench_function("encode the stored load", |b| b.iter(|| encode(&opened.inner)));
-    g.bench_function("seal the reply", |b| b.iter(|| envelope::seal_reply(&session, NONCE, &Value::Nil).expect("seal")));
-    g.finish();
+    for (group, fun, ret) in [("job return (test.ping)", "test.ping", Value::Boolean(true)), ("job return (state.apply, 40 states)", "state.apply", state_return(40))] {
+        let body = return_body(&session, fun, ret);
+        let env = envelope::decode(&body, 1 << 20).expect("decode");
+        let mut g = c.benchmark_group(group);
+        g.bench_function("envelope decode", |b| b.iter(|| envelope::decode(&body, 1 << 20).expect("decode")));
+        g.bench_function("open the AES load (the bytes to store included)", |b| b.iter(|| envelope::open_aes(env.ciphertext, ID, &session).expect("open")));
+        g.bench_function("seal the reply", |b| b.iter(|| envelope::seal_reply(&session, NONCE, &Value::Nil).expect("seal")));
+        g.finish();
+    }
 }
 
 fn config() -> Criterion {

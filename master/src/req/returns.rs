@@ -22,7 +22,8 @@ use super::{Answer, Ctx};
 use crate::error::Result;
 use crate::events::return_event;
 use crate::view::View;
-use crate::wire::payload::{self, encode, get, ref_get, ref_key_bytes, take};
+use crate::wire::payload::{self, encode, get, ref_key_bytes, take};
+use crate::wire::scan::MapScan;
 
 /// A `_return` request.
 pub struct Return {
@@ -38,13 +39,7 @@ impl Return {
     pub fn answer(self, ctx: &Ctx, view: &dyn View) -> Result<Answer> {
         // Read in place: a return is stored as the minion sent it, so only `jid` and
         // whether there is a `return` are looked at (a tree is made only for `req`).
-        let (jid, has_return) = match payload::decode_ref(&self.load) {
-            Ok(m) => {
-                let jid = ref_get(&m, "jid").and_then(|v| ref_key_bytes(v)).and_then(|b| std::str::from_utf8(b).ok()).unwrap_or("").to_string();
-                (jid, ref_get(&m, "return").is_some())
-            }
-            Err(_) => (String::new(), false),
-        };
+        let (jid, has_return) = jid_and_return(&self.load);
         // Salt stores nothing for a return without `return` (or `jid`), nor for `nocache`.
         if jid == "nocache" || jid.is_empty() || !has_return {
             tracing::debug!(id = ctx.id, jid, "return not stored");
@@ -77,5 +72,59 @@ impl Return {
         }
         let events = vec![return_event(&jid, ctx.id, event_load)];
         Ok(Answer { value: Value::Nil, private: false, records, events })
+    }
+}
+
+/// The first `jid` of a load (its text, or empty), and whether it has a `return`: read
+/// in place, every other value stepped over ([`MapScan`]), as `payload::get_text` and
+/// `payload::get` of the decoded load would find them. The load is one `open_aes` read
+/// whole, so it scans; should it not, it reads as neither.
+fn jid_and_return(load: &[u8]) -> (String, bool) {
+    let (mut jid, mut has_return) = (None, false);
+    let Ok(mut scan) = MapScan::new(load) else { return (String::new(), false) };
+    while let Some(Ok((k, _))) = scan.key() {
+        let read = match ref_key_bytes(&k) {
+            Some(b"jid") if jid.is_none() => scan.value().map(|v| jid = Some(ref_key_bytes(&v).and_then(|b| std::str::from_utf8(b).ok()).unwrap_or("").to_string())),
+            other => {
+                has_return |= other == Some(b"return");
+                scan.skip_value()
+            }
+        };
+        if read.is_err() {
+            return (String::new(), false);
+        }
+    }
+    (jid.unwrap_or_default(), has_return)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::payload::{bin, get_text};
+    use proptest::prelude::*;
+
+    fn value() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(Value::Nil),
+            any::<i64>().prop_map(Value::from),
+            prop::sample::select(vec!["20261128000000000001", "req", "nocache", ""]).prop_map(Value::from),
+            prop::collection::vec(any::<u8>(), 0..4).prop_map(bin),
+            Just(Value::Array(vec![Value::Map(vec![(Value::from("a"), Value::Nil)]); 2])),
+        ]
+    }
+
+    proptest! {
+        /// Read in place, a load's `jid` and `return` are what the decoded tree gives.
+        #[test]
+        fn jid_and_return_read_as_the_tree(pairs in prop::collection::vec((prop::sample::select(vec!["jid", "return", "fun", "#bin-jid", "#int"]), value()), 0..8)) {
+            let key = |k: &str| match k {
+                "#bin-jid" => bin(b"jid".to_vec()),
+                "#int" => Value::from(3),
+                k => Value::from(k),
+            };
+            let tree = Value::Map(pairs.into_iter().map(|(k, v)| (key(k), v)).collect());
+            let got = jid_and_return(&encode(&tree));
+            prop_assert_eq!(got, (get_text(&tree, "jid").unwrap_or("").to_string(), get(&tree, "return").is_some()));
+        }
     }
 }

@@ -19,6 +19,7 @@ use rmpv::{Value, ValueRef};
 
 use super::crypto::{Crypticle, EncAlgo, PublicKey, SigAlgo, PICKLE};
 use super::payload::{self, bin, encode, ref_bytes, ref_text};
+use super::scan::{self, MapScan};
 
 /// The lowest envelope version served.
 pub const MIN_VERSION: i64 = 3;
@@ -138,87 +139,49 @@ impl Opened {
     }
 }
 
-/// The header of a msgpack map: (entries, header length); `None` if `b` does not start
-/// with one.
-fn map_header(b: &[u8]) -> Option<(usize, usize)> {
-    match *b.first()? {
-        m @ 0x80..=0x8f => Some(((m & 0x0f) as usize, 1)),
-        0xde => Some((u16::from_be_bytes(b.get(1..3)?.try_into().ok()?) as usize, 3)),
-        0xdf => Some((u32::from_be_bytes(b.get(1..5)?.try_into().ok()?) as usize, 5)),
-        _ => None,
-    }
-}
-
-/// Reads one key or value of a top-level map, in place, within the depth bound that
-/// [`payload::decode`] of the whole map would give it: rmpv spends two of its depth
-/// units on each container level, the map's own included (the test
-/// `an_inner_map_is_bounded_as_a_tree_is` holds the two to the same limit).
-fn read_in_map<'a>(rd: &mut &'a [u8]) -> Result<ValueRef<'a>, EnvelopeError> {
-    rmpv::decode::read_value_ref_with_max_depth(rd, payload::MAX_DEPTH - 2).map_err(|_| EnvelopeError::InnerNotAMap)
-}
-
-/// Appends the shortest msgpack header of a map of `n` entries.
-fn write_map_header(n: usize, out: &mut Vec<u8>) {
-    if n < 16 {
-        out.push(0x80 | n as u8);
-    } else if let Ok(n) = u16::try_from(n) {
-        out.push(0xde);
-        out.extend_from_slice(&n.to_be_bytes());
-    } else {
-        out.push(0xdf);
-        out.extend_from_slice(&(n as u32).to_be_bytes());
-    }
-}
-
 /// Decrypts an AES load with the minion's session key and checks its shape: the
 /// `pickle::` prefix, a map, a well-formed nonce, the inner id equal to `id`, a `tok`.
 ///
-/// The map is read in place, one entry at a time (each within the same depth bound as
-/// [`payload::decode`] of the whole), and never made into a tree: of a `test.ping`
-/// return's fields only `cmd`, `id`, `nonce`, `tok` and `ts` are looked at here, and
-/// what is stored is the minion's bytes without `nonce` and `tok`. As with a tree, the
-/// first entry of a key is the one that counts (and the one left out).
+/// The map is read in place, one entry at a time ([`MapScan`], within the same depth
+/// bound as [`payload::decode`] of the whole), and never made into a tree: only `cmd`,
+/// `id`, `nonce`, `tok` and `ts` are read, every other value is stepped over, and what
+/// is stored is the minion's bytes without `nonce` and `tok`. As with a tree, the first
+/// entry of a key is the one that counts (and the one left out).
 pub fn open_aes(ciphertext: Option<&[u8]>, id: &str, session: &Crypticle) -> Result<Opened, EnvelopeError> {
     let ct = ciphertext.ok_or(EnvelopeError::LoadNotBytes)?;
     let plain = session.decrypt(ct).map_err(|_| EnvelopeError::DoesNotDecrypt)?;
     let msg = plain.strip_prefix(PICKLE).ok_or(EnvelopeError::NoPickle)?;
-    let (n, header) = map_header(msg).ok_or(EnvelopeError::InnerNotAMap)?;
-    // Every entry takes at least two bytes: a count beyond that is a lie, refused before
-    // anything is sized by it.
-    if n > (msg.len() - header) / 2 {
-        return Err(EnvelopeError::InnerNotAMap);
-    }
-    let mut rd = &msg[header..];
+    let bad = |_| EnvelopeError::InnerNotAMap;
+    let mut scan = MapScan::new(msg).map_err(bad)?;
     let (mut cmd, mut nonce, mut inner_id, mut tok, mut ts) = (None, None, None, None, None);
-    // Where the entries left out (`nonce`, `tok`) lie, in order.
+    // Where the entries left out (`nonce`, `tok`) lie, in order, and how many entries.
     let mut gaps: Vec<(usize, usize)> = Vec::with_capacity(2);
-    for _ in 0..n {
-        let start = msg.len() - rd.len();
-        let k = read_in_map(&mut rd)?;
-        let v = read_in_map(&mut rd)?;
-        let end = msg.len() - rd.len();
-        let mut keep = true;
+    let mut n = 0;
+    while let Some(entry) = scan.key() {
+        let (k, start) = entry.map_err(bad)?;
+        n += 1;
+        let mut leave_out = false;
         match payload::ref_key_bytes(&k) {
-            Some(b"cmd") if cmd.is_none() => cmd = Some(ref_text(msg, &v).unwrap_or("").to_string()),
+            Some(b"cmd") if cmd.is_none() => cmd = Some(ref_text(msg, &scan.value().map_err(bad)?).unwrap_or("").to_string()),
             Some(b"nonce") if nonce.is_none() => {
-                nonce = Some(ref_text(msg, &v).unwrap_or("").to_string());
-                keep = false;
+                nonce = Some(ref_text(msg, &scan.value().map_err(bad)?).unwrap_or("").to_string());
+                leave_out = true;
             }
-            Some(b"id") if inner_id.is_none() => inner_id = Some(ref_text(msg, &v).map(|t| t == id)),
+            Some(b"id") if inner_id.is_none() => inner_id = Some(ref_text(msg, &scan.value().map_err(bad)?).map(|t| t == id)),
             Some(b"tok") if tok.is_none() => {
-                tok = Some(v.to_owned());
-                keep = false;
+                tok = Some(scan.value().map_err(bad)?.to_owned());
+                leave_out = true;
             }
-            Some(b"ts") if ts.is_none() => ts = Some(if let ValueRef::Integer(i) = v { i.as_i64() } else { None }),
-            _ => {}
+            Some(b"ts") if ts.is_none() => ts = Some(if let ValueRef::Integer(i) = scan.value().map_err(bad)? { i.as_i64() } else { None }),
+            // Anything else (the `return` above all) is only stepped over.
+            _ => scan.skip_value().map_err(bad)?,
         }
-        if !keep {
-            gaps.push((start, end));
+        if leave_out {
+            gaps.push((start, scan.offset()));
         }
     }
-    if !rd.is_empty() {
-        return Err(EnvelopeError::InnerNotAMap);
-    }
+    scan.finish().map_err(bad)?;
+    let header = scan.header;
     let nonce = nonce.unwrap_or_default();
     if !well_formed_nonce(&nonce) {
         return Err(EnvelopeError::BadNonce);
@@ -228,7 +191,7 @@ pub fn open_aes(ciphertext: Option<&[u8]>, id: &str, session: &Crypticle) -> Res
     }
     let tok = tok.ok_or(EnvelopeError::NoTok)?;
     let mut inner = Vec::with_capacity(msg.len());
-    write_map_header(n - gaps.len(), &mut inner);
+    scan::write_map_header(n - gaps.len(), &mut inner);
     let mut at = header;
     for (start, end) in gaps {
         inner.extend_from_slice(&msg[at..start]);

@@ -1,0 +1,315 @@
+//! Reading a msgpack map in place, one entry at a time, without building it.
+//!
+//! A minion's `_return` is stored as the minion wrote it (`envelope::open_aes`,
+//! `req::returns`): of its entries only `cmd`, `id`, `nonce`, `tok`, `ts` and `jid` are
+//! read, and the rest (`return` above all, which for a `state.apply` is a map of
+//! hundreds of nested maps) only needs to be found to be well formed and stepped over.
+//! [`skip`] does that without allocating; [`MapScan`] walks a map's entries, giving each
+//! key and where its entry lies, and the caller reads or skips the value.
+//!
+//! **The same bound as a decode.** What [`skip`] accepts is exactly what rmpv's
+//! `read_value_ref_with_max_depth` with the same depth accepts, consuming the same bytes
+//! (the proptest below holds it to that on arbitrary bytes). rmpv spends its depth units
+//! thus: one for every value, one more for the items of an array or map (then one for
+//! each item), two more for the body of a str, one more for a bin's body, two more for an
+//! ext's. So a top-level map's entries are read with the depth a decode of the whole map
+//! would give them: [`ENTRY_DEPTH`].
+
+use rmpv::ValueRef;
+
+use super::payload::MAX_DEPTH;
+
+/// The depth a map's keys and values are read with, when [`MAX_DEPTH`] bounds the map
+/// (see the module docs).
+pub const ENTRY_DEPTH: u16 = MAX_DEPTH as u16 - 2;
+
+/// Why a scan stopped: the bytes are not one well-formed msgpack object within the bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Malformed;
+
+/// The header of a msgpack map at the start of `b`: (entries, header length); `None` if
+/// `b` does not start with one.
+pub fn map_header(b: &[u8]) -> Option<(usize, usize)> {
+    match *b.first()? {
+        m @ 0x80..=0x8f => Some(((m & 0x0f) as usize, 1)),
+        0xde => Some((u16::from_be_bytes(b.get(1..3)?.try_into().ok()?) as usize, 3)),
+        0xdf => Some((u32::from_be_bytes(b.get(1..5)?.try_into().ok()?) as usize, 5)),
+        _ => None,
+    }
+}
+
+/// Appends the shortest msgpack header of a map of `n` entries.
+pub fn write_map_header(n: usize, out: &mut Vec<u8>) {
+    if n < 16 {
+        out.push(0x80 | n as u8);
+    } else if let Ok(n) = u16::try_from(n) {
+        out.push(0xde);
+        out.extend_from_slice(&n.to_be_bytes());
+    } else {
+        out.push(0xdf);
+        out.extend_from_slice(&(n as u32).to_be_bytes());
+    }
+}
+
+fn take<'a>(rd: &mut &'a [u8], n: usize) -> Result<&'a [u8], Malformed> {
+    if n > rd.len() {
+        return Err(Malformed);
+    }
+    let (head, rest) = rd.split_at(n);
+    *rd = rest;
+    Ok(head)
+}
+
+fn len(rd: &mut &[u8], bytes: usize) -> Result<usize, Malformed> {
+    let b = take(rd, bytes)?;
+    Ok(b.iter().fold(0usize, |n, &x| (n << 8) | x as usize))
+}
+
+fn less(depth: u16) -> Result<u16, Malformed> {
+    depth.checked_sub(1).ok_or(Malformed)
+}
+
+/// Steps over one msgpack object at the start of `rd` without building it; `depth` as
+/// rmpv's `read_value_ref_with_max_depth` takes it (module docs).
+pub fn skip(rd: &mut &[u8], depth: u16) -> Result<(), Malformed> {
+    let d = less(depth)?;
+    let marker = take(rd, 1)?[0];
+    // (items: array 1, map 2; count) or (body length, depth units the body spends).
+    let (items, count) = match marker {
+        0x00..=0x7f | 0xc0..=0xc3 | 0xe0..=0xff => return Ok(()),
+        0xcc | 0xd0 => return take(rd, 1).map(drop),
+        0xcd | 0xd1 => return take(rd, 2).map(drop),
+        0xce | 0xd2 | 0xca => return take(rd, 4).map(drop),
+        0xcf | 0xd3 | 0xcb => return take(rd, 8).map(drop),
+        0xa0..=0xbf => return body(rd, (marker & 0x1f) as usize, d, 2),
+        0xd9 => return body_of(rd, 1, d, 2),
+        0xda => return body_of(rd, 2, d, 2),
+        0xdb => return body_of(rd, 4, d, 2),
+        0xc4 => return body_of(rd, 1, d, 1),
+        0xc5 => return body_of(rd, 2, d, 1),
+        0xc6 => return body_of(rd, 4, d, 1),
+        0xd4 => return ext(rd, 1, d),
+        0xd5 => return ext(rd, 2, d),
+        0xd6 => return ext(rd, 4, d),
+        0xd7 => return ext(rd, 8, d),
+        0xd8 => return ext(rd, 16, d),
+        0xc7 => return len(rd, 1).and_then(|n| ext(rd, n, d)),
+        0xc8 => return len(rd, 2).and_then(|n| ext(rd, n, d)),
+        0xc9 => return len(rd, 4).and_then(|n| ext(rd, n, d)),
+        0x90..=0x9f => (1, (marker & 0x0f) as usize),
+        0xdc => (1, len(rd, 2)?),
+        0xdd => (1, len(rd, 4)?),
+        0x80..=0x8f => (2, (marker & 0x0f) as usize),
+        0xde => (2, len(rd, 2)?),
+        0xdf => (2, len(rd, 4)?),
+    };
+    let d = less(d)?;
+    for _ in 0..count {
+        for _ in 0..items {
+            skip(rd, d)?;
+        }
+    }
+    Ok(())
+}
+
+/// A str or bin body of `n` bytes, which costs `units` depth units after `d`.
+fn body(rd: &mut &[u8], n: usize, mut d: u16, units: u16) -> Result<(), Malformed> {
+    for _ in 0..units {
+        d = less(d)?;
+    }
+    let _ = d;
+    take(rd, n).map(drop)
+}
+
+/// [`body`], its length first in `len_bytes` bytes.
+fn body_of(rd: &mut &[u8], len_bytes: usize, d: u16, units: u16) -> Result<(), Malformed> {
+    let n = len(rd, len_bytes)?;
+    body(rd, n, d, units)
+}
+
+/// An ext's type byte and body of `n` bytes.
+fn ext(rd: &mut &[u8], n: usize, d: u16) -> Result<(), Malformed> {
+    let d = less(d)?;
+    take(rd, 1)?;
+    body(rd, n, d, 1)
+}
+
+/// Reads one key or value in place, within [`ENTRY_DEPTH`].
+pub fn read<'a>(rd: &mut &'a [u8]) -> Result<ValueRef<'a>, Malformed> {
+    rmpv::decode::read_value_ref_with_max_depth(rd, ENTRY_DEPTH as usize).map_err(|_| Malformed)
+}
+
+/// The entries of a map, walked in place: [`MapScan::key`] reads the next key, then the
+/// caller takes its value with [`MapScan::value`] or steps over it with
+/// [`MapScan::skip_value`]; [`MapScan::finish`] checks that nothing follows the map.
+pub struct MapScan<'a> {
+    msg: &'a [u8],
+    rd: &'a [u8],
+    left: usize,
+    /// The map header's length.
+    pub header: usize,
+}
+
+impl<'a> MapScan<'a> {
+    /// A scan of the map `msg` holds (one map and nothing else, or [`Malformed`] by
+    /// [`MapScan::finish`]). A header that counts more entries than the bytes could hold
+    /// (two bytes at least each) is refused before anything is read.
+    pub fn new(msg: &'a [u8]) -> Result<Self, Malformed> {
+        let (n, header) = map_header(msg).ok_or(Malformed)?;
+        if n > (msg.len() - header) / 2 {
+            return Err(Malformed);
+        }
+        Ok(MapScan { msg, rd: &msg[header..], left: n, header })
+    }
+
+    /// Where the scan is, in bytes from the start of the map.
+    pub fn offset(&self) -> usize {
+        self.msg.len() - self.rd.len()
+    }
+
+    /// The next entry's key and where the entry starts; `None` after the last.
+    pub fn key(&mut self) -> Option<Result<(ValueRef<'a>, usize), Malformed>> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let start = self.offset();
+        Some(read(&mut self.rd).map(|k| (k, start)))
+    }
+
+    /// The value of the entry whose key was just read.
+    pub fn value(&mut self) -> Result<ValueRef<'a>, Malformed> {
+        read(&mut self.rd)
+    }
+
+    /// Steps over the value of the entry whose key was just read.
+    pub fn skip_value(&mut self) -> Result<(), Malformed> {
+        skip(&mut self.rd, ENTRY_DEPTH)
+    }
+
+    /// After the last entry: [`Malformed`] if bytes follow the map.
+    pub fn finish(&self) -> Result<(), Malformed> {
+        if self.left == 0 && self.rd.is_empty() {
+            Ok(())
+        } else {
+            Err(Malformed)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use rmpv::Value;
+
+    fn value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Nil),
+            any::<bool>().prop_map(Value::Boolean),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f32>().prop_map(Value::F32),
+            any::<f64>().prop_map(Value::F64),
+            "[a-z]{0,40}".prop_map(|s| Value::from(s.as_str())),
+            proptest::collection::vec(any::<u8>(), 0..300).prop_map(Value::Binary),
+            (any::<i8>(), proptest::collection::vec(any::<u8>(), 0..20)).prop_map(|(t, b)| Value::Ext(t, b)),
+        ];
+        leaf.prop_recursive(6, 64, 18, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..18).prop_map(Value::Array),
+                proptest::collection::vec((inner.clone(), inner), 0..18).prop_map(Value::Map),
+            ]
+        })
+    }
+
+    /// Encoded values, some cut short or with a byte changed, some followed by more.
+    fn bytes() -> impl Strategy<Value = Vec<u8>> {
+        (value(), any::<usize>(), any::<u8>(), 0usize..4, proptest::collection::vec(any::<u8>(), 0..3)).prop_map(|(v, at, b, how, tail)| {
+            let mut e = Vec::new();
+            rmpv::encode::write_value(&mut e, &v).unwrap();
+            let at = if e.is_empty() { 0 } else { at % e.len() };
+            match how {
+                0 => {}
+                1 => e.truncate(at),
+                2 => e[at] = b,
+                _ => e.extend_from_slice(&tail),
+            }
+            e
+        })
+    }
+
+    fn agree(b: &[u8], depth: u16) -> Result<(), TestCaseError> {
+        let (mut a, mut r) = (b, b);
+        let skipped = skip(&mut a, depth);
+        let read = rmpv::decode::read_value_ref_with_max_depth(&mut r, depth as usize);
+        prop_assert_eq!(skipped.is_ok(), read.is_ok(), "bytes {:02x?} depth {}", b, depth);
+        if skipped.is_ok() {
+            prop_assert_eq!(a.len(), r.len(), "the same bytes consumed");
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        /// `skip` accepts what rmpv reads, at any depth bound, and consumes the same bytes.
+        #[test]
+        fn skip_reads_as_rmpv_does(b in bytes(), depth in 0u16..24) {
+            agree(&b, depth)?;
+            agree(&b, ENTRY_DEPTH)?;
+        }
+
+        #[test]
+        fn skip_agrees_on_any_bytes(b in proptest::collection::vec(any::<u8>(), 0..12), depth in 0u16..8) {
+            agree(&b, depth)?;
+        }
+    }
+
+    #[test]
+    fn every_marker_agrees_with_rmpv() {
+        // Each first byte, followed by enough bytes for any fixed-size body.
+        for m in 0..=255u8 {
+            for tail in [vec![], vec![0u8; 3], vec![1u8; 40], vec![0x91u8; 40]] {
+                let mut b = vec![m];
+                b.extend_from_slice(&tail);
+                for depth in [0u16, 1, 2, 3, 4, 8, ENTRY_DEPTH] {
+                    agree(&b, depth).unwrap();
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_map_is_walked_entry_by_entry() {
+        let m = Value::Map(vec![(Value::from("a"), Value::Array(vec![Value::from(1); 3])), (Value::from("b"), Value::from("x"))]);
+        let mut e = Vec::new();
+        rmpv::encode::write_value(&mut e, &m).unwrap();
+        let mut s = MapScan::new(&e).unwrap();
+        let (k, start) = s.key().unwrap().unwrap();
+        assert_eq!((k, start), (ValueRef::from("a"), 1));
+        s.skip_value().unwrap();
+        let (k, _) = s.key().unwrap().unwrap();
+        assert_eq!(k, ValueRef::from("b"));
+        assert_eq!(s.value().unwrap(), ValueRef::from("x"));
+        assert!(s.key().is_none());
+        assert!(s.finish().is_ok());
+        e.push(0xc0);
+        let mut s = MapScan::new(&e).unwrap();
+        while let Some(k) = s.key() {
+            k.unwrap();
+            s.skip_value().unwrap();
+        }
+        assert_eq!(s.finish(), Err(Malformed), "a byte after the map");
+        assert!(MapScan::new(&[0xdf, 0xff, 0xff, 0xff, 0xff, 0xc0]).is_err(), "a count the bytes cannot hold");
+        assert!(MapScan::new(&[0x91, 0xc0]).is_err(), "not a map");
+        let mut h = Vec::new();
+        for n in [0usize, 15, 16, 65_535, 65_536] {
+            h.clear();
+            write_map_header(n, &mut h);
+            assert_eq!(map_header(&h), Some((n, h.len())));
+            // The header and n nil pairs decode as a map of n entries.
+            h.resize(h.len() + 2 * n, 0xc0);
+            assert_eq!(crate::wire::payload::decode(&h).unwrap().as_map().map(Vec::len), Some(n));
+        }
+    }
+}
