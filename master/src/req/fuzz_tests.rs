@@ -51,21 +51,7 @@ fn good_return(f: &Fixture) -> Vec<u8> {
 
 /// msgpack values of every kind, nested a few levels.
 fn value() -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![
-        Just(Value::Nil),
-        any::<bool>().prop_map(Value::Boolean),
-        any::<i64>().prop_map(Value::from),
-        any::<u64>().prop_map(Value::from),
-        any::<f64>().prop_map(Value::from),
-        "[a-z_]{0,12}".prop_map(Value::from),
-        proptest::collection::vec(any::<u8>(), 0..64).prop_map(Value::Binary),
-    ];
-    leaf.prop_recursive(4, 64, 8, |inner| {
-        prop_oneof![
-            proptest::collection::vec(inner.clone(), 0..8).prop_map(Value::Array),
-            proptest::collection::vec((inner.clone(), inner), 0..8).prop_map(Value::Map),
-        ]
-    })
+    crate::wire::test_values::values(crate::wire::test_values::Shape { text: "[a-z_]{0,12}", max_bin: 63, ext: false, depth: 4, size: 64, items: 8, text_keys: false })
 }
 
 /// Whether a request made a session key (only an accepted sign-in may).

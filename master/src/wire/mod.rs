@@ -8,3 +8,5 @@ pub mod envelope;
 pub mod payload;
 pub mod publish;
 pub mod scan;
+#[cfg(test)]
+pub mod test_values;

@@ -297,23 +297,7 @@ mod tests {
     /// Any payload value: every msgpack kind, text and non-UTF-8 bytes, repeated keys,
     /// keys that are not text, nesting.
     fn any_value() -> impl Strategy<Value = Value> {
-        let leaf = prop_oneof![
-            Just(Value::Nil),
-            any::<bool>().prop_map(Value::Boolean),
-            any::<u64>().prop_map(Value::from),
-            any::<i64>().prop_map(Value::from),
-            any::<f32>().prop_map(Value::F32),
-            any::<f64>().prop_map(Value::F64),
-            "[a-c\\\"\u{0}-\u{1f}é🦀]{0,6}".prop_map(|s| Value::from(s.as_str())),
-            proptest::collection::vec(any::<u8>(), 0..6).prop_map(Value::Binary),
-            (any::<i8>(), proptest::collection::vec(any::<u8>(), 0..4)).prop_map(|(t, b)| Value::Ext(t, b)),
-        ];
-        leaf.prop_recursive(4, 48, 6, |inner| {
-            prop_oneof![
-                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
-                proptest::collection::vec((prop_oneof![3 => "[ab]{0,2}".prop_map(|s| Value::from(s.as_str())), 1 => inner.clone()], inner), 0..6).prop_map(Value::Map),
-            ]
-        })
+        crate::wire::test_values::values(crate::wire::test_values::Shape { text: "[a-c\\\"\u{0}-\u{1f}é🦀]{0,6}", max_bin: 5, ext: true, depth: 4, size: 48, items: 6, text_keys: true })
     }
 
     proptest! {

@@ -203,24 +203,10 @@ mod tests {
     use proptest::prelude::*;
     use rmpv::Value;
 
+    /// Values with every marker: str8 and bin16 (long ones), array16 and map16 (16
+    /// items or more), ext.
     fn value() -> impl Strategy<Value = Value> {
-        let leaf = prop_oneof![
-            Just(Value::Nil),
-            any::<bool>().prop_map(Value::Boolean),
-            any::<i64>().prop_map(Value::from),
-            any::<u64>().prop_map(Value::from),
-            any::<f32>().prop_map(Value::F32),
-            any::<f64>().prop_map(Value::F64),
-            "[a-z]{0,40}".prop_map(|s| Value::from(s.as_str())),
-            proptest::collection::vec(any::<u8>(), 0..300).prop_map(Value::Binary),
-            (any::<i8>(), proptest::collection::vec(any::<u8>(), 0..20)).prop_map(|(t, b)| Value::Ext(t, b)),
-        ];
-        leaf.prop_recursive(6, 64, 18, |inner| {
-            prop_oneof![
-                proptest::collection::vec(inner.clone(), 0..18).prop_map(Value::Array),
-                proptest::collection::vec((inner.clone(), inner), 0..18).prop_map(Value::Map),
-            ]
-        })
+        crate::wire::test_values::values(crate::wire::test_values::Shape { text: "[a-z]{0,40}", max_bin: 300, ext: true, depth: 6, size: 64, items: 18, text_keys: false })
     }
 
     /// Encoded values, some cut short or with a byte changed, some followed by more.
