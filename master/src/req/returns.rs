@@ -22,7 +22,7 @@ use super::{Answer, Ctx};
 use crate::error::Result;
 use crate::events::return_event;
 use crate::view::View;
-use crate::wire::payload::{self, encode, get, ref_key_bytes, take};
+use crate::wire::payload::{self, encode, get, ref_bytes, ref_text, take};
 use crate::wire::scan::MapScan;
 
 /// A `_return` request.
@@ -83,8 +83,8 @@ fn jid_and_return(load: &[u8]) -> (String, bool) {
     let (mut jid, mut has_return) = (None, false);
     let Ok(mut scan) = MapScan::new(load) else { return (String::new(), false) };
     while let Some(Ok((k, _))) = scan.key() {
-        let read = match ref_key_bytes(&k) {
-            Some(b"jid") if jid.is_none() => scan.value().map(|v| jid = Some(ref_key_bytes(&v).and_then(|b| std::str::from_utf8(b).ok()).unwrap_or("").to_string())),
+        let read = match ref_bytes(load, &k) {
+            Some(b"jid") if jid.is_none() => scan.value().map(|v| jid = Some(ref_text(load, &v).unwrap_or("").to_string())),
             other => {
                 has_return |= other == Some(b"return");
                 scan.skip_value()

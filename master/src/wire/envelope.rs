@@ -161,7 +161,7 @@ pub fn open_aes(ciphertext: Option<&[u8]>, id: &str, session: &Crypticle) -> Res
         let (k, start) = entry.map_err(bad)?;
         n += 1;
         let mut leave_out = false;
-        match payload::ref_key_bytes(&k) {
+        match ref_bytes(msg, &k) {
             Some(b"cmd") if cmd.is_none() => cmd = Some(ref_text(msg, &scan.value().map_err(bad)?).unwrap_or("").to_string()),
             Some(b"nonce") if nonce.is_none() => {
                 nonce = Some(ref_text(msg, &scan.value().map_err(bad)?).unwrap_or("").to_string());

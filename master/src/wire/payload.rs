@@ -242,23 +242,6 @@ fn key_text_ref<'a>(k: &'a ValueRef<'_>) -> std::borrow::Cow<'a, str> {
     }
 }
 
-/// The bytes of a str or bin value read in place (for as long as the value).
-pub fn ref_key_bytes<'v>(v: &'v ValueRef<'_>) -> Option<&'v [u8]> {
-    match v {
-        ValueRef::String(t) => Some(t.as_bytes()),
-        ValueRef::Binary(b) => Some(b),
-        _ => None,
-    }
-}
-
-/// The first value of a map read in place whose key is `key` (str or bin), as [`get`].
-pub fn ref_get<'v, 'a>(map: &'v ValueRef<'a>, key: &str) -> Option<&'v ValueRef<'a>> {
-    match map {
-        ValueRef::Map(m) => m.iter().find(|(k, _)| ref_key_bytes(k) == Some(key.as_bytes())).map(|(_, v)| v),
-        _ => None,
-    }
-}
-
 /// Whether a map's keys name one twice.
 fn has_repeats(keys: &[std::borrow::Cow<'_, str>]) -> bool {
     if keys.len() <= 16 {

@@ -113,11 +113,8 @@ pub fn skip(rd: &mut &[u8], depth: u16) -> Result<(), Malformed> {
 }
 
 /// A str or bin body of `n` bytes, which costs `units` depth units after `d`.
-fn body(rd: &mut &[u8], n: usize, mut d: u16, units: u16) -> Result<(), Malformed> {
-    for _ in 0..units {
-        d = less(d)?;
-    }
-    let _ = d;
+fn body(rd: &mut &[u8], n: usize, d: u16, units: u16) -> Result<(), Malformed> {
+    d.checked_sub(units).ok_or(Malformed)?;
     take(rd, n).map(drop)
 }
 
@@ -135,7 +132,7 @@ fn ext(rd: &mut &[u8], n: usize, d: u16) -> Result<(), Malformed> {
 }
 
 /// Reads one key or value in place, within [`ENTRY_DEPTH`].
-pub fn read<'a>(rd: &mut &'a [u8]) -> Result<ValueRef<'a>, Malformed> {
+fn read<'a>(rd: &mut &'a [u8]) -> Result<ValueRef<'a>, Malformed> {
     rmpv::decode::read_value_ref_with_max_depth(rd, ENTRY_DEPTH as usize).map_err(|_| Malformed)
 }
 

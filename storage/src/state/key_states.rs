@@ -1,4 +1,5 @@
-//! The keys bank read by state, without copying keys.
+//! The keys and denied banks read: whole entries ([`StateMachine::get_key`],
+//! [`StateMachine::keys`], the denied bank's), and by state without copying keys.
 //!
 //! A publish targets the accepted keys: `salt '*'` at 8,000 minions read every stored
 //! key (its state, time and PEM) into memory to keep the ids of the accepted ones, about
@@ -13,7 +14,10 @@
 
 use rocksdb::ReadOptions;
 
-use super::{StateMachine, CF_KEYS};
+use rocksdb::IteratorMode;
+
+use super::{KeyPrint, StateMachine, StoredKey, CF_DENIED, CF_KEYS};
+use crate::keys::KeyEntry;
 use crate::error::{Error, Result};
 use crate::keys::BankState;
 
@@ -58,5 +62,79 @@ impl StateMachine {
             Ok(())
         })?;
         Ok(n)
+    }
+}
+
+impl StateMachine {
+    fn decode_key(id: &[u8], v: &[u8]) -> Result<StoredKey> {
+        if v.len() < 9 {
+            return Err(Error::Invalid(format!("key entry of {:?} is damaged", String::from_utf8_lossy(id))));
+        }
+        let state = BankState::from_mmap_byte(v[0]).ok_or_else(|| Error::Invalid(format!("key entry of {:?} has state byte {}", String::from_utf8_lossy(id), v[0])))?;
+        Ok(StoredKey { state, time_ns: u64::from_be_bytes(v[1..9].try_into().unwrap_or([0; 8])), pub_key: v[9..].to_vec() })
+    }
+
+    pub fn get_key(&self, id: &str) -> Result<Option<StoredKey>> {
+        let db = self.db()?;
+        match db.get_cf(db.cf(CF_KEYS)?, id.as_bytes())? {
+            None => Ok(None),
+            Some(v) => Self::decode_key(id.as_bytes(), &v).map(Some),
+        }
+    }
+
+    /// `id`'s key state and the SHA-256 of its PEM: what [`StateMachine::get_key`] would
+    /// answer, from memory when it can (`key_prints.rs`: as fresh as a read, bounded).
+    pub fn key_print(&self, id: &str) -> Result<Option<KeyPrint>> {
+        let epoch = match self.prints.get(id) {
+            Ok(p) => return Ok(Some(p)),
+            Err(epoch) => epoch,
+        };
+        let Some(key) = self.get_key(id)? else { return Ok(None) };
+        let print = KeyPrint::of(&key);
+        self.prints.fill(id, print, epoch);
+        Ok(Some(print))
+    }
+
+    /// The first denied key of `id` and its time.
+    pub fn get_denied(&self, id: &str) -> Result<Option<(u64, Vec<u8>)>> {
+        let db = self.db()?;
+        match db.get_cf(db.cf(CF_DENIED)?, id.as_bytes())? {
+            None => Ok(None),
+            Some(v) if v.len() >= 8 => Ok(Some((u64::from_be_bytes(v[..8].try_into().unwrap_or([0; 8])), v[8..].to_vec()))),
+            Some(_) => Err(Error::Invalid(format!("denied entry of {id:?} is damaged"))),
+        }
+    }
+
+    /// Every key, sorted by id bytes.
+    pub fn keys(&self) -> Result<Vec<(String, StoredKey)>> {
+        let db = self.db()?;
+        let mut out = Vec::new();
+        for item in db.iterator_cf(db.cf(CF_KEYS)?, IteratorMode::Start) {
+            let (k, v) = item?;
+            let id = String::from_utf8(k.to_vec()).map_err(|_| Error::Invalid("non-UTF-8 id in the state machine".into()))?;
+            let sk = Self::decode_key(&k, &v)?;
+            out.push((id, sk));
+        }
+        Ok(out)
+    }
+
+    /// Every denied key, sorted by id bytes: (id, time_ns, pub).
+    pub fn denied(&self) -> Result<Vec<(String, u64, Vec<u8>)>> {
+        let db = self.db()?;
+        let mut out = Vec::new();
+        for item in db.iterator_cf(db.cf(CF_DENIED)?, IteratorMode::Start) {
+            let (k, v) = item?;
+            let id = String::from_utf8(k.to_vec()).map_err(|_| Error::Invalid("non-UTF-8 id in the state machine".into()))?;
+            if v.len() < 8 {
+                return Err(Error::Invalid(format!("denied entry of {id:?} is damaged")));
+            }
+            out.push((id, u64::from_be_bytes(v[..8].try_into().unwrap_or([0; 8])), v[8..].to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Key entries as the views hold them.
+    pub fn key_entries(&self) -> Result<Vec<KeyEntry>> {
+        Ok(self.keys()?.into_iter().map(|(id, k)| KeyEntry { id, state: k.state, pub_key: k.pub_key }).collect())
     }
 }
