@@ -56,7 +56,17 @@ def perf_start(pid, freq=999, stack_bytes=32768):
     """What the environment asks for, attached to PID until `perf_stop`:
     ``HALITE_PERF_OUT=FILE``, `perf record` (FREQ samples a second, DWARF call graphs of
     STACK_BYTES); ``HALITE_PERF_STAT_OUT=FILE``, `perf stat` of PID's threads, one line a
-    thread and event (PERF_STAT_EVENTS). None if neither is set."""
+    thread and event (PERF_STAT_EVENTS); ``HALITE_HEAPTRACK_OUT=FILE``, `heaptrack`
+    attached to PID (a master built with the system allocator: heaptrack sees `malloc`,
+    not mimalloc), so the sign-ins before the window are not counted. None if none is
+    set."""
+    if os.environ.get("HALITE_HEAPTRACK_OUT"):
+        proc = subprocess.Popen(["heaptrack", "-o", os.environ["HALITE_HEAPTRACK_OUT"], "-p", str(pid)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # Attaching injects through gdb: wait until heaptrack says it is in.
+        for line in proc.stdout:
+            if "injection finished" in line:
+                break
+        return proc
     if os.environ.get("HALITE_PERF_OUT"):
         cmd = ["perf", "record", "-F", str(freq), "-g", "--call-graph", f"dwarf,{stack_bytes}", "-p", str(pid), "-o", os.environ["HALITE_PERF_OUT"]]
     elif os.environ.get("HALITE_PERF_STAT_OUT"):

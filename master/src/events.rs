@@ -73,7 +73,15 @@ pub fn event(tag: impl Into<String>, data: J) -> Event {
 /// ([`Event::carried_return`]): an event a minion fires (`_minion_event`) or a peer
 /// forwards may name anyone in its tag.
 pub fn return_event(jid: &str, id: &str, load: Arc<[u8]>) -> Event {
-    Event { tag: format!("salt/job/{jid}/ret/{id}"), data: Data::Load { load, stamp: None, json: Arc::new(OnceLock::new()) } }
+    // Built by hand: one allocation of the right size (`format!` grows its buffer and
+    // costs more than the rest of the event, once for every return).
+    const HEAD: &str = "salt/job/";
+    const MID: &str = "/ret/";
+    let mut tag = String::with_capacity(HEAD.len() + jid.len() + MID.len() + id.len());
+    for part in [HEAD, jid, MID, id] {
+        tag.push_str(part);
+    }
+    Event { tag, data: Data::Load { load, stamp: None, json: Arc::new(OnceLock::new()) } }
 }
 
 /// Salt's `salt/job/<jid>/new` event of a publish `load` sent to `minions` (`missing`:

@@ -152,3 +152,19 @@ fn key_set_expectation_is_optional_on_the_wire() {
     let bad = Record::KeySet(KeySet::new("web01", KeyState::DeniedCleared, vec![], 1).expecting(KeyExpect::Holds { state: KeyState::Accepted, pub_key: b"P".to_vec() }));
     assert!(bad.encode().is_err());
 }
+
+/// A return, a job or a report is encoded into one buffer sized up front
+/// ([`Record::payload_len_hint`]): the output never grew (it used to double from 140
+/// bytes, two or three times for a return of a few hundred bytes).
+#[test]
+fn large_fields_are_encoded_without_regrowing() {
+    let load = vec![0xa1; 3000];
+    for rec in [
+        Record::JobReturn(JobReturn { jid: "20261122021944123456".into(), id: "web01".into(), load: load.clone(), time_ns: 4, first_only: false }),
+        Record::JobPublished(JobPublished { jid: "20261122021944123456".into(), load: load.clone(), minions: (0..200).map(|i| format!("minion-{i}")).collect(), time_ns: 1, started_by: None, joins: false }),
+    ] {
+        let out = rec.encode().unwrap();
+        assert_eq!(out.capacity(), HEADER_LEN + rec.payload_len_hint(), "{}: {} bytes", rec.kind().name(), out.len());
+        assert_eq!(Record::decode(&out).unwrap(), rec);
+    }
+}

@@ -151,7 +151,7 @@ impl Master {
         for e in effects {
             match e {
                 Effect::SessionKey { id, key } => self.sessions.install(&id, &key),
-                Effect::RememberNonce { id, nonce } => self.nonces.lock().unwrap_or_else(|p| p.into_inner()).remember(&id, &nonce),
+                Effect::RememberNonce(key) => self.nonces.lock().unwrap_or_else(|p| p.into_inner()).remember(key),
                 Effect::ConsumeAutosignStub { id } => {
                     let stub = stub_dir(self.cfg.keys_dir()).join(&id);
                     match std::fs::remove_file(&stub) {
@@ -224,8 +224,8 @@ impl View for Master {
         let held = self.pending_claims.lock().unwrap_or_else(|p| p.into_inner()).len() as u64;
         self.sm().pending_keys() + held
     }
-    fn replayed(&self, id: &str, nonce: &str) -> bool {
-        self.nonces.lock().unwrap_or_else(|p| p.into_inner()).seen(id, nonce)
+    fn replayed(&self, key: &crate::view::replay_key::ReplayKey) -> bool {
+        self.nonces.lock().unwrap_or_else(|p| p.into_inner()).seen(key)
     }
     fn autosign_text(&self, which: Autosign) -> Option<String> {
         self.autosign.text(which)

@@ -8,9 +8,9 @@
 //! young enough to be accepted is covered), unless more than `keep` newer ones came in
 //! meanwhile (so memory is bounded however fast requests come).
 //!
-//! Memory: a remembered request is the first 16 bytes of SHA-256 over its id and nonce
-//! (length-prefixed, so no two pairs share an input), not the strings, however long the
-//! ids and nonces a minion sends. They are kept in two **generations**, two hash sets:
+//! Memory: a remembered request is its [`ReplayKey`] (`view::replay_key`: the first 16
+//! bytes of SHA-256 over its id and nonce, length-prefixed, made once by the request
+//! handler), not the strings, however long the ids and nonces a minion sends. They are kept in two **generations**, two hash sets:
 //! new ones go into the current one; when it has been current for `window`, or holds
 //! `keep` digests, it becomes the previous one and the previous one is emptied (its
 //! table kept) to become current. A lookup checks both. So a request is remembered for
@@ -24,21 +24,9 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use sha2::{Digest, Sha256};
+use crate::view::replay_key::ReplayKey;
 
-/// What stands for one `(id, nonce)`: 16 bytes of a digest, as two words (aligned to 8,
-/// so a map slot with its time is 24 bytes; a `u128` is aligned to 16 and pads it to 32).
-type Key = [u64; 2];
-
-fn key(id: &str, nonce: &str) -> Key {
-    let mut h = Sha256::new();
-    h.update((id.len() as u64).to_be_bytes());
-    h.update(id.as_bytes());
-    h.update(nonce.as_bytes());
-    let d = h.finalize();
-    let word = |i: usize| u64::from_be_bytes(d[i..i + 8].try_into().unwrap_or([0; 8]));
-    [word(0), word(8)]
-}
+type Key = ReplayKey;
 
 pub struct Nonces {
     /// Remembered since `since`.
@@ -77,28 +65,27 @@ impl Nonces {
         }
     }
 
-    /// Whether `(id, nonce)` already changed something within the window.
-    pub fn seen(&mut self, id: &str, nonce: &str) -> bool {
-        self.seen_at(id, nonce, Instant::now())
+    /// Whether the request `key` stands for already changed something within the window.
+    pub fn seen(&mut self, key: &Key) -> bool {
+        self.seen_at(key, Instant::now())
     }
 
-    fn seen_at(&mut self, id: &str, nonce: &str, now: Instant) -> bool {
+    fn seen_at(&mut self, key: &Key, now: Instant) -> bool {
         self.age(now);
-        let k = key(id, nonce);
-        self.current.contains(&k) || self.previous.contains(&k)
+        self.current.contains(key) || self.previous.contains(key)
     }
 
     /// Remembers a request whose effects were committed.
-    pub fn remember(&mut self, id: &str, nonce: &str) {
-        self.remember_at(id, nonce, Instant::now())
+    pub fn remember(&mut self, key: Key) {
+        self.remember_at(key, Instant::now())
     }
 
-    fn remember_at(&mut self, id: &str, nonce: &str, now: Instant) {
+    fn remember_at(&mut self, key: Key, now: Instant) {
         self.age(now);
         if self.current.len() >= self.keep {
             self.rotate(now);
         }
-        self.current.insert(key(id, nonce));
+        self.current.insert(key);
     }
 
     /// Requests remembered (a request remembered in both generations counts twice).
@@ -115,26 +102,30 @@ impl Nonces {
 mod tests {
     use super::*;
 
+    fn k(id: &str, nonce: &str) -> Key {
+        ReplayKey::of(id, nonce)
+    }
+
     #[test]
     fn remembers_the_newest_keep_and_at_most_twice_that() {
         let mut n = Nonces::new(Duration::from_secs(60), 3);
-        assert!(!n.seen("m1", "a"));
-        n.remember("m1", "a");
-        assert!(n.seen("m1", "a"));
-        assert!(!n.seen("m2", "a"), "nonces are per minion");
+        assert!(!n.seen(&k("m1", "a")));
+        n.remember(k("m1", "a"));
+        assert!(n.seen(&k("m1", "a")));
+        assert!(!n.seen(&k("m2", "a")), "nonces are per minion");
         for x in ["b", "c", "d", "e", "f"] {
-            n.remember("m1", x);
+            n.remember(k("m1", x));
         }
         // Generations {a b c} then {d e f}: the newest three and the three before.
         assert_eq!(n.len(), 6);
-        assert!(["a", "b", "c", "d", "e", "f"].iter().all(|x| n.seen("m1", x)));
-        n.remember("m1", "g");
-        assert!(!n.seen("m1", "a") && !n.seen("m1", "c"), "the oldest generation is forgotten as a whole");
-        assert!(["d", "e", "f", "g"].iter().all(|x| n.seen("m1", x)), "the newest `keep` are always remembered");
+        assert!(["a", "b", "c", "d", "e", "f"].iter().all(|x| n.seen(&k("m1", x))));
+        n.remember(k("m1", "g"));
+        assert!(!n.seen(&k("m1", "a")) && !n.seen(&k("m1", "c")), "the oldest generation is forgotten as a whole");
+        assert!(["d", "e", "f", "g"].iter().all(|x| n.seen(&k("m1", x))), "the newest `keep` are always remembered");
         for i in 0..1000 {
-            n.remember("m9", &i.to_string());
+            n.remember(k("m9", &i.to_string()));
             assert!(n.len() <= 6);
-            assert!((i.max(2) - 2..=i).all(|j| n.seen("m9", &j.to_string())));
+            assert!((i.max(2) - 2..=i).all(|j| n.seen(&k("m9", &j.to_string()))));
         }
     }
 
@@ -142,23 +133,23 @@ mod tests {
     fn forgets_after_the_window() {
         let mut n = Nonces::new(Duration::from_secs(60), 10);
         let (t0, s) = (n.since, Duration::from_secs(1));
-        n.remember_at("m1", "a", t0 + 10 * s);
-        assert!(n.seen_at("m1", "a", t0 + 59 * s));
-        assert!(n.seen_at("m1", "a", t0 + 61 * s), "a window old: in the previous generation");
-        n.remember_at("m1", "b", t0 + 62 * s);
-        assert!(n.seen_at("m1", "a", t0 + 119 * s), "remembered for at least a window");
-        assert!(!n.seen_at("m1", "a", t0 + 122 * s), "two generations old: forgotten");
-        assert!(n.seen_at("m1", "b", t0 + 122 * s));
-        assert!(!n.seen_at("m1", "b", t0 + 300 * s), "two windows without a request: both forgotten");
+        n.remember_at(k("m1", "a"), t0 + 10 * s);
+        assert!(n.seen_at(&k("m1", "a"), t0 + 59 * s));
+        assert!(n.seen_at(&k("m1", "a"), t0 + 61 * s), "a window old: in the previous generation");
+        n.remember_at(k("m1", "b"), t0 + 62 * s);
+        assert!(n.seen_at(&k("m1", "a"), t0 + 119 * s), "remembered for at least a window");
+        assert!(!n.seen_at(&k("m1", "a"), t0 + 122 * s), "two generations old: forgotten");
+        assert!(n.seen_at(&k("m1", "b"), t0 + 122 * s));
+        assert!(!n.seen_at(&k("m1", "b"), t0 + 300 * s), "two windows without a request: both forgotten");
         assert!(n.is_empty());
     }
 
     #[test]
     fn ids_and_nonces_do_not_run_into_each_other() {
         let mut n = Nonces::new(Duration::from_secs(60), 10);
-        n.remember("m1", "2abc");
-        assert!(!n.seen("m12", "abc"), "the id's length is part of the key");
-        assert!(n.seen("m1", "2abc"));
+        n.remember(k("m1", "2abc"));
+        assert!(!n.seen(&k("m12", "abc")), "the id's length is part of the key");
+        assert!(n.seen(&k("m1", "2abc")));
     }
 
     #[test]
@@ -167,13 +158,13 @@ mod tests {
         assert_eq!(std::mem::size_of::<Key>(), 16);
         let mut n = Nonces::new(Duration::from_secs(60), 1000);
         for i in 0..2000 {
-            n.remember("m", &i.to_string());
+            n.remember(k("m", &i.to_string()));
         }
         let sizes = (n.current.capacity(), n.previous.capacity());
         for i in 2000..20_000 {
-            n.remember("m", &i.to_string());
+            n.remember(k("m", &i.to_string()));
         }
         assert_eq!((n.current.capacity(), n.previous.capacity()), sizes, "the tables were reused, never grown");
-        assert!(n.seen("m", "19999") && n.seen("m", "19000") && !n.seen("m", "17999"));
+        assert!(n.seen(&k("m", "19999")) && n.seen(&k("m", "19000")) && !n.seen(&k("m", "17999")));
     }
 }

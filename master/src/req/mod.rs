@@ -49,6 +49,7 @@ use halite_storage::state::KeyPrint;
 
 use crate::error::{Error, Result};
 use crate::events::Event;
+use crate::view::replay_key::ReplayKey;
 use crate::view::View;
 use crate::wire::crypto::{Crypticle, EncAlgo, PublicKey, SigAlgo};
 use crate::wire::envelope::{self, Enc};
@@ -99,7 +100,7 @@ pub enum Effect {
     /// The one-shot `minions_autosign/<id>` stub that let the key in is used up.
     ConsumeAutosignStub { id: String },
     /// The request changed something: a resend with the same nonce must not again.
-    RememberNonce { id: String, nonce: String },
+    RememberNonce(ReplayKey),
 }
 
 impl Outcome {
@@ -348,15 +349,20 @@ fn handle_aes(view: &dyn View, env: &envelope::Envelope, weight: Weight) -> Opti
         Ok(a) => a,
         Err(why) => return Some(Outcome::bad_load(why, cmd, id)),
     };
-    let changes = !(ans.records.is_empty() && ans.events.is_empty());
-    if changes && view.replayed(id, &nonce) {
+    // Only a request that changes something is looked for among replays and remembered
+    // (its key made once, for both).
+    let replay_key = (!(ans.records.is_empty() && ans.events.is_empty())).then(|| ReplayKey::of(id, &nonce));
+    if replay_key.as_ref().is_some_and(|k| view.replayed(k)) {
         // Answered (a minion resending after a lost reply needs it), but the first
         // copy's effects are the only ones.
         tracing::info!(cmd, id, nonce = %nonce, "replayed request: answered, nothing written");
         ans.records.clear();
         ans.events.clear();
     }
-    let effects = if ans.records.is_empty() && ans.events.is_empty() { vec![] } else { vec![Effect::RememberNonce { id: id.to_string(), nonce: nonce.clone() }] };
+    let effects = match replay_key {
+        Some(k) if !(ans.records.is_empty() && ans.events.is_empty()) => vec![Effect::RememberNonce(k)],
+        _ => vec![],
+    };
     let reply = if ans.private {
         encode(&ans.value)
     } else {

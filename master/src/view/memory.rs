@@ -75,7 +75,7 @@ pub struct MemoryView {
     pub denied: BTreeSet<String>,
     pub sessions: HashMap<String, Crypticle>,
     pub counted: BTreeSet<String>,
-    pub replayed: BTreeSet<(String, String)>,
+    pub replayed: BTreeSet<super::replay_key::ReplayKey>,
     pub autosign_file: Option<String>,
     pub autoreject_file: Option<String>,
     pub autosign_grains: HashMap<String, String>,
@@ -169,8 +169,8 @@ impl View for MemoryView {
     fn pending_keys(&self) -> u64 {
         self.minion_keys.values().filter(|k| k.state == BankState::Pending).count() as u64
     }
-    fn replayed(&self, id: &str, nonce: &str) -> bool {
-        self.replayed.contains(&(id.to_string(), nonce.to_string()))
+    fn replayed(&self, key: &super::replay_key::ReplayKey) -> bool {
+        self.replayed.contains(key)
     }
     fn autosign_text(&self, which: Autosign) -> Option<String> {
         match which {

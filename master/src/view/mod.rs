@@ -19,6 +19,7 @@
 pub mod fs;
 #[cfg(test)]
 pub mod memory;
+pub mod replay_key;
 pub mod tok_memo;
 
 use std::sync::Arc;
@@ -96,8 +97,8 @@ pub trait View: Send + Sync {
     fn admission(&self, id: &str) -> Admission;
     /// How many keys are pending (for `halite_max_pending_keys`; may be up to a second old).
     fn pending_keys(&self) -> u64;
-    /// Whether a request with this `(id, nonce)` already changed something.
-    fn replayed(&self, id: &str, nonce: &str) -> bool;
+    /// Whether the request `key` stands for (its id and nonce) already changed something.
+    fn replayed(&self, key: &replay_key::ReplayKey) -> bool;
     /// The text of an autosign input, if it exists and is safe to trust (Salt ignores
     /// files writable by group or others).
     fn autosign_text(&self, which: Autosign) -> Option<String>;

@@ -349,23 +349,37 @@ impl Crypticle {
     }
 
     pub fn encrypt(&self, plaintext: &[u8]) -> Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(Self::sealed_len(plaintext.len()));
+        self.encrypt_into(plaintext, &mut out)?;
+        Ok(out)
+    }
+
+    /// The length of `plaintext_len` bytes sealed: IV, padded ciphertext, HMAC.
+    pub fn sealed_len(plaintext_len: usize) -> usize {
+        // PKCS#7 always pads, by 1 to 16 bytes.
+        16 + (plaintext_len / 16 + 1) * 16 + 32
+    }
+
+    /// [`Crypticle::encrypt`], appended to `out` (which a caller sizes to hold what it
+    /// puts before the sealed bytes as well: one allocation for a whole reply).
+    pub fn encrypt_into(&self, plaintext: &[u8], out: &mut Vec<u8>) -> Result<()> {
         // The IV from the thread's CSPRNG (`rand`'s ChaCha, seeded from the OS and
         // reseeded after a fork): OpenSSL's `RAND_bytes` asks the kernel for the pid
         // at every call to notice forks, a syscall a return (docs/benchmarks.md, "The
         // machine's floor").
         let iv: [u8; 16] = rand::Rng::gen(&mut rand::thread_rng());
-        // PKCS#7 always pads, by 1 to 16 bytes.
-        let padded = (plaintext.len() / 16 + 1) * 16;
-        let mut out = Vec::with_capacity(16 + padded + 32);
+        let start = out.len();
+        let padded = Self::sealed_len(plaintext.len()) - 16 - 32;
+        out.reserve(16 + padded + 32);
         out.extend_from_slice(&iv);
         out.extend_from_slice(plaintext);
-        out.resize(16 + padded, 0);
+        out.resize(start + 16 + padded, 0);
         let enc = cbc::Encryptor::<aes::Aes192>::new((&self.0.aes).into(), (&iv).into());
-        enc.encrypt_padded_mut::<Pkcs7>(&mut out[16..], plaintext.len())
+        enc.encrypt_padded_mut::<Pkcs7>(&mut out[start + 16..], plaintext.len())
             .map_err(|_| CryptoError::Invalid("AES padding".into()))?;
-        let mac = self.mac(&out).finalize().into_bytes();
+        let mac = self.mac(&out[start..]).finalize().into_bytes();
         out.extend_from_slice(&mac);
-        Ok(out)
+        Ok(())
     }
 
     pub fn decrypt(&self, blob: &[u8]) -> Result<Vec<u8>> {

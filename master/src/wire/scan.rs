@@ -51,6 +51,19 @@ pub fn write_map_header(n: usize, out: &mut Vec<u8>) {
     }
 }
 
+/// Appends the shortest msgpack header of a bin of `n` bytes (as rmpv writes one).
+pub fn write_bin_header(n: u32, out: &mut Vec<u8>) {
+    if let Ok(n) = u8::try_from(n) {
+        out.extend_from_slice(&[0xc4, n]);
+    } else if let Ok(n) = u16::try_from(n) {
+        out.push(0xc5);
+        out.extend_from_slice(&n.to_be_bytes());
+    } else {
+        out.push(0xc6);
+        out.extend_from_slice(&n.to_be_bytes());
+    }
+}
+
 fn take<'a>(rd: &mut &'a [u8], n: usize) -> Result<&'a [u8], Malformed> {
     if n > rd.len() {
         return Err(Malformed);

@@ -177,10 +177,11 @@ impl RouterSendHalf {
     /// new peer. Lets an application that queues requests skip the work for one whose
     /// sender has left.
     pub fn has_peer(&self, identity: &[u8]) -> bool {
-        match PeerIdentity::try_from(identity) {
-            Ok(peer_id) => self.inner.backend.peers.contains_sync(&peer_id),
-            Err(_) => false,
-        }
+        // Looked up by its bytes, not copied into a `PeerIdentity` (an allocation a
+        // message). An identity too long to be one, or an empty frame (which
+        // `PeerIdentity::try_from` would have made a fresh random identity of), names
+        // no peer.
+        !identity.is_empty() && identity.len() <= PeerIdentity::MAX_LENGTH && self.inner.backend.peers.contains_sync(identity)
     }
 }
 

@@ -32,6 +32,15 @@ impl AsRef<[u8]> for PeerIdentity {
     }
 }
 
+/// An identity is looked up by its bytes (`map.contains_sync(&bytes[..])`) without
+/// copying them into a new `PeerIdentity` first. Sound for hashed maps: the derived
+/// `Hash` and `Eq` of `PeerIdentity(Bytes)` are those of the byte slice.
+impl std::borrow::Borrow<[u8]> for PeerIdentity {
+    fn borrow(&self) -> &[u8] {
+        self.0.as_ref()
+    }
+}
+
 impl Deref for PeerIdentity {
     type Target = [u8];
 
@@ -332,6 +341,18 @@ pub(crate) mod tests {
             mechanism: ZmqMechanism::PLAIN,
             as_server: false,
         })
+    }
+
+    #[test]
+    fn an_identity_is_found_by_its_bytes() {
+        let map = scc::HashMap::new();
+        let id = PeerIdentity::try_from(&b"minion-1"[..]).unwrap();
+        let _ = map.insert_sync(id, ());
+        assert!(map.contains_sync(&b"minion-1"[..]));
+        assert!(!map.contains_sync(&b"minion-2"[..]));
+        let random = PeerIdentity::new();
+        let _ = map.insert_sync(random.clone(), ());
+        assert!(map.contains_sync(&random[..]));
     }
 
     #[test]

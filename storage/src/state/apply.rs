@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use rocksdb::WriteBatch;
 
 use super::returns::return_key;
-use super::{from_msgpack, no_wal, to_msgpack, Effect, RootsMeta, StateMachine, APPLIED_INDEX, CF_AES, CF_DENIED, CF_GRAINS, CF_IMPORTS, CF_JOBS, CF_KEYS, CF_META, CF_MINE, CF_PILLAR, CF_RETURNS, CLUSTER_KEY, MASTER_KEY};
+use super::{from_msgpack, no_wal, to_msgpack, to_msgpack_sized, Effect, RootsMeta, StateMachine, APPLIED_INDEX, CF_AES, CF_DENIED, CF_GRAINS, CF_IMPORTS, CF_JOBS, CF_KEYS, CF_META, CF_MINE, CF_PILLAR, CF_RETURNS, CLUSTER_KEY, MASTER_KEY};
 use super::proposals::{Outcome, Tracker};
 use super::KeyPrint;
 use crate::context::ProposalId;
@@ -245,7 +245,7 @@ impl StateMachine {
                     }
                     None => JobPublished { joins: false, ..j.clone() },
                 };
-                b.put_cf(db.cf(CF_JOBS)?, j.jid.as_bytes(), to_msgpack(&job)?);
+                b.put_cf(db.cf(CF_JOBS)?, j.jid.as_bytes(), to_msgpack_sized(&job, rec.payload_len_hint())?);
                 ov.jobs.insert(j.jid.clone(), job);
             }
             Record::JobReturn(r) => {
@@ -256,11 +256,11 @@ impl StateMachine {
                     tracing::info!(index, jid = %r.jid, id = %r.id, "return skipped: a return for this job and id is stored already");
                     return Ok(());
                 }
-                ov.returns_out.push((k.clone(), to_msgpack(r)?));
+                ov.returns_out.push((k.clone(), to_msgpack_sized(r, rec.payload_len_hint())?));
                 ov.returns.insert(k);
             }
-            Record::GrainsReport(g) => b.put_cf(db.cf(CF_GRAINS)?, g.id.as_bytes(), to_msgpack(g)?),
-            Record::PillarCache(p) => b.put_cf(db.cf(CF_PILLAR)?, p.id.as_bytes(), to_msgpack(p)?),
+            Record::GrainsReport(g) => b.put_cf(db.cf(CF_GRAINS)?, g.id.as_bytes(), to_msgpack_sized(g, rec.payload_len_hint())?),
+            Record::PillarCache(p) => b.put_cf(db.cf(CF_PILLAR)?, p.id.as_bytes(), to_msgpack_sized(p, rec.payload_len_hint())?),
             Record::MineUpdate(m) => {
                 // Keys `id NUL fun`: one range (`id NUL` .. `id SOH`) is the whole mine.
                 // Later operations of a batch win over earlier ones (RocksDB applies a

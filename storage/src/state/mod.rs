@@ -173,7 +173,15 @@ fn chunk_key(rk: &[u8], chunk: u32) -> Vec<u8> {
 }
 
 fn to_msgpack<T: Serialize>(v: &T) -> Result<Vec<u8>> {
-    rmp_serde::to_vec_named(v).map_err(|e| Error::Invalid(format!("encoding state value: {e}")))
+    to_msgpack_sized(v, 0)
+}
+
+/// [`to_msgpack`] into a buffer that starts with room for `hint` bytes (a value whose size
+/// is known about, such as a return: one allocation instead of a doubling from nothing).
+fn to_msgpack_sized<T: Serialize>(v: &T, hint: usize) -> Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(hint);
+    rmp_serde::encode::write_named(&mut out, v).map_err(|e| Error::Invalid(format!("encoding state value: {e}")))?;
+    Ok(out)
 }
 
 fn from_msgpack<'a, T: Deserialize<'a>>(what: &str, b: &'a [u8]) -> Result<T> {

@@ -225,6 +225,11 @@ impl Encoder for ZmqCodec {
             Message::Greeting(payload) => dst.unsplit(payload.into()),
             Message::Command(command) => dst.unsplit(command.into()),
             Message::Message(message) => {
+                // Room for every frame and its header at once: one allocation for a
+                // buffer that starts empty (as an idle connection's does), not one per
+                // frame as each `encode_frame` reserves its own.
+                let total: usize = message.iter().map(|part| part.len() + if part.len() > 255 { 9 } else { 2 }).sum();
+                dst.reserve(total);
                 let last_element = message.len() - 1;
                 for (idx, part) in message.iter().enumerate() {
                     encode_frame(part, dst, idx != last_element);
