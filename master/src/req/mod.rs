@@ -322,8 +322,8 @@ fn handle_aes(view: &dyn View, env: &envelope::Envelope, weight: Weight) -> Opti
         Ok(o) => o,
         Err(why) => return Some(Outcome::bad_load(why, "aes", id)),
     };
-    let (cmd, nonce) = (std::mem::take(&mut opened.cmd), std::mem::take(&mut opened.nonce));
-    let cmd = cmd.as_str();
+    let (cmd_owned, nonce) = (std::mem::take(&mut opened.cmd), std::mem::take(&mut opened.nonce));
+    let cmd = cmd_owned.as_str();
     if weight == Weight::Light && !LIGHT_COMMANDS.contains(&cmd) {
         return None;
     }
@@ -371,5 +371,6 @@ fn handle_aes(view: &dyn View, env: &envelope::Envelope, weight: Weight) -> Opti
             Err(e) => return Some(Outcome::bad_load(format!("cannot encrypt the reply: {e}"), cmd, id)),
         }
     };
-    Some(Outcome { reply, records: ans.records, events: ans.events, claims: vec![], effects, recheck: false, signed_in: false, cmd: cmd.to_string(), id: id.to_string() })
+    // The command's own string moves into the outcome (not copied).
+    Some(Outcome { reply, records: ans.records, events: ans.events, claims: vec![], effects, recheck: false, signed_in: false, cmd: cmd_owned, id: id.to_string() })
 }
