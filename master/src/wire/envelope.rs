@@ -91,35 +91,10 @@ pub fn decode(body: &[u8], max: usize) -> Result<Envelope<'_>, EnvelopeError> {
     if body.len() > max {
         return Err(EnvelopeError::TooLarge { len: body.len(), max });
     }
-    let Some(f) = Fields::scan(body) else {
-        return Err(why_undecodable(body));
-    };
-    fn text<'a>(body: &'a [u8], v: &Option<ValueRef<'a>>) -> Option<&'a str> {
-        v.as_ref().and_then(|v| ref_text(body, v))
+    match Fields::scan(body) {
+        Some(f) => f.envelope(body),
+        None => Err(why_undecodable(body)),
     }
-    let (Some(enc), Some(load)) = (text(body, &f.enc), f.load) else {
-        return Err(EnvelopeError::Incomplete);
-    };
-    let version = match f.version {
-        Some(ValueRef::Integer(n)) => n.as_i64().unwrap_or(0),
-        _ => 0,
-    };
-    if version < MIN_VERSION {
-        return Err(EnvelopeError::OldVersion(version));
-    }
-    let enc = match enc {
-        "clear" => Enc::Clear,
-        "aes" => Enc::Aes,
-        other => return Err(EnvelopeError::UnknownEnc(other.escape_debug().to_string())),
-    };
-    let id = text(body, &f.id).unwrap_or("");
-    let enc_algo = EncAlgo::parse(text(body, &f.enc_algo).unwrap_or("OAEP-SHA1")).unwrap_or(EncAlgo::OaepSha1);
-    let sig_algo = SigAlgo::parse(text(body, &f.sig_algo).unwrap_or("PKCS1v15-SHA1")).unwrap_or(SigAlgo::Pkcs1v15Sha1);
-    let (load, ciphertext) = match enc {
-        Enc::Clear => (load.to_owned(), None),
-        Enc::Aes => (Value::Nil, ref_bytes(body, &load)),
-    };
-    Ok(Envelope { enc, load, ciphertext, id, enc_algo, sig_algo })
 }
 
 /// The envelope's fields, each the value of the first entry with its name (as
@@ -135,6 +110,37 @@ struct Fields<'a> {
 }
 
 impl<'a> Fields<'a> {
+    /// The envelope these fields make, or the first check it fails (however the fields
+    /// were found: the tests find them in a decoded tree too).
+    fn envelope(self, body: &'a [u8]) -> Result<Envelope<'a>, EnvelopeError> {
+        fn text<'a>(body: &'a [u8], v: &Option<ValueRef<'a>>) -> Option<&'a str> {
+            v.as_ref().and_then(|v| ref_text(body, v))
+        }
+        let (Some(enc), Some(load)) = (text(body, &self.enc), self.load) else {
+            return Err(EnvelopeError::Incomplete);
+        };
+        let version = match self.version {
+            Some(ValueRef::Integer(n)) => n.as_i64().unwrap_or(0),
+            _ => 0,
+        };
+        if version < MIN_VERSION {
+            return Err(EnvelopeError::OldVersion(version));
+        }
+        let enc = match enc {
+            "clear" => Enc::Clear,
+            "aes" => Enc::Aes,
+            other => return Err(EnvelopeError::UnknownEnc(other.escape_debug().to_string())),
+        };
+        let id = text(body, &self.id).unwrap_or("");
+        let enc_algo = EncAlgo::parse(text(body, &self.enc_algo).unwrap_or("OAEP-SHA1")).unwrap_or(EncAlgo::OaepSha1);
+        let sig_algo = SigAlgo::parse(text(body, &self.sig_algo).unwrap_or("PKCS1v15-SHA1")).unwrap_or(SigAlgo::Pkcs1v15Sha1);
+        let (load, ciphertext) = match enc {
+            Enc::Clear => (load.to_owned(), None),
+            Enc::Aes => (Value::Nil, ref_bytes(body, &load)),
+        };
+        Ok(Envelope { enc, load, ciphertext, id, enc_algo, sig_algo })
+    }
+
     /// `None` unless the body is one well-formed map within the depth bound and nothing
     /// after it.
     fn scan(body: &'a [u8]) -> Option<Self> {

@@ -91,38 +91,17 @@ proptest::proptest! {
     }
 }
 
-/// The envelope as it was read before the in-place scan: the whole body decoded into
-/// a borrowed tree, then looked up (the oracle of `decodes_as_the_whole_body_did`).
+/// The envelope's fields as they were found before the in-place scan: the whole body
+/// decoded into a borrowed tree, each field the first entry of its name (the oracle of
+/// `decodes_as_the_whole_body_did`; the checks after are `Fields::envelope` for both).
 fn decode_tree(body: &[u8]) -> Result<Envelope<'_>, EnvelopeError> {
     let env = payload::decode_ref(body).map_err(|e| EnvelopeError::Undecodable(e.to_string()))?;
     let ValueRef::Map(pairs) = env else {
         return Err(EnvelopeError::NotAMap);
     };
-    let field = |name: &str| pairs.iter().find(|(k, _)| ref_bytes(body, k) == Some(name.as_bytes())).map(|(_, v)| v);
-    let text = |name: &str| field(name).and_then(|v| ref_text(body, v));
-    let (Some(enc), Some(load)) = (text("enc"), field("load")) else {
-        return Err(EnvelopeError::Incomplete);
-    };
-    let version = match field("version") {
-        Some(ValueRef::Integer(n)) => n.as_i64().unwrap_or(0),
-        _ => 0,
-    };
-    if version < MIN_VERSION {
-        return Err(EnvelopeError::OldVersion(version));
-    }
-    let enc = match enc {
-        "clear" => Enc::Clear,
-        "aes" => Enc::Aes,
-        other => return Err(EnvelopeError::UnknownEnc(other.escape_debug().to_string())),
-    };
-    let id = text("id").unwrap_or("");
-    let enc_algo = EncAlgo::parse(text("enc_algo").unwrap_or("OAEP-SHA1")).unwrap_or(EncAlgo::OaepSha1);
-    let sig_algo = SigAlgo::parse(text("sig_algo").unwrap_or("PKCS1v15-SHA1")).unwrap_or(SigAlgo::Pkcs1v15Sha1);
-    let (load, ciphertext) = match enc {
-        Enc::Clear => (load.to_owned(), None),
-        Enc::Aes => (Value::Nil, ref_bytes(body, load)),
-    };
-    Ok(Envelope { enc, load, ciphertext, id, enc_algo, sig_algo })
+    let field = |name: &str| pairs.iter().find(|(k, _)| ref_bytes(body, k) == Some(name.as_bytes())).map(|(_, v)| v.clone());
+    let fields = Fields { enc: field("enc"), load: field("load"), version: field("version"), id: field("id"), enc_algo: field("enc_algo"), sig_algo: field("sig_algo") };
+    fields.envelope(body)
 }
 
 /// Envelope-like bodies: maps of the fields (keys as str or bin, repeated, any
