@@ -26,13 +26,11 @@ use std::time::{Duration, Instant};
 
 use crate::view::replay_key::ReplayKey;
 
-type Key = ReplayKey;
-
 pub struct Nonces {
     /// Remembered since `since`.
-    current: HashSet<Key>,
+    current: HashSet<ReplayKey>,
     /// Remembered in the generation before.
-    previous: HashSet<Key>,
+    previous: HashSet<ReplayKey>,
     since: Instant,
     window: Duration,
     keep: usize,
@@ -66,21 +64,21 @@ impl Nonces {
     }
 
     /// Whether the request `key` stands for already changed something within the window.
-    pub fn seen(&mut self, key: &Key) -> bool {
+    pub fn seen(&mut self, key: &ReplayKey) -> bool {
         self.seen_at(key, Instant::now())
     }
 
-    fn seen_at(&mut self, key: &Key, now: Instant) -> bool {
+    fn seen_at(&mut self, key: &ReplayKey, now: Instant) -> bool {
         self.age(now);
         self.current.contains(key) || self.previous.contains(key)
     }
 
     /// Remembers a request whose effects were committed.
-    pub fn remember(&mut self, key: Key) {
+    pub fn remember(&mut self, key: ReplayKey) {
         self.remember_at(key, Instant::now())
     }
 
-    fn remember_at(&mut self, key: Key, now: Instant) {
+    fn remember_at(&mut self, key: ReplayKey, now: Instant) {
         self.age(now);
         if self.current.len() >= self.keep {
             self.rotate(now);
@@ -102,7 +100,7 @@ impl Nonces {
 mod tests {
     use super::*;
 
-    fn k(id: &str, nonce: &str) -> Key {
+    fn k(id: &str, nonce: &str) -> ReplayKey {
         ReplayKey::of(id, nonce)
     }
 
@@ -155,7 +153,7 @@ mod tests {
     #[test]
     fn a_busy_guard_keeps_its_tables() {
         // 16-byte slots (no 16-byte alignment: two words).
-        assert_eq!(std::mem::size_of::<Key>(), 16);
+        assert_eq!(std::mem::size_of::<ReplayKey>(), 16);
         let mut n = Nonces::new(Duration::from_secs(60), 1000);
         for i in 0..2000 {
             n.remember(k("m", &i.to_string()));

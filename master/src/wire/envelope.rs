@@ -19,7 +19,7 @@ use rmpv::{Value, ValueRef};
 
 use super::crypto::{Crypticle, EncAlgo, PublicKey, SigAlgo, PICKLE};
 use super::payload::{self, encode, ref_bytes, ref_text};
-use super::scan::{self, MapScan};
+use super::scan::MapScan;
 
 /// The lowest envelope version served.
 pub const MIN_VERSION: i64 = 3;
@@ -254,7 +254,8 @@ pub fn open_aes(ciphertext: Option<&[u8]>, id: &str, session: &Crypticle) -> Res
     }
     let tok = tok.ok_or(EnvelopeError::NoTok)?;
     let mut inner = Vec::with_capacity(msg.len());
-    scan::write_map_header(n - gaps.len(), &mut inner);
+    // Fewer entries than the header read (a u32), so it fits; writing into a Vec cannot fail.
+    let _ = rmp::encode::write_map_len(&mut inner, u32::try_from(n - gaps.len()).unwrap_or(u32::MAX));
     let mut at = header;
     for (start, end) in gaps {
         inner.extend_from_slice(&msg[at..start]);
@@ -301,7 +302,7 @@ pub fn seal_reply(session: &Crypticle, nonce: &str, value: &Value) -> Result<Vec
     let sealed = Crypticle::sealed_len(plain.len());
     let mut out = Vec::with_capacity(5 + sealed);
     // A bin header for `sealed` bytes, as `encode(&bin(..))` writes it.
-    scan::write_bin_header(u32::try_from(sealed).map_err(|_| super::crypto::CryptoError::Invalid("reply too large".into()))?, &mut out);
+    let _ = rmp::encode::write_bin_len(&mut out, u32::try_from(sealed).map_err(|_| super::crypto::CryptoError::Invalid("reply too large".into()))?);
     session.encrypt_into(&plain, &mut out)?;
     Ok(out)
 }

@@ -305,7 +305,7 @@ fn a_reply_is_one_bin_of_the_sealed_value() {
     // Headers as rmpv writes them.
     for n in [0u32, 255, 256, 65_535, 65_536] {
         let mut ours = Vec::new();
-        crate::wire::scan::write_bin_header(n, &mut ours);
+        rmp::encode::write_bin_len(&mut ours, n).unwrap();
         let mut theirs = encode(&bin(vec![0; n as usize]));
         theirs.truncate(ours.len());
         assert_eq!(ours, theirs, "{n}");

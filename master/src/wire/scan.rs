@@ -30,38 +30,9 @@ pub struct Malformed;
 /// The header of a msgpack map at the start of `b`: (entries, header length); `None` if
 /// `b` does not start with one.
 pub fn map_header(b: &[u8]) -> Option<(usize, usize)> {
-    match *b.first()? {
-        m @ 0x80..=0x8f => Some(((m & 0x0f) as usize, 1)),
-        0xde => Some((u16::from_be_bytes(b.get(1..3)?.try_into().ok()?) as usize, 3)),
-        0xdf => Some((u32::from_be_bytes(b.get(1..5)?.try_into().ok()?) as usize, 5)),
-        _ => None,
-    }
-}
-
-/// Appends the shortest msgpack header of a map of `n` entries.
-pub fn write_map_header(n: usize, out: &mut Vec<u8>) {
-    if n < 16 {
-        out.push(0x80 | n as u8);
-    } else if let Ok(n) = u16::try_from(n) {
-        out.push(0xde);
-        out.extend_from_slice(&n.to_be_bytes());
-    } else {
-        out.push(0xdf);
-        out.extend_from_slice(&(n as u32).to_be_bytes());
-    }
-}
-
-/// Appends the shortest msgpack header of a bin of `n` bytes (as rmpv writes one).
-pub fn write_bin_header(n: u32, out: &mut Vec<u8>) {
-    if let Ok(n) = u8::try_from(n) {
-        out.extend_from_slice(&[0xc4, n]);
-    } else if let Ok(n) = u16::try_from(n) {
-        out.push(0xc5);
-        out.extend_from_slice(&n.to_be_bytes());
-    } else {
-        out.push(0xc6);
-        out.extend_from_slice(&n.to_be_bytes());
-    }
+    let mut rd = b;
+    let n = rmp::decode::read_map_len(&mut rd).ok()?;
+    Some((n as usize, b.len() - rd.len()))
 }
 
 fn take<'a>(rd: &mut &'a [u8], n: usize) -> Result<&'a [u8], Malformed> {
@@ -301,7 +272,7 @@ mod tests {
         let mut h = Vec::new();
         for n in [0usize, 15, 16, 65_535, 65_536] {
             h.clear();
-            write_map_header(n, &mut h);
+            rmp::encode::write_map_len(&mut h, n as u32).unwrap();
             assert_eq!(map_header(&h), Some((n, h.len())));
             // The header and n nil pairs decode as a map of n entries.
             h.resize(h.len() + 2 * n, 0xc0);

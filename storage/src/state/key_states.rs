@@ -12,14 +12,11 @@
 //! An entry whose state byte is not a known state is in no state (a damaged entry is
 //! reported by the reads that decode whole keys, `StateMachine::keys` and `get_key`).
 
-use rocksdb::ReadOptions;
-
-use rocksdb::IteratorMode;
+use rocksdb::{IteratorMode, ReadOptions};
 
 use super::{KeyPrint, StateMachine, StoredKey, CF_DENIED, CF_KEYS};
-use crate::keys::KeyEntry;
 use crate::error::{Error, Result};
-use crate::keys::BankState;
+use crate::keys::{BankState, KeyEntry};
 
 impl StateMachine {
     /// Calls `f` with the id of every entry of the keys bank in `state`, in id order.
@@ -63,9 +60,7 @@ impl StateMachine {
         })?;
         Ok(n)
     }
-}
 
-impl StateMachine {
     fn decode_key(id: &[u8], v: &[u8]) -> Result<StoredKey> {
         if v.len() < 9 {
             return Err(Error::Invalid(format!("key entry of {:?} is damaged", String::from_utf8_lossy(id))));
@@ -95,13 +90,20 @@ impl StateMachine {
         Ok(Some(print))
     }
 
+    /// A denied-bank entry: its time and public key.
+    fn decode_denied(id: &str, v: &[u8]) -> Result<(u64, Vec<u8>)> {
+        if v.len() < 8 {
+            return Err(Error::Invalid(format!("denied entry of {id:?} is damaged")));
+        }
+        Ok((u64::from_be_bytes(v[..8].try_into().unwrap_or([0; 8])), v[8..].to_vec()))
+    }
+
     /// The first denied key of `id` and its time.
     pub fn get_denied(&self, id: &str) -> Result<Option<(u64, Vec<u8>)>> {
         let db = self.db()?;
         match db.get_cf(db.cf(CF_DENIED)?, id.as_bytes())? {
             None => Ok(None),
-            Some(v) if v.len() >= 8 => Ok(Some((u64::from_be_bytes(v[..8].try_into().unwrap_or([0; 8])), v[8..].to_vec()))),
-            Some(_) => Err(Error::Invalid(format!("denied entry of {id:?} is damaged"))),
+            Some(v) => Self::decode_denied(id, &v).map(Some),
         }
     }
 
@@ -125,10 +127,8 @@ impl StateMachine {
         for item in db.iterator_cf(db.cf(CF_DENIED)?, IteratorMode::Start) {
             let (k, v) = item?;
             let id = String::from_utf8(k.to_vec()).map_err(|_| Error::Invalid("non-UTF-8 id in the state machine".into()))?;
-            if v.len() < 8 {
-                return Err(Error::Invalid(format!("denied entry of {id:?} is damaged")));
-            }
-            out.push((id, u64::from_be_bytes(v[..8].try_into().unwrap_or([0; 8])), v[8..].to_vec()));
+            let (time_ns, pub_key) = Self::decode_denied(&id, &v)?;
+            out.push((id, time_ns, pub_key));
         }
         Ok(out)
     }
