@@ -55,7 +55,7 @@ fn a_resubmitted_proposal_applies_once_and_stale_ones_not_at_all_on_every_member
             assert!(sm.grains(id).unwrap().is_some(), "{id}");
         }
         assert_eq!(sm.applied_index().unwrap(), 7);
-        assert_eq!(sm.proposer_mark(7).unwrap(), Some((200, 1)));
+        assert_eq!(sm.proposer_mark(7).unwrap(), Some((200, 2)), "past the applied seq 1");
     }
     assert_eq!(one.scan(CF_PROPOSALS, b"").unwrap(), two.scan(CF_PROPOSALS, b"").unwrap());
     // Entries at or below the applied index are past; re-applying changes nothing.
@@ -95,20 +95,20 @@ fn the_settled_mark_prunes_the_bookkeeping_and_skips_what_it_covers() {
     let e1 = next(1, 1);
     let e201 = next(201, 201);
     assert_eq!(sm.apply_entries(&[e1.clone(), e201]).unwrap().outcomes, vec![Outcome::Applied, Outcome::Applied]);
-    assert_eq!(sm.count(CF_PROPOSALS).unwrap(), 2, "the mark and proposal 201");
-    assert_eq!(sm.proposer_mark(4).unwrap(), Some((1, 201)));
+    assert_eq!(sm.count(CF_PROPOSALS).unwrap(), 1, "the mark alone: it moved over 1..=201, all applied");
+    assert_eq!(sm.proposer_mark(4).unwrap(), Some((1, 202)));
     // Anything below the mark is skipped, found or not.
     let again = LogEntry { index: 1000, ..e1 };
     assert_eq!(sm.apply_entries(&[again]).unwrap().outcomes, vec![Outcome::Duplicate]);
     // A mark far ahead (a long-waiting proposal settled at last) prunes with a range.
     let far = entry(1001, 4, 1, 100_000, 100_000, vec![grains("y", 1)]);
     assert_eq!(sm.apply_entries(&[far]).unwrap().outcomes, vec![Outcome::Applied]);
-    assert_eq!(sm.count(CF_PROPOSALS).unwrap(), 2);
+    assert_eq!(sm.count(CF_PROPOSALS).unwrap(), 1);
     // A new incarnation drops what the old one left.
     let restarted = entry(1002, 4, 2, 1, 1, vec![grains("z", 1)]);
     assert_eq!(sm.apply_entries(&[restarted]).unwrap().outcomes, vec![Outcome::Applied]);
-    assert_eq!(sm.count(CF_PROPOSALS).unwrap(), 2);
-    assert_eq!(sm.proposer_mark(4).unwrap(), Some((2, 1)));
+    assert_eq!(sm.count(CF_PROPOSALS).unwrap(), 1);
+    assert_eq!(sm.proposer_mark(4).unwrap(), Some((2, 2)));
 }
 
 #[test]
@@ -119,8 +119,35 @@ fn a_mark_above_the_entry_itself_is_capped_at_its_seq() {
     let sm = open(&d, "s");
     let e = entry(1, 6, 1, 3, u64::MAX, vec![grains("q", 1)]);
     assert_eq!(sm.apply_entries(std::slice::from_ref(&e)).unwrap().outcomes, vec![Outcome::Applied]);
-    assert_eq!(sm.proposer_mark(6).unwrap(), Some((1, 3)));
+    assert_eq!(sm.proposer_mark(6).unwrap(), Some((1, 4)), "capped at 3, then past 3 itself");
     assert_eq!(sm.apply_entries(&[LogEntry { index: 2, ..e }]).unwrap().outcomes, vec![Outcome::Duplicate]);
+}
+
+/// Under load, proposals apply in the order they were made, in group entries whose
+/// settled mark lags a group behind (the proposer still waits for the group before).
+/// The mark moves over them all, so the family holds the proposer's mark and nothing
+/// else after every batch: no key is put for a proposal and deleted a batch later.
+#[test]
+fn proposals_applied_in_order_leave_only_the_mark() {
+    let d = tempfile::tempdir().unwrap();
+    let sm = open(&d, "in-order");
+    let mut seq: u64 = 0;
+    for index in 1..=20u64 {
+        let first = seq + 1;
+        let settled_below = first.saturating_sub(100).max(1);
+        let group: Vec<LogEntry> = (0..100)
+            .map(|_| {
+                seq += 1;
+                entry(index, 5, 1, seq, settled_below, vec![grains("r", seq as u8)])
+            })
+            .collect();
+        assert!(sm.apply_entries(&group).unwrap().outcomes.iter().all(|o| *o == Outcome::Applied));
+        assert_eq!(sm.count(CF_PROPOSALS).unwrap(), 1, "after entry {index}");
+        assert_eq!(sm.proposer_mark(5).unwrap(), Some((1, seq + 1)));
+    }
+    // A copy of an early proposal is still a duplicate.
+    let copy = entry(21, 5, 1, 150, 150, vec![grains("r", 0)]);
+    assert_eq!(sm.apply_entries(&[copy]).unwrap().outcomes, vec![Outcome::Duplicate]);
 }
 
 /// A group entry: its proposals share its index, each applies (once) on its own; a copy
@@ -195,11 +222,18 @@ mod model {
                     } else {
                         applied.insert(id.seq);
                         *mark = (*mark).max(e.settled_below.min(id.seq));
+                        while applied.contains(mark) {
+                            *mark += 1;
+                        }
                         Outcome::Applied
                     }
                 }
                 _ => {
-                    st.insert(id.proposer, (id.incarnation, e.settled_below.min(id.seq), BTreeSet::from([id.seq])));
+                    let mut mark = e.settled_below.min(id.seq);
+                    if mark == id.seq {
+                        mark += 1;
+                    }
+                    st.insert(id.proposer, (id.incarnation, mark, BTreeSet::from([id.seq])));
                     Outcome::Applied
                 }
             };

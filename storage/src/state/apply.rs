@@ -103,6 +103,7 @@ impl StateMachine {
             return Ok(out);
         }
         self.put_returns(&mut overlay.returns_out, &mut batch)?;
+        self.settle_marks(&mut tracker)?;
         self.record_proposals(&tracker, &mut batch)?;
         batch.put_cf(db.cf(CF_META)?, APPLIED_INDEX, last.to_be_bytes());
         let written = db.write_opt(batch, &no_wal());
