@@ -44,7 +44,10 @@ fn subscription_matches(subscriptions: &[Vec<u8>], first_frame: &Bytes) -> bool 
         })
 }
 
-fn send_to_subscriber(mut send_queue: PubSendQueue, message: &ZmqMessage) {
+/// Queues `message` on the subscriber's own sender. Not on a clone: a bounded channel
+/// gives every sender a slot of its own beyond the buffer, so a fresh clone's send always
+/// succeeds, and a queue fed through clones was never full.
+fn send_to_subscriber(send_queue: &mut PubSendQueue, message: &ZmqMessage) {
     let message = Message::Message(message.clone());
     match send_queue.try_send(message) {
         Ok(()) => {}
@@ -152,10 +155,11 @@ impl PubSocketBackend {
         // thread while the bucket is held; with an async iterator suspended on a held
         // bucket and every worker so blocked, nothing could run the iterator again
         // (seen with 8,000 subscribers subscribing while a message fanned out).
-        // `send_to_subscriber` never waits (`try_send`).
-        self.subscribers.iter_sync(|_, subscriber| {
+        // `send_to_subscriber` never waits (`try_send`). Each bucket is held for writing,
+        // as the subscription updates hold it, for the sender kept in the entry.
+        self.subscribers.iter_mut_sync(|mut subscriber| {
             if subscription_matches(&subscriber.subscriptions, first_frame) {
-                send_to_subscriber(subscriber.send_queue.clone(), &message);
+                send_to_subscriber(&mut subscriber.send_queue, &message);
             }
             true
         });
@@ -638,6 +642,30 @@ mod tests {
         assert_eq!(backend.subscriber_count.load(Ordering::Relaxed), 2);
     }
 
+    /// The fan-out itself, many messages to a subscriber that never reads: its queue
+    /// holds at most its capacity (the channel's buffer and the one slot of the sender
+    /// kept for the subscriber), and the rest are dropped for it.
+    #[async_rt::test]
+    async fn test_fanout_to_a_subscriber_that_never_reads_keeps_its_queue_bounded() {
+        let backend = test_backend();
+        let peer_id = PeerIdentity::new();
+        let (queue_sender, mut queue_receiver) = mpsc::channel(2);
+        insert_test_subscriber(&backend, peer_id.clone(), vec![vec![]], queue_sender).await;
+
+        for i in 0..50 {
+            backend
+                .fanout_message(ZmqMessage::from(format!("message {i}")))
+                .await;
+        }
+
+        let mut queued = Vec::new();
+        while let Ok(Message::Message(message)) = queue_receiver.try_recv() {
+            queued.push(String::try_from(message).expect("utf-8"));
+        }
+        assert_eq!(queued, vec!["message 0", "message 1", "message 2"]);
+        assert!(backend.subscribers.get_sync(&peer_id).is_some());
+    }
+
     #[async_rt::test]
     async fn test_full_subscriber_queue_drops_message_without_disconnect() {
         let backend = test_backend();
@@ -668,7 +696,7 @@ mod tests {
         }
         assert!(prefilled_count > 0);
 
-        send_to_subscriber(queue_sender, &ZmqMessage::from("dropped payload"));
+        send_to_subscriber(&mut queue_sender, &ZmqMessage::from("dropped payload"));
 
         assert!(backend.subscribers.get_sync(&peer_id).is_some());
         assert_eq!(backend.subscriber_count.load(Ordering::Relaxed), 1);
@@ -694,7 +722,7 @@ mod tests {
     async fn test_send_to_subscriber_drops_closed_queue_without_disconnect() {
         let backend = test_backend();
         let peer_id = PeerIdentity::new();
-        let (queue_sender, queue_receiver) = mpsc::channel(1);
+        let (mut queue_sender, queue_receiver) = mpsc::channel(1);
         drop(queue_receiver);
 
         insert_test_subscriber(
@@ -705,7 +733,7 @@ mod tests {
         )
         .await;
 
-        send_to_subscriber(queue_sender, &ZmqMessage::from("payload"));
+        send_to_subscriber(&mut queue_sender, &ZmqMessage::from("payload"));
 
         assert!(backend.subscribers.get_sync(&peer_id).is_some());
         assert_eq!(backend.subscriber_count.load(Ordering::Relaxed), 1);
