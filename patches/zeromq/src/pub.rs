@@ -63,6 +63,13 @@ fn send_to_subscriber(send_queue: &mut PubSendQueue, message: &ZmqMessage) {
     }
 }
 
+/// A subscriber's queue that holds at most `capacity` messages (at least one): a
+/// bounded futures channel holds its buffer and one more for each sender, and the
+/// fan-out sends on the one sender kept for the subscriber.
+fn subscriber_queue(capacity: usize) -> (PubSendQueue, mpsc::Receiver<Message>) {
+    mpsc::channel(capacity.saturating_sub(1))
+}
+
 pub(crate) struct Subscriber {
     pub(crate) subscriptions: Vec<Vec<u8>>,
     pub(crate) send_queue: PubSendQueue,
@@ -242,7 +249,7 @@ impl MultiPeerBackend for PubSocketBackend {
             .socket_options
             .send_queue_capacity
             .unwrap_or(PUB_SEND_QUEUE_CAPACITY);
-        let (queue_sender, queue_receiver) = mpsc::channel(capacity);
+        let (queue_sender, queue_receiver) = subscriber_queue(capacity);
         let (sender, stop_receiver) = oneshot::channel();
         // Synchronous, as every other use of this map: scc's async operations can keep
         // a bucket locked while their task is suspended (a lock handed to a waiting
@@ -664,6 +671,21 @@ mod tests {
         }
         assert_eq!(queued, vec!["message 0", "message 1", "message 2"]);
         assert!(backend.subscribers.get_sync(&peer_id).is_some());
+    }
+
+    #[test]
+    fn test_a_subscriber_queue_holds_its_capacity() {
+        for capacity in [1, 2, 1000] {
+            let (mut sender, _receiver) = subscriber_queue(capacity);
+            let mut held = 0;
+            while sender
+                .try_send(Message::Message(ZmqMessage::from("m")))
+                .is_ok()
+            {
+                held += 1;
+            }
+            assert_eq!(held, capacity);
+        }
     }
 
     #[async_rt::test]
