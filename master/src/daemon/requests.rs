@@ -188,8 +188,12 @@ pub async fn request(master: Arc<Master>, mut send: zeromq::RouterSendHalf, msg:
     frames.push(reply.into());
     match ZmqMessage::try_from(frames) {
         Ok(m) => {
-            if let Err(e) = send.send(m).await {
-                tracing::debug!("reply not delivered: {e}");
+            match send.send(m).await {
+                Ok(()) => {}
+                Err(zeromq::ZmqError::ReturnToSender { .. }) => {
+                    crate::metrics::refuse(crate::metrics::Port::Request, "?", "reply_queue_full", &format_args!("a connection that does not read its replies has {} of them or {} bytes queued: reply dropped", super::sockets::REPLIES_PER_PEER, super::sockets::REPLY_BYTES_PER_PEER));
+                }
+                Err(e) => tracing::debug!("reply not delivered: {e}"),
             }
         }
         Err(e) => tracing::warn!("cannot build a reply: {e}"),

@@ -22,6 +22,16 @@
 //! 100,000 slots took 4 MiB at start); when it is full, publishing waits, nothing is
 //! dropped.
 //!
+//! The request socket queues at most [`REPLIES_PER_PEER`] replies and
+//! [`REPLY_BYTES_PER_PEER`] bytes of them for one connection (one reply larger than that
+//! goes alone). A salt-minion's REQ socket has one request outstanding, so its queue
+//! never holds more than one reply; a client that pipelines requests and never reads
+//! the replies finds its queue full, and further replies to it are dropped (counted and
+//! logged as `reason="reply_queue_full"` by [`super::requests`]), as ZeroMQ's
+//! high-water mark drops them for Salt. Before, each reply was queued on a clone of the
+//! connection's sender, which always had room: eight such clients grew a master by
+//! 43 MiB every half second, without end.
+//!
 //! An idle connection holds no read or write buffer (`release_idle_buffers`): a
 //! minion's connections are idle nearly all the time, and a buffer kept at the size
 //! its largest read grew it to (up to 64 KiB) was most of a connection's memory.
@@ -63,10 +73,23 @@ pub const MAX_SUBSCRIPTIONS: usize = 64;
 /// it the memory is cleared and later refusals name the peer by its identity).
 const MAX_REMEMBERED_PEERS: usize = 200_000;
 
+/// Replies queued for one request connection (see the module docs): ZeroMQ's default
+/// high-water mark, which Salt's request socket keeps. A salt-minion has one
+/// outstanding; a client that pipelines requests and reads the replies (a flood of
+/// sign-ins, `attacks.rs`) keeps its queue short by reading.
+pub const REPLIES_PER_PEER: usize = 1000;
+
+/// Bytes of replies queued for one request connection (one larger reply goes alone):
+/// a ping's reply echoes its load, so by count alone a client that never read could
+/// make the master hold a thousand of its largest requests.
+pub const REPLY_BYTES_PER_PEER: usize = 4 << 20;
+
 /// The request socket's options.
 pub fn request_options(cfg: &MasterConfig) -> SocketOptions {
     let mut o = SocketOptions::default();
     o.max_message_size(cfg.halite_max_request_bytes.saturating_add(REQUEST_SLACK));
+    o.send_queue_capacity(REPLIES_PER_PEER);
+    o.send_queue_bytes(REPLY_BYTES_PER_PEER);
     o.handshake_timeout(HANDSHAKE_TIMEOUT);
     o.accept_fd_limit(super::files::connection_fd_limit());
     o.release_idle_buffers(true);

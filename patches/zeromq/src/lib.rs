@@ -71,7 +71,7 @@ pub mod __bench {
                 let (send_queue, recv_queue) = mpsc::channel(queue_capacity);
                 backend
                     .peers
-                    .upsert_async(peer_id.clone(), Peer { send_queue })
+                    .upsert_async(peer_id.clone(), Peer::new(send_queue))
                     .await;
                 backend.round_robin.push(peer_id);
                 receivers.push(recv_queue);
@@ -192,7 +192,7 @@ pub mod __bench {
         W: AsyncWrite + Unpin + Send + Sync + 'static,
     {
         let send_queue = ZmqFramedWrite::new(Box::new(writer), ZmqCodec::new());
-        write_message_queue(receiver, send_queue, false).await
+        write_message_queue(receiver, send_queue, false, None).await
     }
 }
 
@@ -362,6 +362,7 @@ pub struct SocketOptions {
     pub(crate) read_buffer_short_reads: usize,
     pub(crate) max_message_size: Option<usize>,
     pub(crate) send_queue_capacity: Option<usize>,
+    pub(crate) send_queue_bytes: Option<usize>,
     pub(crate) fanout_queue_capacity: Option<usize>,
     pub(crate) max_subscriptions: Option<usize>,
     pub(crate) handshake_timeout: Option<Duration>,
@@ -379,6 +380,7 @@ impl Default for SocketOptions {
             read_buffer_short_reads: 2,
             max_message_size: None,
             send_queue_capacity: None,
+            send_queue_bytes: None,
             fanout_queue_capacity: None,
             max_subscriptions: None,
             handshake_timeout: None,
@@ -469,10 +471,17 @@ impl SocketOptions {
         self
     }
 
-    /// Messages a PUB socket queues for one subscriber before it drops further
-    /// messages for that subscriber (like libzmq's `ZMQ_SNDHWM`); unset, 100,000.
-    /// A subscriber that stops reading then holds at most about this many messages
-    /// (the queue's bounded channel adds a slot per sender handle in use).
+    /// Messages a socket queues for one peer (like libzmq's `ZMQ_SNDHWM`); unset,
+    /// 100,000.
+    ///
+    /// - PUB: past it, further messages for that subscriber are dropped. A subscriber
+    ///   that stops reading holds at most this many messages.
+    /// - ROUTER: `send` to a peer whose queue is full fails at once with
+    ///   `ZmqError::ReturnToSender` (the message given back) instead of waiting, as
+    ///   libzmq's ROUTER drops at its high-water mark. A peer that sends requests and
+    ///   never reads the replies holds at most this many. Unset, the queue is not
+    ///   bounded: `send` queues on a clone of the peer's sender, which always has room.
+    ///
     /// Other socket types ignore it. Set it before constructing the socket.
     ///
     /// # Panics
@@ -480,6 +489,21 @@ impl SocketOptions {
     pub fn send_queue_capacity(&mut self, capacity: usize) -> &mut Self {
         assert!(capacity > 0, "send queue capacity must be positive");
         self.send_queue_capacity = Some(capacity);
+        self
+    }
+
+    /// Bytes (the sum of the frames' lengths) a ROUTER socket queues for one peer, as
+    /// well as at most `send_queue_capacity` messages; unset, no bound by bytes. A
+    /// message that would take a peer's queue past it fails like one past the
+    /// capacity (`ZmqError::ReturnToSender`), unless the queue is empty: a message
+    /// larger than the bound is sent alone. Needs `send_queue_capacity` set; other
+    /// socket types ignore it. Set it before constructing the socket.
+    ///
+    /// # Panics
+    /// Panics if `bytes` is zero.
+    pub fn send_queue_bytes(&mut self, bytes: usize) -> &mut Self {
+        assert!(bytes > 0, "send queue bytes must be positive");
+        self.send_queue_bytes = Some(bytes);
         self
     }
 

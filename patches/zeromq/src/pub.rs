@@ -276,7 +276,7 @@ impl MultiPeerBackend for PubSocketBackend {
         // of the backend and the identity for every subscriber.)
         async_rt::task::spawn(async move {
             let mut writer =
-                std::pin::pin!(write_message_queue(queue_receiver, send_queue, release_idle).fuse());
+                std::pin::pin!(write_message_queue(queue_receiver, send_queue, release_idle, None).fuse());
             let mut stop_receiver = stop_receiver.fuse();
             loop {
                 select! {

@@ -2,20 +2,31 @@ use crate::codec::{CodecResult, Message, ZmqFramedWrite};
 
 use bytes::BytesMut;
 use futures::channel::mpsc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use futures::{SinkExt, StreamExt};
 
 const WRITE_BATCH_LIMIT: usize = 128;
 
 /// Writes queued socket messages into the underlying framed sink in small batches.
 /// With `release_idle` (`SocketOptions::release_idle_buffers`), the write buffer is
-/// given back to the allocator after each flush that emptied it.
+/// given back to the allocator after each flush that emptied it. With `queued`, the
+/// count of bytes in the queue (`SocketOptions::send_queue_bytes`), each message's
+/// bytes are taken off it as the message leaves the queue.
 #[inline]
 pub(crate) async fn write_message_queue(
     mut queue_receiver: mpsc::Receiver<Message>,
     mut send_queue: ZmqFramedWrite,
     release_idle: bool,
+    queued: Option<Arc<AtomicUsize>>,
 ) -> CodecResult<()> {
+    let dequeued = |message: &Message| {
+        if let Some(queued) = &queued {
+            queued.fetch_sub(message_bytes(message), Ordering::AcqRel);
+        }
+    };
     while let Some(message) = queue_receiver.next().await {
+        dequeued(&message);
         // When backlog already exists, feed a batch before flushing once to avoid per-message flush cost during bursts.
         send_queue.feed(message).await?;
 
@@ -24,6 +35,7 @@ pub(crate) async fn write_message_queue(
                 Ok(message) => message,
                 Err(_) => break,
             };
+            dequeued(&message);
             send_queue.feed(message).await?;
         }
 
@@ -34,6 +46,15 @@ pub(crate) async fn write_message_queue(
     }
 
     Ok(())
+}
+
+/// A queued message's bytes, as `SocketOptions::send_queue_bytes` counts them: the sum
+/// of its frames' lengths (0 for a command or greeting).
+pub(crate) fn message_bytes(message: &Message) -> usize {
+    match message {
+        Message::Message(m) => m.iter().map(|frame| frame.len()).sum(),
+        _ => 0,
+    }
 }
 
 /// `send_queue` with its write buffer released if it holds nothing.
@@ -138,7 +159,7 @@ mod tests {
         };
         let send_queue = ZmqFramedWrite::new(Box::new(writer), ZmqCodec::new());
 
-        write_message_queue(receiver, send_queue, false)
+        write_message_queue(receiver, send_queue, false, None)
             .await
             .expect("write queued messages");
 
@@ -166,7 +187,7 @@ mod tests {
             stats: Arc::clone(&stats),
         };
         let send_queue = ZmqFramedWrite::new(Box::new(writer), ZmqCodec::new());
-        write_message_queue(receiver, send_queue, true)
+        write_message_queue(receiver, send_queue, true, None)
             .await
             .expect("write queued messages");
         let stats = stats.lock();
@@ -197,7 +218,7 @@ mod tests {
         drop(sender);
 
         let send_queue = ZmqFramedWrite::new(Box::new(FailingWrite), ZmqCodec::new());
-        let error = write_message_queue(receiver, send_queue, false)
+        let error = write_message_queue(receiver, send_queue, false, None)
             .await
             .expect_err("write error");
 

@@ -3,7 +3,8 @@
 //! once made a master reserve a terabyte and abort), truncated frames, messages over the
 //! request bound, a silent or trickling handshake, an admin line that never ends, another
 //! user on the admin socket, a new id beyond the pending-key cap, a subscriber that never
-//! reads (it holds at most `pub_hwm` publishes). After each, the master
+//! reads (it holds at most `pub_hwm` publishes), a client that pipelines requests and
+//! never reads the replies (it holds at most a few). After each, the master
 //! is still running, a real salt-minion is still served, nothing stored changed, and the
 //! refusal is in the master's log with its reason. And a real salt-minion's scheduled job: it
 //! runs as often as scheduled, never a second time because the master published it, and
@@ -384,4 +385,85 @@ fn a_subscriber_that_never_reads_gets_only_what_pub_hwm_and_the_kernel_hold() {
     // until it answers.
     wait_ping(env, MINION, 180);
     assert_eq!(env.listing(), json!({"minions": ["m1"], "minions_pre": [], "minions_rejected": [], "minions_denied": []}), "nothing stored changed");
+}
+
+/// A client on the request port that pipelines requests (a DEALER, not a REQ) and never
+/// reads the replies holds at most 1,000 replies and 4 MiB of them in the master (ZeroMQ's
+/// default high-water mark, and a bound by bytes): the rest are dropped and counted (`halite_refused_total{port="request",reason="reply_queue_full"}`), as
+/// ZeroMQ's high-water mark drops them for Salt. Before, every reply was queued for it:
+/// eight such clients grew a master by 43 MiB every half second without end.
+///
+/// 8,000 clear `ping`s of 8 KiB (a ping's reply echoes its load, so each reply is as
+/// large) are sent on a connection whose `SO_RCVBUF` is 256 KiB (smaller, and the
+/// window it opens when it reads at last is too small for loopback's segments: the
+/// master then sends only on its zero-window probes). Read at last, it brings the
+/// replies the queue and the kernel held; with the dropped ones they make exactly the
+/// requests sent (every request answered or counted), and most were dropped: about
+/// 1,600 arrived in the runs that added this test (512 queued, the rest in the
+/// kernel's buffers). Without the bound none is dropped and all 8,000 arrive.
+#[test]
+fn a_client_that_never_reads_its_replies_holds_only_a_few() {
+    const REQUESTS: usize = 8_000;
+    let ip = one_ip();
+    let health = port_free_on(&[&ip]);
+    let s = Served::start_on(&ip, Accept::Auto, &format!("halite_health_port: {health}\n"), "");
+    let env = &s.env;
+    let mut c = TcpStream::connect((env.ip.as_str(), env.ret)).expect("connect to the request port");
+    let small: libc::c_int = 256 * 1024;
+    // SAFETY: setsockopt on the descriptor this stream owns, with a c_int it reads.
+    let set = unsafe { libc::setsockopt(std::os::fd::AsRawFd::as_raw_fd(&c), libc::SOL_SOCKET, libc::SO_RCVBUF, (&small as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t) };
+    assert_eq!(set, 0, "SO_RCVBUF");
+    c.write_all(&greeting()).expect("greeting");
+    c.write_all(&ready("DEALER")).expect("READY");
+    let text = |t: &str| rmpv::Value::from(t);
+    let ping = rmpv::Value::Map(vec![
+        (text("enc"), text("clear")),
+        (text("load"), rmpv::Value::Map(vec![(text("cmd"), text("ping")), (text("pad"), text(&"x".repeat(8192)))])),
+        (text("version"), rmpv::Value::from(3)),
+    ]);
+    let mut body = Vec::new();
+    rmpv::encode::write_value(&mut body, &ping).expect("msgpack");
+    // An empty delimiter frame (MORE), then the body in a long frame: what a REQ
+    // socket sends.
+    let mut request = vec![0x01, 0x00];
+    request.extend(long_header(0, body.len() as u64));
+    request.extend_from_slice(&body);
+    let all: Vec<u8> = request.iter().copied().cycle().take(request.len() * REQUESTS).collect();
+    c.write_all(&all).expect("the requests");
+
+    let dropped = || crate::attacks::refused(env, health, "request", "reply_queue_full") as usize;
+    wait_for("replies dropped for the client that does not read", 120, || dropped() > 0);
+    // Read only once the master is done with the requests (the count has stopped
+    // moving): reading makes room for more replies.
+    let mut last = (dropped(), std::time::Instant::now());
+    wait_for("the master to finish with the requests", 120, || {
+        let now = dropped();
+        if now != last.0 {
+            last = (now, std::time::Instant::now());
+        }
+        last.1.elapsed() >= Duration::from_secs(3)
+    });
+    c.set_read_timeout(Some(Duration::from_secs(1))).expect("timeout");
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let mut received = 0;
+    while std::time::Instant::now() < deadline {
+        match c.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(e) => panic!("reading the replies: {e}"),
+        }
+        received = count_messages(&got);
+        if received + dropped() >= REQUESTS {
+            break;
+        }
+    }
+    let dropped = dropped();
+    eprintln!("{received} replies received and {dropped} dropped of {REQUESTS} requests");
+    assert_eq!(received + dropped, REQUESTS, "every request answered or its reply counted as dropped");
+    assert!(received < REQUESTS / 2, "{received} of {REQUESTS} replies reached a client that never read: its queue is not bounded");
+    drop(c);
+    still_served(&s);
 }

@@ -79,8 +79,13 @@ pub const MINION: &str = "m1";
 impl Served {
     /// `master_extra` and `minion_extra` are more config for each side.
     pub fn start(accept: Accept, master_extra: &str, minion_extra: &str) -> Served {
+        Served::start_on(&one_ip(), accept, master_extra, minion_extra)
+    }
+
+    /// [`Served::start`] on `ip` (for a test that picks a free port on it first).
+    pub fn start_on(ip: &str, accept: Accept, master_extra: &str, minion_extra: &str) -> Served {
         let auto = if accept == Accept::Auto { "auto_accept: True\n" } else { "" };
-        let env = Env::master(&one_ip(), "localfs_key", &format!("{auto}{master_extra}"));
+        let env = Env::master(ip, "localfs_key", &format!("{auto}{master_extra}"));
         let master = start_master(&env);
         let minion = start_minion(&env.root, MINION, &format!("master: {}\nmaster_port: {}\n{minion_extra}", env.ip, env.ret));
         if accept == Accept::Operator {

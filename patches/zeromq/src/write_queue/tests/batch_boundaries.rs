@@ -52,7 +52,7 @@ async fn multiple_batches_preserve_wire_order_across_pending_and_short_writes() 
     };
     let sink = ZmqFramedWrite::new(Box::new(writer), ZmqCodec::new());
 
-    write_message_queue(receiver, sink, false).await.unwrap();
+    write_message_queue(receiver, sink, false, None).await.unwrap();
 
     assert_eq!(*bytes.lock(), expected);
 }
