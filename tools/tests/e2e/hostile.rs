@@ -298,6 +298,21 @@ fn ready(kind: &str) -> Vec<u8> {
     frame
 }
 
+/// A raw ZMTP peer of socket type `kind` on `ip:port`, past its greeting and `READY`,
+/// with a 256 KiB `SO_RCVBUF` so that a peer that does not read takes little off the
+/// wire (not much smaller: the window it opens when it reads at last must hold two of
+/// loopback's 64 KiB segments, or the master sends only on its zero-window probes).
+fn raw_peer(ip: &str, port: u16, kind: &str) -> TcpStream {
+    let mut s = TcpStream::connect((ip, port)).unwrap_or_else(|e| panic!("connect {ip}:{port}: {e}"));
+    let small: libc::c_int = 256 * 1024;
+    // SAFETY: setsockopt on the descriptor this stream owns, with a c_int it reads.
+    let set = unsafe { libc::setsockopt(std::os::fd::AsRawFd::as_raw_fd(&s), libc::SOL_SOCKET, libc::SO_RCVBUF, (&small as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t) };
+    assert_eq!(set, 0, "SO_RCVBUF");
+    s.write_all(&greeting()).expect("greeting");
+    s.write_all(&ready(kind)).expect("READY");
+    s
+}
+
 /// Counts the messages in a ZMTP byte stream from the master's publish port, after its
 /// greeting: commands are skipped, a message ends at a frame without the MORE bit.
 fn count_messages(stream: &[u8]) -> usize {
@@ -333,11 +348,8 @@ fn count_messages(stream: &[u8]) -> usize {
 /// A subscriber that signs up on the publish port and then never reads holds at most
 /// `pub_hwm` publishes in the master, however many are published: the rest are dropped
 /// for it alone (ZeroMQ's high-water mark, as Salt's master has it). Published here:
-/// 100 jobs of 360 KB, about 36 MB. Read at last, the connection brings what the
-/// kernel's buffers took (the subscriber's `SO_RCVBUF` is set to 256 KiB so its side
-/// does not grow; not much smaller, or the window it opens when it reads at last is
-/// below two of loopback's 64 KiB segments and the master waits for its zero-window
-/// probes) and the queued `pub_hwm`: 26 to 27 of the 100 in the runs that added this test,
+/// 100 jobs of 360 KB, about 36 MB. Read at last, the connection ([`raw_peer`]) brings
+/// what the kernel's buffers took and the queued `pub_hwm`: 26 to 27 of the 100 in the runs that added this test,
 /// about 10 MB; all 100 when the queue was not bounded. The real minion, a subscriber
 /// under the same bound and busy with the jobs it got, is served again afterwards.
 #[test]
@@ -345,13 +357,7 @@ fn a_subscriber_that_never_reads_gets_only_what_pub_hwm_and_the_kernel_hold() {
     const JOBS: usize = 100;
     let s = Served::start(Accept::Auto, "pub_hwm: 2\n", "");
     let env = &s.env;
-    let mut sub = TcpStream::connect((env.ip.as_str(), env.publish)).expect("connect to the publish port");
-    let small: libc::c_int = 256 * 1024;
-    // SAFETY: setsockopt on the descriptor this stream owns, with a c_int it reads.
-    let set = unsafe { libc::setsockopt(std::os::fd::AsRawFd::as_raw_fd(&sub), libc::SOL_SOCKET, libc::SO_RCVBUF, (&small as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t) };
-    assert_eq!(set, 0, "SO_RCVBUF");
-    sub.write_all(&greeting()).expect("greeting");
-    sub.write_all(&ready("SUB")).expect("READY");
+    let mut sub = raw_peer(&env.ip, env.publish, "SUB");
     sub.write_all(&[0x00, 0x01, 0x01]).expect("subscribe to everything");
     std::thread::sleep(Duration::from_secs(1));
 
@@ -394,9 +400,8 @@ fn a_subscriber_that_never_reads_gets_only_what_pub_hwm_and_the_kernel_hold() {
 /// eight such clients grew a master by 43 MiB every half second without end.
 ///
 /// 8,000 clear `ping`s of 8 KiB (a ping's reply echoes its load, so each reply is as
-/// large) are sent on a connection whose `SO_RCVBUF` is 256 KiB (smaller, and the
-/// window it opens when it reads at last is too small for loopback's segments: the
-/// master then sends only on its zero-window probes). Read at last, it brings the
+/// large) are sent on a connection ([`raw_peer`]) that does not read. Read at last, it
+/// brings the
 /// replies the queue and the kernel held; with the dropped ones they make exactly the
 /// requests sent (every request answered or counted), and most were dropped: about
 /// 1,600 arrived in the runs that added this test (512 queued, the rest in the
@@ -408,13 +413,7 @@ fn a_client_that_never_reads_its_replies_holds_only_a_few() {
     let health = port_free_on(&[&ip]);
     let s = Served::start_on(&ip, Accept::Auto, &format!("halite_health_port: {health}\n"), "");
     let env = &s.env;
-    let mut c = TcpStream::connect((env.ip.as_str(), env.ret)).expect("connect to the request port");
-    let small: libc::c_int = 256 * 1024;
-    // SAFETY: setsockopt on the descriptor this stream owns, with a c_int it reads.
-    let set = unsafe { libc::setsockopt(std::os::fd::AsRawFd::as_raw_fd(&c), libc::SOL_SOCKET, libc::SO_RCVBUF, (&small as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t) };
-    assert_eq!(set, 0, "SO_RCVBUF");
-    c.write_all(&greeting()).expect("greeting");
-    c.write_all(&ready("DEALER")).expect("READY");
+    let mut c = raw_peer(&env.ip, env.ret, "DEALER");
     let text = |t: &str| rmpv::Value::from(t);
     let ping = rmpv::Value::Map(vec![
         (text("enc"), text("clear")),
