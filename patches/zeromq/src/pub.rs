@@ -4,7 +4,7 @@ use crate::error::ZmqResult;
 use crate::message::*;
 use crate::transport::AcceptStopHandle;
 use crate::util::PeerIdentity;
-use crate::write_queue::write_message_queue;
+use crate::write_queue::{message_queue, write_message_queue};
 use crate::{async_rt, CaptureSocket, SocketOptions};
 use crate::{MultiPeerBackend, Socket, SocketBackend, SocketEvent, SocketSend, SocketType};
 
@@ -61,13 +61,6 @@ fn send_to_subscriber(send_queue: &mut PubSendQueue, message: &ZmqMessage) {
             drop(error.into_inner());
         }
     }
-}
-
-/// A subscriber's queue that holds at most `capacity` messages (at least one): a
-/// bounded futures channel holds its buffer and one more for each sender, and the
-/// fan-out sends on the one sender kept for the subscriber.
-fn subscriber_queue(capacity: usize) -> (PubSendQueue, mpsc::Receiver<Message>) {
-    mpsc::channel(capacity.saturating_sub(1))
 }
 
 pub(crate) struct Subscriber {
@@ -249,7 +242,7 @@ impl MultiPeerBackend for PubSocketBackend {
             .socket_options
             .send_queue_capacity
             .unwrap_or(PUB_SEND_QUEUE_CAPACITY);
-        let (queue_sender, queue_receiver) = subscriber_queue(capacity);
+        let (queue_sender, queue_receiver) = message_queue(capacity);
         let (sender, stop_receiver) = oneshot::channel();
         // Synchronous, as every other use of this map: scc's async operations can keep
         // a bucket locked while their task is suspended (a lock handed to a waiting
@@ -676,7 +669,7 @@ mod tests {
     #[test]
     fn test_a_subscriber_queue_holds_its_capacity() {
         for capacity in [1, 2, 1000] {
-            let (mut sender, _receiver) = subscriber_queue(capacity);
+            let (mut sender, _receiver) = message_queue(capacity);
             let mut held = 0;
             while sender
                 .try_send(Message::Message(ZmqMessage::from("m")))

@@ -2,9 +2,9 @@ use crate::codec::{CodecResult, Message, ZmqFramedWrite};
 
 use bytes::BytesMut;
 use futures::channel::mpsc;
+use futures::{SinkExt, StreamExt};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use futures::{SinkExt, StreamExt};
 
 const WRITE_BATCH_LIMIT: usize = 128;
 
@@ -46,6 +46,14 @@ pub(crate) async fn write_message_queue(
     }
 
     Ok(())
+}
+
+/// A peer's message queue that holds at most `capacity` messages (at least one), for
+/// a socket that sends on the one sender it keeps for the peer: a bounded futures
+/// channel holds its buffer and one more message for each sender, so the buffer is one
+/// less.
+pub(crate) fn message_queue(capacity: usize) -> (mpsc::Sender<Message>, mpsc::Receiver<Message>) {
+    mpsc::channel(capacity.saturating_sub(1))
 }
 
 /// A queued message's bytes, as `SocketOptions::send_queue_bytes` counts them: the sum
