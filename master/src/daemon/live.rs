@@ -91,6 +91,29 @@ impl Master {
 
     /// Grants the claims of a request; all or none.
     pub fn claim(&self, claims: &[Claim]) -> bool {
+        // Nonces first: taking them back is exact (only those this call took).
+        let nonces = || claims.iter().filter_map(|c| if let Claim::Nonce(k) = c { Some(k) } else { None });
+        let mut took = 0;
+        if nonces().next().is_some() {
+            let mut n = self.nonces.lock().unwrap_or_else(|p| p.into_inner());
+            for k in nonces() {
+                if !n.claim(k) {
+                    nonces().take(took).for_each(|t| n.forget(t));
+                    return false;
+                }
+                took += 1;
+            }
+        }
+        if took == claims.len() || self.claim_places(claims) {
+            return true;
+        }
+        let mut n = self.nonces.lock().unwrap_or_else(|p| p.into_inner());
+        nonces().for_each(|t| n.forget(t));
+        false
+    }
+
+    /// Grants the places a request claims (`max_minions`, pending keys); all or none.
+    fn claim_places(&self, claims: &[Claim]) -> bool {
         let mut counted = self.counted.lock().unwrap_or_else(|p| p.into_inner());
         let mut pending = self.pending_claims.lock().unwrap_or_else(|p| p.into_inner());
         let (mut taken, mut taken_pending) = (Vec::new(), Vec::new());
@@ -106,6 +129,7 @@ impl Master {
                     Admission::Full => full = true,
                 },
                 Claim::Pending(id) if pending.contains(id) => {}
+                Claim::Nonce(_) => {}
                 Claim::Pending(id) => {
                     let cap = self.cfg.halite_max_pending_keys;
                     if cap > 0 && self.sm().pending_keys() + pending.len() as u64 >= cap {
@@ -132,16 +156,15 @@ impl Master {
     /// Gives claims back: their request was not committed, or (pending places) it is
     /// done and the state machine now counts what it committed.
     pub fn release(&self, claims: &[Claim]) {
-        let mut counted = self.counted.lock().unwrap_or_else(|p| p.into_inner());
-        let mut pending = self.pending_claims.lock().unwrap_or_else(|p| p.into_inner());
         for c in claims {
             match c {
                 Claim::Count(id) => {
-                    counted.remove(id);
+                    self.counted.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
                 }
                 Claim::Pending(id) => {
-                    pending.remove(id);
+                    self.pending_claims.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
                 }
+                Claim::Nonce(k) => self.nonces.lock().unwrap_or_else(|p| p.into_inner()).forget(k),
             }
         }
     }
@@ -151,7 +174,6 @@ impl Master {
         for e in effects {
             match e {
                 Effect::SessionKey { id, key } => self.sessions.install(&id, &key),
-                Effect::RememberNonce(key) => self.nonces.lock().unwrap_or_else(|p| p.into_inner()).remember(key),
                 Effect::ConsumeAutosignStub { id } => {
                     let stub = stub_dir(self.cfg.keys_dir()).join(&id);
                     match std::fs::remove_file(&stub) {

@@ -3,8 +3,13 @@
 //! A minion resends a request unchanged (same nonce) when the reply is late, and anyone
 //! who captured a request can send it again. Both get an answer, but only the first
 //! one's records and events take effect: a request whose `(id, nonce)` is remembered
-//! here is handled read-only. Only side-effecting requests (records or events) are
-//! remembered, for `window` (Salt's `request_server_ttl` when set, so that every request
+//! here is handled read-only. A request is remembered when it is **claimed**, before its
+//! records are committed ([`Nonces::claim`], through `req::Claim::Nonce`), so that of two
+//! copies in flight at once (a resend while the master is slow to commit, or a captured
+//! request sent on other connections) only the first is applied; a claim whose request
+//! was not committed is forgotten again ([`Nonces::forget`]).
+//!
+//! Only side-effecting requests (records or events) are remembered, for `window` (Salt's `request_server_ttl` when set, so that every request
 //! young enough to be accepted is covered), unless more than `keep` newer ones came in
 //! meanwhile (so memory is bounded however fast requests come).
 //!
@@ -73,9 +78,24 @@ impl Nonces {
         self.current.contains(key) || self.previous.contains(key)
     }
 
-    /// Remembers a request whose effects were committed.
-    pub fn remember(&mut self, key: ReplayKey) {
-        self.remember_at(key, Instant::now())
+    /// Remembers the request `key` stands for before its records are committed, unless
+    /// it is remembered already (applied, or claimed by a copy still in flight): so of
+    /// copies handled at once only the one that claims first is applied. False if it
+    /// was remembered.
+    pub fn claim(&mut self, key: &ReplayKey) -> bool {
+        let now = Instant::now();
+        if self.seen_at(key, now) {
+            return false;
+        }
+        self.remember_at(*key, now);
+        true
+    }
+
+    /// Forgets a claim whose request was not committed, so that a resend of it can be
+    /// applied: the only removal one at a time, on a failed commit.
+    pub fn forget(&mut self, key: &ReplayKey) {
+        self.current.remove(key);
+        self.previous.remove(key);
     }
 
     fn remember_at(&mut self, key: ReplayKey, now: Instant) {
@@ -108,20 +128,20 @@ mod tests {
     fn remembers_the_newest_keep_and_at_most_twice_that() {
         let mut n = Nonces::new(Duration::from_secs(60), 3);
         assert!(!n.seen(&k("m1", "a")));
-        n.remember(k("m1", "a"));
+        assert!(n.claim(&k("m1", "a")));
         assert!(n.seen(&k("m1", "a")));
         assert!(!n.seen(&k("m2", "a")), "nonces are per minion");
         for x in ["b", "c", "d", "e", "f"] {
-            n.remember(k("m1", x));
+            assert!(n.claim(&k("m1", x)));
         }
         // Generations {a b c} then {d e f}: the newest three and the three before.
         assert_eq!(n.len(), 6);
         assert!(["a", "b", "c", "d", "e", "f"].iter().all(|x| n.seen(&k("m1", x))));
-        n.remember(k("m1", "g"));
+        assert!(n.claim(&k("m1", "g")));
         assert!(!n.seen(&k("m1", "a")) && !n.seen(&k("m1", "c")), "the oldest generation is forgotten as a whole");
         assert!(["d", "e", "f", "g"].iter().all(|x| n.seen(&k("m1", x))), "the newest `keep` are always remembered");
         for i in 0..1000 {
-            n.remember(k("m9", &i.to_string()));
+            assert!(n.claim(&k("m9", &i.to_string())));
             assert!(n.len() <= 6);
             assert!((i.max(2) - 2..=i).all(|j| n.seen(&k("m9", &j.to_string()))));
         }
@@ -143,9 +163,26 @@ mod tests {
     }
 
     #[test]
+    fn a_claim_is_granted_once_and_a_failed_one_can_be_made_again() {
+        let mut n = Nonces::new(Duration::from_secs(60), 10);
+        assert!(n.claim(&k("m1", "a")), "the first copy claims it");
+        assert!(!n.claim(&k("m1", "a")), "a copy in flight, or applied: refused");
+        assert!(n.seen(&k("m1", "a")), "the handler sees it as replayed");
+        n.forget(&k("m1", "a"));
+        assert!(!n.seen(&k("m1", "a")) && n.claim(&k("m1", "a")), "not committed: a resend may be applied");
+        // Forgotten from the previous generation too.
+        for x in 0..10 {
+            assert!(n.claim(&k("m2", &x.to_string())));
+        }
+        assert!(n.seen(&k("m1", "a")));
+        n.forget(&k("m1", "a"));
+        assert!(!n.seen(&k("m1", "a")));
+    }
+
+    #[test]
     fn ids_and_nonces_do_not_run_into_each_other() {
         let mut n = Nonces::new(Duration::from_secs(60), 10);
-        n.remember(k("m1", "2abc"));
+        assert!(n.claim(&k("m1", "2abc")));
         assert!(!n.seen(&k("m12", "abc")), "the id's length is part of the key");
         assert!(n.seen(&k("m1", "2abc")));
     }
@@ -156,11 +193,11 @@ mod tests {
         assert_eq!(std::mem::size_of::<ReplayKey>(), 16);
         let mut n = Nonces::new(Duration::from_secs(60), 1000);
         for i in 0..2000 {
-            n.remember(k("m", &i.to_string()));
+            assert!(n.claim(&k("m", &i.to_string())));
         }
         let sizes = (n.current.capacity(), n.previous.capacity());
         for i in 2000..20_000 {
-            n.remember(k("m", &i.to_string()));
+            assert!(n.claim(&k("m", &i.to_string())));
         }
         assert_eq!((n.current.capacity(), n.previous.capacity()), sizes, "the tables were reused, never grown");
         assert!(n.seen(&k("m", "19999")) && n.seen(&k("m", "19000")) && !n.seen(&k("m", "17999")));

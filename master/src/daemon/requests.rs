@@ -3,7 +3,8 @@
 //! on the event loop, the rest on the blocking pool (RSA, pillar compilation, file
 //! reads) — then carried out:
 //!
-//! 1. claims granted (a `max_minions` place), or the request handled again, now full;
+//! 1. claims granted (a `max_minions` or pending-key place, a side-effecting request's
+//!    nonce), or the request handled again, now full or replayed;
 //! 2. records committed through the node (group commit with everything in flight);
 //! 3. if the records were decided from this member's read ([`Outcome::recheck`]: a
 //!    sign-in's key change names the entry it read) and the applied state is not what
@@ -11,7 +12,7 @@
 //!    answered from that (up to [`MAX_SETTLE`]
 //!    rounds when the state keeps moving under it, then `"bad load"`, which makes the
 //!    minion sign in again);
-//! 4. effects applied (session key, autosign stub, nonce), events fired;
+//! 4. effects applied (session key, autosign stub), events fired;
 //! 5. the reply sent on the request's own routing envelope.
 //!
 //! A member that is not ready (not caught up with the cluster) first holds the request
@@ -79,7 +80,8 @@ async fn handle_blocking(master: &Arc<Master>, body: &Bytes) -> Option<Outcome> 
 /// blocking pool.
 async fn handle_first(master: &Arc<Master>, body: &Bytes) -> Option<Outcome> {
     match req::handle_light(master.as_ref(), body) {
-        Some(out) if out.claims.is_empty() => Some(out),
+        // Its claims (a return's nonce) granted here; refused, it is handled again.
+        Some(out) if master.claim(&out.claims) => Some(out),
         _ => handle_blocking(master, body).await,
     }
 }
@@ -166,12 +168,18 @@ async fn settle(master: &Arc<Master>, body: Bytes) -> Option<(String, bool, Vec<
             }
         }
     }
-    if !out.signed_in && !granted.is_empty() {
-        master.release(&granted);
-    } else {
-        // A pending key's place is held only while its request is in flight.
-        let pending: Vec<Claim> = granted.into_iter().filter(|c| matches!(c, Claim::Pending(_))).collect();
-        master.release(&pending);
+    // Committed. A pending key's place is held only while its request is in flight, a
+    // counted place only by a minion that signed in; a nonce stays claimed (applied).
+    let done: Vec<Claim> = granted
+        .into_iter()
+        .filter(|c| match c {
+            Claim::Pending(_) => true,
+            Claim::Count(_) => !out.signed_in,
+            Claim::Nonce(_) => false,
+        })
+        .collect();
+    if !done.is_empty() {
+        master.release(&done);
     }
     master.apply_effects(out.effects);
     for e in out.events {

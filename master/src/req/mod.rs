@@ -90,6 +90,11 @@ pub enum Claim {
     /// pending key is proposed: requests in flight count against the cap, so a flood of
     /// new ids cannot all pass the check before any of them applies.
     Pending(String),
+    /// The request's place among the requests applied (its id and nonce), taken before
+    /// its records are committed and kept once they are: of copies in flight at once
+    /// only the one that claims first is applied; refused, the request is handled again
+    /// and the view says it was replayed (`daemon/replay.rs`).
+    Nonce(ReplayKey),
 }
 
 /// A change outside the log that follows a committed request.
@@ -99,8 +104,6 @@ pub enum Effect {
     SessionKey { id: String, key: Crypticle },
     /// The one-shot `minions_autosign/<id>` stub that let the key in is used up.
     ConsumeAutosignStub { id: String },
-    /// The request changed something: a resend with the same nonce must not again.
-    RememberNonce(ReplayKey),
 }
 
 impl Outcome {
@@ -359,8 +362,8 @@ fn handle_aes(view: &dyn View, env: &envelope::Envelope, weight: Weight) -> Opti
         ans.records.clear();
         ans.events.clear();
     }
-    let effects = match replay_key {
-        Some(k) if !(ans.records.is_empty() && ans.events.is_empty()) => vec![Effect::RememberNonce(k)],
+    let claims = match replay_key {
+        Some(k) if !(ans.records.is_empty() && ans.events.is_empty()) => vec![Claim::Nonce(k)],
         _ => vec![],
     };
     let reply = if ans.private {
@@ -372,5 +375,5 @@ fn handle_aes(view: &dyn View, env: &envelope::Envelope, weight: Weight) -> Opti
         }
     };
     // The command's own string moves into the outcome (not copied).
-    Some(Outcome { reply, records: ans.records, events: ans.events, claims: vec![], effects, recheck: false, signed_in: false, cmd: cmd_owned, id: id.to_string() })
+    Some(Outcome { reply, records: ans.records, events: ans.events, claims, effects: vec![], recheck: false, signed_in: false, cmd: cmd_owned, id: id.to_string() })
 }

@@ -360,12 +360,13 @@ fn a_return_is_recorded_answered_under_the_session_key_and_its_nonce_remembered(
     assert_eq!((r.jid.as_str(), r.id.as_str(), r.time_ns), ("20261123000000000001", "m1", v.now_ns));
     assert_eq!(get(&decode(&r.load).unwrap(), "return"), Some(&Value::Boolean(true)));
     assert_eq!(o.events[0].tag, "salt/job/20261123000000000001/ret/m1");
-    assert!(matches!(&o.effects[..], [Effect::RememberNonce(key)] if *key == crate::view::replay_key::ReplayKey::of("m1", NONCE)));
+    assert!(matches!(&o.claims[..], [Claim::Nonce(key)] if *key == crate::view::replay_key::ReplayKey::of("m1", NONCE)));
+    assert!(o.effects.is_empty());
     // A resend with the same nonce is answered but writes nothing.
     v.replayed.insert(crate::view::replay_key::ReplayKey::of("m1", NONCE));
     let o = handle(&v, &m.aes(&s, "_return", vec![(Value::from("jid"), Value::from("20261123000000000001")), (Value::from("return"), Value::from(true))]));
     assert_eq!(aes_reply(&s, &o), Value::Nil);
-    assert!(o.records.is_empty() && o.events.is_empty() && o.effects.is_empty());
+    assert!(o.records.is_empty() && o.events.is_empty() && o.effects.is_empty() && o.claims.is_empty());
 }
 
 #[test]

@@ -185,6 +185,22 @@ fn a_replayed_request_is_answered_but_written_once() {
     assert_eq!(returns.lines().filter(|l| l.contains("20260101000000000001")).count(), 1, "the replays wrote nothing:\n{returns}");
 }
 
+/// Copies of one request handled while the first is still being committed (a minion's
+/// resend while the master is slow, or a captured request sent on other connections at
+/// once): one is written, every copy is answered.
+#[test]
+fn copies_in_flight_at_once_are_written_once() {
+    let (mut m, hand) = replay_master();
+    let (body, nonce) = halite_tools::swarm::minion::aes_request(&hand.me, &hand.creds.session, ping_return("20260101000000000003")).expect("request");
+    for (i, reply) in hand.send_at_once(body, 32).iter().enumerate() {
+        let reply = halite_tools::swarm::minion::aes_reply(&hand.creds.session, &nonce, reply).expect("reply");
+        assert!(matches!(reply, AesReply::Value(_)), "copy {i} is answered");
+    }
+    m.proc.stop();
+    let returns = m.env.ok(CTL, &["dump", "--json", "--kind", "job_return"]);
+    assert_eq!(returns.lines().filter(|l| l.contains("20260101000000000003")).count(), 1, "one copy was written:\n{returns}");
+}
+
 #[test]
 fn a_stale_request_is_refused_and_writes_nothing() {
     let (mut m, hand) = replay_master();

@@ -50,6 +50,20 @@ impl WireMinion {
         send_raw(&self.rt, &self.ep, body)
     }
 
+    /// Sends the same raw bytes `copies` times at once, each on a connection of its own;
+    /// returns the replies' bytes.
+    pub fn send_at_once(&self, body: Vec<u8>, copies: usize) -> Vec<Vec<u8>> {
+        let ep = self.ep.clone();
+        self.rt.block_on(async move {
+            let mut set = tokio::task::JoinSet::new();
+            for _ in 0..copies {
+                let (ep, body) = (ep.clone(), body.clone());
+                set.spawn(async move { minion::request_once(&ep, body, Duration::from_secs(20), "request").await.unwrap_or_else(|e| panic!("{ep}: {e}")) });
+            }
+            set.join_all().await
+        })
+    }
+
     /// A session-encrypted request with `load`, and what the master answered.
     pub fn ask(&self, load: Vec<(rmpv::Value, rmpv::Value)>) -> AesReply {
         let (body, nonce) = minion::aes_request(&self.me, &self.creds.session, load).expect("aes request");
