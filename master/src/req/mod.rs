@@ -216,22 +216,22 @@ impl Command {
     /// Parses an AES command from its (decrypted, checked) inner load, msgpack without
     /// `nonce` and `tok` ([`envelope::Opened::inner`]). A return takes those bytes as they
     /// are, to be stored (they are never made into a tree); any other command decodes them.
-    pub fn parse_aes(cmd: &str, opened: envelope::Opened) -> Command {
+    pub fn parse_aes(cmd: &str, opened: envelope::Opened) -> Result<Command> {
         if cmd == "_return" {
-            return Command::Return(returns::Return::parse(opened.inner));
+            return Ok(Command::Return(returns::Return::parse(opened.inner)));
         }
-        let inner = opened.inner_value();
+        let inner = opened.inner_value()?;
         if let Some(f) = files::Files::parse(cmd, &inner) {
-            return Command::Files(f);
+            return Ok(Command::Files(f));
         }
         if let Some(m) = mine::Mine::parse(cmd, &inner) {
-            return Command::Mine(m);
+            return Ok(Command::Mine(m));
         }
-        match cmd {
+        Ok(match cmd {
             "_pillar" => Command::Pillar(pillar::Pillar::parse(&inner)),
             "_minion_event" => Command::MinionEvent(events::MinionEvent::parse(&inner)),
             other => Command::Misc(misc::Misc::parse(other, &inner)),
-        }
+        })
     }
 
     /// Answers an AES command. An error becomes `"bad load"`.
@@ -348,7 +348,7 @@ fn handle_aes(view: &dyn View, env: &envelope::Envelope, weight: Weight) -> Opti
         return Some(Outcome::bad_load(why, cmd, id));
     }
     let ctx = Ctx { id, nonce: &nonce, key: print, enc: env.enc_algo, sig: env.sig_algo };
-    let mut ans = match Command::parse_aes(cmd, opened).answer(&ctx, view) {
+    let mut ans = match Command::parse_aes(cmd, opened).and_then(|c| c.answer(&ctx, view)) {
         Ok(a) => a,
         Err(why) => return Some(Outcome::bad_load(why, cmd, id)),
     };

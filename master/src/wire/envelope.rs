@@ -19,10 +19,25 @@ use rmpv::{Value, ValueRef};
 
 use super::crypto::{Crypticle, EncAlgo, PublicKey, SigAlgo, PICKLE};
 use super::payload::{self, encode, ref_bytes, ref_text};
-use super::scan::MapScan;
+use super::scan::{self, MapScan, ENTRY_DEPTH};
+
+/// The most values an AES request's load may hold to be decoded ([`Opened::inner_value`]:
+/// every command but `_return`, which is stored as it came): a decoded value takes about
+/// 40 bytes however small it is on the wire, so a load of 64 MiB of nils would be 2.7 GB
+/// as a tree; 1,048,576 values is at most about 40 MB (a mine or an event's data is
+/// seldom a thousandth of it).
+pub const MAX_VALUES: usize = 1 << 20;
 
 /// The lowest envelope version served.
 pub const MIN_VERSION: i64 = 3;
+
+/// The largest clear load decoded, in bytes: clear requests are `_auth` (an id, a public
+/// key, a token, a nonce: about 1.5 KiB with a 4096-bit key) and `ping`. A clear load is
+/// the only part of a request decoded into a tree before anyone is known, and a tree
+/// takes about 40 bytes a value however small the value is on the wire (a nil is one
+/// byte), so without this bound a 64 MiB `ping` of nils held 4.3 GB while it was
+/// answered (docs/benchmarks.md "A request's tree, bounded").
+pub const CLEAR_LOAD_MAX: usize = 64 * 1024;
 
 /// Why a request was refused before any command saw it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -39,6 +54,10 @@ pub enum EnvelopeError {
     OldVersion(i64),
     #[error("unknown enc {0:?}")]
     UnknownEnc(String),
+    #[error("the load holds more than {max} values")]
+    TooManyValues { max: usize },
+    #[error("a clear load of {len} bytes exceeds the {max}-byte limit")]
+    ClearTooLarge { len: usize, max: usize },
     #[error("the load is not a byte string")]
     LoadNotBytes,
     #[error("the load does not decrypt with the session key")]
@@ -107,6 +126,9 @@ struct Fields<'a> {
     id: Option<ValueRef<'a>>,
     enc_algo: Option<ValueRef<'a>>,
     sig_algo: Option<ValueRef<'a>>,
+    /// The length of a `load` that is an array or a map over [`CLEAR_LOAD_MAX`] bytes:
+    /// such a load is not read (`load` is then `Nil`), and refused if the request is clear.
+    oversized_load: Option<usize>,
 }
 
 impl<'a> Fields<'a> {
@@ -134,6 +156,9 @@ impl<'a> Fields<'a> {
         let id = text(body, &self.id).unwrap_or("");
         let enc_algo = EncAlgo::parse(text(body, &self.enc_algo).unwrap_or("OAEP-SHA1")).unwrap_or(EncAlgo::OaepSha1);
         let sig_algo = SigAlgo::parse(text(body, &self.sig_algo).unwrap_or("PKCS1v15-SHA1")).unwrap_or(SigAlgo::Pkcs1v15Sha1);
+        if let (Enc::Clear, Some(len)) = (enc, self.oversized_load) {
+            return Err(EnvelopeError::ClearTooLarge { len, max: CLEAR_LOAD_MAX });
+        }
         let (load, ciphertext) = match enc {
             Enc::Clear => (load.to_owned(), None),
             Enc::Aes => (Value::Nil, ref_bytes(body, &load)),
@@ -148,9 +173,21 @@ impl<'a> Fields<'a> {
         let mut scan = MapScan::new(body).ok()?;
         while let Some(entry) = scan.key() {
             let (k, _) = entry.ok()?;
-            let slot = match ref_bytes(body, &k) {
+            let name = ref_bytes(body, &k);
+            if name == Some(b"load") && f.load.is_none() {
+                // Bytes for an AES request, a map for a clear one: read only within the
+                // bound (a tree of a map is built only for a clear load under it).
+                let b = scan.value_bytes().ok()?;
+                if matches!(b.first(), Some(0x80..=0x9f | 0xdc..=0xdf)) && b.len() > CLEAR_LOAD_MAX {
+                    f.oversized_load = Some(b.len());
+                    f.load = Some(ValueRef::Nil);
+                } else {
+                    f.load = Some(rmpv::decode::read_value_ref_with_max_depth(&mut &b[..], ENTRY_DEPTH as usize).ok()?);
+                }
+                continue;
+            }
+            let slot = match name {
                 Some(b"enc") => &mut f.enc,
-                Some(b"load") => &mut f.load,
                 Some(b"version") => &mut f.version,
                 Some(b"id") => &mut f.id,
                 Some(b"enc_algo") => &mut f.enc_algo,
@@ -163,7 +200,9 @@ impl<'a> Fields<'a> {
             if slot.is_some() {
                 scan.skip_value().ok()?;
             } else {
-                *slot = Some(scan.value().ok()?);
+                // Strings or numbers: a container there reads as nil, the same "not a
+                // string, not a number" to every check after, without its tree.
+                *slot = Some(scan.scalar().ok()?.unwrap_or(ValueRef::Nil));
             }
         }
         scan.finish().ok()?;
@@ -171,14 +210,20 @@ impl<'a> Fields<'a> {
     }
 }
 
-/// Why a body that [`Fields::scan`] refused is not an envelope (the cold path: the whole
-/// body decoded, for the error's words).
+/// Why a body that [`Fields::scan`] refused is not an envelope: stepped over again, not
+/// decoded (a tree of a hostile body would cost 40 bytes a byte of it).
 fn why_undecodable(body: &[u8]) -> EnvelopeError {
-    match payload::decode_ref(body) {
-        Err(e) => EnvelopeError::Undecodable(e.to_string()),
-        Ok(ValueRef::Map(_)) => EnvelopeError::Undecodable("malformed map".into()),
-        Ok(_) => EnvelopeError::NotAMap,
+    let mut rd = body;
+    match scan::skip(&mut rd, payload::MAX_DEPTH as u16) {
+        Err(_) => EnvelopeError::Undecodable(format!("malformed msgpack, or nested deeper than {} levels", payload::MAX_DEPTH)),
+        Ok(()) if !rd.is_empty() => EnvelopeError::Undecodable(payload::PayloadError::Trailing.to_string()),
+        Ok(()) if payload_is_map(body) => EnvelopeError::Undecodable("malformed map".into()),
+        Ok(()) => EnvelopeError::NotAMap,
     }
+}
+
+fn payload_is_map(b: &[u8]) -> bool {
+    matches!(b.first(), Some(0x80..=0x8f | 0xde | 0xdf))
 }
 
 /// An AES request, decrypted and checked up to (not including) its `tok`.
@@ -196,9 +241,13 @@ pub struct Opened {
 }
 
 impl Opened {
-    /// [`Opened::inner`] decoded (it decodes: [`open_aes`] read every byte of it).
-    pub fn inner_value(&self) -> Value {
-        payload::decode(&self.inner).unwrap_or(Value::Map(Vec::new()))
+    /// [`Opened::inner`] decoded (it decodes: [`open_aes`] read every byte of it), unless
+    /// it holds more than [`MAX_VALUES`] values.
+    pub fn inner_value(&self) -> Result<Value, EnvelopeError> {
+        if !scan::holds_at_most(&self.inner, payload::MAX_DEPTH as u16, MAX_VALUES) {
+            return Err(EnvelopeError::TooManyValues { max: MAX_VALUES });
+        }
+        Ok(payload::decode(&self.inner).unwrap_or(Value::Map(Vec::new())))
     }
 }
 
@@ -211,6 +260,9 @@ impl Opened {
 /// is stored is the minion's bytes without `nonce` and `tok`. As with a tree, the first
 /// entry of a key is the one that counts (and the one left out).
 pub fn open_aes(ciphertext: Option<&[u8]>, id: &str, session: &Crypticle) -> Result<Opened, EnvelopeError> {
+    fn scalar<'a>(scan: &mut MapScan<'a>) -> Result<ValueRef<'a>, EnvelopeError> {
+        scan.scalar().map(|v| v.unwrap_or(ValueRef::Nil)).map_err(|_| EnvelopeError::InnerNotAMap)
+    }
     let ct = ciphertext.ok_or(EnvelopeError::LoadNotBytes)?;
     let plain = session.decrypt(ct).map_err(|_| EnvelopeError::DoesNotDecrypt)?;
     let msg = plain.strip_prefix(PICKLE).ok_or(EnvelopeError::NoPickle)?;
@@ -225,17 +277,19 @@ pub fn open_aes(ciphertext: Option<&[u8]>, id: &str, session: &Crypticle) -> Res
         n += 1;
         let mut leave_out = false;
         match ref_bytes(msg, &k) {
-            Some(b"cmd") if cmd.is_none() => cmd = Some(ref_text(msg, &scan.value().map_err(bad)?).unwrap_or("").to_string()),
+            // Each a string, bytes or a number: a container there reads as nil
+            // (`MapScan::scalar`), wrong for every check after, and is not built.
+            Some(b"cmd") if cmd.is_none() => cmd = Some(ref_text(msg, &scalar(&mut scan)?).unwrap_or("").to_string()),
             Some(b"nonce") if nonce.is_none() => {
-                nonce = Some(ref_text(msg, &scan.value().map_err(bad)?).unwrap_or("").to_string());
+                nonce = Some(ref_text(msg, &scalar(&mut scan)?).unwrap_or("").to_string());
                 leave_out = true;
             }
-            Some(b"id") if inner_id.is_none() => inner_id = Some(ref_text(msg, &scan.value().map_err(bad)?).map(|t| t == id)),
+            Some(b"id") if inner_id.is_none() => inner_id = Some(ref_text(msg, &scalar(&mut scan)?).map(|t| t == id)),
             Some(b"tok") if tok.is_none() => {
-                tok = Some(scan.value().map_err(bad)?.to_owned());
+                tok = Some(scalar(&mut scan)?.to_owned());
                 leave_out = true;
             }
-            Some(b"ts") if ts.is_none() => ts = Some(if let ValueRef::Integer(i) = scan.value().map_err(bad)? { i.as_i64() } else { None }),
+            Some(b"ts") if ts.is_none() => ts = Some(if let ValueRef::Integer(i) = scalar(&mut scan)? { i.as_i64() } else { None }),
             // Anything else (the `return` above all) is only stepped over.
             _ => scan.skip_value().map_err(bad)?,
         }

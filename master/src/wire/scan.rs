@@ -56,6 +56,23 @@ fn less(depth: u16) -> Result<u16, Malformed> {
 /// Steps over one msgpack object at the start of `rd` without building it; `depth` as
 /// rmpv's `read_value_ref_with_max_depth` takes it (module docs).
 pub fn skip(rd: &mut &[u8], depth: u16) -> Result<(), Malformed> {
+    let mut unbounded = usize::MAX;
+    step(rd, depth, &mut unbounded)
+}
+
+/// Whether the msgpack object `b` starts with holds at most `max` values (each scalar,
+/// string, array, map and ext counts one; a map's keys and values each count): what a
+/// decode of it would build is about 40 bytes a value. Counted without building it; a
+/// malformed object is not refused here (its decoder says why).
+pub fn holds_at_most(b: &[u8], depth: u16, max: usize) -> bool {
+    let mut left = max;
+    let mut rd = b;
+    step(&mut rd, depth, &mut left).is_ok() || left > 0
+}
+
+/// [`skip`], taking one from `left` a value ([`Malformed`] once it is spent).
+fn step(rd: &mut &[u8], depth: u16, left: &mut usize) -> Result<(), Malformed> {
+    *left = left.checked_sub(1).ok_or(Malformed)?;
     let d = less(depth)?;
     let marker = take(rd, 1)?[0];
     // (items: array 1, map 2; count) or (body length, depth units the body spends).
@@ -90,7 +107,7 @@ pub fn skip(rd: &mut &[u8], depth: u16) -> Result<(), Malformed> {
     let d = less(d)?;
     for _ in 0..count {
         for _ in 0..items {
-            skip(rd, d)?;
+            step(rd, d, left)?;
         }
     }
     Ok(())
@@ -166,6 +183,26 @@ impl<'a> MapScan<'a> {
     /// Steps over the value of the entry whose key was just read.
     pub fn skip_value(&mut self) -> Result<(), Malformed> {
         skip(&mut self.rd, ENTRY_DEPTH)
+    }
+
+    /// The value of the entry whose key was just read if it is not an array or a map;
+    /// an array or a map is stepped over instead (`None`). For a field that must be a
+    /// string, a number or bytes: a container there would otherwise be built into a
+    /// tree of 32 bytes a value, however small its values are on the wire (a byte a
+    /// nil), only to be found the wrong type.
+    pub fn scalar(&mut self) -> Result<Option<ValueRef<'a>>, Malformed> {
+        match self.rd.first() {
+            Some(0x80..=0x9f | 0xdc..=0xdf) => self.skip_value().map(|()| None),
+            _ => self.value().map(Some),
+        }
+    }
+
+    /// The bytes of the value of the entry whose key was just read, stepped over (so
+    /// found well formed within the bound), to be read only if they are worth it.
+    pub fn value_bytes(&mut self) -> Result<&'a [u8], Malformed> {
+        let before = self.rd;
+        self.skip_value()?;
+        Ok(&before[..before.len() - self.rd.len()])
     }
 
     /// After the last entry: [`Malformed`] if bytes follow the map.
@@ -244,6 +281,48 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn containers_are_stepped_over_by_scalar_and_values_lent_as_bytes() {
+        let m = Value::Map(vec![
+            (Value::from("a"), Value::Array(vec![Value::Nil; 20])),
+            (Value::from("b"), Value::Map(vec![(Value::from("k"), Value::from(1))])),
+            (Value::from("c"), Value::from("x")),
+            (Value::from("d"), Value::Array(vec![Value::from(2)])),
+        ]);
+        let mut e = Vec::new();
+        rmpv::encode::write_value(&mut e, &m).unwrap();
+        let mut s = MapScan::new(&e).unwrap();
+        s.key().unwrap().unwrap();
+        assert_eq!(s.scalar(), Ok(None), "an array is stepped over");
+        s.key().unwrap().unwrap();
+        assert_eq!(s.scalar(), Ok(None), "a map too");
+        s.key().unwrap().unwrap();
+        assert_eq!(s.scalar(), Ok(Some(ValueRef::from("x"))));
+        s.key().unwrap().unwrap();
+        assert_eq!(s.value_bytes(), Ok(&[0x91, 0x02][..]));
+        assert!(s.key().is_none() && s.finish().is_ok());
+        // Malformed containers are refused, not stepped over.
+        let mut s = MapScan::new(&[0x81, 0xa1, b'a', 0x92, 0xc0]).unwrap();
+        s.key().unwrap().unwrap();
+        assert_eq!(s.scalar(), Err(Malformed));
+    }
+
+    #[test]
+    fn values_are_counted_without_building_them() {
+        let mut e = Vec::new();
+        // A map of 2 entries: "a" -> [nil, nil, nil], "b" -> {"k": 1}: 1 + (1 + 1 + 3) + (1 + 1 + 1 + 1) = 10 values.
+        let m = Value::Map(vec![(Value::from("a"), Value::Array(vec![Value::Nil; 3])), (Value::from("b"), Value::Map(vec![(Value::from("k"), Value::from(1))]))]);
+        rmpv::encode::write_value(&mut e, &m).unwrap();
+        assert!(holds_at_most(&e, ENTRY_DEPTH, 10));
+        assert!(!holds_at_most(&e, ENTRY_DEPTH, 9));
+        assert!(holds_at_most(&[0x92, 0xc0], ENTRY_DEPTH, 5), "malformed within the bound: left to the decoder");
+        // A count of values over the bound is refused once the bound is reached, before
+        // the bytes run out.
+        assert!(!holds_at_most(&[0xdd, 0xff, 0xff, 0xff, 0xff, 0xc0, 0xc0], ENTRY_DEPTH, 2));
+        let mut rd = &e[..];
+        assert_eq!(skip(&mut rd, ENTRY_DEPTH), Ok(()), "skip is not bounded");
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! request bound, a silent or trickling handshake, an admin line that never ends, another
 //! user on the admin socket, a new id beyond the pending-key cap, a subscriber that never
 //! reads (it holds at most `pub_hwm` publishes), a client that pipelines requests and
-//! never reads the replies (it holds at most a few). After each, the master
+//! never reads the replies (it holds at most a few), a clear load that would decode into
+//! a tree of gigabytes (refused unread). After each, the master
 //! is still running, a real salt-minion is still served, nothing stored changed, and the
 //! refusal is in the master's log with its reason. And a real salt-minion's scheduled job: it
 //! runs as often as scheduled, never a second time because the master published it, and
@@ -464,5 +465,47 @@ fn a_client_that_never_reads_its_replies_holds_only_a_few() {
     assert_eq!(received + dropped, REQUESTS, "every request answered or its reply counted as dropped");
     assert!(received < REQUESTS / 2, "{received} of {REQUESTS} replies reached a client that never read: its queue is not bounded");
     drop(c);
+    still_served(&s);
+}
+
+/// The master's peak resident memory (`VmHWM`), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the master's status");
+    let kb = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+    kb.expect("VmHWM") * 1024
+}
+
+/// A clear request is decoded before anyone is known, and a decoded value takes about 40
+/// bytes whatever it takes on the wire (a nil: one byte). A `ping` whose load holds 16
+/// million nils (16 MB) made the master hold about 1.1 GB while it answered (4.3 GB at
+/// 60 MB, docs/benchmarks.md "A request's tree, bounded"). Now a clear load over 64 KiB
+/// is answered `"bad load"` without being read into a tree.
+#[test]
+fn a_clear_load_that_would_decode_into_a_gigabyte_is_refused_unread() {
+    const NILS: usize = 16_000_000;
+    let s = Served::start(Accept::Auto, "", "");
+    let env = &s.env;
+    let text = |t: &str| rmpv::Value::from(t);
+    let ping = rmpv::Value::Map(vec![
+        (text("enc"), text("clear")),
+        (text("load"), rmpv::Value::Map(vec![(text("cmd"), text("ping")), (text("pad"), rmpv::Value::Nil)])),
+        (text("version"), rmpv::Value::from(3)),
+    ]);
+    let mut small = Vec::new();
+    rmpv::encode::write_value(&mut small, &ping).expect("msgpack");
+    // The pad's nil becomes an array32 of NILS nils.
+    let at = small.windows(4).position(|w| w == [0xa3, b'p', b'a', b'd']).expect("the pad") + 4;
+    let mut body = small[..at].to_vec();
+    body.push(0xdd);
+    body.extend_from_slice(&(NILS as u32).to_be_bytes());
+    body.resize(body.len() + NILS, 0xc0);
+    body.extend_from_slice(&small[at + 1..]);
+    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let ep = format!("tcp://{}:{}", env.ip, env.ret);
+    let reply = rt.block_on(halite_tools::swarm::minion::request_once(&ep, body, Duration::from_secs(120), "request")).expect("a reply");
+    assert_eq!(reply, halite_master::wire::envelope::bad_load(), "refused");
+    wait_refusal(env, "exceeds the 65536-byte limit", 1);
+    let peak = peak_rss(s.master.pid());
+    assert!(peak < 400 << 20, "the master's peak RSS was {} MiB: the load was decoded", peak >> 20);
     still_served(&s);
 }
