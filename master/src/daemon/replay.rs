@@ -9,9 +9,11 @@
 //! request sent on other connections) only the first is applied; a claim whose request
 //! was not committed is forgotten again ([`Nonces::forget`]).
 //!
-//! Only side-effecting requests (records or events) are remembered, for `window` (Salt's `request_server_ttl` when set, so that every request
-//! young enough to be accepted is covered), unless more than `keep` newer ones came in
-//! meanwhile (so memory is bounded however fast requests come).
+//! Only side-effecting requests (records or events) are remembered, for `window`
+//! (Salt's `request_server_ttl` when set, so that every request young enough to be
+//! accepted is covered), unless more than `keep` newer ones came in meanwhile (so memory
+//! is bounded however fast requests come). The nonces are this member's own: a copy sent
+//! to another member of a cluster is applied there too (docs/operations.md).
 //!
 //! Memory: a remembered request is its [`ReplayKey`] (`view::replay_key`: the first 16
 //! bytes of SHA-256 over its id and nonce, length-prefixed, made once by the request

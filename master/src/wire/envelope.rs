@@ -35,7 +35,7 @@ pub const MIN_VERSION: i64 = 3;
 /// key, a token, a nonce: about 1.5 KiB with a 4096-bit key) and `ping`. A clear load is
 /// the only part of a request decoded into a tree before anyone is known, and a tree
 /// takes about 40 bytes a value however small the value is on the wire (a nil is one
-/// byte), so without this bound a 64 MiB `ping` of nils held 4.3 GB while it was
+/// byte), so without this bound a 60 MB `ping` of nils held 4.2 GB while it was
 /// answered (docs/benchmarks.md "A request's tree, bounded").
 pub const CLEAR_LOAD_MAX: usize = 64 * 1024;
 
