@@ -126,6 +126,28 @@ fn ids_in_a_state_are_the_whole_keys_in_that_state() {
     assert_eq!(sm.ids_in(BankState::Accepted).unwrap().len(), 20, "m03 deleted, m04 accepted from pending");
 }
 
+/// A damaged key entry (here two bytes: a state byte and one more) is in no state for
+/// the reads by state either, as for a read of the key itself: it is not targeted.
+#[test]
+fn a_damaged_key_entry_is_in_no_state() {
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("s");
+    {
+        let sm = StateMachine::open(&path).unwrap();
+        sm.apply(&numbered(vec![key("m1", KeyState::Accepted, 1)], 1)).unwrap();
+    }
+    {
+        let opts = rocksdb::Options::default();
+        let db = rocksdb::DB::open_cf(&opts, &path, crate::state::ALL_CFS).unwrap();
+        db.put_cf(db.cf_handle("keys").unwrap(), b"m2", [BankState::Accepted.mmap_byte(), 0]).unwrap();
+        db.flush_cf(db.cf_handle("keys").unwrap()).unwrap();
+    }
+    let sm = StateMachine::open(&path).unwrap();
+    assert!(sm.get_key("m2").is_err(), "the entry is damaged");
+    assert_eq!(sm.ids_in(BankState::Accepted).unwrap(), vec!["m1".to_string()]);
+    assert_eq!(sm.count_keys(BankState::Accepted).unwrap(), 1);
+}
+
 #[test]
 fn apply_is_idempotent_and_follows_salt_key_rules() {
     let d = tempfile::tempdir().unwrap();
