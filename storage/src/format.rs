@@ -286,6 +286,13 @@ pub struct GrainsReport {
 /// cached (pillar targeting then does not see that minion, as Salt without a cache entry).
 pub const MAX_PILLAR_CACHE_LEN: usize = 4 << 20;
 
+/// The largest grains report recorded (msgpack bytes; a minion's grains are tens of
+/// KiB): larger ones are used for that request's pillar and not recorded, so a minion
+/// cannot write a request's size (up to 64 MiB) into the log with every pillar refresh.
+/// The bound the handler keeps, not a check of stored records (a log written before it
+/// still reads).
+pub const MAX_GRAINS_LEN: usize = 4 << 20;
+
 /// The pillar last compiled for a minion, kept so the master can resolve pillar targets
 /// (`-I`, `I@`, `-J`, `J@`) as Salt's minion data cache does. Replaces the previous one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,7 +7,7 @@
 
 use rmpv::Value;
 
-use halite_storage::format::{GrainsReport, PillarCache, Record, MAX_PILLAR_CACHE_LEN};
+use halite_storage::format::{GrainsReport, PillarCache, Record, MAX_GRAINS_LEN, MAX_PILLAR_CACHE_LEN};
 
 use super::{Answer, Ctx};
 use crate::error::Result;
@@ -27,7 +27,7 @@ impl Pillar {
     }
 
     pub fn answer(self, ctx: &Ctx, view: &dyn View) -> Result<Answer> {
-        let rec = Record::GrainsReport(GrainsReport { id: ctx.id.to_string(), grains: encode(&self.grains), time_ns: view.now_ns() });
+        let grains = encode(&self.grains);
         let mut grains_json = payload::to_json(&self.grains);
         if let Some(m) = grains_json.as_object_mut() {
             m.insert("id".into(), serde_json::Value::String(ctx.id.to_string()));
@@ -35,14 +35,20 @@ impl Pillar {
         let pillar = payload::from_json(&crate::pillar::compile(view.config(), view.roots(), ctx.id, &grains_json));
         // `minion_data_cache: False`: neither grains nor pillar are kept (Salt's option).
         let keep = view.config().minion_data_cache;
-        let mut records = if keep { vec![rec] } else { vec![] };
+        let mut records = Vec::new();
+        if !keep {
+        } else if grains.len() > MAX_GRAINS_LEN {
+            crate::metrics::refuse(crate::metrics::Port::Request, ctx.id, "grains_too_large", &format_args!("grains of {} bytes, more than {MAX_GRAINS_LEN}: used for this pillar, not recorded", grains.len()));
+        } else {
+            records.push(Record::GrainsReport(GrainsReport { id: ctx.id.to_string(), grains, time_ns: view.now_ns() }));
+        }
         // The pillar cache (Salt's minion data cache) for pillar targeting: a new record
         // only when the pillar changed; one too large to keep is left out (the master then
         // does not target this minion by pillar).
         let cached = encode(&pillar);
         if !keep {
         } else if cached.len() > MAX_PILLAR_CACHE_LEN {
-            tracing::warn!(minion = ctx.id, bytes = cached.len(), "pillar larger than {MAX_PILLAR_CACHE_LEN} bytes: not cached for pillar targeting");
+            crate::metrics::refuse(crate::metrics::Port::Request, ctx.id, "pillar_too_large", &format_args!("pillar of {} bytes, more than {MAX_PILLAR_CACHE_LEN}: not cached for pillar targeting", cached.len()));
         } else if view.cached_pillar(ctx.id).as_deref() != Some(&cached[..]) {
             records.push(Record::PillarCache(PillarCache { id: ctx.id.to_string(), pillar: cached, time_ns: view.now_ns() }));
         }

@@ -440,6 +440,19 @@ fn pillar_is_compiled_from_the_roots_and_sealed_for_the_minion_alone() {
     assert_eq!(get_text(get(&data, "pillar").unwrap(), "role"), Some("Debian-web"));
 }
 
+/// Grains over `MAX_GRAINS_LEN` serve that request's pillar and are not recorded.
+#[test]
+fn grains_too_large_to_record_still_compile_the_pillar() {
+    let mut v = MemoryView::new();
+    let (m, s) = signed_in(&mut v, "web01");
+    v.roots.put(RootsTree::Pillar, "base", "top.sls", b"base:\n  'web*':\n    - web\n");
+    v.roots.put(RootsTree::Pillar, "base", "web.sls", b"role: {{ grains['os'] }}-web\n");
+    let big = Value::from("x".repeat(halite_storage::format::MAX_GRAINS_LEN));
+    let o = handle(&v, &m.aes(&s, "_pillar", vec![(Value::from("grains"), map([("os", Value::from("Debian")), ("big", big)]))]));
+    let [Record::PillarCache(p)] = &o.records[..] else { panic!("{:?}", o.records.iter().map(|r| r.kind()).collect::<Vec<_>>()) };
+    assert_eq!(payload::to_json(&decode(&p.pillar).unwrap()), serde_json::json!({"role": "Debian-web"}));
+}
+
 #[test]
 fn the_file_server_serves_inside_the_roots_only() {
     let mut v = MemoryView::new();
