@@ -143,20 +143,58 @@ struct WatchLine<'a> {
     data: &'a J,
 }
 
-/// From here on the connection streams events, one JSON object per line.
-async fn watch(master: &Master, mut wr: tokio::net::unix::OwnedWriteHalf) {
+/// Bytes of event lines one watcher may have waiting to be written. The bus keeps each
+/// event until every watcher has read it (its last 4,096 events), so a watcher that
+/// stops reading (a paused terminal, a stalled HTTP client) would hold that many events,
+/// returns with their data, for as long as its write waits (`WRITE_TIMEOUT`): here every
+/// event is read off the bus at once, made into its line, and dropped for this watcher
+/// (counted) once this many bytes wait.
+pub const WATCH_BUFFER: usize = 16 << 20;
+
+/// From here on the connection streams events, one JSON object per line, through a
+/// writer of its own, so that the bus is always read ([`WATCH_BUFFER`]).
+async fn watch(master: &Master, wr: tokio::net::unix::OwnedWriteHalf) {
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+    use crate::metrics::{refuse, Port};
     let mut rx = master.bus.subscribe();
-    loop {
-        match rx.recv().await {
-            Ok(e) => {
-                // Written from the shared event, not copied into a new JSON value.
-                let line = serde_json::to_string(&WatchLine { tag: &e.tag, data: e.data() }).unwrap_or_default();
-                if !write_line(&mut wr, line).await {
+    let waiting = Arc::new(AtomicUsize::new(0));
+    let (tx, mut lines) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let mut writer = {
+        let waiting = waiting.clone();
+        tokio::spawn(async move {
+            let mut wr = wr;
+            while let Some(line) = lines.recv().await {
+                let n = line.len();
+                let written = write_line(&mut wr, line).await;
+                waiting.fetch_sub(n, Relaxed);
+                if !written {
                     return;
                 }
             }
-            Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => tracing::warn!(n, "an event watcher fell behind; events dropped"),
-            Err(_) => return,
+        })
+    };
+    loop {
+        tokio::select! {
+            // The watcher went away, or did not take a line within `WRITE_TIMEOUT`.
+            _ = &mut writer => return,
+            got = rx.recv() => match got {
+                Ok(e) => {
+                    // Written from the shared event, not copied into a new JSON value.
+                    let line = serde_json::to_string(&WatchLine { tag: &e.tag, data: e.data() }).unwrap_or_default();
+                    drop(e);
+                    let held = waiting.load(Relaxed);
+                    if held > 0 && held + line.len() > WATCH_BUFFER {
+                        refuse(Port::Admin, "events.watch", "watcher_behind", &format_args!("an event watcher has {held} bytes of events it has not read: events dropped for it"));
+                        continue;
+                    }
+                    waiting.fetch_add(line.len(), Relaxed);
+                    if tx.send(line).is_err() {
+                        return;
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => tracing::warn!(n, "an event watcher fell behind; events dropped"),
+                Err(_) => return,
+            }
         }
     }
 }

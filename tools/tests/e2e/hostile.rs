@@ -5,7 +5,8 @@
 //! user on the admin socket, a new id beyond the pending-key cap, a subscriber that never
 //! reads (it holds at most `pub_hwm` publishes), a client that pipelines requests and
 //! never reads the replies (it holds at most a few), a clear load that would decode into
-//! a tree of gigabytes (refused unread). After each, the master
+//! a tree of gigabytes (refused unread), an event watcher that never reads (it holds
+//! only its own buffer, not the bus). After each, the master
 //! is still running, a real salt-minion is still served, nothing stored changed, and the
 //! refusal is in the master's log with its reason. And a real salt-minion's scheduled job: it
 //! runs as often as scheduled, never a second time because the master published it, and
@@ -508,4 +509,41 @@ fn a_clear_load_that_would_decode_into_a_gigabyte_is_refused_unread() {
     let peak = peak_rss(s.master.pid());
     assert!(peak < 400 << 20, "the master's peak RSS was {} MiB: the load was decoded", peak >> 20);
     still_served(&s);
+}
+
+/// The master's resident memory now (`VmRSS`), in bytes.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the master's status");
+    let kb = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+    kb.expect("VmRSS") * 1024
+}
+
+/// A watcher of the bus (`salt-run state.event`, salt-api's event stream) that stops
+/// reading: the bus keeps an event until every watcher has read it, so before, such a
+/// watcher held the bus's last 4,096 events, whatever their size, until its write timed
+/// out a minute later. Here 6,000 events of 24 KiB (six `_minion_event` requests of
+/// 1,000) pass while it does not read: the master grew by 24 MiB (its 16 MiB buffer),
+/// and by 101 MiB before (4,096 × 24 KiB and their JSON).
+#[test]
+fn an_event_watcher_that_never_reads_holds_only_its_buffer() {
+    let s = Served::start(Accept::Auto, "", "");
+    let env = &s.env;
+    let hand = WireMinion::sign_in(env, "hand-1");
+    let mut watcher = std::os::unix::net::UnixStream::connect(env.root.join("sock/halite-admin.sock")).expect("the admin socket");
+    watcher.write_all(b"{\"cmd\":\"events.watch\"}\n").expect("events.watch");
+    std::thread::sleep(Duration::from_millis(500));
+    let before = rss(s.master.pid());
+    let data = "x".repeat(24 << 10);
+    for r in 0..6 {
+        let events: Vec<rmpv::Value> = (0..1000).map(|i| rmpv::Value::Map(vec![(rmpv::Value::from("tag"), rmpv::Value::from(format!("halite/test/{r}/{i}"))), (rmpv::Value::from("data"), rmpv::Value::from(data.as_str()))])).collect();
+        let reply = hand.ask(load(&[("cmd", rmpv::Value::from("_minion_event")), ("events", rmpv::Value::Array(events))]));
+        assert!(matches!(reply, AesReply::Value(_)), "request {r} answered");
+    }
+    wait_refusal(env, "watcher_behind", 1);
+    std::thread::sleep(Duration::from_secs(1));
+    let grew = rss(s.master.pid()).saturating_sub(before);
+    eprintln!("the master grew by {} MiB while the watcher did not read", grew >> 20);
+    assert!(grew < 64 << 20, "the master grew by {} MiB while a watcher did not read", grew >> 20);
+    drop(watcher);
+    assert!(ping_via(env, MINION, 30), "the minion is still served");
 }
