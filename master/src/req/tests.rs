@@ -417,12 +417,18 @@ fn aes_requests_that_fail_a_check_get_bad_load() {
     assert!(!is_bad_load(&handle(&v, &m.aes(&s, "_return", fresh))));
 }
 
-#[test]
-fn pillar_is_compiled_from_the_roots_and_sealed_for_the_minion_alone() {
+/// `web01` signed in, and a pillar for `web*` made from the `os` grain.
+fn web_pillar() -> (MemoryView, Minion, Crypticle) {
     let mut v = MemoryView::new();
     let (m, s) = signed_in(&mut v, "web01");
     v.roots.put(RootsTree::Pillar, "base", "top.sls", b"base:\n  'web*':\n    - web\n");
     v.roots.put(RootsTree::Pillar, "base", "web.sls", b"role: {{ grains['os'] }}-web\n");
+    (v, m, s)
+}
+
+#[test]
+fn pillar_is_compiled_from_the_roots_and_sealed_for_the_minion_alone() {
+    let (v, m, s) = web_pillar();
     let o = handle(&v, &m.aes(&s, "_pillar", vec![(Value::from("grains"), map([("os", Value::from("Debian"))]))]));
     let [Record::GrainsReport(g), Record::PillarCache(p)] = &o.records[..] else { panic!("{:?}", o.records) };
     assert_eq!(g.id, "web01");
@@ -443,10 +449,7 @@ fn pillar_is_compiled_from_the_roots_and_sealed_for_the_minion_alone() {
 /// Grains over `MAX_GRAINS_LEN` serve that request's pillar and are not recorded.
 #[test]
 fn grains_too_large_to_record_still_compile_the_pillar() {
-    let mut v = MemoryView::new();
-    let (m, s) = signed_in(&mut v, "web01");
-    v.roots.put(RootsTree::Pillar, "base", "top.sls", b"base:\n  'web*':\n    - web\n");
-    v.roots.put(RootsTree::Pillar, "base", "web.sls", b"role: {{ grains['os'] }}-web\n");
+    let (v, m, s) = web_pillar();
     let big = Value::from("x".repeat(halite_storage::format::MAX_GRAINS_LEN));
     let o = handle(&v, &m.aes(&s, "_pillar", vec![(Value::from("grains"), map([("os", Value::from("Debian")), ("big", big)]))]));
     let [Record::PillarCache(p)] = &o.records[..] else { panic!("{:?}", o.records.iter().map(|r| r.kind()).collect::<Vec<_>>()) };

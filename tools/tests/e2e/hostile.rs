@@ -469,11 +469,12 @@ fn a_client_that_never_reads_its_replies_holds_only_a_few() {
     still_served(&s);
 }
 
-/// The master's peak resident memory (`VmHWM`), in bytes.
-fn peak_rss(pid: u32) -> u64 {
+/// A memory figure of the master's (`VmHWM`: its peak resident memory, `VmRSS`: now),
+/// in bytes.
+fn memory(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the master's status");
-    let kb = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
-    kb.expect("VmHWM") * 1024
+    let kb = status.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(':')).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+    kb.unwrap_or_else(|| panic!("{field} in the master's status")) * 1024
 }
 
 /// A clear request is decoded before anyone is known, and a decoded value takes about 40
@@ -506,16 +507,9 @@ fn a_clear_load_that_would_decode_into_a_gigabyte_is_refused_unread() {
     let reply = rt.block_on(halite_tools::swarm::minion::request_once(&ep, body, Duration::from_secs(120), "request")).expect("a reply");
     assert_eq!(reply, halite_master::wire::envelope::bad_load(), "refused");
     wait_refusal(env, "exceeds the 65536-byte limit", 1);
-    let peak = peak_rss(s.master.pid());
+    let peak = memory(s.master.pid(), "VmHWM");
     assert!(peak < 400 << 20, "the master's peak RSS was {} MiB: the load was decoded", peak >> 20);
     still_served(&s);
-}
-
-/// The master's resident memory now (`VmRSS`), in bytes.
-fn rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the master's status");
-    let kb = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
-    kb.expect("VmRSS") * 1024
 }
 
 /// A watcher of the bus (`salt-run state.event`, salt-api's event stream) that stops
@@ -532,7 +526,7 @@ fn an_event_watcher_that_never_reads_holds_only_its_buffer() {
     let mut watcher = std::os::unix::net::UnixStream::connect(env.root.join("sock/halite-admin.sock")).expect("the admin socket");
     watcher.write_all(b"{\"cmd\":\"events.watch\"}\n").expect("events.watch");
     std::thread::sleep(Duration::from_millis(500));
-    let before = rss(s.master.pid());
+    let before = memory(s.master.pid(), "VmRSS");
     let data = "x".repeat(24 << 10);
     for r in 0..6 {
         let events: Vec<rmpv::Value> = (0..1000).map(|i| rmpv::Value::Map(vec![(rmpv::Value::from("tag"), rmpv::Value::from(format!("halite/test/{r}/{i}"))), (rmpv::Value::from("data"), rmpv::Value::from(data.as_str()))])).collect();
@@ -541,7 +535,7 @@ fn an_event_watcher_that_never_reads_holds_only_its_buffer() {
     }
     wait_refusal(env, "watcher_behind", 1);
     std::thread::sleep(Duration::from_secs(1));
-    let grew = rss(s.master.pid()).saturating_sub(before);
+    let grew = memory(s.master.pid(), "VmRSS").saturating_sub(before);
     eprintln!("the master grew by {} MiB while the watcher did not read", grew >> 20);
     assert!(grew < 64 << 20, "the master grew by {} MiB while a watcher did not read", grew >> 20);
     drop(watcher);
