@@ -3,9 +3,19 @@
 //! (a map) or a list of chunks; form fields given more than once become lists, and
 //! `arg` is always a list.
 
+use std::cell::Cell;
+
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value as J};
 
 use super::reply::ApiError;
+
+/// The most values a JSON body may hold (each scalar, list and map counts one; a map's
+/// keys too). A parsed value takes 32 bytes or more however small it is in the body
+/// (`0,` is two bytes), so a body of `max_request_body_size` (1 MiB by default) could
+/// be a tree 16 to 40 times its size, `thread_pool` (100) of them at once, before any
+/// login. Counted first, without building anything; a lowstate holds tens of values.
+pub const MAX_VALUES: usize = 65_536;
 
 /// Parses a body by its `Content-Type` (none, with an empty body: no chunk).
 pub fn parse(content_type: Option<&str>, body: &[u8]) -> Result<J, ApiError> {
@@ -14,13 +24,82 @@ pub fn parse(content_type: Option<&str>, body: &[u8]) -> Result<J, ApiError> {
         return Ok(J::Null);
     }
     match ct.as_str() {
-        "application/json" => serde_json::from_slice(body).map_err(|_| ApiError::new(400, "Invalid JSON document")),
+        "application/json" => {
+            if !json_within(body, MAX_VALUES) {
+                return Err(ApiError::new(413, format!("Request Entity Too Large: more than {MAX_VALUES} values in the body")));
+            }
+            serde_json::from_slice(body).map_err(|_| ApiError::new(400, "Invalid JSON document"))
+        }
         "application/x-yaml" | "text/yaml" | "application/yaml" => {
             let v: serde_yaml::Value = serde_yaml::from_slice(body).map_err(|_| ApiError::new(400, "Invalid YAML document"))?;
             serde_json::to_value(v).map_err(|_| ApiError::new(400, "Invalid YAML document"))
         }
         "application/x-www-form-urlencoded" | "" => form(body),
         other => Err(ApiError::new(415, format!("Unsupported Media Type {other:?}"))),
+    }
+}
+
+/// Whether the JSON document `body` holds at most `max` values (true for a document that
+/// does not parse: its parse says why). Stepped through by serde_json without a tree.
+fn json_within(body: &[u8], max: usize) -> bool {
+    let left = Cell::new(max);
+    let mut de = serde_json::Deserializer::from_slice(body);
+    Count(&left).deserialize(&mut de).is_ok() || left.get() > 0
+}
+
+/// Counts the values it is handed down, failing once `.0` reaches zero.
+#[derive(Clone, Copy)]
+struct Count<'a>(&'a Cell<usize>);
+
+impl Count<'_> {
+    fn one<E: serde::de::Error>(self) -> Result<(), E> {
+        let n = self.0.get().checked_sub(1).ok_or_else(|| E::custom("too many values"))?;
+        self.0.set(n);
+        Ok(())
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Count<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Count<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<(), E> {
+        self.one()
+    }
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<(), E> {
+        self.one()
+    }
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<(), E> {
+        self.one()
+    }
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<(), E> {
+        self.one()
+    }
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<(), E> {
+        self.one()
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        self.one()
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        self.one()?;
+        while seq.next_element_seed(self)?.is_some() {}
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        self.one()?;
+        while map.next_key_seed(self)?.is_some() {
+            map.next_value_seed(self)?;
+        }
+        Ok(())
     }
 }
 
@@ -96,5 +175,20 @@ mod tests {
         assert_eq!(chunks(json!("x")).unwrap_err().status, 400);
         assert_eq!(chunks(json!([1])).unwrap_err().status, 400);
         assert_eq!(chunks(json!({"a": 1})).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_json_body_of_too_many_values_is_refused_before_it_is_parsed() {
+        // A list, MAX_VALUES - 1 zeros: MAX_VALUES values in all.
+        let at = format!("[{}]", vec!["0"; MAX_VALUES - 1].join(","));
+        assert!(parse(Some("application/json"), at.as_bytes()).is_ok());
+        let over = format!("[{}]", vec!["0"; MAX_VALUES].join(","));
+        assert_eq!(parse(Some("application/json"), over.as_bytes()).unwrap_err().status, 413);
+        // Keys count (here 9 values: the map, 2 keys, a string, a list, 1, a map, its key
+        // and null), strings with brackets in them are one value, and a document that
+        // does not parse is left to the parse.
+        assert!(json_within(br#"{"a": "[[[", "b": [1, {"c": null}]}"#, 9));
+        assert!(!json_within(br#"{"a": "[[[", "b": [1, {"c": null}]}"#, 8));
+        assert_eq!(parse(Some("application/json"), b"[0, 0").unwrap_err().status, 400);
     }
 }
