@@ -13,8 +13,8 @@ use super::reply::ApiError;
 /// The most values a JSON body may hold (each scalar, list and map counts one; a map's
 /// keys too). A parsed value takes 32 bytes or more however small it is in the body
 /// (`0,` is two bytes), so a body of `max_request_body_size` (1 MiB by default) could
-/// be a tree 16 to 40 times its size, `thread_pool` (100) of them at once, before any
-/// login. Counted first, without building anything; a lowstate holds tens of values.
+/// be a tree 15 times its size (measured with zeros), `thread_pool` (100) of them at
+/// once, before any login. Counted first, without building anything; a lowstate holds tens of values.
 pub const MAX_VALUES: usize = 65_536;
 
 /// Parses a body by its `Content-Type` (none, with an empty body: no chunk).
