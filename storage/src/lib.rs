@@ -57,6 +57,9 @@ mod vectors_tests;
 mod state_tests;
 
 #[cfg(test)]
+mod state_keys_tests;
+
+#[cfg(test)]
 mod proposals_tests;
 
 #[cfg(test)]

@@ -34,23 +34,22 @@ impl Pillar {
         }
         let pillar = payload::from_json(&crate::pillar::compile(view.config(), view.roots(), ctx.id, &grains_json));
         // `minion_data_cache: False`: neither grains nor pillar are kept (Salt's option).
-        let keep = view.config().minion_data_cache;
         let mut records = Vec::new();
-        if !keep {
-        } else if grains.len() > MAX_GRAINS_LEN {
-            crate::metrics::refuse(crate::metrics::Port::Request, ctx.id, "grains_too_large", &format_args!("grains of {} bytes, more than {MAX_GRAINS_LEN}: used for this pillar, not recorded", grains.len()));
-        } else {
-            records.push(Record::GrainsReport(GrainsReport { id: ctx.id.to_string(), grains, time_ns: view.now_ns() }));
-        }
-        // The pillar cache (Salt's minion data cache) for pillar targeting: a new record
-        // only when the pillar changed; one too large to keep is left out (the master then
-        // does not target this minion by pillar).
-        let cached = encode(&pillar);
-        if !keep {
-        } else if cached.len() > MAX_PILLAR_CACHE_LEN {
-            crate::metrics::refuse(crate::metrics::Port::Request, ctx.id, "pillar_too_large", &format_args!("pillar of {} bytes, more than {MAX_PILLAR_CACHE_LEN}: not cached for pillar targeting", cached.len()));
-        } else if view.cached_pillar(ctx.id).as_deref() != Some(&cached[..]) {
-            records.push(Record::PillarCache(PillarCache { id: ctx.id.to_string(), pillar: cached, time_ns: view.now_ns() }));
+        if view.config().minion_data_cache {
+            if grains.len() > MAX_GRAINS_LEN {
+                crate::metrics::refuse(crate::metrics::Port::Request, ctx.id, "grains_too_large", &format_args!("grains of {} bytes, more than {MAX_GRAINS_LEN}: used for this pillar, not recorded", grains.len()));
+            } else {
+                records.push(Record::GrainsReport(GrainsReport { id: ctx.id.to_string(), grains, time_ns: view.now_ns() }));
+            }
+            // The pillar cache (Salt's minion data cache) for pillar targeting: a new
+            // record only when the pillar changed; one too large to keep is left out (the
+            // master then does not target this minion by pillar).
+            let cached = encode(&pillar);
+            if cached.len() > MAX_PILLAR_CACHE_LEN {
+                crate::metrics::refuse(crate::metrics::Port::Request, ctx.id, "pillar_too_large", &format_args!("pillar of {} bytes, more than {MAX_PILLAR_CACHE_LEN}: not cached for pillar targeting", cached.len()));
+            } else if view.cached_pillar(ctx.id).as_deref() != Some(&cached[..]) {
+                records.push(Record::PillarCache(PillarCache { id: ctx.id.to_string(), pillar: cached, time_ns: view.now_ns() }));
+            }
         }
         let k = view.fresh_key();
         let enc_k = ctx.minion_pub(view)?.encrypt_oaep(k.key_string().as_bytes(), ctx.enc)?;

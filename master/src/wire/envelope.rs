@@ -178,7 +178,7 @@ impl<'a> Fields<'a> {
                 // Bytes for an AES request, a map for a clear one: read only within the
                 // bound (a tree of a map is built only for a clear load under it).
                 let b = scan.value_bytes().ok()?;
-                if matches!(b.first(), Some(0x80..=0x9f | 0xdc..=0xdf)) && b.len() > CLEAR_LOAD_MAX {
+                if scan::is_container(b) && b.len() > CLEAR_LOAD_MAX {
                     f.oversized_load = Some(b.len());
                     f.load = Some(ValueRef::Nil);
                 } else {
@@ -217,13 +217,9 @@ fn why_undecodable(body: &[u8]) -> EnvelopeError {
     match scan::skip(&mut rd, payload::MAX_DEPTH as u16) {
         Err(_) => EnvelopeError::Undecodable(format!("malformed msgpack, or nested deeper than {} levels", payload::MAX_DEPTH)),
         Ok(()) if !rd.is_empty() => EnvelopeError::Undecodable(payload::PayloadError::Trailing.to_string()),
-        Ok(()) if payload_is_map(body) => EnvelopeError::Undecodable("malformed map".into()),
+        Ok(()) if scan::map_header(body).is_some() => EnvelopeError::Undecodable("malformed map".into()),
         Ok(()) => EnvelopeError::NotAMap,
     }
-}
-
-fn payload_is_map(b: &[u8]) -> bool {
-    matches!(b.first(), Some(0x80..=0x8f | 0xde | 0xdf))
 }
 
 /// An AES request, decrypted and checked up to (not including) its `tok`.

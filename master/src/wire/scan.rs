@@ -35,6 +35,12 @@ pub fn map_header(b: &[u8]) -> Option<(usize, usize)> {
     Some((n as usize, b.len() - rd.len()))
 }
 
+/// Whether the msgpack object at the start of `b` is an array or a map: the values a
+/// decode builds a tree for.
+pub fn is_container(b: &[u8]) -> bool {
+    matches!(b.first(), Some(0x80..=0x9f | 0xdc..=0xdf))
+}
+
 fn take<'a>(rd: &mut &'a [u8], n: usize) -> Result<&'a [u8], Malformed> {
     if n > rd.len() {
         return Err(Malformed);
@@ -191,9 +197,10 @@ impl<'a> MapScan<'a> {
     /// tree of 32 bytes a value, however small its values are on the wire (a byte a
     /// nil), only to be found the wrong type.
     pub fn scalar(&mut self) -> Result<Option<ValueRef<'a>>, Malformed> {
-        match self.rd.first() {
-            Some(0x80..=0x9f | 0xdc..=0xdf) => self.skip_value().map(|()| None),
-            _ => self.value().map(Some),
+        if is_container(self.rd) {
+            self.skip_value().map(|()| None)
+        } else {
+            self.value().map(Some)
         }
     }
 
