@@ -22,6 +22,7 @@
 //! | `halite_new_publish_key_at_start` | False | a lone master writes a new publish key generation at every start, as Salt makes one (`daemon::publish_key`; for comparisons) |
 //! | `halite_pub_fanout_capacity` | 1024 | publishes held between the daemon and their fan-out to the subscribers' queues on `publish_port` (about 40 bytes a slot, reserved at start); when full, publishing waits for the fan-out, nothing is dropped (`daemon::sockets`) |
 //! | `halite_log_max_bytes` | 268435456 (256 MiB) | compact the log (snapshot + drop the history) when its files exceed this; `0` or `null`: no byte limit |
+//! | `halite_cluster_pin_founders` | False | a cluster is founded only once every founder's member key is in `cluster_pki_dir/peers/`, and a founder is admitted only under that key until the log holds it (hardening; by default `cluster_secret` authenticates a founder, as in Salt: `memberkey`) |
 //!
 //! Salt's `pub_hwm` (default 1000) bounds the publishes queued per subscriber on
 //! `publish_port`; further ones are dropped for that subscriber.
@@ -113,6 +114,9 @@ pub struct MasterConfig {
     /// `halite_cluster_dial`: member name → `host:port` this member connects to instead
     /// of the member's own address (a forwarder or NAT in between; the fault tests' proxy).
     pub halite_cluster_dial: BTreeMap<String, String>,
+    /// `halite_cluster_pin_founders`: founders admitted only under keys provisioned in
+    /// `cluster_pki_dir/peers/` (`memberkey`).
+    pub halite_cluster_pin_founders: bool,
     /// `nodegroups`: named targets, expanded before matching (`crate::nodegroups`).
     pub nodegroups: crate::nodegroups::Nodegroups,
     /// `range_server`: the SECO range server (`host[:port]`) range targets are expanded
@@ -141,7 +145,7 @@ const KNOWN: &[&str] = &[
     "mmap_cache_max_segment_bytes", "cluster_id", "cluster_peers", "cluster_pki_dir", "cluster_pool_port",
     "cluster_secret", "cluster_isolated_filesystem", "halite_data_dir", "halite_max_request_bytes", "halite_max_inflight_bytes", "cluster_max_log_size", "halite_log_max_bytes",
     "cluster_election_min", "cluster_election_max",
-    "halite_max_pending_keys", "pub_hwm", "halite_pub_fanout_capacity", "halite_health_port", "halite_cluster_dial", "default_include", "include", "user",
+    "halite_max_pending_keys", "pub_hwm", "halite_pub_fanout_capacity", "halite_health_port", "halite_cluster_dial", "halite_cluster_pin_founders", "default_include", "include", "user",
     "zmq_backlog", "max_minions", "loop_interval", "request_server_ttl", "cluster_pub_fingerprint", "tcp_keepalive", "tcp_keepalive_idle", "tcp_keepalive_cnt", "tcp_keepalive_intvl", "rotate_aes_key", "halite_new_publish_key_at_start",
     "nodegroups", "reactor", "range_server", "minion_data_cache",
     "job_cache_store_endtime",
@@ -304,6 +308,7 @@ impl MasterConfig {
                 p => Some(u16::try_from(p).map_err(|_| r.invalid("halite_health_port", format!("{p} is not a TCP port")))?),
             },
             halite_cluster_dial: r.string_map("halite_cluster_dial")?,
+            halite_cluster_pin_founders: r.boolean("halite_cluster_pin_founders", false)?,
             nodegroups: crate::nodegroups::from_option(raw.get("nodegroups")).map_err(|why| r.invalid("nodegroups", why))?,
             range_server: r.string("range_server", "range:80")?,
             minion_data_cache: r.boolean("minion_data_cache", true)?,

@@ -12,14 +12,19 @@
 //!   it). A member writes its own at start, and refuses to start if the file holds
 //!   another key (Salt's rule: remove it to continue).
 //!
-//! **The founding configuration carries pinned keys.** At start a member pins each
-//! founding peer's raft id to the key its file holds ([`pin_founders`]), and a member
-//! about to found a cluster waits until it holds every founder's key (`start.rs`): with a
-//! shared `cluster_pki_dir` each founder's own file appears as it starts; with isolated
-//! ones the operator provisions the files (`halite-ctl member-key` prints a member's key,
-//! `halite-ctl peer-key NAME FILE` installs a founder's, [`install_peer_key`]). The
-//! transport admits a founder only under its pinned key until the log's key book holds
-//! one, so no id is ever bound by whoever completes a handshake first.
+//! **Founders.** At start a member pins each founding peer's raft id to the key its file
+//! holds, if it holds one ([`pin_founders`]): a founder is then admitted only under that
+//! key until the log's key book holds one. A founder with no file is admitted under the
+//! key of its first handshake that proves `cluster_secret` (as Salt trusts a holder of
+//! the secret), held in memory until its own `member_key` record binds it in the log.
+//! So founders form a cluster from Salt's documented configuration alone, whatever their
+//! topology and start order. **`halite_cluster_pin_founders: True`** hardens this: a
+//! member about to found a cluster waits until it holds every founder's key
+//! (`start.rs`), and a founder nothing is pinned for is refused: with a shared
+//! `cluster_pki_dir` each founder's own file appears as it starts; with isolated ones the
+//! operator provisions the files (`halite-ctl member-key` prints a member's key,
+//! `halite-ctl peer-key NAME FILE` installs a founder's, [`install_peer_key`]), and no id
+//! is ever bound by whoever completes a handshake first.
 //!
 //! Which key speaks for a raft id is decided by the log, not by these files: the key
 //! book of the applied state (a joiner's key comes with the membership change that adds
@@ -156,6 +161,60 @@ pub fn pin_founders(cfg: &MasterConfig, plan: &ClusterPlan, peers: &PeerKeys) ->
     missing
 }
 
+/// Where the members of a cluster without `cluster_secret` keep the secret they seal
+/// their traffic with: in `cluster_pki_dir`, beside the cluster key pair.
+pub fn kept_secret_path(cfg: &MasterConfig) -> PathBuf {
+    cfg.keys_dir().join("cluster_pool.secret")
+}
+
+/// The secret of a cluster configured without `cluster_secret` (Salt's shared-filesystem
+/// example has none; Salt then lets any peer in). Members on a shared `cluster_pki_dir`
+/// share a random secret kept there ([`kept_secret_path`], mode 0600): the first member
+/// to start makes it (made whole aside, then linked into place, so two members starting
+/// at once agree on one), the others read it. So only a host that can read the shared
+/// `cluster_pki_dir` can speak to the members. A member on an isolated filesystem uses the
+/// file if its `cluster_pki_dir` holds it (copied from the shared one in Salt's shared →
+/// isolated procedure) and otherwise refuses to start, saying so.
+pub fn kept_secret(cfg: &MasterConfig) -> Result<String, NodeError> {
+    let path = kept_secret_path(cfg);
+    let read = |bytes: Vec<u8>| -> Result<String, NodeError> {
+        let text = String::from_utf8(bytes).map_err(|_| refused(format!("{}: not a secret (not text)", path.display())))?;
+        let text = text.trim();
+        if text.len() < 32 {
+            return Err(refused(format!("{}: not a secret (shorter than 32 characters): remove it or set cluster_secret", path.display())));
+        }
+        Ok(text.to_string())
+    };
+    if let Some(bytes) = read_small(&path)? {
+        return read(bytes);
+    }
+    if !cfg.shared_filesystem() {
+        return Err(refused(format!(
+            "cluster_id is set but cluster_secret is not, and {} does not exist: set the same cluster_secret on every member (Salt's dynamic join needs it too), or copy that file from a member's cluster_pki_dir",
+            path.display()
+        )));
+    }
+    // The secret, and a name of this writer's own to make it whole under.
+    let mut raw = [0u8; 40];
+    openssl::rand::rand_bytes(&mut raw).map_err(|e| refused(format!("making a cluster secret: {e}")))?;
+    let (raw, mine) = raw.split_at(32);
+    let tmp = path.with_extension(format!("secret.{}", hex::encode(mine)));
+    let io = |e: std::io::Error| refused(format!("writing {}: {e}", tmp.display()));
+    std::fs::create_dir_all(cfg.keys_dir()).map_err(io)?;
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp).map_err(io)?;
+    f.write_all(hex::encode(raw).as_bytes()).and_then(|_| f.sync_all()).map_err(io)?;
+    // Linking fails if another member made the file first: its secret is the one.
+    let linked = std::fs::hard_link(&tmp, &path);
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => tracing::warn!(path = %path.display(), "cluster_secret is not set: the members on this shared cluster_pki_dir seal their traffic with a secret kept there (made now); set cluster_secret on every member to choose one"),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(refused(format!("writing {}: {e}", path.display()))),
+    }
+    read(read_small(&path)?.ok_or_else(|| refused(format!("{} vanished while it was read", path.display())))?)
+}
+
 /// The credentials this member's transport proves itself with: `cluster_secret`'s key,
 /// its member key, and its founding peers' keys from the peers directory
 /// ([`pin_founders`]). Writes its own `peers/<name>.pub` (refusing to start if the file
@@ -164,6 +223,9 @@ pub fn credentials(cfg: &MasterConfig, plan: &ClusterPlan) -> Result<Credentials
     let key = member_key(cfg)?;
     publish_own(cfg, &key)?;
     let peers = Arc::new(PeerKeys::default());
+    if cfg.halite_cluster_pin_founders {
+        peers.require_pins();
+    }
     pin_founders(cfg, plan, &peers);
     // The peers directory as a view of the applied key book.
     let (names, dir, me) = (plan.names.clone(), cfg.keys_dir().join("peers"), plan.me);
@@ -247,6 +309,40 @@ mod tests {
         assert_eq!(public_from_pem(&std::fs::read(peer_path(&cfg, "127.0.0.2")).unwrap()).unwrap(), peer.public());
         // `halite-ctl member-key`: this member's own public key, the one it proves.
         assert_eq!(public_from_pem(&own_public_pem(&cfg).unwrap()).unwrap(), creds.member.public());
+    }
+
+    #[test]
+    fn members_without_cluster_secret_share_the_one_kept_in_their_shared_cluster_pki_dir() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg_at = |name: &str, pki: &str, extra: &str| {
+            let dir = d.path().join(name);
+            std::fs::create_dir_all(&dir).unwrap();
+            let text = format!("id: {name}\ninterface: {name}\ncluster_id: t\ncluster_peers: [127.0.0.9]\ncluster_pki_dir: {}/{pki}\n{extra}", d.path().display());
+            std::fs::write(dir.join("master"), text).unwrap();
+            MasterConfig::load(&dir).unwrap()
+        };
+        let (a, b) = (cfg_at("127.0.0.1", "shared", ""), cfg_at("127.0.0.2", "shared", ""));
+        // Two members starting at once on the shared directory agree on one secret.
+        let (sa, sb) = std::thread::scope(|s| {
+            let ta = s.spawn(|| kept_secret(&a).unwrap());
+            let tb = s.spawn(|| kept_secret(&b).unwrap());
+            (ta.join().unwrap(), tb.join().unwrap())
+        });
+        assert_eq!(sa, sb);
+        assert!(sa.len() >= 32);
+        assert_eq!(std::fs::metadata(kept_secret_path(&a)).unwrap().permissions().mode() & 0o777, 0o600);
+        assert!(crate::start::cluster_plan(&a).unwrap().is_some(), "a plan without cluster_secret");
+        // An isolated member with no file refuses, naming what to do; with the file copied
+        // from the shared directory (Salt's shared → isolated procedure) it uses it.
+        let iso = cfg_at("127.0.0.3", "own", "cluster_isolated_filesystem: True\n");
+        let e = kept_secret(&iso).unwrap_err().to_string();
+        assert!(e.contains("set the same cluster_secret on every member"), "{e}");
+        std::fs::create_dir_all(iso.keys_dir()).unwrap();
+        std::fs::copy(kept_secret_path(&a), kept_secret_path(&iso)).unwrap();
+        assert_eq!(kept_secret(&iso).unwrap(), sa);
+        // A file that is no secret is refused rather than used.
+        std::fs::write(kept_secret_path(&iso), "short").unwrap();
+        assert!(kept_secret(&iso).is_err());
     }
 
     #[test]

@@ -28,15 +28,22 @@ fn founder_names(cfg: &MasterConfig) -> BTreeMap<u64, String> {
 /// The cluster plan of a config (`None` without `cluster_id`): this master is
 /// `interface` (which Salt requires to equal `id` and the entries other masters list in
 /// `cluster_peers`), its founding peers are `cluster_peers`, every member listens on
-/// `cluster_pool_port`, and traffic is sealed with a key from `cluster_secret`.
+/// `cluster_pool_port`, and traffic is sealed with a key from `cluster_secret` (without
+/// one, from the secret the members keep in their shared `cluster_pki_dir`:
+/// [`crate::memberkey::kept_secret`]).
 pub fn cluster_plan(cfg: &MasterConfig) -> Result<Option<ClusterPlan>, NodeError> {
     if cfg.cluster_id.is_none() {
         return Ok(None);
     }
     let refuse = |why: &str| NodeError::Refused(why.to_string());
-    let secret = cfg.cluster_secret.as_deref().filter(|s| !s.is_empty()).ok_or_else(|| {
-        refuse("cluster_id is set but cluster_secret is not: Halite seals all traffic between masters with a key derived from cluster_secret, so every member needs the same one")
-    })?;
+    let kept;
+    let secret = match cfg.cluster_secret.as_deref().filter(|s| !s.is_empty()) {
+        Some(s) => s,
+        None => {
+            kept = crate::memberkey::kept_secret(cfg)?;
+            kept.as_str()
+        }
+    };
     if cfg.interface == "0.0.0.0" || cfg.interface == "::" {
         return Err(refuse("cluster_id is set: set interface to this master's address as the other masters list it in cluster_peers (Salt uses it as the member's identity)"));
     }
@@ -112,11 +119,15 @@ pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> 
             )),
         })
     };
-    let found = if fresh { found_with_every_key(cfg, &plan, &creds, discover)? } else { join::Discovered::Found };
+    let found = match (fresh, cfg.halite_cluster_pin_founders) {
+        (false, _) => join::Discovered::Found,
+        (true, true) => found_with_every_key(cfg, &plan, &creds, discover)?,
+        (true, false) => discover()?,
+    };
     if fresh && matches!(found, join::Discovered::Found) {
         // Founding: from now on this member is one of the founders, so its transport
-        // admits a founder only under its pinned key and nobody else as a member, before
-        // the node has applied anything.
+        // admits only founders as members (each under its pinned key, or the key of its
+        // first handshake: `memberkey`), before the node has applied anything.
         creds.peers.set_applied(Default::default(), plan.names.keys().copied().collect(), true);
     }
     let (mut me, mut incarnation) = (me, incarnation);
@@ -168,12 +179,13 @@ pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> 
     Ok((node, Some(PeerLink { handshake, name: cfg.node_id() })))
 }
 
-/// What `discover` finds, once it may be acted on: a member about to found a cluster
-/// (nobody runs one yet) does so only with every founder's key pinned
-/// ([`crate::memberkey::pin_founders`]: the founding configuration carries the keys, so
-/// no founder is ever bound by whoever completes a handshake first). Until the files are
-/// there it waits, saying which, reading them again and asking its peers again every
-/// few seconds (a cluster founded meanwhile by members that had every key is joined).
+/// What `discover` finds, once it may be acted on, with `halite_cluster_pin_founders`: a
+/// member about to found a cluster (nobody runs one yet) does so only with every
+/// founder's key pinned ([`crate::memberkey::pin_founders`]: the founding configuration
+/// carries the keys, so no founder is ever bound by whoever completes a handshake
+/// first). Until the files are there it waits, saying which, reading them again and
+/// asking its peers again every few seconds (a cluster founded meanwhile by members that
+/// had every key is joined).
 fn found_with_every_key(cfg: &MasterConfig, plan: &ClusterPlan, creds: &halite_replication::Credentials, discover: impl Fn() -> Result<join::Discovered, NodeError>) -> Result<join::Discovered, NodeError> {
     let mut said: Option<(Vec<String>, std::time::Instant)> = None;
     loop {
@@ -190,7 +202,7 @@ fn found_with_every_key(cfg: &MasterConfig, plan: &ClusterPlan, creds: &halite_r
             tracing::warn!(
                 missing = ?missing,
                 dir = %dir.display(),
-                "not founding the cluster yet: the public key of every founding member must be in the peers directory first (a shared cluster_pki_dir gets each founder's as it starts; otherwise copy each founder's `halite-ctl member-key` output there with `halite-ctl peer-key NAME FILE`)"
+                "not founding the cluster yet: halite_cluster_pin_founders is set, so the public key of every founding member must be in the peers directory first (a shared cluster_pki_dir gets each founder's as it starts; otherwise copy each founder's `halite-ctl member-key` output there with `halite-ctl peer-key NAME FILE`, or unset halite_cluster_pin_founders to let cluster_secret authenticate the founders)"
             );
             said = Some((missing, std::time::Instant::now()));
         }

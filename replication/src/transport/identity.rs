@@ -10,19 +10,25 @@
 //! founder records its own with a `member_key` record; both decided at apply), which
 //! the node hands to the transport at start and whenever it changes
 //! ([`PeerKeys::set_applied`]). Before a founder's record applies, its key is the one
-//! **pinned** for it: the founding configuration (the master pins every founder's
-//! `cluster_pki_dir/peers/<name>.pub`, and founds a cluster only once it holds every
-//! founder's key). No member id is ever bound by a first handshake. A handshake under id
-//! X with key K is ([`PeerKeys::admit`]):
+//! **pinned** for it, if any (the master pins a founder's `cluster_pki_dir/peers/<name>.pub`
+//! when the file is there), else, by default, the first key that completes a handshake
+//! under its id: the cluster secret is what authenticates a founder, as in Salt, and its
+//! key is bound in the log by its own `member_key` record from then on. With
+//! [`PeerKeys::require_pins`] (the master's `halite_cluster_pin_founders`) a founder
+//! is admitted only under a pinned key. A handshake under id X with key K is
+//! ([`PeerKeys::admit`]):
 //!
 //! 1. X in the book: admitted as a [member](Admission::Member) if K is X's key, refused
 //!    otherwise (`peer_key_mismatch`), on every member alike, whether or not it ever
 //!    talked to X;
 //! 2. this node a member of the applied group and X a member too, without a key in the
 //!    book yet (a founder before its record applied): admitted if K is the key pinned for
-//!    X ([`PeerKeys::pin`]), refused otherwise (`peer_key_mismatch`), or refused outright
-//!    when nothing is pinned for X (`peer_key_unknown`): from the very first frame, a
-//!    holder of the secret racing a founder at cluster start gets nowhere;
+//!    X ([`PeerKeys::pin`]), refused otherwise (`peer_key_mismatch`). With nothing pinned
+//!    for X, the first K that completes a handshake under X is **held** for X in memory
+//!    and admitted, and from then on only K until the book names X's key (a second key
+//!    under X is refused, `peer_key_mismatch`); with [`PeerKeys::require_pins`] X is
+//!    refused outright (`peer_key_unknown`), so a holder of the secret racing a founder at
+//!    cluster start gets nowhere;
 //! 3. this node a member and X no member (a joiner, a removed member): admitted for the
 //!    **join path** only ([`Admission::Joining`]): the connection may carry control
 //!    messages (hello, join), never raft messages or snapshots. The key it proved is what
@@ -32,11 +38,13 @@
 //!    before the removal is closed at its next frame;
 //! 4. this node not a member yet (before its node starts, a joiner during its state
 //!    sync): the pinned key if X has one, else whatever key completes a handshake under X
-//!    is held for X in memory until this node is a member, when every such binding is
+//!    is held for X in memory. Once this node is a member, only what case 2 allows stays
+//!    held (a member of the group without a key in the book); every other such key is
 //!    dropped. A joiner has no state of its own to protect yet, checks the keys of the
 //!    log it receives, and never writes such a key anywhere.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use openssl::pkey::{Id, PKey, Private};
@@ -48,8 +56,7 @@ use super::refusal::Refused;
 pub const PUBLIC_LEN: usize = 32;
 /// Length of a handshake signature (Ed25519).
 pub const SIG_LEN: usize = 64;
-/// Most keys held for ids while this node is no member (case 4); past it new ids are
-/// refused (the bound only stops a secret holder from growing the map without limit).
+/// Most keys held from handshakes (cases 2 and 4); past it new ids are refused (the bound only stops a secret holder from growing the map without limit).
 const MAX_BOUND: usize = 4096;
 
 /// A member's own key pair.
@@ -151,8 +158,11 @@ pub struct PeerKeys {
     pinned: Mutex<HashMap<u64, [u8; PUBLIC_LEN]>>,
     /// The key of every id without a pin of its own ([`PeerKeys::pin_all`]).
     pinned_all: Mutex<Option<[u8; PUBLIC_LEN]>>,
-    /// Keys held while this node is no member yet (case 4 of the module documentation).
+    /// Keys held from handshakes: while this node is no member yet (case 4 of the module
+    /// documentation), and for members without a key in the book (case 2).
     bound: Mutex<HashMap<u64, [u8; PUBLIC_LEN]>>,
+    /// Whether a member without a key in the book is admitted only under a pinned key.
+    require_pins: AtomicBool,
     book_changed: Mutex<Option<BookChanged>>,
 }
 
@@ -171,6 +181,20 @@ impl PeerKeys {
         *self.pinned_all.lock().unwrap_or_else(|p| p.into_inner()) = Some(public);
     }
 
+    /// From now on a member of the group without a key in the book is admitted only under
+    /// the key pinned for it, never on first contact (case 2 of the module
+    /// documentation); keys held for such members are dropped.
+    pub fn require_pins(&self) {
+        self.require_pins.store(true, Ordering::SeqCst);
+        if self.applied.read().unwrap_or_else(|p| p.into_inner()).me_member {
+            self.bound.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        }
+    }
+
+    fn pins_required(&self) -> bool {
+        self.require_pins.load(Ordering::SeqCst)
+    }
+
     /// Whether a key is pinned for `id` (its own pin or [`PeerKeys::pin_all`]'s).
     pub fn is_pinned(&self, id: u64) -> bool {
         self.pinned_key(id).is_some()
@@ -181,8 +205,8 @@ impl PeerKeys {
         own.or_else(|| *self.pinned_all.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// The key `id` is bound to, if any: the applied one, else the pinned one, else (while
-    /// this node is no member) the one held from a handshake.
+    /// The key `id` is bound to, if any: the applied one, else the pinned one, else the one
+    /// held from a handshake (cases 2 and 4 of the module documentation).
     pub fn bound(&self, id: u64) -> Option<[u8; PUBLIC_LEN]> {
         let me_member = {
             let a = self.applied.read().unwrap_or_else(|p| p.into_inner());
@@ -194,7 +218,7 @@ impl PeerKeys {
         if let Some(k) = self.pinned_key(id) {
             return Some(k);
         }
-        if me_member {
+        if me_member && self.pins_required() {
             return None;
         }
         self.bound.lock().unwrap_or_else(|p| p.into_inner()).get(&id).copied()
@@ -221,8 +245,11 @@ impl PeerKeys {
             changed.then(|| a.book.clone())
         };
         if me_member {
-            // Keys held before this node was a member speak for nobody now (case 4).
-            self.bound.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            // Keys held before this node was a member speak for nobody now (case 4), but
+            // for members of the group the book holds no key for (case 2).
+            let a = self.applied.read().unwrap_or_else(|p| p.into_inner());
+            let keep = !self.pins_required();
+            self.bound.lock().unwrap_or_else(|p| p.into_inner()).retain(|id, _| keep && a.members.contains(id) && !a.book.contains_key(id));
         }
         if let Some(book) = changed {
             tracing::info!(members = ?book.keys().collect::<Vec<_>>(), "member key book applied");
@@ -239,15 +266,18 @@ impl PeerKeys {
         match self.lookup(id) {
             Lookup::Key(k) if openssl::memcmp::eq(&k, public) => Ok(Admission::Member),
             Lookup::Key(_) => Err(mismatch(id)),
-            Lookup::Unbound => Ok(Admission::Member),
+            Lookup::Unbound => match self.bound.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
+                Some(k) if !openssl::memcmp::eq(k, public) => Err(mismatch(id)),
+                _ => Ok(Admission::Member),
+            },
             Lookup::Unknown => Err(unknown(id)),
             Lookup::Joining => Ok(Admission::Joining),
         }
     }
 
     /// Admits `public` for `id` after a handshake proved the cluster secret and this
-    /// key's signature (see the module documentation); while this node is no member, an
-    /// id with no key yet is held to it (case 4).
+    /// key's signature (see the module documentation); an id with no key yet is held to
+    /// it (cases 2 and 4).
     pub(super) fn admit(&self, id: u64, public: &[u8; PUBLIC_LEN]) -> Result<Admission, Refused> {
         match self.lookup(id) {
             Lookup::Key(k) if openssl::memcmp::eq(&k, public) => return Ok(Admission::Member),
@@ -266,13 +296,13 @@ impl PeerKeys {
             }
         }
         drop(bound);
-        tracing::debug!(member = id, "member key held until this node is a member (it is not one yet)");
+        tracing::debug!(member = id, "member key held from its first handshake until the log's key book names one");
         Ok(Admission::Member)
     }
 
     /// Where `id` stands (the cases of the module documentation): its applied key, join
-    /// path only, its pinned key, unknown (a member with neither), or unbound (this node
-    /// is no member yet).
+    /// path only, its pinned key, unknown (a member with neither, pins required), or
+    /// unbound (held from its first handshake).
     fn lookup(&self, id: u64) -> Lookup {
         let a = self.applied.read().unwrap_or_else(|p| p.into_inner());
         if let Some(k) = a.book.get(&id) {
@@ -285,7 +315,7 @@ impl PeerKeys {
         drop(a);
         match self.pinned_key(id) {
             Some(k) => Lookup::Key(k),
-            None if me_member => Lookup::Unknown,
+            None if me_member && self.pins_required() => Lookup::Unknown,
             None => Lookup::Unbound,
         }
     }
@@ -293,15 +323,15 @@ impl PeerKeys {
 
 enum Lookup {
     Key([u8; PUBLIC_LEN]),
-    /// A member the log holds no key for and nothing is pinned for: refused.
+    /// A member the log holds no key for and nothing is pinned for, pins required: refused.
     Unknown,
-    /// This node is no member yet and nothing is known of the id.
+    /// Nothing decides the id's key yet: held from its first handshake.
     Unbound,
     Joining,
 }
 
 fn unknown(id: u64) -> Refused {
-    Refused::new("peer_key_unknown", format!("member {id} has no key in the log yet and none is pinned for it (a founder's cluster_pki_dir/peers/<name>.pub): not admitted"))
+    Refused::new("peer_key_unknown", format!("member {id} has no key in the log yet and none is pinned for it (halite_cluster_pin_founders: a founder's cluster_pki_dir/peers/<name>.pub): not admitted"))
 }
 
 fn mismatch(id: u64) -> Refused {

@@ -110,11 +110,13 @@ fn connect_unpinned(t: &TcpTransport, me: u64) -> (TcpStream, Sealer) {
     (s, sealer)
 }
 
-#[test]
-fn a_member_with_no_key_in_the_book_and_none_pinned_is_never_bound_by_a_first_handshake() {
-    // Member 2 with a key of its own and nothing pinned (a founder whose founding
-    // configuration lacks member 7's key).
+/// Member 2 with a key of its own and nothing pinned (`require_pins`: pins required),
+/// the raft messages it is given.
+fn unpinned_member2(require_pins: bool) -> (Arc<PeerKeys>, Arc<TcpTransport>, mpsc::Receiver<Message>) {
     let peers = Arc::new(PeerKeys::default());
+    if require_pins {
+        peers.require_pins();
+    }
     let creds = Credentials::new(ClusterKey::from_secret("s"), MemberKey::generate().unwrap(), peers.clone());
     let (tx, rx) = mpsc::channel();
     let tx = Mutex::new(tx);
@@ -122,6 +124,52 @@ fn a_member_with_no_key_in_the_book_and_none_pinned_is_never_bound_by_a_first_ha
         let _ = tx.lock().unwrap().send(m);
     }))
     .unwrap();
+    (peers, b, rx)
+}
+
+#[test]
+fn a_founder_with_no_key_in_the_book_is_held_to_the_first_key_that_proves_the_secret() {
+    // Member 2, nothing pinned, pins not required (the default): founders 2 and 7, the
+    // book holds no key yet.
+    let (peers, b, rx) = unpinned_member2(false);
+    let _held = connect_unpinned(&b, 5);
+    wait_until("5 held before the membership", 10, || peers.bound(5) == Some(process_key()));
+    peers.set_applied(Default::default(), [2, 7].into(), true);
+    assert_eq!(peers.bound(5), None, "5 is no member: what was held for it is dropped");
+
+    // 7's first handshake is admitted and its key held; its raft frames are delivered.
+    let (mut s, mut sealer) = connect_unpinned(&b, 7);
+    raft(&mut s, &mut sealer, heartbeat(7));
+    assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap().from, 7);
+    assert_eq!(peers.bound(7), Some(process_key()));
+    // Another key under 7 is refused while the first is held.
+    let other = Credentials::new(ClusterKey::from_secret("s"), MemberKey::generate().unwrap(), Arc::default());
+    let mut s2 = TcpStream::connect(b.local_addr()).unwrap();
+    let _ = handshake::initiate(&mut s2, &other, 7, 2, Instant::now() + Duration::from_secs(10));
+    wait_until("a second key under 7 refused", 10, || b.refused("peer_key_mismatch") == 1);
+    // A new applied state that still lacks 7's key keeps what is held.
+    peers.set_applied(Default::default(), [2, 7].into(), true);
+    assert_eq!(peers.bound(7), Some(process_key()));
+
+    // The book decides once it names 7: here another key than the one held (the log
+    // outranks a first contact), so the held key's open connection is closed at its next
+    // raft frame and the book's key is the one admitted.
+    peers.set_applied([(7, other.member.public())].into(), [2, 7].into(), true);
+    raft(&mut s, &mut sealer, heartbeat(7));
+    wait_until("the held key's connection refused", 10, || b.refused("peer_key_mismatch") == 2);
+    let mut s3 = TcpStream::connect(b.local_addr()).unwrap();
+    let mut sealer3 = handshake::initiate(&mut s3, &other, 7, 2, Instant::now() + Duration::from_secs(10)).unwrap();
+    raft(&mut s3, &mut sealer3, heartbeat(7));
+    assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap().from, 7);
+    assert!(rx.try_recv().is_err());
+    b.shutdown();
+}
+
+#[test]
+fn with_pins_required_a_member_with_no_key_in_the_book_and_none_pinned_is_never_bound_by_a_first_handshake() {
+    // Member 2 with a key of its own and nothing pinned (a founder whose founding
+    // configuration lacks member 7's key), pins required.
+    let (peers, b, rx) = unpinned_member2(true);
     // Before it is a member (before its node starts), a peer under 5 is held in memory
     // only: its key speaks for 5 until this node is a member.
     let _held = connect_unpinned(&b, 5);

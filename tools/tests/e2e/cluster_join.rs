@@ -184,8 +184,9 @@ fn a_master_pinned_to_another_cluster_key_refuses_to_join() {
     assert_eq!(members(&f.c.envs[0])["voter_count"], 2);
 }
 
-/// A member configured without `cluster_secret` (or with an empty one) refuses to start:
-/// Halite seals every byte between members with keys derived from it.
+/// A member on an isolated filesystem configured without `cluster_secret` (or with an
+/// empty one), and no secret kept in its `cluster_pki_dir`, refuses to start: Halite seals
+/// every byte between members with keys derived from a secret they share.
 #[test]
 fn a_member_without_a_cluster_secret_refuses_to_start() {
     let ips = loopback(2);

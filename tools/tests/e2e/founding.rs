@@ -1,9 +1,10 @@
-//! Founding a cluster with every founder's key pinned: founders on isolated filesystems
-//! wait until the operator has provisioned every founder's public key (`halite-ctl
-//! member-key` / `peer-key`), and a holder of the cluster secret that races a founder at
-//! cluster start, under that founder's id with a key of its own, is refused by every
-//! member from its first frame; the real founder then takes its place. (Founders on a
-//! shared `cluster_pki_dir` need no step: `cluster_topologies`.)
+//! Founding a cluster with `halite_cluster_pin_founders: True` (the hardening beyond
+//! Salt's trust in the cluster secret): founders on isolated filesystems wait until the
+//! operator has provisioned every founder's public key (`halite-ctl member-key` /
+//! `peer-key`), and a holder of the cluster secret that races a founder at cluster start,
+//! under that founder's id with a key of its own, is refused by every member from its
+//! first frame; the real founder then takes its place. (Without the option founders need
+//! no step: `salt_docs_isolated`, `cluster_topologies`.)
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,7 +19,7 @@ use crate::attacks::{raft, refused, secret_holder};
 use crate::support::*;
 
 #[test]
-fn isolated_founders_wait_for_every_key_and_an_impostor_racing_a_founder_is_refused() {
+fn with_pinned_founders_isolated_founders_wait_for_every_key_and_an_impostor_racing_a_founder_is_refused() {
     let ips = loopback(3);
     let ipr: Vec<&str> = ips.iter().map(String::as_str).collect();
     let pool = port_free_on(&ipr);
@@ -27,7 +28,7 @@ fn isolated_founders_wait_for_every_key_and_an_impostor_racing_a_founder_is_refu
         .iter()
         .map(|ip| {
             let peers: Vec<&str> = ipr.iter().copied().filter(|p| p != ip).collect();
-            Env::master(ip, "localfs_key", &format!("halite_health_port: {health}\n{}", member_conf(ip, &peers, pool, "founding-test", "s3cret")))
+            Env::master(ip, "localfs_key", &format!("halite_health_port: {health}\nhalite_cluster_pin_founders: True\n{}", member_conf(ip, &peers, pool, "founding-test", "s3cret")))
         })
         .collect();
     // Founders 0 and 1 start with nothing provisioned: they do not found, and say why.

@@ -51,4 +51,6 @@ mod health;
 mod multimaster;
 mod orchestrate_cluster;
 mod partition;
+mod salt_docs_isolated;
+mod salt_docs_shared;
 mod swarm;

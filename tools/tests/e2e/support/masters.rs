@@ -71,31 +71,10 @@ pub struct Cluster {
     pub envs: Vec<Env>,
 }
 
-/// What the operator of a cluster on isolated filesystems does before its first start:
-/// each founder's public member key (`halite-ctl member-key`) installed on every other
-/// founder (`halite-ctl peer-key`), so the cluster is founded with every key pinned
-/// (founders on a shared `cluster_pki_dir` need nothing: each writes its own as it starts).
-pub fn provision_founders(envs: &[Env]) {
-    let isolated = |e: &Env| std::fs::read_to_string(std::path::Path::new(&e.conf()).join("master")).is_ok_and(|c| c.contains("cluster_isolated_filesystem: True"));
-    if !envs.iter().all(isolated) {
-        return;
-    }
-    let pems: Vec<String> = envs.iter().map(|e| e.ok(CTL, &["member-key"])).collect();
-    for e in envs {
-        for (o, pem) in envs.iter().zip(&pems) {
-            if o.ip != e.ip {
-                let file = e.root.join(format!("{}.member.pub", o.ip));
-                std::fs::write(&file, pem).expect("member key file");
-                e.ok(CTL, &["peer-key", &o.ip, &file.display().to_string()]);
-            }
-        }
-    }
-}
-
 impl Cluster {
-    /// Starts the founders `envs` ([`provision_founders`] first).
+    /// Starts the founders `envs`, configured as Salt documents them (nothing provisioned
+    /// beforehand), and waits until each serves and a leader is elected.
     pub fn start(envs: Vec<Env>) -> Cluster {
-        provision_founders(&envs);
         let procs = envs.iter().map(|e| Some(spawn_master(e))).collect();
         let c = Cluster { procs, envs };
         for env in &c.envs {
