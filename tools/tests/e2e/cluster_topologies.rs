@@ -1,4 +1,4 @@
-//! Both of Salt's cluster topologies for real (issue 9 item 6).
+//! Both of Salt's cluster topologies for real.
 //!
 //! - **Shared filesystem** (`cluster_isolated_filesystem: False`): three members on one
 //!   `cluster_pki_dir`, `cachedir` and roots, with either key driver; real salt-minion
@@ -8,7 +8,7 @@
 //!   writer kept the MmapCache lock for its whole life.
 //! - **Isolated** (`True`): each member writes its own views, with no marks and
 //!   un-namespaced probe files.
-//! - **Salt's shared → isolated procedure** (spec §6.6) behind HAProxy with real minions:
+//! - **Salt's shared → isolated procedure** (Salt's master-cluster page) behind HAProxy with real minions:
 //!   `pki.migrate_to_mmap` on the shared tree, then one member at a time drained,
 //!   stopped, its directories copied to local paths, repointed (`isolated: True`,
 //!   `mmap_key`), started and put back, while jobs keep running: every job returns from

@@ -5,8 +5,8 @@
 use crate::support::*;
 
 /// Two masters on two addresses of the test's own with the same ports (as two hosts
-/// would have) and the same key pair (Salt's rule for multi-master and failover), both
-/// auto-accepting: the first with localfs_key, the second with mmap_key. (The masters are
+/// would have) and the same key pair (Salt's rule for multi-master and failover: the
+/// tutorial's copied `master.pem`), both auto-accepting: the first with localfs_key, the second with mmap_key. (The masters are
 /// killed before their directories go: fields drop in order.)
 struct Pair {
     masters: [Option<Proc>; 2],
@@ -23,13 +23,9 @@ impl Pair {
         let e1 = Env::master_on(&ips[0], ret, publish, "localfs_key", "auto_accept: True\n");
         let e2 = Env::master_on(&ips[1], ret, publish, "mmap_key", "auto_accept: True\nmmap_key_size: 1024\n");
         let m1 = start_master(&e1);
-        for f in std::fs::read_dir(e1.pki()).expect("pki") {
-            let f = f.expect("entry");
-            let name = f.file_name().into_string().expect("utf-8 name");
-            if (name.ends_with(".pem") || name.ends_with(".pub")) && !name.starts_with("master.") {
-                std::fs::copy(f.path(), e2.pki().join(&name)).expect("copy the master key pair");
-            }
-        }
+        // Salt's multi-master tutorial: the first master's `master.pem`, copied to the same
+        // place on the redundant master before its first start, and nothing else.
+        std::fs::copy(e1.pki().join("master.pem"), e2.pki().join("master.pem")).expect("copy master.pem");
         let m2 = start_master(&e2);
         Pair { masters: [Some(m1), Some(m2)], envs: [e1, e2], minions: tempfile::tempdir().expect("tempdir"), ret, publish }
     }

@@ -7,6 +7,8 @@
 //! files on one machine: `interface`, `pki_dir`, `sock_dir`, its data and log paths.)
 //! Without `cluster_secret` the members seal their traffic with a secret kept on the
 //! share (`memberkey::kept_secret`), so only a host that reads the share can speak to them.
+//! Then Salt's dynamic join: a master with the page's joining config (the cluster's
+//! `cluster_id`, `cluster_pki_dir`, `cluster_secret` and `cachedir`, one peer) joins.
 
 use std::path::Path;
 use std::process::Command;
@@ -35,41 +37,68 @@ fn reference_haproxy(dir: &Path, lb: &str, members: &[String]) -> Proc {
     p
 }
 
+/// A master of Salt's documented shared cluster on `ip` (its peers `peers`, the share
+/// `share`), with `cluster_secret` if given, listening on Salt's ports; not started. Its
+/// `root_dir` is `dir`, which holds every member and the share, so no path it does not
+/// set resolves on the host.
+fn documented(dir: &Path, share: &Path, ip: &str, peers: &[&String], secret: Option<&str>) -> Env {
+    let mut env = Env::master_in(dir, ip, "localfs_key", "");
+    (env.ret, env.publish) = (4506, 4505);
+    let r = env.root.display();
+    let peers: String = peers.iter().map(|p| format!("  - {p}\n")).collect();
+    let secret = secret.map(|s| format!("cluster_secret: \"{s}\"\n")).unwrap_or_default();
+    let s = share.display();
+    std::fs::write(
+        env.root.join("conf/master"),
+        format!(
+            "interface: {ip}\nroot_dir: {}\npki_dir: {r}/pki\nsock_dir: {r}/sock\nhalite_data_dir: {r}/data\nlog_file: {r}/log\npidfile: {r}/master.pid\n\
+             id: {ip}\ncluster_id: master_cluster\ncluster_peers:\n{peers}cluster_pki_dir: {s}/pki\ncachedir: {s}/cache\n{secret}\
+             file_roots:\n  base:\n    - {s}/srv/salt\npillar_roots:\n  base:\n    - {s}/srv/pillar\n",
+            dir.display()
+        ),
+    )
+    .expect("write config");
+    env
+}
+
+/// The share, with a file in its `file_roots`.
+fn share(dir: &Path) -> std::path::PathBuf {
+    let share = dir.join("share");
+    std::fs::create_dir_all(share.join("srv/salt")).expect("share");
+    std::fs::write(share.join("srv/salt/motd.txt"), "served from the share\n").expect("a file on the share");
+    share
+}
+
+/// `n` documented members on the first `n` of `ips`, started, each listing the others.
+fn founders(dir: &Path, share: &Path, ips: &[String], n: usize, secret: Option<&str>) -> Cluster {
+    let envs = ips[..n]
+        .iter()
+        .map(|ip| {
+            let peers: Vec<&String> = ips[..n].iter().filter(|p| *p != ip).collect();
+            documented(dir, share, ip, &peers, secret)
+        })
+        .collect();
+    Cluster::start(envs)
+}
+
+/// Every member lists `ips` as voters, one of them leading.
+fn voters_everywhere(c: &Cluster, ips: &[&str]) {
+    for env in &c.envs {
+        wait_for("the voters and a leader on every member", 90, || {
+            let m = members(env);
+            m["leader_id"].is_string() && m["voters"] == json!(ips)
+        });
+    }
+}
+
 #[test]
 fn the_documented_shared_cluster_behind_the_reference_haproxy_serves_a_minion() {
     let ips = loopback(4);
     let (lb, members_ips) = (&ips[3], &ips[..3]);
     let dir = tempfile::tempdir().expect("tempdir");
-    let share = dir.path().join("share");
-    std::fs::create_dir_all(share.join("srv/salt")).expect("share");
-    std::fs::write(share.join("srv/salt/motd.txt"), "served from the share\n").expect("a file on the share");
-    let envs: Vec<Env> = members_ips
-        .iter()
-        .map(|ip| {
-            let mut env = Env::master_in(dir.path(), ip, "localfs_key", "");
-            (env.ret, env.publish) = (4506, 4505);
-            let r = env.root.display();
-            let peers: String = members_ips.iter().filter(|p| *p != ip).map(|p| format!("  - {p}\n")).collect();
-            let s = share.display();
-            std::fs::write(
-                env.root.join("conf/master"),
-                format!(
-                    "interface: {ip}\npki_dir: {r}/pki\nsock_dir: {r}/sock\nhalite_data_dir: {r}/data\nlog_file: {r}/log\npidfile: {r}/master.pid\n\
-                     id: {ip}\ncluster_id: master_cluster\ncluster_peers:\n{peers}cluster_pki_dir: {s}/pki\ncachedir: {s}/cache\n\
-                     file_roots:\n  base:\n    - {s}/srv/salt\npillar_roots:\n  base:\n    - {s}/srv/pillar\n"
-                ),
-            )
-            .expect("write config");
-            env
-        })
-        .collect();
-    let c = Cluster::start(envs);
-    for env in &c.envs {
-        wait_for("three voters and a leader on every member", 90, || {
-            let m = members(env);
-            m["leader_id"].is_string() && m["voters"] == json!(c.ips())
-        });
-    }
+    let share = share(dir.path());
+    let c = founders(dir.path(), &share, &ips, 3, None);
+    voters_everywhere(&c, &c.ips());
     assert!(share.join("pki/cluster_pool.secret").exists(), "the members keep their secret on the share");
     let _lb = reference_haproxy(dir.path(), lb, members_ips);
     let id = "docs-shared-minion";
@@ -82,4 +111,28 @@ fn the_documented_shared_cluster_behind_the_reference_haproxy_serves_a_minion() 
     }
     let got = c.envs[2].salt_json(&[id, "cp.get_file_str", "salt://motd.txt"], 60);
     assert_eq!(got, json!({ id: "served from the share\n" }));
+}
+
+#[test]
+fn a_master_with_the_documented_joining_config_joins_the_shared_cluster() {
+    const SECRET: &str = "d8b4c2e1f07a4c3e8a1b5d0a9c7f3e42b6d9a1c4f8e2b7d0a3c6e9f1b4d7a0c3";
+    let ips = loopback(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let share = share(dir.path());
+    let mut c = founders(dir.path(), &share, &ips, 2, Some(SECRET));
+    // The joining master knows one peer only; its pki and cache are the share's.
+    let joiner = documented(dir.path(), &share, &ips[2], &[&ips[0]], Some(SECRET));
+    c.procs.push(Some(spawn_master(&joiner)));
+    c.envs.push(joiner);
+    wait_master(&c.envs[2]);
+    let all: Vec<&str> = ips.iter().map(String::as_str).collect();
+    voters_everywhere(&c, &all);
+    // It serves: a minion signed in through it is accepted through a founder and answers
+    // a job published through it.
+    let id = "docs-joined-minion";
+    let _minion = start_minion(dir.path(), id, &format!("master: {}\n", ips[2]));
+    wait_for("the minion's key pending on a founder", 90, || c.envs[0].ids("minions_pre").iter().any(|k| k == id));
+    c.envs[0].ok(SALT_KEY, &["-a", id, "-y"]);
+    wait_minion_ready(dir.path(), id, 1, 90);
+    wait_ping(&c.envs[2], id, 90);
 }
