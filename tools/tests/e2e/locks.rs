@@ -197,3 +197,13 @@ fn a_master_started_while_an_offline_tool_holds_its_directory_waits_then_starts(
     assert_eq!(env.runner(&["cluster.members"])["voter_count"], 1);
     assert_eq!(env.ids("minions"), ["k1"]);
 }
+
+#[test]
+fn a_second_master_on_the_same_directory_is_refused_naming_the_first() {
+    let m = Running::start(Env::master(&one_ip(), "localfs_key", ""));
+    let o = m.env.run(&sibling_bin("salt-master").display().to_string(), &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    let holds = format!("the master (pid {}) holds {}: another salt-master uses this halite_data_dir", m.proc.pid(), m.env.root.join("data").display());
+    assert!(!o.status.success() && err.contains(&holds), "{err}");
+    assert!(m.env.runner(&["cluster.members"])["voter_count"] == 1, "the first serves on");
+}
