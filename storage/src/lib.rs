@@ -19,6 +19,7 @@
 //! | [`snapshot`]  | snapshots: build, transfer chunks, receive, install, recover |
 //! | [`compaction`]| the compaction policy and compacting the log through a snapshot |
 //! | [`flock`]     | Salt's `flock` writer lock, taken with a bounded wait        |
+//! | [`dirlock`]   | the data directory's owner lock (the master, or one offline tool) |
 //! | [`mmap_cache`]| the MmapCache file engine (Salt's `mmap_cache.py` format) |
 //! | [`keys`]      | key view drivers `localfs_key` and `mmap_key`             |
 //! | [`roots`]     | the roots materialiser                                    |
@@ -28,6 +29,7 @@
 pub mod batch_run;
 pub mod compaction;
 pub mod context;
+pub mod dirlock;
 pub mod entry;
 pub mod error;
 pub mod flock;

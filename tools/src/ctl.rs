@@ -1,5 +1,5 @@
 //! `halite-ctl`: the recovery tool (like raft-engine's `ctl`). Every command works on a
-//! stopped master's data directory.
+//! stopped master's data directory, whose lock the binary holds ([`crate::offline`]).
 //!
 //! * `dump`: records as text or JSON lines, by index range and kind;
 //! * `verify`: every checksum — the log files' framing and batch checksums, every entry

@@ -63,7 +63,8 @@ pub fn fingers(cfg: &MasterConfig, pattern: &str) -> Result<Value> {
     Ok(Value::Object(out))
 }
 
-/// Starts the node over the configured view (see `halite_master::start::start_node_adopting`).
+/// Starts the node over the configured view (see `halite_master::start::start_node_adopting`),
+/// for `salt-key --offline`, which holds the data directory's lock ([`crate::offline`]).
 pub fn open_node(cfg: &MasterConfig) -> Result<Node> {
     start::start_node_adopting(cfg).map_err(crate::pki::in_use(cfg))
 }

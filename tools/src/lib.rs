@@ -11,6 +11,7 @@ pub mod highstate;
 pub mod ctl;
 pub mod keys;
 pub mod nested;
+pub mod offline;
 pub mod orchestrate;
 pub mod output;
 pub mod pki;

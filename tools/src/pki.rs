@@ -1,5 +1,6 @@
-//! `salt-run pki.*` with the master stopped: starts a node over the data dir whose key
-//! view is the mmap view, and runs the shared migration (`halite_master::pki`).
+//! `salt-run --offline pki.migrate_to_mmap` (the master stopped; the caller holds the data
+//! directory's lock, [`crate::offline`]): starts a node over the data dir whose key view
+//! is the mmap view, and runs the shared migration (`halite_master::pki`).
 
 use halite_master::pki::{format_counts, migration_groups, mmap_view_exists};
 use halite_master::{start, store};

@@ -89,6 +89,9 @@ pub fn run(cfg: MasterConfig) -> Result<()> {
     // for the master's own files (`files.rs`).
     let max_open_files = cfg.raw.get("max_open_files").and_then(serde_yaml::Value::as_u64).unwrap_or(files::DEFAULT_MAX_OPEN_FILES);
     files::raise_limit(max_open_files);
+    // Before anything is opened: the data directory is this master's, or it waits for an
+    // offline tool that holds it (`store::hold_data_dir`).
+    let _held = store::hold_data_dir(&cfg)?;
     std::fs::create_dir_all(&cfg.cachedir).ctx(|| format!("creating {}", cfg.cachedir.display()))?;
     // A probe file left by the last run must not pass a probe.
     let probes = probes::Probes::reset(&cfg);

@@ -1,5 +1,7 @@
 //! `halite-ctl`: Halite's recovery tool. Works on a stopped master's data directory
-//! (`halite_data_dir` of the config given with `-c`).
+//! (`halite_data_dir` of the config given with `-c`), under its lock: refused while a
+//! master runs or starts there (`halite_tools::offline`); a master started meanwhile
+//! waits for it. `member-key` and `peer-key` touch only key files, never the directory.
 
 use std::io::Read as _;
 use std::path::PathBuf;
@@ -101,8 +103,27 @@ fn key_failure(e: halite_replication::NodeError) -> Failure {
     }
 }
 
+/// The verb's name, for a verb that opens the data directory.
+fn data_verb(cmd: &Cmd) -> Option<&'static str> {
+    Some(match cmd {
+        Cmd::Dump { .. } => "dump",
+        Cmd::Verify { .. } => "verify",
+        Cmd::Replay => "replay",
+        Cmd::RebuildViews => "rebuild-views",
+        Cmd::Snapshot => "snapshot",
+        Cmd::Compact { .. } => "compact",
+        Cmd::ImportShared { .. } => "import-shared",
+        Cmd::MemberKey | Cmd::PeerKey { .. } => return None,
+    })
+}
+
 fn real_main(args: Args) -> Result<()> {
     let cfg = load_config(&args.config_dir)?;
+    // Held until the verb is done (the last binding dropped).
+    let _held = match data_verb(&args.cmd) {
+        Some(v) => Some(halite_tools::offline::hold(&cfg, &format!("halite-ctl {v}"), None)?),
+        None => None,
+    };
     match args.cmd {
         Cmd::Dump { from, to, kind, json } => {
             let kind = match kind {

@@ -2,7 +2,9 @@
 //!
 //! Listing (`-L`, `-l`) and fingerprints (`-f`, `-F`) read the configured key view, so
 //! they work with the master stopped. Accept, reject and delete are committed through
-//! the log: via the running master's admin socket, or directly when it is stopped.
+//! the log: via the running master's admin socket, or, with `--offline`, directly into a
+//! stopped master's log (refused while a master holds its data directory:
+//! `halite_tools::offline`).
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -15,6 +17,7 @@ use halite_master::admin::client::{request_timeout, AdminClient};
 
 use halite_tools::common::{init_logging, load_config, run, Failure, Result};
 use halite_tools::keys::{self, Cmd, Include};
+use halite_tools::offline;
 use halite_tools::output::{listing_value, Out};
 use halite_tools::printer::{OutputFlags, Printer};
 
@@ -70,6 +73,10 @@ struct Args {
     include_all: bool,
     #[command(flatten)]
     output: OutputFlags,
+    /// Change the keys of a stopped master directly in its log (refused while a master
+    /// runs or starts on the data directory).
+    #[arg(long = "offline")]
+    offline: bool,
     #[arg(short = 'q', long = "quiet")]
     quiet: bool,
     /// Log level for messages on stderr.
@@ -122,15 +129,19 @@ fn change_keys(args: &Args, cfg: &halite_master::MasterConfig, cmd: Cmd, pattern
         rejected: cmd == Cmd::Accept && (args.include_all || args.include_rejected),
         denied: args.include_denied,
     };
-    // With the master running, changes go through its admin socket; otherwise through
-    // the log directly.
-    let mut admin = AdminClient::connect(&cfg.sock_dir);
+    // Changes go through the running master's admin socket; with `--offline`, through a
+    // stopped master's log, under its data directory's lock.
+    let mut admin = if args.offline { None } else { AdminClient::connect(&cfg.sock_dir) };
     // A master that does not answer within `request_channel_timeout` is not responding.
     let call_timeout = request_timeout(cfg);
     if let Some(a) = &mut admin {
         a.set_timeout(Some(call_timeout));
     }
-    let node = if admin.is_none() { Some(keys::open_node(cfg)?) } else { None };
+    if admin.is_none() && !args.offline {
+        return Err(offline::no_master(Some("salt-key --offline changes a stopped master's keys in its log")));
+    }
+    let held = if args.offline { Some(offline::hold(cfg, "salt-key --offline", Some("without --offline, salt-key changes keys through the running master"))?) } else { None };
+    let node = if held.is_some() { Some(keys::open_node(cfg)?) } else { None };
     let selected = match (&mut admin, &node) {
         (Some(a), _) => {
             let v = a.call(&json!({
@@ -183,6 +194,9 @@ fn change_keys(args: &Args, cfg: &halite_master::MasterConfig, cmd: Cmd, pattern
         (None, Some(node)) => keys::apply(node, cmd, &selected)?,
         (None, None) => (Vec::new(), Vec::new()),
     };
+    // The node closes the log and the state machine before the directory is let go.
+    drop(node);
+    drop(held);
     for id in invalid {
         eprintln!("Unable to {} invalid key for {id}.", cmd.verb());
     }

@@ -8,8 +8,11 @@
 //! `jobs.active` and `manage.versions` ask the minions first, as Salt does
 //! (`saltutil.running`, `test.version` published to `*`, returns gathered for the
 //! timeout), and let the master shape the answers.
-//! `pki.migrate_to_mmap` goes through the running master's log, or, with the master
-//! stopped, through the data dir directly (as do `jobs.*` and `cluster.members`).
+//! `pki.migrate_to_mmap` goes through the running master's log. With `--offline`, it,
+//! the `jobs.*` runners above and `cluster.members`/`cluster.ring_info` work on a stopped
+//! master's data directory instead (refused while a master holds it:
+//! `halite_tools::offline`); without it, a master that cannot be reached is Salt's
+//! "could not be contacted".
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -22,6 +25,7 @@ use halite_master::admin::client::{request_timeout, AdminClient, CALL_GRACE};
 use halite_master::admin::{cluster, jobs, Members};
 use halite_master::{start, store};
 use halite_tools::common::{init_logging, load_config, run, Failure, Result};
+use halite_tools::offline;
 use halite_tools::output::Out;
 use halite_tools::printer::{OutputFlags, Printer};
 use halite_tools::pki;
@@ -36,6 +40,10 @@ struct Args {
     /// Seconds manage.* wait for minions to answer.
     #[arg(short = 't', long = "timeout")]
     timeout: Option<u64>,
+    /// Read (or, for pki.migrate_to_mmap, change) a stopped master's data directory
+    /// instead of asking the running master (refused while a master runs or starts on it).
+    #[arg(long = "offline")]
+    offline: bool,
     #[command(flatten)]
     output: OutputFlags,
     /// Runner function, e.g. pki.migrate_to_mmap.
@@ -67,6 +75,9 @@ const MASTER_RUNNERS: &[&str] = &[
 /// Runners whose work on the master can take long (a whole tree committed, every key
 /// copied, a member's removal agreed): their answer comes when the work is done.
 const LONG_RUNNERS: &[&str] = &["cluster.sync_roots", "cluster.remove_member", "pki.migrate_to_mmap"];
+
+/// Runners `--offline` serves from a stopped master's data directory.
+const OFFLINE_RUNNERS: &[&str] = &["jobs.list_jobs", "jobs.list_jobs_filter", "jobs.last_run", "jobs.lookup_jid", "cluster.members", "cluster.ring_info", "pki.migrate_to_mmap", "pki.status"];
 
 /// How long a [`LONG_RUNNERS`] runner's answer may take when `-t` does not say.
 const LONG_RUNNER_WAIT: Duration = Duration::from_secs(3600);
@@ -108,25 +119,29 @@ fn real_main(a: Args) -> Result<()> {
         Ok(d)
     };
     let jid = || positional.first().cloned().or_else(|| kwargs.get("jid").cloned()).ok_or_else(|| Failure::new(format!("{} needs a jid", a.fun), 2));
-    let mut admin = AdminClient::connect(&cfg.sock_dir);
+    if a.offline && !OFFLINE_RUNNERS.contains(&a.fun.as_str()) {
+        return Err(Failure::new(format!("{} needs the running master: --offline serves {} only", a.fun, OFFLINE_RUNNERS.join(", ")), 2));
+    }
+    let mut admin = if a.offline { None } else { AdminClient::connect(&cfg.sock_dir) };
+    let offline_hint = format!("salt-run --offline {} reads a stopped master's data directory", a.fun);
     if let Some(c) = &mut admin {
         c.set_timeout(Some(call_timeout(&a.fun, a.timeout, &cfg)));
     }
     let ret: Value = match a.fun.as_str() {
         f if MASTER_RUNNERS.contains(&f) => {
-            let c = admin.as_mut().ok_or_else(|| Failure::new(format!("{f}: the master is not running"), 1))?;
+            let c = admin.as_mut().ok_or_else(|| offline::no_master(None))?;
             let arg: Vec<Value> = positional.iter().map(|v| yamlify(v)).collect();
             let kwarg: serde_json::Map<String, Value> = kwargs.iter().map(|(k, v)| (k.clone(), yamlify(v))).collect();
             c.call(&json!({ "cmd": "runner", "fun": f, "arg": arg, "kwarg": kwarg }))?["return"].clone()
         }
         "jobs.active" => {
-            let c = admin.as_mut().ok_or_else(|| Failure::new("jobs.active: the master is not running", 1))?;
+            let c = admin.as_mut().ok_or_else(|| offline::no_master(None))?;
             let (returns, _) = gather_all(c, "saltutil.running", Duration::from_secs(a.timeout.unwrap_or(cfg.timeout)))?;
             let running: serde_json::Map<String, Value> = returns.into_iter().map(|(m, load)| (m, load["return"].clone())).collect();
             c.call(&json!({ "cmd": "runner", "fun": "jobs.active", "running": running }))?["return"].clone()
         }
         "manage.versions" => {
-            let c = admin.as_mut().ok_or_else(|| Failure::new("manage.versions: the master is not running", 1))?;
+            let c = admin.as_mut().ok_or_else(|| offline::no_master(None))?;
             let (mut returns, expected) = gather_all(c, "test.version", Duration::from_secs(a.timeout.unwrap_or(cfg.timeout)))?;
             for m in expected {
                 returns.entry(m).or_insert(Value::Null);
@@ -134,16 +149,22 @@ fn real_main(a: Args) -> Result<()> {
             c.call(&json!({ "cmd": "runner", "fun": "manage.versions", "returns": returns }))?["return"].clone()
         }
         f if halite_tools::orchestrate::is_orchestrate(f) => {
-            let c = admin.as_mut().ok_or_else(|| Failure::new(format!("{f}: the master is not running"), 1))?;
+            let c = admin.as_mut().ok_or_else(|| offline::no_master(None))?;
             let timeout = a.timeout.map_or(halite_tools::orchestrate::STEP_TIMEOUT, Duration::from_secs);
             let printer = a.output.printer(&cfg, Out::Nested, f, false).map_err(|e| Failure::new(e, 1))?;
             return orchestrate(c, f, &positional, &kwargs, timeout, &printer);
         }
         "pki.status" => Value::String(pki::status(&cfg)),
         "pki.migrate_to_mmap" => match &mut admin {
+            // A dry run reads the key files only.
+            _ if dry()? => Value::String(pki::status(&cfg)),
             // Online: through the running master's log.
-            Some(c) if !dry()? => c.call(&json!({ "cmd": "runner", "fun": "pki.migrate_to_mmap" }))?["return"].clone(),
-            _ => Value::String(pki::migrate_offline(&cfg, dry()?)?),
+            Some(c) => c.call(&json!({ "cmd": "runner", "fun": "pki.migrate_to_mmap" }))?["return"].clone(),
+            None if a.offline => {
+                let _held = offline::hold(&cfg, "salt-run --offline pki.migrate_to_mmap", Some("without --offline, salt-run migrates through the running master"))?;
+                Value::String(pki::migrate_offline(&cfg, false)?)
+            }
+            None => return Err(offline::no_master(Some(&offline_hint))),
         },
         "jobs.list_jobs" | "jobs.list_jobs_filter" | "jobs.last_run" | "jobs.lookup_jid" | "cluster.members" | "cluster.ring_info" => {
             let arg: Vec<Value> = positional.iter().map(|v| yamlify(v)).collect();
@@ -154,16 +175,20 @@ fn real_main(a: Args) -> Result<()> {
             }
             match &mut admin {
                 Some(c) => c.call(&req)?["return"].clone(),
-                None => offline_runner(&cfg, &a.fun, &req)?,
+                None if a.offline => {
+                    let _held = offline::hold(&cfg, &format!("salt-run --offline {}", a.fun), Some("without --offline, salt-run asks the running master"))?;
+                    offline_runner(&cfg, &a.fun, &req)?
+                }
+                None => return Err(offline::no_master(Some(&offline_hint))),
             }
         }
         "cluster.digest" => {
-            let c = admin.as_mut().ok_or_else(|| Failure::new("cluster.digest: the master is not running (halite-ctl verify prints a stopped master's digest)", 1))?;
+            let c = admin.as_mut().ok_or_else(|| offline::no_master(Some("halite-ctl verify prints a stopped master's digest")))?;
             c.call(&json!({ "cmd": "runner", "fun": "cluster.digest" }))?["return"].clone()
         }
         "mine.get" => {
             // Salt's `mine.get(tgt, fun, tgt_type='glob')`, positional or keyword.
-            let c = admin.as_mut().ok_or_else(|| Failure::new("mine.get: the master is not running", 1))?;
+            let c = admin.as_mut().ok_or_else(|| offline::no_master(None))?;
             let arg = |i: usize, k: &str| kwargs.get(k).cloned().or_else(|| positional.get(i).cloned());
             let tgt = arg(0, "tgt").ok_or_else(|| Failure::new("mine.get needs a target and a function", 2))?;
             let fun = arg(1, "fun").ok_or_else(|| Failure::new("mine.get needs a target and a function", 2))?;
@@ -175,7 +200,7 @@ fn real_main(a: Args) -> Result<()> {
             // the minions' own `mine.update` run on the target; their returns by minion.
             // Unlike Salt's runner (which hands `clear` and `mine_functions` to the
             // publish, where they are lost) they reach the minions' function.
-            let c = admin.as_mut().ok_or_else(|| Failure::new("mine.update: the master is not running", 1))?;
+            let c = admin.as_mut().ok_or_else(|| offline::no_master(None))?;
             let arg = |i: usize, k: &str| kwargs.get(k).cloned().or_else(|| positional.get(i).cloned());
             let tgt = arg(0, "tgt").ok_or_else(|| Failure::new("Passed invalid arguments: update() missing 1 required positional argument: 'tgt'", 1))?;
             let tgt_type = arg(1, "tgt_type").unwrap_or_else(|| "glob".into());
@@ -189,17 +214,17 @@ fn real_main(a: Args) -> Result<()> {
             Value::Object(returns.into_iter().map(|(m, load)| (m, load["return"].clone())).collect())
         }
         "cluster.remove_member" => {
-            let c = admin.as_mut().ok_or_else(|| Failure::new("cluster.remove_member: the master is not running", 1))?;
+            let c = admin.as_mut().ok_or_else(|| offline::no_master(None))?;
             let name = kwargs.get("name").cloned().or_else(|| positional.first().cloned()).ok_or_else(|| Failure::new("cluster.remove_member needs the member's name", 2))?;
             c.call(&json!({ "cmd": "runner", "fun": "cluster.remove_member", "name": name }))?["return"].clone()
         }
         "cluster.sync_roots" => {
-            let c = admin.as_mut().ok_or_else(|| Failure::new("cluster.sync_roots: the master is not running", 1))?;
+            let c = admin.as_mut().ok_or_else(|| offline::no_master(None))?;
             let roots = kwargs.get("roots").cloned().or_else(|| positional.first().cloned()).unwrap_or_else(|| "both".into());
             c.call(&json!({ "cmd": "runner", "fun": "cluster.sync_roots", "roots": roots }))?["return"].clone()
         }
         "manage.status" | "manage.up" | "manage.down" => {
-            let c = admin.as_mut().ok_or_else(|| Failure::new(format!("{}: the master is not running", a.fun), 1))?;
+            let c = admin.as_mut().ok_or_else(|| offline::no_master(None))?;
             let (up, down) = manage(c, Duration::from_secs(a.timeout.unwrap_or(cfg.timeout)))?;
             match a.fun.as_str() {
                 "manage.up" => json!(up),
@@ -209,7 +234,7 @@ fn real_main(a: Args) -> Result<()> {
         }
         "state.event" => {
             // Salt's `state.event tagmatch='*' count=-1`: `tag<TAB>json` per event.
-            let c = admin.take().ok_or_else(|| Failure::new("state.event: the master is not running", 1))?;
+            let c = admin.take().ok_or_else(|| offline::no_master(None))?;
             let tagmatch = kwargs.get("tagmatch").cloned().or_else(|| positional.first().cloned()).unwrap_or_else(|| "*".into());
             let mut count: i64 = kwargs.get("count").and_then(|c| c.parse().ok()).unwrap_or(-1);
             use std::io::Write;

@@ -39,7 +39,7 @@ fn the_tools_work_on_a_compacted_log() {
     assert_eq!(env.listing(), before);
 
     // Changes after the compaction are the log's tail.
-    env.ok(SALT_KEY, &["-d", "db01", "-y"]);
+    env.ok(SALT_KEY, &["--offline", "-d", "db01", "-y"]);
     assert_eq!(env.record_kinds(), vec!["key_set".to_string()]);
     let after = env.listing();
     assert_ne!(after, before);
@@ -55,7 +55,7 @@ fn the_tools_work_on_a_compacted_log() {
     std::fs::remove_dir_all(env.root.join("data/state")).expect("remove state");
     std::fs::remove_file(env.pki().join("minions/web02")).expect("remove a key file");
     std::fs::write(env.pki().join("minions_pre/late01"), fake_pub(9)).expect("key");
-    env.ok(SALT_KEY, &["-a", "late01", "-y"]);
+    env.ok(SALT_KEY, &["--offline", "-a", "late01", "-y"]);
     let mut want = after.clone();
     want["minions"] = serde_json::json!(["late01", "web02"]);
     assert_eq!(env.listing(), want);

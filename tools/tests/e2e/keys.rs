@@ -94,11 +94,11 @@ fn pending_env() -> Env {
 /// accept that matched nothing: the listing is web02 accepted, db01 rejected, bogus pending.
 pub fn changed_keys_env() -> Env {
     let env = pending_env();
-    env.ok(SALT_KEY, &["-a", "web*", "-y"]);
-    env.ok(SALT_KEY, &["-r", "db01", "-y"]);
-    env.ok(SALT_KEY, &["-d", "web01", "-y"]);
-    env.ok(SALT_KEY, &["-a", "nomatch*", "-y"]);
-    env.run(SALT_KEY, &["-a", "bogus", "-y"]);
+    env.ok(SALT_KEY, &["--offline", "-a", "web*", "-y"]);
+    env.ok(SALT_KEY, &["--offline", "-r", "db01", "-y"]);
+    env.ok(SALT_KEY, &["--offline", "-d", "web01", "-y"]);
+    env.ok(SALT_KEY, &["--offline", "-a", "nomatch*", "-y"]);
+    env.run(SALT_KEY, &["--offline", "-a", "bogus", "-y"]);
     let l = env.listing();
     assert_eq!((&l["minions"], &l["minions_rejected"], &l["minions_pre"]), (&json!(["web02"]), &json!(["db01"]), &json!(["bogus"])), "the scenario's listing: {l}");
     env
@@ -107,7 +107,7 @@ pub fn changed_keys_env() -> Env {
 #[test]
 fn accepting_by_glob_moves_the_matching_keys_and_keeps_their_bytes() {
     let env = pending_env();
-    let out = env.ok(SALT_KEY, &["-a", "web*", "-y"]);
+    let out = env.ok(SALT_KEY, &["--offline", "-a", "web*", "-y"]);
     assert!(out.contains("The following keys are going to be accepted:\nUnaccepted Keys:\nweb01\nweb02\n"), "{out}");
     assert!(out.contains("Key for minion web01 accepted.\nKey for minion web02 accepted."), "{out}");
     assert!(env.pki().join("minions/web01").exists() && !env.pki().join("minions_pre/web01").exists());
@@ -120,7 +120,7 @@ fn accepting_by_glob_moves_the_matching_keys_and_keeps_their_bytes() {
 fn the_reject_prompt_defaults_to_yes() {
     let env = pending_env();
     // stdin is empty: the answer is the default.
-    let out = env.ok(SALT_KEY, &["-r", "db01"]);
+    let out = env.ok(SALT_KEY, &["--offline", "-r", "db01"]);
     assert!(out.contains("Proceed? [n/Y] Key for minion db01 rejected."), "{out}");
     assert_eq!(env.listing()["minions_rejected"], json!(["db01"]));
 }
@@ -128,8 +128,8 @@ fn the_reject_prompt_defaults_to_yes() {
 #[test]
 fn the_delete_prompt_defaults_to_no() {
     let env = pending_env();
-    env.ok(SALT_KEY, &["-a", "web01", "-y"]);
-    let out = env.ok(SALT_KEY, &["-d", "web01"]);
+    env.ok(SALT_KEY, &["--offline", "-a", "web01", "-y"]);
+    let out = env.ok(SALT_KEY, &["--offline", "-d", "web01"]);
     assert!(!out.contains("Key for minion web01 deleted."), "{out}");
     assert_eq!(env.listing()["minions"], json!(["web01"]), "nothing deleted");
 }
@@ -137,8 +137,8 @@ fn the_delete_prompt_defaults_to_no() {
 #[test]
 fn delete_with_yes_removes_the_key() {
     let env = pending_env();
-    env.ok(SALT_KEY, &["-a", "web01", "-y"]);
-    let out = env.ok(SALT_KEY, &["-d", "web01", "-y"]);
+    env.ok(SALT_KEY, &["--offline", "-a", "web01", "-y"]);
+    let out = env.ok(SALT_KEY, &["--offline", "-d", "web01", "-y"]);
     assert!(out.contains("Key for minion web01 deleted."), "{out}");
     assert_eq!(env.listing()["minions"], json!([]));
     assert!(!env.pki().join("minions/web01").exists());
@@ -147,14 +147,14 @@ fn delete_with_yes_removes_the_key() {
 #[test]
 fn a_glob_matching_no_pending_key_says_so() {
     let env = pending_env();
-    let out = env.ok(SALT_KEY, &["-a", "nomatch*", "-y"]);
+    let out = env.ok(SALT_KEY, &["--offline", "-a", "nomatch*", "-y"]);
     assert_eq!(out.trim(), "The key glob 'nomatch*' does not match any unaccepted keys.");
 }
 
 #[test]
 fn an_invalid_pending_key_is_not_accepted() {
     let env = pending_env();
-    let o = env.run(SALT_KEY, &["-a", "bogus", "-y"]);
+    let o = env.run(SALT_KEY, &["--offline", "-a", "bogus", "-y"]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("Unable to accept invalid key for bogus."), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(env.listing()["minions_pre"], json!(["bogus", "db01", "web01", "web02"]));
     assert_eq!(env.listing()["minions"], json!([]));
@@ -163,7 +163,7 @@ fn an_invalid_pending_key_is_not_accepted() {
 #[test]
 fn accepted_key_files_are_mode_0600() {
     let env = pending_env();
-    env.ok(SALT_KEY, &["-a", "web02", "-y"]);
+    env.ok(SALT_KEY, &["--offline", "-a", "web02", "-y"]);
     let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(env.pki().join("minions/web02")).expect("accepted key").permissions());
     assert_eq!(mode & 0o777, 0o600);
 }
@@ -185,7 +185,7 @@ const MIGRATED: &str = "PKI keys migrated to mmap_key backend successfully.\n  A
 /// [`localfs_with_master_key`] migrated, with the config switched to mmap_key.
 fn migrated() -> Env {
     let env = localfs_with_master_key();
-    assert_eq!(env.ok(SALT_RUN, &["pki.migrate_to_mmap"]), MIGRATED);
+    assert_eq!(env.ok(SALT_RUN, &["--offline", "pki.migrate_to_mmap"]), MIGRATED);
     env.set_driver("mmap_key");
     env
 }
@@ -201,15 +201,15 @@ fn migrate_dry_run_counts_the_keys_and_writes_nothing() {
 #[test]
 fn migrate_commits_one_record_per_key() {
     let env = localfs_with_master_key();
-    assert_eq!(env.ok(SALT_RUN, &["pki.migrate_to_mmap"]), MIGRATED);
+    assert_eq!(env.ok(SALT_RUN, &["--offline", "pki.migrate_to_mmap"]), MIGRATED);
     assert_eq!(env.ok(CTL, &["dump", "--kind", "key_set"]).lines().count(), 11);
 }
 
 #[test]
 fn migrate_a_second_time_proposes_nothing_new() {
     let env = localfs_with_master_key();
-    assert_eq!(env.ok(SALT_RUN, &["pki.migrate_to_mmap"]), MIGRATED);
-    assert_eq!(env.ok(SALT_RUN, &["pki.migrate_to_mmap"]), MIGRATED, "the same report");
+    assert_eq!(env.ok(SALT_RUN, &["--offline", "pki.migrate_to_mmap"]), MIGRATED);
+    assert_eq!(env.ok(SALT_RUN, &["--offline", "pki.migrate_to_mmap"]), MIGRATED, "the same report");
     assert_eq!(env.ok(CTL, &["dump", "--kind", "key_set"]).lines().count(), 11, "no new record");
 }
 
@@ -281,8 +281,8 @@ fn rebuild_views_repairs_a_damaged_mmap_view() {
 fn changed_by_halite() -> Env {
     let env = localfs_with_master_key();
     env.append_conf("user: root\n");
-    env.ok(SALT_KEY, &["-a", "pend-01", "-y"]);
-    env.ok(SALT_KEY, &["-d", "rej-01", "-y"]);
+    env.ok(SALT_KEY, &["--offline", "-a", "pend-01", "-y"]);
+    env.ok(SALT_KEY, &["--offline", "-d", "rej-01", "-y"]);
     env
 }
 
@@ -290,7 +290,7 @@ fn changed_by_halite() -> Env {
 fn changed_and_migrated() -> (Env, String) {
     let env = changed_by_halite();
     let localfs = env.ok(SALT_KEY, &["-L", "--out", "json"]);
-    env.ok(SALT_RUN, &["pki.migrate_to_mmap"]);
+    env.ok(SALT_RUN, &["--offline", "pki.migrate_to_mmap"]);
     env.set_driver("mmap_key");
     for d in ["minions", "minions_pre", "minions_rejected", "minions_denied"] {
         std::fs::remove_dir_all(env.pki().join(d)).expect("remove localfs dir");

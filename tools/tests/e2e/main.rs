@@ -22,6 +22,7 @@ mod attacks;
 mod batch;
 mod files_pillar;
 mod hostile;
+mod locks;
 mod mine;
 mod orchestrate;
 mod publisher_acl;

@@ -60,11 +60,11 @@ fn corrupt_log_env() -> Env {
     let pre = env.pki().join("minions_pre");
     std::fs::create_dir_all(&pre).expect("minions_pre");
     std::fs::write(pre.join("corrupt-me-01"), fake_pub(7)).expect("key");
-    env.ok(SALT_KEY, &["-a", "corrupt-me-01", "-y"]);
+    env.ok(SALT_KEY, &["--offline", "-a", "corrupt-me-01", "-y"]);
     for i in 0..5 {
         std::fs::write(pre.join(format!("later-{i}")), fake_pub(100 + i)).expect("key");
         // Each accept is its own batch, so the damaged one is in the middle.
-        env.ok(SALT_KEY, &["-a", &format!("later-{i}"), "-y"]);
+        env.ok(SALT_KEY, &["--offline", "-a", &format!("later-{i}"), "-y"]);
     }
     let v = env.ok(CTL, &["verify"]);
     assert!(v.ends_with("OK\n"), "the log verifies before the damage: {v}");
@@ -94,7 +94,7 @@ fn verify_names_a_corrupt_log_entry() {
 #[test]
 fn a_corrupt_log_is_refused_at_start_naming_the_tool() {
     let env = corrupt_log_env();
-    let o = env.run(SALT_KEY, &["-A", "-y"]);
+    let o = env.run(SALT_KEY, &["--offline", "-A", "-y"]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("halite-ctl verify"), "{err}");
@@ -112,7 +112,7 @@ fn a_log_older_than_the_state_is_refused_by_the_tools_and_named_by_verify() {
     std::fs::create_dir_all(&pre).expect("minions_pre");
     let accept = |name: &str, n: usize| {
         std::fs::write(pre.join(name), fake_pub(n)).expect("key");
-        env.ok(SALT_KEY, &["-a", name, "-y"]);
+        env.ok(SALT_KEY, &["--offline", "-a", name, "-y"]);
     };
     accept("old-1", 1);
     accept("old-2", 2);
@@ -130,7 +130,7 @@ fn a_log_older_than_the_state_is_refused_by_the_tools_and_named_by_verify() {
     std::fs::rename(&backup, &log).expect("restore the older log");
     let before = std::fs::read_dir(&log).expect("log dir").count();
 
-    let o = env.run(SALT_KEY, &["-A", "-y"]);
+    let o = env.run(SALT_KEY, &["--offline", "-A", "-y"]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("state machine ahead of its log") && err.contains("applied log index") && err.contains("ends at index"), "{err}");
@@ -157,7 +157,7 @@ fn torn_tail_env() -> Env {
     let pre = env.pki().join("minions_pre");
     std::fs::create_dir_all(&pre).expect("minions_pre");
     std::fs::write(pre.join("m1"), fake_pub(1)).expect("key");
-    env.ok(SALT_KEY, &["-a", "m1", "-y"]);
+    env.ok(SALT_KEY, &["--offline", "-a", "m1", "-y"]);
     let dir = env.root.join("data/log");
     let f = std::fs::read_dir(&dir).expect("log dir").filter_map(|e| Some(e.ok()?.path())).find(|p| p.extension().is_some_and(|x| x == "raftlog")).expect("a log file");
     let mut torn = std::fs::read(&f).expect("log file");
@@ -184,7 +184,7 @@ fn a_torn_tail_does_not_stop_a_listing() {
 fn a_torn_tail_is_cut_and_logged_by_the_next_write() {
     let env = torn_tail_env();
     place_m2(&env);
-    let o = env.run(SALT_KEY, &["-a", "m2", "-y", "--log-level", "warning"]);
+    let o = env.run(SALT_KEY, &["--offline", "-a", "m2", "-y", "--log-level", "warning"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     assert!(err.contains("torn tail"), "{err}");
@@ -194,7 +194,7 @@ fn a_torn_tail_is_cut_and_logged_by_the_next_write() {
 fn a_write_after_a_torn_tail_is_kept_with_the_earlier_ones() {
     let env = torn_tail_env();
     place_m2(&env);
-    env.ok(SALT_KEY, &["-a", "m2", "-y"]);
+    env.ok(SALT_KEY, &["--offline", "-a", "m2", "-y"]);
     assert_eq!(env.listing()["minions"], json!(["m1", "m2"]));
     let v = env.ok(CTL, &["verify", "--views"]);
     assert!(v.ends_with("OK\n"), "{v}");
@@ -249,8 +249,8 @@ fn a_migration_killed_with_kill_9_finishes_when_run_again() {
     let env = many_keys_env();
     // Killed with the node up and nothing proposed, with the first batch committed and
     // the others not, and with every record committed but the view not written.
-    kill_9_at(&env, SALT_RUN, &["pki.migrate_to_mmap"], &["raft role changed", "migrating keys into the log: starting", "migrating keys into the log: 100%"]);
-    let out = env.ok(SALT_RUN, &["pki.migrate_to_mmap"]);
+    kill_9_at(&env, SALT_RUN, &["--offline", "pki.migrate_to_mmap"], &["raft role changed", "migrating keys into the log: starting", "migrating keys into the log: 100%"]);
+    let out = env.ok(SALT_RUN, &["--offline", "pki.migrate_to_mmap"]);
     assert!(out.contains(&format!("Accepted: {}", halite_tools::common::thousands((MANY as u64).div_ceil(3)))), "{out}");
     env.set_driver("mmap_key");
     assert_many_migrated(&env);
@@ -259,7 +259,7 @@ fn a_migration_killed_with_kill_9_finishes_when_run_again() {
 #[test]
 fn a_replay_killed_with_kill_9_finishes_when_run_again() {
     let env = many_keys_env();
-    env.ok(SALT_RUN, &["pki.migrate_to_mmap"]);
+    env.ok(SALT_RUN, &["--offline", "pki.migrate_to_mmap"]);
     env.set_driver("mmap_key");
     let before = env.listing();
     // Killed while applying the log to a new state machine, and while rewriting the view.

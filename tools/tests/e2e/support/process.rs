@@ -146,6 +146,17 @@ impl Proc {
         (p, lines)
     }
 
+    /// [`Proc::spawn_lines`] with stdin piped to the returned writer, for a test that
+    /// answers the child's prompt.
+    pub fn spawn_prompted(name: &str, cmd: &mut Command, log: &Path) -> (Proc, Lines, std::process::ChildStdin) {
+        let f = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+        own_group(cmd).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(f);
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {name} ({cmd:?}): {e}"));
+        let stdin = child.stdin.take().expect("piped stdin");
+        let lines = Lines::new(child.stdout.take().expect("piped stdout"));
+        (Proc { child, name: name.to_string(), log: Some(log.to_path_buf()), status: None, grace: Duration::from_secs(10) }, lines, stdin)
+    }
+
     /// Sets how long [`Proc::stop`] waits after SIGTERM (zero: SIGKILL at once).
     pub fn with_grace(mut self, grace: Duration) -> Proc {
         self.grace = grace;
