@@ -12,3 +12,6 @@ export HALITE_SALT_VENV="$(scripts/setup-reference.sh)"
 # package than the tests), so build them all first.
 cargo build --workspace --bins --locked
 cargo test --workspace --locked "$@"
+# The patched zeromq crate (`patches/`, outside the workspace): upstream's tests and the
+# patch's own (frame bounds, bounded sends), with its own lock file.
+cargo test --manifest-path patches/zeromq/Cargo.toml --locked
