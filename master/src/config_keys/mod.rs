@@ -33,7 +33,7 @@ pub type Check = fn(&J, &Ctx) -> Option<String>;
 pub struct Ctx {
     /// The name of the user Halite runs as.
     pub user: Option<String>,
-    /// The config's `log_level`, as written (None: Salt's default).
+    /// The config's `log_level` (Salt's default `warning` when unset).
     pub log_level: Option<String>,
 }
 
@@ -89,8 +89,9 @@ pub enum Status {
     Default(String),
     /// Not implemented at this value: the feature, and why this value.
     NotImplemented { feature: &'static str, why: String },
-    /// Not in the table: the note (a typo, or an option a master does not read).
-    Unknown(&'static str),
+    /// Not in the table: the note (a typo, with the nearest option's name, or an option
+    /// a master does not read).
+    Unknown(String),
 }
 
 impl Status {
@@ -111,8 +112,8 @@ impl Status {
             Status::Honoured => String::new(),
             Status::NoEffect(why) => why.to_string(),
             Status::Default(n) => n.clone(),
-            Status::NotImplemented { feature, why } => format!("{why}; not implemented: {feature}"),
-            Status::Unknown(n) => n.to_string(),
+            Status::NotImplemented { feature, why } => format!("{why}; Halite does not implement {feature}"),
+            Status::Unknown(n) => n.clone(),
         }
     }
 }
@@ -127,8 +128,13 @@ pub fn classify(key: &str, value: &serde_yaml::Value, ctx: &Ctx) -> Status {
         Some(Rule::Honoured) => return Status::Honoured,
         Some(Rule::NoEffect(why)) => return Status::NoEffect(why),
         Some(Rule::NotImplemented(f)) => f,
-        None if salt.others.contains(key) => return Status::Unknown(NOT_MASTER),
-        None => return Status::Unknown(TYPO),
+        None if salt.others.contains(key) => return Status::Unknown(NOT_MASTER.into()),
+        None => {
+            return Status::Unknown(match nearest(key) {
+                Some(k) => format!("{TYPO} (did you mean {k}?)"),
+                None => TYPO.into(),
+            })
+        }
     };
     let v = serde_json::to_value(value).unwrap_or(J::Null);
     if let Some((_, _, check)) = CHECKS.iter().find(|(k, _, _)| *k == key) {
@@ -142,6 +148,28 @@ pub fn classify(key: &str, value: &serde_yaml::Value, ctx: &Ctx) -> Status {
         Some(d) => Status::NotImplemented { feature, why: format!("set to {}, Salt's default is {}", short(&v), short(d)) },
         None => Status::NotImplemented { feature, why: format!("set to {}", short(&v)) },
     }
+}
+
+/// The option of the table (which holds every Salt master option) nearest to `key` by edit distance, when
+/// at most 2 edits away (a likely typo of it).
+fn nearest(key: &str) -> Option<&'static str> {
+    let table = HONOURED.iter().chain(NO_EFFECT.iter().chain(NOT_IMPLEMENTED).flat_map(|(_, k)| k.iter())).copied();
+    let best = table.map(|k| (distance(key, k), k)).min()?;
+    (best.0 <= 2).then_some(best.1)
+}
+
+/// Levenshtein distance over bytes (option names are ASCII).
+fn distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, x) in a.iter().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, y) in b.iter().enumerate() {
+            cur.push((prev[j] + usize::from(x != y)).min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
 }
 
 /// Whether a value read from YAML means the same as Salt's default: equal up to Salt's
@@ -193,7 +221,8 @@ pub struct Report {
 impl Report {
     /// The report of a loaded config; `user`: the user Halite runs as.
     pub fn of(cfg: &MasterConfig, user: Option<String>) -> Report {
-        let ctx = Ctx { user, log_level: cfg.raw.get("log_level").and_then(|v| v.as_str()).map(str::to_string) };
+        let log_level = Some(cfg.raw.get("log_level").and_then(|v| v.as_str()).unwrap_or("warning").to_string());
+        let ctx = Ctx { user, log_level };
         let mut entries: Vec<Entry> = cfg
             .raw
             .iter()

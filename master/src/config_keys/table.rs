@@ -54,7 +54,7 @@ pub const NO_EFFECT: &[(&str, &[&str])] = &[
         &["cluster_encryption_algorithm"],
     ),
     ("salt-key keeps no log file: every key change is a record in Halite's log (halite-ctl dump)", &["key_logfile"]),
-    ("Halite creates its directories at start and does not check the owners or modes of their files", &["permissive_pki_access", "verify_env"]),
+    ("Halite creates the directories it needs at start; it does not check their owners", &["verify_env"]),
 ];
 
 /// Options Halite does not implement, by the feature they belong to. Halite behaves as
@@ -145,7 +145,8 @@ pub const NOT_IMPLEMENTED: &[(&str, &[&str])] = &[
         &[
             "allow_minion_key_revoke", "auth_events", "auth_events_pend_autosign_grains", "auth_mode", "client_acl_verify",
             "cluster_key_pass", "django_auth_path", "django_auth_settings", "drop_messages_signature_fail", "eauth_acl_module", "fips_mode",
-            "keep_acl_in_token", "key_pass", "keysize", "minimum_auth_version", "netapi_allow_raw_shell", "permissive_acl", "ping_on_rotate",
+            "keep_acl_in_token", "key_pass", "keysize", "minimum_auth_version", "netapi_allow_raw_shell", "permissive_acl", "permissive_pki_access",
+            "ping_on_rotate",
             "publish_signing_algorithm", "request_server_aes_session", "require_minion_sign_messages", "sign_pub_messages", "sudo_acl",
             "token_expire_user_override", "use_os_truststore", "user",
         ],

@@ -102,9 +102,10 @@ fn values_decide_for_not_implemented_options() {
             s => panic!("{k}: {v} -> {s:?}"),
         }
     }
-    assert_eq!(status("fileserver_backends", "[roots]"), Status::Unknown(TYPO));
-    assert_eq!(status("halite_data_dri", "/x"), Status::Unknown(TYPO));
-    assert_eq!(status("startup_states", "highstate"), Status::Unknown(NOT_MASTER));
+    assert_eq!(status("fileserver_backends", "[roots]"), Status::Unknown(format!("{TYPO} (did you mean fileserver_backend?)")));
+    assert_eq!(status("halite_data_dri", "/x"), Status::Unknown(format!("{TYPO} (did you mean halite_data_dir?)")));
+    assert_eq!(status("quite_unlike_any_option", "1"), Status::Unknown(TYPO.into()));
+    assert_eq!(status("startup_states", "highstate"), Status::Unknown(NOT_MASTER.into()));
 }
 
 /// The loader collects the options of `master`, `master.d/*.conf` and `include`d files,
