@@ -136,7 +136,8 @@ pub fn classify(key: &str, value: &serde_yaml::Value, ctx: &Ctx) -> Status {
             })
         }
     };
-    let v = serde_json::to_value(value).unwrap_or(J::Null);
+    // A value JSON cannot hold (a mapping with non-scalar keys) is no default.
+    let v = serde_json::to_value(value).unwrap_or_else(|_| J::String("(a value JSON cannot hold)".into()));
     if let Some((_, _, check)) = CHECKS.iter().find(|(k, _, _)| *k == key) {
         return match check(&v, ctx) {
             None => Status::Default("Halite behaves as this value; other values are not implemented".into()),

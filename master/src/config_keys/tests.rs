@@ -96,6 +96,7 @@ fn values_decide_for_not_implemented_options() {
         ("allow_minion_key_revoke", "True", "behaves as False"),
         ("minion_data_cache_events", "True", "behaves as False"),
         ("log_level_logfile", "debug", "log_level"),
+        ("ext_pillar", "{[a]: b}", "JSON cannot hold"),
     ] {
         match status(k, v) {
             Status::NotImplemented { why: w, .. } => assert!(w.contains(why), "{k}: {v} -> {w}"),
