@@ -35,6 +35,8 @@ pub struct Ctx {
     pub user: Option<String>,
     /// The config's `log_level` (Salt's default `warning` when unset).
     pub log_level: Option<String>,
+    /// The config's `minion_data_cache`.
+    pub minion_data_cache: bool,
 }
 
 /// Salt 3008.5's master options and their defaults (`master_opts.json`).
@@ -138,9 +140,10 @@ pub fn classify(key: &str, value: &serde_yaml::Value, ctx: &Ctx) -> Status {
     };
     // A value JSON cannot hold (a mapping with non-scalar keys) is no default.
     let v = serde_json::to_value(value).unwrap_or_else(|_| J::String("(a value JSON cannot hold)".into()));
-    if let Some((_, _, check)) = CHECKS.iter().find(|(k, _, _)| *k == key) {
+    if let Some((_, accepted, check)) = CHECKS.iter().find(|(k, _, _)| *k == key) {
         return match check(&v, ctx) {
             None => Status::Default("Halite behaves as this value; other values are not implemented".into()),
+            Some(why) if why.is_empty() => Status::NotImplemented { feature, why: format!("set to {}; Halite behaves as {}", short(&v), accepted.replace('`', "")) },
             Some(why) => Status::NotImplemented { feature, why },
         };
     }
@@ -223,7 +226,7 @@ impl Report {
     /// The report of a loaded config; `user`: the user Halite runs as.
     pub fn of(cfg: &MasterConfig, user: Option<String>) -> Report {
         let log_level = Some(cfg.raw.get("log_level").and_then(|v| v.as_str()).unwrap_or("warning").to_string());
-        let ctx = Ctx { user, log_level };
+        let ctx = Ctx { user, log_level, minion_data_cache: cfg.minion_data_cache };
         let mut entries: Vec<Entry> = cfg
             .raw
             .iter()

@@ -8,7 +8,7 @@ fn yaml(s: &str) -> serde_yaml::Value {
 }
 
 fn status(key: &str, value: &str) -> Status {
-    classify(key, &yaml(value), &Ctx { user: Some("salt".into()), log_level: Some("info".into()) })
+    classify(key, &yaml(value), &Ctx { user: Some("salt".into()), log_level: Some("info".into()), minion_data_cache: true })
 }
 
 fn all_table_keys() -> Vec<&'static str> {
@@ -97,12 +97,17 @@ fn values_decide_for_not_implemented_options() {
         ("minion_data_cache_events", "True", "behaves as False"),
         ("log_level_logfile", "debug", "log_level"),
         ("ext_pillar", "{[a]: b}", "JSON cannot hold"),
+        ("preserve_minion_cache", "False", "grains and mine stay"),
     ] {
         match status(k, v) {
             Status::NotImplemented { why: w, .. } => assert!(w.contains(why), "{k}: {v} -> {w}"),
             s => panic!("{k}: {v} -> {s:?}"),
         }
     }
+    let off = Ctx { minion_data_cache: false, ..Ctx::default() };
+    assert!(matches!(classify("enforce_mine_cache", &yaml("False"), &off), Status::NotImplemented { .. }));
+    assert!(matches!(classify("enforce_mine_cache", &yaml("True"), &off), Status::Default(_)));
+    assert!(matches!(status("enforce_mine_cache", "False"), Status::Default(_)));
     assert_eq!(status("fileserver_backends", "[roots]"), Status::Unknown(format!("{TYPO} (did you mean fileserver_backend?)")));
     assert_eq!(status("halite_data_dri", "/x"), Status::Unknown(format!("{TYPO} (did you mean halite_data_dir?)")));
     assert_eq!(status("quite_unlike_any_option", "1"), Status::Unknown(TYPO.into()));
