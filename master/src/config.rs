@@ -6,9 +6,12 @@
 //! `root_dir` is not `/`, every path option that does not already lie under it gets it
 //! prepended, as Salt's `prepend_root_dir` does.
 //!
-//! Options Halite does not use are kept (in [`MasterConfig::raw`]) and logged at debug,
-//! so one file can serve a Python master and a Halite master. A value of the wrong type
-//! or out of range stops start-up with an error naming the option and the file.
+//! Every option is kept (in [`MasterConfig::raw`], with its file in
+//! [`MasterConfig::origin`]), so one file can serve a Python master and a Halite master;
+//! what Halite does with each one (honoured, no effect, not implemented at its value,
+//! unknown) is [`crate::config_keys`], which the daemon's start and
+//! `salt-master --check-config` report. A value of the wrong type or out of range stops
+//! start-up with an error naming the option and the file.
 //!
 //! Halite's own options (not in Salt):
 //!
@@ -136,21 +139,6 @@ pub struct MasterConfig {
     pub origin: BTreeMap<String, PathBuf>,
 }
 
-/// Options Halite understands; others are accepted and logged at debug.
-const KNOWN: &[&str] = &[
-    "id", "root_dir", "interface", "ipv6", "publish_port", "ret_port", "pki_dir", "cachedir", "sock_dir", "pidfile",
-    "log_file", "log_level", "log_level_logfile", "file_roots", "pillar_roots", "auto_accept", "open_mode",
-    "autosign_file", "autoreject_file", "autosign_grains_dir", "keep_jobs_seconds", "keep_jobs", "publish_session", "timeout",
-    "keys.cache_driver", "mmap_key_size", "mmap_key_slot_size", "mmap_key_id_size", "mmap_key_max_segment_bytes",
-    "mmap_cache_max_segment_bytes", "cluster_id", "cluster_peers", "cluster_pki_dir", "cluster_pool_port",
-    "cluster_secret", "cluster_isolated_filesystem", "halite_data_dir", "halite_max_request_bytes", "halite_max_inflight_bytes", "cluster_max_log_size", "halite_log_max_bytes",
-    "cluster_election_min", "cluster_election_max",
-    "halite_max_pending_keys", "pub_hwm", "halite_pub_fanout_capacity", "halite_health_port", "halite_cluster_dial", "halite_cluster_pin_founders", "default_include", "include", "user",
-    "zmq_backlog", "max_minions", "loop_interval", "request_server_ttl", "cluster_pub_fingerprint", "tcp_keepalive", "tcp_keepalive_idle", "tcp_keepalive_cnt", "tcp_keepalive_intvl", "rotate_aes_key", "halite_new_publish_key_at_start",
-    "nodegroups", "reactor", "range_server", "minion_data_cache",
-    "job_cache_store_endtime",
-];
-
 fn read_yaml(path: &Path) -> Result<Mapping> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
     if text.trim().is_empty() {
@@ -217,13 +205,6 @@ impl MasterConfig {
     /// Builds the config from an already merged mapping.
     pub fn from_mapping(config_dir: &Path, raw: Mapping, origin: BTreeMap<String, PathBuf>) -> Result<Self> {
         let r = Reader { raw: &raw, origin: &origin, dir: config_dir };
-        for (k, _) in raw.iter() {
-            if let Some(k) = k.as_str() {
-                if !KNOWN.contains(&k) {
-                    tracing::debug!(option = k, "option not used by Halite; kept");
-                }
-            }
-        }
         let root_dir = PathBuf::from(r.string("root_dir", "/")?);
         let cluster_id = r.opt_string("cluster_id")?;
         let size = r.uint("mmap_key_size", 1_000_000)?;

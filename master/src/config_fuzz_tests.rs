@@ -8,7 +8,8 @@
 use proptest::prelude::*;
 use serde_yaml::{Mapping, Value};
 
-use super::{ConfigError, MasterConfig, KNOWN};
+use super::{ConfigError, MasterConfig};
+use crate::config_keys::HONOURED as KNOWN;
 
 const GOOD: &str = "id: m1\ninterface: 127.0.0.1\npublish_port: 4505\nret_port: 4506\nauto_accept: False\n\
 file_roots:\n  base:\n    - /srv/salt\n  dev: [/srv/dev]\npillar_roots:\n  base: /srv/pillar\n\
@@ -68,7 +69,8 @@ proptest! {
             m.insert(Value::String(KNOWN[k].into()), v);
         }
         match MasterConfig::from_mapping(d.path(), m, Default::default()) {
-            Ok(_) => {}
+            // What Halite does with each option is reported for any value.
+            Ok(c) => prop_assert!(!crate::config_keys::Report::of(&c, None).text().is_empty()),
             Err(e) => prop_assert!(!e.to_string().is_empty()),
         }
     }

@@ -13,13 +13,14 @@
 //! | [`pillar`], [`matcher`], [`glob`], [`jobs`], [`pki`] | pillar compilation, Salt's targeting, jids and expected minions, the mmap migration |
 //! | [`masterkeys`], [`store`] | the master key pair; opening the storage and node a config describes (the cluster plan and the join handshake's Salt side over `halite_replication::{cluster, join}`) |
 //! | [`wire`] | msgpack payloads, crypto, the request and publish envelopes |
-//! | [`events`], [`config`], [`error`] | events, Salt's config files, the error type |
+//! | [`events`], [`config`], [`config_keys`], [`error`] | events, Salt's config files (and what Halite does with each option), the error type |
 
 pub mod acl;
 pub mod alloc;
 pub mod admin;
 pub mod batch;
 pub mod config;
+pub mod config_keys;
 pub mod daemon;
 pub mod error;
 pub mod events;

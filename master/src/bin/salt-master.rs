@@ -1,4 +1,5 @@
-//! `salt-master -c CONFIG_DIR [-l LEVEL] [-d]`: the Halite master daemon.
+//! `salt-master -c CONFIG_DIR [-l LEVEL] [-d]`: the Halite master daemon;
+//! `salt-master -c CONFIG_DIR --check-config [--out json]`: what it does with each option.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -21,6 +22,13 @@ struct Args {
     /// Run in the background.
     #[arg(short = 'd', long = "daemon")]
     daemon: bool,
+    /// Print what Halite does with each option of the config and exit (1 when an option
+    /// is set to a value Halite does not implement); opens no log and binds no port.
+    #[arg(long = "check-config")]
+    check_config: bool,
+    /// The outputter of `--check-config`: nested (Salt's default) or json.
+    #[arg(long = "out", value_parser = ["nested", "json"], default_value = "nested")]
+    out: String,
 }
 
 fn main() {
@@ -39,6 +47,14 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if args.check_config {
+        let report = halite_master::config_keys::Report::of(&cfg, halite_master::config_keys::current_user());
+        match args.out.as_str() {
+            "json" => println!("{}", serde_json::to_string_pretty(&report.json()).unwrap_or_default()),
+            _ => print!("{}", report.text()),
+        }
+        std::process::exit(if report.not_implemented().next().is_some() { 1 } else { 0 });
+    }
     let lvl = halite_master::config::tracing_level(args.log_level.as_deref().unwrap_or(&cfg.log_level));
     let filter = std::env::var("HALITE_LOG").unwrap_or_else(|_| format!("{lvl},raft=warn"));
     if args.daemon {
@@ -62,6 +78,8 @@ fn main() {
         Some(f) if args.daemon => builder.with_ansi(false).with_writer(std::sync::Mutex::new(f)).init(),
         _ => builder.with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal()).init(),
     }
+    // Each option set to a value Halite does not implement, or unknown, is named once.
+    halite_master::config_keys::warn_at_start(&cfg);
     if let Err(e) = halite_master::daemon::run(cfg) {
         tracing::error!("{e}");
         eprintln!("Error: {e}");

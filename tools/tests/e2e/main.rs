@@ -20,6 +20,7 @@ mod attacks;
 
 // One master.
 mod batch;
+mod config_check;
 mod files_pillar;
 mod hostile;
 mod locks;
