@@ -63,7 +63,7 @@ use live::Master;
 /// Threads that run request handlers and admin commands (tokio's blocking pool): two per
 /// core, at least four. Their work is the CPU's (RSA at sign-in, pillar rendering) or the
 /// page cache's (file chunks); returns and minion events never come here
-/// (`req::handle_light`). Each thread that allocates keeps partly used pages of the
+/// (light requests: `req::opened`). Each thread that allocates keeps partly used pages of the
 /// heap of its own: at 8,000 simulated minions on two cores, 16 threads measured
 /// 100.6 MiB RSS and a 4.0 s sign-in, 6 threads 97.4 MiB and 3.35 s, 4 threads 94.3 MiB
 /// and 3.26 s (docs/benchmarks.md).

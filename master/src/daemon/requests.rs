@@ -1,10 +1,12 @@
-//! The request port (`ret_port`, 4506): a ROUTER socket whose requests are each handled
-//! by `req::handle` — a light one (a job return, a minion event: tens of microseconds)
-//! on the event loop, the rest on the blocking pool (RSA, pillar compilation, file
-//! reads) — then carried out:
+//! The request port (`ret_port`, 4506): a ROUTER socket whose requests are each opened
+//! once (`req::open`: the envelope decoded, an AES load decrypted) and answered from the
+//! opened request — a light one (a job return, a minion event: tens of microseconds) on
+//! the event loop, the rest on the blocking pool (RSA, pillar compilation, file reads) —
+//! then carried out:
 //!
 //! 1. claims granted (a `max_minions` or pending-key place, a side-effecting request's
-//!    nonce), or the request handled again, now full or replayed;
+//!    nonce), or the request answered again, now full, or as its replay (a copy whose
+//!    nonce another copy in flight claimed first: nothing written);
 //! 2. records committed through the node (group commit with everything in flight);
 //! 3. if the records were decided from this member's read ([`Outcome::recheck`]: a
 //!    sign-in's key change names the entry it read) and the applied state is not what
@@ -47,42 +49,66 @@ pub const MAX_SETTLE: usize = 3;
 /// (`return_retry_timer`, 5 s), so the minion still hears the answer.
 pub const NOT_READY_GRACE: std::time::Duration = std::time::Duration::from_secs(4);
 
-/// Handles a request and grants its claims (see the module docs).
-fn handle(master: &Master, body: &[u8]) -> Outcome {
-    let out = req::handle(master, body);
-    if master.claim(&out.claims) {
-        return out;
-    }
-    // Another request took the last place meanwhile (of `max_minions`, or of
-    // `halite_max_pending_keys`): the view now says so.
-    let again = req::handle(master, body);
-    if master.claim(&again.claims) {
-        again
+/// A request opened once (`req::open`), held while it is handled: a clear one may be
+/// answered again (a refused claim, a recheck), so it is shared with the pool threads.
+enum Held {
+    Clear(Arc<req::ClearRequest>),
+    /// An AES request is answered once; nothing is left to hold.
+    Answered,
+}
+
+/// Opens `body` and answers it the first time, its claims granted (see the module docs):
+/// a light request right here on the event loop, anything else on the blocking pool (a
+/// body too large to be light is opened there too).
+async fn handle_first(master: &Arc<Master>, body: &Bytes) -> Option<(Outcome, Held)> {
+    let opened = if body.len() <= req::LIGHT_MAX_BYTES {
+        req::open(master.as_ref(), body)
     } else {
-        Outcome::bad_load("max_minions or halite_max_pending_keys: no place left", &again.cmd, &again.id)
+        let (m, b) = (master.clone(), body.clone());
+        blocking(move || req::open(m.as_ref(), &b)).await?
+    };
+    match opened {
+        Err(out) => Some((out, Held::Answered)),
+        Ok(req::Opened::Aes(a)) => {
+            let out = if a.is_light() {
+                a.answer(master.as_ref())
+            } else {
+                let m = master.clone();
+                blocking(move || a.answer(m.as_ref())).await?
+            };
+            // Another copy in flight claimed the nonce first: this one is its replay.
+            let out = if master.claim(&out.claims) { out } else { out.replayed() };
+            Some((out, Held::Answered))
+        }
+        Ok(req::Opened::Clear(c)) => {
+            let c = Arc::new(c);
+            let out = if c.is_light() { c.answer(master.as_ref()) } else { answer_clear(master, &c).await? };
+            if master.claim(&out.claims) {
+                return Some((out, Held::Clear(c)));
+            }
+            // Another request took the last place meanwhile (of `max_minions`, or of
+            // `halite_max_pending_keys`): the view now says so.
+            let again = answer_clear(master, &c).await?;
+            let out = if master.claim(&again.claims) { again } else { Outcome::bad_load("max_minions or halite_max_pending_keys: no place left", &again.cmd, &again.id) };
+            Some((out, Held::Clear(c)))
+        }
     }
 }
 
-/// [`handle`] on the blocking pool.
-async fn handle_blocking(master: &Arc<Master>, body: &Bytes) -> Option<Outcome> {
-    let (m, b) = (master.clone(), body.clone());
-    match tokio::task::spawn_blocking(move || handle(&m, &b)).await {
+/// A clear request answered (again) on the blocking pool.
+async fn answer_clear(master: &Arc<Master>, c: &Arc<req::ClearRequest>) -> Option<Outcome> {
+    let (m, c) = (master.clone(), c.clone());
+    blocking(move || c.answer(m.as_ref())).await
+}
+
+/// `f` on the blocking pool.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    match tokio::task::spawn_blocking(f).await {
         Ok(o) => Some(o),
         Err(e) => {
             tracing::error!("request handler panicked: {e}");
             None
         }
-    }
-}
-
-/// The first handling of a request: a light one ([`req::handle_light`]: a return, a
-/// minion event, a clear ping) right here on the event loop, anything else on the
-/// blocking pool.
-async fn handle_first(master: &Arc<Master>, body: &Bytes) -> Option<Outcome> {
-    match req::handle_light(master.as_ref(), body) {
-        // Its claims (a return's nonce) granted here; refused, it is handled again.
-        Some(out) if master.claim(&out.claims) => Some(out),
-        _ => handle_blocking(master, body).await,
     }
 }
 
@@ -136,7 +162,7 @@ async fn not_ready(master: &Arc<Master>, body: Bytes) -> Option<Vec<u8>> {
 
 /// Handles, commits and settles a request: (command, signed in, reply).
 async fn settle(master: &Arc<Master>, body: Bytes) -> Option<(String, bool, Vec<u8>)> {
-    let mut out = handle_first(master, &body).await?;
+    let (mut out, held) = handle_first(master, &body).await?;
     // Places granted along the way: kept only if the request ends signed in.
     let mut granted: Vec<Claim> = out.claims.clone();
     let mut round = 1;
@@ -149,7 +175,9 @@ async fn settle(master: &Arc<Master>, body: Bytes) -> Option<(String, bool, Vec<
         if !out.recheck || out.applied_as_decided(master.as_ref()) {
             break;
         }
-        let again = handle_blocking(master, &body).await?;
+        // Only a sign-in is decided from a read (`Outcome::recheck`): a clear request.
+        let Held::Clear(c) = &held else { break };
+        let again = answer_clear(master, c).await?;
         granted.extend(again.claims.iter().cloned());
         match out.settled(again) {
             Ok(done) => {

@@ -28,6 +28,7 @@ pub mod files;
 pub mod mine;
 pub mod misc;
 pub mod not_ready;
+pub mod opened;
 pub mod pillar;
 pub mod returns;
 
@@ -43,7 +44,6 @@ mod fuzz_tests;
 use rmpv::Value;
 
 use halite_storage::format::Record;
-use halite_storage::id::validate_minion_id;
 use halite_storage::keys::BankState;
 use halite_storage::state::KeyPrint;
 
@@ -52,8 +52,9 @@ use crate::events::Event;
 use crate::view::replay_key::ReplayKey;
 use crate::view::View;
 use crate::wire::crypto::{Crypticle, EncAlgo, PublicKey, SigAlgo};
-use crate::wire::envelope::{self, Enc};
-use crate::wire::payload::{encode, get_text};
+use crate::wire::envelope;
+
+pub use opened::{open, AesRequest, ClearRequest, Opened, LIGHT_MAX_BYTES};
 
 /// What handling one request produced.
 #[derive(Debug)]
@@ -139,6 +140,17 @@ impl Outcome {
             again.effects.extend(self.effects.into_iter().filter(|e| matches!(e, Effect::ConsumeAutosignStub { .. })));
         }
         Ok(again)
+    }
+
+    /// What a copy of an AES request answers when another copy claimed its nonce first
+    /// (`Claim::Nonce` refused): the same reply, nothing written, no event; the first
+    /// copy's effects are the only ones.
+    pub fn replayed(mut self) -> Self {
+        tracing::info!(cmd = %self.cmd, id = %self.id, "replayed request: answered, nothing written");
+        self.records.clear();
+        self.events.clear();
+        self.claims.clear();
+        self
     }
 
     /// `"bad load"`, counted and logged with the reason (`reason="bad_load"`, at most
@@ -247,133 +259,12 @@ impl Command {
     }
 }
 
-/// Handles one request body.
+/// Handles one request body: [`open`] it, then answer it (what the daemon does in two
+/// steps, with claims and commits between them).
 pub fn handle(view: &dyn View, body: &[u8]) -> Outcome {
-    match handle_as(view, body, Weight::Any) {
-        Some(out) => out,
-        None => Outcome::bad_load("internal: a request was left unanswered", "?", "?"),
+    match open(view, body) {
+        Ok(Opened::Clear(c)) => c.answer(view),
+        Ok(Opened::Aes(a)) => a.answer(view),
+        Err(out) => out,
     }
-}
-
-/// Requests [`handle_light`] answers: at most this many bytes.
-pub const LIGHT_MAX_BYTES: usize = 64 * 1024;
-
-/// AES commands [`handle_light`] answers: each is a decryption, a key read, a record or
-/// an event, and an encrypted reply (tens of microseconds), never a file, a pillar
-/// compilation or an RSA private-key operation.
-const LIGHT_COMMANDS: &[&str] = &["_return", "_minion_event"];
-
-/// Handles `body` if it is light (a clear `ping`, or an AES `_return` or `_minion_event`
-/// of at most [`LIGHT_MAX_BYTES`]); `None` for anything else, which [`handle`] then
-/// answers in full. The daemon answers light requests on its event loop and the rest on
-/// its blocking pool: a `test.ping` to 8,000 minions is 8,000 light returns, and a hop
-/// to a pool thread and back for each cost more than the return itself. Equivalent to
-/// [`handle`] whenever it answers: the same function, stopped before the command when
-/// the command is not light.
-pub fn handle_light(view: &dyn View, body: &[u8]) -> Option<Outcome> {
-    if body.len() > LIGHT_MAX_BYTES {
-        return None;
-    }
-    handle_as(view, body, Weight::Light)
-}
-
-/// Which requests a call answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Weight {
-    Any,
-    Light,
-}
-
-fn handle_as(view: &dyn View, body: &[u8], weight: Weight) -> Option<Outcome> {
-    let env = match envelope::decode(body, view.config().halite_max_request_bytes) {
-        Ok(e) => e,
-        Err(why) => return Some(Outcome::bad_load(why, "?", "?")),
-    };
-    match env.enc {
-        Enc::Clear if weight == Weight::Light && get_text(&env.load, "cmd") != Some("ping") => None,
-        Enc::Clear => Some(handle_clear(view, &env.load)),
-        Enc::Aes => handle_aes(view, &env, weight),
-    }
-}
-
-fn handle_clear(view: &dyn View, load: &Value) -> Outcome {
-    let cmd = get_text(load, "cmd").unwrap_or("");
-    match cmd {
-        "_auth" => auth::Auth::parse(load).answer(view),
-        "ping" => Outcome::reply(encode(load), cmd, ""),
-        // Everything else on the clear channel: the reference's CLI-facing commands
-        // (publish, runner, wheel, ...) and the internal ones behind CVE-2020-11651
-        // (_send_pub, _prep_auth_info). Halite serves none of them to the network.
-        _ => {
-            crate::metrics::refuse(crate::metrics::Port::Request, "clear channel", "clear_command", &format_args!("clear command {:?} refused", cmd.escape_debug().to_string()));
-            Outcome::reply(encode(&Value::Map(vec![])), cmd, "")
-        }
-    }
-}
-
-fn handle_aes(view: &dyn View, env: &envelope::Envelope, weight: Weight) -> Option<Outcome> {
-    let id = env.id;
-    if let Err(e) = validate_minion_id(id) {
-        return Some(Outcome::bad_load(e, "aes", id));
-    }
-    // No session key: this minion has not signed in (or its key aged out). Nothing is
-    // made for it here; `"bad load"` sends it to `_auth`.
-    let Some(session) = view.session_key(id) else {
-        return Some(Outcome::bad_load("no session key: the minion has not signed in", "aes", id));
-    };
-    let mut opened = match envelope::open_aes(env.ciphertext, id, &session) {
-        Ok(o) => o,
-        Err(why) => return Some(Outcome::bad_load(why, "aes", id)),
-    };
-    let (cmd_owned, nonce) = (std::mem::take(&mut opened.cmd), std::mem::take(&mut opened.nonce));
-    let cmd = cmd_owned.as_str();
-    if weight == Weight::Light && !LIGHT_COMMANDS.contains(&cmd) {
-        return None;
-    }
-    // The key's state and PEM digest (from memory in the daemon); the PEM itself is read
-    // only when the memo does not know this (key, tok) or the command needs the key.
-    let print = match view.key_print(id) {
-        Ok(Some(p)) if p.state == BankState::Accepted => p,
-        _ => return Some(Outcome::bad_load("the minion's key is not accepted", cmd, id)),
-    };
-    let tok_ok = match (view.tok_memo(), crate::wire::payload::bytes(&opened.tok)) {
-        (Some(memo), Some(tok)) => memo.valid(&print.pem_sha256, tok, || tok_matches(view, id, &print, &opened.tok)),
-        _ => tok_matches(view, id, &print, &opened.tok),
-    };
-    if !tok_ok {
-        return Some(Outcome::bad_load("bad tok", cmd, id));
-    }
-    let now_s = (view.now_ns() / 1_000_000_000) as i64;
-    if let Err(why) = envelope::check_ttl(opened.ts, now_s, view.config().request_server_ttl) {
-        return Some(Outcome::bad_load(why, cmd, id));
-    }
-    let ctx = Ctx { id, nonce: &nonce, key: print, enc: env.enc_algo, sig: env.sig_algo };
-    let mut ans = match Command::parse_aes(cmd, opened).and_then(|c| c.answer(&ctx, view)) {
-        Ok(a) => a,
-        Err(why) => return Some(Outcome::bad_load(why, cmd, id)),
-    };
-    // Only a request that changes something is looked for among replays and remembered
-    // (its key made once, for both).
-    let replay_key = (!(ans.records.is_empty() && ans.events.is_empty())).then(|| ReplayKey::of(id, &nonce));
-    if replay_key.as_ref().is_some_and(|k| view.replayed(k)) {
-        // Answered (a minion resending after a lost reply needs it), but the first
-        // copy's effects are the only ones.
-        tracing::info!(cmd, id, nonce = %nonce, "replayed request: answered, nothing written");
-        ans.records.clear();
-        ans.events.clear();
-    }
-    let claims = match replay_key {
-        Some(k) if !(ans.records.is_empty() && ans.events.is_empty()) => vec![Claim::Nonce(k)],
-        _ => vec![],
-    };
-    let reply = if ans.private {
-        encode(&ans.value)
-    } else {
-        match envelope::seal_reply(&session, &nonce, &ans.value) {
-            Ok(r) => r,
-            Err(e) => return Some(Outcome::bad_load(format!("cannot encrypt the reply: {e}"), cmd, id)),
-        }
-    };
-    // The command's own string moves into the outcome (not copied).
-    Some(Outcome { reply, records: ans.records, events: ans.events, claims, effects: vec![], recheck: false, signed_in: false, cmd: cmd_owned, id: id.to_string() })
 }

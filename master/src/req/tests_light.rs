@@ -1,16 +1,27 @@
-//! `handle_light`: what it answers, what it leaves to `handle`, and that what it answers
-//! is what `handle` answers.
+//! Opened requests: which are light (answered on the daemon's event loop), that an
+//! opened request answers what `handle` answers, and that bad input is refused when a
+//! request is opened or answered.
 
 use rmpv::Value;
 
 use halite_storage::format::Record;
 
 use super::tests::{aes_reply, is_bad_load, signed_in, Minion, NONCE};
-use super::{handle, handle_light, LIGHT_MAX_BYTES};
+use super::{handle, open, Opened, Outcome, LIGHT_MAX_BYTES};
 use crate::view::memory::MemoryView;
 use crate::wire::payload::{encode, map};
 
 const JID: &str = "20261124000000000001";
+
+/// `body` opened and, if it is light, answered; `None` for a request left to the pool.
+fn handle_light(v: &MemoryView, body: &[u8]) -> Option<Outcome> {
+    match open(v, body) {
+        Err(out) => Some(out),
+        Ok(o) if !o.is_light() => None,
+        Ok(Opened::Clear(c)) => Some(c.answer(v)),
+        Ok(Opened::Aes(a)) => Some(a.answer(v)),
+    }
+}
 
 fn ret(big: usize) -> Vec<(Value, Value)> {
     vec![
@@ -72,7 +83,7 @@ fn heavy_requests_are_left_to_handle() {
         )
     )
     .is_none());
-    // A return over the size bound: left to the pool, where it is stored as before.
+    // A return over the size bound: left to the pool, where it is stored all the same.
     let big = m.aes(&s, "_return", ret(LIGHT_MAX_BYTES));
     assert!(big.len() > LIGHT_MAX_BYTES);
     assert!(handle_light(&v, &big).is_none());
@@ -87,6 +98,28 @@ fn heavy_requests_are_left_to_handle() {
         ("version", Value::from(3)),
     ]));
     assert!(handle_light(&v, &ping).is_some());
+}
+
+#[test]
+fn a_clear_request_answers_again_from_the_same_opened_request() {
+    let v = MemoryView::new();
+    let auth = Minion::new("m3").auth(vec![]);
+    let Ok(Opened::Clear(c)) = open(&v, &auth) else { panic!("a sign-in opens as a clear request") };
+    let (first, again) = (c.answer(&v), c.answer(&v));
+    assert_eq!(format!("{:?}", first.records), format!("{:?}", again.records));
+    assert_eq!(first.cmd, "_auth");
+}
+
+#[test]
+fn a_copy_whose_nonce_was_claimed_first_is_answered_as_a_replay() {
+    let mut v = MemoryView::new();
+    let (m, s) = signed_in(&mut v, "m1");
+    let out = handle(&v, &m.aes(&s, "_return", ret(1)));
+    assert_eq!((out.records.len(), out.claims.len()), (1, 1));
+    let reply = aes_reply(&s, &out);
+    let replayed = out.replayed();
+    assert!(replayed.records.is_empty() && replayed.events.is_empty() && replayed.claims.is_empty());
+    assert_eq!(aes_reply(&s, &replayed), reply, "the same reply");
 }
 
 #[test]

@@ -257,7 +257,7 @@ fn the_job_runners_list_and_look_up_a_finished_job() {
     let (jid, job) = s.env.newest_job("test.ping").expect("a test.ping job");
     assert_eq!(job["User"], "root");
     assert!(job["StartTime"].as_str().unwrap_or("").starts_with("20"), "{job}");
-    assert_eq!(s.env.runner(&["--offline", "jobs.lookup_jid", &jid]), json!({"m1": true}));
+    assert_eq!(s.env.runner(&["jobs.lookup_jid", &jid]), json!({"m1": true}));
 }
 
 #[test]
