@@ -36,20 +36,13 @@ enum Bank {
 pub struct MmapKeys {
     dir: PathBuf,
     geo: Geometry,
-    /// Whether each change is fsynced on its own (otherwise at `sync`).
-    durable: bool,
     writers: [Option<MmapWriter>; 3],
 }
 
 impl MmapKeys {
     pub fn open(pki_dir: &Path, geo: Geometry) -> Result<Self> {
         geo.validate()?;
-        Ok(MmapKeys { dir: pki_dir.to_path_buf(), geo, durable: false, writers: [None, None, None] })
-    }
-
-    /// Fsync every single change (the reference's behaviour) instead of once per batch.
-    pub fn set_durable(&mut self, durable: bool) {
-        self.durable = durable;
+        Ok(MmapKeys { dir: pki_dir.to_path_buf(), geo, writers: [None, None, None] })
     }
 
     fn path(&self, bank: Bank) -> PathBuf {
@@ -63,7 +56,8 @@ impl MmapKeys {
     fn writer(&mut self, bank: Bank) -> Result<&mut MmapWriter> {
         let i = bank as usize;
         if self.writers[i].is_none() {
-            let w = MmapWriter::open(&self.path(bank), self.geo, self.durable)?;
+            // Changes are made durable together, at `sync` (see the module docs).
+            let w = MmapWriter::open(&self.path(bank), self.geo, false)?;
             self.writers[i] = Some(w);
         }
         self.writers[i].as_mut().ok_or_else(|| Error::Invalid("mmap writer vanished".into()))
