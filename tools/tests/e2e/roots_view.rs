@@ -64,7 +64,7 @@ fn runners_orchestration_the_reactor_and_the_minion_read_one_tree_on_disk() {
     assert_eq!(lines(&work.join("orch")), ["two-v1"]);
     assert_eq!(std::fs::read_to_string(work.join("motd")).expect("the managed file"), "v1\n", "the minion was served the file on disk");
     assert_eq!(env.runner(&["pillar.show_pillar", "m1"]), json!({"word": "v1"}));
-    assert_eq!(env.salt_json(&["m1", "pillar.items"], 30)["m1"]["word"], json!("v1"));
+    assert_eq!(env.salt_json(&["m1", "pillar.items", "unmask=True"], 30)["m1"]["word"], json!("v1"));
     assert_eq!(env.salt_json(&["m1", "event.send", "halite/test/roots"], 20), json!({"m1": true}));
     wait_for("the reaction from the file on disk", 90, || lines(&work.join("reacted")) == ["v1"]);
 
@@ -81,7 +81,7 @@ fn runners_orchestration_the_reactor_and_the_minion_read_one_tree_on_disk() {
     orchestrate(env, "orch.three");
     assert_eq!(lines(&work.join("orch")), ["two-v1", "two-v2", "three"]);
     assert_eq!(env.runner(&["pillar.show_pillar", "m1"]), json!({"word": "v2"}));
-    assert_eq!(env.salt_json(&["m1", "pillar.items"], 30)["m1"]["word"], json!("v2"));
+    assert_eq!(env.salt_json(&["m1", "pillar.items", "unmask=True"], 30)["m1"]["word"], json!("v2"));
     assert_eq!(env.salt_json(&["m1", "event.send", "halite/test/roots"], 20), json!({"m1": true}));
     wait_for("the reaction from the changed file", 90, || lines(&work.join("reacted")) == ["v1", "v2"]);
 }
