@@ -374,6 +374,15 @@ impl MasterConfig {
         self.cluster_id.is_some() && !self.cluster_isolated_filesystem
     }
 
+    /// Whether the admin verbs (`fileserver.*`, orchestration, the reactor, the
+    /// master-side pillar compile) read the roots from the log's roots records rather
+    /// than from `file_roots`/`pillar_roots` on disk: on an isolated-filesystem cluster
+    /// member only, whose directories are its own, so every member answers alike. A lone
+    /// master and a shared-filesystem member read the disk minions are served from.
+    pub fn roots_from_log(&self) -> bool {
+        self.cluster_id.is_some() && self.cluster_isolated_filesystem
+    }
+
     /// The node id Salt's cluster runners report: `id`, falling back to `interface`.
     pub fn node_id(&self) -> String {
         if self.id.is_empty() {

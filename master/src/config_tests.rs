@@ -85,3 +85,16 @@ fn defaults_includes_root_dir_and_errors() {
     std::fs::write(d.path().join("master.d/30-bad.conf"), "file_roots: {'..': [/x]}\n").unwrap();
     assert!(MasterConfig::load(d.path()).is_err());
 }
+
+/// The admin verbs read the roots from the log on an isolated-filesystem member only: a
+/// lone master (whatever `cluster_isolated_filesystem` says) and a shared-filesystem
+/// member read the disk minions are served from.
+#[test]
+fn roots_from_the_log_on_an_isolated_member_only() {
+    let mut c = MasterConfig::under(std::path::Path::new("/nonexistent/halite-config-test"));
+    for (cluster, isolated, from_log) in [(false, false, false), (false, true, false), (true, false, false), (true, true, true)] {
+        c.cluster_id = cluster.then(|| "c".to_string());
+        c.cluster_isolated_filesystem = isolated;
+        assert_eq!(c.roots_from_log(), from_log, "cluster {cluster}, isolated {isolated}");
+    }
+}

@@ -1,8 +1,10 @@
 //! `salt-run fileserver.file_list`, `fileserver.dir_list`, `fileserver.envs`: the
-//! `file_roots` tree as the applied state holds it (the roots records every member
-//! applies, not one member's directory), in the shapes of Salt's `roots` backend:
-//! sorted paths relative to the saltenv, directories being every directory that holds
-//! a file (the state holds files, so an empty directory is not listed).
+//! `file_roots` tree the admin verbs read ([`AdminView::roots`]: on a lone master and a
+//! shared-filesystem member what minions are served, read from disk at the request; on
+//! an isolated-filesystem member the log's roots records), in the shapes of Salt's
+//! `roots` backend: sorted paths relative to the saltenv. `dir_list` is every directory
+//! of the tree, as minions' `_dir_list` gets it (from the records: every directory
+//! holding a file, since they hold files only).
 //!
 //! `backend` may name `roots` (alone or in a comma-separated list); any other backend
 //! has nothing here, so the answer is empty, as Salt's is for a backend with no files.
@@ -12,7 +14,6 @@ use std::collections::BTreeSet;
 use serde_json::{json, Value as J};
 
 use halite_storage::format::RootsTree;
-use halite_storage::state::StateMachine;
 
 use super::runner_args::RunnerArgs;
 use super::{AdminView, Plan};
@@ -58,54 +59,31 @@ impl FileserverCmd {
     }
 
     pub fn answer(self, view: &dyn AdminView) -> Result<Plan> {
-        let sm = view.state();
+        let list = |saltenv: &str| view.roots().list(RootsTree::File, saltenv);
         let v = match self {
-            FileserverCmd::FileList { saltenv, roots } => json!(if roots { files(sm, &saltenv)? } else { BTreeSet::new() }),
-            FileserverCmd::DirList { saltenv, roots } => json!(if roots { dirs(&files(sm, &saltenv)?) } else { BTreeSet::new() }),
+            FileserverCmd::FileList { saltenv, roots } => json!(if roots { list(&saltenv).files } else { BTreeSet::new() }),
+            FileserverCmd::DirList { saltenv, roots } => json!(if roots { list(&saltenv).dirs } else { BTreeSet::new() }),
             // Salt sorts what the backends give; with `sources` that is a mapping of
             // backend → envs, and sorting it leaves the backend names.
             FileserverCmd::Envs { roots: false, .. } => json!([]),
             FileserverCmd::Envs { sources: true, .. } => json!(["roots"]),
-            FileserverCmd::Envs { .. } => json!(envs(view)?),
+            FileserverCmd::Envs { .. } => json!(envs(view)),
         };
         Ok(Plan::answer(json!({ "return": v })))
     }
 }
 
-/// The files of a saltenv of `file_roots`, sorted.
-pub fn files(sm: &StateMachine, saltenv: &str) -> Result<BTreeSet<String>> {
-    Ok(sm.roots_files()?.into_iter().filter(|(t, e, _, _)| *t == RootsTree::File && e == saltenv).map(|(_, _, p, _)| p).collect())
-}
-
-/// Every directory holding one of `files`, sorted.
-pub fn dirs(files: &BTreeSet<String>) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    for f in files {
-        let mut d = f.as_str();
-        while let Some((parent, _)) = d.rsplit_once('/') {
-            out.insert(parent.to_string());
-            d = parent;
-        }
-    }
-    out
-}
-
-/// The saltenvs: those `file_roots` configures and those the state holds files for.
-pub fn envs(view: &dyn AdminView) -> Result<BTreeSet<String>> {
+/// The saltenvs: those `file_roots` configures and those the roots read hold files for
+/// (the same on a master reading its disk).
+pub fn envs(view: &dyn AdminView) -> BTreeSet<String> {
     let mut out: BTreeSet<String> = view.config().file_roots.keys().cloned().collect();
-    out.extend(view.state().roots_files()?.into_iter().filter(|(t, _, _, _)| *t == RootsTree::File).map(|(_, e, _, _)| e));
-    Ok(out)
+    out.extend(view.roots().envs(RootsTree::File));
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn directories_are_the_parents_of_files() {
-        let f: BTreeSet<String> = ["top.sls", "web/init.sls", "web/files/a/b.conf"].iter().map(|s| s.to_string()).collect();
-        assert_eq!(dirs(&f).into_iter().collect::<Vec<_>>(), ["web", "web/files", "web/files/a"]);
-    }
 
     #[test]
     fn backends() {

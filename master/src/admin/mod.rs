@@ -73,6 +73,12 @@ pub trait AdminView {
     fn members(&self) -> Result<Members>;
     fn new_jid(&self) -> String;
     fn now_ns(&self) -> u64;
+    /// The roots trees the admin verbs read (`fileserver.*`, `state.orchestrate`, the
+    /// reactor's `salt://` files, `pillar.*`): the `file_roots`/`pillar_roots` minions are
+    /// served from on a lone master and on a shared-filesystem member, the applied
+    /// state's roots records on an isolated-filesystem member
+    /// (`MasterConfig::roots_from_log`).
+    fn roots(&self) -> &dyn crate::view::RootsSource;
     /// This master's own directory of a saltenv's roots (the first listed, where the
     /// materialiser writes), read as the records it would become.
     fn local_roots(&self, tree: RootsTree, saltenv: &str) -> Result<Vec<Record>>;

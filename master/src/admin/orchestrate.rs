@@ -1,7 +1,7 @@
 //! `salt-run state.orchestrate SLS [saltenv=base] [pillar={...}]` (aliases `state.orch`,
 //! `state.sls`), the master's half: the request parsed, the run's job recorded
-//! ([`super::runs`]) and the SLS rendered into its steps from the applied `file_roots`
-//! ([`crate::orchestrate::sls`]). The caller drives the steps (`crate::orchestrate`).
+//! ([`super::runs`]) and the SLS rendered into its steps from the `file_roots` the admin
+//! verbs read ([`AdminView::roots`], [`crate::orchestrate::sls`]). The caller drives the steps (`crate::orchestrate`).
 
 use serde_json::{json, Value as J};
 
@@ -72,7 +72,7 @@ impl OrchCmd {
             fun_args.push(json!({ "pillar": self.pillar }));
         }
         let (jid, rec, ev) = runs::start(view, &master_id, J::Array(fun_args), &self.user);
-        let v = match sls::load(view.state(), &self.saltenv, &self.mods, &self.pillar) {
+        let v = match sls::load(view.roots(), &self.saltenv, &self.mods, &self.pillar) {
             Ok(steps) => {
                 json!({ "master_id": master_id, "jid": jid, "sls": self.mods, "steps": steps.iter().map(sls::Step::to_json).collect::<Vec<_>>() })
             }

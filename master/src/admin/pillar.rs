@@ -1,7 +1,8 @@
 //! `salt-run pillar.show_pillar [MINION] [key=value...]` and `pillar.show_top [MINION]`:
 //! the pillar compiled on the master, as Salt's runner does it, from the `pillar_roots`
-//! files of the applied state ([`StateRoots`], the same on every member) and the grains
-//! the minion last reported (the minion data cache).
+//! tree the admin verbs read ([`AdminView::roots`]: the directories minions' pillar is
+//! compiled from, or the log's roots records on an isolated-filesystem member) and the
+//! grains the minion last reported (the minion data cache).
 //!
 //! - `show_pillar`: the minion's pillar (`minion` defaults to `*`, which no minion is
 //!   called: the pillar every target matching `*` gets). A minion without cached grains
@@ -13,14 +14,12 @@
 
 use serde_json::{json, Map, Value as J};
 
-use halite_storage::format::RootsTree;
 use halite_storage::keys::BankState;
 use halite_storage::state::StateMachine;
 
 use super::runner_args::RunnerArgs;
 use super::{AdminView, Plan};
 use crate::error::{Error, Result};
-use crate::view::{FileRef, Listing, RootsSource, Stat};
 use crate::wire::payload;
 
 /// A `pillar.*` request.
@@ -52,7 +51,7 @@ impl PillarCmd {
 
     pub fn answer(self, view: &dyn AdminView) -> Result<Plan> {
         let sm = view.state();
-        let roots = StateRoots(sm);
+        let roots = view.roots();
         let v = match self {
             PillarCmd::ShowPillar { minion, saltenv: _, pillarenv, grains: extra } => {
                 let mut grains = cached_grains(sm, &minion)?.unwrap_or_else(|| json!({ "fqdn": minion }));
@@ -63,7 +62,7 @@ impl PillarCmd {
                 if let Some(env) = &pillarenv {
                     cfg.pillar_roots.retain(|k, _| k == env);
                 }
-                crate::pillar::compile(&cfg, &roots, &minion, &grains)
+                crate::pillar::compile(&cfg, roots, &minion, &grains)
             }
             PillarCmd::ShowTop { minion, saltenv: _ } => {
                 let (id, grains) = match minion {
@@ -73,7 +72,7 @@ impl PillarCmd {
                     }
                     None => first_with_grains(sm)?.unwrap_or_else(|| (String::new(), json!({}))),
                 };
-                let (top, errors) = crate::pillar::top(view.config(), &roots, &id, &grains);
+                let (top, errors) = crate::pillar::top(view.config(), roots, &id, &grains);
                 if errors.is_empty() {
                     top
                 } else {
@@ -103,38 +102,4 @@ fn first_with_grains(sm: &StateMachine) -> Result<Option<(String, J)>> {
         }
     }
     Ok(None)
-}
-
-/// The roots trees as the applied state holds them, for compiling on the master what
-/// every member compiles the same.
-pub struct StateRoots<'a>(pub &'a StateMachine);
-
-impl RootsSource for StateRoots<'_> {
-    fn find(&self, tree: RootsTree, saltenv: &str, rel: &str) -> Option<FileRef> {
-        let exists = self.0.roots_file(tree, saltenv, rel).ok().flatten().is_some();
-        exists.then(|| FileRef { path: format!("{saltenv}:{rel}"), rel: rel.to_string() })
-    }
-
-    fn read(&self, tree: RootsTree, file: &FileRef, offset: u64, max: u64) -> Option<Vec<u8>> {
-        let saltenv = file.path.split_once(':').map(|p| p.0)?;
-        let (_, data) = self.0.roots_file(tree, saltenv, &file.rel).ok().flatten()?;
-        let start = (offset.min(data.len() as u64)) as usize;
-        let end = start.saturating_add(max.min(usize::MAX as u64) as usize).min(data.len());
-        Some(data[start..end].to_vec())
-    }
-
-    fn stat(&self, _tree: RootsTree, _file: &FileRef) -> Option<Stat> {
-        None
-    }
-
-    fn list(&self, tree: RootsTree, saltenv: &str) -> Listing {
-        let mut l = Listing::default();
-        for (t, e, p, _) in self.0.roots_files().unwrap_or_default() {
-            if t == tree && e == saltenv {
-                l.files.insert(p);
-            }
-        }
-        l.dirs = super::fileserver::dirs(&l.files);
-        l
-    }
 }

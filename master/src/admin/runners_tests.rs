@@ -27,9 +27,9 @@ fn runner(fun: &str, arg: J, kwarg: J) -> J {
 
 /// Two accepted minions with grains (web1 also a pillar and a mine), one accepted
 /// minion never heard from, one pending; a job to web1 and web2 that only web1 answered;
-/// file and pillar roots.
+/// file and pillar roots on the master's disk.
 fn fixture(name: &str) -> Fixture {
-    let f = Fixture::new(name);
+    let mut f = Fixture::new(name);
     for id in ["web1", "web2", "db1"] {
         f.key(id, KeyState::Accepted, PUB);
     }
@@ -52,7 +52,7 @@ fn fixture(name: &str) -> Fixture {
         (RootsTree::Pillar, "base", "common.sls", "site: {{ salt['grains.get']('role', 'none') }}\n"),
         (RootsTree::Pillar, "base", "web.sls", "app:\n  port: 80\n"),
     ] {
-        f.apply(&roots_records(tree, env, path, 0o644, body.as_bytes()));
+        f.disk.put(tree, env, path, body.as_bytes());
     }
     f
 }
@@ -157,7 +157,7 @@ fn presence_is_recent_contact_recorded_in_the_state() {
 }
 
 #[test]
-fn fileserver_lists_the_file_roots_of_the_state() {
+fn fileserver_lists_the_file_roots() {
     let f = fixture("runners-fileserver");
     assert_eq!(ret(&f, runner("fileserver.file_list", json!([]), json!({}))), json!(["top.sls", "web/files/nginx.conf", "web/init.sls"]));
     assert_eq!(ret(&f, runner("fileserver.file_list", json!(["dev"]), json!({}))), json!(["dev.sls"]));
@@ -167,8 +167,52 @@ fn fileserver_lists_the_file_roots_of_the_state() {
     assert_eq!(ret(&f, runner("fileserver.envs", json!([]), json!({"sources": true}))), json!(["roots"]));
 }
 
+/// A lone master's runners read the roots minions are served (its disk), whatever the
+/// log's roots records hold; an isolated-filesystem member's read the records.
 #[test]
-fn show_pillar_and_show_top_compile_from_the_state() {
+fn runners_read_the_disk_on_a_lone_master_and_the_log_on_an_isolated_member() {
+    let orch = |body: &str| format!("{body}:\n  salt.function:\n    - name: test.ping\n    - tgt: '*'\n");
+    let records = |f: &Fixture| {
+        f.apply(&roots_records(RootsTree::File, "base", "orch/logged.sls", 0o644, orch("logged").as_bytes()));
+        f.apply(&roots_records(RootsTree::File, "logonly", "x.sls", 0o644, b"{}\n"));
+        f.apply(&roots_records(RootsTree::Pillar, "base", "top.sls", 0o644, b"base:\n  '*':\n    - p\n"));
+        f.apply(&roots_records(RootsTree::Pillar, "base", "p.sls", 0o644, b"from: log\n"));
+    };
+    let disk = |f: &mut Fixture| {
+        f.disk.put(RootsTree::File, "base", "orch/two.sls", orch("two").as_bytes());
+        f.disk.put(RootsTree::File, "base", "orch/empty/init.sls", b"");
+        f.disk.put(RootsTree::Pillar, "base", "top.sls", b"base:\n  '*':\n    - p\n");
+        f.disk.put(RootsTree::Pillar, "base", "p.sls", b"from: disk\n");
+    };
+    let steps = |f: &Fixture, sls: &str| {
+        let plan = f.run(json!({"cmd": "runner", "fun": "state.orchestrate", "arg": [sls], "kwarg": {}})).unwrap();
+        let super::Answer::Now(a) = &plan.answer else { panic!() };
+        a["return"].clone()
+    };
+    for isolated in [false, true] {
+        let mut f = if isolated { Fixture::isolated("roots-isolated") } else { Fixture::new("roots-lone") };
+        records(&f);
+        disk(&mut f);
+        let (files, dirs, pillar, here, there) = if isolated {
+            (json!(["orch/logged.sls"]), json!(["orch"]), json!({"from": "log"}), "orch.logged", "orch.two")
+        } else {
+            (json!(["orch/empty/init.sls", "orch/two.sls"]), json!(["orch", "orch/empty"]), json!({"from": "disk"}), "orch.two", "orch.logged")
+        };
+        assert_eq!(ret(&f, runner("fileserver.file_list", json!([]), json!({}))), files, "isolated: {isolated}");
+        assert_eq!(ret(&f, runner("fileserver.dir_list", json!([]), json!({}))), dirs, "isolated: {isolated}");
+        let envs = ret(&f, runner("fileserver.envs", json!([]), json!({})));
+        assert_eq!(envs.as_array().unwrap().contains(&json!("logonly")), isolated, "{envs}");
+        assert_eq!(ret(&f, runner("pillar.show_pillar", json!(["m1"]), json!({}))), pillar, "isolated: {isolated}");
+        assert_eq!(steps(&f, here)["steps"][0]["name"], json!("test.ping"), "isolated: {isolated}");
+        assert_eq!(steps(&f, there)["errors"], json!([format!("No matching sls found for '{there}' in env 'base'")]), "isolated: {isolated}");
+    }
+    let mut f = Fixture::new("roots-init");
+    disk(&mut f);
+    assert_eq!(steps(&f, "orch.empty")["steps"], json!([]), "orch/empty/init.sls is orch.empty");
+}
+
+#[test]
+fn show_pillar_and_show_top_compile_from_the_pillar_roots() {
     let f = fixture("runners-pillar");
     assert_eq!(ret(&f, runner("pillar.show_pillar", json!(["web1"]), json!({}))), json!({"site": "web", "app": {"port": 80}}));
     assert_eq!(ret(&f, runner("pillar.show_pillar", json!([]), json!({}))), json!({"site": "none"}), "'*' with no grains matches only '*'");
@@ -216,8 +260,8 @@ fn without_the_minion_data_cache_data_targets_expect_every_accepted_minion() {
 
 #[test]
 fn an_orchestration_run_is_a_job_with_one_return() {
-    let f = Fixture::new("orch-job");
-    f.apply(&roots_records(RootsTree::File, "base", "orch/x.sls", 0o644, b"ping:\n  salt.function:\n    - name: test.ping\n    - tgt: '*'\n"));
+    let mut f = Fixture::new("orch-job");
+    f.disk.put(RootsTree::File, "base", "orch/x.sls", b"ping:\n  salt.function:\n    - name: test.ping\n    - tgt: '*'\n");
     let plan = f.run(json!({"cmd": "runner", "fun": "state.orchestrate", "arg": ["orch.x"], "kwarg": {}})).unwrap();
     let [Record::JobPublished(job)] = &plan.proposals.concat()[..] else { panic!("{plan:?}") };
     assert_eq!((job.minions.clone(), job.started_by.clone()), (vec![job.started_by.clone().unwrap()], job.started_by.clone()));
@@ -246,8 +290,8 @@ fn an_orchestration_run_is_a_job_with_one_return() {
 /// `new` event and its `ret` event; a bad user is refused before anything is recorded.
 #[test]
 fn an_orchestration_run_records_who_ran_it() {
-    let f = Fixture::new("orch-user");
-    f.apply(&roots_records(RootsTree::File, "base", "orch/x.sls", 0o644, b"ping:\n  salt.function:\n    - name: test.ping\n    - tgt: '*'\n"));
+    let mut f = Fixture::new("orch-user");
+    f.disk.put(RootsTree::File, "base", "orch/x.sls", b"ping:\n  salt.function:\n    - name: test.ping\n    - tgt: '*'\n");
     let plan = f.run(json!({"cmd": "runner", "fun": "state.orchestrate", "arg": ["orch.x"], "kwarg": {}, "user": "fred"})).unwrap();
     assert_eq!(plan.events[0].data()["user"], json!("fred"));
     f.apply(&plan.proposals.concat());
@@ -269,7 +313,8 @@ fn an_orchestration_run_records_who_ran_it() {
 
 #[test]
 fn two_ends_of_one_run_racing_leave_one_return_and_one_refusal() {
-    let f = Fixture::new("orch-race");
+    // Two members of an isolated-filesystem cluster, which render from the log.
+    let f = Fixture::isolated("orch-race");
     f.apply(&roots_records(RootsTree::File, "base", "orch/x.sls", 0o644, b"ping:\n  salt.function:\n    - name: test.ping\n    - tgt: '*'\n"));
     let plan = f.run(json!({"cmd": "runner", "fun": "state.orchestrate", "arg": ["orch.x"], "kwarg": {}})).unwrap();
     f.apply(&plan.proposals.concat());

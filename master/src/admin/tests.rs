@@ -19,6 +19,8 @@ pub(super) struct Fixture {
     pub(super) sm: StateMachine,
     members: Members,
     local: BTreeMap<(RootsTree, String), Vec<Record>>,
+    /// The `file_roots`/`pillar_roots` on disk, which a lone master's admin verbs read.
+    pub(super) disk: crate::view::memory::MemoryRoots,
     pki: (Vec<Record>, PkiCounts),
     index: std::cell::Cell<u64>,
 }
@@ -30,9 +32,19 @@ impl Fixture {
             sm: StateMachine::open_in_memory(name).unwrap(),
             members: Members { term: 1, voters: vec![1], learners: vec![], leader: Some(1), names: [(1, "m1".to_string())].into(), ..Default::default() },
             local: BTreeMap::new(),
+            disk: Default::default(),
             pki: (vec![], PkiCounts::default()),
             index: std::cell::Cell::new(0),
         }
+    }
+
+    /// A member of a cluster on isolated filesystems (its admin verbs read the log's
+    /// roots records).
+    pub(super) fn isolated(name: &str) -> Self {
+        let mut f = Fixture::new(name);
+        f.cfg.cluster_id = Some("c".into());
+        f.cfg.cluster_isolated_filesystem = true;
+        f
     }
 
     /// Applies records as the node would once they are committed.
@@ -89,6 +101,14 @@ impl AdminView for Fixture {
     }
     fn now_ns(&self) -> u64 {
         7
+    }
+    /// As the daemon's view chooses (`MasterConfig::roots_from_log`).
+    fn roots(&self) -> &dyn crate::view::RootsSource {
+        if self.cfg.roots_from_log() {
+            &self.sm
+        } else {
+            &self.disk
+        }
     }
     fn local_roots(&self, tree: RootsTree, saltenv: &str) -> Result<Vec<Record>> {
         Ok(self.local.get(&(tree, saltenv.to_string())).cloned().unwrap_or_default())

@@ -292,6 +292,13 @@ impl AdminView for Master {
     fn now_ns(&self) -> u64 {
         now_ns()
     }
+    fn roots(&self) -> &dyn RootsSource {
+        if self.cfg.roots_from_log() {
+            &**self.sm()
+        } else {
+            &self.roots
+        }
+    }
     fn local_roots(&self, tree: RootsTree, saltenv: &str) -> Result<Vec<Record>> {
         local_roots(&self.cfg, tree, saltenv)
     }

@@ -58,17 +58,17 @@ fn react(m: &Master, reactors: &Reactors, e: &Event) {
     if e.tag.len() > halite_storage::reaction::MAX_TAG_LEN {
         return refuse(Port::Admin, "reactor", "reactor_reaction", &format_args!("an event tag longer than {} bytes gets no reaction", halite_storage::reaction::MAX_TAG_LEN));
     }
-    let base: Vec<std::path::PathBuf> = m.cfg.file_roots.get("base").cloned().unwrap_or_default();
+    let roots = crate::admin::AdminView::roots(m);
     let mut reactions = Vec::new();
     for sls in &files {
-        let paths = reactor::resolve(sls, &base);
-        if paths.is_empty() {
+        let found = reactor::resolve(sls);
+        if found.is_empty() {
             refuse(Port::Disk, sls, "reactor_sls", &format_args!("cannot render the reactor SLS {sls} for tag {}: file missing or not found", e.tag));
         }
-        for p in paths {
-            match render::render_file(&p, &e.tag, e.data()) {
+        for f in found {
+            match render::render_sls(roots, &f, &e.tag, e.data()) {
                 Ok(r) => reactions.extend(r),
-                Err(why) => refuse(Port::Disk, &p.display().to_string(), "reactor_sls", &format_args!("reactor SLS for tag {} not rendered: {why}", e.tag)),
+                Err(why) => refuse(Port::Disk, &f.to_string(), "reactor_sls", &format_args!("reactor SLS for tag {} not rendered: {why}", e.tag)),
             }
         }
     }

@@ -1,5 +1,6 @@
-//! An orchestration SLS, read from the `file_roots` the applied state holds and turned
-//! into ordered steps.
+//! An orchestration SLS, read from the `file_roots` tree the admin verbs read
+//! (`crate::admin::AdminView::roots`: on a lone master what minions are served, as it
+//! is on disk at the request) and turned into ordered steps.
 //!
 //! `orch.deploy` is `orch/deploy.sls`, else `orch/deploy/init.sls`, in the saltenv. The
 //! text is rendered Jinja (minijinja, with `pillar`, `saltenv` and `sls` in the context,
@@ -28,7 +29,8 @@
 use serde_json::{Map, Value as J};
 
 use halite_storage::format::RootsTree;
-use halite_storage::state::StateMachine;
+
+use crate::view::RootsSource;
 
 /// Largest SLS file read.
 pub const MAX_SLS_BYTES: usize = 1 << 20;
@@ -134,27 +136,25 @@ pub fn candidates(sls: &str) -> Result<[String; 2], String> {
     Ok([format!("{base}.sls"), format!("{base}/init.sls")])
 }
 
-/// Reads `sls` from the roots in the applied state and renders it.
-pub fn load(sm: &StateMachine, saltenv: &str, sls: &str, pillar: &J) -> Result<Vec<Step>, String> {
-    for path in candidates(sls)? {
-        if let Some((_, bytes)) = sm
-            .roots_file(RootsTree::File, saltenv, &path)
-            .map_err(|e| e.to_string())?
-        {
-            if bytes.len() > MAX_SLS_BYTES {
-                return Err(format!(
-                    "{path} is {} bytes, more than {MAX_SLS_BYTES}",
-                    bytes.len()
-                ));
-            }
-            let text = String::from_utf8(bytes).map_err(|_| format!("{path} is not UTF-8"))?;
-            return render(&text, saltenv, sls, pillar)
-                .map_err(|e| format!("Rendering SLS '{saltenv}:{sls}' failed: {e}"));
-        }
+/// Reads `sls` from `roots` and renders it.
+pub fn load(roots: &dyn RootsSource, saltenv: &str, sls: &str, pillar: &J) -> Result<Vec<Step>, String> {
+    let unknown = || format!("No matching sls found for '{sls}' in env '{saltenv}'");
+    if halite_storage::id::validate_saltenv(saltenv).is_err() {
+        return Err(unknown());
     }
-    Err(format!(
-        "No matching sls found for '{sls}' in env '{saltenv}'"
-    ))
+    for path in candidates(sls)? {
+        let Some(file) = roots.find(RootsTree::File, saltenv, &path) else { continue };
+        let bytes = roots
+            .read(RootsTree::File, &file, 0, MAX_SLS_BYTES as u64 + 1)
+            .ok_or_else(|| format!("{path} could not be read"))?;
+        if bytes.len() > MAX_SLS_BYTES {
+            return Err(format!("{path} is more than {MAX_SLS_BYTES} bytes"));
+        }
+        let text = String::from_utf8(bytes).map_err(|_| format!("{path} is not UTF-8"))?;
+        return render(&text, saltenv, sls, pillar)
+            .map_err(|e| format!("Rendering SLS '{saltenv}:{sls}' failed: {e}"));
+    }
+    Err(unknown())
 }
 
 /// Renders SLS text into its sorted steps.

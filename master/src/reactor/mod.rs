@@ -7,7 +7,7 @@
 //!   - 'salt/minion/*/start':
 //!     - /srv/reactor/start.sls
 //!   - 'salt/auth':
-//!     - salt://reactor/auth.sls
+//!     - salt://reactor/auth.sls       # the base file roots (`SlsFile::Roots`)
 //! ```
 //!
 //! The parts: [`Reactors`] (the option: which SLS files a tag names), [`render`] (an SLS
@@ -77,27 +77,44 @@ impl Reactors {
     }
 }
 
-/// The files an SLS reference names: `salt://path` in the `base` file roots (the first
-/// root holding it), a path whose last part is a glob every matching file (sorted), a
-/// plain path itself.
-pub fn resolve(sls: &str, file_roots: &[PathBuf]) -> Vec<PathBuf> {
-    if let Some(rel) = sls.strip_prefix("salt://") {
-        if rel.split('/').any(|p| p == "..") {
-            return Vec::new();
+/// Where a reactor SLS is read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlsFile {
+    /// `salt://rel`: the `base` saltenv of the file roots the admin verbs read
+    /// (`crate::admin::AdminView::roots`: what minions are served, or the log's roots
+    /// records on an isolated-filesystem member).
+    Roots(String),
+    /// A path on this master's disk.
+    Path(PathBuf),
+}
+
+impl std::fmt::Display for SlsFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SlsFile::Roots(rel) => write!(f, "salt://{rel}"),
+            SlsFile::Path(p) => write!(f, "{}", p.display()),
         }
-        return file_roots.iter().map(|r| r.join(rel)).find(|p| p.is_file()).into_iter().collect();
+    }
+}
+
+/// The files an SLS reference names: `salt://path` a file of the roots (none when the
+/// path is not a safe relative one), a path whose last part is a glob every matching
+/// file (sorted), a plain path itself.
+pub fn resolve(sls: &str) -> Vec<SlsFile> {
+    if let Some(rel) = sls.strip_prefix("salt://") {
+        return crate::req::files::safe_rel(rel).map(SlsFile::Roots).into_iter().collect();
     }
     let path = Path::new(sls);
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
     if !name.contains(['*', '?', '[']) {
-        return vec![path.to_path_buf()];
+        return vec![SlsFile::Path(path.to_path_buf())];
     }
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|rd| rd.filter_map(|e| e.ok()).filter(|e| e.file_name().to_str().is_some_and(|n| fnmatch(name, n))).map(|e| e.path()).collect())
         .unwrap_or_default();
     out.sort();
-    out
+    out.into_iter().map(SlsFile::Path).collect()
 }
 
 /// The id of an event, the same on every member that fires it: its time (`_stamp`, as
@@ -188,10 +205,9 @@ mod tests {
         std::fs::write(d.path().join("b.sls"), "").unwrap();
         std::fs::write(d.path().join("c.txt"), "").unwrap();
         let glob = format!("{}/*.sls", d.path().display());
-        assert_eq!(resolve(&glob, &[]), [d.path().join("a.sls"), d.path().join("b.sls")]);
-        let roots = [d.path().join("none"), d.path().to_path_buf()];
-        assert_eq!(resolve("salt://b.sls", &roots), [d.path().join("b.sls")]);
-        assert!(resolve("salt://../b.sls", &roots).is_empty());
-        assert!(resolve("salt://x.sls", &roots).is_empty());
+        assert_eq!(resolve(&glob), [SlsFile::Path(d.path().join("a.sls")), SlsFile::Path(d.path().join("b.sls"))]);
+        assert_eq!(resolve("salt://reactor/b.sls"), [SlsFile::Roots("reactor/b.sls".into())]);
+        assert!(resolve("salt://../b.sls").is_empty() && resolve("salt:///etc/passwd").is_empty());
+        assert_eq!(resolve("salt://b.sls")[0].to_string(), "salt://b.sls");
     }
 }

@@ -18,6 +18,11 @@ use std::path::Path;
 
 use serde_json::{json, Map, Value as J};
 
+use halite_storage::format::RootsTree;
+
+use super::SlsFile;
+use crate::view::RootsSource;
+
 /// Largest SLS file read.
 pub const MAX_SLS_BYTES: u64 = 1 << 20;
 /// Largest rendered output parsed as YAML.
@@ -63,7 +68,23 @@ impl Reaction {
     }
 }
 
-/// Reads and renders one SLS file for an event.
+/// Reads and renders one reactor SLS for an event: a `salt://` file from `roots` (the
+/// file roots the admin verbs read, `crate::admin::AdminView::roots`), a path from disk.
+pub fn render_sls(roots: &dyn RootsSource, file: &SlsFile, tag: &str, data: &J) -> Result<Vec<Reaction>, String> {
+    let rel = match file {
+        SlsFile::Path(p) => return render_file(p, tag, data),
+        SlsFile::Roots(rel) => rel,
+    };
+    let found = roots.find(RootsTree::File, "base", rel).ok_or_else(|| format!("{file} is not in the base file roots"))?;
+    let bytes = roots.read(RootsTree::File, &found, 0, MAX_SLS_BYTES + 1).ok_or_else(|| format!("cannot read {file}"))?;
+    if bytes.len() as u64 > MAX_SLS_BYTES {
+        return Err(format!("{file} is more than {MAX_SLS_BYTES} bytes"));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| format!("{file} is not UTF-8"))?;
+    render(&text, tag, data).map_err(|e| format!("{file}: {e}"))
+}
+
+/// Reads and renders one SLS file on disk for an event.
 pub fn render_file(path: &Path, tag: &str, data: &J) -> Result<Vec<Reaction>, String> {
     let meta = std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     if meta.len() > MAX_SLS_BYTES {
@@ -188,5 +209,19 @@ mod tests {
         std::fs::write(&big, vec![b'#'; MAX_SLS_BYTES as usize + 1]).unwrap();
         assert!(render_file(&big, "t", &data).unwrap_err().contains("more than"));
         assert!(render_file(&d.path().join("none.sls"), "t", &data).unwrap_err().contains("cannot read"));
+    }
+
+    #[test]
+    fn salt_urls_are_read_from_the_roots_given() {
+        let mut roots = crate::view::memory::MemoryRoots::default();
+        roots.put(RootsTree::File, "base", "reactor/a.sls", b"echo:\n  local.test.echo:\n    - tgt: {{ data['id'] }}\n");
+        roots.put(RootsTree::File, "dev", "reactor/b.sls", b"echo:\n  local.test.echo: []\n");
+        roots.put(RootsTree::File, "base", "big.sls", &vec![b'#'; MAX_SLS_BYTES as usize + 1]);
+        let data = json!({"id": "m1"});
+        let r = render_sls(&roots, &SlsFile::Roots("reactor/a.sls".into()), "t", &data).unwrap();
+        assert_eq!(r[0].low["tgt"], "m1");
+        let e = render_sls(&roots, &SlsFile::Roots("reactor/b.sls".into()), "t", &data).unwrap_err();
+        assert!(e.contains("salt://reactor/b.sls is not in the base file roots"), "{e}");
+        assert!(render_sls(&roots, &SlsFile::Roots("big.sls".into()), "t", &data).unwrap_err().contains("more than"));
     }
 }

@@ -81,6 +81,14 @@ impl RootsSource for FsRoots {
         }
         out
     }
+
+    /// The configured saltenvs (Salt's `roots` backend lists `file_roots`' keys).
+    fn envs(&self, tree: RootsTree) -> std::collections::BTreeSet<String> {
+        match tree {
+            RootsTree::File => self.file.keys().cloned().collect(),
+            RootsTree::Pillar => self.pillar.keys().cloned().collect(),
+        }
+    }
 }
 
 fn walk(root: &Path, rel: &str, depth: usize, out: &mut Listing) {

@@ -64,6 +64,10 @@ impl RootsSource for MemoryRoots {
         }
         l
     }
+
+    fn envs(&self, tree: RootsTree) -> BTreeSet<String> {
+        self.files.keys().filter(|(t, _, _)| *t == tree).map(|(_, e, _)| e.clone()).collect()
+    }
 }
 
 /// A master's state in maps.

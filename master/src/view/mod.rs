@@ -12,6 +12,10 @@
 //! | keys, denied keys | the state machine                       | a map           |
 //! | session keys      | memory and `cachedir/sessions/journal`  | a map           |
 //! | roots (files, pillar) | [`fs::FsRoots`] over `file_roots`/`pillar_roots` | [`memory::MemoryRoots`] |
+//!
+//! The admin verbs read the roots through `crate::admin::AdminView::roots`: the same
+//! [`fs::FsRoots`] minions are served from, except on an isolated-filesystem cluster
+//! member, where they read the applied state's roots records ([`state`]).
 //! | autosign sources  | [`fs::FsAutosign`] (files Salt's way)   | strings         |
 //! | clock, randomness | the system                              | fixed / counter |
 //! | `tok` checks made | [`tok_memo::TokMemo`] (a memo of a pure check) | the same |
@@ -20,6 +24,7 @@ pub mod fs;
 #[cfg(test)]
 pub mod memory;
 pub mod replay_key;
+pub mod state;
 pub mod tok_memo;
 
 use std::sync::Arc;
@@ -157,4 +162,6 @@ pub trait RootsSource: Send + Sync {
     fn stat(&self, tree: RootsTree, file: &FileRef) -> Option<Stat>;
     /// Every entry of a saltenv.
     fn list(&self, tree: RootsTree, saltenv: &str) -> Listing;
+    /// The saltenvs of a tree.
+    fn envs(&self, tree: RootsTree) -> std::collections::BTreeSet<String>;
 }

@@ -1,7 +1,8 @@
 //! A cluster on a shared filesystem (Salt's model: one `cluster_pki_dir` and one roots
 //! tree mounted on every member) moving to local directories one member at a time, by
 //! restarting it with new paths: its views are rebuilt from its own state machine, and a
-//! real salt-minion 3008.5 is served by it afterwards.
+//! real salt-minion 3008.5 is served by it afterwards. The runners read the shared roots
+//! on disk on a shared member, the log's roots records on an isolated one.
 //!
 //! Both members and the "shared mount" live under one temp dir, which is also their
 //! `root_dir`: the shared paths are the same on both members and every path a member
@@ -132,4 +133,39 @@ fn a_real_minion_is_served_by_a_member_after_its_move() {
     wait_ping(b, "real-1", 90);
     assert!(s.local_pki().join("minions/real-1").exists(), "its key in b's local view");
     wait_for("its key on the shared mount, through a", 30, || s.shared_pki().join("minions/real-1").exists());
+}
+
+/// On a shared filesystem every member's runners read the shared roots as they are on
+/// disk: a file written there without `cluster.sync_roots` is listed by
+/// `fileserver.file_list` and orchestrated (`state.orchestrate`) through either member.
+#[test]
+fn shared_members_list_and_orchestrate_the_shared_roots_on_disk() {
+    let s = shared();
+    let orch = s.dir.path().join("shared/roots/orch");
+    std::fs::create_dir_all(&orch).expect("orch dir");
+    std::fs::write(orch.join("listed.sls"), "list:\n  salt.runner:\n    - name: fileserver.file_list\n").expect("listed.sls");
+    for env in &s.c.envs {
+        assert_eq!(env.runner(&["fileserver.file_list"]), json!(["orch/listed.sls", "top.sls"]), "{}", env.ip);
+        let o = env.run_for(SALT_RUN, &["state.orchestrate", "orch.listed", "--out", "json"], std::time::Duration::from_secs(120));
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert_eq!(o.status.code(), Some(0), "{}: {out}", env.ip);
+        let v = json(&out);
+        let step = v["data"].as_object().and_then(|d| d.values().next()).map(|s| s["salt_|-list_|-fileserver.file_list_|-runner"].clone()).expect("the step");
+        assert_eq!(step["result"], json!(true), "{}: {v}", env.ip);
+    }
+}
+
+/// A member on its own directories (isolated) reads the log's roots records: a file only
+/// in its directory, never synced, is not listed, nor orchestrated.
+#[test]
+fn an_isolated_member_lists_the_logs_roots_not_its_directory() {
+    let s = moved();
+    std::fs::create_dir_all(s.local_roots().join("orch")).expect("orch dir");
+    std::fs::write(s.local_roots().join("orch/local.sls"), "list:\n  salt.runner:\n    - name: fileserver.file_list\n").expect("local.sls");
+    let b = &s.c.envs[1];
+    assert_eq!(b.runner(&["fileserver.file_list"]), json!(["top.sls"]));
+    let o = b.run_for(SALT_RUN, &["state.orchestrate", "orch.local", "--out", "json"], std::time::Duration::from_secs(120));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("No matching sls found for 'orch.local' in env 'base'"), "{out}");
 }

@@ -29,6 +29,7 @@ mod orchestrate;
 mod publisher_acl;
 mod reactor;
 mod reactor_more;
+mod roots_view;
 mod minion;
 mod runners;
 mod saltapi;
