@@ -9,8 +9,8 @@
 //!
 //! `GET` and `HEAD` only; anything else is `405`, an unknown path `404`. Bounds
 //! ([`BOUNDS`]): at most 64 connections at once (more are closed at once), 5 s to send the
-//! head (idle connections included), 5 s more to take the answer, 4 KiB and 100 headers
-//! of head; one request per connection. A head that is not HTTP is answered by hyper
+//! head (idle connections included) and 10 s for the whole exchange, 4 KiB and 100
+//! headers of head; one request per connection. A head that is not HTTP is answered by hyper
 //! (`400`, or `431` when too long) and counted with `crate::metrics::refuse`, as are
 //! heads not sent in time (closed without an answer).
 
@@ -38,7 +38,8 @@ pub struct Bounds {
     pub max_head: usize,
     /// Most headers in a request head.
     pub max_headers: usize,
-    /// Time allowed to receive the head (from the accept), and again to send the answer.
+    /// Time allowed to receive the head (from the accept); twice this for the whole
+    /// exchange, the answer taken included.
     pub io_timeout: Duration,
 }
 
