@@ -12,10 +12,11 @@
 //! run moves one step at a time, the same on every member, and a new leader takes over
 //! where the log says the run stands.
 //!
-//! [`RunState::progress`] is Salt's `progress_batch` with the master's clock passed in:
-//! the same slot accounting, `batch_wait` cool-downs, timeouts and `failhard`. The batch
-//! size ([`BatchSpec`]) and a return's [`retcode`] are read here for every batch, the
-//! ones `salt` and salt-api drive too (`halite_tools::batch`).
+//! [`RunState::progress`] is Salt's `progress_batch` with the master's clock passed in,
+//! a step of the run's [`Slots`]: the slot accounting, `batch_wait` cool-downs, timeouts
+//! and `failhard` every batch keeps, the ones `salt` and salt-api drive too
+//! (`halite_tools::batch`). The batch size ([`BatchSpec`]) and a return's [`retcode`]
+//! are read here for every batch as well.
 
 use std::str::FromStr;
 
@@ -24,9 +25,8 @@ use serde_json::{json, Value as J};
 
 use crate::wire::payload;
 
-/// Salt's `gather_job_timeout` default: added to the timeout before a silent minion
-/// counts as failed.
-pub const GATHER_JOB_TIMEOUT_S: u64 = 10;
+pub mod slots;
+pub use slots::{Slots, GATHER_JOB_TIMEOUT_S};
 
 /// One batch run's state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -39,26 +39,11 @@ pub struct RunState {
     pub user: String,
     /// A start's publish load less its target and jid (`arg`, returners, metadata).
     pub load: J,
-    /// The batch size as given (`3`, `25%`) and as resolved.
+    /// The batch size as given (`3`, `25%`).
     pub batch: String,
-    pub size: usize,
-    pub failhard: bool,
-    pub batch_wait_ms: u64,
-    pub timeout_s: u64,
-    /// Not started yet, in the order they will be. (Every minion of the run is in
-    /// exactly one of `pending`, `active`, `done` and `failed`: the list of them all is
-    /// not kept twice, each step records the whole state.)
-    pub pending: Vec<String>,
-    /// Running: each minion and when it was started (ns).
-    pub active: Vec<(String, u64)>,
-    /// Returned: each minion and its retcode.
-    pub done: Vec<(String, i64)>,
-    /// Failed: each minion and why (`timeout`).
-    pub failed: Vec<(String, String)>,
-    /// When the slots that are cooling down (`batch_wait`) free (ns).
-    pub wait: Vec<u64>,
-    /// Why the run stopped early (`failhard`, `stop`), if it did.
-    pub halted: Option<String>,
+    /// The slots: who waits, runs, returned or failed (their fields are this state's).
+    #[serde(flatten)]
+    pub slots: Slots,
     pub created_ns: u64,
     pub last_progress_ns: u64,
 }
@@ -76,16 +61,7 @@ impl RunState {
             user: user.into(),
             load,
             batch: batch.into(),
-            size: size.max(1),
-            failhard,
-            batch_wait_ms,
-            timeout_s,
-            pending: minions,
-            active: vec![],
-            done: vec![],
-            failed: vec![],
-            wait: vec![],
-            halted: None,
+            slots: Slots::new(minions, size, failhard, batch_wait_ms, timeout_s),
             created_ns: now_ns,
             last_progress_ns: now_ns,
         }
@@ -93,51 +69,23 @@ impl RunState {
 
     /// How many minions the run holds.
     pub fn total(&self) -> usize {
-        self.pending.len() + self.active.len() + self.done.len() + self.failed.len()
+        self.slots.total()
     }
 
     /// Nothing more will happen: halted, or every minion returned or failed.
     pub fn finished(&self) -> bool {
-        self.halted.is_some() || (self.pending.is_empty() && self.active.is_empty())
+        self.slots.finished()
     }
 
-    /// One step: `returns` (minion, retcode) of running minions, at `now_ns`. Returns
-    /// the minions to start now (already moved to `active`).
+    /// One step: `returns` (minion, retcode) of running minions, at `now_ns`; minions
+    /// silent too long time out. Returns the minions to start now (already moved to
+    /// `active`).
     pub fn progress(&mut self, returns: &[(String, i64)], now_ns: u64) -> Vec<String> {
-        let wait_ns = self.batch_wait_ms.saturating_mul(1_000_000);
-        let mut failhard = false;
         for (id, rc) in returns {
-            let Some(at) = self.active.iter().position(|(a, _)| a == id) else { continue };
-            self.active.remove(at);
-            self.done.push((id.clone(), *rc));
-            if wait_ns > 0 {
-                self.wait.push(now_ns.saturating_add(wait_ns));
-            }
-            failhard |= self.failhard && *rc > 0;
+            self.slots.returned(id, *rc, now_ns);
         }
-        let window = (self.timeout_s + GATHER_JOB_TIMEOUT_S).saturating_mul(1_000_000_000);
-        let (late, running): (Vec<_>, Vec<_>) = std::mem::take(&mut self.active).into_iter().partition(|(_, at)| now_ns.saturating_sub(*at) >= window);
-        self.active = running;
-        for (id, _) in late {
-            self.failed.push((id, "timeout".into()));
-            if wait_ns > 0 {
-                self.wait.push(now_ns.saturating_add(wait_ns));
-            }
-        }
-        self.wait.retain(|t| *t > now_ns);
-        self.wait.sort_unstable();
-        if failhard && self.halted.is_none() {
-            self.halted = Some("failhard".into());
-        }
-        let mut start = Vec::new();
-        if self.halted.is_none() {
-            let free = self.size.saturating_sub(self.active.len() + self.wait.len());
-            let n = free.min(self.pending.len());
-            for id in self.pending.drain(..n) {
-                self.active.push((id.clone(), now_ns));
-                start.push(id);
-            }
-        }
+        self.slots.sweep(now_ns);
+        let start = self.slots.start(now_ns);
         self.last_progress_ns = now_ns;
         start
     }
@@ -178,14 +126,14 @@ impl RunState {
     /// was asked for; `now_ns` for `age_seconds`).
     pub fn summary(&self, stopped: bool, now_ns: u64) -> J {
         let mut m = self.base();
-        let halted = self.halted.clone().or_else(|| stopped.then(|| "stop".to_string()));
+        let halted = self.slots.halted.clone().or_else(|| stopped.then(|| "stop".to_string()));
         for (k, v) in [
             ("total", json!(self.total())),
-            ("completed", json!(self.done.len())),
-            ("active", json!(self.active.len())),
-            ("pending", json!(self.pending.len())),
-            ("failed", json!(self.failed.len())),
-            ("batch_size", json!(self.size)),
+            ("completed", json!(self.slots.done.len())),
+            ("active", json!(self.slots.active.len())),
+            ("pending", json!(self.slots.pending.len())),
+            ("failed", json!(self.slots.failed.len())),
+            ("batch_size", json!(self.slots.size)),
             ("halted", json!(halted.is_some())),
             ("halted_reason", json!(halted)),
             ("driver", json!("master")),
@@ -204,19 +152,19 @@ impl RunState {
         let mut m = self.base();
         let duration = json!(secs(now_ns.saturating_sub(self.created_ns)));
         let extra: Vec<(&str, J)> = match what {
-            "new" => vec![("total_minions", json!(self.total())), ("batch_size", json!(self.size)), ("driver", json!("master")), ("created", json!(secs(self.created_ns)))],
-            "complete" => vec![("completed", json!(self.done.len())), ("failed", json!(self.failed.len())), ("total_minions", json!(self.total())), ("duration", duration)],
+            "new" => vec![("total_minions", json!(self.total())), ("batch_size", json!(self.slots.size)), ("driver", json!("master")), ("created", json!(secs(self.created_ns)))],
+            "complete" => vec![("completed", json!(self.slots.done.len())), ("failed", json!(self.slots.failed.len())), ("total_minions", json!(self.total())), ("duration", duration)],
             "halted" => {
-                let mut active: Vec<&String> = self.active.iter().map(|(id, _)| id).collect();
+                let mut active: Vec<&String> = self.slots.active.iter().map(|(id, _)| id).collect();
                 active.sort();
-                vec![("reason", json!(self.halted)), ("completed", json!(self.done.len())), ("failed", json!(self.failed.len())), ("abandoned_active", json!(active)), ("abandoned_pending", json!(self.pending)), ("duration", duration)]
+                vec![("reason", json!(self.slots.halted)), ("completed", json!(self.slots.done.len())), ("failed", json!(self.slots.failed.len())), ("abandoned_active", json!(active)), ("abandoned_pending", json!(self.slots.pending)), ("duration", duration)]
             }
             _ => vec![
                 ("total", json!(self.total())),
-                ("completed", json!(self.done.len())),
-                ("active", json!(self.active.len())),
-                ("pending", json!(self.pending.len())),
-                ("failed", json!(self.failed.len())),
+                ("completed", json!(self.slots.done.len())),
+                ("active", json!(self.slots.active.len())),
+                ("pending", json!(self.slots.pending.len())),
+                ("failed", json!(self.slots.failed.len())),
                 ("iter", J::Null),
                 ("last_progress", json!(secs(self.last_progress_ns))),
             ],
@@ -305,9 +253,9 @@ mod tests {
         // b never returns: after timeout + gather_job_timeout it fails.
         assert!(r.progress(&[], 14 * S).is_empty());
         assert!(r.progress(&[("c".into(), 2)], 15 * S).is_empty());
-        assert_eq!(r.failed, [("b".to_string(), "timeout".to_string())]);
-        assert_eq!(r.done, [("a".to_string(), 0), ("c".to_string(), 2)]);
-        assert!(r.finished() && r.halted.is_none(), "a non-zero retcode does not halt without failhard");
+        assert_eq!(r.slots.failed, [("b".to_string(), "timeout".to_string())]);
+        assert_eq!(r.slots.done, [("a".to_string(), 0), ("c".to_string(), 2)]);
+        assert!(r.finished() && r.slots.halted.is_none(), "a non-zero retcode does not halt without failhard");
         let load = r.start_load(&["c".into()]);
         assert_eq!(load, json!({"arg": ["x"], "ret": "", "fun": "cmd.run", "tgt": ["c"], "tgt_type": "list", "jid": "20261125000000000001", "user": "root"}));
     }
@@ -319,8 +267,8 @@ mod tests {
         assert!(r.progress(&[("a".into(), 0)], S).is_empty(), "the freed slot cools down for 1.5 s");
         assert_eq!(r.progress(&[], 2 * S + S / 2), ["b"]);
         assert!(r.progress(&[("b".into(), 1)], 3 * S).is_empty());
-        assert_eq!(r.halted.as_deref(), Some("failhard"));
-        assert!(r.finished() && r.pending == ["c"]);
+        assert_eq!(r.slots.halted.as_deref(), Some("failhard"));
+        assert!(r.finished() && r.slots.pending == ["c"]);
         let (tag, data) = r.event("halted", 4 * S);
         assert_eq!(tag, "salt/batch/20261125000000000001/halted");
         assert_eq!((&data["reason"], &data["abandoned_pending"], &data["duration"]), (&json!("failhard"), &json!(["c"]), &json!(4.0)));
@@ -335,8 +283,47 @@ mod tests {
         let s = r.summary(false, 5 * S);
         assert_eq!((&s["total"], &s["active"], &s["pending"], &s["halted"], &s["driver"], &s["age_seconds"]), (&json!(3), &json!(2), &json!(1), &json!(false), &json!("master"), &json!(2.0)));
         assert_eq!(r.summary(true, 5 * S)["halted_reason"], "stop");
-        assert_eq!(retcode(&json!({"retcode": {"a": 1, "b": 3}})), 3);
-        assert_eq!(retcode(&json!({"return": true})), 0);
+    }
+
+    #[test]
+    fn the_stored_state_keeps_its_fields_in_order() {
+        let v = serde_json::to_value(run(2, false, 0)).unwrap();
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        let layout = ["jid", "fun", "tgt", "tgt_type", "user", "load", "batch", "size", "failhard", "batch_wait_ms", "timeout_s", "pending", "active", "done", "failed", "wait", "halted", "created_ns", "last_progress_ns"];
+        assert_eq!(keys, layout, "a batch_run record's state is read by every member");
+    }
+
+    #[test]
+    fn specs_parse_as_salt_reads_them() {
+        assert_eq!("3".parse(), Ok(BatchSpec::Count(3)));
+        assert_eq!("25%".parse(), Ok(BatchSpec::Percent(25.0)));
+        assert_eq!("%10".parse(), Ok(BatchSpec::Percent(10.0)));
+        for bad in ["", "x", "-3", "1.5", "0%", "-5%", "nan%", "%"] {
+            assert!(bad.parse::<BatchSpec>().is_err(), "{bad}");
+        }
+        assert!("x".parse::<BatchSpec>().unwrap_err().starts_with("Invalid batch data sent: x"));
+    }
+
+    #[test]
+    fn sizes_follow_salts_rounding() {
+        assert_eq!(BatchSpec::Count(3).size(10), 3);
+        assert_eq!(BatchSpec::Count(0).size(10), 1, "at least one");
+        assert_eq!(BatchSpec::Count(50).size(10), 50, "a count larger than the target is kept; it starts all");
+        assert_eq!(BatchSpec::Percent(25.0).size(10), 2, "2.5 rounds down");
+        assert_eq!(BatchSpec::Percent(34.0).size(3), 1, "1.02 rounds down");
+        assert_eq!(BatchSpec::Percent(10.0).size(3), 1, "below one is one");
+        assert_eq!(BatchSpec::Percent(50.0).size(0), 1);
+        assert_eq!(BatchSpec::Percent(100.0).size(7), 7);
+        assert_eq!(BatchSpec::Percent(250.0).size(4), 10);
+    }
+
+    #[test]
+    fn retcodes_as_salt_counts_them() {
+        assert_eq!(retcode(&json!({"return": true, "retcode": 0})), 0);
+        assert_eq!(retcode(&json!({"return": "x", "retcode": 2})), 2);
+        assert_eq!(retcode(&json!({"return": {}, "retcode": {"a": 0, "b": 3}})), 3);
+        assert_eq!(retcode(&json!({"return": false})), 0, "only the retcode counts");
+        assert_eq!(retcode(&json!({"return": "x"})), 0);
     }
 
     #[test]
@@ -344,7 +331,7 @@ mod tests {
         let ids: Vec<String> = (0..10_000).map(|i| format!("web-{i:05}.example.com")).collect();
         let mut r = RunState::new("20261125000000000001", "test.ping", json!("*"), "glob", "root", json!({"arg": []}), "10%", 1000, false, 0, 5, ids, 0);
         r.progress(&[], 0);
-        let done: Vec<(String, i64)> = r.active.iter().map(|(id, _)| (id.clone(), 0)).collect();
+        let done: Vec<(String, i64)> = r.slots.active.iter().map(|(id, _)| (id.clone(), 0)).collect();
         r.progress(&done, S);
         assert_eq!(r.total(), 10_000);
         let n = r.encode().len();

@@ -19,6 +19,7 @@ pub mod pprint;
 pub mod printer;
 pub mod pyvalue;
 pub mod snapshots;
+pub mod subset;
 pub mod summary;
 pub mod table;
 pub mod swarm;

@@ -170,7 +170,7 @@ fn stop(view: &dyn AdminView, jid: &str, kill: bool) -> Result<Plan> {
     let now = view.now_ns();
     let mut records = vec![Record::BatchRun(BatchRun { jid: jid.to_string(), stop: true, expect: 0, state: vec![], time_ns: now })];
     let mut events = Vec::new();
-    let active: Vec<String> = run.active.iter().map(|(id, _)| id.clone()).collect();
+    let active: Vec<String> = run.slots.active.iter().map(|(id, _)| id.clone()).collect();
     if kill && !active.is_empty() {
         // Salt's `kill=True`: `saltutil.kill_job JID` to the running minions, a job of its own.
         let kill_jid = view.new_jid();

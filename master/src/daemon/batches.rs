@@ -105,10 +105,11 @@ fn next_steps(sm: &StateMachine, idle: &mut Idle, now: u64) -> Vec<Step> {
         }
         let mut after = before.clone();
         if stopped {
-            after.halted = Some("stop".into());
+            after.slots.halted = Some("stop".into());
             after.last_progress_ns = now;
         }
         let returns: Vec<(String, i64)> = after
+            .slots
             .active
             .iter()
             .filter_map(|(id, _)| match sm.job_return(&jid, id) {
@@ -117,7 +118,7 @@ fn next_steps(sm: &StateMachine, idle: &mut Idle, now: u64) -> Vec<Step> {
             })
             .collect();
         let start = after.progress(&returns, now);
-        let moved = stopped || !returns.is_empty() || !start.is_empty() || after.failed.len() != before.failed.len() || after.wait.len() != before.wait.len() || after.halted != before.halted;
+        let moved = stopped || !returns.is_empty() || !start.is_empty() || after.slots.failed.len() != before.slots.failed.len() || after.slots.wait.len() != before.slots.wait.len() || after.slots.halted != before.slots.halted;
         if !moved {
             continue;
         }
@@ -160,8 +161,8 @@ async fn carry_out(m: &Master, step: Step) {
         m.bus.fire(event(tag, data));
     }
     if step.state.finished() {
-        let what = if step.state.halted.is_some() { "halted" } else { "complete" };
-        tracing::info!(jid = %step.jid, done = step.state.done.len(), failed = step.state.failed.len(), halted = ?step.state.halted, "batch run over");
+        let what = if step.state.slots.halted.is_some() { "halted" } else { "complete" };
+        tracing::info!(jid = %step.jid, done = step.state.slots.done.len(), failed = step.state.slots.failed.len(), halted = ?step.state.slots.halted, "batch run over");
         let (tag, data) = step.state.event(what, now);
         m.bus.fire(event(tag, data));
     }
@@ -207,7 +208,7 @@ mod tests {
         let theirs = next_steps(&sm, &mut Idle::new(), 2 * S + 1);
         assert_eq!(mine.len(), 1);
         let step = &mine[0];
-        assert_eq!((step.version, step.state.done.clone(), step.state.active.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>()), (1, vec![("a".to_string(), 0)], vec!["b".to_string()]));
+        assert_eq!((step.version, step.state.slots.done.clone(), step.state.slots.active.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>()), (1, vec![("a".to_string(), 0)], vec!["b".to_string()]));
         let Some(Record::JobPublished(j)) = step.records.get(1) else { panic!("{:?}", step.records) };
         assert_eq!((j.minions.as_slice(), j.joins), (&["b".to_string()][..], true));
         let out = sm.apply_entries(&[entry(3, theirs[0].records.clone()), entry(4, step.records.clone())]).unwrap();
@@ -230,8 +231,8 @@ mod tests {
         let sm = started();
         sm.apply_entries(&[entry(2, vec![Record::BatchRun(BatchRun { jid: JID.into(), stop: true, expect: 0, state: vec![], time_ns: 1 }), ret("a", 0)])]).unwrap();
         let step = next_steps(&sm, &mut Idle::new(), S).remove(0);
-        assert_eq!((step.version, step.state.halted.as_deref(), step.records.len()), (2, Some("stop"), 1), "halted, nobody started");
-        assert_eq!(step.state.pending, ["b", "c"]);
+        assert_eq!((step.version, step.state.slots.halted.as_deref(), step.records.len()), (2, Some("stop"), 1), "halted, nobody started");
+        assert_eq!(step.state.slots.pending, ["b", "c"]);
         sm.apply_entries(&[entry(3, step.records)]).unwrap();
         assert!(next_steps(&sm, &mut Idle::new(), 2 * S).is_empty());
     }

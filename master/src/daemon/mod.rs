@@ -17,7 +17,7 @@
 //! | [`sessions`], [`replay`], [`bus`] | session keys, nonces of applied requests, the event bus |
 //! | [`listen`] | TCP listeners with Salt's keepalive and backlog |
 //! | [`sockets`] | the request and publish sockets, their bounds, their refusals counted |
-//! | [`health`], [`http`], [`node_metrics`], [`probes`] | readiness: the HTTP endpoint (`/alive`, `/ready`, `/metrics`), its metrics, Salt's probe files |
+//! | [`health`], [`node_metrics`], [`probes`] | readiness: the HTTP endpoint (`/alive`, `/ready`, `/metrics`), its metrics, Salt's probe files |
 
 pub mod admin;
 pub mod batches;
@@ -27,7 +27,6 @@ pub mod cluster;
 pub mod files;
 pub mod follow;
 pub mod health;
-pub mod http;
 pub mod intake;
 pub mod lines;
 pub mod listen;

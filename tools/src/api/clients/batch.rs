@@ -16,7 +16,7 @@ use tokio::task::JoinSet;
 
 use super::local::{publish, ret_of, Arrival, Call, Follow};
 use super::{short, ApiConfig, ApiError, Rules, Session};
-use crate::batch::{retcode, Batch, BatchSpec};
+use crate::batch::{retcode, slots, BatchSpec, Clock};
 
 /// Longest `batch` string read (`"10%"`, `"3"`).
 pub const MAX_SPEC_LEN: usize = 24;
@@ -79,7 +79,8 @@ pub async fn answer(cfg: &ApiConfig, s: &Session, c: &Call, o: &Opts) -> Result<
     if minions.is_empty() {
         return Ok(vec![]);
     }
-    let mut batch = Batch::new(minions.clone(), o.spec.size(minions.len()), o.wait, o.failhard);
+    let mut batch = slots(minions.clone(), o.spec.size(minions.len()), o.wait, o.failhard);
+    let clock = Clock::start();
     let (tx, mut rx) = mpsc::channel::<News>(64);
     // The follows end with the run (dropped, they are aborted), or at their timeout.
     let mut follows = JoinSet::new();
@@ -88,7 +89,7 @@ pub async fn answer(cfg: &ApiConfig, s: &Session, c: &Call, o: &Opts) -> Result<
     let mut run_jid: Option<String> = None;
     loop {
         let now = Instant::now();
-        let start = batch.start(now);
+        let start = batch.start(clock.ns(now));
         if !start.is_empty() {
             // Each batch is a publish of its own, checked on its own minions.
             rules.check_on(&c.fun, &c.arg, &c.kwarg, &start.iter().cloned().collect::<BTreeSet<_>>())?;
@@ -100,14 +101,14 @@ pub async fn answer(cfg: &ApiConfig, s: &Session, c: &Call, o: &Opts) -> Result<
             match publish(cfg, s, &list, "list", &c.fun, &c.arg, &c.kwarg, &extra).await? {
                 None => {
                     for m in &start {
-                        batch.timed_out(m, now);
+                        batch.timed_out(m, clock.ns(now));
                         out.push(json!({ m.clone(): {} }));
                     }
                 }
                 Some(p) => {
                     // A minion whose key went away since the ping was sent nothing.
                     for m in &p.missing {
-                        batch.timed_out(m, now);
+                        batch.timed_out(m, clock.ns(now));
                         out.push(json!({ m.clone(): {} }));
                     }
                     let jid = run_jid.get_or_insert_with(|| p.jid.clone()).clone();
@@ -129,10 +130,10 @@ pub async fn answer(cfg: &ApiConfig, s: &Session, c: &Call, o: &Opts) -> Result<
                 }
             }
         }
-        if batch.done() {
+        if batch.finished() {
             break;
         }
-        let news = match batch.next_free() {
+        let news = match batch.next_free().map(|ns| clock.at(ns)) {
             Some(t) => match tokio::time::timeout(t.saturating_duration_since(now), rx.recv()).await {
                 Ok(n) => n,
                 Err(_) => continue,
@@ -142,20 +143,20 @@ pub async fn answer(cfg: &ApiConfig, s: &Session, c: &Call, o: &Opts) -> Result<
         let Some(news) = news else { break };
         match news? {
             Arrival::Return { id, load } => {
-                if batch.returned(&id, retcode(&load), Instant::now()) {
+                if batch.returned(&id, retcode(&load), clock.ns(Instant::now())) {
                     out.push(json!({ id: ret_of(&load) }));
                 }
             }
             Arrival::Done { missing } => {
                 for m in missing {
-                    batch.timed_out(&m, Instant::now());
+                    batch.timed_out(&m, clock.ns(Instant::now()));
                     out.push(json!({ m: {} }));
                 }
             }
         }
     }
     follows.abort_all();
-    if batch.halted() {
+    if batch.halted.is_some() {
         tracing::warn!(user = %s.user, fun = %c.fun, "salt-api: local_batch stopped at a failed return (failhard)");
     }
     Ok(out)

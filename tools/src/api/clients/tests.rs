@@ -77,24 +77,6 @@ fn batch_values_as_salt_reads_them_and_bounded() {
 }
 
 #[test]
-fn subset_values_are_bounded() {
-    let n = |v: J| match parse(json!({"client": "local_subset", "tgt": "*", "fun": "test.ping", "subset": v})) {
-        Ok(Command::LocalSubset(_, n)) => Ok(n),
-        Ok(other) => panic!("{other:?}"),
-        Err(e) => Err(e),
-    };
-    assert_eq!(n(json!(1)), Ok(1));
-    assert_eq!(n(json!("2")), Ok(2), "a form's string");
-    assert_eq!(n(J::Null), Ok(3), "Salt's default");
-    assert!(matches!(parse(json!({"client": "local_subset", "tgt": "*", "fun": "test.ping", "sub": 4})), Ok(Command::LocalSubset(_, 4))), "Salt's older name");
-    for bad in [json!(0), json!(-2), json!(2.5), json!(false), json!("two"), json!(subset::MAX_SUBSET + 1), json!(u64::MAX), json!([1])] {
-        let e = n(bad.clone()).unwrap_err();
-        assert_eq!(e.status, 400, "{bad}");
-        assert!(e.msg.starts_with("subset must be a whole number"), "{e:?}");
-    }
-}
-
-#[test]
 fn runner_and_wheel_keywords() {
     let Ok(Command::RunnerAsync(c)) = parse(json!({"client": "runner_async", "fun": "jobs.lookup_jid", "jid": "1", "token": "x", "__x": 1, "arg": "a"})) else { panic!() };
     assert_eq!(c.kwarg, chunk(json!({"jid": "1"})), "the client's own keys are not keyword arguments");

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 
 use halite_master::admin::client::AdminClient;
-use halite_tools::batch::{retcode, Batch, BatchSpec};
+use halite_tools::batch::{retcode, slots, BatchSpec, Clock};
 use halite_tools::common::{Failure, Result};
 use halite_tools::follow::Arrival;
 use halite_tools::output::python_repr;
@@ -57,7 +57,8 @@ pub(crate) fn run_batch(client: &mut AdminClient, sock_dir: &Path, job: &Job, ru
         return Err(Failure::new("ERROR: No return received", 2));
     }
     let size = run.spec.size(minions.len());
-    let mut batch = Batch::new(minions, size, run.wait, run.failhard);
+    let mut batch = slots(minions, size, run.wait, run.failhard);
+    let clock = Clock::start();
     let (tx, rx) = mpsc::channel();
     let mut worst = 0i64;
     // The run's one jid (Salt 3008): the first start makes the job, each next start
@@ -65,7 +66,7 @@ pub(crate) fn run_batch(client: &mut AdminClient, sock_dir: &Path, job: &Job, ru
     let mut run_jid: Option<String> = None;
     loop {
         let now = Instant::now();
-        let start = batch.start(now);
+        let start = batch.start(clock.ns(now));
         if !start.is_empty() {
             printer.say(&format!("\nExecuting run on {}\n", python_repr(&json!(start))));
             let list = Value::Array(start.iter().cloned().map(Value::String).collect());
@@ -77,14 +78,14 @@ pub(crate) fn run_batch(client: &mut AdminClient, sock_dir: &Path, job: &Job, ru
             let jid = run_jid.get_or_insert_with(|| p.jid.clone()).clone();
             // A minion whose key went away since the ping was sent nothing.
             for m in &p.missing {
-                batch.timed_out(m, now);
+                batch.timed_out(m, clock.ns(now));
             }
             start_follow(sock_dir, &jid, Some(&start), run.timeout, &tx)?;
         }
-        if batch.done() {
+        if batch.finished() {
             break;
         }
-        let arrival = match batch.next_free() {
+        let arrival = match batch.next_free().map(|ns| clock.at(ns)) {
             Some(t) => match rx.recv_timeout(t.saturating_duration_since(now)) {
                 Ok(a) => a,
                 Err(mpsc::RecvTimeoutError::Timeout) => continue,
@@ -98,14 +99,14 @@ pub(crate) fn run_batch(client: &mut AdminClient, sock_dir: &Path, job: &Job, ru
         match arrival {
             Arrival::Return { jid, id, load } => {
                 let rc = retcode(&load);
-                if batch.returned(&id, rc, Instant::now()) {
+                if batch.returned(&id, rc, clock.ns(Instant::now())) {
                     worst = worst.max(rc);
                     printer.batch_return(&jid, &id, rc, load.get("return").cloned().unwrap_or(Value::Null), load.get("out").and_then(Value::as_str));
                 }
             }
             Arrival::Done { jid, missing } => {
                 for m in missing {
-                    batch.timed_out(&m, Instant::now());
+                    batch.timed_out(&m, clock.ns(Instant::now()));
                     printer.one(&m, Value::String(no_return(&jid)), None);
                 }
             }
@@ -116,7 +117,7 @@ pub(crate) fn run_batch(client: &mut AdminClient, sock_dir: &Path, job: &Job, ru
         }
     }
     printer.finish();
-    if batch.halted() {
+    if batch.halted.is_some() {
         eprintln!("ERROR: the batch run stopped at a failed return (--failhard); minions not yet started were not run");
     }
     if worst != 0 {

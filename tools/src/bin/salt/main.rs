@@ -81,7 +81,7 @@ struct Args {
     #[arg(short = 'C', long = "compound")]
     compound: bool,
     /// Run on N minions chosen at random among the matching ones that answer and have
-    /// the function (Salt's `--subset`).
+    /// the function (Salt's `--subset`; 0, its default, takes no subset).
     #[arg(long = "subset")]
     subset: Option<usize>,
     /// Seconds to wait for returns.
@@ -284,18 +284,12 @@ fn collect(sock_dir: &Path, jid: &str, timeout: Duration) -> Result<Collected> {
 }
 
 /// Salt's `cmd_subset`: asks the target for `sys.list_functions`, and picks `n` of the
-/// minions that answered with `fun` among their functions, at random.
+/// minions that answered with `fun` among their functions, at random
+/// (`halite_tools::subset`).
 fn subset(client: &mut AdminClient, sock_dir: &Path, tgt: &Value, tgt_type: &str, fun: &str, n: usize, timeout: Duration) -> Result<Vec<String>> {
-    use rand::seq::SliceRandom;
     let p = publish(client, tgt, tgt_type, "sys.list_functions", &[], &Map::new(), &Map::new())?;
     let (returns, _) = collect(sock_dir, &p.jid, timeout)?;
-    let mut able: Vec<String> = returns
-        .into_iter()
-        .filter(|(_, load)| load.get("return").and_then(Value::as_array).is_some_and(|f| f.iter().any(|x| x.as_str() == Some(fun))))
-        .map(|(id, _)| id)
-        .collect();
-    able.shuffle(&mut rand::thread_rng());
-    able.truncate(n);
+    let able = halite_tools::subset::pick(returns.into_iter().map(|(id, load)| (id, load.get("return").cloned().unwrap_or(Value::Null))), fun, n, &mut rand::thread_rng());
     if able.is_empty() {
         return Err(Failure::new("No minions matched the target. No command was sent, no jid was assigned.", 2));
     }
@@ -411,7 +405,7 @@ fn real_main(a: Args) -> Result<()> {
         }
         return batch::run_batch(&mut client, &cfg.sock_dir, &job, run, &mut printer);
     }
-    if let Some(n) = a.subset {
+    if let Some(n) = a.subset.and_then(halite_tools::subset::of_cli) {
         tgt = Value::Array(subset(&mut client, &cfg.sock_dir, &tgt, &tgt_type, &fun, n, timeout)?.into_iter().map(Value::String).collect());
         tgt_type = "list".into();
     }
