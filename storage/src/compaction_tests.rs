@@ -1,0 +1,161 @@
+//! The policy on made-up facts (large entries, limits the log cannot get under), and the
+//! byte limit on a real log, state machine and snapshot store on disk: the log's files
+//! stay within the limit plus one file however large the entries, and a reopen finds
+//! only the snapshot and the tail.
+
+use raft::eraftpb::{ConfState, Entry, HardState};
+
+use super::*;
+use crate::format::{JobReturn, Record};
+use crate::snapshot::recover_at_start;
+
+fn facts(first: u64, last: u64, applied: u64, snap: u64, bytes: u64, compacted: u64) -> LogFacts {
+    LogFacts { first_index: first, last_index: last, applied_index: applied, snapshot_index: snap, log_bytes: bytes, compacted_bytes: compacted }
+}
+
+const MIB: u64 = 1 << 20;
+
+#[test]
+fn policy() {
+    let l = CompactionLimits { max_entries: Some(100), max_bytes: Some(1000) };
+    assert_eq!(decide(facts(1, 100, 100, 0, 10, 0), l), Decision::Keep);
+    assert!(matches!(decide(facts(1, 101, 95, 0, 10, 0), l), Decision::Compact { through: 95, .. }));
+    assert!(matches!(decide(facts(1, 50, 50, 0, 1001, 0), l), Decision::Compact { through: 50, .. }));
+    // Limits off.
+    let off = CompactionLimits { max_entries: None, max_bytes: None };
+    assert_eq!(decide(facts(1, 10_000_000, 10_000_000, 0, u64::MAX, 0), off), Decision::Keep);
+    // Never past the applied index, and nothing when nothing was applied since the
+    // last snapshot.
+    assert!(matches!(decide(facts(1, 500, 200, 0, 0, 0), l), Decision::Compact { through: 200, .. }));
+    assert_eq!(decide(facts(46, 5000, 45, 45, 5000, 0), l), Decision::Keep);
+}
+
+/// The user's case: returns of 8 KB, a hundred to an entry, so 600 MB of log in 750
+/// entries. The byte limit compacts it whatever the count of entries, and again once
+/// half a limit was appended after the compaction.
+#[test]
+fn large_entries_are_compacted_by_the_byte_limit() {
+    let l = CompactionLimits::default();
+    assert!(matches!(decide(facts(1, 750, 750, 0, 600 * MIB, 0), l), Decision::Compact { through: 750, .. }));
+    // Even one entry over the limit, once it is applied.
+    assert!(matches!(decide(facts(1, 1, 1, 0, 300 * MIB, 0), l), Decision::Compact { through: 1, .. }));
+    assert_eq!(decide(facts(1, 1, 0, 0, 300 * MIB, 0), l), Decision::Keep);
+    // After a compaction that left 64 MiB (the file being written): 200 MiB more.
+    assert!(matches!(decide(facts(751, 1000, 1000, 750, 264 * MIB, 64 * MIB), l), Decision::Compact { through: 1000, .. }));
+    assert_eq!(decide(facts(751, 900, 900, 750, 250 * MIB, 64 * MIB), l), Decision::Keep);
+}
+
+/// A limit the log cannot get under (files not deleted yet, entries not applied yet)
+/// makes the node snapshot once per half a limit of new log, not at every check.
+#[test]
+fn a_limit_the_log_cannot_get_under_does_not_snapshot_again_and_again() {
+    let l = CompactionLimits { max_entries: None, max_bytes: Some(100 * MIB) };
+    // A compaction left 150 MiB of files: over the limit, and thousands of entries
+    // applied since, but compacting can give back at most the 30 MiB appended.
+    assert_eq!(decide(facts(5001, 9000, 9000, 5000, 180 * MIB, 150 * MIB), l), Decision::Keep);
+    assert!(matches!(decide(facts(5001, 9500, 9500, 5000, 200 * MIB, 150 * MIB), l), Decision::Compact { through: 9500, .. }));
+    // The count limit: the applied index lags the log; compacting through it drops
+    // fewer than half the limit's entries.
+    let n = CompactionLimits { max_entries: Some(100), max_bytes: None };
+    assert_eq!(decide(facts(1, 500, 30, 0, 0, 0), n), Decision::Keep);
+    assert!(matches!(decide(facts(1, 500, 60, 0, 0, 0), n), Decision::Compact { through: 60, .. }));
+    assert_eq!(decide(facts(61, 520, 80, 60, 0, 0), n), Decision::Keep);
+    assert!(matches!(decide(facts(61, 520, 110, 60, 0, 0), n), Decision::Compact { through: 110, .. }));
+}
+
+#[test]
+fn the_log_files_follow_the_byte_limit() {
+    let f = |max_bytes| CompactionLimits { max_entries: None, max_bytes }.file_bytes();
+    assert_eq!(f(Some(256 * MIB)), 64 * MIB);
+    assert_eq!(f(Some(8 * MIB)), 2 * MIB);
+    assert_eq!(f(Some(1000)), MIN_FILE_BYTES);
+    assert_eq!(f(Some(u64::MAX)), crate::log::DEFAULT_FILE_BYTES);
+    assert_eq!(f(None), crate::log::DEFAULT_FILE_BYTES);
+}
+
+/// The byte limit reads what the log's files hold, not raft-engine's whole-file
+/// estimate (two files of 128 MiB for a log of a few entries).
+#[test]
+fn the_byte_figure_is_what_the_files_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = crate::log::RaftLog::open(dir.path()).unwrap();
+    let small = LogFacts::of(&log, 0).unwrap().log_bytes;
+    assert!(small < 16 << 20, "a new log reads as {small} bytes");
+    let es: Vec<Entry> = (1..=64).map(|i| Entry { index: i, term: 1, data: vec![7u8; 64 << 10].into(), ..Default::default() }).collect();
+    log.append(&es, None, None, true).unwrap();
+    let grown = LogFacts::of(&log, 0).unwrap().log_bytes;
+    assert!(grown >= small + (4 << 20), "64 entries of 64 KiB: {small} -> {grown}");
+}
+
+/// `n` returns of `bytes` random bytes (nothing compresses them), for entry `index`.
+fn returns(index: u64, n: u64, bytes: usize) -> Vec<Record> {
+    let mut x = index.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|k| {
+            let load = (0..bytes)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            Record::JobReturn(JobReturn { jid: format!("2026112900{index:010}"), id: format!("minion-{k}"), load, time_ns: index, first_only: false })
+        })
+        .collect()
+}
+
+/// Entries of 32 returns of 8 KiB (256 KiB an entry) through a log with a byte limit of
+/// 8 MiB, six times the limit in all, the policy asked after every entry as the node
+/// asks it: the log's files never hold more than the limit plus one file (2 MiB), and a
+/// reopen finds the snapshot and the tail only.
+#[test]
+fn the_log_stays_within_its_byte_limit_whatever_the_entry_size() {
+    let limit = 8 * MIB;
+    let limits = CompactionLimits { max_entries: None, max_bytes: Some(limit) };
+    let bound = limit + limits.file_bytes();
+    let d = tempfile::tempdir().unwrap();
+    let (log_dir, state) = (d.path().join("log"), d.path().join("state"));
+    let log = RaftLog::open_with(&log_dir, limits.file_bytes()).unwrap();
+    let sm = StateMachine::open(&state).unwrap();
+    let store = SnapshotStore::open(&d.path().join("snapshots")).unwrap();
+    let cs = ConfState { voters: vec![1], ..Default::default() };
+    log.append(&[], None, Some(&cs), true).unwrap();
+    let (per_entry, entries) = (32, 6 * limit / (256 << 10));
+    let mut compactions = 0;
+    for index in 1..=entries {
+        let recs = returns(index, per_entry, 8 << 10);
+        let e = Entry { index, term: 1, data: Record::encode_batch(&recs).unwrap().into(), ..Default::default() };
+        log.append(&[e], Some(&HardState { term: 1, vote: 1, commit: index, ..Default::default() }), None, false).unwrap();
+        sm.apply(&recs.into_iter().map(|r| (index, r)).collect::<Vec<_>>()).unwrap();
+        sm.advance_applied(index).unwrap();
+        if let Decision::Compact { through, .. } = decide(LogFacts::of(&log, index).unwrap(), limits) {
+            assert_eq!(through, index);
+            compact(&log, &sm, &store, |_, _| {}).unwrap().unwrap();
+            compactions += 1;
+            let after = LogFacts::of(&log, index).unwrap();
+            assert_eq!(after.appended_bytes(), 0, "the figure a compaction leaves is the log's bytes after it");
+        }
+        let bytes = log.disk_bytes();
+        assert!(bytes <= bound, "entry {index}: {bytes} bytes of log files, over {bound} (limit {limit} + one file)");
+    }
+    // 48 MiB through a limit of 8 MiB: at least one compaction per limit, at most one
+    // per half a limit.
+    assert!((6..=12).contains(&compactions), "{compactions} compactions");
+    let snap = log.snapshot_meta().unwrap().index;
+    let compacted_bytes = log.compacted_bytes().unwrap();
+    drop((log, sm));
+
+    // What start-up reads: the files (within the bound), the entries after the
+    // snapshot, and the state machine from the snapshot when it is gone.
+    std::fs::remove_dir_all(&state).unwrap();
+    let log = RaftLog::open_with(&log_dir, limits.file_bytes()).unwrap();
+    assert!(log.disk_bytes() <= bound);
+    assert_eq!(log.compacted_bytes().unwrap(), compacted_bytes);
+    assert_eq!(log.first_entry_index(), Some(snap + 1).filter(|f| *f <= entries));
+    assert_eq!(log.last_entry_index().unwrap_or(snap), entries);
+    assert!((entries - snap) * (256 << 10) <= limit, "the tail is entries {}..={entries}", snap + 1);
+    let rec = recover_at_start(&store, &log, &state).unwrap();
+    assert_eq!(rec.installed, Some(snap));
+    assert_eq!(StateMachine::open(&state).unwrap().applied_index().unwrap(), snap);
+}
