@@ -74,6 +74,8 @@ mod tests_proposals;
 mod tests_snapshots;
 #[cfg(test)]
 mod tests_member_keys;
+#[cfg(test)]
+mod tests_log_bytes;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
