@@ -4,8 +4,8 @@
 //! The history is `total` returns of `bytes` bytes each (random, so that nothing
 //! compresses them), `per_job` to a job, proposed `group` to an entry as a loaded master
 //! proposes them, through a node with the default compaction limits
-//! (`cluster_max_log_size`, `halite_log_max_bytes`): the node compacts its log by itself
-//! while the returns come in. Then the node is stopped and started `runs` times; each
+//! (`cluster_max_log_size`, `halite_log_max_bytes`; both off with `--no-compaction`):
+//! the node compacts its log by itself while the returns come in. Then the node is stopped and started `runs` times; each
 //! start is timed from the call to the node running (`open`: log opened and checked,
 //! state machine and views up to date) and to its first write committed (`first write`).
 
@@ -27,6 +27,8 @@ pub struct Opts {
     pub group: u64,
     pub per_job: u64,
     pub runs: usize,
+    /// Both limits off: the node keeps the whole log.
+    pub no_compaction: bool,
 }
 
 fn views(dir: &Path) -> Views {
@@ -35,12 +37,12 @@ fn views(dir: &Path) -> Views {
 }
 
 /// Starts the node in `root` `runs` times: seconds to open and to the first write.
-fn starts(root: &Path, runs: usize) -> Vec<(f64, f64)> {
+fn starts(root: &Path, runs: usize, cfg: &NodeConfig) -> Vec<(f64, f64)> {
     let data = DataDir::new(&root.join("data"));
     (0..runs)
         .map(|i| {
             let t = Instant::now();
-            let node = Node::start(&data, views(root), NodeConfig::default()).expect("node");
+            let node = Node::start(&data, views(root), cfg.clone()).expect("node");
             let open = t.elapsed().as_secs_f64();
             node.propose(&[ret(u64::MAX - i as u64, 1, 1)]).expect("first write");
             let first = t.elapsed().as_secs_f64();
@@ -54,7 +56,7 @@ fn ret(seq: u64, bytes: usize, per_job: u64) -> Record {
     Record::JobReturn(JobReturn {
         jid: format!("2026112900{:010}", seq / per_job.max(1)),
         id: format!("minion-{:05}", seq % per_job.max(1)),
-        load: crate::noise(bytes, seq + 1),
+        load: crate::noise(bytes, seq.wrapping_add(1)),
         time_ns: seq,
         first_only: false,
     })
@@ -80,8 +82,12 @@ pub fn returns(o: Opts) {
     let full = tempfile::tempdir().expect("tmp");
     // The empty node: founded once, then started again and again.
     drop(Node::start(&DataDir::new(&empty.path().join("data")), views(empty.path()), NodeConfig::default()).expect("node"));
+    let mut cfg = NodeConfig::default();
+    if o.no_compaction {
+        cfg.compaction = halite_storage::compaction::CompactionLimits { max_entries: None, max_bytes: None };
+    }
     let t = Instant::now();
-    let node = Node::start(&DataDir::new(&full.path().join("data")), views(full.path()), NodeConfig::default()).expect("node");
+    let node = Node::start(&DataDir::new(&full.path().join("data")), views(full.path()), cfg.clone()).expect("node");
     let mut seq = 0;
     while seq < o.total {
         // 64 entries at a time, so the returns are not all in memory at once.
@@ -93,11 +99,12 @@ pub fn returns(o: Opts) {
     drop(node);
     eprintln!("{} returns of {} bytes, {} an entry, written in {:.1} s", o.total, o.bytes, o.group, t.elapsed().as_secs_f64());
     let log = log_line(full.path());
-    let e = starts(empty.path(), o.runs);
-    let f = starts(full.path(), o.runs);
+    let e = starts(empty.path(), o.runs, &NodeConfig::default());
+    let f = starts(full.path(), o.runs, &cfg);
     println!("history: {log}");
     println!("| node start ({} runs; ms min / median / max) | open | first write |", o.runs);
     println!("|---|---|---|");
     println!("| no history | {} | {} |", spread(e.iter().map(|x| x.0).collect()), spread(e.iter().map(|x| x.1).collect()));
-    println!("| {} returns of {} bytes | {} | {} |", o.total, o.bytes, spread(f.iter().map(|x| x.0).collect()), spread(f.iter().map(|x| x.1).collect()));
+    let limits = if o.no_compaction { "compaction off" } else { "default limits" };
+    println!("| {} returns of {} bytes, {limits} | {} | {} |", o.total, o.bytes, spread(f.iter().map(|x| x.0).collect()), spread(f.iter().map(|x| x.1).collect()));
 }

@@ -5,6 +5,8 @@
 
 use raft::eraftpb::{ConfState, Entry, HardState};
 
+use std::path::Path;
+
 use super::*;
 use crate::format::{JobReturn, Record};
 use crate::snapshot::recover_at_start;
@@ -105,9 +107,44 @@ fn returns(index: u64, n: u64, bytes: usize) -> Vec<Record> {
         .collect()
 }
 
-/// Entries of 32 returns of 8 KiB (256 KiB an entry) through a log with a byte limit of
-/// 8 MiB, six times the limit in all, the policy asked after every entry as the node
-/// asks it: the log's files never hold more than the limit plus one file (2 MiB), and a
+/// Feeds a log, state machine and snapshot store in `dir` as a node feeds them: entries
+/// of `per_entry` returns of 8 KiB, the state machine `lag` entries behind the log (what
+/// a node appends while a snapshot is built), the policy asked after every entry and its
+/// compactions done. Asserts after every entry that the log's files hold at most `bound`
+/// bytes. Returns the compactions and the log's `compacted_bytes`.
+fn feed(dir: &Path, limits: CompactionLimits, (entries, per_entry): (u64, u64), lag: u64, bound: u64) -> (u64, u64) {
+    let log = RaftLog::open_with(&dir.join("log"), limits.file_bytes()).unwrap();
+    let sm = StateMachine::open(&dir.join("state")).unwrap();
+    let store = SnapshotStore::open(&dir.join("snapshots")).unwrap();
+    let cs = ConfState { voters: vec![1], ..Default::default() };
+    log.append(&[], None, Some(&cs), true).unwrap();
+    log.next_incarnation(1).unwrap();
+    let mut compactions = 0;
+    for index in 1..=entries {
+        let recs = returns(index, per_entry, 8 << 10);
+        let e = Entry { index, term: 1, data: Record::encode_batch(&recs).unwrap().into(), ..Default::default() };
+        log.append(&[e], Some(&HardState { term: 1, vote: 1, commit: index, ..Default::default() }), None, false).unwrap();
+        if index > lag {
+            let applied = index - lag;
+            let recs = if lag == 0 { recs } else { returns(applied, per_entry, 8 << 10) };
+            sm.apply(&recs.into_iter().map(|r| (applied, r)).collect::<Vec<_>>()).unwrap();
+            sm.advance_applied(applied).unwrap();
+            if let Decision::Compact { through, .. } = decide(LogFacts::of(&log, applied).unwrap(), limits) {
+                assert_eq!(through, applied);
+                compact(&log, &sm, &store, |_, _| {}).unwrap().unwrap();
+                compactions += 1;
+                let after = LogFacts::of(&log, applied).unwrap();
+                assert_eq!(after.appended_bytes(), 0, "the figure a compaction leaves is the log's bytes after it");
+            }
+        }
+        let bytes = log.disk_bytes();
+        assert!(bytes <= bound, "entry {index}: {bytes} bytes of log files, over {bound}");
+    }
+    (compactions, log.compacted_bytes().unwrap())
+}
+
+/// Entries of 256 KiB through a log with a byte limit of 8 MiB, six times the limit in
+/// all: the log's files never hold more than the limit plus one file (2 MiB), and a
 /// reopen finds the snapshot and the tail only.
 #[test]
 fn the_log_stays_within_its_byte_limit_whatever_the_entry_size() {
@@ -115,47 +152,41 @@ fn the_log_stays_within_its_byte_limit_whatever_the_entry_size() {
     let limits = CompactionLimits { max_entries: None, max_bytes: Some(limit) };
     let bound = limit + limits.file_bytes();
     let d = tempfile::tempdir().unwrap();
-    let (log_dir, state) = (d.path().join("log"), d.path().join("state"));
-    let log = RaftLog::open_with(&log_dir, limits.file_bytes()).unwrap();
-    let sm = StateMachine::open(&state).unwrap();
-    let store = SnapshotStore::open(&d.path().join("snapshots")).unwrap();
-    let cs = ConfState { voters: vec![1], ..Default::default() };
-    log.append(&[], None, Some(&cs), true).unwrap();
-    let (per_entry, entries) = (32, 6 * limit / (256 << 10));
-    let mut compactions = 0;
-    for index in 1..=entries {
-        let recs = returns(index, per_entry, 8 << 10);
-        let e = Entry { index, term: 1, data: Record::encode_batch(&recs).unwrap().into(), ..Default::default() };
-        log.append(&[e], Some(&HardState { term: 1, vote: 1, commit: index, ..Default::default() }), None, false).unwrap();
-        sm.apply(&recs.into_iter().map(|r| (index, r)).collect::<Vec<_>>()).unwrap();
-        sm.advance_applied(index).unwrap();
-        if let Decision::Compact { through, .. } = decide(LogFacts::of(&log, index).unwrap(), limits) {
-            assert_eq!(through, index);
-            compact(&log, &sm, &store, |_, _| {}).unwrap().unwrap();
-            compactions += 1;
-            let after = LogFacts::of(&log, index).unwrap();
-            assert_eq!(after.appended_bytes(), 0, "the figure a compaction leaves is the log's bytes after it");
-        }
-        let bytes = log.disk_bytes();
-        assert!(bytes <= bound, "entry {index}: {bytes} bytes of log files, over {bound} (limit {limit} + one file)");
-    }
-    // 48 MiB through a limit of 8 MiB: at least one compaction per limit, at most one
-    // per half a limit.
+    let entries = 6 * limit / (256 << 10);
+    let (compactions, compacted_bytes) = feed(d.path(), limits, (entries, 32), 0, bound);
+    // At least one compaction per limit, at most one per half a limit.
     assert!((6..=12).contains(&compactions), "{compactions} compactions");
-    let snap = log.snapshot_meta().unwrap().index;
-    let compacted_bytes = log.compacted_bytes().unwrap();
-    drop((log, sm));
 
     // What start-up reads: the files (within the bound), the entries after the
     // snapshot, and the state machine from the snapshot when it is gone.
+    let state = d.path().join("state");
     std::fs::remove_dir_all(&state).unwrap();
-    let log = RaftLog::open_with(&log_dir, limits.file_bytes()).unwrap();
+    let log = RaftLog::open_with(&d.path().join("log"), limits.file_bytes()).unwrap();
+    let snap = log.snapshot_meta().unwrap().index;
     assert!(log.disk_bytes() <= bound);
     assert_eq!(log.compacted_bytes().unwrap(), compacted_bytes);
     assert_eq!(log.first_entry_index(), Some(snap + 1).filter(|f| *f <= entries));
     assert_eq!(log.last_entry_index().unwrap_or(snap), entries);
     assert!((entries - snap) * (256 << 10) <= limit, "the tail is entries {}..={entries}", snap + 1);
+    let store = SnapshotStore::open(&d.path().join("snapshots")).unwrap();
     let rec = recover_at_start(&store, &log, &state).unwrap();
     assert_eq!(rec.installed, Some(snap));
     assert_eq!(StateMachine::open(&state).unwrap().applied_index().unwrap(), snap);
+}
+
+/// The state machine 100 entries of 32 KiB (3.2 MiB) behind the log: every compaction
+/// leaves those entries, more than raft-engine moves out of the way by itself (32), in
+/// the files before the newest. The files older than the first of them are still
+/// deleted (the log's small values, written once long ago, do not keep the oldest
+/// file), so the log stays within the limit, one file and the entries not applied.
+#[test]
+fn entries_not_applied_yet_keep_only_their_own_files() {
+    let limit = 8 * MIB;
+    let limits = CompactionLimits { max_entries: None, max_bytes: Some(limit) };
+    let lag = 100;
+    let bound = limit + limits.file_bytes() + lag * (32 << 10);
+    let d = tempfile::tempdir().unwrap();
+    let entries = 6 * limit / (32 << 10);
+    let (compactions, _) = feed(d.path(), limits, (entries, 4), lag, bound);
+    assert!((5..=12).contains(&compactions), "{compactions} compactions");
 }

@@ -238,6 +238,7 @@ impl RaftLog {
         }
         let before = self.first_entry_index().unwrap_or(meta.index + 1);
         let mut batch = LogBatch::default();
+        self.carry_small_values(&mut batch, &[KEY_HARD_STATE, KEY_CONF_STATE, KEY_INCARNATION])?;
         batch.put_message(GROUP_ID, KEY_SNAPSHOT_META.to_vec(), meta)?;
         batch.put(GROUP_ID, KEY_MEMBERS.to_vec(), encode_members(members))?;
         batch.add_command(GROUP_ID, Command::Compact { index: meta.index + 1 });
@@ -245,6 +246,19 @@ impl RaftLog {
         self.purge()?;
         self.record_compacted_bytes()?;
         Ok((meta.index + 1).saturating_sub(before))
+    }
+
+    /// Puts the values under `keys` again, as they are, into `batch` (a compaction's): a
+    /// value written long ago would otherwise keep the oldest file, which raft-engine
+    /// deletes only once nothing live is in it and does not always move such values out
+    /// by itself (not when many entries are left before its newest files).
+    fn carry_small_values(&self, batch: &mut LogBatch, keys: &[&[u8]]) -> Result<()> {
+        for key in keys {
+            if let Some(v) = self.engine.get(GROUP_ID, key) {
+                batch.put(GROUP_ID, key.to_vec(), v)?;
+            }
+        }
+        Ok(())
     }
 
     /// The bytes of the log's files right after its last compaction or snapshot install
@@ -277,6 +291,7 @@ impl RaftLog {
         let agrees = matches!(self.engine.get_entry::<EntryExt>(GROUP_ID, meta.index), Ok(Some(e)) if e.term == meta.term);
         let through = if agrees { meta.index } else { self.last_entry_index().unwrap_or(0).max(meta.index) };
         let mut batch = LogBatch::default();
+        self.carry_small_values(&mut batch, &[KEY_INCARNATION])?;
         batch.put_message(GROUP_ID, KEY_SNAPSHOT_META.to_vec(), meta)?;
         batch.put_message(GROUP_ID, KEY_CONF_STATE.to_vec(), meta.get_conf_state())?;
         batch.put_message(GROUP_ID, KEY_HARD_STATE.to_vec(), &hs)?;

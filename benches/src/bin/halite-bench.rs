@@ -13,7 +13,7 @@
 //!                                              CRC, sha256), install it; digests compared
 //! halite-bench restart [--total N]            node start-up time after N records, before
 //!                                              and after compacting the log
-//! halite-bench restart --return-bytes B [--total N] [--group G] [--per-job J] [--runs R]
+//! halite-bench restart --return-bytes B [--total N] [--group G] [--per-job J] [--runs R] [--no-compaction]
 //!                                              node start-up after N job returns of B bytes,
 //!                                              G an entry, compacted by the node itself,
 //!                                              against no history (src/restart.rs)
@@ -151,6 +151,9 @@ enum Cmd {
         /// Starts timed of each node (with `--return-bytes`).
         #[arg(long, default_value_t = 5)]
         runs: usize,
+        /// Both compaction limits off: the node keeps the whole log (with `--return-bytes`).
+        #[arg(long)]
+        no_compaction: bool,
     },
     ClusterCommit {
         #[arg(long, default_value_t = 200_000)]
@@ -211,8 +214,8 @@ fn main() {
         Cmd::Migrate { keys, reference } => migrate(keys, reference),
         Cmd::Snapshot { keys, roots_mib } => snapshot(keys, roots_mib),
         Cmd::Restart { total, return_bytes: 0, .. } => restart(total),
-        Cmd::Restart { total, return_bytes, group, per_job, runs } => {
-            halite_benches::restart::returns(halite_benches::restart::Opts { total, bytes: return_bytes, group: group.max(1), per_job, runs: runs.max(1) })
+        Cmd::Restart { total, return_bytes, group, per_job, runs, no_compaction } => {
+            halite_benches::restart::returns(halite_benches::restart::Opts { total, bytes: return_bytes, group: group.max(1), per_job, runs: runs.max(1), no_compaction })
         }
         Cmd::ClusterCommit { total, threads, groups } => halite_benches::cluster::commit(total, threads, &groups),
         Cmd::Failover { rounds } => halite_benches::cluster::failover(rounds),
