@@ -241,7 +241,7 @@ pub fn join(keys: u64, roots_mib: u64) {
     // One compaction, right after the state is loaded (the entries that load it, plus
     // a few), so that the joiner needs the snapshot for all of it.
     let loading = keys.div_ceil(4096) + roots_mib.div_ceil(16);
-    let limits = CompactionLimits { max_entries: Some(loading + 8), max_bytes: None };
+    let limits = CompactionLimits { max_entries: Some(loading + 8), max_bytes: None, min_entries: 4 };
     let n1 = Member::start(dir.path(), 1, a1, HashMap::new(), vec![1], limits);
     let t = Instant::now();
     let mut i = 0;

@@ -29,6 +29,9 @@ pub struct Opts {
     pub runs: usize,
     /// Both limits off: the node keeps the whole log.
     pub no_compaction: bool,
+    /// Where to write the history's data dir (`<keep>/data`, kept for a master to
+    /// start on: `benches/scripts/start_after_returns.py`); a temporary dir otherwise.
+    pub keep: Option<std::path::PathBuf>,
 }
 
 fn views(dir: &Path) -> Views {
@@ -79,15 +82,17 @@ fn log_line(root: &Path) -> String {
 
 pub fn returns(o: Opts) {
     let empty = tempfile::tempdir().expect("tmp");
-    let full = tempfile::tempdir().expect("tmp");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let full_root = o.keep.clone().unwrap_or_else(|| tmp.path().to_path_buf());
+    let full = full_root.as_path();
     // The empty node: founded once, then started again and again.
     drop(Node::start(&DataDir::new(&empty.path().join("data")), views(empty.path()), NodeConfig::default()).expect("node"));
     let mut cfg = NodeConfig::default();
     if o.no_compaction {
-        cfg.compaction = halite_storage::compaction::CompactionLimits { max_entries: None, max_bytes: None };
+        cfg.compaction = halite_storage::compaction::CompactionLimits { max_entries: None, max_bytes: None, ..Default::default() };
     }
     let t = Instant::now();
-    let node = Node::start(&DataDir::new(&full.path().join("data")), views(full.path()), cfg.clone()).expect("node");
+    let node = Node::start(&DataDir::new(&full.join("data")), views(full), cfg.clone()).expect("node");
     let mut seq = 0;
     while seq < o.total {
         // 64 entries at a time, so the returns are not all in memory at once.
@@ -98,9 +103,9 @@ pub fn returns(o: Opts) {
     }
     drop(node);
     eprintln!("{} returns of {} bytes, {} an entry, written in {:.1} s", o.total, o.bytes, o.group, t.elapsed().as_secs_f64());
-    let log = log_line(full.path());
+    let log = log_line(full);
     let e = starts(empty.path(), o.runs, &NodeConfig::default());
-    let f = starts(full.path(), o.runs, &cfg);
+    let f = starts(full, o.runs, &cfg);
     println!("history: {log}");
     println!("| node start ({} runs; ms min / median / max) | open | first write |", o.runs);
     println!("|---|---|---|");

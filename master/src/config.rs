@@ -294,6 +294,7 @@ impl MasterConfig {
             compaction: halite_storage::compaction::CompactionLimits {
                 max_entries: r.limit("cluster_max_log_size", halite_storage::compaction::DEFAULT_MAX_ENTRIES)?,
                 max_bytes: r.limit("halite_log_max_bytes", halite_storage::compaction::DEFAULT_MAX_BYTES)?,
+                min_entries: halite_storage::compaction::DEFAULT_MIN_ENTRIES,
             },
             halite_max_pending_keys: r.uint("halite_max_pending_keys", 10_000)?,
             pub_hwm: r.uint("pub_hwm", 1000)?.clamp(1, 1 << 20) as usize,

@@ -11,13 +11,15 @@
 //! * `halite_log_max_bytes`: bytes of the log's files (default 256 MiB; `0`: off).
 //!
 //! [`decide`] is the policy, a pure function of [`LogFacts`]; [`compact`] does it. A
-//! limit triggers a compaction only when compacting gives back at least half of it:
-//! half the entry limit applied since the last snapshot, or half the byte limit appended
-//! to the log's files since the last compaction ([`LogFacts::appended_bytes`]; a
-//! compaction cannot give back more than that). So a limit the log cannot get under
-//! (entries not applied yet, files raft-engine cannot delete yet) makes it snapshot at
-//! most once per half a limit of new log, never again and again, and the size of an
-//! entry (one return or a hundred) does not matter.
+//! limit triggers a compaction only when compacting gives back at least half of it, and
+//! at least [`CompactionLimits::min_entries`] entries (the entry limit) or
+//! [`MIN_FREED_BYTES`] (the byte limit): entries applied since the last snapshot, or
+//! bytes appended to the log's files since the last compaction
+//! ([`LogFacts::appended_bytes`]; a compaction cannot give back more than that). So a
+//! limit the log cannot get under (entries not applied yet, files raft-engine cannot
+//! delete yet) or a tiny one makes it snapshot at most once per half a limit of new log,
+//! never again and again, and the size of an entry (one return or a hundred) does not
+//! matter.
 //!
 //! The log's files follow the byte limit ([`CompactionLimits::file_bytes`]): a quarter of
 //! it each, so that after a compaction the files left (the one being written) hold at
@@ -34,6 +36,10 @@ use crate::state::StateMachine;
 pub const DEFAULT_MAX_ENTRIES: u64 = 100_000;
 /// Default of `halite_log_max_bytes`.
 pub const DEFAULT_MAX_BYTES: u64 = 256 << 20;
+/// Default of [`CompactionLimits::min_entries`].
+pub const DEFAULT_MIN_ENTRIES: u64 = 1000;
+/// The fewest bytes a compaction by the byte limit gives back.
+pub const MIN_FREED_BYTES: u64 = 1 << 20;
 
 /// What the policy looks at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,11 +87,14 @@ impl LogFacts {
 pub struct CompactionLimits {
     pub max_entries: Option<u64>,
     pub max_bytes: Option<u64>,
+    /// Fewest entries a compaction by the entry limit drops (applied since the last
+    /// snapshot): a tiny `cluster_max_log_size` does not snapshot at every check.
+    pub min_entries: u64,
 }
 
 impl Default for CompactionLimits {
     fn default() -> Self {
-        CompactionLimits { max_entries: Some(DEFAULT_MAX_ENTRIES), max_bytes: Some(DEFAULT_MAX_BYTES) }
+        CompactionLimits { max_entries: Some(DEFAULT_MAX_ENTRIES), max_bytes: Some(DEFAULT_MAX_BYTES), min_entries: DEFAULT_MIN_ENTRIES }
     }
 }
 
@@ -113,7 +122,8 @@ pub enum Decision {
 }
 
 /// The policy: compact through the applied index when a limit is exceeded and
-/// compacting gives back at least half of that limit (see the module docs).
+/// compacting gives back at least half of that limit and at least the minimum (see the
+/// module docs).
 pub fn decide(f: LogFacts, l: CompactionLimits) -> Decision {
     let through = f.applied_index.min(f.last_index);
     if through <= f.snapshot_index {
@@ -121,10 +131,10 @@ pub fn decide(f: LogFacts, l: CompactionLimits) -> Decision {
     }
     let freed_entries = through - f.snapshot_index;
     let reason = match (l.max_entries, l.max_bytes) {
-        (Some(max), _) if f.entries() > max && freed_entries >= (max / 2).max(1) => {
+        (Some(max), _) if f.entries() > max && freed_entries >= (max / 2).max(l.min_entries).max(1) => {
             format!("{} entries in the log, over cluster_max_log_size {max}", f.entries())
         }
-        (_, Some(max)) if f.log_bytes > max && f.appended_bytes() >= (max / 2).max(1) => {
+        (_, Some(max)) if f.log_bytes > max && f.appended_bytes() >= (max / 2).max(MIN_FREED_BYTES) => {
             format!("{} bytes of log files ({} appended since the last compaction), over halite_log_max_bytes {max}", f.log_bytes, f.appended_bytes())
         }
         _ => return Decision::Keep,

@@ -19,20 +19,32 @@ const MIB: u64 = 1 << 20;
 
 #[test]
 fn policy() {
-    let l = CompactionLimits { max_entries: Some(100), max_bytes: Some(1000) };
+    let l = CompactionLimits { max_entries: Some(100), max_bytes: Some(10 * MIB), min_entries: 10 };
     assert_eq!(decide(facts(1, 100, 100, 0, 10, 0), l), Decision::Keep);
     assert!(matches!(decide(facts(1, 101, 95, 0, 10, 0), l), Decision::Compact { through: 95, .. }));
-    assert!(matches!(decide(facts(1, 50, 50, 0, 1001, 0), l), Decision::Compact { through: 50, .. }));
+    assert!(matches!(decide(facts(1, 50, 50, 0, 10 * MIB + 1, 0), l), Decision::Compact { through: 50, .. }));
     // Limits off.
-    let off = CompactionLimits { max_entries: None, max_bytes: None };
+    let off = CompactionLimits { max_entries: None, max_bytes: None, min_entries: 1 };
     assert_eq!(decide(facts(1, 10_000_000, 10_000_000, 0, u64::MAX, 0), off), Decision::Keep);
     // Never past the applied index, and nothing when nothing was applied since the
     // last snapshot.
     assert!(matches!(decide(facts(1, 500, 200, 0, 0, 0), l), Decision::Compact { through: 200, .. }));
-    assert_eq!(decide(facts(46, 5000, 45, 45, 5000, 0), l), Decision::Keep);
+    assert_eq!(decide(facts(46, 5000, 45, 45, 50 * MIB, 0), l), Decision::Keep);
 }
 
-/// The user's case: returns of 8 KB, a hundred to an entry, so 600 MB of log in 750
+/// Tiny limits: at least `min_entries` entries, or 1 MiB, given back by a compaction.
+#[test]
+fn a_tiny_limit_compacts_no_more_often_than_the_minimum() {
+    let l = CompactionLimits { max_entries: Some(1), max_bytes: Some(1000), min_entries: 1000 };
+    assert_eq!(decide(facts(1, 999, 999, 0, 2000, 0), l), Decision::Keep);
+    assert!(matches!(decide(facts(1, 1000, 1000, 0, 2000, 0), l), Decision::Compact { through: 1000, .. }));
+    // The byte limit alone: 1 MiB appended since the last compaction.
+    let b = CompactionLimits { max_entries: None, ..l };
+    assert_eq!(decide(facts(1001, 1500, 1500, 1000, MIB + 4000, 5000), b), Decision::Keep);
+    assert!(matches!(decide(facts(1001, 1500, 1500, 1000, MIB + 5000, 5000), b), Decision::Compact { through: 1500, .. }));
+}
+
+/// Returns of 8 KB, a hundred to an entry: 600 MB of log in 750
 /// entries. The byte limit compacts it whatever the count of entries, and again once
 /// half a limit was appended after the compaction.
 #[test]
@@ -51,14 +63,14 @@ fn large_entries_are_compacted_by_the_byte_limit() {
 /// makes the node snapshot once per half a limit of new log, not at every check.
 #[test]
 fn a_limit_the_log_cannot_get_under_does_not_snapshot_again_and_again() {
-    let l = CompactionLimits { max_entries: None, max_bytes: Some(100 * MIB) };
+    let l = CompactionLimits { max_entries: None, max_bytes: Some(100 * MIB), min_entries: DEFAULT_MIN_ENTRIES };
     // A compaction left 150 MiB of files: over the limit, and thousands of entries
     // applied since, but compacting can give back at most the 30 MiB appended.
     assert_eq!(decide(facts(5001, 9000, 9000, 5000, 180 * MIB, 150 * MIB), l), Decision::Keep);
     assert!(matches!(decide(facts(5001, 9500, 9500, 5000, 200 * MIB, 150 * MIB), l), Decision::Compact { through: 9500, .. }));
     // The count limit: the applied index lags the log; compacting through it drops
     // fewer than half the limit's entries.
-    let n = CompactionLimits { max_entries: Some(100), max_bytes: None };
+    let n = CompactionLimits { max_entries: Some(100), max_bytes: None, min_entries: 10 };
     assert_eq!(decide(facts(1, 500, 30, 0, 0, 0), n), Decision::Keep);
     assert!(matches!(decide(facts(1, 500, 60, 0, 0, 0), n), Decision::Compact { through: 60, .. }));
     assert_eq!(decide(facts(61, 520, 80, 60, 0, 0), n), Decision::Keep);
@@ -67,7 +79,7 @@ fn a_limit_the_log_cannot_get_under_does_not_snapshot_again_and_again() {
 
 #[test]
 fn the_log_files_follow_the_byte_limit() {
-    let f = |max_bytes| CompactionLimits { max_entries: None, max_bytes }.file_bytes();
+    let f = |max_bytes| CompactionLimits { max_entries: None, max_bytes, min_entries: 1 }.file_bytes();
     assert_eq!(f(Some(256 * MIB)), 64 * MIB);
     assert_eq!(f(Some(8 * MIB)), 2 * MIB);
     assert_eq!(f(Some(1000)), MIN_FILE_BYTES);
@@ -149,7 +161,7 @@ fn feed(dir: &Path, limits: CompactionLimits, (entries, per_entry): (u64, u64), 
 #[test]
 fn the_log_stays_within_its_byte_limit_whatever_the_entry_size() {
     let limit = 8 * MIB;
-    let limits = CompactionLimits { max_entries: None, max_bytes: Some(limit) };
+    let limits = CompactionLimits { max_entries: None, max_bytes: Some(limit), min_entries: DEFAULT_MIN_ENTRIES };
     let bound = limit + limits.file_bytes();
     let d = tempfile::tempdir().unwrap();
     let entries = 6 * limit / (256 << 10);
@@ -182,7 +194,7 @@ fn the_log_stays_within_its_byte_limit_whatever_the_entry_size() {
 #[test]
 fn entries_not_applied_yet_keep_only_their_own_files() {
     let limit = 8 * MIB;
-    let limits = CompactionLimits { max_entries: None, max_bytes: Some(limit) };
+    let limits = CompactionLimits { max_entries: None, max_bytes: Some(limit), min_entries: DEFAULT_MIN_ENTRIES };
     let lag = 100;
     let bound = limit + limits.file_bytes() + lag * (32 << 10);
     let d = tempfile::tempdir().unwrap();

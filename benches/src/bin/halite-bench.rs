@@ -13,7 +13,7 @@
 //!                                              CRC, sha256), install it; digests compared
 //! halite-bench restart [--total N]            node start-up time after N records, before
 //!                                              and after compacting the log
-//! halite-bench restart --return-bytes B [--total N] [--group G] [--per-job J] [--runs R] [--no-compaction]
+//! halite-bench restart --return-bytes B [--total N] [--group G] [--per-job J] [--runs R] [--no-compaction] [--keep DIR]
 //!                                              node start-up after N job returns of B bytes,
 //!                                              G an entry, compacted by the node itself,
 //!                                              against no history (src/restart.rs)
@@ -154,6 +154,9 @@ enum Cmd {
         /// Both compaction limits off: the node keeps the whole log (with `--return-bytes`).
         #[arg(long)]
         no_compaction: bool,
+        /// Keep the history's data dir in `<DIR>/data` (with `--return-bytes`).
+        #[arg(long)]
+        keep: Option<PathBuf>,
     },
     ClusterCommit {
         #[arg(long, default_value_t = 200_000)]
@@ -214,8 +217,8 @@ fn main() {
         Cmd::Migrate { keys, reference } => migrate(keys, reference),
         Cmd::Snapshot { keys, roots_mib } => snapshot(keys, roots_mib),
         Cmd::Restart { total, return_bytes: 0, .. } => restart(total),
-        Cmd::Restart { total, return_bytes, group, per_job, runs, no_compaction } => {
-            halite_benches::restart::returns(halite_benches::restart::Opts { total, bytes: return_bytes, group: group.max(1), per_job, runs: runs.max(1), no_compaction })
+        Cmd::Restart { total, return_bytes, group, per_job, runs, no_compaction, keep } => {
+            halite_benches::restart::returns(halite_benches::restart::Opts { total, bytes: return_bytes, group: group.max(1), per_job, runs: runs.max(1), no_compaction, keep })
         }
         Cmd::ClusterCommit { total, threads, groups } => halite_benches::cluster::commit(total, threads, &groups),
         Cmd::Failover { rounds } => halite_benches::cluster::failover(rounds),

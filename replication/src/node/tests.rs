@@ -220,7 +220,7 @@ fn lone_node_compacts_while_writing_and_restarts_from_snapshot_and_tail() {
     let dir = tempfile::tempdir().unwrap();
     let data = DataDir::new(&dir.path().join("data"));
     let pki = dir.path().join("pki");
-    let cfg = NodeConfig { compaction: CompactionLimits { max_entries: Some(60), max_bytes: None }, ..Default::default() };
+    let cfg = NodeConfig { compaction: CompactionLimits { max_entries: Some(60), max_bytes: None, min_entries: 20 }, ..Default::default() };
     let node = Node::start(&data, views(&pki), cfg.clone()).unwrap();
     // Write until the log was compacted through three different snapshots (the writes
     // outpace the policy's tick, so each compaction happens while writes go on); a

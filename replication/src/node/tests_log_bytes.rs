@@ -49,7 +49,7 @@ fn returns(g: u64) -> Vec<Record> {
 #[test]
 fn large_grouped_returns_keep_the_log_within_its_byte_limit() {
     let limit = 16u64 << 20;
-    let cfg = NodeConfig { compaction: CompactionLimits { max_entries: None, max_bytes: Some(limit) }, ..Default::default() };
+    let cfg = NodeConfig { compaction: CompactionLimits { max_entries: None, max_bytes: Some(limit), ..Default::default() }, ..Default::default() };
     let dir = tempfile::tempdir().unwrap();
     let data = DataDir::new(&dir.path().join("data"));
     let pki = dir.path().join("pki");

@@ -195,7 +195,7 @@ fn keys_come_from_the_log_an_impostor_is_refused_everywhere_and_a_removed_member
 #[test]
 fn a_member_joining_after_compaction_learns_every_key_from_the_snapshot() {
     let dir = tempfile::tempdir().unwrap();
-    let limits = CompactionLimits { max_entries: Some(40), max_bytes: None };
+    let limits = CompactionLimits { max_entries: Some(40), max_bytes: None, min_entries: 20 };
     let a1 = free_addr("127.0.0.1");
     let c1 = creds();
     let o = Opts { voters: vec![1], join: false, addrs: [(1, a1)].into(), compaction: limits, creds: &c1, joins: false };

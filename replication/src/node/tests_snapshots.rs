@@ -28,7 +28,7 @@ fn key(id: &str, state: KeyState) -> Record {
 
 /// Small limits, so the log is compacted after a few dozen entries.
 fn limits() -> CompactionLimits {
-    CompactionLimits { max_entries: Some(40), max_bytes: None }
+    CompactionLimits { max_entries: Some(40), max_bytes: None, min_entries: 20 }
 }
 
 fn start(root: &Path, id: u64, listen: SocketAddr, peers: HashMap<u64, SocketAddr>, voters: Vec<u64>, join: bool) -> (Node, Arc<crate::TcpTransport>) {

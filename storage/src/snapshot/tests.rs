@@ -314,7 +314,7 @@ fn compaction_keeps_raft_storage_right_and_restart_reads_snapshot_and_tail() {
     let hs_before = a.log.hard_state().unwrap();
     let facts = LogFacts::of(&a.log, 300).unwrap();
     assert_eq!(facts.entries(), 400);
-    let limits = CompactionLimits { max_entries: Some(100), max_bytes: None };
+    let limits = CompactionLimits { max_entries: Some(100), max_bytes: None, min_entries: 10 };
     assert!(matches!(decide(facts, limits), Decision::Compact { through: 300, .. }));
     let c = compact(&a.log, a.sm(), &a.store, |_, _| {}).unwrap().unwrap();
     assert_eq!(c.dropped, 300);

@@ -131,8 +131,8 @@ fn pending_keys(env: &Env, prefix: &str, n: usize) {
 
 #[test]
 fn a_member_joining_after_compaction_gets_a_snapshot_catches_up_and_serves() {
-    // cluster_max_log_size 1: a compaction as soon as an entry was applied past the last
-    // snapshot; the 1,100 sign-ins are made one at a time, so that each is an entry.
+    // cluster_max_log_size 1: the policy's floor (1000 entries since the last snapshot)
+    // decides; the 1,100 sign-ins are made one at a time, so that each is an entry.
     let ips = loopback(4);
     let ipr: Vec<&str> = ips.iter().map(String::as_str).collect();
     let pool = port_free_on(&ipr);
