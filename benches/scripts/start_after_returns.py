@@ -25,12 +25,17 @@ def free_port():
     return port
 
 
-def config(root, data):
+def config(root, data=None):
+    """A master under `root`; its data dir is `data` when given (the master puts
+    `root_dir` before every path, as Salt does: a link at `<root_dir>/data`)."""
     conf = os.path.join(root, "conf")
     os.makedirs(conf, exist_ok=True)
+    os.makedirs(os.path.join(root, "m"), exist_ok=True)
+    if data:
+        os.symlink(data, os.path.join(root, "m/data"))
     with open(os.path.join(conf, "master"), "w") as f:
         f.write(f"root_dir: {root}/m\ninterface: 127.0.0.1\npublish_port: {free_port()}\nret_port: {free_port()}\n"
-                f"pidfile: {root}/m/master.pid\nhalite_data_dir: {data}\n")
+                "pidfile: /master.pid\nhalite_data_dir: /data\n")
     return conf
 
 
@@ -69,7 +74,7 @@ def main():
     tmp = tempfile.mkdtemp()
     try:
         empty_root, full_root = os.path.join(tmp, "empty"), os.path.join(tmp, "full")
-        empty = config(empty_root, os.path.join(empty_root, "data"))
+        empty = config(empty_root)
         full = config(full_root, os.path.join(os.path.abspath(o.history), "data"))
         # Each master once before timing: the empty one founds its log, the other one
         # makes its views (keys, roots) from the history's state.
