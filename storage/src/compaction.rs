@@ -11,9 +11,20 @@
 //! * `halite_log_max_bytes`: bytes of the log's files (default 256 MiB; `0`: off).
 //!
 //! [`decide`] is the policy, a pure function of [`LogFacts`]; [`compact`] does it. A
-//! compaction happens only when at least [`CompactionLimits::min_entries`] entries were
-//! applied since the last snapshot, so a limit the log cannot get under (bytes of files
-//! raft-engine has not recycled yet) never makes it snapshot again and again.
+//! limit triggers a compaction only when compacting gives back at least half of it, and
+//! at least [`CompactionLimits::min_entries`] entries (the entry limit) or
+//! [`MIN_FREED_BYTES`] (the byte limit): entries applied since the last snapshot, or
+//! bytes appended to the log's files since the last compaction
+//! ([`LogFacts::appended_bytes`]; a compaction cannot give back more than that). So a
+//! limit the log cannot get under (entries not applied yet, files raft-engine cannot
+//! delete yet) or a tiny one makes it snapshot at most once per half a limit of new log,
+//! never again and again, and the size of an entry (one return or a hundred) does not
+//! matter.
+//!
+//! The log's files follow the byte limit ([`CompactionLimits::file_bytes`]): a quarter of
+//! it each, so that after a compaction the files left (the one being written) hold at
+//! most a quarter of the limit, and the log's files stay within the limit plus one file
+//! plus what is appended while a snapshot is built (`storage/src/compaction_tests.rs`).
 
 use crate::error::{Error, Result};
 use crate::log::RaftLog;
@@ -27,6 +38,8 @@ pub const DEFAULT_MAX_ENTRIES: u64 = 100_000;
 pub const DEFAULT_MAX_BYTES: u64 = 256 << 20;
 /// Default of [`CompactionLimits::min_entries`].
 pub const DEFAULT_MIN_ENTRIES: u64 = 1000;
+/// The fewest bytes a compaction by the byte limit gives back.
+pub const MIN_FREED_BYTES: u64 = 1 << 20;
 
 /// What the policy looks at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +52,8 @@ pub struct LogFacts {
     pub snapshot_index: u64,
     /// Bytes of the log's files on disk.
     pub log_bytes: u64,
+    /// Bytes of the log's files right after its last compaction (0: never compacted).
+    pub compacted_bytes: u64,
 }
 
 impl LogFacts {
@@ -51,12 +66,19 @@ impl LogFacts {
             applied_index,
             snapshot_index: snap,
             log_bytes: log.disk_bytes(),
+            compacted_bytes: log.compacted_bytes()?,
         })
     }
 
     /// Entries the log holds.
     pub fn entries(&self) -> u64 {
         (self.last_index + 1).saturating_sub(self.first_index)
+    }
+
+    /// Bytes appended to the log's files since the last compaction: the most that
+    /// compacting again can give back.
+    pub fn appended_bytes(&self) -> u64 {
+        self.log_bytes.saturating_sub(self.compacted_bytes)
     }
 }
 
@@ -65,7 +87,8 @@ impl LogFacts {
 pub struct CompactionLimits {
     pub max_entries: Option<u64>,
     pub max_bytes: Option<u64>,
-    /// Fewest entries applied since the last snapshot for a compaction to be worth it.
+    /// Fewest entries a compaction by the entry limit drops (applied since the last
+    /// snapshot): a tiny `cluster_max_log_size` does not snapshot at every check.
     pub min_entries: u64,
 }
 
@@ -75,6 +98,21 @@ impl Default for CompactionLimits {
     }
 }
 
+impl CompactionLimits {
+    /// The size of the log's files under these limits: a quarter of the byte limit,
+    /// within [`MIN_FILE_BYTES`] and [`crate::log::DEFAULT_FILE_BYTES`] (that one when
+    /// the byte limit is off).
+    pub fn file_bytes(&self) -> u64 {
+        match self.max_bytes {
+            Some(max) => (max / 4).clamp(MIN_FILE_BYTES, crate::log::DEFAULT_FILE_BYTES),
+            None => crate::log::DEFAULT_FILE_BYTES,
+        }
+    }
+}
+
+/// The smallest log file [`CompactionLimits::file_bytes`] gives.
+pub const MIN_FILE_BYTES: u64 = 1 << 20;
+
 /// What the policy says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
@@ -83,18 +121,24 @@ pub enum Decision {
     Compact { through: u64, reason: String },
 }
 
-/// The policy: compact through the applied index when a limit is exceeded and enough
-/// has been applied since the last snapshot.
+/// The policy: compact through the applied index when a limit is exceeded and
+/// compacting gives back at least half of that limit and at least the minimum (see the
+/// module docs).
 pub fn decide(f: LogFacts, l: CompactionLimits) -> Decision {
-    let reason = match (l.max_entries, l.max_bytes) {
-        (Some(max), _) if f.entries() > max => format!("{} entries in the log, over cluster_max_log_size {max}", f.entries()),
-        (_, Some(max)) if f.log_bytes > max => format!("{} bytes of log files, over halite_log_max_bytes {max}", f.log_bytes),
-        _ => return Decision::Keep,
-    };
     let through = f.applied_index.min(f.last_index);
-    if through < f.snapshot_index.saturating_add(l.min_entries.max(1)) {
+    if through <= f.snapshot_index {
         return Decision::Keep;
     }
+    let freed_entries = through - f.snapshot_index;
+    let reason = match (l.max_entries, l.max_bytes) {
+        (Some(max), _) if f.entries() > max && freed_entries >= (max / 2).max(l.min_entries).max(1) => {
+            format!("{} entries in the log, over cluster_max_log_size {max}", f.entries())
+        }
+        (_, Some(max)) if f.log_bytes > max && f.appended_bytes() >= (max / 2).max(MIN_FREED_BYTES) => {
+            format!("{} bytes of log files ({} appended since the last compaction), over halite_log_max_bytes {max}", f.log_bytes, f.appended_bytes())
+        }
+        _ => return Decision::Keep,
+    };
     Decision::Compact { through, reason }
 }
 
@@ -193,40 +237,5 @@ pub fn compact(log: &RaftLog, sm: &StateMachine, store: &SnapshotStore, progress
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn facts(first: u64, last: u64, applied: u64, snap: u64, bytes: u64) -> LogFacts {
-        LogFacts { first_index: first, last_index: last, applied_index: applied, snapshot_index: snap, log_bytes: bytes }
-    }
-
-    #[test]
-    fn policy() {
-        let l = CompactionLimits { max_entries: Some(100), max_bytes: Some(1000), min_entries: 10 };
-        assert_eq!(decide(facts(1, 100, 100, 0, 10), l), Decision::Keep);
-        assert!(matches!(decide(facts(1, 101, 95, 0, 10), l), Decision::Compact { through: 95, .. }));
-        assert!(matches!(decide(facts(1, 50, 50, 0, 1001), l), Decision::Compact { through: 50, .. }));
-        // Over the byte limit but hardly anything applied since the last snapshot.
-        assert_eq!(decide(facts(46, 50, 50, 45, 5000), l), Decision::Keep);
-        // Limits off.
-        let off = CompactionLimits { max_entries: None, max_bytes: None, min_entries: 1 };
-        assert_eq!(decide(facts(1, 10_000_000, 10_000_000, 0, u64::MAX), off), Decision::Keep);
-        // Never past the applied index.
-        assert!(matches!(decide(facts(1, 500, 200, 0, 0), l), Decision::Compact { through: 200, .. }));
-    }
-
-    /// The byte limit reads what the log's files hold, not raft-engine's whole-file
-    /// estimate (two files of 128 MiB for a log of a few entries).
-    #[test]
-    fn the_byte_figure_is_what_the_files_hold() {
-        use raft::eraftpb::Entry;
-        let dir = tempfile::tempdir().unwrap();
-        let log = crate::log::RaftLog::open(dir.path()).unwrap();
-        let small = LogFacts::of(&log, 0).unwrap().log_bytes;
-        assert!(small < 16 << 20, "a new log reads as {small} bytes");
-        let es: Vec<Entry> = (1..=64).map(|i| Entry { index: i, term: 1, data: vec![7u8; 64 << 10].into(), ..Default::default() }).collect();
-        log.append(&es, None, None, true).unwrap();
-        let grown = LogFacts::of(&log, 0).unwrap().log_bytes;
-        assert!(grown >= small + (4 << 20), "64 entries of 64 KiB: {small} -> {grown}");
-    }
-}
+#[path = "compaction_tests.rs"]
+mod tests;

@@ -4,8 +4,10 @@
 //! `Entry` messages whose `data` holds one proposal's records ([`crate::entry`]). Besides
 //! entries, the group keeps three small protobuf messages under fixed keys: the hard
 //! state (`hard_state`), the conf state (`conf_state`) and the metadata of the last
-//! snapshot (`snapshot_meta`), below which entries may have been compacted away; and the
-//! node's process incarnation (`incarnation`, u64 BE), see [`RaftLog::next_incarnation`].
+//! snapshot (`snapshot_meta`), below which entries may have been compacted away; the
+//! node's process incarnation (`incarnation`, u64 BE), see [`RaftLog::next_incarnation`];
+//! and the bytes of the log's files right after its last compaction (`compacted_bytes`,
+//! u64 BE), see [`RaftLog::compacted_bytes`].
 //!
 //! Opening is strict (raft-engine's `AbsoluteConsistency`): any checksum failure refuses
 //! to open. The one thing repaired at open is a torn tail, checked by [`crate::tail`]
@@ -34,6 +36,9 @@ const KEY_MEMBERS: &[u8] = b"members";
 /// At most this many membership entries are kept (one per member after folding).
 pub const MAX_MEMBER_ENTRIES: usize = 1024;
 const KEY_INCARNATION: &[u8] = b"incarnation";
+const KEY_COMPACTED_BYTES: &[u8] = b"compacted_bytes";
+/// The size of the log's files when nothing says otherwise ([`RaftLog::open`]).
+pub const DEFAULT_FILE_BYTES: u64 = 128 << 20;
 
 /// Tells raft-engine how to find the index of a raft-rs entry.
 #[derive(Clone, Copy)]
@@ -53,20 +58,21 @@ pub struct RaftLog {
     dir: PathBuf,
 }
 
-/// raft-engine settings Halite uses. Log recycling is off, so the bytes after the last
-/// batch of the newest file are the zeros of preallocation, which is what lets the tail
-/// check tell a torn write from corruption.
-pub fn engine_config(dir: &Path) -> Config {
+/// raft-engine settings Halite uses, with files of `file_bytes` each. Log recycling is
+/// off, so the bytes after the last batch of the newest file are the zeros of
+/// preallocation, which is what lets the tail check tell a torn write from corruption.
+pub fn engine_config(dir: &Path, file_bytes: u64) -> Config {
     Config {
         dir: dir.to_string_lossy().into_owned(),
         recovery_mode: RecoveryMode::AbsoluteConsistency,
         enable_log_recycle: false,
         prefill_for_recycle: false,
-        target_file_size: ReadableSize::mb(128),
-        // raft-engine deletes files left with nothing live (after a compaction, see
-        // `purge`) only once the log's files exceed this; kept at the default of
-        // `halite_log_max_bytes` so that compacting actually gives the disk back.
-        purge_threshold: ReadableSize::mb(256),
+        target_file_size: ReadableSize(file_bytes),
+        // raft-engine deletes the files left with nothing live (`purge`, called after a
+        // compaction only) once its files add up to more than this, counted as files
+        // times `target_file_size`: at one file's worth, every compaction gives back
+        // every file but the one being written.
+        purge_threshold: ReadableSize(file_bytes),
         // Records are mostly base64 keys and msgpack: not worth lz4's CPU on the hot path.
         batch_compression_threshold: ReadableSize(0),
         ..Default::default()
@@ -74,12 +80,19 @@ pub fn engine_config(dir: &Path) -> Config {
 }
 
 impl RaftLog {
-    /// Opens (or creates) the log in `dir`. A torn tail is cut back first; any other
-    /// damage is an error that names the recovery tool.
+    /// Opens (or creates) the log in `dir`, writing files of [`DEFAULT_FILE_BYTES`]. A
+    /// torn tail is cut back first; any other damage is an error that names the recovery
+    /// tool.
     pub fn open(dir: &Path) -> Result<Self> {
+        Self::open_with(dir, DEFAULT_FILE_BYTES)
+    }
+
+    /// [`RaftLog::open`], writing files of `file_bytes` (a node's:
+    /// `CompactionLimits::file_bytes`). Files already there are read whatever their size.
+    pub fn open_with(dir: &Path, file_bytes: u64) -> Result<Self> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating log dir {}", dir.display()), e))?;
         crate::tail::repair_torn_tail(dir)?;
-        let engine = Engine::open(engine_config(dir)).map_err(|e| {
+        let engine = Engine::open(engine_config(dir, file_bytes.max(1 << 20))).map_err(|e| {
             let msg = e.to_string();
             if msg.contains("Failed to lock file") {
                 return Error::Invalid(format!(
@@ -225,12 +238,45 @@ impl RaftLog {
         }
         let before = self.first_entry_index().unwrap_or(meta.index + 1);
         let mut batch = LogBatch::default();
+        self.carry_small_values(&mut batch, &[KEY_HARD_STATE, KEY_CONF_STATE, KEY_INCARNATION])?;
         batch.put_message(GROUP_ID, KEY_SNAPSHOT_META.to_vec(), meta)?;
         batch.put(GROUP_ID, KEY_MEMBERS.to_vec(), encode_members(members))?;
         batch.add_command(GROUP_ID, Command::Compact { index: meta.index + 1 });
         self.engine.write(&mut batch, true)?;
         self.purge()?;
+        self.record_compacted_bytes()?;
         Ok((meta.index + 1).saturating_sub(before))
+    }
+
+    /// Puts the values under `keys` again, as they are, into `batch` (a compaction's): a
+    /// value written long ago would otherwise keep the oldest file, which raft-engine
+    /// deletes only once nothing live is in it and does not always move such values out
+    /// by itself (not when many entries are left before its newest files).
+    fn carry_small_values(&self, batch: &mut LogBatch, keys: &[&[u8]]) -> Result<()> {
+        for key in keys {
+            if let Some(v) = self.engine.get(GROUP_ID, key) {
+                batch.put(GROUP_ID, key.to_vec(), v)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The bytes of the log's files right after its last compaction or snapshot install
+    /// (0: never), against which the policy measures what a compaction can give back.
+    pub fn compacted_bytes(&self) -> Result<u64> {
+        match self.engine.get(GROUP_ID, KEY_COMPACTED_BYTES) {
+            None => Ok(0),
+            Some(v) => Ok(u64::from_be_bytes(v.as_slice().try_into().map_err(|_| Error::CorruptLog(format!("compacted_bytes in the log in {} is damaged ({} bytes)", self.dir.display(), v.len())))?)),
+        }
+    }
+
+    /// Writes [`RaftLog::disk_bytes`] as `compacted_bytes` (not synced: a figure lost in
+    /// a crash reads as 0, which at worst allows one compaction more).
+    fn record_compacted_bytes(&self) -> Result<()> {
+        let mut batch = LogBatch::default();
+        batch.put(GROUP_ID, KEY_COMPACTED_BYTES.to_vec(), self.disk_bytes().to_be_bytes().to_vec())?;
+        self.engine.write(&mut batch, false)?;
+        Ok(())
     }
 
     /// Installing a snapshot received from the leader: records `meta` (its conf state
@@ -245,6 +291,7 @@ impl RaftLog {
         let agrees = matches!(self.engine.get_entry::<EntryExt>(GROUP_ID, meta.index), Ok(Some(e)) if e.term == meta.term);
         let through = if agrees { meta.index } else { self.last_entry_index().unwrap_or(0).max(meta.index) };
         let mut batch = LogBatch::default();
+        self.carry_small_values(&mut batch, &[KEY_INCARNATION])?;
         batch.put_message(GROUP_ID, KEY_SNAPSHOT_META.to_vec(), meta)?;
         batch.put_message(GROUP_ID, KEY_CONF_STATE.to_vec(), meta.get_conf_state())?;
         batch.put_message(GROUP_ID, KEY_HARD_STATE.to_vec(), &hs)?;
@@ -254,6 +301,7 @@ impl RaftLog {
         }
         self.engine.write(&mut batch, true)?;
         self.purge()?;
+        self.record_compacted_bytes()?;
         Ok(())
     }
 

@@ -13,6 +13,10 @@
 //!                                              CRC, sha256), install it; digests compared
 //! halite-bench restart [--total N]            node start-up time after N records, before
 //!                                              and after compacting the log
+//! halite-bench restart --return-bytes B [--total N] [--group G] [--per-job J] [--runs R] [--no-compaction] [--keep DIR]
+//!                                              node start-up after N job returns of B bytes,
+//!                                              G an entry, compacted by the node itself,
+//!                                              against no history (src/restart.rs)
 //! halite-bench cluster-commit [--total N] [--threads T] [--groups 1,16,256]
 //!                                              committed records/s on three members over
 //!                                              the sealed transport on loopback
@@ -135,6 +139,24 @@ enum Cmd {
     Restart {
         #[arg(long, default_value_t = 1_000_000)]
         total: u64,
+        /// A history of job returns of this many bytes instead of small records.
+        #[arg(long, default_value_t = 0)]
+        return_bytes: usize,
+        /// Returns to an entry (with `--return-bytes`).
+        #[arg(long, default_value_t = 100)]
+        group: u64,
+        /// Returns to a job (with `--return-bytes`).
+        #[arg(long, default_value_t = 500)]
+        per_job: u64,
+        /// Starts timed of each node (with `--return-bytes`).
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Both compaction limits off: the node keeps the whole log (with `--return-bytes`).
+        #[arg(long)]
+        no_compaction: bool,
+        /// Keep the history's data dir in `<DIR>/data` (with `--return-bytes`).
+        #[arg(long)]
+        keep: Option<PathBuf>,
     },
     ClusterCommit {
         #[arg(long, default_value_t = 200_000)]
@@ -194,7 +216,10 @@ fn main() {
         Cmd::Replay { total } => replay(total),
         Cmd::Migrate { keys, reference } => migrate(keys, reference),
         Cmd::Snapshot { keys, roots_mib } => snapshot(keys, roots_mib),
-        Cmd::Restart { total } => restart(total),
+        Cmd::Restart { total, return_bytes: 0, .. } => restart(total),
+        Cmd::Restart { total, return_bytes, group, per_job, runs, no_compaction, keep } => {
+            halite_benches::restart::returns(halite_benches::restart::Opts { total, bytes: return_bytes, group: group.max(1), per_job, runs: runs.max(1), no_compaction, keep })
+        }
         Cmd::ClusterCommit { total, threads, groups } => halite_benches::cluster::commit(total, threads, &groups),
         Cmd::Failover { rounds } => halite_benches::cluster::failover(rounds),
         Cmd::Join { keys, roots_mib } => halite_benches::cluster::join(keys, roots_mib),

@@ -74,6 +74,8 @@ mod tests_proposals;
 mod tests_snapshots;
 #[cfg(test)]
 mod tests_member_keys;
+#[cfg(test)]
+mod tests_log_bytes;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -220,9 +222,10 @@ impl DataDir {
 /// Opens the log, repairs what a crash during a snapshot build, transfer or install
 /// left ([`halite_storage::snapshot::recover_at_start`]: a state machine behind the
 /// log's snapshot gets the snapshot installed), then opens the state machine. Start-up
-/// thus reads the snapshot and the log's tail, never the compacted history.
-pub fn open_storage(data: &DataDir) -> Result<(RaftLog, Arc<StateMachine>)> {
-    let log = RaftLog::open(&data.log())?;
+/// thus reads the snapshot and the log's tail, never the compacted history. The log
+/// writes files of the size `limits` give ([`CompactionLimits::file_bytes`]).
+pub fn open_storage(data: &DataDir, limits: &CompactionLimits) -> Result<(RaftLog, Arc<StateMachine>)> {
+    let log = RaftLog::open_with(&data.log(), limits.file_bytes())?;
     let store = halite_storage::snapshot::SnapshotStore::open(&data.snapshots())?;
     halite_storage::snapshot::recover_at_start(&store, &log, &data.state())?;
     let sm = Arc::new(StateMachine::open(&data.state())?);
@@ -376,7 +379,7 @@ impl Node {
     /// Opens the log and state machine under `data`, brings the views up to date and
     /// starts the driver thread. A new log is bootstrapped with this node as sole voter.
     pub fn start(data: &DataDir, views: Views, cfg: NodeConfig) -> Result<Node> {
-        let (log, sm) = open_storage(data)?;
+        let (log, sm) = open_storage(data, &cfg.compaction)?;
         let (_, mailbox) = mailbox();
         boot::start(log, sm, views, cfg, None, mailbox, Some(SnapshotStore::open(&data.snapshots())?))
     }
@@ -389,7 +392,7 @@ impl Node {
     /// Starts a node that talks to peers: messages arrive through `mailbox` (fed by the
     /// transport's [`Inbox`]) and leave through `outbox`.
     pub fn start_peered(data: &DataDir, views: Views, cfg: NodeConfig, outbox: Arc<dyn Outbox>, mailbox: Mailbox) -> Result<Node> {
-        let (log, sm) = open_storage(data)?;
+        let (log, sm) = open_storage(data, &cfg.compaction)?;
         boot::start(log, sm, views, cfg, Some(outbox), mailbox, Some(SnapshotStore::open(&data.snapshots())?))
     }
 
