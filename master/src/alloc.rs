@@ -34,6 +34,14 @@
 //! saved nothing and kept 10 MiB more (docs/benchmarks.md, "A steadier measure for A/B
 //! runs"), so the purge stays at once.
 //!
+//! **Start-up.** Purging at once costs a start: reading a log's tail allocates and frees
+//! an entry's buffers (up to megabytes each) again and again, and each allocation
+//! faults its pages in anew (with 74 MiB of tail, page faults and purges were half of a
+//! start's CPU, 413 ms to ready against 128 ms empty). So until the master serves,
+//! freed pages stay [`STARTUP_PURGE_DELAY_MS`] (mimalloc's own default) and are reused;
+//! [`serving`] sets the purge back to at once (docs/benchmarks.md "Start-up after large
+//! returns").
+//!
 //! The option numbers are mimalloc v3's (`mi_option_t` in its `mimalloc.h`; the sys crate
 //! names only some, with v2's numbers): the test below checks them against their
 //! distinctive defaults, so a mimalloc upgrade that renumbers them fails the test
@@ -46,8 +54,10 @@ const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
 /// (default 1,000).
 const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
-/// How long freed memory stays resident before mimalloc gives it back.
+/// How long freed memory stays resident before mimalloc gives it back, once serving.
 pub const PURGE_DELAY_MS: i64 = 0;
+/// The same until the master serves (see the module docs).
+pub const STARTUP_PURGE_DELAY_MS: i64 = 1000;
 
 /// Sets mimalloc's options (see the module docs), each unless the environment sets it
 /// (`MIMALLOC_ARENA_EAGER_COMMIT`, `MIMALLOC_PURGE_DELAY`: mimalloc reads them when the
@@ -59,7 +69,7 @@ pub const PURGE_DELAY_MS: i64 = 0;
 pub fn configure() {
     // `arena_eager_commit` again, in case a build without the define runs (too late for
     // the first arena, in time for the next).
-    let options: [(libmimalloc_sys::mi_option_t, &std::ffi::CStr, i64); 2] = [(ARENA_EAGER_COMMIT, c"MIMALLOC_ARENA_EAGER_COMMIT", 0), (PURGE_DELAY, c"MIMALLOC_PURGE_DELAY", PURGE_DELAY_MS)];
+    let options: [(libmimalloc_sys::mi_option_t, &std::ffi::CStr, i64); 2] = [(ARENA_EAGER_COMMIT, c"MIMALLOC_ARENA_EAGER_COMMIT", 0), (PURGE_DELAY, c"MIMALLOC_PURGE_DELAY", STARTUP_PURGE_DELAY_MS)];
     for (option, env, value) in options {
         // SAFETY: getenv reads the environment (no other thread runs yet to change it);
         // mi_option_set is a plain integer setter of the linked mimalloc.
@@ -67,6 +77,22 @@ pub fn configure() {
             if libc::getenv(env.as_ptr()).is_null() {
                 libmimalloc_sys::mi_option_set(option, value as _);
             }
+        }
+    }
+}
+
+/// The master serves: freed pages go back to the kernel at once from now on (see the
+/// module docs), unless the environment chose (`MIMALLOC_PURGE_DELAY`).
+///
+/// Other threads run by now: the option is one aligned machine word that mimalloc's
+/// option getter reads plainly after its first initialisation (done in [`configure`]),
+/// so a thread reads the old delay or the new one, never a mix.
+pub fn serving() {
+    // SAFETY: getenv reads the environment (nothing in the master sets it); mi_option_set
+    // stores an integer of the linked mimalloc (see above).
+    unsafe {
+        if libc::getenv(c"MIMALLOC_PURGE_DELAY".as_ptr()).is_null() {
+            libmimalloc_sys::mi_option_set(PURGE_DELAY, PURGE_DELAY_MS as _);
         }
     }
 }
@@ -89,6 +115,9 @@ mod tests {
         assert_eq!((eager, delay), (0, 1000), "arena_eager_commit from the build's define, purge_delay mimalloc's default");
         configure();
         let (eager, delay) = unsafe { (libmimalloc_sys::mi_option_get(ARENA_EAGER_COMMIT), libmimalloc_sys::mi_option_get(PURGE_DELAY)) };
-        assert_eq!((eager, delay as i64), (0, PURGE_DELAY_MS));
+        assert_eq!((eager, delay as i64), (0, STARTUP_PURGE_DELAY_MS));
+        serving();
+        let delay = unsafe { libmimalloc_sys::mi_option_get(PURGE_DELAY) };
+        assert_eq!(delay as i64, PURGE_DELAY_MS);
     }
 }
