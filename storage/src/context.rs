@@ -4,7 +4,7 @@
 //! on.
 //!
 //! This file is the only place that builds or reads those bytes; `docs/formats.md`
-//! ("entry context", §2) specifies them. Two versions exist; this build writes v1 and
+//! §2 ("Entry context") specifies them. Two versions exist; this build writes v1 and
 //! reads both:
 //!
 //! ```text

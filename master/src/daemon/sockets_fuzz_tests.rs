@@ -8,7 +8,7 @@
 //! the codec reserve it: `memory allocation of 1099511693321 bytes failed`), and the
 //! socket keeps serving.
 //!
-//! The default run is short (64 cases); the long run is `docs/benchmarks.md`, "Fuzzing".
+//! The default run is short (64 cases); the long run is `docs/benchmarks.md`, "Hostile-input bounds".
 
 use std::sync::OnceLock;
 use std::time::Duration;
