@@ -3,7 +3,7 @@
 # each file:line, where a tracked file (code, comments, docs, data, scripts, or a file's
 # name) counts sessions of work ("the ninth session"), cites an issue number ("issue 12"),
 # or cites a document that is not in the repository ("spec §6.6", "key-storage.md").
-# Upstream's code (patches/zeromq) is left as it is. Allowed exceptions, each a file and
+# Upstream's code (patches/zeromq) is left as it is; the patch's own README is checked. Allowed exceptions, each a file and
 # the words allowed there: scripts/check-docs.allow. Run by scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,10 +26,12 @@ add "outside document" "design\\.md|key-storage\\.md|minion-protocol\\.md|cluste
 add "section sign not of docs/formats.md" "§" ".*formats\\.md.*"
 
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-  mapfile -d '' FILES < <(git ls-files -z -- . ':!:patches/zeromq' ':!:scripts/check-docs.sh' ':!:scripts/check-docs.allow')
+  mapfile -d '' FILES < <(git ls-files -z -- . ':!:patches/zeromq' ':!:scripts/check-docs.sh' ':!:scripts/check-docs.allow'
+    git ls-files -z -- patches/zeromq/README-halite.md)
 else
   mapfile -d '' FILES < <(find . -type f -not -path './.git/*' -not -path './patches/zeromq/*' \
-    -not -path './target/*' -not -name check-docs.sh -not -name check-docs.allow -printf '%P\0')
+    -not -path './target/*' -not -name check-docs.sh -not -name check-docs.allow -printf '%P\0'
+    printf '%s\0' patches/zeromq/README-halite.md)
 fi
 
 # allowed FILE TEXT: the allow-list names this file and words on this line.
