@@ -6,6 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export HALITE_CACHE="${HALITE_CACHE:-$HOME/.cache/halite}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HALITE_CACHE/target}"
+# The repository speaks of the product: no history of the work, no documents from
+# outside it (each offending file:line is printed).
+scripts/check-docs.sh
 scripts/setup.sh
 export HALITE_SALT_VENV="$(scripts/setup-reference.sh)"
 # The end-to-end tests run every binary of the workspace (salt-master is in another

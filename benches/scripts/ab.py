@@ -11,7 +11,7 @@ Each summary line also gives the master's CPU divided by the swarm's in the same
 master's build (when both builds share one swarm), so its CPU is a clock of the
 machine's speed during that run. In the runs kept so far the ratio's spread was a third
 to a half of the raw CPU's for `test.ping`, about half for the blast (docs/benchmarks.md,
-"A steadier measure for A/B runs"). It is a proxy: a master that answers faster can let
+the introduction). It is a proxy: a master that answers faster can let
 the swarm handle more events a wake-up, which moves the swarm's CPU a little too.
 
     ~/.cache/halite/venv-salt-3008.5/bin/python benches/scripts/ab.py BINDIR_A BINDIR_B \
@@ -78,7 +78,7 @@ def main():
     if a.summarize:
         rows = [json.loads(line) for line in open(a.out) if line.strip()]
         for r in rows:
-            r.setdefault("bin", r.get("b"))  # the eleventh session's file names it "b"
+            r.setdefault("bin", r.get("b"))  # ab-8k-fair-queue.jsonl names it "b"
         for kind in ("blast", "ping"):
             for b in (a.a, a.b):
                 print(summary(rows, kind, b))

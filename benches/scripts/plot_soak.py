@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Plots the master's memory over a soak (`soak.py`'s JSON): RSS and its anonymous part
 against minutes, one line pair per file, with the band of ±10 % around the median RSS
-after the warm-up (the issue's bound).
+after the warm-up (the bound RSS is held to).
 
     python3 -m venv ~/.cache/halite/venv-plot && ~/.cache/halite/venv-plot/bin/pip install matplotlib
     ~/.cache/halite/venv-plot/bin/python benches/scripts/plot_soak.py SOAK.json[=LABEL] ... \\

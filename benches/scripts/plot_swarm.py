@@ -2,12 +2,12 @@
 """Plots docs/bench-data/swarm.json (written by swarm.py) into docs/img/swarm.png.
 
     python3 -m venv ~/.cache/halite/venv-plot && ~/.cache/halite/venv-plot/bin/pip install matplotlib
-    ~/.cache/halite/venv-plot/bin/python benches/scripts/plot_swarm.py [SRC.json ...] [--out PNG] [--targets issue12] \
+    ~/.cache/halite/venv-plot/bin/python benches/scripts/plot_swarm.py [SRC.json ...] [--out PNG] [--targets 8000] \
         [--blast returns.json] [--floor floor.jsonl] [--rsa-sign-us 819]
 
 Several sources are plotted together (e.g. the Halite and the reference runs of a sweep).
-The dashed lines are issue 3's targets at 500 minions, or issue 12's at 8,000 with
-``--targets issue12``. ``--blast`` adds the master's own rate of returns (what
+The dashed lines are the targets at 500 minions, or those at 8,000 with
+``--targets 8000``. ``--blast`` adds the master's own rate of returns (what
 ``returns.py`` writes) to the returns panel; ``--floor`` adds the machine's floor
 (``halite-bench floor`` lines: the same traffic served by a process that only frames
 bytes, the median over its runs at each size) to the ``test.ping`` and returns panels.
@@ -28,7 +28,7 @@ import argparse  # noqa: E402
 ap = argparse.ArgumentParser()
 ap.add_argument("src", nargs="*", default=["docs/bench-data/swarm.json"])
 ap.add_argument("--out", default="docs/img/swarm.png")
-ap.add_argument("--targets", choices=["issue3", "issue12"], default="issue3")
+ap.add_argument("--targets", choices=["500", "8000"], default="500")
 ap.add_argument("--blast", default="")
 ap.add_argument("--floor", default="")
 ap.add_argument("--rsa-sign-us", type=float, default=0)
@@ -54,7 +54,7 @@ if a.floor:
 if a.rsa_sign_us:
     cores = data.get("cores", 2)
     rows += [{"master": "rsa", "minions": n, "auth_s": n * a.rsa_sign_us / 1e6 / cores} for n in sorted({r["minions"] for r in rows})]
-TARGETS = {"issue3": [0.4, None, 0.3, 40, 0.1], "issue12": [2, None, 0.5, 100, None]}[a.targets]
+TARGETS = {"500": [0.4, None, 0.3, 40, 0.1], "8000": [2, None, 0.5, 100, None]}[a.targets]
 # Styles that say what a series is: the floor and the blast are not masters under the swarm.
 STYLE = {"floor": dict(color="black", linestyle=":", marker="x"), "rsa": dict(color="black", linestyle=":", marker="x"), "blast": dict(linestyle="-.", marker="s")}
 COLOR = {"halite": "C0", "blast": "C0", "reference": "C1"}
@@ -71,7 +71,7 @@ panels = [
     ("salt '*' test.ping, all returns (s)", [("halite", "cli_ping_s", "Halite CLI"), ("reference", "cli_ping_s", "reference CLI"), ("reference", "local_client_ping_s", "reference LocalClient"), ("floor", "cli_ping_s", "machine floor (no protocol)")], TARGETS[2]),
     ("Memory with all connected (MiB)", [("halite", "rss_mib", "Halite RSS"), ("reference", "pss_mib", "reference PSS"), ("reference", "rss_mib", "reference RSS (sum)")], TARGETS[3]),
     ("Cold start to serving, N keys (s)", [("halite", "cold_start_with_keys_s", "Halite"), ("reference", "cold_start_with_keys_s", "reference")], TARGETS[4]),
-    ("Returns acknowledged per second", [("halite", "returns_per_s", "Halite"), ("blast", "returns_per_s", "Halite, its own rate (blast)"), ("reference", "returns_per_s", "reference"), ("floor", "returns_per_s", "machine floor (no protocol)")], 50000 if a.targets == "issue12" else None),
+    ("Returns acknowledged per second", [("halite", "returns_per_s", "Halite"), ("blast", "returns_per_s", "Halite, its own rate (blast)"), ("reference", "returns_per_s", "reference"), ("floor", "returns_per_s", "machine floor (no protocol)")], 50000 if a.targets == "8000" else None),
 ]
 fig, grid = plt.subplots(2, 3, figsize=(13, 7.5))
 axes = list(grid.flat)

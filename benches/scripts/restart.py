@@ -18,7 +18,7 @@ For each swarm size (default 2000, 8000) and each key mode this script:
 
 ``--first-ping when-subscribed`` starts the first ping run only once every subscription
 is back (a publish reaches only the minions subscribed when it is sent), so the figure
-is no longer rounded up to the first run's timeout: it is when the master had every
+is not rounded up to the first run's timeout: it is when the master had every
 minion connected again plus how long the first complete ping took.
 
 Key modes: ``kept`` (Halite's default: the publish key survives the restart) and

@@ -1,7 +1,7 @@
 //! `halite-bench floor`: what the machine itself allows for the master's traffic shape,
 //! with no protocol, crypto or storage at all.
 //!
-//! The issue-12 goals (`test.ping` to 8,000 minions in 0.5 s, 50,000 returns
+//! The 8,000-minion goals (`test.ping` to 8,000 minions in 0.5 s, 50,000 returns
 //! acknowledged a second) are stated for a two-core machine on which the simulated
 //! minions run beside the master. Much of what the master spends is the kernel's
 //! loopback TCP, and the same kernel work is on the minions' side. This benchmark

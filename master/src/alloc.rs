@@ -1,8 +1,7 @@
 //! The master's heap: mimalloc (v3, the `mimalloc` crate) for everything Rust allocates.
 //!
 //! **Why.** Under a `salt '*' test.ping` to 8,000 minions, glibc's `malloc` and `free`
-//! were about a quarter of the master's CPU (`perf`, docs/benchmarks.md "The request
-//! path, per return"): every allocation larger than about 1 KiB made glibc merge its
+//! are about a quarter of the master's CPU (`perf`): every allocation larger than about 1 KiB made glibc merge its
 //! small free chunks (`malloc_consolidate`) and walk its free lists (`unlink_chunk`), and
 //! a return allocates many small and a few large buffers (frames, the decrypted load,
 //! its msgpack tree, the record). mimalloc keeps free lists per page and per thread: the
@@ -13,7 +12,7 @@
 //! eagerly and gives freed pages back to the kernel after a second. Eager commit is off
 //! (`MI_DEFAULT_ARENA_EAGER_COMMIT=0`, a define of mimalloc's C source that
 //! `.cargo/config.toml` passes to its build: the option is read when the process loads,
-//! before `main`, so setting it here came too late and measured 120–130 MiB), and
+//! before `main`, so setting it here comes too late: 120–130 MiB), and
 //! [`configure`] makes freed pages go back at once. Measured the same hour
 //! (`benches/scripts/ping_cpu.py`), the same code apart from the allocator:
 //!
@@ -29,10 +28,10 @@
 //! (RocksDB's memtables and caches, OpenSSL) still comes from glibc's heap, which
 //! `daemon::trim` keeps small.
 //!
-//! Re-measured on the AMD machine (2026-11-28, three alternated pairs at 8,000 minions,
-//! judged by the master's CPU over the swarm's in the same runs): a purge delay of 100 ms
-//! saved nothing and kept 10 MiB more (docs/benchmarks.md, "A steadier measure for A/B
-//! runs"), so the purge stays at once.
+//! On the AMD machine (three alternated pairs at 8,000 minions, judged by the master's
+//! CPU over the swarm's in the same runs) a purge delay of 100 ms saves nothing and
+//! keeps 10 MiB more (docs/benchmarks.md, "Allocator and OpenSSL settings"), so the
+//! purge is at once.
 //!
 //! **Start-up.** Purging at once costs a start: reading a log's tail allocates and frees
 //! an entry's buffers (up to megabytes each) again and again, and each allocation

@@ -2,7 +2,7 @@
 //! `master` file, a working config with one byte changed, and every known option given
 //! a value of any YAML type. What must hold: `MasterConfig::load` never panics; it
 //! answers a config or a clear error naming the file (and the option, when one is at
-//! fault). The long run is `docs/benchmarks.md`'s ("Fuzzing"). It found that a huge
+//! fault). The long run is `docs/benchmarks.md`'s ("Hostile-input bounds"). It found that a huge
 //! `keep_jobs` (hours) overflowed its conversion to seconds.
 
 use proptest::prelude::*;

@@ -1,4 +1,4 @@
-//! Events (spec §9.3): a tag and a map of data. Request commands and admin verbs return
+//! Events (Salt's event bus): a tag and a map of data. Request commands and admin verbs return
 //! the events they cause; the daemon fires them on its bus (`daemon::bus`) once the
 //! records they follow are committed, and stamps them then with Salt's `_stamp`.
 
@@ -28,7 +28,7 @@ enum Data {
 }
 
 /// Tags minions may not fire: Salt's `_minion_event` blacklist for `events` lists, and
-/// `cluster/*` (the tags members use among themselves, spec §9.1). Halite applies it to
+/// `cluster/*` (the tags members use among themselves). Halite applies it to
 /// a single `tag` too.
 pub fn blacklisted(tag: &str) -> bool {
     use crate::glob::fnmatch;

@@ -1,4 +1,4 @@
-//! Jobs: jids, the minions a target is expected to reach, job cache expiry (spec §8–9).
+//! Jobs: jids, the minions a target is expected to reach, job cache expiry.
 
 use halite_storage::keys::BankState;
 use halite_storage::state::StateMachine;

@@ -3,7 +3,7 @@
 //! A lone master's pair is a `master_key_pair` record in its log (set once), and the key
 //! view's master bank is materialised from it like any other view: `<master_id>.pem` /
 //! `<master_id>.pub` (`master_id` = the master's `id` without a trailing `_master`,
-//! Salt 3008's naming, `key-storage.md` §1.6), with `localfs_key` also the links
+//! Salt 3008's naming, `docs/formats.md` §4), with `localfs_key` also the links
 //! `master.pem` / `master.pub`. So wiping the keys directory, or `halite-ctl
 //! rebuild-views`, never loses the key. On the first start over a pki dir a Salt master
 //! (or an earlier Halite) filled, the pair found there is the one recorded; otherwise a

@@ -1,5 +1,5 @@
-//! The HashRing Salt 3008's cluster uses to name an owner for a key (cluster-protocol.md
-//! §5): XXH3-64 (seed 0) positions, 150 virtual nodes per member at the hash of
+//! The HashRing Salt 3008's cluster uses to name an owner for a key
+//! (`salt/utils/hashring.py` in Salt 3008): XXH3-64 (seed 0) positions, 150 virtual nodes per member at the hash of
 //! `"<member>#vnode<r>"`, a colliding token moved to the next free position, and the
 //! owner of a key the member of the first token strictly after the key's hash (wrapping).
 //!

@@ -3,8 +3,8 @@
 //! restarts, and so that a membership change can carry the address the member listens
 //! on.
 //!
-//! This file is the only place that builds or reads those bytes; `docs/formats.md`
-//! ("entry context", §2) specifies them. Two versions exist; this build writes v1 and
+//! This file is the only place that builds or reads those bytes;
+//! `docs/formats.md` §2 ("Entry context") specifies them. Two versions exist; this build writes v1 and
 //! reads both:
 //!
 //! ```text

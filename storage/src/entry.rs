@@ -4,8 +4,7 @@
 //! are deduplicated and are applied as one unit (`state/proposals.rs`) and the proposer
 //! answers once, for exactly that proposal. The entry's `data` is:
 //!
-//! - **one record**: the framed record itself (`format.rs`), the layout every entry
-//!   had before batches existed, so old logs read unchanged;
+//! - **one record**: the framed record itself (`format.rs`);
 //! - **several records**: a batch:
 //!
 //! ```text
@@ -23,7 +22,7 @@
 //! the records end exactly where the entry ends; any failure is an
 //! [`Error::BadRecord`] naming the offset, never a panic.
 //!
-//! - **several proposals** of one proposer (a group, written since the eighth session):
+//! - **several proposals** of one proposer (a group):
 //!   concurrent proposals handed to raft together share one entry, so a burst of
 //!   thousands of one-record proposals (a job's returns) costs raft a few entries, not
 //!   thousands. Each keeps its own identity and is deduplicated and answered on its own:

@@ -154,8 +154,8 @@ fn key_set_expectation_is_optional_on_the_wire() {
 }
 
 /// A return, a job or a report is encoded into one buffer sized up front
-/// ([`Record::payload_len_hint`]): the output never grew (it used to double from 140
-/// bytes, two or three times for a return of a few hundred bytes).
+/// ([`Record::payload_len_hint`]): the output never grows (a vector grown from 140
+/// bytes would double two or three times for a return of a few hundred bytes).
 #[test]
 fn large_fields_are_encoded_without_regrowing() {
     let load = vec![0xa1; 3000];

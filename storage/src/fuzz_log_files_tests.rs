@@ -8,7 +8,7 @@
 //!
 //! The default run is short (proptest's 256 cases); the long run is
 //! `PROPTEST_CASES=N cargo test -p halite-storage --lib fuzz_log_files`
-//! (`docs/benchmarks.md`, "Fuzzing").
+//! (`docs/benchmarks.md`, "Hostile-input bounds").
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

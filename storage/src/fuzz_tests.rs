@@ -5,7 +5,7 @@
 //! bounds (a panic or an abort fails the run), and a clear error for what is refused.
 //!
 //! The default run is short (proptest's 256 cases per property). The long run is a
-//! documented command (`docs/benchmarks.md`, "Fuzzing"):
+//! documented command (`docs/benchmarks.md`, "Hostile-input bounds"):
 //! `PROPTEST_CASES=200000 cargo test --release -p halite-storage fuzz_`.
 
 use proptest::prelude::*;

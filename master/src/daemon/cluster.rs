@@ -5,8 +5,7 @@
 //! a minion behind a load balancer may sign in on one member, send requests to another
 //! and subscribe to a third. In Halite both secrets are records in the log
 //! (`cluster_key_pair`, `aes_key_rotation`), set once per generation, so every member
-//! applies exactly the same ones; the reference copies files and can diverge
-//! (cluster-protocol.md §2.6).
+//! applies exactly the same ones; the reference copies files and can diverge.
 //!
 //! At start a member waits until both are applied. The leader proposes what is missing:
 //! the `cluster.pem` already in `cluster_pki_dir` if there is one (a shared-filesystem

@@ -7,12 +7,12 @@
 //!   keeps receiving while the requests in flight are at their limit, so the socket's
 //!   fair queue keeps polling every connection: a peer that closed its connection (a
 //!   minion whose request timed out, a sign-in storm after a restart) is seen at once
-//!   and its descriptor closed. Before, the loop stopped receiving while it waited for a
-//!   permit, no connection was polled, and closed connections piled up in `CLOSE-WAIT`
-//!   holding their descriptors and read buffers (19,000 of them, 1.2 GiB, in a restart
-//!   storm of 8,000 minions).
+//!   and its descriptor closed. A loop that stopped receiving while it waited for a
+//!   permit would poll no connection, and closed connections would pile up in
+//!   `CLOSE-WAIT` holding their descriptors and read buffers (19,000 of them, 1.2 GiB,
+//!   in a restart storm of 8,000 minions).
 //! - the **starter** takes the waiting requests in order, waits for a permit and the
-//!   budget's charge for each (as the loop did before), and spawns its handler — unless
+//!   budget's charge for each, and spawns its handler — unless
 //!   the peer that sent it has gone meanwhile (its connection closed: the reply could
 //!   not reach it, and a minion that gave up has sent or will send the request again on
 //!   a new connection). Such a request is dropped without being handled, counted as
@@ -23,7 +23,7 @@
 //! The waiting queue is bounded: at most [`MAX_WAITING`] requests and
 //! [`MAX_WAITING_BYTES`] bytes (a request larger than that waits alone). When it is
 //! full the reader stops receiving, so what the master holds stays bounded and TCP flow
-//! control holds the senders back, as before. A minion has at most one request
+//! control holds the senders back. A minion has at most one request
 //! outstanding on a connection, so a fleet of tens of thousands fits before that.
 //! A waiting request is copied out of its connection's read buffer, so it holds its
 //! own bytes and not the buffer it was read into.

@@ -1,4 +1,4 @@
-//! Events across a cluster (spec §9.1): every event fired on one member's bus is fired
+//! Events across a cluster: every event fired on one member's bus is fired
 //! on every other member's bus too, with Salt's `__peer_id` (the name of the member it
 //! was fired on) added to its data, so `salt-run state.event` on any member shows what
 //! happened on all of them.

@@ -72,7 +72,7 @@ pub fn rotate_if_old(m: &Master) {
 }
 
 /// Replaces the publish AES key. Connected minions learn the new one by
-/// re-authenticating when a publish fails to decrypt (spec §10). The new key is the
+/// re-authenticating when a publish fails to decrypt, as salt-minion does. The new key is the
 /// next generation's record (a cluster's and a lone master's alike),
 /// installed when it applies; if two rotations race for a generation the first
 /// committed wins everywhere.

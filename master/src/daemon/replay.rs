@@ -24,9 +24,9 @@
 //! at least `window` unless `keep` newer ones came in meanwhile, and at most `2 × keep`
 //! are remembered (about 2.3 MiB a generation at the default 65,536: a table of 131,072
 //! 16-byte slots). A collision of two live digests would need about 2^64 of them.
-//! Nothing is ever removed one by one: an earlier design (a map plus a queue of what to forget, in order) kept 7.8 MiB
-//! at the same bound, as the forgotten slots of a hash table under constant
-//! insert-and-remove filled it until it doubled (docs/benchmarks.md "Memory soak").
+//! Nothing is ever removed one by one: a map plus a queue of what to forget, in order,
+//! holds 7.8 MiB at the same bound, as the forgotten slots of a hash table under
+//! constant insert-and-remove fill it until it doubles.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};

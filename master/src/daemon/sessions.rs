@@ -1,4 +1,4 @@
-//! Per-minion session keys (spec §3.5): the key that encrypts a minion's requests and the
+//! Per-minion session keys (Salt's AES session key of a minion): the key that encrypts a minion's requests and the
 //! replies to them. Kept in memory and in one append-only journal,
 //! `cachedir/sessions/journal` (format: `docs/formats.md` §7), so they survive a restart.
 //! A key older than `publish_session` seconds is no longer handed out: the minion then
@@ -8,14 +8,13 @@
 //! the sign-in's records are committed), never for an id that has not authenticated: a
 //! lookup reads memory only and makes nothing.
 //!
-//! **Why a journal.** Each key used to be a file of its own (`sessions/<id>`, written to
-//! a temporary name and renamed): three file-system calls and a directory entry per
-//! sign-in, about 5 % of a master's CPU in an 8,000-minion sign-in storm, and 8,000 file
-//! reads after a restart. Now a sign-in appends one record (one `write`), and a start
-//! reads one file. The journal is rewritten with only the live keys at every start and
+//! **Why a journal.** A file per key (`sessions/<id>`, written to a temporary name and
+//! renamed) costs three file-system calls and a directory entry per sign-in, about 5 %
+//! of a master's CPU in an 8,000-minion sign-in storm, and 8,000 file reads after a
+//! restart. A sign-in appends one record (one `write`), and a start reads one file. The journal is rewritten with only the live keys at every start and
 //! whenever it holds more than twice as many records as live keys (plus
-//! [`COMPACT_SLACK`]). A start also takes in the per-id files an older Halite left, then
-//! removes them.
+//! [`COMPACT_SLACK`]). A start also takes in per-id files (`sessions/<id>`) it finds,
+//! then removes them.
 //!
 //! **What a key survives.** The journal is not fsynced: a key outlives a restart and a
 //! crash of the master (the kernel writes the page cache out), not the machine's power
@@ -87,8 +86,8 @@ struct Inner {
 }
 
 impl Sessions {
-    /// Opens the sessions directory: reads the journal (and an older Halite's per-id
-    /// files), drops expired keys and rewrites the journal with the rest.
+    /// Opens the sessions directory: reads the journal (and any per-id files
+    /// `sessions/<id>`), drops expired keys and rewrites the journal with the rest.
     pub fn new(dir: PathBuf, max_age: Duration) -> Self {
         if let Err(e) = std::fs::create_dir_all(&dir) {
             tracing::error!(dir = %dir.display(), "cannot create the sessions directory: {e}");

@@ -28,13 +28,13 @@
 //! never holds more than one reply; a client that pipelines requests and never reads
 //! the replies finds its queue full, and further replies to it are dropped (counted and
 //! logged as `reason="reply_queue_full"` by [`super::requests`]), as ZeroMQ's
-//! high-water mark drops them for Salt. Before, each reply was queued on a clone of the
-//! connection's sender, which always had room: eight such clients grew a master by
-//! 43 MiB every half second, without end.
+//! high-water mark drops them for Salt. Each reply is queued on the sender kept for the
+//! connection: a clone of it would always have room, and eight such clients would grow
+//! a master by 43 MiB every half second, without end.
 //!
 //! An idle connection holds no read or write buffer (`release_idle_buffers`): a
 //! minion's connections are idle nearly all the time, and a buffer kept at the size
-//! its largest read grew it to (up to 64 KiB) was most of a connection's memory.
+//! its largest read grew it to (up to 64 KiB) would be most of a connection's memory.
 //!
 //! A connection must complete the ZMTP handshake within [`HANDSHAKE_TIMEOUT`], so a
 //! peer that connects and stays silent (or trickles its greeting) does not hold a
@@ -95,9 +95,9 @@ pub fn request_options(cfg: &MasterConfig) -> SocketOptions {
     o.release_idle_buffers(true);
     // A connection's first read is this large, and the adaptive chunk never shrinks
     // below twice it: a request (a return is about 570 bytes, a sign-in about a
-    // kilobyte) arrives in one read. From the crate's 128 bytes, the chunk grew only as
-    // reads filled it, and a tenth of the returns of a 1,000-minion blast were read in
-    // two pieces (docs/benchmarks.md, "Where a return's work goes").
+    // kilobyte) arrives in one read. From the crate's default of 128 bytes the chunk
+    // grows only as reads fill it, and a tenth of the returns of a 1,000-minion blast
+    // are read in two pieces (docs/benchmarks.md, "Returns").
     o.read_buffer(REQUEST_READ_CHUNK, 64 << 10, 2);
     o
 }

@@ -4,11 +4,11 @@
 //! (or not), then bytes a property test chose (random bytes, or frame headers with any
 //! flags and any declared length up to `u64::MAX`, followed by a little of the body) and
 //! hangs up. After each case a well-behaved DEALER still gets its message through.
-//! What must hold: no panic and no abort (a frame declaring a huge length used to make
+//! What must hold: no panic and no abort (unbounded, a frame declaring a huge length makes
 //! the codec reserve it: `memory allocation of 1099511693321 bytes failed`), and the
 //! socket keeps serving.
 //!
-//! The default run is short (64 cases); the long run is `docs/benchmarks.md`, "Fuzzing".
+//! The default run is short (64 cases); the long run is `docs/benchmarks.md`, "Hostile-input bounds".
 
 use std::sync::OnceLock;
 use std::time::Duration;

@@ -1,15 +1,15 @@
 //! Giving the memory a burst freed back to the system.
 //!
-//! Since the Rust heap moved to mimalloc (`crate::alloc`, which purges its free pages by
-//! itself), glibc's heap holds what the C and C++ libraries allocate: RocksDB's memtables
-//! and caches, OpenSSL. What follows was measured when it held everything, and still
-//! applies to them.
+//! The Rust heap is mimalloc's (`crate::alloc`, which purges its free pages by itself);
+//! glibc's heap holds what the C and C++ libraries allocate: RocksDB's memtables and
+//! caches, OpenSSL. What follows was measured with everything on glibc's heap, and
+//! applies to what it holds.
 //!
 //! glibc's `free` returns memory to the kernel only from the top of a heap: after a
 //! burst (8,000 minions signing in, a job's 8,000 returns decrypted and stored at once)
 //! the freed chunks in the middle of the heaps stay resident, as free memory of the
 //! process, until they are reused. Measured at 8,000 simulated minions after five
-//! `test.ping`s (docs/benchmarks.md "1,000 to 8,000 minions"): 97.5 MiB taken from the
+//! `test.ping`s, everything on glibc's heap: 97.5 MiB taken from the
 //! system by the allocator, 65 MiB of it in use; a `malloc_trim(0)` gave back 11.7 MiB
 //! of resident memory. (The arenas are not the cause: the master uses two, whatever its
 //! thread count, so `M_ARENA_MAX` changes nothing.)

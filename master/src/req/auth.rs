@@ -1,4 +1,4 @@
-//! `_auth`: the sign-in decision (spec `minion-protocol.md` §5).
+//! `_auth`: the sign-in decision (Salt's `salt/channel/server.py`, `_auth`).
 //!
 //! The minion presents its id and public key; the answer depends on what the keys bank
 //! holds for the id and on the master's options:

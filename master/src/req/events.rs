@@ -1,4 +1,4 @@
-//! `_minion_event`: events a minion fires onto the master's bus (spec §9.3).
+//! `_minion_event`: events a minion fires onto the master's bus.
 //!
 //! A single `tag` + `data` fires the whole load under that tag; an `events` list fires
 //! each `data` under its `tag` (at most 1,000); with a `pretag` each is also fired as

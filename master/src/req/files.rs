@@ -1,4 +1,4 @@
-//! The file server (Salt's `roots` backend, spec §7.1 and §7.3): the `_file_*`,
+//! The file server (Salt's `roots` backend, `salt/fileserver/roots.py`): the `_file_*`,
 //! `_serve_file`, `_dir_list` and `_symlink_list` commands over `file_roots`.
 //!
 //! A request names a saltenv and a path relative to it (`salt://` stripped; a

@@ -5,7 +5,7 @@
 //! and nothing is recorded for a request that did not authenticate.
 //!
 //! The default run is short (proptest's 256 cases per property). The long run is a
-//! documented command (`docs/benchmarks.md`, "Fuzzing"):
+//! documented command (`docs/benchmarks.md`, "Hostile-input bounds"):
 //! `PROPTEST_CASES=200000 cargo test --release -p halite-master fuzz_`.
 
 use std::sync::OnceLock;

@@ -1,4 +1,4 @@
-//! The small AES commands: `_master_opts` (spec §7.4), `_master_tops`,
+//! The small AES commands: `_master_opts`, `_master_tops`,
 //! `_register_resources` and anything unknown (an empty map, as Salt answers). The mine
 //! is [`super::mine`].
 

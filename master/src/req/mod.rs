@@ -1,4 +1,4 @@
-//! Minion requests on the request port (spec §4–§7): one [`Command`] per request,
+//! Minion requests on the request port (Salt's `salt/daemons/masterapi.py` commands): one [`Command`] per request,
 //! parsed from the load, then answered from a read-only [`View`].
 //!
 //! [`handle`] is the whole path of one request body: the envelope checks

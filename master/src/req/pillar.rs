@@ -1,7 +1,7 @@
 //! `_pillar`: records the minion's grains (a `grains_report` record) and, when it
 //! changed, the compiled pillar (a `pillar_cache` record, for pillar targeting), and
-//! answers with its pillar, compiled from `pillar_roots` (`crate::pillar`), privately encrypted (spec
-//! §7.2): a fresh AES key, RSA-encrypted to the minion, seals the signed pillar, so no
+//! answers with its pillar, compiled from `pillar_roots` (`crate::pillar`), privately encrypted
+//! (as Salt's `_pillar` with `enc_algo`): a fresh AES key, RSA-encrypted to the minion, seals the signed pillar, so no
 //! other minion sharing a session key (a cluster's) can read it. With
 //! `minion_data_cache: False` neither record is written.
 

@@ -1,4 +1,4 @@
-//! `_return`: a minion's job return, stored as a `job_return` record (spec §9).
+//! `_return`: a minion's job return, stored as a `job_return` record.
 //!
 //! Returns with jid `nocache`, or without a jid or a `return`, are not stored (Salt's
 //! rule). A return with jid `req` is a job

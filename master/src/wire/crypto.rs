@@ -1,4 +1,4 @@
-//! Salt's cryptography (spec `minion-protocol.md` §3): RSA-OAEP, PKCS#1 v1.5 signatures,
+//! Salt's cryptography (as Salt's `salt.crypt` module does it): RSA-OAEP, PKCS#1 v1.5 signatures,
 //! the raw ANSI X9.31 "private encrypt" of `tok` and the auth `sig`, and the "Crypticle"
 //! (AES-192-CBC + HMAC-SHA256).
 //!
@@ -281,12 +281,12 @@ impl PublicKey {
 /// by 32 HMAC bytes.
 ///
 /// The HMAC key is prepared once (SHA-256 of the padded key, inner and outer), so a
-/// message costs only its own hashing: building an OpenSSL MAC key per message was 6 % of
-/// the master's CPU under an 8,000-minion `test.ping`.
+/// message costs only its own hashing: building an OpenSSL MAC key per message costs 6 %
+/// of the master's CPU under an 8,000-minion `test.ping`.
 ///
 /// AES is RustCrypto's `aes` (AES-NI when the CPU has it, else a constant-time bitsliced
-/// fallback): OpenSSL 3's `EVP_CipherInit_ex` looked the cipher up in its provider and
-/// built a context for every message, 2–3 % of the master's CPU per return. The key
+/// fallback): OpenSSL 3's `EVP_CipherInit_ex` looks the cipher up in its provider and
+/// builds a context for every message, 2–3 % of the master's CPU per return. The key
 /// schedule is expanded per message (tens of nanoseconds with AES-NI) rather than kept:
 /// kept, it is about a kilobyte for each of 8,000 session keys, 14 MiB of RSS.
 ///
@@ -365,8 +365,7 @@ impl Crypticle {
     pub fn encrypt_into(&self, plaintext: &[u8], out: &mut Vec<u8>) -> Result<()> {
         // The IV from the thread's CSPRNG (`rand`'s ChaCha, seeded from the OS and
         // reseeded after a fork): OpenSSL's `RAND_bytes` asks the kernel for the pid
-        // at every call to notice forks, a syscall a return (docs/benchmarks.md, "The
-        // machine's floor").
+        // at every call to notice forks, a syscall a return.
         let iv: [u8; 16] = rand::Rng::gen(&mut rand::thread_rng());
         let start = out.len();
         let padded = Self::sealed_len(plaintext.len()) - 16 - 32;

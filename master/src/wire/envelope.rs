@@ -1,4 +1,4 @@
-//! The request envelope (spec `minion-protocol.md` §4) and the checks every request
+//! The request envelope (Salt's `salt/channel/server.py`) and the checks every request
 //! passes before a command sees it.
 //!
 //! ```text
@@ -36,7 +36,7 @@ pub const MIN_VERSION: i64 = 3;
 /// the only part of a request decoded into a tree before anyone is known, and a tree
 /// takes about 40 bytes a value however small the value is on the wire (a nil is one
 /// byte), so without this bound a 60 MB `ping` of nils held 4.2 GB while it was
-/// answered (docs/benchmarks.md "A request's tree, bounded").
+/// answered (docs/benchmarks.md "Hostile-input bounds").
 pub const CLEAR_LOAD_MAX: usize = 64 * 1024;
 
 /// Why a request was refused before any command saw it.

@@ -1,4 +1,4 @@
-//! Salt payloads: msgpack as a Python minion writes it (spec `minion-protocol.md` §2).
+//! Salt payloads: msgpack as a Python minion writes it (Salt's `salt/payload.py`).
 //!
 //! Python sends text and binary blobs alike as msgpack *str*, so a str may hold bytes that
 //! are not UTF-8 (ciphertexts, signatures). Values are kept as [`rmpv::Value`], which

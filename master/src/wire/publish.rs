@@ -1,4 +1,4 @@
-//! The publish envelope (spec §8.2): a job load sealed with the publish AES key and
+//! The publish envelope (Salt's `salt/channel/server.py`, `PubServerChannel`): a job load sealed with the publish AES key and
 //! signed with the master key, numbered with `serial` on a lone master.
 
 use rmpv::Value;
@@ -13,7 +13,7 @@ fn serial_floor() -> u64 {
     u64::try_from(us).unwrap_or(0).min(i64::MAX as u64 / 2)
 }
 
-/// Publishes jobs: serial numbers and the envelope (spec §8.2).
+/// Publishes jobs: serial numbers and the envelope.
 pub struct Publisher {
     aes: Crypticle,
     serial: u64,
@@ -26,7 +26,7 @@ impl Publisher {
     /// A lone master's publisher. Its serials start at the wall clock in microseconds,
     /// not at zero: a lone master keeps its AES key across restarts (`daemon::cluster`),
     /// and a minion that did not sign in again keeps the last serial it accepted for that
-    /// key, dropping every publish numbered at or below it (spec §8.2). A run publishes
+    /// key, dropping every publish numbered at or below it. A run publishes
     /// far fewer than one job a microsecond, so a later start numbers above every earlier
     /// run's serials (unless the clock is set back by more than the gap).
     pub fn new(aes: Crypticle) -> Self {
@@ -38,7 +38,7 @@ impl Publisher {
         Publisher { aes, serial: 0, numbered: false }
     }
 
-    /// Switches to a new AES key; serials start again from zero for it (spec §8.2).
+    /// Switches to a new AES key; serials start again from zero for it.
     pub fn rotate(&mut self, aes: Crypticle) {
         self.aes = aes;
         self.serial = 0;

@@ -8,7 +8,7 @@
 //! its named reasons; a changed frame never opens; nothing is accepted that was not sealed.
 //!
 //! The default run is short (proptest's 256 cases per property). The long run is a
-//! documented command (`docs/benchmarks.md`, "Fuzzing"):
+//! documented command (`docs/benchmarks.md`, "Hostile-input bounds"):
 //! `PROPTEST_CASES=200000 cargo test --release -p halite-replication fuzz_`.
 
 use protobuf::Message as _;

@@ -1,4 +1,4 @@
-//! The `localfs_key` view: Salt's classic pki tree (`key-storage.md` §1).
+//! The `localfs_key` view: Salt's classic pki tree (`docs/formats.md` §4).
 //!
 //! ```text
 //! <pki_dir>/minions/<id>            accepted   (file content = the pub text, mode 0600)

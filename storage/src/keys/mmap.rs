@@ -1,4 +1,4 @@
-//! The `mmap_key` view (`key-storage.md` §4): three MmapCache banks in the pki dir.
+//! The `mmap_key` view (`docs/formats.md` §4): three MmapCache banks in the pki dir.
 //!
 //! | bank          | index file           | value                                   |
 //! |---------------|----------------------|-----------------------------------------|

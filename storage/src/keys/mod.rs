@@ -4,8 +4,8 @@
 //! `salt-key` (and Halite's, with the master stopped) can read. Two drivers implement
 //! [`KeyView`], selected by the master option `keys.cache_driver`:
 //!
-//! * [`localfs::LocalfsKeys`]: the classic `pki_dir/minions*` tree (`key-storage.md` §1);
-//! * [`mmap::MmapKeys`]: the `.mmap_*.idx` files (`key-storage.md` §3–4).
+//! * [`localfs::LocalfsKeys`]: the classic `pki_dir/minions*` tree (`docs/formats.md` §4);
+//! * [`mmap::MmapKeys`]: the `.mmap_*.idx` files (`docs/formats.md` §4).
 
 pub mod localfs;
 pub mod mmap;

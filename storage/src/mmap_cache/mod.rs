@@ -1,5 +1,5 @@
 //! The MmapCache file engine, byte-compatible with Salt 3008.5's `salt/utils/mmap_cache.py`
-//! (spec: `key-storage.md` §3). It is the storage under the `mmap_key` view.
+//! (layout: `docs/formats.md` §4). It is the storage under the `mmap_key` view.
 //!
 //! For an index path `P` the files are:
 //!

@@ -131,7 +131,7 @@ impl StateMachine {
     /// starts where that one ended (the skip list keeps the position), and the nodes on
     /// the way are still in cache. That pays in large batches (replay, catching up:
     /// a third more returns applied a second); a live master's batches are small, and
-    /// there it measured the same (docs/benchmarks.md, "A return stored as it came"). The sort is stable, so two
+    /// there it measures the same (docs/benchmarks.md, "Returns"). The sort is stable, so two
     /// puts of one key keep their order and the later still wins; returns are only
     /// ever put, and a range deletion of returns takes the returns before it first
     /// (`JobsExpired`), so the order of what the batch does is otherwise unchanged.

@@ -1,10 +1,9 @@
 //! The keys and denied banks read: whole entries ([`StateMachine::get_key`],
 //! [`StateMachine::keys`], the denied bank's), and by state without copying keys.
 //!
-//! A publish targets the accepted keys: `salt '*'` at 8,000 minions read every stored
-//! key (its state, time and PEM) into memory to keep the ids of the accepted ones, about
-//! 10 ms of the master's CPU before the job could go out (docs/benchmarks.md, "Where a
-//! return's work goes, counted"). These reads look at each entry's state byte in place (a raw
+//! A publish targets the accepted keys: reading every stored key (its state, time and
+//! PEM) into memory to keep the ids of the accepted ones costs `salt '*'` at 8,000
+//! minions about 10 ms of the master's CPU before the job can go out. These reads look at each entry's state byte in place (a raw
 //! iterator: no copy of the entry, no PEM) and keep only what is asked for: the ids in a
 //! state, or how many there are. The scan does not fill the block cache, which is smaller
 //! than the bank (`options::BLOCK_CACHE_BYTES`).

@@ -20,11 +20,10 @@ use crate::error::Result;
 pub const MEMTABLE_BYTES: usize = 4 << 20;
 /// All memtables together: past this, RocksDB flushes (all families at once, as
 /// `atomic_flush` keeps them consistent with `applied_index`). 4 MiB: with 16 the
-/// memtables were the largest single part of a master's heap at 8,000 minions, and the
-/// group commit rate is the same with 8 (docs/benchmarks.md "Group commit",
-/// 2026-11-24); with 4 the master's RSS after 30 `test.ping`s to 8,000 minions is
-/// about 3 MiB lower and its CPU per ping no higher (a flush about every ping; "Memory
-/// at 8,000 minions", eighth session).
+/// memtables are the largest single part of a master's heap at 8,000 minions, and the
+/// group commit rate is the same with 8 (`halite-bench commit`); with 4 the master's RSS
+/// after 30 `test.ping`s to 8,000 minions is about 3 MiB lower than with 8 and its CPU
+/// per ping no higher (a flush about every ping).
 pub const MEMTABLES_TOTAL_BYTES: usize = 4 << 20;
 /// Table files kept open at most (RocksDB's default: all, for ever; the master counts its
 /// descriptors, master/src/daemon/files.rs); others are closed and reopened on use.
@@ -34,7 +33,7 @@ pub const MAX_OPEN_TABLES: i32 = 256;
 /// cache of 8 MiB for each family). Small: the table files stay in the kernel's page
 /// cache, which is not the master's memory, so a block read again costs a copy and a
 /// decompression, not a disk read; at 8,000 minions an 8 MiB cache held 6.9 MiB of keys
-/// and returns (heaptrack). 4 MiB since the index blocks live here too (2 MiB before).
+/// and returns (heaptrack). 4 MiB, as the index blocks live here too.
 pub const BLOCK_CACHE_BYTES: usize = 4 << 20;
 
 /// The database-wide options of [`super::StateMachine::open`] (the families' own are
@@ -59,7 +58,7 @@ pub fn read_write() -> Options {
 /// (RocksDB's default is 64 MiB, two of them per family before writes stall) and the
 /// database's one block cache, which also holds the tables' index and filter blocks
 /// (RocksDB's default keeps them in each open table's reader, outside any bound: they
-/// grew with the job cache, docs/benchmarks.md "What grows: the table readers"); the
+/// grow with the job cache, docs/benchmarks.md "Memory"); the
 /// level-0 tables' stay pinned there, as the newest returns are read from them.
 fn family(cache: &Cache) -> Options {
     let mut opts = Options::default();

@@ -27,14 +27,14 @@
 //! batch ([`Progress`]): the keys still above the mark, point deletes for the stored
 //! ones now below it, the mark; a proposal's key put and deleted within the batch is
 //! never written. Proposals apply in the order they were made, so the mark moves over
-//! every one of them and none is written at all: one put a proposer a batch. (Before
-//! the mark moved over applied seqs, each proposal still awaited when its batch was
-//! made was put and, a batch later, deleted: two of the three memtable inserts a
-//! return cost.) And the check "applied before?" reads the database only for a
+//! every one of them and none is written at all: one put a proposer a batch. (A mark
+//! that did not move over applied seqs would put each proposal still awaited when its
+//! batch was made and, a batch later, delete it: two more memtable inserts a return.)
+//! And the check "applied before?" reads the database only for a
 //! proposal at or below the highest one of its incarnation stored ([`AppliedHighs`]),
 //! which under load is none: the proposals arrive in order. Measured with `halite-bench
-//! apply --returns` (`docs/benchmarks.md`, "Apply and replay"): 77-102k returns/s when
-//! each entry wrote its own bookkeeping and read the database, 273-357k/s now.
+//! apply --returns` (`docs/benchmarks.md`, "Returns"): 77-102k returns/s when each
+//! entry writes its own bookkeeping and reads the database, 273-357k/s this way.
 //!
 //! Column family `proposals` (`docs/formats.md` §3):
 //!

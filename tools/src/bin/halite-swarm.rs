@@ -15,7 +15,7 @@ use halite_tools::swarm::{self, Options};
 
 /// mimalloc, as the master: with glibc's heap, `malloc` and `free` were a fifth of the
 /// swarm's CPU in a `test.ping` loop, CPU the master it measures shares the machine
-/// with (docs/benchmarks.md, "Sign-in, and the load generator's own CPU"). mimalloc's
+/// with (docs/benchmarks.md, "Returns"). mimalloc's
 /// own defaults: the swarm's memory is not what is measured.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -3,7 +3,7 @@
 //!
 //! In the ordinary mode a job's returns per second are bounded by the swarm itself: on
 //! the same cores as the master it decrypts every publish, builds and encrypts every
-//! return (docs/benchmarks.md, "Sign-in, and the load generator's own CPU"). Here each
+//! return (docs/benchmarks.md, "Returns"). Here each
 //! minion holds the first `N` publishes it matches instead of answering them, and builds
 //! (encrypts) their `N` returns ahead of time. Once every minion holds its `N`, all of
 //! them send at once, each its returns one after the other on its request socket as

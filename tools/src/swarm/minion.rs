@@ -1,5 +1,5 @@
 //! One simulated minion: the salt-minion 3008 wire behaviour the load generator needs,
-//! and nothing else (spec `minion-protocol.md` §4, §5, §8, §9).
+//! and nothing else (Salt's `salt/channel/client.py` and `salt/crypt.py`).
 //!
 //! - sign-in: a clear `_auth` on a short-lived REQ socket; every check a real minion
 //!   makes on the reply (outer signature, the X9.31 `sig` of the publish key, the nonce,
@@ -122,7 +122,7 @@ pub fn auth_request(me: &Identity, nonce: &str, master_pub: Option<&PublicKey>) 
     Ok(payload::encode(&map([("enc", Value::from("clear")), ("load", Value::Map(load)), ("version", Value::from(3))])))
 }
 
-/// Checks an `_auth` reply the way the minion does (§5.5) and returns the credentials.
+/// Checks an `_auth` reply the way salt-minion does (`salt/crypt.py`, `AsyncAuth`) and returns the credentials.
 pub fn auth_reply(me: &Identity, nonce: &str, reply: &[u8], cached: Option<&PublicKey>) -> Result<Creds> {
     let bad = |m: &str| MinionError::BadReply(m.to_string());
     let outer = payload::decode(reply).map_err(|e| bad(&e.to_string()))?;

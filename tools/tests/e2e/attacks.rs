@@ -275,8 +275,8 @@ fn gauge(env: &Env, health: u16, name: &str) -> f64 {
 /// Each is a clear request whose load is a map of about 100,000 entries: stepping over
 /// it (a clear load over 64 KiB is refused unread, `"bad load"`) takes the master longer
 /// than reading the next one off the socket, so the next one finds the budget spent.
-/// (An AES request that cannot decrypt no longer does: its ciphertext is read in place,
-/// so it is answered before the next megabyte has arrived.)
+/// (An AES request that cannot decrypt would not: its ciphertext is read in place, so
+/// it is answered before the next megabyte has arrived.)
 #[test]
 fn large_requests_wait_for_the_in_flight_budget_and_are_all_answered() {
     let health = port_free_on(&loopback(1).iter().map(String::as_str).collect::<Vec<_>>());

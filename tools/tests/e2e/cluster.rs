@@ -201,10 +201,10 @@ fn a_restarted_member_catches_up_from_the_log() {
     wait_for("the first member to catch up", 60, || c.envs[0].ids("minions") == ["k1"]);
 }
 
-/// The issue-9 scenario: a minion first seen while a member was down is accepted; the
+/// A minion first seen while a member was down is accepted; the
 /// member restarts and the minion signs in through it at once, possibly before it has
 /// caught up. Whatever that member read, the log decides: the minion is let in and its
-/// key stays accepted on every member (before, the stale member's "pending" undid the
+/// key stays accepted on every member (the stale member's "pending" must not undo the
 /// accept everywhere). In practice the restarted member does decide "pending" from its
 /// stale state here (its log says "key change skipped" for that record), then answers
 /// from the applied state.

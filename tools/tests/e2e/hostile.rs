@@ -479,9 +479,9 @@ fn memory(pid: u32, field: &str) -> u64 {
 
 /// A clear request is decoded before anyone is known, and a decoded value takes about 40
 /// bytes whatever it takes on the wire (a nil: one byte). A `ping` whose load holds 16
-/// million nils (16 MB) made the master hold about 1.1 GB while it answered (4.2 GB at
-/// 60 MB, docs/benchmarks.md "A request's tree, bounded"). Now a clear load over 64 KiB
-/// is answered `"bad load"` without being read into a tree.
+/// million nils (16 MB), decoded, would make the master hold about 1.1 GB while it
+/// answered (4.2 GB at 60 MB, docs/benchmarks.md "Hostile-input bounds"). A clear load
+/// over 64 KiB is answered `"bad load"` without being read into a tree.
 #[test]
 fn a_clear_load_that_would_decode_into_a_gigabyte_is_refused_unread() {
     const NILS: usize = 16_000_000;

@@ -40,7 +40,7 @@ use halite_tools::printer::{OutputFlags, Printer};
 /// mimalloc, as the master and the swarm: following a job to 8,000 minions parses 8,000
 /// answer lines, and with glibc's heap `malloc` and `free` were a quarter of this
 /// command's CPU, CPU the master and its minions share the machine with in a benchmark
-/// (docs/benchmarks.md, "A return stored as it came, and the CLI's share of a ping"). A
+/// (docs/benchmarks.md, "`test.ping` fan-out"). A
 /// short-lived process: mimalloc's own defaults.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
