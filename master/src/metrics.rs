@@ -11,7 +11,7 @@
 //! | `halite_refused_total` | counter | `port` (request, publish, cluster, admin, disk, health), `reason` |
 //!
 //! The cluster and traffic metrics (indexes, lag, leader, proposals, returns, sign-ins,
-//! view errors, connected minions) are in `daemon/node_metrics.rs`.
+//! view errors, connected minions) are in `daemon/readiness/node_metrics.rs`.
 
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};

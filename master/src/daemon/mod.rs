@@ -2,50 +2,40 @@
 //! proposals. Everything it serves is decided elsewhere, by functions of a request and a
 //! read-only view (`crate::req`, `crate::admin`); the daemon carries their outcomes out.
 //!
-//! | file | owns |
+//! | room | owns |
 //! |---|---|
 //! | `mod.rs` | start-up ([`run`]) and the serving loop |
 //! | [`live`] | the running master's shared state, the live views |
-//! | [`intake`] | the request port's reading: a bounded queue, requests started within their limits |
-//! | [`requests`] | the request port: handle, claim, commit, effects, reply |
-//! | [`publish`] | the tap of applied records, the publish port |
-//! | [`admin`] | the admin socket: plans carried out |
-//! | [`follow`] | the admin socket's `job.follow`: a job's returns streamed to `salt` |
-//! | [`maintenance`] | job cache expiry, publish key rotation |
-//! | [`trim`] | the heap's free pages given back to the system after bursts |
-//! | [`cluster`] | the cluster key pair and AES key every member shares |
-//! | [`sessions`], [`replay`], [`bus`] | session keys, nonces of applied requests, the event bus |
-//! | [`listen`] | TCP listeners with Salt's keepalive and backlog |
-//! | [`sockets`] | the request and publish sockets, their bounds, their refusals counted |
-//! | [`health`], [`node_metrics`], [`probes`] | readiness: the HTTP endpoint (`/alive`, `/ready`, `/metrics`), its metrics, Salt's probe files |
+//! | `request_port/` | the request port: [`intake`] (reading within bounds: a bounded queue, requests started within their limits, [`budget`] of bytes in flight), [`requests`] (open, claim, commit, effects, reply), [`sessions`] (session keys), [`replay`] (nonces of applied requests) |
+//! | `ports/` | [`listen`] (TCP listeners with Salt's keepalive and backlog), [`sockets`] (the request and publish sockets, their bounds, their refusals counted), [`files`] (descriptors kept for the master's own files) |
+//! | `publishing/` | [`publish`] (the tap of applied records, the publish port), [`publish_key`] (the publish AES key kept and rotated) |
+//! | `admin_socket/` | [`admin`] (plans carried out), [`lines`] (the line protocol), [`follow`] (`job.follow`: a job's returns streamed to `salt`), [`batches`] (master-driven batch runs), [`range_client`] (the range server) |
+//! | `members/` | [`cluster`] (the cluster key pair and AES key every member shares), [`peer_events`] (events fanned out to the other members) |
+//! | `readiness/` | [`health`] (the HTTP endpoint: `/alive`, `/ready`, `/metrics`), [`node_metrics`], [`probes`] (Salt's probe files) |
+//! | `eventing/` | [`bus`] (the event bus), [`reactor`] |
+//! | `upkeep/` | [`maintenance`] (job cache expiry, publish key rotation), [`trim`] (the heap's free pages given back after bursts) |
+//!
+//! Each room's modules are also named here (`daemon::intake`, `daemon::sessions`, ...),
+//! which is how the rooms refer to each other.
 
-pub mod admin;
-pub mod batches;
-pub mod budget;
-pub mod bus;
-pub mod cluster;
-pub mod files;
-pub mod follow;
-pub mod health;
-pub mod intake;
-pub mod lines;
-pub mod listen;
+pub mod admin_socket;
+pub mod eventing;
 pub mod live;
-pub mod peer_events;
-pub mod maintenance;
-pub mod node_metrics;
-pub mod probes;
-pub mod publish;
-pub mod reactor;
-pub mod publish_key;
-pub mod range_client;
-pub mod replay;
-pub mod requests;
-pub mod sessions;
-pub mod sockets;
-pub mod trim;
-#[cfg(test)]
-mod sockets_fuzz_tests;
+pub mod members;
+pub mod ports;
+pub mod publishing;
+pub mod readiness;
+pub mod request_port;
+pub mod upkeep;
+
+pub use admin_socket::{admin, batches, follow, lines, range_client};
+pub use eventing::{bus, reactor};
+pub use members::{cluster, peer_events};
+pub use ports::{files, listen, sockets};
+pub use publishing::{publish, publish_key};
+pub use readiness::{health, node_metrics, probes};
+pub use request_port::{budget, intake, replay, requests, sessions};
+pub use upkeep::{maintenance, trim};
 
 use std::sync::Arc;
 

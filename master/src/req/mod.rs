@@ -94,7 +94,7 @@ pub enum Claim {
     /// The request's place among the requests applied (its id and nonce), taken before
     /// its records are committed and kept once they are: of copies in flight at once
     /// only the one that claims first is applied; refused, the request is handled again
-    /// and the view says it was replayed (`daemon/replay.rs`).
+    /// and the view says it was replayed (`daemon/request_port/replay.rs`).
     Nonce(ReplayKey),
 }
 

@@ -26,7 +26,7 @@ pub const MEMTABLE_BYTES: usize = 4 << 20;
 /// per ping no higher (a flush about every ping).
 pub const MEMTABLES_TOTAL_BYTES: usize = 4 << 20;
 /// Table files kept open at most (RocksDB's default: all, for ever; the master counts its
-/// descriptors, master/src/daemon/files.rs); others are closed and reopened on use.
+/// descriptors, master/src/daemon/ports/files.rs); others are closed and reopened on use.
 pub const MAX_OPEN_TABLES: i32 = 256;
 /// The block cache (data blocks read back from table files, uncompressed, and every
 /// table's index blocks), one for all the families of a database (RocksDB's default is a

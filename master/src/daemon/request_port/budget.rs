@@ -1,6 +1,6 @@
 //! The memory budget of the requests in flight on `ret_port` (`halite_max_inflight_bytes`).
 //!
-//! At most [`super::requests::MAX_IN_FLIGHT`] requests are handled at once, each up to
+//! At most [`crate::daemon::requests::MAX_IN_FLIGHT`] requests are handled at once, each up to
 //! `halite_max_request_bytes`: 1,024 × 64 MiB would be 64 GiB. The budget bounds the
 //! sum instead: every received message is charged its bytes (all its frames) before it
 //! is handed to a handler and holds the charge until its reply is sent. When the budget

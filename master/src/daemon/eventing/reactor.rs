@@ -22,7 +22,7 @@ use std::sync::Arc;
 use halite_storage::format::{now_ns, Reaction, Record};
 use tokio::sync::broadcast::error::RecvError;
 
-use super::live::Master;
+use crate::daemon::live::Master;
 use crate::events::Event;
 use crate::metrics::{refuse, Port};
 use crate::reactor::{self, plan, render, Reactors};
@@ -81,7 +81,7 @@ fn react(m: &Master, reactors: &Reactors, e: &Event) {
         }
         let Some(tgt) = r.low.get("tgt").cloned() else { return true };
         let tgt_type = r.low.get("tgt_type").or_else(|| r.low.get("expr_form")).and_then(serde_json::Value::as_str).unwrap_or("glob").to_string();
-        match super::range_client::resolve_target(&m.cfg, Port::Admin, &tgt, &tgt_type) {
+        match crate::daemon::range_client::resolve_target(&m.cfg, Port::Admin, &tgt, &tgt_type) {
             Ok(None) => true,
             Ok(Some((t, ty))) => {
                 r.low.remove("expr_form");
@@ -133,12 +133,12 @@ fn react(m: &Master, reactors: &Reactors, e: &Event) {
     }
     tracing::info!(tag = %e.tag, id = %id, reactions = reactions.len(), "reactor: reacted");
     for p in prepared.plans {
-        if let Err(err) = super::admin::carry_out(m, p) {
+        if let Err(err) = crate::daemon::admin::carry_out(m, p) {
             tracing::error!(tag = %e.tag, "reactor: {err}");
         }
     }
     for c in prepared.runners {
-        let out = super::admin::execute(m, c);
+        let out = crate::daemon::admin::execute(m, c);
         if let Some(err) = out.get("error") {
             tracing::error!(tag = %e.tag, "reactor: runner failed: {err}");
         }

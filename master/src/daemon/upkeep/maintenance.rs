@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::live::Master;
+use crate::daemon::live::Master;
 use crate::config::MasterConfig;
 
 /// Salt's `loop_interval` (seconds between maintenance rounds, default 60).
@@ -19,7 +19,7 @@ pub async fn run(m: Arc<Master>) {
         tokio::time::sleep(every).await;
         {
             let m = m.clone();
-            let _ = tokio::task::spawn_blocking(move || super::publish_key::rotate_if_old(&m)).await;
+            let _ = tokio::task::spawn_blocking(move || crate::daemon::publish_key::rotate_if_old(&m)).await;
         }
         let Some(rec) = crate::jobs::expiry_due(m.sm(), m.cfg.keep_jobs_seconds) else { continue };
         match m.node.propose_async(std::slice::from_ref(&rec)) {

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use halite_replication::Node;
 use halite_storage::format::{now_ns, AesKeyRotation, ClusterKeyPair, Record};
 
-use super::live::Master;
+use crate::daemon::live::Master;
 use crate::config::MasterConfig;
 use crate::error::{Error, Result};
 use crate::masterkeys::MasterKeys;

@@ -33,7 +33,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use zeromq::{SocketSend, ZmqMessage};
 
-use super::live::Master;
+use crate::daemon::live::Master;
 use crate::req::{self, Claim, Outcome};
 use crate::wire::envelope;
 
@@ -128,7 +128,7 @@ async fn answer(master: &Arc<Master>, body: Bytes) -> Option<Vec<u8>> {
         return not_ready(master, body).await;
     }
     let out = settle(master, body).await?;
-    super::node_metrics::answered(&out.0, out.1);
+    crate::daemon::node_metrics::answered(&out.0, out.1);
     Some(out.2)
 }
 
@@ -155,7 +155,7 @@ async fn not_ready(master: &Arc<Master>, body: Bytes) -> Option<Vec<u8>> {
     let m = master.clone();
     let out = tokio::task::spawn_blocking(move || req::not_ready::answer(m.as_ref(), &body)).await.ok()?;
     if out.cmd == "_auth" {
-        super::node_metrics::auth_not_ready();
+        crate::daemon::node_metrics::auth_not_ready();
     }
     Some(out.reply)
 }
@@ -227,7 +227,7 @@ pub async fn request(master: Arc<Master>, mut send: zeromq::RouterSendHalf, msg:
             match send.send(m).await {
                 Ok(()) => {}
                 Err(zeromq::ZmqError::ReturnToSender { .. }) => {
-                    crate::metrics::refuse(crate::metrics::Port::Request, "?", "reply_queue_full", &format_args!("a connection that does not read its replies has {} of them or {} bytes queued: reply dropped", super::sockets::REPLIES_PER_PEER, super::sockets::REPLY_BYTES_PER_PEER));
+                    crate::metrics::refuse(crate::metrics::Port::Request, "?", "reply_queue_full", &format_args!("a connection that does not read its replies has {} of them or {} bytes queued: reply dropped", crate::daemon::sockets::REPLIES_PER_PEER, crate::daemon::sockets::REPLY_BYTES_PER_PEER));
                 }
                 Err(e) => tracing::debug!("reply not delivered: {e}"),
             }

@@ -15,7 +15,7 @@ use halite_storage::format::{now_ns, AesKeyRotation, JobPublished, Record};
 use tokio::sync::mpsc;
 use zeromq::{SocketSend, ZmqMessage};
 
-use super::live::Master;
+use crate::daemon::live::Master;
 use crate::wire::crypto::SigAlgo;
 use crate::wire::payload;
 
@@ -48,7 +48,7 @@ pub async fn applied(master: Arc<Master>, mut rx: mpsc::UnboundedReceiver<Applie
         let j = match a {
             Applied::Job(j) => j,
             Applied::Aes(a) => {
-                super::cluster::install_aes(&master, &a);
+                crate::daemon::cluster::install_aes(&master, &a);
                 continue;
             }
         };

@@ -10,8 +10,8 @@
 //! (checked by `crate::publisher_acl`) and follow its own jobs; a request line longer
 //! than [`MAX_LINE`] is refused while it is read (it is never buffered whole) and the
 //! connection closed; a connection that sends no request for [`IDLE_TIMEOUT`], or does
-//! not take an answer or event within [`super::lines::WRITE_TIMEOUT`], is closed (the
-//! line protocol is in [`super::lines`]). Each refusal is counted (`metrics::refuse`,
+//! not take an answer or event within [`crate::daemon::lines::WRITE_TIMEOUT`], is closed (the
+//! line protocol is in [`crate::daemon::lines`]). Each refusal is counted (`metrics::refuse`,
 //! port `admin`).
 
 use std::sync::Arc;
@@ -20,8 +20,8 @@ use std::time::Duration;
 use serde_json::Value as J;
 use tokio::io::BufReader;
 
-use super::lines::{read_line, write_line, Line};
-use super::live::Master;
+use crate::daemon::lines::{read_line, write_line, Line};
+use crate::daemon::live::Master;
 use crate::admin::{self, Answer, Command, Effect, MemberChange, Plan};
 use crate::error::Result;
 
@@ -80,19 +80,19 @@ pub async fn connection(master: Arc<Master>, stream: tokio::net::UnixStream) {
             parsed = parsed.and_then(|c| restrict(&master, name, c));
         }
         let needs_range = match &mut parsed {
-            Ok(c) => super::range_client::command_needs_range(&master.cfg, c),
+            Ok(c) => crate::daemon::range_client::command_needs_range(&master.cfg, c),
             Err(_) => false,
         };
         if needs_range {
             // A range target is expanded first, by asking the range server (blocking I/O).
             if let Ok(c) = parsed {
                 let m = master.clone();
-                parsed = tokio::task::spawn_blocking(move || super::range_client::resolve(&m.cfg, c)).await.unwrap_or_else(|e| Err(crate::error::Error::refused(e.to_string())));
+                parsed = tokio::task::spawn_blocking(move || crate::daemon::range_client::resolve(&m.cfg, c)).await.unwrap_or_else(|e| Err(crate::error::Error::refused(e.to_string())));
             }
         }
         let answer = match parsed {
             Ok(Command::EventsWatch) => return watch(&master, wr).await,
-            Ok(Command::JobFollow(f)) => return super::follow::follow(master, f, rd, wr).await,
+            Ok(Command::JobFollow(f)) => return crate::daemon::follow::follow(master, f, rd, wr).await,
             Ok(cmd) => {
                 let m = master.clone();
                 tokio::task::spawn_blocking(move || execute(&m, cmd)).await.unwrap_or_else(admin::error)
@@ -243,7 +243,7 @@ pub(crate) fn carry_out(m: &Master, plan: Plan) -> Result<J> {
 /// Carries out one effect of a committed plan.
 fn effect(m: &Master, e: Effect) -> Result<()> {
     match e {
-        Effect::RotateAes => super::publish_key::rotate_aes(m),
+        Effect::RotateAes => crate::daemon::publish_key::rotate_aes(m),
         Effect::Uncount(ids) => m.uncount(&ids),
         Effect::FinishMmapMigration { build_view } => finish_migration(m, build_view)?,
     }

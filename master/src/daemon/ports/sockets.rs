@@ -1,6 +1,6 @@
 //! The minion-facing ZeroMQ sockets and their bounds: the request port (`ret_port`,
 //! ROUTER) and the publish port (`publish_port`, PUB), built on the TCP listeners of
-//! [`super::listen`] with the options of the patched `zeromq` crate
+//! [`crate::daemon::listen`] with the options of the patched `zeromq` crate
 //! (`patches/zeromq`, used through `[patch.crates-io]`; see its `README-halite.md`).
 //!
 //! | port | largest message a peer may send | why |
@@ -27,7 +27,7 @@
 //! goes alone). A salt-minion's REQ socket has one request outstanding, so its queue
 //! never holds more than one reply; a client that pipelines requests and never reads
 //! the replies finds its queue full, and further replies to it are dropped (counted and
-//! logged as `reason="reply_queue_full"` by [`super::requests`]), as ZeroMQ's
+//! logged as `reason="reply_queue_full"` by [`crate::daemon::requests`]), as ZeroMQ's
 //! high-water mark drops them for Salt. Each reply is queued on the sender kept for the
 //! connection: a clone of it would always have room, and eight such clients would grow
 //! a master by 43 MiB every half second, without end.
@@ -49,7 +49,7 @@ use std::collections::HashMap;
 use futures::StreamExt;
 use zeromq::{CodecError, Socket, SocketEvent, SocketOptions, ZmqError};
 
-use super::listen;
+use crate::daemon::listen;
 use crate::config::MasterConfig;
 use crate::error::{Error, Result};
 use crate::metrics::{refuse, Port};
@@ -91,7 +91,7 @@ pub fn request_options(cfg: &MasterConfig) -> SocketOptions {
     o.send_queue_capacity(REPLIES_PER_PEER);
     o.send_queue_bytes(REPLY_BYTES_PER_PEER);
     o.handshake_timeout(HANDSHAKE_TIMEOUT);
-    o.accept_fd_limit(super::files::connection_fd_limit());
+    o.accept_fd_limit(crate::daemon::files::connection_fd_limit());
     o.release_idle_buffers(true);
     // A connection's first read is this large, and the adaptive chunk never shrinks
     // below twice it: a request (a return is about 570 bytes, a sign-in about a
@@ -110,7 +110,7 @@ pub fn publish_options(cfg: &MasterConfig) -> SocketOptions {
     let mut o = SocketOptions::default();
     o.max_message_size(PUBLISH_MAX_MESSAGE);
     o.handshake_timeout(HANDSHAKE_TIMEOUT);
-    o.accept_fd_limit(super::files::connection_fd_limit());
+    o.accept_fd_limit(crate::daemon::files::connection_fd_limit());
     o.send_queue_capacity(cfg.pub_hwm.max(1));
     o.fanout_queue_capacity(cfg.halite_pub_fanout_capacity.max(1));
     o.max_subscriptions(MAX_SUBSCRIPTIONS);
@@ -126,7 +126,7 @@ fn endpoint(interface: &str, port: u16) -> String {
     }
 }
 
-pub(super) fn bind_err(ep: &str, e: &dyn std::fmt::Display) -> Error {
+pub(in crate::daemon) fn bind_err(ep: &str, e: &dyn std::fmt::Display) -> Error {
     Error::refused(format!("binding {ep}: {e}"))
 }
 

@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 use halite_replication::Node;
 use halite_storage::format::{now_ns, AesKeyRotation};
 
-use super::live::Master;
+use crate::daemon::live::Master;
 use crate::config::MasterConfig;
 use crate::error::{Error, Result};
 use crate::view::View;
@@ -41,15 +41,15 @@ pub fn at_start(cfg: &MasterConfig, node: &Node) -> Result<(Crypticle, u64)> {
         Some(a) if fresh => tracing::info!(generation = a.generation, "halite_new_publish_key_at_start: replacing the publish AES key"),
         Some(a) if !expired(cfg.publish_session, a, now_ns()) => {
             tracing::info!(generation = a.generation, "publish AES key kept from the last run");
-            return Ok((super::cluster::aes_of(a)?, a.generation));
+            return Ok((crate::daemon::cluster::aes_of(a)?, a.generation));
         }
         Some(a) => tracing::info!(generation = a.generation, "publish AES key older than publish_session: replacing it"),
         None => tracing::info!("no publish AES key in the log: making one"),
     }
     let current = latest.as_ref().map_or(0, |a| a.generation);
-    node.propose(&[super::cluster::rotation(current, now_ns())])?;
+    node.propose(&[crate::daemon::cluster::rotation(current, now_ns())])?;
     match node.state().latest_aes()? {
-        Some(a) if a.generation > current => Ok((super::cluster::aes_of(&a)?, a.generation)),
+        Some(a) if a.generation > current => Ok((crate::daemon::cluster::aes_of(&a)?, a.generation)),
         _ => Err(Error::refused("a publish AES key was proposed but is not applied")),
     }
 }
@@ -78,7 +78,7 @@ pub fn rotate_if_old(m: &Master) {
 /// committed wins everywhere.
 pub fn rotate_aes(m: &Master) {
     let current = m.aes_generation.load(Ordering::SeqCst);
-    if let Err(e) = m.node.propose(&[super::cluster::rotation(current, m.now_ns())]) {
+    if let Err(e) = m.node.propose(&[crate::daemon::cluster::rotation(current, m.now_ns())]) {
         tracing::error!("publish AES key rotation not committed: {e}");
     }
 }

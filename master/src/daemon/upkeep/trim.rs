@@ -120,7 +120,7 @@ mod tests {
     #[test]
     fn large_blocks_keep_their_own_mappings() {
         const CHILD: &str = "HALITE_TRIM_TEST_CHILD";
-        const NAME: &str = "daemon::trim::tests::large_blocks_keep_their_own_mappings";
+        const NAME: &str = "daemon::upkeep::trim::tests::large_blocks_keep_their_own_mappings";
         if std::env::var_os(CHILD).is_none() {
             let out = std::process::Command::new(std::env::current_exe().unwrap())
                 .args([NAME, "--exact", "--test-threads=1"])

@@ -27,8 +27,8 @@ use tokio::sync::broadcast::Receiver;
 
 use halite_storage::state::StateMachine;
 
-use super::lines::write_bounded;
-use super::live::Master;
+use crate::daemon::lines::write_bounded;
+use crate::daemon::live::Master;
 use crate::admin::follow::{return_tag_id, Follow, FollowCmd, HINT_RETRY};
 use crate::admin::error;
 use crate::events::Event;
@@ -111,7 +111,7 @@ impl Out {
         self.buf.push(b'\n');
     }
 
-    /// Writes what is gathered (one write, bounded by [`super::lines::WRITE_TIMEOUT`]); false once the
+    /// Writes what is gathered (one write, bounded by [`crate::daemon::lines::WRITE_TIMEOUT`]); false once the
     /// client cannot take it.
     async fn send<W: AsyncWrite + Unpin>(&mut self, wr: &mut W) -> bool {
         if self.buf.is_empty() {

@@ -1,5 +1,5 @@
 //! Fuzzing of the ZMTP frame decoder behind the request port, on a real socket: the
-//! request socket is built with the master's options ([`super::sockets::request_options`]) and
+//! request socket is built with the master's options ([`crate::daemon::sockets::request_options`]) and
 //! bound on loopback; each case connects, sends a valid ZMTP 3.0 greeting and READY
 //! (or not), then bytes a property test chose (random bytes, or frame headers with any
 //! flags and any declared length up to `u64::MAX`, followed by a little of the body) and
@@ -38,7 +38,7 @@ fn fixture() -> &'static Fixture {
         cfg.halite_max_request_bytes = 64 << 10;
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let addr = rt.block_on(async move {
-            let mut sock = zeromq::RouterSocket::with_options(super::sockets::request_options(&cfg));
+            let mut sock = zeromq::RouterSocket::with_options(crate::daemon::sockets::request_options(&cfg));
             let ep = sock.bind("tcp://127.0.0.1:0").await.unwrap();
             let addr: std::net::SocketAddr = ep.to_string().trim_start_matches("tcp://").parse().unwrap();
             tokio::spawn(async move {

@@ -38,14 +38,14 @@ pub async fn read_line<R: AsyncRead + Unpin>(rd: &mut BufReader<R>, max: usize) 
 }
 
 /// Writes one line (a newline is added) within [`WRITE_TIMEOUT`].
-pub(super) async fn write_line(wr: &mut tokio::net::unix::OwnedWriteHalf, line: String) -> bool {
+pub(in crate::daemon) async fn write_line(wr: &mut tokio::net::unix::OwnedWriteHalf, line: String) -> bool {
     let mut out = line;
     out.push('\n');
     write_bounded(wr, out.as_bytes()).await
 }
 
 /// Writes `bytes` whole within [`WRITE_TIMEOUT`]; false once the client cannot take them.
-pub(super) async fn write_bounded(wr: &mut (impl tokio::io::AsyncWrite + Unpin), bytes: &[u8]) -> bool {
+pub(in crate::daemon) async fn write_bounded(wr: &mut (impl tokio::io::AsyncWrite + Unpin), bytes: &[u8]) -> bool {
     matches!(tokio::time::timeout(WRITE_TIMEOUT, wr.write_all(bytes)).await, Ok(Ok(())))
 }
 

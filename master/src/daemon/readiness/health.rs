@@ -25,8 +25,8 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::live::Master;
-use super::node_metrics;
+use crate::daemon::live::Master;
+use crate::daemon::node_metrics;
 use crate::metrics::{refuse, Port};
 
 /// What one connection may take.

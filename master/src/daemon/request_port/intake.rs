@@ -1,5 +1,5 @@
 //! The request port's intake: reading requests off the ROUTER socket, and starting them
-//! within the port's limits (requests in flight, [`super::budget`]).
+//! within the port's limits (requests in flight, [`crate::daemon::budget`]).
 //!
 //! Two tasks, joined by a bounded queue of received requests:
 //!
@@ -35,7 +35,7 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use zeromq::{SocketRecv, ZmqMessage};
 
-use super::budget::{self, Budget};
+use crate::daemon::budget::{self, Budget};
 
 /// Most requests received and waiting to start.
 pub const MAX_WAITING: usize = 32_768;

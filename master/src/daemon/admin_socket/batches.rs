@@ -21,7 +21,7 @@ use halite_storage::batch_run::{BatchRun, StoredRun};
 use halite_storage::format::{now_ns, JobPublished, Record};
 use halite_storage::state::StateMachine;
 
-use super::live::Master;
+use crate::daemon::live::Master;
 use crate::batch::{retcode, RunState};
 use crate::events::event;
 use crate::wire::payload;

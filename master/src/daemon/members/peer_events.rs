@@ -28,7 +28,7 @@ use halite_replication::join::Handshake;
 
 use crate::start::PeerLink;
 
-use super::bus::EventBus;
+use crate::daemon::bus::EventBus;
 use crate::events::Event;
 use crate::metrics::{refuse, Port};
 
