@@ -242,6 +242,7 @@ mod tests {
             let mut line = String::new();
             rd.read_line(&mut line).unwrap();
             w.write_all(b"{\"ok\":").unwrap();
+            // The answer in two pieces, apart in time: the split is what is tested.
             std::thread::sleep(Duration::from_millis(50));
             w.write_all(b"1}\n").unwrap();
             line.clear();

@@ -251,6 +251,7 @@ fn an_impostor_racing_a_founder_at_cluster_start_is_refused_from_its_first_frame
                     (hb.from, hb.to, hb.term) = (3, to, 1000);
                     Outbox::send(&*imp, vec![hb]);
                 }
+                // Paces the impostor's heartbeats for as long as it races.
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
         })

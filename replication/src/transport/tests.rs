@@ -280,7 +280,7 @@ fn an_idle_writer_keeps_its_connection_and_a_silent_one_loses_it() {
     a.send(vec![msg(1, 2)]);
     assert!(rx.recv_timeout(Duration::from_secs(5)).is_ok());
     // Idle for several idle timeouts: keepalives hold the connection, the next message
-    // arrives on it.
+    // arrives on it (the idle time is the behaviour under test, not a wait for a signal).
     std::thread::sleep(Duration::from_millis(2000));
     a.send(vec![msg(1, 2)]);
     assert!(rx.recv_timeout(Duration::from_secs(5)).is_ok());

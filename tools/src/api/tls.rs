@@ -50,11 +50,12 @@ fn read(path: &Path, what: &str) -> Result<Vec<u8>, String> {
 mod tests {
     use super::*;
 
-    /// A key and self-signed certificate made by the openssl CLI.
+    /// A key and self-signed certificate made by the openssl CLI (under coreutils'
+    /// `timeout`: killed, and the test failed, past a minute).
     fn openssl_pair(dir: &Path, key_args: &[&str]) -> (std::path::PathBuf, std::path::PathBuf) {
         let (crt, key) = (dir.join("c.pem"), dir.join("k.pem"));
-        let ok = std::process::Command::new("openssl")
-            .args(["req", "-x509", "-nodes", "-days", "2", "-subj", "/CN=localhost"])
+        let ok = std::process::Command::new("timeout")
+            .args(["--kill-after=5", "60", "openssl", "req", "-x509", "-nodes", "-days", "2", "-subj", "/CN=localhost"])
             .args(key_args)
             .arg("-keyout")
             .arg(&key)
@@ -64,7 +65,7 @@ mod tests {
             .expect("openssl")
             .status
             .success();
-        assert!(ok, "openssl req");
+        assert!(ok, "openssl req (within a minute)");
         (crt, key)
     }
 

@@ -93,6 +93,7 @@ fn slowloris(ip: &str, ports: &[u16], http: &[u16], n: usize) -> std::thread::Jo
                 }
                 true
             });
+            // The pace of a slow client (one byte a second) is the attack, not a wait.
             std::thread::sleep(Duration::from_secs(1));
         }
         assert!(open.is_empty(), "{} slow connections were kept open for two minutes", open.len());
@@ -409,6 +410,7 @@ fn attacks_on_a_three_member_cluster_change_nothing_and_are_counted() {
         wait_for("the member refuses the impostor", 60, || {
             impostor.send(vec![raft(MessageType::MsgRequestVote, id1, id_t, 1_000_000), raft(MessageType::MsgHeartbeat, id1, id_t, 1_000_000)]);
             impostor.send_control(id_t, addr(target), &serde_json::to_vec(&json!({"t": "join", "id": id1, "name": c.envs[1].ip, "addr": addr(1).to_string(), "incarnation": 0})).expect("json"));
+            // Paces the impostor's resends inside the bounded wait; the counter is the signal.
             std::thread::sleep(Duration::from_millis(200));
             refused(&c.envs[target], health, "cluster", "peer_key_mismatch") >= 2.0
         });

@@ -248,11 +248,14 @@ fn an_async_batch_is_run_by_the_master_after_salt_exits() {
     let s = status_until(env, &jid2, |s| s["halted"] == true);
     assert_eq!(s["halted_reason"], "stop", "{s}");
     assert_eq!(env.runner(&["batch.stop", &jid2]), serde_json::json!(false), "stopped already");
-    // The minion running when it stopped finishes; the others never start.
-    std::thread::sleep(std::time::Duration::from_secs(5));
-    assert_eq!(lines(&log2), ["m1"], "{}", env.runner(&["batch.status", &jid2]));
-    assert_eq!(env.runner(&["jobs.list_job", &jid2])["Minions"], serde_json::json!(["m1"]));
+    // The `halted` event is fired by the driver's last step for the run: after it, the
+    // run never starts anyone.
     let halted_tag = format!("salt/batch/{jid2}/halted");
     assert!(events.poll(std::time::Duration::from_secs(10), |l| tags(l).contains(&halted_tag)), "{:?}", events.seen());
+    // The minion running when it stopped finishes (its line, then its return stored, the
+    // moment a running batch would start the next one); the others never start.
+    wait_for("m1's return of the stopped run", 60, || env.runner(&["jobs.lookup_jid", &jid2]).get("m1").is_some());
+    assert_eq!(lines(&log2), ["m1"], "{}", env.runner(&["batch.status", &jid2]));
+    assert_eq!(env.runner(&["jobs.list_job", &jid2])["Minions"], serde_json::json!(["m1"]));
     assert_eq!(env.runner(&["batch.status", "20200101000000000000"]), Value::Null, "no such run");
 }

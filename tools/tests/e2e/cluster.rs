@@ -329,6 +329,7 @@ fn subscription_holder(c: &Cluster) -> Option<usize> {
         for (i, env) in c.envs.iter().enumerate() {
             held[i] &= has_established(&env.ip, env.publish);
         }
+        // The spacing of the samples (a lasting connection is one seen in all ten).
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let holders: Vec<usize> = (0..held.len()).filter(|i| held[*i]).collect();

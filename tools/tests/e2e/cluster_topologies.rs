@@ -330,6 +330,7 @@ impl Jobs {
                 out.push((n, *via, serde_json::from_slice(&o.stdout).unwrap_or(Value::Null)));
                 drop(via);
                 d.fetch_add(1, Ordering::Relaxed);
+                // Paces the job generator; the test waits on the `done` counter.
                 std::thread::sleep(Duration::from_millis(200));
             }
             out

@@ -38,22 +38,13 @@ fn state_apply_renders_a_jinja_sls_with_a_managed_file_from_the_file_server() {
 fn reference_highstate(data: &serde_json::Value, state_output: &str, state_verbose: bool, state_output_diff: bool) -> String {
     let py = |b: bool| if b { "True" } else { "False" };
     let body = format!(
-        "import json, sys, salt.config, salt.output\nopts = dict(salt.config.DEFAULT_MASTER_OPTS)\nopts.update(color=False, state_output={state_output:?}, state_verbose={v}, state_output_diff={d})\nprint(salt.output.out_format(json.load(sys.stdin), 'highstate', opts))\n",
+        "import json, sys, salt.config, salt.output\nopts = dict(salt.config.DEFAULT_MASTER_OPTS)\nopts.update(color=False, state_output={state_output:?}, state_verbose={v}, state_output_diff={d})\nprint(salt.output.out_format(json.load(open(sys.argv[1])), 'highstate', opts))\n",
         v = py(state_verbose),
         d = py(state_output_diff)
     );
-    let mut child = std::process::Command::new(reference_venv().join("bin/python"))
-        .arg("-c")
-        .arg(body)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("python");
-    use std::io::Write as _;
-    child.stdin.take().expect("stdin").write_all(data.to_string().as_bytes()).expect("write the data");
-    let o = child.wait_with_output().expect("python ran");
-    assert!(o.status.success(), "the reference outputter failed");
-    String::from_utf8(o.stdout).expect("utf-8")
+    let input = tempfile::NamedTempFile::new().expect("a temp file");
+    std::fs::write(input.path(), data.to_string()).expect("write the data");
+    run_ok(std::process::Command::new(reference_venv().join("bin/python")).arg("-c").arg(body).arg(input.path()), std::time::Duration::from_secs(120))
 }
 
 /// `salt` prints a state run as Salt does: the minion names the highstate outputter in

@@ -7,7 +7,7 @@
 //! no step: `salt_docs_isolated`, `cluster_topologies`.)
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,16 +44,20 @@ fn with_pinned_founders_isolated_founders_wait_for_every_key_and_an_impostor_rac
     let targets = [(member_id(&c.envs[0].ip), addr(0)), (member_id(&c.envs[1].ip), addr(1))];
     let impostor = TcpTransport::start(id2, format!("{}:0", c.envs[2].ip).parse().expect("addr"), targets.into(), secret_holder("s3cret"), Arc::new(|_| {})).expect("impostor");
     let racing = Arc::new(AtomicBool::new(true));
+    let rounds = Arc::new(AtomicUsize::new(0));
     let sender = {
-        let (impostor, racing) = (impostor.clone(), racing.clone());
+        let (impostor, racing, rounds) = (impostor.clone(), racing.clone(), rounds.clone());
         std::thread::spawn(move || {
             while racing.load(Ordering::SeqCst) {
                 impostor.send(targets.iter().flat_map(|(to, _)| [raft(MessageType::MsgHeartbeat, id2, *to, 1_000_000), raft(MessageType::MsgRequestVote, id2, *to, 1_000_000)]).collect());
+                rounds.fetch_add(1, Ordering::SeqCst);
+                // Paces the impostor's frames for as long as it races.
                 std::thread::sleep(Duration::from_millis(50));
             }
         })
     };
-    std::thread::sleep(Duration::from_secs(2));
+    // The race is on before any key is provisioned: the impostor has sent its frames.
+    wait_for("the impostor sending", 30, || rounds.load(Ordering::SeqCst) >= 10);
 
     // The operator provisions every founder's key (`halite-ctl member-key` on each, founder
     // 2's made before it ever starts; `peer-key` on the others): founder 2 first, which

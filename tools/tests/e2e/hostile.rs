@@ -361,7 +361,22 @@ fn a_subscriber_that_never_reads_gets_only_what_pub_hwm_and_the_kernel_hold() {
     let env = &s.env;
     let mut sub = raw_peer(&env.ip, env.publish, "SUB");
     sub.write_all(&[0x00, 0x01, 0x01]).expect("subscribe to everything");
-    std::thread::sleep(Duration::from_secs(1));
+    // The subscription is in place once a publish reaches it: small jobs are published
+    // until one has (each read for a second), and counted apart.
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 1 << 20];
+    sub.set_read_timeout(Some(Duration::from_secs(1))).expect("timeout");
+    wait_for("a first publish to reach the subscriber", 60, || {
+        let o = env.run(SALT, &["*", "test.ping", "--async"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        match sub.read(&mut buf) {
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(e) => panic!("reading the subscriber's stream: {e}"),
+        }
+        count_messages(&got) >= 1
+    });
+    let probes = count_messages(&got);
 
     // Three arguments of 120 KiB: one argument may hold at most 128 KiB.
     let big = "x".repeat(120 * 1024);
@@ -371,12 +386,12 @@ fn a_subscriber_that_never_reads_gets_only_what_pub_hwm_and_the_kernel_hold() {
         let o = env.run(SALT, &["*", "test.arg_type", &big, &big, &big, "--async"]);
         assert!(o.status.success(), "job {i}: {}", String::from_utf8_lossy(&o.stderr));
     }
-    // The fan-out is done with them (it runs apart from the publishing).
-    std::thread::sleep(Duration::from_secs(3));
+    // The publish socket takes publishes in order: once the real minion has answered a
+    // later one, it has queued (or dropped) the 100 for the subscriber. Its own
+    // publishes beyond the bound were dropped too while it worked: ask until it answers.
+    wait_ping(env, MINION, 180);
 
     sub.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-    let mut got = Vec::new();
-    let mut buf = vec![0u8; 1 << 20];
     loop {
         match sub.read(&mut buf) {
             Ok(0) => break,
@@ -385,13 +400,10 @@ fn a_subscriber_that_never_reads_gets_only_what_pub_hwm_and_the_kernel_hold() {
             Err(e) => panic!("reading the subscriber's stream: {e}"),
         }
     }
-    let received = count_messages(&got);
+    let received = count_messages(&got) - probes;
     eprintln!("{received} of {JOBS} publishes reached the subscriber that did not read ({} bytes)", got.len());
     assert!(received >= 1, "the subscriber got its first publishes ({} bytes)", got.len());
     assert!(received <= JOBS / 2, "{received} of {JOBS} publishes reached a subscriber that never read: its queue is not bounded by pub_hwm");
-    // Its own publishes beyond the bound were dropped too while it worked: ask again
-    // until it answers.
-    wait_ping(env, MINION, 180);
     assert_eq!(env.listing(), json!({"minions": ["m1"], "minions_pre": [], "minions_rejected": [], "minions_denied": []}), "nothing stored changed");
 }
 
@@ -525,7 +537,22 @@ fn an_event_watcher_that_never_reads_holds_only_its_buffer() {
     let hand = WireMinion::sign_in(env, "hand-1");
     let mut watcher = std::os::unix::net::UnixStream::connect(env.root.join("sock/halite-admin.sock")).expect("the admin socket");
     watcher.write_all(b"{\"cmd\":\"events.watch\"}\n").expect("events.watch");
-    std::thread::sleep(Duration::from_millis(500));
+    // The watcher is on the bus once an event reaches it: small events are sent until
+    // one has (each read for a second); from then on it reads nothing.
+    watcher.set_read_timeout(Some(Duration::from_secs(1))).expect("timeout");
+    let mut seen = Vec::new();
+    wait_for("a first event to reach the watcher", 60, || {
+        let probe = rmpv::Value::Map(vec![(rmpv::Value::from("tag"), rmpv::Value::from("halite/test/probe")), (rmpv::Value::from("data"), rmpv::Value::from("probe"))]);
+        let reply = hand.ask(load(&[("cmd", rmpv::Value::from("_minion_event")), ("events", rmpv::Value::Array(vec![probe]))]));
+        assert!(matches!(reply, AesReply::Value(_)), "the probe answered");
+        let mut buf = [0u8; 4096];
+        match watcher.read(&mut buf) {
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(e) => panic!("reading the watcher: {e}"),
+        }
+        String::from_utf8_lossy(&seen).contains("halite/test/probe")
+    });
     let before = memory(s.master.pid(), "VmRSS");
     let data = "x".repeat(24 << 10);
     for r in 0..6 {
@@ -534,10 +561,14 @@ fn an_event_watcher_that_never_reads_holds_only_its_buffer() {
         assert!(matches!(reply, AesReply::Value(_)), "request {r} answered");
     }
     wait_refusal(env, "watcher_behind", 1);
-    std::thread::sleep(Duration::from_secs(1));
-    let grew = memory(s.master.pid(), "VmRSS").saturating_sub(before);
+    // The bus hands its events to the watcher's task after the requests are answered:
+    // the growth, held while the watcher is connected, must come under the bound.
+    let mut grew = 0;
+    wait_for("the master's growth to stay under 64 MiB while a watcher did not read", 30, || {
+        grew = memory(s.master.pid(), "VmRSS").saturating_sub(before);
+        grew < 64 << 20
+    });
     eprintln!("the master grew by {} MiB while the watcher did not read", grew >> 20);
-    assert!(grew < 64 << 20, "the master grew by {} MiB while a watcher did not read", grew >> 20);
     drop(watcher);
     assert!(ping_via(env, MINION, 30), "the minion is still served");
 }

@@ -237,7 +237,13 @@ fn metadata_and_the_start_event_travel_with_the_job() {
     let v = s.env.salt_json(&["m1", "test.echo", "quiet"], 20);
     assert_eq!(v, json!({"m1": "quiet"}));
     let (quiet, _) = s.env.newest_job("test.echo").expect("the echo job");
-    assert!(!lines.poll(Duration::from_secs(2), |l| l.iter().any(|x| x.contains(&quiet))), "{:?}", lines.seen());
+    // The minion fires a start event before it runs the job, on the channel it returns
+    // on: once a later job's start event is seen, the quiet job's would have been.
+    assert_eq!(s.env.salt_json(&["m1", "test.ping", "--start-event"], 20), json!({"m1": true}));
+    let (later, _) = s.env.newest_job("test.ping").expect("the later job");
+    let tag = format!("salt/job/{later}/start/m1\t");
+    lines.wait("the later job's start event", 30, |l| l.iter().any(|x| x.starts_with(&tag)));
+    assert!(!lines.seen().iter().any(|x| x.contains(&quiet)), "{:?}", lines.seen());
     // The job cache: Metadata shown and searched.
     let found = s.env.runner(&["jobs.list_jobs", "search_metadata={ticket: OPS-1}"]);
     assert!(found.get(&jid).is_some_and(|j| j["Metadata"] == json!({"ticket": "OPS-1"})), "{found}");
@@ -419,10 +425,15 @@ fn a_job_names_returners_the_minion_runs() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     wait_for("the alt profile's line", 30, || returned_lines(&alt).len() == 1);
     assert_eq!(returned_lines(&alt)[0]["return"], "second");
-    // A job without --return runs no returner.
+    // A job without --return runs no returner. The minion runs a job's returners right
+    // after sending its return, so once a later job's returner has written its line, the
+    // third job's would have too.
     assert_eq!(s.env.salt_json(&["m1", "test.echo", "third"], 30), json!({"m1": "third"}));
-    std::thread::sleep(Duration::from_secs(2));
-    assert_eq!((returned_lines(&plain).len(), returned_lines(&alt).len()), (1, 1));
+    let o = s.env.salt(&["m1", "test.echo", "fourth", "--return", "rawfile_json", "--out", "json"], 30);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    wait_for("the fourth job's returner line", 30, || returned_lines(&plain).len() >= 2);
+    let returned = |p: &std::path::Path| returned_lines(p).iter().map(|l| l["return"].clone()).collect::<Vec<_>>();
+    assert_eq!((returned(&plain), returned(&alt)), (vec![json!("first"), json!("fourth")], vec![json!("second")]));
     let o = s.env.salt(&["m1", "test.ping", "--return", "../../etc/x"], 10);
     assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stdout));
     assert!(String::from_utf8_lossy(&o.stderr).contains("is not a returner name"), "{}", String::from_utf8_lossy(&o.stderr));

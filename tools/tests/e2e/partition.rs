@@ -151,7 +151,8 @@ fn a_member_catching_up_after_a_long_cut_does_not_publish_the_jobs_it_missed() {
         .as_object()
         .and_then(|m| m.iter().find(|(_, j)| j["Function"] == "test.echo" && j["Arguments"] == json!(["missed"])).map(|(jid, _)| jid.clone()))
         .unwrap_or_else(|| panic!("the job is not in the majority's job cache: {jobs}"));
-    // Kept cut off past the 30 s after which a catching-up member does not publish.
+    // Kept cut off past the 30 s after which a catching-up member does not publish: the
+    // time passing is the condition under test, not a wait for a signal.
     std::thread::sleep(std::time::Duration::from_secs(32));
     assert_eq!(minion_log_count(root, "edge", &old), 0, "the minion ran the job while its member was cut off");
     mesh.heal_all();

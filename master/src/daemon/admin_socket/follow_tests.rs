@@ -85,6 +85,7 @@ async fn burst(name: &str, capacity: usize) {
     let lines = start(&sm, rx, Duration::from_secs(120));
     // Named before its return is applied: not sent then, looked up again later.
     tx.send(Arc::new(ret_event(100))).unwrap();
+    // A chance for the follow to look before the commit; the counts below hold either way.
     tokio::time::sleep(Duration::from_millis(20)).await;
     // The rest committed at once, their events queued at once, each twice (a minion's
     // own event and the master's), plus events of another job and of a stranger.
@@ -162,11 +163,14 @@ async fn large_returns_are_written_in_bounded_pieces() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_returns_own_event_is_sent_as_it_carries_it_and_other_events_are_only_hints() {
     const N: usize = 200;
-    let (sm, index) = job("follow-carried", N + 1);
+    let (sm, index) = job("follow-carried", N + 2);
+    // Minion N+1 returned before the follow starts: its line, sent from the follow's
+    // first read of the job cache, says that read (which would find them all) is done.
+    commit(&sm, &index, N + 1..N + 2);
     let (tx, rx) = broadcast::channel(4096);
-    let lines = start(&sm, rx, Duration::from_millis(1500));
-    // After the follow's first read of the job cache (which would find them all).
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut lines = start(&sm, rx, Duration::from_millis(1500));
+    let first: J = serde_json::from_str(&lines.next_line().await.unwrap().expect("the first read's line")).unwrap();
+    assert_eq!((&first["id"], &first["return"]["return"]), (&json!(id(N + 1)), &json!(N + 1)), "{first}");
     commit(&sm, &index, 0..N);
     for i in 0..N {
         let ret = if i == 0 { json!("carried") } else { json!(i) };

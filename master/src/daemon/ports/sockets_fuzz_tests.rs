@@ -107,6 +107,7 @@ fn still_serves(f: &Fixture, n: u64) {
         let mut d = zeromq::DealerSocket::new();
         d.connect(&format!("tcp://{addr}")).await.unwrap();
         d.send(zeromq::ZmqMessage::from(sent)).await.unwrap();
+        // Lets the send leave before the socket is dropped; its receipt below is the signal.
         tokio::time::sleep(Duration::from_millis(1)).await;
     });
     let mut rx = f.got.lock().unwrap();

@@ -51,6 +51,7 @@ fn keys_in_memory_are_capped_and_expired_ones_dropped() {
     for (i, k) in keys.iter().enumerate() {
         s.install(&format!("m{i}"), k);
         assert!(s.in_memory() <= 3);
+        // Each key installed at a later instant than the one before (the age orders them).
         std::thread::sleep(Duration::from_millis(2));
     }
     assert!(s.fresh("m0").is_none() && s.fresh("m1").is_none(), "the oldest were dropped");
@@ -60,6 +61,7 @@ fn keys_in_memory_are_capped_and_expired_ones_dropped() {
     let short = Sessions::new(d.path().join("short"), Duration::from_millis(1));
     short.install("m1", &keys[0]);
     assert_eq!(short.in_memory(), 1);
+    // Past the 1 ms lifetime: the passing time is the behaviour under test.
     std::thread::sleep(Duration::from_millis(5));
     assert!(short.fresh("m1").is_none());
     assert_eq!(short.in_memory(), 0, "the expired key is dropped");
