@@ -106,14 +106,7 @@ fn returns(index: u64, n: u64, bytes: usize) -> Vec<Record> {
     let mut x = index.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     (0..n)
         .map(|k| {
-            let load = (0..bytes)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect();
+            let load = crate::noise_tests::noise(&mut x, bytes);
             Record::JobReturn(JobReturn { jid: format!("2026112900{index:010}"), id: format!("minion-{k}"), load, time_ns: index, first_only: false })
         })
         .collect()

@@ -53,6 +53,8 @@ pub use entry::LogEntry;
 pub use format::{KeyState, Record, RecordKind};
 
 #[cfg(test)]
+mod noise_tests;
+#[cfg(test)]
 mod vectors_tests;
 
 #[cfg(test)]

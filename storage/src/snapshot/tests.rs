@@ -33,14 +33,7 @@ fn entries(n: u64) -> Vec<Entry> {
     out.push(e);
     // Pseudo-random bytes, so that RocksDB's compression cannot shrink them.
     let mut x = 0x2545_f491_4f6c_dd1du64;
-    let content: Vec<u8> = (0..(5u32 << 19))
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
+    let content = crate::noise_tests::noise(&mut x, 5 << 19);
     let mut roots = roots_records(RootsTree::File, "base", "big/file.bin", 0o644, &content).into_iter();
     for i in 2..=n {
         let rec = match roots.next() {

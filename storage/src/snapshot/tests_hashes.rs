@@ -16,14 +16,7 @@ use crate::state::{roots_records, StateMachine};
 
 /// Pseudo-random bytes (RocksDB cannot compress them away).
 fn noise(n: usize, mut x: u64) -> Vec<u8> {
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    crate::noise_tests::noise(&mut x, n)
 }
 
 /// Applies a 2 MiB roots file `name` and a few keys after `sm`'s applied index.
