@@ -1,6 +1,6 @@
 """Writes tools/tests/vectors/highstate.json: Salt 3008.5's own highstate outputter run
 over sample state returns with each state_output / state_verbose / color setting, the
-vectors tools/src/highstate_tests.rs holds Halite's outputter to.
+vectors tools/src/outputters/highstate_tests.rs holds Halite's outputter to.
 
     ~/.cache/halite/venv-salt-3008.5/bin/python tools/tests/vectors/make_highstate.py \
         MASTER_CONFIG tools/tests/vectors/highstate.json

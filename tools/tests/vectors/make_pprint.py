@@ -1,5 +1,5 @@
 """Writes tools/tests/vectors/pprint.json: what CPython's pprint.pformat (Salt's pprint
-outputter) prints for sample minion returns, with indent 1 and 4; tools/src/pprint.rs
+outputter) prints for sample minion returns, with indent 1 and 4; tools/src/outputters/pprint.rs
 is held to it.
 
     ~/.cache/halite/venv-salt-3008.5/bin/python tools/tests/vectors/make_pprint.py tools/tests/vectors/pprint.json

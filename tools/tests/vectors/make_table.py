@@ -1,5 +1,5 @@
 """Writes tools/tests/vectors/table.json: what Salt 3008.5's `table` outputter prints
-for sample minion returns, without and with colours; tools/src/table.rs is held to it.
+for sample minion returns, without and with colours; tools/src/outputters/table.rs is held to it.
 
     ~/.cache/halite/venv-salt-3008.5/bin/python tools/tests/vectors/make_table.py tools/tests/vectors/table.json
 

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use super::*;
 
 fn vectors() -> Value {
-    serde_json::from_str(include_str!("../tests/vectors/highstate.json")).expect("the vectors are JSON")
+    serde_json::from_str(include_str!("../../tests/vectors/highstate.json")).expect("the vectors are JSON")
 }
 
 #[test]

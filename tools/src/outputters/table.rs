@@ -178,7 +178,7 @@ mod tests {
     /// (`tests/vectors/table.json`, written by `tests/vectors/make_table.py`).
     #[test]
     fn tables_are_drawn_as_salt_draws_them() {
-        let v: Value = serde_json::from_str(include_str!("../tests/vectors/table.json")).expect("vectors");
+        let v: Value = serde_json::from_str(include_str!("../../tests/vectors/table.json")).expect("vectors");
         let mut n = 0;
         for case in v.as_array().expect("cases") {
             let color = case["color"].as_bool().unwrap_or(false);

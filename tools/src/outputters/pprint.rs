@@ -217,7 +217,7 @@ mod tests {
     /// (`tests/vectors/pprint.json`, written by `tests/vectors/make_pprint.py`).
     #[test]
     fn pformat_is_pythons() {
-        let v: Value = serde_json::from_str(include_str!("../tests/vectors/pprint.json")).expect("vectors");
+        let v: Value = serde_json::from_str(include_str!("../../tests/vectors/pprint.json")).expect("vectors");
         let mut n = 0;
         for case in v.as_array().expect("cases") {
             let indent = case["indent"].as_u64().unwrap_or(1) as usize;
