@@ -37,6 +37,17 @@ fn nonce(dir: u32, counter: u64) -> [u8; 12] {
     n
 }
 
+/// Why a frame was not sealed.
+#[derive(Debug, thiserror::Error)]
+pub enum SealError {
+    #[error("a peer message of {len} bytes exceeds the {max}-byte frame limit")]
+    TooLarge { len: usize, max: usize },
+    #[error("frame counter exhausted; reconnect")]
+    CounterExhausted,
+    #[error("sealing a frame: {0}")]
+    Cipher(String),
+}
+
 /// Seals the frames one side sends.
 pub struct Sealer {
     key: [u8; 32],
@@ -50,20 +61,20 @@ impl Sealer {
     }
 
     /// One frame (length prefix included) carrying `body` of `kind` from `from` to `to`.
-    pub fn seal(&mut self, kind: u8, from: u64, to: u64, body: &[u8]) -> Result<Vec<u8>, String> {
+    pub fn seal(&mut self, kind: u8, from: u64, to: u64, body: &[u8]) -> Result<Vec<u8>, SealError> {
         self.seal_parts(kind, from, to, &[body])
     }
 
     /// [`Sealer::seal`] of a body given in pieces (their concatenation), encrypted
     /// straight into the frame: a snapshot chunk is never copied to be sealed.
-    pub fn seal_parts(&mut self, kind: u8, from: u64, to: u64, parts: &[&[u8]]) -> Result<Vec<u8>, String> {
+    pub fn seal_parts(&mut self, kind: u8, from: u64, to: u64, parts: &[&[u8]]) -> Result<Vec<u8>, SealError> {
         let body_len: usize = parts.iter().map(|p| p.len()).sum();
         let len = 8 + 17 + body_len + 16;
         if len > MAX_FRAME {
-            return Err(format!("a peer message of {len} bytes exceeds the {MAX_FRAME}-byte frame limit"));
+            return Err(SealError::TooLarge { len, max: MAX_FRAME });
         }
         if self.next == u64::MAX {
-            return Err("frame counter exhausted; reconnect".into());
+            return Err(SealError::CounterExhausted);
         }
         let counter = self.next;
         let mut head = [0u8; 17];
@@ -77,21 +88,21 @@ impl Sealer {
         frame[..4].copy_from_slice(&(len as u32).to_be_bytes());
         frame[4..12].copy_from_slice(&counter.to_be_bytes());
         let cipher = Cipher::aes_256_gcm();
-        let mut c = Crypter::new(cipher, Mode::Encrypt, &self.key, Some(&nonce(self.dir, counter))).map_err(|e| e.to_string())?;
-        c.aad_update(AAD).map_err(|e| e.to_string())?;
+        let mut c = Crypter::new(cipher, Mode::Encrypt, &self.key, Some(&nonce(self.dir, counter))).map_err(|e| SealError::Cipher(e.to_string()))?;
+        c.aad_update(AAD).map_err(|e| SealError::Cipher(e.to_string()))?;
         let mut at = 12;
         for piece in std::iter::once(&head[..]).chain(parts.iter().copied()) {
             if piece.is_empty() {
                 continue;
             }
             let room = (piece.len() + cipher.block_size()).min(frame.len() - at);
-            at += c.update(piece, &mut frame[at..at + room]).map_err(|e| e.to_string())?;
+            at += c.update(piece, &mut frame[at..at + room]).map_err(|e| SealError::Cipher(e.to_string()))?;
         }
-        at += c.finalize(&mut frame[at..]).map_err(|e| e.to_string())?;
+        at += c.finalize(&mut frame[at..]).map_err(|e| SealError::Cipher(e.to_string()))?;
         if at != 4 + len - 16 {
-            return Err(format!("sealing wrote {} bytes of ciphertext, expected {}", at - 12, 17 + body_len));
+            return Err(SealError::Cipher(format!("wrote {} bytes of ciphertext, expected {}", at - 12, 17 + body_len)));
         }
-        c.get_tag(&mut frame[at..]).map_err(|e| e.to_string())?;
+        c.get_tag(&mut frame[at..]).map_err(|e| SealError::Cipher(e.to_string()))?;
         self.next += 1;
         Ok(frame)
     }

@@ -59,6 +59,21 @@ pub const SIG_LEN: usize = 64;
 /// Most keys held from handshakes (cases 2 and 4); past it new ids are refused (the bound only stops a secret holder from growing the map without limit).
 const MAX_BOUND: usize = 4096;
 
+/// Why a member key could not be made, read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("not a private key PEM: {0}")]
+    NotPrivatePem(openssl::error::ErrorStack),
+    #[error("not a public key PEM: {0}")]
+    NotPublicPem(openssl::error::ErrorStack),
+    #[error("not an Ed25519 key")]
+    NotEd25519,
+    #[error("an Ed25519 public key is 32 bytes")]
+    PublicLength,
+    #[error("OpenSSL: {0}")]
+    OpenSsl(#[from] openssl::error::ErrorStack),
+}
+
 /// A member's own key pair.
 pub struct MemberKey {
     key: PKey<Private>,
@@ -67,33 +82,33 @@ pub struct MemberKey {
 
 impl MemberKey {
     /// A new key pair.
-    pub fn generate() -> Result<Self, String> {
-        Self::of(PKey::generate_ed25519().map_err(|e| e.to_string())?)
+    pub fn generate() -> Result<Self, KeyError> {
+        Self::of(PKey::generate_ed25519()?)
     }
 
     /// The key pair of a PKCS#8 PEM private key (what [`MemberKey::to_pem`] writes).
-    pub fn from_pem(pem: &[u8]) -> Result<Self, String> {
-        let key = PKey::private_key_from_pem(pem).map_err(|e| format!("not a private key PEM: {e}"))?;
+    pub fn from_pem(pem: &[u8]) -> Result<Self, KeyError> {
+        let key = PKey::private_key_from_pem(pem).map_err(KeyError::NotPrivatePem)?;
         if key.id() != Id::ED25519 {
-            return Err("not an Ed25519 key".into());
+            return Err(KeyError::NotEd25519);
         }
         Self::of(key)
     }
 
-    fn of(key: PKey<Private>) -> Result<Self, String> {
-        let raw = key.raw_public_key().map_err(|e| e.to_string())?;
-        let public = raw.as_slice().try_into().map_err(|_| "an Ed25519 public key is 32 bytes".to_string())?;
+    fn of(key: PKey<Private>) -> Result<Self, KeyError> {
+        let raw = key.raw_public_key()?;
+        let public = raw.as_slice().try_into().map_err(|_| KeyError::PublicLength)?;
         Ok(MemberKey { key, public })
     }
 
     /// The private key as PKCS#8 PEM.
-    pub fn to_pem(&self) -> Result<Vec<u8>, String> {
-        self.key.private_key_to_pem_pkcs8().map_err(|e| e.to_string())
+    pub fn to_pem(&self) -> Result<Vec<u8>, KeyError> {
+        Ok(self.key.private_key_to_pem_pkcs8()?)
     }
 
     /// The public key as a SubjectPublicKeyInfo PEM (`peers/<name>.pub`).
-    pub fn public_pem(&self) -> Result<Vec<u8>, String> {
-        self.key.public_key_to_pem().map_err(|e| e.to_string())
+    pub fn public_pem(&self) -> Result<Vec<u8>, KeyError> {
+        Ok(self.key.public_key_to_pem()?)
     }
 
     /// The raw public key (what a hello carries).
@@ -108,18 +123,18 @@ impl MemberKey {
 }
 
 /// The raw public key of a public key PEM (`peers/<name>.pub`).
-pub fn public_from_pem(pem: &[u8]) -> Result<[u8; PUBLIC_LEN], String> {
-    let key = PKey::public_key_from_pem(pem).map_err(|e| format!("not a public key PEM: {e}"))?;
+pub fn public_from_pem(pem: &[u8]) -> Result<[u8; PUBLIC_LEN], KeyError> {
+    let key = PKey::public_key_from_pem(pem).map_err(KeyError::NotPublicPem)?;
     if key.id() != Id::ED25519 {
-        return Err("not an Ed25519 public key".into());
+        return Err(KeyError::NotEd25519);
     }
-    let raw = key.raw_public_key().map_err(|e| e.to_string())?;
-    raw.as_slice().try_into().map_err(|_| "an Ed25519 public key is 32 bytes".to_string())
+    let raw = key.raw_public_key()?;
+    raw.as_slice().try_into().map_err(|_| KeyError::PublicLength)
 }
 
 /// The PEM of a raw public key.
-pub fn public_to_pem(public: &[u8; PUBLIC_LEN]) -> Result<Vec<u8>, String> {
-    PKey::public_key_from_raw_bytes(public, Id::ED25519).and_then(|k| k.public_key_to_pem()).map_err(|e| e.to_string())
+pub fn public_to_pem(public: &[u8; PUBLIC_LEN]) -> Result<Vec<u8>, KeyError> {
+    Ok(PKey::public_key_from_raw_bytes(public, Id::ED25519).and_then(|k| k.public_key_to_pem())?)
 }
 
 /// Whether `sig` is `public`'s signature of `msg`.

@@ -46,7 +46,7 @@ fn stream_parts(mut s: TcpStream, mut sealer: Sealer, me: u64, to: u64, addr: So
     let mut write = |part: u8, payload: &[&[u8]]| -> Result<(), String> {
         let head = snapshot_transfer::part_header(part, transfer);
         let pieces: Vec<&[u8]> = std::iter::once(&head[..]).chain(payload.iter().copied()).collect();
-        let frame = sealer.seal_parts(KIND_SNAPSHOT, me, to, &pieces)?;
+        let frame = sealer.seal_parts(KIND_SNAPSHOT, me, to, &pieces).map_err(|e| e.to_string())?;
         s.write_all(&frame).map_err(|e| format!("writing to {addr}: {e}"))
     };
     let mut src = SnapshotSource::new(snap);
