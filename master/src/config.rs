@@ -290,7 +290,7 @@ impl MasterConfig {
             },
             halite_cluster_dial: r.string_map("halite_cluster_dial")?,
             halite_cluster_pin_founders: r.boolean("halite_cluster_pin_founders", false)?,
-            nodegroups: crate::nodegroups::from_option(raw.get("nodegroups")).map_err(|why| r.invalid("nodegroups", why))?,
+            nodegroups: crate::nodegroups::from_option(raw.get("nodegroups")).map_err(|why| r.invalid("nodegroups", why.to_string()))?,
             range_server: r.string("range_server", "range:80")?,
             minion_data_cache: r.boolean("minion_data_cache", true)?,
             job_cache_store_endtime: r.boolean("job_cache_store_endtime", false)?,

@@ -24,6 +24,9 @@ pub enum Error {
     Payload(#[from] PayloadError),
     #[error(transparent)]
     Envelope(#[from] EnvelopeError),
+    /// A target naming a nodegroup that cannot be expanded (Salt's words).
+    #[error(transparent)]
+    Nodegroup(#[from] crate::targeting::nodegroups::NodegroupError),
     /// A file or socket operation, with what was being done.
     #[error("{context}: {source}")]
     Io { context: String, source: std::io::Error },

@@ -56,7 +56,7 @@ impl CacheCmd {
         let sm = view.state();
         let (tgt, tgt_type) = match &self.tgt {
             J::String(t) => {
-                let (t, ty) = crate::nodegroups::resolve(t, &self.tgt_type, &view.config().nodegroups).map_err(Error::refused)?;
+                let (t, ty) = crate::nodegroups::resolve(t, &self.tgt_type, &view.config().nodegroups)?;
                 (J::String(t), ty)
             }
             other => (other.clone(), self.tgt_type.clone()),

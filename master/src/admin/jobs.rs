@@ -189,7 +189,7 @@ fn publish(view: &dyn AdminView, p: Publish) -> Result<Plan> {
     // Nodegroups are expanded here, so minions only ever see compound expressions.
     let (tgt, tgt_type) = match &tgt {
         J::String(t) => {
-            let (t, ty) = crate::nodegroups::resolve(t, &tgt_type, &view.config().nodegroups).map_err(Error::refused)?;
+            let (t, ty) = crate::nodegroups::resolve(t, &tgt_type, &view.config().nodegroups)?;
             (J::String(t), ty)
         }
         _ => (tgt, tgt_type),

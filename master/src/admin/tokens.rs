@@ -97,7 +97,7 @@ impl TokenCmd {
             TokenCmd::Minions { tgt, tgt_type } => {
                 let (tgt, tgt_type) = match &tgt {
                     J::String(t) => {
-                        let (t, ty) = crate::nodegroups::resolve(t, &tgt_type, &view.config().nodegroups).map_err(Error::refused)?;
+                        let (t, ty) = crate::nodegroups::resolve(t, &tgt_type, &view.config().nodegroups)?;
                         (J::String(t), ty)
                     }
                     _ => (tgt, tgt_type),

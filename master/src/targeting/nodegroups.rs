@@ -27,13 +27,27 @@ pub type Nodegroups = BTreeMap<String, Vec<String>>;
 
 const OPERATORS: [&str; 5] = ["and", "or", "not", "(", ")"];
 
+/// Why a nodegroup could not be expanded, or the option read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NodegroupError {
+    /// Salt's words for an unknown group.
+    #[error("Node group {0} unavailable in the master config")]
+    Unknown(String),
+    /// A group that names itself, with the chain that got there.
+    #[error("Nodegroup {name} contains itself ({chain} -> {name})")]
+    Cycle { name: String, chain: String },
+    /// The `nodegroups` option is not a mapping of names to targets.
+    #[error("{0}")]
+    Option(String),
+}
+
 /// The words of group `name` with every nested group expanded, in parentheses.
-fn expand_words(name: &str, groups: &Nodegroups, stack: &mut Vec<String>) -> Result<Vec<String>, String> {
+fn expand_words(name: &str, groups: &Nodegroups, stack: &mut Vec<String>) -> Result<Vec<String>, NodegroupError> {
     if stack.iter().any(|g| g == name) {
-        return Err(format!("Nodegroup {name} contains itself ({} -> {name})", stack.join(" -> ")));
+        return Err(NodegroupError::Cycle { name: name.to_string(), chain: stack.join(" -> ") });
     }
     let Some(words) = groups.get(name) else {
-        return Err(format!("Node group {name} unavailable in the master config"));
+        return Err(NodegroupError::Unknown(name.to_string()));
     };
     let plain = words.iter().all(|w| !OPERATORS.contains(&w.as_str()) && !w.contains('*') && !has_engine(w));
     let mut out = vec!["(".to_string()];
@@ -61,12 +75,12 @@ fn has_engine(w: &str) -> bool {
 }
 
 /// The compound expression a nodegroup stands for.
-pub fn expand(name: &str, groups: &Nodegroups) -> Result<String, String> {
+pub fn expand(name: &str, groups: &Nodegroups) -> Result<String, NodegroupError> {
     Ok(expand_words(name, groups, &mut Vec::new())?.join(" "))
 }
 
 /// A compound expression with every `N@name` replaced by its group's expansion.
-pub fn expand_compound(expr: &str, groups: &Nodegroups) -> Result<String, String> {
+pub fn expand_compound(expr: &str, groups: &Nodegroups) -> Result<String, NodegroupError> {
     let mut out = Vec::new();
     for w in expr.split_whitespace() {
         match w.strip_prefix("N@") {
@@ -79,7 +93,7 @@ pub fn expand_compound(expr: &str, groups: &Nodegroups) -> Result<String, String
 
 /// The target to match or publish for (`tgt`, `tgt_type`): a `nodegroup` becomes its
 /// compound expression, a `compound` has its `N@` words expanded, others are unchanged.
-pub fn resolve(tgt: &str, tgt_type: &str, groups: &Nodegroups) -> Result<(String, String), String> {
+pub fn resolve(tgt: &str, tgt_type: &str, groups: &Nodegroups) -> Result<(String, String), NodegroupError> {
     match tgt_type {
         "nodegroup" => Ok((expand(tgt.trim(), groups)?, "compound".into())),
         "compound" => Ok((expand_compound(tgt, groups)?, "compound".into())),
@@ -88,13 +102,13 @@ pub fn resolve(tgt: &str, tgt_type: &str, groups: &Nodegroups) -> Result<(String
 }
 
 /// Reads the `nodegroups` option (a mapping of name to a string or a list of words).
-pub fn from_option(v: Option<&serde_yaml::Value>) -> Result<Nodegroups, String> {
+pub fn from_option(v: Option<&serde_yaml::Value>) -> Result<Nodegroups, NodegroupError> {
     use serde_yaml::Value as Y;
     let mut out = Nodegroups::new();
     let m = match v {
         None | Some(Y::Null) => return Ok(out),
         Some(Y::Mapping(m)) => m,
-        Some(_) => return Err("must be a mapping of group names to targets".into()),
+        Some(_) => return Err(NodegroupError::Option("must be a mapping of group names to targets".into())),
     };
     let word = |v: &Y| -> Option<String> {
         match v {
@@ -105,10 +119,10 @@ pub fn from_option(v: Option<&serde_yaml::Value>) -> Result<Nodegroups, String> 
         }
     };
     for (k, v) in m {
-        let name = word(k).ok_or_else(|| "a group name is not a string".to_string())?;
+        let name = word(k).ok_or_else(|| NodegroupError::Option("a group name is not a string".into()))?;
         let words = match v {
-            Y::Sequence(s) => s.iter().map(|w| word(w).ok_or_else(|| format!("group {name}: a list item is not a string"))).collect::<Result<Vec<_>, _>>()?,
-            other => word(other).ok_or_else(|| format!("group {name}: neither a string nor a list"))?.split_whitespace().map(String::from).collect(),
+            Y::Sequence(s) => s.iter().map(|w| word(w).ok_or_else(|| NodegroupError::Option(format!("group {name}: a list item is not a string")))).collect::<Result<Vec<_>, _>>()?,
+            other => word(other).ok_or_else(|| NodegroupError::Option(format!("group {name}: neither a string nor a list")))?.split_whitespace().map(String::from).collect(),
         };
         out.insert(name, words);
     }
@@ -136,8 +150,9 @@ mod tests {
         assert_eq!(expand("glob", &g).unwrap(), "( web* )");
         assert_eq!(expand("prod", &g).unwrap(), "( ( L@web1,web2 or G@role:web ) or ( L@db1,db2 ) )");
         assert_eq!(expand("all", &g).unwrap(), "( ( ( L@web1,web2 or G@role:web ) or ( L@db1,db2 ) ) and not ( web* ) )");
-        assert!(expand("nosuch", &g).unwrap_err().contains("nosuch"));
-        assert!(expand("loop1", &g).unwrap_err().contains("contains itself"));
+        assert_eq!(expand("nosuch", &g).unwrap_err(), NodegroupError::Unknown("nosuch".into()));
+        assert!(matches!(expand("loop1", &g).unwrap_err(), NodegroupError::Cycle { name, .. } if name == "loop1"));
+        assert!(expand("loop1", &g).unwrap_err().to_string().contains("contains itself"));
         assert_eq!(expand_compound("N@db or ( G@os:Debian and N@glob )", &g).unwrap(), "( L@db1,db2 ) or ( G@os:Debian and ( web* ) )");
         assert_eq!(resolve("db", "nodegroup", &g).unwrap(), ("( L@db1,db2 )".to_string(), "compound".to_string()));
         assert_eq!(resolve("db*", "glob", &g).unwrap(), ("db*".to_string(), "glob".to_string()));

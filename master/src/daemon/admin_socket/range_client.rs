@@ -70,7 +70,7 @@ pub fn expand(server: &str, expr: &str) -> std::result::Result<Vec<String>, Stri
 /// [`resolve_target`] and [`command_needs_range`] decide from.
 fn ranged(cfg: &MasterConfig, tgt: &J, tgt_type: &str) -> std::result::Result<Option<(String, String)>, String> {
     let Some(t) = tgt.as_str() else { return Ok(None) };
-    let (t, ty) = crate::nodegroups::resolve(t, tgt_type, &cfg.nodegroups)?;
+    let (t, ty) = crate::nodegroups::resolve(t, tgt_type, &cfg.nodegroups).map_err(|e| e.to_string())?;
     Ok(range::needs_range(&J::String(t.clone()), &ty).then_some((t, ty)))
 }
 
