@@ -60,10 +60,13 @@ fn large_grouped_returns_keep_the_log_within_its_byte_limit() {
         node.propose_all(chunk, 4, &mut |_, _| {}).unwrap();
         snapshots.insert(node.log.snapshot_meta().unwrap().index);
     }
-    // Settled: the policy has nothing more to do (a compaction under way is done).
+    // Settled: the policy has nothing more to do, and the last compaction is done (the
+    // log holds nothing its snapshot covers: a snapshot is published before the log is
+    // compacted through it).
     let settled = || {
         let facts = LogFacts::of(&node.log, node.state().applied_index().unwrap()).unwrap();
-        decide(facts, cfg.compaction) == Decision::Keep && facts.log_bytes <= 2 * limit
+        let compacted = node.log.first_entry_index().is_none_or(|f| f == facts.snapshot_index + 1);
+        decide(facts, cfg.compaction) == Decision::Keep && facts.log_bytes <= 2 * limit && compacted
     };
     wait_until("the policy done, the log's files within twice the byte limit", 60, settled);
     snapshots.insert(node.log.snapshot_meta().unwrap().index);
@@ -76,7 +79,11 @@ fn large_grouped_returns_keep_the_log_within_its_byte_limit() {
     let log = RaftLog::open(&data.log()).unwrap();
     let (bytes, first, last) = (log.disk_bytes(), log.first_entry_index(), log.last_entry_index().unwrap_or(snap));
     assert!(bytes <= 2 * limit, "{bytes} bytes of log files after a clean stop");
-    assert_eq!(first, Some(snap + 1).filter(|f| *f <= last));
+    // No entry is missing between the snapshot and the log. (Entries the snapshot covers
+    // are sometimes still found after a stop right after a compaction; the next
+    // compaction drops them.)
+    assert!(first.is_none_or(|f| f <= snap + 1), "the log starts at {first:?}, after the snapshot at {snap}");
+    assert!(last >= snap);
     assert_eq!(SnapshotStore::open(&data.snapshots()).unwrap().list().unwrap(), vec![snap]);
     drop(log);
     // A restart reads the snapshot and the tail: the same state. (It elects itself in a
@@ -84,5 +91,5 @@ fn large_grouped_returns_keep_the_log_within_its_byte_limit() {
     let node = Node::start(&data, views(&pki), cfg).unwrap();
     let after = node.state().digest().unwrap();
     assert_eq!((after.items, after.sha256), (before.items, before.sha256));
-    assert_eq!(node.log.first_entry_index(), first);
+    assert!(node.log.first_entry_index().is_none_or(|f| f <= snap + 1));
 }
