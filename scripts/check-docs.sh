@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The repository speaks of the product, not of the history of its making. Fails, printing
 # each file:line, where a tracked file (code, comments, docs, data, scripts, or a file's
-# name) counts sessions of work ("the ninth session"), cites an issue number ("issue 12"),
-# or cites a document that is not in the repository ("spec §6.6", "key-storage.md").
+# name) counts sessions of work by ordinal, cites an issue by its number, or cites a
+# document that is not in the repository (the patterns below).
 # Upstream's code (patches/zeromq) is left as it is; the patch's own README is checked. Allowed exceptions, each a file and
 # the words allowed there: scripts/check-docs.allow. Run by scripts/test.sh.
 set -euo pipefail
@@ -14,9 +14,10 @@ ORD='fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|f
 # from a hit's line before that regex is applied again (its allowed forms; "" for none).
 NAMES=(); REFUSED=(); STRIPPED=()
 add() { NAMES+=("$1"); REFUSED+=("$2"); STRIPPED+=("$3"); }
-# "the ninth session", "(eleventh)"; a fraction ("a tenth of", "two fifths") is not one.
+# An ordinal from the list above, alone; a fraction ("a" or a count before it, plural
+# or hyphenated) is not one.
 add "ordinal" "\\b($ORD)\\b" "\\b(a|an|one|two|three|every|each)[ -]($ORD)s?\\b"
-# "issue 12", "issue #9", "issue-3", "issues 8 and 9".
+# The word issue or issues, then a number (with a space, "#" or "-" between).
 add "issue number" "\\bissues?[ #-]*[0-9]+" ""
 # A session of work ("this session's build"); Salt's session keys are not one.
 add "session of work" "\\b(this|that|last|previous|earlier|later|next|another|other)[ -]sessions?('s|s')?\\b|\\bsessions? of work\\b" ""

@@ -12,7 +12,6 @@
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
@@ -82,7 +81,7 @@ impl DirLock {
     /// Takes the lock on `dir` (created 0700 if missing) without waiting.
     pub fn try_acquire(dir: &Path, role: &str) -> Result<Attempt> {
         let file = open(dir)?;
-        if flock(&file, libc::LOCK_EX | libc::LOCK_NB).map_err(|e| Error::io(format!("flock {}", Self::path_in(dir).display()), e))? {
+        if crate::flock::try_flock(&file, libc::LOCK_EX | libc::LOCK_NB).map_err(|e| Error::io(format!("flock {}", Self::path_in(dir).display()), e))? {
             return Ok(Attempt::Held(DirLock::holding(file, dir, role)?));
         }
         Ok(Attempt::Busy(holder(dir)))
@@ -91,7 +90,7 @@ impl DirLock {
     /// Takes the lock on `dir`, waiting for as long as another process holds it.
     pub fn acquire(dir: &Path, role: &str) -> Result<DirLock> {
         let file = open(dir)?;
-        while !flock(&file, libc::LOCK_EX).map_err(|e| Error::io(format!("flock {}", Self::path_in(dir).display()), e))? {}
+        while !crate::flock::try_flock(&file, libc::LOCK_EX).map_err(|e| Error::io(format!("flock {}", Self::path_in(dir).display()), e))? {}
         DirLock::holding(file, dir, role)
     }
 
@@ -112,10 +111,7 @@ impl DirLock {
 
 impl Drop for DirLock {
     fn drop(&mut self) {
-        // SAFETY: unlocking our own descriptor; closing it would release the lock anyway.
-        unsafe {
-            libc::flock(self.file.as_raw_fd(), libc::LOCK_UN);
-        }
+        crate::flock::unlock(&self.file);
     }
 }
 
@@ -132,18 +128,6 @@ fn open(dir: &Path) -> Result<File> {
     OpenOptions::new().create(true).truncate(false).read(true).write(true).mode(0o600).custom_flags(libc::O_CLOEXEC).open(&path).map_err(|e| Error::io(format!("opening {}", path.display()), e))
 }
 
-/// `flock(op)`: true when taken, false when held elsewhere (`LOCK_NB`) or interrupted.
-fn flock(file: &File, op: libc::c_int) -> std::io::Result<bool> {
-    // SAFETY: flock on a valid descriptor the caller owns.
-    if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
-        return Ok(true);
-    }
-    let err = std::io::Error::last_os_error();
-    match err.kind() {
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => Ok(false),
-        _ => Err(err),
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -40,16 +40,8 @@ impl Flock {
         let deadline = Instant::now() + bound;
         let mut pause = Duration::from_millis(1);
         loop {
-            // SAFETY: flock on a valid descriptor this function owns.
-            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-            if rc == 0 {
+            if try_flock(&file, libc::LOCK_EX | libc::LOCK_NB).map_err(|e| Error::io(format!("flock {}", path.display()), e))? {
                 return Ok(Flock { file, path: path.to_path_buf() });
-            }
-            let err = std::io::Error::last_os_error();
-            match err.kind() {
-                std::io::ErrorKind::WouldBlock => {}
-                std::io::ErrorKind::Interrupted => continue,
-                _ => return Err(Error::io(format!("flock {}", path.display()), err)),
             }
             let now = Instant::now();
             if now >= deadline {
@@ -70,10 +62,29 @@ impl Flock {
 
 impl Drop for Flock {
     fn drop(&mut self) {
-        // SAFETY: unlocking our own descriptor; closing it would release the lock anyway.
-        unsafe {
-            libc::flock(self.file.as_raw_fd(), libc::LOCK_UN);
-        }
+        unlock(&self.file);
+    }
+}
+
+/// `flock(op)` on `file`: true when taken, false when held elsewhere (`LOCK_NB`) or
+/// interrupted (the caller asks again).
+pub(crate) fn try_flock(file: &File, op: libc::c_int) -> std::io::Result<bool> {
+    // SAFETY: flock on a valid descriptor the caller owns.
+    if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
+        return Ok(true);
+    }
+    let err = std::io::Error::last_os_error();
+    match err.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => Ok(false),
+        _ => Err(err),
+    }
+}
+
+/// Releases `file`'s lock (closing the descriptor would release it too).
+pub(crate) fn unlock(file: &File) {
+    // SAFETY: unlocking a descriptor the caller owns.
+    unsafe {
+        libc::flock(file.as_raw_fd(), libc::LOCK_UN);
     }
 }
 

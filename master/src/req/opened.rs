@@ -71,16 +71,6 @@ pub fn open(view: &dyn View, body: &[u8]) -> Result<Opened, Outcome> {
     Ok(Opened::Aes(AesRequest { id: id.to_string(), session, enc: env.enc_algo, sig: env.sig_algo, opened, len: body.len() }))
 }
 
-impl Opened {
-    /// Whether it is answered on the daemon's event loop (see the module docs).
-    pub fn is_light(&self) -> bool {
-        match self {
-            Opened::Clear(c) => c.is_light(),
-            Opened::Aes(a) => a.is_light(),
-        }
-    }
-}
-
 impl ClearRequest {
     /// A clear `ping` (an echo) is light; `_auth` (RSA) is not.
     pub fn is_light(&self) -> bool {

@@ -17,9 +17,8 @@ const JID: &str = "20261124000000000001";
 fn handle_light(v: &MemoryView, body: &[u8]) -> Option<Outcome> {
     match open(v, body) {
         Err(out) => Some(out),
-        Ok(o) if !o.is_light() => None,
-        Ok(Opened::Clear(c)) => Some(c.answer(v)),
-        Ok(Opened::Aes(a)) => Some(a.answer(v)),
+        Ok(Opened::Clear(c)) => c.is_light().then(|| c.answer(v)),
+        Ok(Opened::Aes(a)) => a.is_light().then(|| a.answer(v)),
     }
 }
 
