@@ -42,6 +42,7 @@ pub mod req;
 pub mod start;
 pub mod store;
 pub mod targeting;
+pub mod template;
 pub mod view;
 pub mod wire;
 

@@ -49,8 +49,17 @@ pub struct Rendered {
     steps: Result<Vec<Step>, Vec<J>>,
 }
 
+/// Why a run's return was not kept as its job's.
+#[derive(Debug, thiserror::Error)]
+pub enum Unstored {
+    #[error("the master recorded no job for the run")]
+    NoJob,
+    #[error(transparent)]
+    Refused(#[from] halite_master::Error),
+}
+
 /// The end of a run.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Outcome {
     /// `{"data": {master_id: STATES|ERRORS}, "outputter": "highstate", "retcode"}`.
     pub ret: J,
@@ -58,7 +67,7 @@ pub struct Outcome {
     pub retcode: i32,
     /// Whether the master kept the return as the run job's (`Err`: why not; the run
     /// happened all the same).
-    pub stored: Result<(), String>,
+    pub stored: Result<(), Unstored>,
 }
 
 impl Outcome {
@@ -71,7 +80,7 @@ impl Outcome {
 /// Asks the master to render `fun` (`arg`, `kwarg`: `mods`, `saltenv`, `pillar`, bound
 /// as Salt binds them) for `user` (`None`: the master records `root`). `Err`: the
 /// master refused the call (bad arguments, not running); nothing was recorded.
-pub fn render(c: &mut dyn Caller, fun: &str, arg: &[J], kwarg: &Map<String, J>, user: Option<&str>) -> Result<Rendered, String> {
+pub fn render(c: &mut dyn Caller, fun: &str, arg: &[J], kwarg: &Map<String, J>, user: Option<&str>) -> halite_master::Result<Rendered> {
     let mut req = json!({ "cmd": "runner", "fun": fun, "arg": arg, "kwarg": kwarg });
     if let Some(u) = user {
         req["user"] = J::String(u.to_string());
@@ -110,15 +119,15 @@ impl Rendered {
         data.insert(self.master_id, host);
         let ret = json!({ "data": data, "outputter": "highstate", "retcode": retcode });
         let stored = match &self.jid {
-            Some(jid) => c.call(&json!({ "cmd": "orchestrate.return", "jid": jid, "return": ret })).map(drop),
-            None => Err("the master recorded no job for the run".to_string()),
+            Some(jid) => c.call(&json!({ "cmd": "orchestrate.return", "jid": jid, "return": ret })).map(drop).map_err(Unstored::from),
+            None => Err(Unstored::NoJob),
         };
         Outcome { ret, retcode, stored }
     }
 }
 
 /// [`render`] then [`Rendered::drive`]: the whole run.
-pub fn run(c: &mut dyn Caller, fun: &str, arg: &[J], kwarg: &Map<String, J>, user: Option<&str>, timeout: Duration) -> Result<Outcome, String> {
+pub fn run(c: &mut dyn Caller, fun: &str, arg: &[J], kwarg: &Map<String, J>, user: Option<&str>, timeout: Duration) -> halite_master::Result<Outcome> {
     Ok(render(c, fun, arg, kwarg, user)?.drive(c, timeout))
 }
 
@@ -135,14 +144,14 @@ mod tests {
     }
 
     impl Caller for Fake {
-        fn call(&mut self, req: &J) -> Result<J, String> {
+        fn call(&mut self, req: &J) -> halite_master::Result<J> {
             self.asked.push(req.clone());
             match req["cmd"].as_str() {
                 Some("runner") => Ok(json!({ "return": self.render })),
                 Some("publish") => Ok(json!({ "jid": "20260101000000000001", "minions": ["m1"] })),
                 Some("job.returns") => Ok(json!({ "returns": { "m1": { "return": self.ok, "retcode": if self.ok { 0 } else { 1 } } } })),
                 Some("orchestrate.return") => Ok(json!({ "return": true })),
-                other => Err(format!("unexpected {other:?}")),
+                other => Err(halite_master::Error::refused(format!("unexpected {other:?}"))),
             }
         }
         fn pause(&mut self) {}
@@ -183,10 +192,10 @@ mod tests {
         // A refused render: nothing recorded, nothing driven.
         struct Refuses;
         impl Caller for Refuses {
-            fn call(&mut self, _: &J) -> Result<J, String> {
-                Err("state.orchestrate needs an SLS name".into())
+            fn call(&mut self, _: &J) -> halite_master::Result<J> {
+                Err(halite_master::Error::refused("state.orchestrate needs an SLS name"))
             }
         }
-        assert_eq!(run(&mut Refuses, "state.orchestrate", &[], &Map::new(), None, STEP_TIMEOUT).unwrap_err(), "state.orchestrate needs an SLS name");
+        assert_eq!(run(&mut Refuses, "state.orchestrate", &[], &Map::new(), None, STEP_TIMEOUT).unwrap_err().to_string(), "state.orchestrate needs an SLS name");
     }
 }

@@ -217,8 +217,8 @@ impl AdminClient {
 
 /// The orchestrate driver's way to the master ([`crate::orchestrate::run`]).
 impl crate::orchestrate::run::Caller for AdminClient {
-    fn call(&mut self, req: &J) -> Result<J, String> {
-        AdminClient::call(self, req).map_err(|e| e.to_string())
+    fn call(&mut self, req: &J) -> Result<J> {
+        AdminClient::call(self, req)
     }
 }
 

@@ -76,7 +76,7 @@ impl OrchCmd {
             Ok(steps) => {
                 json!({ "master_id": master_id, "jid": jid, "sls": self.mods, "steps": steps.iter().map(sls::Step::to_json).collect::<Vec<_>>() })
             }
-            Err(e) => json!({ "master_id": master_id, "jid": jid, "sls": self.mods, "errors": [e] }),
+            Err(e) => json!({ "master_id": master_id, "jid": jid, "sls": self.mods, "errors": [e.to_string()] }),
         };
         let mut plan = Plan::answer(json!({ "return": v }));
         plan.proposals = vec![vec![rec]];

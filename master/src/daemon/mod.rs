@@ -113,7 +113,6 @@ pub fn run(cfg: MasterConfig) -> Result<()> {
     if let Some(link) = peer_link {
         peer_events::start(&master.bus, link);
     }
-    reactor::start(&master);
     // Request handlers run on the blocking pool (RSA, pillar rendering, file reads): a few
     // threads per core keep the CPU busy; more only add stacks and allocator arenas.
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -122,6 +121,7 @@ pub fn run(cfg: MasterConfig) -> Result<()> {
         .enable_all()
         .build()
         .ctx(|| "starting the runtime".into())?;
+    reactor::start(&master, rt.handle().clone());
     rt.block_on(serve(master, applied_rx, started, probes))
 }
 

@@ -23,8 +23,9 @@ use super::sls::{Kind, Step};
 /// What the driver calls: the admin socket (`crate::admin::client::AdminClient`, which
 /// implements it).
 pub trait Caller {
-    /// Sends one admin request; `Err` carries the master's refusal.
-    fn call(&mut self, req: &J) -> Result<J, String>;
+    /// Sends one admin request; `Err` is the master's refusal (`Error::Refused`, in
+    /// its words) or why it could not be asked.
+    fn call(&mut self, req: &J) -> crate::Result<J>;
     /// Waits a little before asking again for returns.
     fn pause(&mut self) {
         std::thread::sleep(Duration::from_millis(200));
@@ -181,7 +182,7 @@ impl Run<'_> {
             .or_else(|| step.args.get("expr_form"))
             .and_then(J::as_str)
             .unwrap_or("glob");
-        let p = self.caller.call(&json!({ "cmd": "publish", "tgt": tgt, "tgt_type": tgt_type, "fun": fun, "arg": arg, "kwarg": kwarg }))?;
+        let p = self.caller.call(&json!({ "cmd": "publish", "tgt": tgt, "tgt_type": tgt_type, "fun": fun, "arg": arg, "kwarg": kwarg })).map_err(|e| e.to_string())?;
         let jid = p["jid"].as_str().unwrap_or_default().to_string();
         let expected: Vec<String> = p["minions"]
             .as_array()
@@ -376,7 +377,7 @@ impl Run<'_> {
         }
         let (value, ok) = match self.caller.call(&req) {
             Ok(r) => (r["return"].clone(), true),
-            Err(e) => (json!({ "Error": e }), false),
+            Err(e) => (json!({ "Error": e.to_string() }), false),
         };
         json!({ "name": step.name, "changes": { "return": value }, "result": ok, "comment": format!("Runner function '{}' {}.", step.name, if ok { "executed" } else { "failed" }) })
     }
@@ -411,7 +412,7 @@ impl Run<'_> {
             });
         let (value, ok) = match done {
             Ok(d) => (json!({ "minions": d }), true),
-            Err(e) => (json!({ "Error": e }), false),
+            Err(e) => (json!({ "Error": e.to_string() }), false),
         };
         json!({ "name": step.name, "changes": { "return": value }, "result": ok, "comment": format!("Wheel function '{}' {}.", step.name, if ok { "executed" } else { "failed" }) })
     }

@@ -4,7 +4,7 @@
 //!
 //! `orch.deploy` is `orch/deploy.sls`, else `orch/deploy/init.sls`, in the saltenv. The
 //! text is rendered Jinja (minijinja, with `pillar`, `saltenv` and `sls` in the context,
-//! bounded as the reactor's templates are: [`MAX_SLS_BYTES`], fuel, output size) then
+//! bounded by [`crate::template`] as the reactor's templates are) then
 //! YAML, and each ID declares one step:
 //!
 //! ```yaml
@@ -30,16 +30,30 @@ use serde_json::{Map, Value as J};
 
 use halite_storage::format::RootsTree;
 
+use crate::template::{self, ReadError, TemplateError};
 use crate::view::RootsSource;
 
-/// Largest SLS file read.
-pub const MAX_SLS_BYTES: usize = 1 << 20;
-/// Largest rendered output parsed as YAML.
-pub const MAX_OUTPUT: usize = 1 << 20;
-/// minijinja fuel for one rendering.
-pub const FUEL: u64 = 2_000_000;
 /// Most steps one orchestration declares.
 pub const MAX_STEPS: usize = 256;
+
+/// Why an orchestration SLS gave no steps (shown as the run's error, in Salt's words
+/// where Salt has them).
+#[derive(Debug, thiserror::Error)]
+pub enum SlsError {
+    #[error("{0:?} is not an SLS name")]
+    BadName(String),
+    #[error("No matching sls found for '{sls}' in env '{saltenv}'")]
+    NotFound { sls: String, saltenv: String },
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    #[error("Rendering SLS '{saltenv}:{sls}' failed: {source}")]
+    Rendering { saltenv: String, sls: String, source: Box<SlsError> },
+    #[error(transparent)]
+    Template(#[from] TemplateError),
+    /// The rendered data does not declare steps as an orchestration does.
+    #[error("{0}")]
+    Shape(String),
+}
 
 /// What a step runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,60 +138,40 @@ impl Step {
 }
 
 /// The relative paths an SLS name may be at, in the order Salt tries them.
-pub fn candidates(sls: &str) -> Result<[String; 2], String> {
+pub fn candidates(sls: &str) -> Result<[String; 2], SlsError> {
     if sls.is_empty()
         || sls
             .split('.')
             .any(|p| p.is_empty() || p == ".." || p.contains('/') || p.contains('\\'))
     {
-        return Err(format!("{sls:?} is not an SLS name"));
+        return Err(SlsError::BadName(sls.to_string()));
     }
     let base = sls.replace('.', "/");
     Ok([format!("{base}.sls"), format!("{base}/init.sls")])
 }
 
 /// Reads `sls` from `roots` and renders it.
-pub fn load(roots: &dyn RootsSource, saltenv: &str, sls: &str, pillar: &J) -> Result<Vec<Step>, String> {
-    let unknown = || format!("No matching sls found for '{sls}' in env '{saltenv}'");
+pub fn load(roots: &dyn RootsSource, saltenv: &str, sls: &str, pillar: &J) -> Result<Vec<Step>, SlsError> {
+    let unknown = || SlsError::NotFound { sls: sls.to_string(), saltenv: saltenv.to_string() };
     if halite_storage::id::validate_saltenv(saltenv).is_err() {
         return Err(unknown());
     }
     for path in candidates(sls)? {
         let Some(file) = roots.find(RootsTree::File, saltenv, &path) else { continue };
-        let bytes = roots
-            .read(RootsTree::File, &file, 0, MAX_SLS_BYTES as u64 + 1)
-            .ok_or_else(|| format!("{path} could not be read"))?;
-        if bytes.len() > MAX_SLS_BYTES {
-            return Err(format!("{path} is more than {MAX_SLS_BYTES} bytes"));
-        }
-        let text = String::from_utf8(bytes).map_err(|_| format!("{path} is not UTF-8"))?;
-        return render(&text, saltenv, sls, pillar)
-            .map_err(|e| format!("Rendering SLS '{saltenv}:{sls}' failed: {e}"));
+        let text = template::read(roots, &file, &path)?;
+        return render(&text, saltenv, sls, pillar).map_err(|e| SlsError::Rendering {
+            saltenv: saltenv.to_string(),
+            sls: sls.to_string(),
+            source: Box::new(e),
+        });
     }
     Err(unknown())
 }
 
 /// Renders SLS text into its sorted steps.
-pub fn render(text: &str, saltenv: &str, sls: &str, pillar: &J) -> Result<Vec<Step>, String> {
-    let mut env = minijinja::Environment::new();
-    env.set_keep_trailing_newline(true);
-    env.set_fuel(Some(FUEL));
-    env.set_unknown_method_callback(crate::pycompat::methods);
+pub fn render(text: &str, saltenv: &str, sls: &str, pillar: &J) -> Result<Vec<Step>, SlsError> {
     let ctx = minijinja::context! { pillar => minijinja::Value::from_serialize(pillar), saltenv => saltenv, sls => sls };
-    let out = env
-        .render_str(text, ctx)
-        .map_err(|e| format!("Jinja: {e}"))?;
-    if out.len() > MAX_OUTPUT {
-        return Err(format!(
-            "rendered to {} bytes, more than {MAX_OUTPUT}",
-            out.len()
-        ));
-    }
-    if out.trim().is_empty() {
-        return Ok(Vec::new());
-    }
-    let y: serde_yaml::Value = serde_yaml::from_str(&out).map_err(|e| format!("YAML: {e}"))?;
-    compile(&crate::pillar::yaml_to_json(y))
+    compile(&template::render(text, ctx)?)
 }
 
 /// A requisite list: `- salt: ID`, `- ID`, or `- {any module: ID}`.
@@ -201,7 +195,11 @@ fn requisites(id: &str, what: &str, v: &J) -> Result<Vec<String>, String> {
 }
 
 /// The steps of rendered data, sorted by `order`.
-pub fn compile(high: &J) -> Result<Vec<Step>, String> {
+pub fn compile(high: &J) -> Result<Vec<Step>, SlsError> {
+    steps(high).map_err(SlsError::Shape)
+}
+
+fn steps(high: &J) -> Result<Vec<Step>, String> {
     let high = match high {
         J::Null => return Ok(Vec::new()),
         J::Object(m) => m,
@@ -349,7 +347,7 @@ mod tests {
             ("a:\n  salt.function:\n    - order: x\n", "order"),
             ("{% if %}", "Jinja"),
         ] {
-            let e = render(sls, "base", "o", &json!({})).unwrap_err();
+            let e = render(sls, "base", "o", &json!({})).unwrap_err().to_string();
             assert!(e.contains(why), "{sls:?}: {e}");
         }
         assert!(

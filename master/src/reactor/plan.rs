@@ -55,7 +55,7 @@ pub fn prepare(view: &dyn AdminView, reactions: &[Reaction]) -> Prepared {
 
 /// What a reaction asks for, as an admin verb.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Action {
+enum Action {
     Publish(JobCmd),
     Keys { cmd: Cmd, pattern: String, include: Include },
     Runner(J),
@@ -126,7 +126,7 @@ fn arguments(r: &Reaction, skip: &[&str]) -> Result<(Vec<J>, Map<String, J>), St
 }
 
 /// The admin verb a reaction asks for.
-pub fn action(r: &Reaction) -> Result<Action, String> {
+fn action(r: &Reaction) -> Result<Action, String> {
     match r.kind {
         Kind::Local => {
             let tgt = r.low.get("tgt").cloned().filter(|t| t.is_string() || t.is_array()).ok_or("a local reaction needs a `tgt` (a string or a list)")?;

@@ -8,11 +8,11 @@
 //!     - arg: [hello]
 //! ```
 //!
-//! Bounded, because the data comes from minions: a file over [`MAX_SLS_BYTES`] is not
-//! read, the template runs on [`FUEL`] units of minijinja's fuel (a loop that never ends
-//! runs out), its output is cut at [`MAX_OUTPUT`] bytes and at most [`MAX_REACTIONS`]
-//! reactions are taken from one event. Any failure is an error naming the file; the
-//! caller logs and counts it and the event gets no reaction from that file.
+//! Bounded, because the data comes from minions: reading and rendering are
+//! [`crate::template`]'s (a file size, fuel, an output size) and at most
+//! [`MAX_REACTIONS`] reactions are taken from one event. Any failure is a
+//! [`ReactorSlsError`] naming the file; the caller logs and counts it and the event gets
+//! no reaction from that file.
 
 use std::path::Path;
 
@@ -21,16 +21,41 @@ use serde_json::{json, Map, Value as J};
 use halite_storage::format::RootsTree;
 
 use super::SlsFile;
+use crate::template::{self, ReadError, TemplateError, MAX_SLS_BYTES};
 use crate::view::RootsSource;
 
-/// Largest SLS file read.
-pub const MAX_SLS_BYTES: u64 = 1 << 20;
-/// Largest rendered output parsed as YAML.
-pub const MAX_OUTPUT: usize = 1 << 20;
-/// minijinja fuel for one rendering (each instruction costs about one unit).
-pub const FUEL: u64 = 2_000_000;
 /// Most reactions one event starts.
 pub const MAX_REACTIONS: usize = 64;
+
+/// Why a reactor SLS gave no reactions.
+#[derive(Debug, thiserror::Error)]
+pub enum ReactorSlsError {
+    /// A `salt://` file that is not in the `base` saltenv of the file roots.
+    #[error("{0} is not in the base file roots")]
+    NotInRoots(String),
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// A file on disk that could not be read.
+    #[error("cannot read {path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    /// A file on disk larger than [`MAX_SLS_BYTES`].
+    #[error("{path} is {len} bytes, more than {MAX_SLS_BYTES}")]
+    TooLarge { path: String, len: u64 },
+    /// The template did not render, in the file named.
+    #[error("{file}: {source}")]
+    In { file: String, source: Box<ReactorSlsError> },
+    #[error(transparent)]
+    Template(#[from] TemplateError),
+    /// The rendered data is not a map of reactions as the reactor reads them.
+    #[error("{0}")]
+    Shape(String),
+}
+
+impl ReactorSlsError {
+    fn in_file(self, file: impl std::fmt::Display) -> Self {
+        ReactorSlsError::In { file: file.to_string(), source: Box::new(self) }
+    }
+}
 
 /// One reaction: a kind (`local`, `runner` or `wheel`), a function and its arguments.
 #[derive(Debug, Clone, PartialEq)]
@@ -70,83 +95,69 @@ impl Reaction {
 
 /// Reads and renders one reactor SLS for an event: a `salt://` file from `roots` (the
 /// file roots the admin verbs read, `crate::admin::AdminView::roots`), a path from disk.
-pub fn render_sls(roots: &dyn RootsSource, file: &SlsFile, tag: &str, data: &J) -> Result<Vec<Reaction>, String> {
+pub fn render_sls(roots: &dyn RootsSource, file: &SlsFile, tag: &str, data: &J) -> Result<Vec<Reaction>, ReactorSlsError> {
     let rel = match file {
         SlsFile::Path(p) => return render_file(p, tag, data),
         SlsFile::Roots(rel) => rel,
     };
-    let found = roots.find(RootsTree::File, "base", rel).ok_or_else(|| format!("{file} is not in the base file roots"))?;
-    let bytes = roots.read(RootsTree::File, &found, 0, MAX_SLS_BYTES + 1).ok_or_else(|| format!("cannot read {file}"))?;
-    if bytes.len() as u64 > MAX_SLS_BYTES {
-        return Err(format!("{file} is more than {MAX_SLS_BYTES} bytes"));
-    }
-    let text = String::from_utf8(bytes).map_err(|_| format!("{file} is not UTF-8"))?;
-    render(&text, tag, data).map_err(|e| format!("{file}: {e}"))
+    let found = roots.find(RootsTree::File, "base", rel).ok_or_else(|| ReactorSlsError::NotInRoots(file.to_string()))?;
+    let text = template::read(roots, &found, &file.to_string())?;
+    render(&text, tag, data).map_err(|e| e.in_file(file))
 }
 
 /// Reads and renders one SLS file on disk for an event.
-pub fn render_file(path: &Path, tag: &str, data: &J) -> Result<Vec<Reaction>, String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    if meta.len() > MAX_SLS_BYTES {
-        return Err(format!("{} is {} bytes, more than {MAX_SLS_BYTES}", path.display(), meta.len()));
+pub fn render_file(path: &Path, tag: &str, data: &J) -> Result<Vec<Reaction>, ReactorSlsError> {
+    let io = |source| ReactorSlsError::Io { path: path.display().to_string(), source };
+    let meta = std::fs::metadata(path).map_err(io)?;
+    if meta.len() > MAX_SLS_BYTES as u64 {
+        return Err(ReactorSlsError::TooLarge { path: path.display().to_string(), len: meta.len() });
     }
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    render(&text, tag, data).map_err(|e| format!("{}: {e}", path.display()))
+    let text = std::fs::read_to_string(path).map_err(io)?;
+    render(&text, tag, data).map_err(|e| e.in_file(path.display()))
 }
 
 /// Renders SLS text for an event into its reactions (sorted by name, as Salt orders
 /// reactions of equal `order`).
-pub fn render(text: &str, tag: &str, data: &J) -> Result<Vec<Reaction>, String> {
-    let mut env = minijinja::Environment::new();
-    env.set_keep_trailing_newline(true);
-    env.set_fuel(Some(FUEL));
-    env.set_unknown_method_callback(crate::pycompat::methods);
+pub fn render(text: &str, tag: &str, data: &J) -> Result<Vec<Reaction>, ReactorSlsError> {
     let ctx = minijinja::context! { tag => tag, data => minijinja::Value::from_serialize(data) };
-    let out = env.render_str(text, ctx).map_err(|e| format!("Jinja: {e}"))?;
-    if out.len() > MAX_OUTPUT {
-        return Err(format!("rendered to {} bytes, more than {MAX_OUTPUT}", out.len()));
-    }
-    if out.trim().is_empty() {
-        return Ok(Vec::new());
-    }
-    let y: serde_yaml::Value = serde_yaml::from_str(&out).map_err(|e| format!("YAML: {e}"))?;
-    compile(&crate::pillar::yaml_to_json(y))
+    compile(&template::render(text, ctx)?)
 }
 
 /// The reactions of rendered data: `{name: {kind.fun: [ {arg: value}, ... ]}}`.
-pub fn compile(high: &J) -> Result<Vec<Reaction>, String> {
+pub fn compile(high: &J) -> Result<Vec<Reaction>, ReactorSlsError> {
+    let shape = ReactorSlsError::Shape;
     let high = match high {
         J::Null => return Ok(Vec::new()),
         J::Object(m) => m,
-        _ => return Err("the SLS is not a map of reactions".into()),
+        _ => return Err(shape("the SLS is not a map of reactions".into())),
     };
     let mut out = Vec::new();
     let mut names: Vec<&String> = high.keys().collect();
     names.sort();
     for name in names {
-        let Some(body) = high[name].as_object() else { return Err(format!("reaction {name:?} is not a map")) };
+        let Some(body) = high[name].as_object() else { return Err(shape(format!("reaction {name:?} is not a map"))) };
         for (key, args) in body {
-            let (kind, fun) = key.split_once('.').ok_or_else(|| format!("reaction {name:?}: {key:?} is not kind.function"))?;
+            let (kind, fun) = key.split_once('.').ok_or_else(|| shape(format!("reaction {name:?}: {key:?} is not kind.function")))?;
             let kind = match kind {
                 "local" | "cmd" => Kind::Local,
                 "runner" => Kind::Runner,
                 "wheel" => Kind::Wheel,
-                other => return Err(format!("reaction {name:?}: the kind {other:?} is not supported (local, runner, wheel)")),
+                other => return Err(shape(format!("reaction {name:?}: the kind {other:?} is not supported (local, runner, wheel)"))),
             };
             let mut low = Map::new();
             match args {
                 J::Null => {}
                 J::Array(items) => {
                     for item in items {
-                        let J::Object(m) = item else { return Err(format!("reaction {name:?}: an argument that is not a one-key map")) };
+                        let J::Object(m) = item else { return Err(shape(format!("reaction {name:?}: an argument that is not a one-key map"))) };
                         low.extend(m.clone());
                     }
                 }
-                _ => return Err(format!("reaction {name:?}: its arguments are not a list")),
+                _ => return Err(shape(format!("reaction {name:?}: its arguments are not a list"))),
             }
             out.push(Reaction { name: name.clone(), kind, fun: fun.to_string(), low });
             if out.len() > MAX_REACTIONS {
-                return Err(format!("more than {MAX_REACTIONS} reactions"));
+                return Err(shape(format!("more than {MAX_REACTIONS} reactions")));
             }
         }
     }
@@ -199,16 +210,16 @@ mod tests {
             // A loop that would never end runs out of fuel.
             ("{% for i in range(10000) %}{% for j in range(10000) %}x{% endfor %}{% endfor %}", "Jinja"),
         ] {
-            let e = render(sls, "t", &data).unwrap_err();
+            let e = render(sls, "t", &data).unwrap_err().to_string();
             assert!(e.contains(why), "{sls:?}: {e}");
         }
         let many: String = (0..=MAX_REACTIONS).map(|i| format!("r{i}:\n  local.test.ping:\n    - tgt: x\n")).collect();
-        assert!(render(&many, "t", &data).unwrap_err().contains("more than"));
+        assert!(render(&many, "t", &data).unwrap_err().to_string().contains("more than"));
         let d = tempfile::tempdir().unwrap();
         let big = d.path().join("big.sls");
-        std::fs::write(&big, vec![b'#'; MAX_SLS_BYTES as usize + 1]).unwrap();
-        assert!(render_file(&big, "t", &data).unwrap_err().contains("more than"));
-        assert!(render_file(&d.path().join("none.sls"), "t", &data).unwrap_err().contains("cannot read"));
+        std::fs::write(&big, vec![b'#'; MAX_SLS_BYTES + 1]).unwrap();
+        assert!(render_file(&big, "t", &data).unwrap_err().to_string().contains("more than"));
+        assert!(render_file(&d.path().join("none.sls"), "t", &data).unwrap_err().to_string().contains("cannot read"));
     }
 
     #[test]
@@ -216,12 +227,12 @@ mod tests {
         let mut roots = crate::view::memory::MemoryRoots::default();
         roots.put(RootsTree::File, "base", "reactor/a.sls", b"echo:\n  local.test.echo:\n    - tgt: {{ data['id'] }}\n");
         roots.put(RootsTree::File, "dev", "reactor/b.sls", b"echo:\n  local.test.echo: []\n");
-        roots.put(RootsTree::File, "base", "big.sls", &vec![b'#'; MAX_SLS_BYTES as usize + 1]);
+        roots.put(RootsTree::File, "base", "big.sls", &vec![b'#'; MAX_SLS_BYTES + 1]);
         let data = json!({"id": "m1"});
         let r = render_sls(&roots, &SlsFile::Roots("reactor/a.sls".into()), "t", &data).unwrap();
         assert_eq!(r[0].low["tgt"], "m1");
-        let e = render_sls(&roots, &SlsFile::Roots("reactor/b.sls".into()), "t", &data).unwrap_err();
+        let e = render_sls(&roots, &SlsFile::Roots("reactor/b.sls".into()), "t", &data).unwrap_err().to_string();
         assert!(e.contains("salt://reactor/b.sls is not in the base file roots"), "{e}");
-        assert!(render_sls(&roots, &SlsFile::Roots("big.sls".into()), "t", &data).unwrap_err().contains("more than"));
+        assert!(render_sls(&roots, &SlsFile::Roots("big.sls".into()), "t", &data).unwrap_err().to_string().contains("more than"));
     }
 }

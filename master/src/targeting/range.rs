@@ -9,10 +9,11 @@
 //! target into `( L@a,b )`, so minions never need a range client or a `range_server`
 //! of their own (Salt sends `R@` to the minions, which match it with theirs).
 //!
-//! This module is the pure part: the request path, the reading of an answer (bounded:
-//! the caller stops reading at [`MAX_RESPONSE`] bytes, at most [`MAX_NAMES`] names, each
-//! a plausible minion id) and the rewriting of a target with a given expansion. The
-//! daemon does the network I/O (`crate::daemon::range_client`).
+//! This module is the pure part: the request path, the reading of an answer's body
+//! (bounded: the caller stops reading at [`MAX_RESPONSE`] bytes, at most [`MAX_NAMES`]
+//! names, each a plausible minion id), the rewriting of a target with a given expansion,
+//! and [`RangeError`]. The daemon does the HTTP exchange, on hyper
+//! (`crate::daemon::range_client`).
 
 use serde_json::Value as J;
 
@@ -48,38 +49,41 @@ pub fn request_path(expr: &str) -> String {
     out
 }
 
-/// Reads a whole HTTP answer (head and body, as received until the server closed):
-/// the names it lists, sorted, or why it is not an expansion.
-pub fn parse_response(bytes: &[u8]) -> Result<Vec<String>, String> {
-    if bytes.len() > MAX_RESPONSE {
-        return Err(format!("answer longer than {MAX_RESPONSE} bytes"));
+/// Why a range expression was not expanded.
+#[derive(Debug, thiserror::Error)]
+pub enum RangeError {
+    #[error("cannot resolve {server}: {source}")]
+    Resolve { server: String, source: std::io::Error },
+    #[error("{0} resolves to no address")]
+    NoAddress(String),
+    #[error("cannot connect to {addr}: {source}")]
+    Connect { addr: std::net::SocketAddr, source: std::io::Error },
+    #[error("no complete answer within {0:?}")]
+    Deadline(std::time::Duration),
+    /// The exchange failed (a broken connection, an answer that is not HTTP).
+    #[error("HTTP: {0}")]
+    Http(String),
+    #[error("got HTTP status {0}")]
+    Status(String),
+    /// The server's own error (`RangeException` header).
+    #[error("RangeException: {0}")]
+    Exception(String),
+    #[error("answer longer than {MAX_RESPONSE} bytes")]
+    TooLong,
+    #[error("the list of names is not UTF-8")]
+    NotUtf8,
+    #[error("not a minion id: {0:?}")]
+    NotAnId(String),
+    #[error("more than {MAX_NAMES} names")]
+    TooMany,
+}
+
+/// The names an answer's body lists (one a line), sorted, without duplicates.
+pub fn parse_names(body: &[u8]) -> Result<Vec<String>, RangeError> {
+    if body.len() > MAX_RESPONSE {
+        return Err(RangeError::TooLong);
     }
-    let (head_end, sep) = match find(bytes, b"\r\n\r\n") {
-        Some(i) => (i, 4),
-        None => (find(bytes, b"\n\n").ok_or("no complete HTTP head")?, 2),
-    };
-    let head = std::str::from_utf8(&bytes[..head_end]).map_err(|_| "HTTP head is not text")?;
-    let mut lines = head.lines();
-    let status = lines.next().unwrap_or("");
-    let mut parts = status.split_whitespace();
-    let (proto, code) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    if !proto.starts_with("HTTP/") {
-        return Err("not an HTTP answer".into());
-    }
-    if code != "200" {
-        return Err(format!("got HTTP status {}", status.trim_start_matches(proto).trim()));
-    }
-    for h in lines {
-        let Some((name, value)) = h.split_once(':') else { continue };
-        let name = name.trim();
-        if name.eq_ignore_ascii_case("RangeException") {
-            return Err(format!("RangeException: {}", value.trim()));
-        }
-        if name.eq_ignore_ascii_case("Transfer-Encoding") && !value.trim().eq_ignore_ascii_case("identity") {
-            return Err(format!("unsupported Transfer-Encoding {}", value.trim()));
-        }
-    }
-    let body = std::str::from_utf8(&bytes[head_end + sep..]).map_err(|_| "the list of names is not UTF-8")?;
+    let body = std::str::from_utf8(body).map_err(|_| RangeError::NotUtf8)?;
     let mut names = Vec::new();
     for line in body.lines() {
         let name = line.trim_end();
@@ -87,11 +91,11 @@ pub fn parse_response(bytes: &[u8]) -> Result<Vec<String>, String> {
             continue;
         }
         if name.len() > MAX_NAME_LEN || name.chars().any(|c| c.is_whitespace() || c.is_control() || c == ',') {
-            return Err(format!("not a minion id: {:?}", name.chars().take(64).collect::<String>()));
+            return Err(RangeError::NotAnId(name.chars().take(64).collect()));
         }
         if names.len() == MAX_NAMES {
             // Counted before duplicates are dropped: the bound is on the lines read.
-            return Err(format!("more than {MAX_NAMES} names"));
+            return Err(RangeError::TooMany);
         }
         names.push(name.to_string());
     }
@@ -100,14 +104,10 @@ pub fn parse_response(bytes: &[u8]) -> Result<Vec<String>, String> {
     Ok(names)
 }
 
-fn find(h: &[u8], n: &[u8]) -> Option<usize> {
-    h.windows(n.len()).position(|w| w == n)
-}
-
 /// The target with its range parts expanded by `expand` (the range server's answer for
 /// one expression): a `range` target becomes a `list`; in a `compound` each `R@expr`
 /// word becomes `( L@names )` (a word matching nothing when the expansion is empty).
-pub fn rewrite(tgt: &str, tgt_type: &str, expand: &mut dyn FnMut(&str) -> Result<Vec<String>, String>) -> Result<(J, String), String> {
+pub fn rewrite<E>(tgt: &str, tgt_type: &str, expand: &mut dyn FnMut(&str) -> Result<Vec<String>, E>) -> Result<(J, String), E> {
     match tgt_type {
         "range" => Ok((J::Array(expand(tgt.trim())?.into_iter().map(J::String).collect()), "list".into())),
         "compound" => {
@@ -138,22 +138,17 @@ mod tests {
     }
 
     #[test]
-    fn answers_are_read_and_bounded() {
-        assert_eq!(parse_response(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nweb2\nweb1\n\nweb1\n").unwrap(), ["web1", "web2"]);
-        assert_eq!(parse_response(b"HTTP/1.1 200 OK\n\n").unwrap(), Vec::<String>::new());
-        assert!(parse_response(b"HTTP/1.0 500 Internal\r\n\r\nboom").unwrap_err().contains("500"));
-        assert!(parse_response(b"HTTP/1.0 200 OK\r\nRangeException: NO_CLUSTER\r\n\r\n").unwrap_err().contains("NO_CLUSTER"));
-        assert!(parse_response(b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc").is_err());
-        assert!(parse_response(b"SSH-2.0-OpenSSH\r\n\r\n").is_err());
-        assert!(parse_response(b"HTTP/1.0 200 OK\r\n").is_err(), "no end of head");
-        assert!(parse_response(b"HTTP/1.0 200 OK\r\n\r\nweb 1\n").is_err(), "a name with a space");
-        assert!(parse_response(b"HTTP/1.0 200 OK\r\n\r\na,b\n").is_err(), "a comma would split the list");
-        let long = [b"HTTP/1.0 200 OK\r\n\r\n".to_vec(), vec![b'a'; MAX_NAME_LEN + 1]].concat();
-        assert!(parse_response(&long).is_err());
-        let many = [b"HTTP/1.0 200 OK\r\n\r\n".to_vec(), "m\n".repeat(MAX_NAMES + 1).into_bytes()].concat();
-        assert!(parse_response(&many).unwrap_err().contains("more than"), "every line counts");
+    fn names_are_read_and_bounded() {
+        assert_eq!(parse_names(b"web2\nweb1\n\nweb1\n").unwrap(), ["web1", "web2"]);
+        assert_eq!(parse_names(b"").unwrap(), Vec::<String>::new());
+        assert!(matches!(parse_names(b"web 1\n"), Err(RangeError::NotAnId(_))), "a name with a space");
+        assert!(matches!(parse_names(b"a,b\n"), Err(RangeError::NotAnId(_))), "a comma would split the list");
+        assert!(matches!(parse_names(&[0xff, b'\n']), Err(RangeError::NotUtf8)));
+        assert!(matches!(parse_names(&vec![b'a'; MAX_NAME_LEN + 1]), Err(RangeError::NotAnId(_))));
+        assert!(matches!(parse_names("m\n".repeat(MAX_NAMES + 1).as_bytes()), Err(RangeError::TooMany)), "every line counts");
         let many: String = (0..=MAX_NAMES).map(|i| format!("m{i}\n")).collect();
-        assert!(parse_response(&[b"HTTP/1.0 200 OK\r\n\r\n".to_vec(), many.into_bytes()].concat()).unwrap_err().contains("more than"));
+        assert!(matches!(parse_names(many.as_bytes()), Err(RangeError::TooMany)));
+        assert!(matches!(parse_names(&vec![b'\n'; MAX_RESPONSE + 1]), Err(RangeError::TooLong)));
     }
 
     #[test]

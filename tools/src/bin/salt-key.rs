@@ -106,7 +106,7 @@ fn real_main(args: Args) -> Result<()> {
     ]
     .into_iter()
     .find_map(|(m, c)| m.map(|m| (m, c)));
-    let printer = args.output.printer(&cfg, Out::Key, "", false).map_err(|e| Failure::new(e, 1))?;
+    let printer = args.output.printer(&cfg, Out::Key, "", false).map_err(|e| Failure::new(e.to_string(), 1))?;
     if let Some((pattern, cmd)) = change {
         return change_keys(&args, &cfg, cmd, &pattern, &printer);
     }

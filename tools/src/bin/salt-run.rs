@@ -151,7 +151,7 @@ fn real_main(a: Args) -> Result<()> {
         f if halite_tools::orchestrate::is_orchestrate(f) => {
             let c = admin.as_mut().ok_or_else(|| offline::no_master(None))?;
             let timeout = a.timeout.map_or(halite_tools::orchestrate::STEP_TIMEOUT, Duration::from_secs);
-            let printer = a.output.printer(&cfg, Out::Nested, f, false).map_err(|e| Failure::new(e, 1))?;
+            let printer = a.output.printer(&cfg, Out::Nested, f, false).map_err(|e| Failure::new(e.to_string(), 1))?;
             return orchestrate(c, f, &positional, &kwargs, timeout, &printer);
         }
         "pki.status" => Value::String(pki::status(&cfg)),
@@ -256,7 +256,7 @@ fn real_main(a: Args) -> Result<()> {
         }
         other => return Err(Failure::new(format!("'{other}' is not available."), 1)),
     };
-    let printer = a.output.printer(&cfg, Out::Nested, &a.fun, false).map_err(|e| Failure::new(e, 1))?;
+    let printer = a.output.printer(&cfg, Out::Nested, &a.fun, false).map_err(|e| Failure::new(e.to_string(), 1))?;
     // A runner's `{"outputter", "data"}` (jobs.lookup_jid of a state run): the data, in
     // that outputter unless --out names one, as Salt's runner client prints it.
     let (ret, named) = match ret {
@@ -280,7 +280,7 @@ fn real_main(a: Args) -> Result<()> {
 fn orchestrate(c: &mut AdminClient, fun: &str, positional: &[String], kwargs: &BTreeMap<String, String>, timeout: Duration, printer: &Printer) -> Result<()> {
     let arg: Vec<Value> = positional.iter().map(|v| yamlify(v)).collect();
     let kwarg: serde_json::Map<String, Value> = kwargs.iter().map(|(k, v)| (k.clone(), yamlify(v))).collect();
-    let done = halite_tools::orchestrate::run(c, fun, &arg, &kwarg, None, timeout).map_err(|e| Failure::new(e, 1))?;
+    let done = halite_tools::orchestrate::run(c, fun, &arg, &kwarg, None, timeout).map_err(|e| Failure::new(e.to_string(), 1))?;
     if let Err(e) = &done.stored {
         eprintln!("The run's return was not stored in the job cache: {e}");
     }

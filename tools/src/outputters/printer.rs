@@ -93,10 +93,18 @@ impl OutputFlags {
     /// A printer for a command whose own outputter is `default` (`fun`: the job's
     /// function; `gather`: `--static`). `Err`: Salt's complaint about an `--out-file` it
     /// cannot empty.
-    pub fn printer(&self, cfg: &halite_master::MasterConfig, default: Out, fun: &str, gather: bool) -> Result<Printer, String> {
+    pub fn printer(&self, cfg: &halite_master::MasterConfig, default: Out, fun: &str, gather: bool) -> Result<Printer, OutFileError> {
         let options = Options { out: self.out.clone(), style: self.style(cfg), gather, file: self.out_file.clone(), append: self.out_file_append, fun: fun.to_string(), default };
-        Printer::new(options).map_err(|e| format!("{}: Access denied: {e}", self.out_file.as_deref().map(|p| p.display().to_string()).unwrap_or_default()))
+        Printer::new(options).map_err(|source| OutFileError { path: self.out_file.clone().unwrap_or_default(), source })
     }
+}
+
+/// An `--out-file` that cannot be emptied, in Salt's words.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: Access denied: {source}", path.display())]
+pub struct OutFileError {
+    pub path: PathBuf,
+    pub source: std::io::Error,
 }
 
 /// `salt`'s output options, as parsed from its flags and the master config.

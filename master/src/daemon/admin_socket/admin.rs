@@ -84,10 +84,9 @@ pub async fn connection(master: Arc<Master>, stream: tokio::net::UnixStream) {
             Err(_) => false,
         };
         if needs_range {
-            // A range target is expanded first, by asking the range server (blocking I/O).
+            // A range target is expanded first, by asking the range server.
             if let Ok(c) = parsed {
-                let m = master.clone();
-                parsed = tokio::task::spawn_blocking(move || crate::daemon::range_client::resolve(&m.cfg, c)).await.unwrap_or_else(|e| Err(crate::error::Error::refused(e.to_string())));
+                parsed = crate::daemon::range_client::resolve(&master.cfg, c).await;
             }
         }
         let answer = match parsed {

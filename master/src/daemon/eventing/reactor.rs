@@ -27,8 +27,9 @@ use crate::events::Event;
 use crate::metrics::{refuse, Port};
 use crate::reactor::{self, plan, render, Reactors};
 
-/// Starts the reactor when the `reactor` option names any reactions.
-pub fn start(master: &Arc<Master>) {
+/// Starts the reactor when the `reactor` option names any reactions. It runs on a
+/// thread of its own; `rt` carries its network I/O (range queries).
+pub fn start(master: &Arc<Master>, rt: tokio::runtime::Handle) {
     let reactors = Reactors::from_option(master.cfg.raw.get("reactor"));
     if reactors.is_empty() {
         return;
@@ -37,7 +38,7 @@ pub fn start(master: &Arc<Master>) {
     let m = master.clone();
     let spawned = std::thread::Builder::new().name("reactor".into()).spawn(move || loop {
         match rx.blocking_recv() {
-            Ok(e) => react(&m, &reactors, &e),
+            Ok(e) => react(&m, &rt, &reactors, &e),
             Err(RecvError::Lagged(n)) => refuse(Port::Admin, "event bus", "reactor_lagged", &format_args!("the reactor fell {n} events behind the bus; they get no reaction here")),
             Err(RecvError::Closed) => return,
         }
@@ -49,7 +50,7 @@ pub fn start(master: &Arc<Master>) {
 }
 
 /// Reacts to one event (nothing when no reactor names its tag).
-fn react(m: &Master, reactors: &Reactors, e: &Event) {
+fn react(m: &Master, rt: &tokio::runtime::Handle, reactors: &Reactors, e: &Event) {
     let files = reactors.sls_for(&e.tag);
     if files.is_empty() {
         return;
@@ -81,7 +82,7 @@ fn react(m: &Master, reactors: &Reactors, e: &Event) {
         }
         let Some(tgt) = r.low.get("tgt").cloned() else { return true };
         let tgt_type = r.low.get("tgt_type").or_else(|| r.low.get("expr_form")).and_then(serde_json::Value::as_str).unwrap_or("glob").to_string();
-        match crate::daemon::range_client::resolve_target(&m.cfg, Port::Admin, &tgt, &tgt_type) {
+        match rt.block_on(crate::daemon::range_client::resolve_target(&m.cfg, Port::Admin, &tgt, &tgt_type)) {
             Ok(None) => true,
             Ok(Some((t, ty))) => {
                 r.low.remove("expr_form");

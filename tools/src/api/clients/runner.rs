@@ -77,7 +77,7 @@ async fn render(cfg: &ApiConfig, s: &Session, c: &Special) -> Result<(AdminClien
     tokio::task::spawn_blocking(move || {
         let mut a = AdminClient::connect(&sock_dir).ok_or_else(|| ApiError::new(503, format!("the master is not running (no admin socket in {})", sock_dir.display())))?;
         a.set_timeout(Some(per_call));
-        let r = orchestrate::render(&mut a, &c.fun, &c.arg, &c.kwarg, Some(&user)).map_err(|e| ApiError::new(400, e))?;
+        let r = orchestrate::render(&mut a, &c.fun, &c.arg, &c.kwarg, Some(&user)).map_err(|e| ApiError::new(400, e.to_string()))?;
         Ok((a, r))
     })
     .await

@@ -358,7 +358,7 @@ fn real_main(a: Args) -> Result<()> {
     let mut tgt = if a.list { Value::Array(target.split(',').map(|s| Value::String(s.trim().to_string())).collect()) } else { Value::String(target.clone()) };
     let mut tgt_type = tgt_type.to_string();
     let (args, kwargs) = parse_args(&words);
-    let mut printer = a.output.printer(&cfg, Out::Nested, &fun, a.static_).map_err(|e| Failure::new(e, 2))?;
+    let mut printer = a.output.printer(&cfg, Out::Nested, &fun, a.static_).map_err(|e| Failure::new(e.to_string(), 2))?;
     if a.preview_target {
         // Salt's `--preview-target`: the matching minions, through the outputter.
         let r = client.call(&json!({ "cmd": "target.minions", "tgt": tgt, "tgt_type": tgt_type })).map_err(|e| Failure::new(e.to_string(), 2))?;
