@@ -31,8 +31,13 @@ fn pepper(api: &Api, home: &Path, args: &[&str]) -> (i32, Vec<Value>) {
     cmd.env("HOME", home).env_remove("SALTAPI_URL").env_remove("PEPPERRC").args(["-u", &url, "-a", "file", "--username", "fred", "--password", "s3cret", "--non-interactive", "--out", "json"]).args(args);
     let o = run(&mut cmd, Duration::from_secs(120));
     let out = String::from_utf8_lossy(&o.stdout).to_string();
-    let docs: Vec<Value> = serde_json::Deserializer::from_str(&out).into_iter::<Value>().collect::<Result<_, _>>().unwrap_or_else(|e| panic!("pepper {args:?} printed no JSON ({e}): {out}\nstderr: {}", String::from_utf8_lossy(&o.stderr)));
-    (o.status.code().unwrap_or(-1), docs)
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    let docs: Vec<Value> = serde_json::Deserializer::from_str(&out).into_iter::<Value>().collect::<Result<_, _>>().unwrap_or_else(|e| panic!("pepper {args:?} printed no JSON ({e}): {out}\nstderr: {err}"));
+    let code = o.status.code().unwrap_or(-1);
+    if code != 0 {
+        eprintln!("pepper {args:?} exited {code}; stderr: {err}");
+    }
+    (code, docs)
 }
 
 /// A home directory for pepper.
