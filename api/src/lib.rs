@@ -190,6 +190,7 @@ async fn route(cfg: &ApiConfig, req: Request<Incoming>, fmt: Format, peer: Socke
             session::login(cfg, fmt, body).await
         }
         ("POST", ["token"]) => {
+            clients::enabled(&cfg.enabled_clients, &Map::new(), Some("runner"))?;
             let body = read_body(cfg, &parts.headers, body).await?;
             session::token(cfg, fmt, body).await
         }

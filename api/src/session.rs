@@ -184,7 +184,9 @@ pub async fn login(cfg: &ApiConfig, fmt: Format, body: J) -> Result<Response<Bod
 
 /// `POST /token`: rest_cherrypy's `Token` (the runner `auth.mk_token` for each set of
 /// credentials): a list of `{"token", "start", "expire", "name", "eauth"}`, not wrapped
-/// in `return`; 400 when a set lacks `username`, `password` or `eauth`.
+/// in `return`; 400 when a set lacks `username`, `password` or `eauth`. As in Salt, it
+/// is a runner call: the `runner` client must be enabled and the user's rules must allow
+/// `auth.mk_token` (`@runner`, `@auth`), else 401.
 pub async fn token(cfg: &ApiConfig, fmt: Format, body: J) -> Result<Response<Body>, ApiError> {
     let sets: Vec<Map<String, J>> = match body {
         J::Object(m) => vec![m],
@@ -201,6 +203,10 @@ pub async fn token(cfg: &ApiConfig, fmt: Format, body: J) -> Result<Response<Bod
         }
         warn_unread(creds, "/token");
         let (user, eauth, perms) = authenticate(cfg, &Creds::of(creds)).await?;
+        if !acl::special_call_allowed(&perms, "runner", "auth.mk_token", &[], &Map::new()) {
+            tracing::warn!(user, "salt-api: /token refused: the user's rules do not allow the runner auth.mk_token");
+            return Err(crate::clients::denied());
+        }
         let (token, made) = mint(cfg, &user, &eauth, &perms).await?;
         tracing::info!(user, eauth, "salt-api: token made");
         out.push(json!({ "token": token, "start": made.get("start").cloned().unwrap_or(J::Null), "expire": made.get("expire").cloned().unwrap_or(J::Null), "name": user, "eauth": eauth }));

@@ -87,3 +87,47 @@ pub fn finger(pub_key: &[u8]) -> String {
     let hex = hex::encode(Sha256::digest(pub_key));
     hex.as_bytes().chunks(2).map(|c| std::str::from_utf8(c).unwrap_or("")).collect::<Vec<_>>().join(":")
 }
+
+#[cfg(test)]
+mod tests {
+    use halite_storage::format::KeyState;
+    use serde_json::json;
+
+    use super::*;
+    use crate::admin::tests::Fixture;
+
+    const PUB: &str = "-----BEGIN PUBLIC KEY-----\nMIIBIjANBgkq\n-----END PUBLIC KEY-----\n";
+    const OTHER: &str = "-----BEGIN PUBLIC KEY-----\nMIIBIjANBgkr\n-----END PUBLIC KEY-----\n";
+
+    #[test]
+    fn gen_accept_accepts_a_new_id_and_leaves_an_accepted_one_unless_forced() {
+        let f = Fixture::new("wheel-gen-accept");
+        let got = f.carry_out(f.run(json!({"cmd": "key.gen_accept", "id": "kick", "pub": PUB})).unwrap());
+        assert_eq!(got.value, json!({"accepted": true}));
+        assert_eq!(f.sm.get_key("kick").unwrap().map(|k| (k.state, k.pub_key)), Some((BankState::Accepted, PUB.as_bytes().to_vec())));
+        // Accepted already: nothing proposed, the key kept.
+        let plan = f.run(json!({"cmd": "key.gen_accept", "id": "kick", "pub": OTHER})).unwrap();
+        assert!(plan.proposals.is_empty());
+        assert_eq!(f.carry_out(plan).value, json!({"accepted": false}));
+        let got = f.carry_out(f.run(json!({"cmd": "key.gen_accept", "id": "kick", "pub": OTHER, "force": true})).unwrap());
+        assert_eq!(got.value, json!({"accepted": true}));
+        assert_eq!(f.sm.get_key("kick").unwrap().unwrap().pub_key, OTHER.as_bytes());
+        // A pending key is replaced by the accepted one.
+        f.key("pend", KeyState::Pending, PUB);
+        assert_eq!(f.carry_out(f.run(json!({"cmd": "key.gen_accept", "id": "pend", "pub": OTHER})).unwrap()).value, json!({"accepted": true}));
+        for bad in [json!({"cmd": "key.gen_accept", "id": "../x", "pub": PUB}), json!({"cmd": "key.gen_accept", "id": "a", "pub": "not a key"}), json!({"cmd": "key.gen_accept", "pub": PUB})] {
+            assert!(f.run(bad.clone()).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn finger_answers_each_matched_bucket() {
+        let f = Fixture::new("wheel-finger");
+        f.key("web1", KeyState::Accepted, PUB);
+        f.key("web2", KeyState::Pending, OTHER);
+        assert_eq!(f.now(json!({"cmd": "key.finger", "match": "web*"})), json!({"fingers": {"minions_pre": {"web2": finger(OTHER.as_bytes())}, "minions": {"web1": finger(PUB.as_bytes())}}}));
+        assert_eq!(f.now(json!({"cmd": "key.finger", "match": "db*"})), json!({"fingers": {}}));
+        assert_eq!(finger(b"x").len(), 95);
+        assert!(f.run(json!({"cmd": "key.finger"})).is_err());
+    }
+}

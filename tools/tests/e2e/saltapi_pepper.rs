@@ -139,6 +139,10 @@ fn hostile_input_on_the_other_doors_gets_a_clear_4xx() {
     let (status, r) = post_json(api, "/token", r#"{"username": "fred", "eauth": "file"}"#);
     assert_eq!(status, 400, "{r}");
     assert!(r["return"].as_str().is_some_and(|m| m.contains("password")), "{r}");
+    // A user whose rules allow no runner gets no token (Salt's /token is the runner
+    // auth.mk_token).
+    let (status, _) = post_json(api, "/token", r#"{"username": "limited", "password": "pw", "eauth": "file"}"#);
+    assert_eq!(status, 401);
     // Bad JSON, and a body past max_request_body_size (65536 here), on each door.
     for path in ["/run", "/token", "/login", "/keys", "/hook/x"] {
         let (status, r) = post_json(api, path, "[{\"client\": ");
