@@ -10,10 +10,14 @@
 //! | `local_async` | publishes | `{"jid", "minions"}` | [`local`] |
 //! | `local_batch` | Salt's `cmd_batch`: `test.ping`s the target, then runs on `batch` (N or N%, default `10%`) of the minions that answered at a time (`batch_wait`, `failhard`) | one `{minion: return}` per minion as it returns, each an item of the answer's `return` list (`{minion: {}}` for one that did not return in time) | [`batch`] |
 //! | `local_subset` | Salt's `cmd_subset`: asks the target for `sys.list_functions`, runs on `subset` (default 3) of the minions that have `fun`, picked at random | `{minion: return}` (`false` for a picked minion that did not return) | [`subset`] |
-//! | `runner` | a runner the master answers (`jobs.*`, `manage.present`, `fileserver.*`, ...); `state.orchestrate` (`state.orch`, `state.sls`) run to its end (`halite_tools::orchestrate`); every call kept as a job with its `salt/run/<jid>/new` and `/ret` events, as Salt keeps it | the runner's return; for an orchestration Salt's `{"data": {"<id>_master": ...}, "outputter": "highstate", "retcode"}` | [`runner`] |
+//! | `runner` | a runner the master answers (`jobs.*`, `manage.present`, `fileserver.*`, ...), `manage.status`/`up`/`down` (every accepted minion `test.ping`ed, [`runner`]); `state.orchestrate` (`state.orch`, `state.sls`) run to its end (`halite_tools::orchestrate`); every call kept as a job with its `salt/run/<jid>/new` and `/ret` events, as Salt keeps it | the runner's return; for an orchestration Salt's `{"data": {"<id>_master": ...}, "outputter": "highstate", "retcode"}` | [`runner`] |
 //! | `runner_async` | starts the runner in the background (at most [`runner::MAX_IN_FLIGHT`] at once, with `wheel_async`) | `{"tag": "salt/run/<jid>", "jid"}`; the run fires `salt/run/<jid>/new` and `/ret`, and `jobs.lookup_jid` shows it (an orchestration's jid is its run job's) | [`runner`] |
-//! | `wheel` | `key.list_all`, `key.accept`, `key.reject`, `key.delete` (`match`), kept as a job with its `salt/wheel/<jid>/new` and `/ret` events | `{"tag", "data": {"fun", "jid", "user", "return", "success", ...}}` | [`wheel`] |
+//! | `wheel` | `key.list_all`, `key.accept`, `key.reject`, `key.delete` (`match`), `key.finger`, `key.gen_accept` (a key pair made here), kept as a job with its `salt/wheel/<jid>/new` and `/ret` events | `{"tag", "data": {"fun", "jid", "user", "return", "success", ...}}` | [`wheel`] |
 //! | `wheel_async` | starts the wheel function in the background | `{"tag": "salt/wheel/<jid>", "jid"}`; the run fires `salt/wheel/<jid>/new` and `/ret` | [`wheel`] |
+//!
+//! The runner and wheel clients read a chunk's arguments as Salt's runner client reads
+//! them ([`Special`]): `arg` (`name=value` texts are keyword arguments), `kwarg`, then
+//! the chunk's other keys; a chunk field a client does not read is named in a warning.
 //!
 //! A call the rules do not allow is refused with 401 ("Authorization error occurred."),
 //! as rest_cherrypy answers Salt's authorization errors. The rules apply as Salt's
