@@ -4,8 +4,6 @@
 
 use serde_json::{Map, Value};
 
-use sha2::{Digest, Sha256};
-
 use halite_master::{start, store, MasterConfig};
 pub use halite_master::admin::keys::{applied, glob_match, looks_like_public_key, records_for, select, state_listing, Cmd, Include, ACC, DEN, PEND, REJ, GROUP};
 use halite_replication::Node;
@@ -38,11 +36,8 @@ pub fn list_status(l: &KeyListing, arg: &str) -> Result<Value> {
     })
 }
 
-/// Salt's `pem_finger` over the exact stored bytes: sha256 hex, `:` every two digits.
-pub fn finger(pub_key: &[u8]) -> String {
-    let hex = hex::encode(Sha256::digest(pub_key));
-    hex.as_bytes().chunks(2).map(|c| std::str::from_utf8(c).unwrap_or("")).collect::<Vec<_>>().join(":")
-}
+/// Salt's `pem_finger` over the exact stored bytes (the master's, which `key.finger` answers).
+pub use halite_master::admin::wheel_keys::finger;
 
 /// `-f GLOB` / `-F`: fingerprints per bucket.
 pub fn fingers(cfg: &MasterConfig, pattern: &str) -> Result<Value> {

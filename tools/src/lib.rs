@@ -1,10 +1,11 @@
 //! Halite's operator tools: `salt`, `salt-key`, `salt-run`, the recovery tool `halite-ctl`
-//! the load generator `halite-swarm` and the REST endpoint `salt-api` ([`api`]).
+//! and the load generator `halite-swarm` (salt-api is the `halite-api` crate, which
+//! uses [`orchestrate`], [`batch`], [`subset`] and [`common`] from here).
 //! Each binary in `src/bin/` is a thin command-line layer over these modules;
 //! [`orchestrate`] drives an orchestration for `salt-run` and salt-api alike;
 //! [`outputters`] print as Salt's outputters do.
 
-pub mod api;
+pub mod args;
 pub mod batch;
 pub mod common;
 pub mod follow;

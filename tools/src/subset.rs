@@ -1,6 +1,6 @@
 //! Salt's `cmd_subset`, the choice it makes: of the minions that answered
 //! `sys.list_functions`, `n` that have the function, picked at random. `salt --subset N`
-//! (`bin/salt`) and salt-api's `local_subset` (`api::clients::subset`) each ask the
+//! (`bin/salt`) and salt-api's `local_subset` (`halite_api::clients::subset`) each ask the
 //! target over their own connection and run the call on the minions [`pick`] returns.
 //!
 //! As Salt 3008.5: a minion that did not answer in time is never picked; a minion whose
@@ -9,26 +9,12 @@
 
 use rand::seq::SliceRandom;
 use rand::Rng;
-use serde_json::{Map, Value as J};
-
-use crate::api::clients::count;
-use crate::api::reply::ApiError;
+use serde_json::Value as J;
 
 /// Most minions a `subset` may ask for.
 pub const MAX_SUBSET: u64 = 100_000;
 /// Salt's `subset` when none is given.
 pub const DEFAULT_SUBSET: usize = 3;
-
-/// A lowstate's `subset` (or Salt's older `sub`, which wins when both are given, as
-/// `cmd_subset` reads it): a whole number, 1 to [`MAX_SUBSET`]; [`DEFAULT_SUBSET`] when
-/// neither is there.
-pub fn parse(chunk: &Map<String, J>) -> Result<usize, ApiError> {
-    let given = |k: &str| chunk.get(k).filter(|v| !v.is_null());
-    match given("sub").or_else(|| given("subset")) {
-        None => Ok(DEFAULT_SUBSET),
-        Some(v) => Ok(count(v, "subset", MAX_SUBSET)? as usize),
-    }
-}
 
 /// `salt --subset N`: `0` (the option's default) takes no subset.
 pub fn of_cli(n: usize) -> Option<usize> {
@@ -112,19 +98,7 @@ mod tests {
     }
 
     #[test]
-    fn the_subset_argument() {
-        let n = |c: J| parse(c.as_object().unwrap());
-        assert_eq!(n(json!({"subset": 1})), Ok(1));
-        assert_eq!(n(json!({"subset": "2"})), Ok(2), "a form's string");
-        assert_eq!(n(json!({"subset": null})), Ok(DEFAULT_SUBSET), "Salt's default");
-        assert_eq!(n(json!({})), Ok(3));
-        assert_eq!(n(json!({"sub": 4})), Ok(4), "Salt's older name");
-        assert_eq!(n(json!({"sub": 4, "subset": 2})), Ok(4), "cmd_subset takes `sub` over `subset`");
-        for bad in [json!(0), json!(-2), json!(2.5), json!(false), json!("two"), json!(MAX_SUBSET + 1), json!(u64::MAX), json!([1])] {
-            let e = n(json!({ "subset": bad })).unwrap_err();
-            assert_eq!(e.status, 400, "{bad}");
-            assert!(e.msg.starts_with("subset must be a whole number"), "{e:?}");
-        }
+    fn the_cli_option() {
         assert_eq!(of_cli(0), None, "salt's --subset 0 is no subset");
         assert_eq!(of_cli(2), Some(2));
     }

@@ -11,6 +11,8 @@
 //! | `cmd` | verb | file |
 //! |---|---|---|
 //! | `key.list`, `key.select`, `key.apply` | `salt-key` | [`keys`] |
+//! | `key.finger`, `key.gen_accept` | `salt-api` `/keys` | [`wheel_keys`] |
+//! | `hook.fire` | `salt-api` `/hook` | [`hooks`] |
 //! | `publish`, `job.returns`, `job.list` | `salt`, `manage.*` | [`jobs`] |
 //! | `runner` `jobs.list_jobs` (filters: [`job_search`]), `jobs.list_jobs_filter`, `jobs.last_run`, `jobs.lookup_jid`, `jobs.list_job`, `jobs.print_job`, `jobs.exit_success`, `jobs.active` | `salt-run` | [`jobs`] |
 //! | `runner` `manage.present`, `manage.not_present`, `manage.versions` | `salt-run` | [`manage`] |
@@ -33,6 +35,7 @@ pub mod client;
 pub mod cluster;
 pub mod fileserver;
 pub mod follow;
+pub mod hooks;
 pub mod job_search;
 pub mod jobs;
 pub mod keys;
@@ -46,6 +49,7 @@ pub mod returners;
 pub mod runner_args;
 pub mod runs;
 pub mod tokens;
+pub mod wheel_keys;
 
 #[cfg(test)]
 mod tests;
@@ -130,6 +134,8 @@ impl Members {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
     Keys(keys::KeyCmd),
+    WheelKeys(wheel_keys::WheelKeyCmd),
+    Hook(hooks::HookFire),
     Jobs(jobs::JobCmd),
     Cluster(cluster::ClusterCmd),
     MigrateToMmap,
@@ -247,6 +253,8 @@ impl Command {
         let s = |k: &str| req.get(k).and_then(J::as_str);
         Ok(match s("cmd").unwrap_or("") {
             "key.list" | "key.select" | "key.apply" => Command::Keys(keys::KeyCmd::parse(req)?),
+            "key.finger" | "key.gen_accept" => Command::WheelKeys(wheel_keys::WheelKeyCmd::parse(req)?),
+            "hook.fire" => Command::Hook(hooks::HookFire::parse(req)?),
             "publish" | "job.returns" | "job.list" => Command::Jobs(jobs::JobCmd::parse(req)?),
             "orchestrate.return" => Command::OrchReturn(runs::OrchReturn::parse(req)?),
             "run.start" => Command::RunStart(runs::RunStart::parse(req)?),
@@ -276,6 +284,8 @@ impl Command {
     pub fn answer(self, view: &dyn AdminView) -> Result<Plan> {
         match self {
             Command::Keys(c) => c.answer(view),
+            Command::WheelKeys(c) => c.answer(view),
+            Command::Hook(c) => c.answer(),
             Command::Jobs(c) => c.answer(view),
             Command::Cluster(c) => c.answer(view),
             Command::MigrateToMmap => pki::migrate_plan(view),

@@ -1,5 +1,5 @@
 //! `external_auth` and `publisher_acl` rules: which rules a user gets, and whether they
-//! allow a call. salt-api (`halite_tools::api`) checks its logins' calls with them; the
+//! allow a call. salt-api (`halite_api`) checks its logins' calls with them; the
 //! admin socket checks the publishes of system users `publisher_acl` names
 //! ([`crate::publisher_acl`]).
 //!

@@ -24,6 +24,7 @@ use serde_json::{json, Value};
 use halite_master::admin::client::{request_timeout, AdminClient, CALL_GRACE};
 use halite_master::admin::{cluster, jobs, Members};
 use halite_master::{start, store};
+use halite_tools::args::{split_args, yamlify};
 use halite_tools::common::{init_logging, load_config, run, Failure, Result};
 use halite_tools::offline;
 use halite_tools::output::Out;
@@ -311,35 +312,6 @@ fn offline_runner(cfg: &halite_master::MasterConfig, fun: &str, req: &Value) -> 
     Ok(jobs::JobCmd::parse(req)?.runner_answer(&sm, cfg.job_cache_store_endtime)?)
 }
 
-/// `salt-run` arguments: positional ones, and `key=value` keywords (a `=` inside a
-/// value that starts like a YAML mapping or list does not make a keyword).
-fn split_args(args: &[String]) -> (Vec<String>, BTreeMap<String, String>) {
-    let mut kwargs = BTreeMap::new();
-    let mut positional = Vec::new();
-    for x in args {
-        match x.split_once('=') {
-            Some((k, v)) if !k.is_empty() && !k.contains([' ', '{', '[', ':']) => {
-                kwargs.insert(k.to_string(), v.to_string());
-            }
-            _ => positional.push(x.clone()),
-        }
-    }
-    (positional, kwargs)
-}
-
-/// A command-line value as Salt reads it (`yamlify_arg`), as far as these runners need:
-/// `True`/`False`, `None`, YAML lists and mappings; anything else (numbers included:
-/// a jid stays the jid) is text.
-fn yamlify(v: &str) -> Value {
-    match v.trim() {
-        "True" | "true" => Value::Bool(true),
-        "False" | "false" => Value::Bool(false),
-        "None" | "null" | "~" => Value::Null,
-        t if t.starts_with('[') || t.starts_with('{') => serde_yaml::from_str::<Value>(t).unwrap_or_else(|_| Value::String(v.to_string())),
-        _ => Value::String(v.to_string()),
-    }
-}
-
 /// Publishes `fun` to every minion and gathers the return loads until every expected
 /// minion answered or `timeout` passed; returns them and the minions expected.
 fn gather_all(c: &mut AdminClient, fun: &str, timeout: Duration) -> Result<(serde_json::Map<String, Value>, Vec<String>)> {
@@ -390,22 +362,4 @@ fn manage(c: &mut AdminClient, timeout: Duration) -> Result<(Vec<String>, Vec<St
     }
     let (up, down): (Vec<String>, Vec<String>) = accepted.into_iter().partition(|m| returned.contains_key(m));
     Ok((up, down))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn arguments_split_and_read_as_salt_reads_them() {
-        let args: Vec<String> = ["20261124001122334455", "saltenv=dev", "subset=[a, b]", "{a: b=c}", "show_ip=True"].iter().map(|s| s.to_string()).collect();
-        let (pos, kw) = split_args(&args);
-        assert_eq!(pos, ["20261124001122334455", "{a: b=c}"]);
-        assert_eq!(kw.keys().collect::<Vec<_>>(), ["saltenv", "show_ip", "subset"]);
-        assert_eq!(yamlify(&pos[0]), json!("20261124001122334455"), "a jid stays text");
-        assert_eq!(yamlify(&kw["subset"]), json!(["a", "b"]));
-        assert_eq!(yamlify(&kw["show_ip"]), json!(true));
-        assert_eq!(yamlify("None"), Value::Null);
-        assert_eq!(yamlify("[unclosed"), json!("[unclosed"));
-    }
 }

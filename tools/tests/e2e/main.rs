@@ -36,6 +36,7 @@ mod saltapi;
 mod saltapi_auth;
 mod saltapi_clients;
 mod saltapi_orchestrate;
+mod saltapi_pepper;
 mod stalled;
 mod targeting;
 mod targeting_more;

@@ -14,7 +14,6 @@ use serde_json::{json, Value};
 use crate::cluster::founding;
 use crate::support::*;
 
-const SALT_API: &str = env!("CARGO_BIN_EXE_salt-api");
 
 /// The `external_auth` and `rest_cherrypy` options of one salt-api, the users file in
 /// `root/users.txt`: `fred` may do anything, `limited` only `test.*` on minions, `web`
@@ -80,7 +79,7 @@ pub(crate) struct Api {
 impl Api {
     /// Starts salt-api with the config in `conf_dir` and waits until it answers.
     pub(crate) fn start(conf_dir: &Path, log: &Path, host: &str, port: u16) -> Api {
-        let proc = Proc::spawn_logged("salt-api", Command::new(SALT_API).args(["-c", &conf_dir.display().to_string(), "-l", "info"]), log);
+        let proc = Proc::spawn_logged("salt-api", Command::new(salt_api()).args(["-c", &conf_dir.display().to_string(), "-l", "info"]), log);
         let api = Api { _proc: proc, base: format!("http://{host}:{port}") };
         wait_for("salt-api to answer", 60, || api.curl("/", &[]).0 == 200);
         api

@@ -13,7 +13,6 @@ use serde_json::{json, Value};
 
 use crate::support::*;
 
-const SALT_API: &str = env!("CARGO_BIN_EXE_salt-api");
 
 /// A running salt-api.
 struct Api {
@@ -25,7 +24,7 @@ struct Api {
 
 impl Api {
     fn start(conf_dir: &Path, log: &Path, base: String, tls: Vec<String>) -> Api {
-        let proc = Proc::spawn_logged("salt-api", Command::new(SALT_API).args(["-c", &conf_dir.display().to_string(), "-l", "info"]), log);
+        let proc = Proc::spawn_logged("salt-api", Command::new(salt_api()).args(["-c", &conf_dir.display().to_string(), "-l", "info"]), log);
         let api = Api { _proc: proc, base, tls };
         wait_for("salt-api to answer", 60, || api.curl("/", &[]).0 == 200);
         api
@@ -165,7 +164,7 @@ fn https_with_ssl_crt_and_ssl_key() {
     let bad = env.root.join("bad-conf");
     std::fs::create_dir_all(&bad).expect("dir");
     std::fs::write(bad.join("master"), format!("{}rest_cherrypy:\n  host: {ip}\n  port: {port}\n", std::fs::read_to_string(env.root.join("conf/master")).expect("conf"))).expect("bad conf");
-    let o = run(Command::new(SALT_API).args(["-c", &bad.display().to_string()]), Duration::from_secs(60));
+    let o = run(Command::new(salt_api()).args(["-c", &bad.display().to_string()]), Duration::from_secs(60));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("ssl_crt and ssl_key are required"), "{err}");
 

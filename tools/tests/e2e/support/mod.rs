@@ -73,6 +73,11 @@ pub fn sibling_bin(name: &str) -> PathBuf {
     p
 }
 
+/// The `salt-api` binary (package `halite-api`, built by `cargo build --workspace --bins`).
+pub fn salt_api() -> PathBuf {
+    sibling_bin("salt-api")
+}
+
 /// The reference Salt 3008.5 venv (`scripts/setup-reference.sh` prints its path).
 pub fn reference_venv() -> PathBuf {
     let p = std::env::var_os("HALITE_SALT_VENV").map(PathBuf::from).unwrap_or_else(|| {

@@ -127,22 +127,31 @@ fn form(body: &[u8]) -> Result<J, ApiError> {
 }
 
 fn decode(s: &str) -> Result<String, ApiError> {
+    percent_decode(s, true)
+}
+
+/// A path segment percent-decoded (`+` stays `+`).
+pub fn decode_path(s: &str) -> Result<String, ApiError> {
+    percent_decode(s, false)
+}
+
+fn percent_decode(s: &str, plus_is_space: bool) -> Result<String, ApiError> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
         match b[i] {
-            b'+' => out.push(b' '),
+            b'+' if plus_is_space => out.push(b' '),
             b'%' => {
                 let hex = b.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok()).and_then(|h| u8::from_str_radix(h, 16).ok());
-                out.push(hex.ok_or_else(|| ApiError::new(400, "bad percent-encoding in the form"))?);
+                out.push(hex.ok_or_else(|| ApiError::new(400, "bad percent-encoding"))?);
                 i += 2;
             }
             c => out.push(c),
         }
         i += 1;
     }
-    String::from_utf8(out).map_err(|_| ApiError::new(400, "the form is not UTF-8"))
+    String::from_utf8(out).map_err(|_| ApiError::new(400, "not UTF-8 once percent-decoded"))
 }
 
 /// The chunks of a lowstate body: a map is one chunk, a list must hold maps.

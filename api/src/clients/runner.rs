@@ -11,7 +11,7 @@
 //! At most [`MAX_IN_FLIGHT`] runs go on at once; past that a new one is refused (503).
 //!
 //! An orchestration (`state.orchestrate`, `state.orch`, `state.sls`) is driven here as
-//! `salt-run` drives it (`crate::orchestrate`, on a blocking admin connection in
+//! `salt-run` drives it (`halite_tools::orchestrate`, on a blocking admin connection in
 //! tokio's blocking pool): the master renders it and records its run job (that job's
 //! jid is the one `runner_async` answers: one job per run, no `run.start`), the steps
 //! run, and the run's return (`{"data", "outputter": "highstate", "retcode"}`, Salt's)
@@ -20,7 +20,7 @@
 //! SLS is rendered and drives the run in the background (counted in
 //! [`MAX_IN_FLIGHT`]). A run goes on to its end when the HTTP client leaves. Each step
 //! waits for its minions for its own `timeout`, else the chunk's, else
-//! [`crate::orchestrate::STEP_TIMEOUT`] (as `salt-run` without `-t`).
+//! [`halite_tools::orchestrate::STEP_TIMEOUT`] (as `salt-run` without `-t`).
 
 use std::future::Future;
 use std::time::Duration;
@@ -30,8 +30,9 @@ use serde_json::{json, Value as J};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
 use super::{check_special, ApiConfig, ApiError, Session, Special};
-use crate::api::admin;
-use crate::orchestrate::{self, Rendered};
+use super::local::{publish, Follow};
+use crate::admin;
+use halite_tools::orchestrate::{self, Rendered};
 
 /// Most `runner_async` and `wheel_async` runs going on at once.
 pub const MAX_IN_FLIGHT: usize = 32;
@@ -50,16 +51,41 @@ pub async fn runner(cfg: &ApiConfig, s: &Session, c: &Special) -> Result<J, ApiE
         }
         return Ok(done.ret);
     }
-    let (jid, ret) = kept(cfg, s, "runner", c, call(cfg, c)).await?;
+    let (jid, ret) = kept(cfg, s, "runner", c, call(cfg, s, c)).await?;
     if !c.full_return {
         return Ok(ret);
     }
     Ok(json!({ "fun": format!("runner.{}", c.fun), "fun_args": c.fun_args(), "jid": jid, "user": s.user, "_stamp": halite_master::events::stamp_now(), "return": ret, "success": true }))
 }
 
-async fn call(cfg: &ApiConfig, c: &Special) -> Result<J, ApiError> {
+async fn call(cfg: &ApiConfig, s: &Session, c: &Special) -> Result<J, ApiError> {
+    if let f @ ("manage.status" | "manage.up" | "manage.down") = c.fun.as_str() {
+        let (up, down) = manage(cfg, s, c).await?;
+        return Ok(match f {
+            "manage.up" => json!(up),
+            "manage.down" => json!(down),
+            _ => json!({ "up": up, "down": down }),
+        });
+    }
     let v = admin::call(&cfg.sock_dir, &json!({ "cmd": "runner", "fun": c.fun, "arg": c.arg, "kwarg": c.kwarg })).await?;
     Ok(v.get("return").cloned().unwrap_or(J::Null))
+}
+
+/// `manage.status` (`up`, `down`), as `salt-run` answers it: every accepted minion
+/// `test.ping`ed, up when it answered within the chunk's `timeout` (else the master's
+/// `timeout`); each list sorted.
+async fn manage(cfg: &ApiConfig, s: &Session, c: &Special) -> Result<(Vec<String>, Vec<String>), ApiError> {
+    let l = admin::call(&cfg.sock_dir, &json!({ "cmd": "key.list" })).await?;
+    let mut accepted: Vec<String> = l["listing"]["minions"].as_array().into_iter().flatten().filter_map(|v| v.as_str().map(String::from)).collect();
+    accepted.sort();
+    if accepted.is_empty() {
+        return Ok((vec![], vec![]));
+    }
+    let none = serde_json::Map::new();
+    let Some(p) = publish(cfg, s, &json!("*"), "glob", "test.ping", &[], &none, &none).await? else { return Ok((vec![], accepted)) };
+    let (got, _) = Follow::open(cfg, &p.jid, c.timeout.unwrap_or(cfg.timeout as f64)).await?.collect().await?;
+    let answered: std::collections::BTreeSet<String> = got.into_iter().map(|(id, _)| id).collect();
+    Ok(accepted.into_iter().partition(|m| answered.contains(m)))
 }
 
 /// How long an orchestration's steps wait for their minions when a step does not say.
@@ -115,9 +141,8 @@ pub async fn runner_async(cfg: &ApiConfig, s: &Session, c: Special) -> Result<J,
     if orchestrate::is_orchestrate(&c.fun) {
         return orchestrate_async(cfg, s, &c).await;
     }
-    let cfg2 = cfg.clone();
-    let c2 = c.clone();
-    background(cfg, s, "runner", &c, async move { call(&cfg2, &c2).await }).await
+    let (cfg2, s2, c2) = (cfg.clone(), s.clone(), c.clone());
+    background(cfg, s, "runner", &c, async move { call(&cfg2, &s2, &c2).await }).await
 }
 
 /// Starts `work` as the background run of `client`'s `c`; its answer.

@@ -4,7 +4,7 @@ use serde_json::{json, Map, Value as J};
 
 use super::batch::Opts;
 use super::*;
-use crate::batch::BatchSpec;
+use halite_tools::batch::BatchSpec;
 
 fn chunk(v: J) -> Map<String, J> {
     v.as_object().unwrap().clone()
@@ -107,4 +107,20 @@ fn clients_not_enabled_are_refused_as_salt_refuses_them() {
     assert!(enabled(&[], &chunk(json!({ "fun": "x" })), None).is_ok(), "no client: parse's own error");
     assert!(enabled(&[], &chunk(json!({ "client": "ssh", "fun": "x" })), None).is_ok(), "unknown client: parse's own error");
     assert_eq!(enabled(&[], &chunk(json!({ "client": "local", "fun": "test.ping" })), None).unwrap_err().status, 400, "none is served by default");
+}
+
+/// Runner and wheel chunks as pepper sends them: with `X-Salt-Version` seen, keywords as
+/// `name=value` texts in `arg` (read as Salt's `parse_input` reads them); without it, at
+/// the chunk's top level. Both give the same call.
+#[test]
+fn runner_arguments_with_and_without_the_version_header() {
+    let Ok(Command::Runner(new)) = parse(json!({"client": "runner", "fun": "jobs.lookup_jid", "arg": ["jid=20261129000000000001", "x", "show_ip=True", "n=[1, 2]"], "full_return": true, "timeout": 60})) else { panic!() };
+    assert_eq!(new.arg, vec![json!("x")]);
+    assert_eq!(J::Object(new.kwarg.clone()), json!({"jid": "20261129000000000001", "show_ip": true, "n": [1, 2]}));
+    assert_eq!((new.full_return, new.timeout), (true, Some(60.0)));
+    let Ok(Command::Runner(old)) = parse(json!({"client": "runner", "fun": "jobs.lookup_jid", "jid": "20261129000000000001", "full_return": true})) else { panic!() };
+    assert_eq!(old.fun_args(), json!([{"jid": "20261129000000000001"}]));
+    let Ok(Command::Wheel(w)) = parse(json!({"client": "wheel", "fun": "key.accept", "arg": ["match=m1", {"__kwarg__": true, "include_rejected": true}]})) else { panic!() };
+    assert_eq!(J::Object(w.kwarg), json!({"match": "m1", "include_rejected": true}));
+    assert!(w.arg.is_empty());
 }

@@ -8,11 +8,13 @@
 //! | `rest_cherrypy: ssl_crt`, `ssl_key` | (required unless `disable_ssl`) | PEM certificate chain and private key served over HTTPS ([`super::tls`]) |
 //! | `rest_cherrypy: max_request_body_size` | `1048576` | largest request body, bytes (larger: 413) |
 //! | `rest_cherrypy: thread_pool` | `100` | connections served at once (more are closed at once, counted) |
-//! | `rest_cherrypy: debug`, ... | | ignored |
+//! | `rest_cherrypy: webhook_url` | `/hook` | the path of `POST` hooks ([`crate::hook`]) |
+//! | `rest_cherrypy: webhook_disable_auth` | `False` | `True`: hooks need no token |
+//! | `rest_cherrypy:` any other key (`debug`, `log_access_file`, `collect_stats`, `static`, `app`, ...) | | not implemented: named in a warning at start |
 //! | `token_expire` | `43200` | seconds a login token is valid |
 //! | `auth.pam.service` | `login` | the PAM service the `pam` eauth backend uses |
 //! | `halite_pam_confdir` | (PAM's, `/etc/pam.d`) | Halite's own: a directory of PAM service files used instead (`pam_start_confdir`) |
-//! | `external_auth` | `{}` | eauth backends and their users' rules (`crate::api::acl`) |
+//! | `external_auth` | `{}` | eauth backends and their users' rules (`crate::acl`) |
 //! | `timeout` | `5` | seconds a `local` call waits for returns (a chunk's `timeout` overrides it) |
 //! | `netapi_enable_clients` | `[]` | the lowstate clients served (Salt 3006's rule: none unless listed; another is a 400 "Client disabled") |
 
@@ -21,6 +23,23 @@ use std::path::PathBuf;
 use serde_json::Value as J;
 
 use halite_master::MasterConfig;
+
+/// Why the master config cannot serve salt-api (each names the option to fix).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("salt-api: the master config has no rest_cherrypy section")]
+    NoSection,
+    #[error("salt-api: rest_cherrypy:port must be a port number")]
+    Port,
+    #[error("salt-api: rest_cherrypy:ssl_crt and ssl_key are required unless disable_ssl: True")]
+    NoCertificate,
+    #[error("salt-api: token_expire must be 1 to {max} seconds")]
+    TokenExpire { max: u64 },
+    #[error("salt-api: netapi_enable_clients must be a list of client names")]
+    EnabledClients,
+    #[error("salt-api: rest_cherrypy:{key} must be {what}")]
+    Option { key: &'static str, what: &'static str },
+}
 
 /// The options salt-api uses.
 #[derive(Debug, Clone)]
@@ -39,16 +58,23 @@ pub struct ApiConfig {
     pub pam_confdir: Option<PathBuf>,
     /// `netapi_enable_clients`: the clients served.
     pub enabled_clients: Vec<String>,
+    /// `rest_cherrypy: webhook_url`: where hooks are posted (`/hook`).
+    pub webhook_url: String,
+    /// `rest_cherrypy: webhook_disable_auth`: hooks without a token.
+    pub webhook_disable_auth: bool,
 }
 
+/// The `rest_cherrypy` keys salt-api reads.
+pub const READ_KEYS: [&str; 9] = ["port", "host", "disable_ssl", "ssl_crt", "ssl_key", "max_request_body_size", "thread_pool", "webhook_url", "webhook_disable_auth"];
+
 impl ApiConfig {
-    pub fn from_master(cfg: &MasterConfig) -> Result<ApiConfig, String> {
+    pub fn from_master(cfg: &MasterConfig) -> Result<ApiConfig, ConfigError> {
         let get = |k: &str| cfg.raw.get(k).map(|v| serde_json::to_value(v).unwrap_or(J::Null)).unwrap_or(J::Null);
         let rc = get("rest_cherrypy");
         if !rc.is_object() {
-            return Err("salt-api: the master config has no rest_cherrypy section".into());
+            return Err(ConfigError::NoSection);
         }
-        let port = rc.get("port").and_then(|p| p.as_u64().or_else(|| p.as_str().and_then(|s| s.parse().ok()))).filter(|p| (1..=65535).contains(p)).ok_or("salt-api: rest_cherrypy:port must be a port number")?;
+        let port = rc.get("port").and_then(|p| p.as_u64().or_else(|| p.as_str().and_then(|s| s.parse().ok()))).filter(|p| (1..=65535).contains(p)).ok_or(ConfigError::Port)?;
         let truthy = |v: Option<&J>| matches!(v, Some(J::Bool(true))) || v.and_then(J::as_str).is_some_and(|s| s.eq_ignore_ascii_case("true"));
         let tls = if truthy(rc.get("disable_ssl")) {
             None
@@ -56,24 +82,37 @@ impl ApiConfig {
             let path = |k: &str| rc.get(k).and_then(J::as_str).filter(|s| !s.is_empty()).map(PathBuf::from);
             match (path("ssl_crt"), path("ssl_key")) {
                 (Some(c), Some(k)) => Some((c, k)),
-                _ => return Err("salt-api: rest_cherrypy:ssl_crt and ssl_key are required unless disable_ssl: True".into()),
+                _ => return Err(ConfigError::NoCertificate),
             }
         };
         let num = |v: Option<&J>, d: u64| v.and_then(|p| p.as_u64().or_else(|| p.as_str().and_then(|s| s.parse().ok()))).unwrap_or(d);
         let token_expire = num(cfg.raw.get("token_expire").map(|v| serde_json::to_value(v).unwrap_or(J::Null)).as_ref(), 43200);
         if token_expire == 0 || token_expire > halite_master::admin::tokens::MAX_EXPIRE_SECS {
-            return Err(format!("salt-api: token_expire must be 1 to {} seconds", halite_master::admin::tokens::MAX_EXPIRE_SECS));
+            return Err(ConfigError::TokenExpire { max: halite_master::admin::tokens::MAX_EXPIRE_SECS });
         }
         let enabled_clients = match get("netapi_enable_clients") {
             J::Null => Vec::new(),
-            J::Array(a) => a.iter().map(|c| c.as_str().map(str::to_string).ok_or("salt-api: netapi_enable_clients must be a list of client names")).collect::<Result<Vec<_>, _>>()?,
-            _ => return Err("salt-api: netapi_enable_clients must be a list of client names".into()),
+            J::Array(a) => a.iter().map(|c| c.as_str().map(str::to_string).ok_or(ConfigError::EnabledClients)).collect::<Result<Vec<_>, _>>()?,
+            _ => return Err(ConfigError::EnabledClients),
         };
+        for k in rc.as_object().into_iter().flatten().map(|(k, _)| k).filter(|k| !READ_KEYS.contains(&k.as_str())) {
+            tracing::warn!("salt-api: rest_cherrypy:{k} is not implemented by Halite's salt-api; ignored");
+        }
+        let webhook_url = match rc.get("webhook_url") {
+            None | Some(J::Null) => "/hook".to_string(),
+            Some(J::String(u)) if u.starts_with('/') && u.len() > 1 && u.len() <= 256 && !u.contains(['?', '#']) => u.trim_end_matches('/').to_string(),
+            Some(_) => return Err(ConfigError::Option { key: "webhook_url", what: "a path such as /hook" }),
+        };
+        if ["/", "/login", "/logout", "/token", "/run", "/minions", "/jobs", "/keys", "/events"].iter().any(|p| webhook_url == *p || webhook_url.starts_with(&format!("{p}/")) && *p != "/") {
+            return Err(ConfigError::Option { key: "webhook_url", what: "a path no other endpoint uses" });
+        }
         if enabled_clients.is_empty() {
             tracing::warn!("salt-api: netapi_enable_clients lists no client: every lowstate call will be refused (as Salt's salt-api refuses it); list the clients to serve, e.g. [local, local_async, runner, wheel]");
         }
         Ok(ApiConfig {
             enabled_clients,
+            webhook_url,
+            webhook_disable_auth: truthy(rc.get("webhook_disable_auth")),
             host: rc.get("host").and_then(J::as_str).unwrap_or("0.0.0.0").to_string(),
             port: port as u16,
             max_body: num(rc.get("max_request_body_size"), 1 << 20).min(64 << 20) as usize,

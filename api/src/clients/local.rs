@@ -6,7 +6,7 @@ use tokio::io::BufReader;
 use tokio::net::UnixStream;
 
 use super::{args_of, kwargs_of, ApiConfig, ApiError, Rules, Session};
-use crate::api::admin;
+use crate::admin;
 
 /// Most seconds a chunk's `timeout` may ask for (the master's own bound of a follow).
 pub const MAX_TIMEOUT_SECS: f64 = 24.0 * 3600.0;
@@ -32,7 +32,7 @@ pub struct Call {
 }
 
 /// The chunk keys the publish load carries beyond the job.
-const PUBLISH_KEYS: [&str; 5] = ["ret", "ret_config", "ret_kwargs", "metadata", "start_event"];
+pub(crate) const PUBLISH_KEYS: [&str; 5] = ["ret", "ret_config", "ret_kwargs", "metadata", "start_event"];
 
 /// A chunk's `full_return`: `true`/`false` (or a form's `"true"`/`"false"`).
 pub(crate) fn full_return_of(chunk: &Map<String, J>) -> Result<bool, ApiError> {

@@ -10,10 +10,14 @@
 //! | `local_async` | publishes | `{"jid", "minions"}` | [`local`] |
 //! | `local_batch` | Salt's `cmd_batch`: `test.ping`s the target, then runs on `batch` (N or N%, default `10%`) of the minions that answered at a time (`batch_wait`, `failhard`) | one `{minion: return}` per minion as it returns, each an item of the answer's `return` list (`{minion: {}}` for one that did not return in time) | [`batch`] |
 //! | `local_subset` | Salt's `cmd_subset`: asks the target for `sys.list_functions`, runs on `subset` (default 3) of the minions that have `fun`, picked at random | `{minion: return}` (`false` for a picked minion that did not return) | [`subset`] |
-//! | `runner` | a runner the master answers (`jobs.*`, `manage.present`, `fileserver.*`, ...); `state.orchestrate` (`state.orch`, `state.sls`) run to its end (`crate::orchestrate`); every call kept as a job with its `salt/run/<jid>/new` and `/ret` events, as Salt keeps it | the runner's return; for an orchestration Salt's `{"data": {"<id>_master": ...}, "outputter": "highstate", "retcode"}` | [`runner`] |
+//! | `runner` | a runner the master answers (`jobs.*`, `manage.present`, `fileserver.*`, ...), `manage.status`/`up`/`down` (every accepted minion `test.ping`ed, [`runner`]); `state.orchestrate` (`state.orch`, `state.sls`) run to its end (`halite_tools::orchestrate`); every call kept as a job with its `salt/run/<jid>/new` and `/ret` events, as Salt keeps it | the runner's return; for an orchestration Salt's `{"data": {"<id>_master": ...}, "outputter": "highstate", "retcode"}` | [`runner`] |
 //! | `runner_async` | starts the runner in the background (at most [`runner::MAX_IN_FLIGHT`] at once, with `wheel_async`) | `{"tag": "salt/run/<jid>", "jid"}`; the run fires `salt/run/<jid>/new` and `/ret`, and `jobs.lookup_jid` shows it (an orchestration's jid is its run job's) | [`runner`] |
-//! | `wheel` | `key.list_all`, `key.accept`, `key.reject`, `key.delete` (`match`), kept as a job with its `salt/wheel/<jid>/new` and `/ret` events | `{"tag", "data": {"fun", "jid", "user", "return", "success", ...}}` | [`wheel`] |
+//! | `wheel` | `key.list_all`, `key.accept`, `key.reject`, `key.delete` (`match`), `key.finger`, `key.gen_accept` (a key pair made here), kept as a job with its `salt/wheel/<jid>/new` and `/ret` events | `{"tag", "data": {"fun", "jid", "user", "return", "success", ...}}` | [`wheel`] |
 //! | `wheel_async` | starts the wheel function in the background | `{"tag": "salt/wheel/<jid>", "jid"}`; the run fires `salt/wheel/<jid>/new` and `/ret` | [`wheel`] |
+//!
+//! The runner and wheel clients read a chunk's arguments as Salt's runner client reads
+//! them ([`Special`]): `arg` (`name=value` texts are keyword arguments), `kwarg`, then
+//! the chunk's other keys; a chunk field a client does not read is named in a warning.
 //!
 //! A call the rules do not allow is refused with 401 ("Authorization error occurred."),
 //! as rest_cherrypy answers Salt's authorization errors. The rules apply as Salt's
@@ -40,8 +44,43 @@ use super::reply::ApiError;
 /// The clients salt-api knows (`GET /` lists them).
 pub const CLIENTS: [&str; 8] = ["local", "local_async", "local_batch", "local_subset", "runner", "runner_async", "wheel", "wheel_async"];
 
-/// Chunk keys that are not a runner's keyword arguments.
+/// Chunk keys that are not a runner's keyword arguments (and that every `local*`
+/// client reads, with [`local::PUBLISH_KEYS`]).
 const RESERVED: [&str; 12] = ["client", "fun", "arg", "kwarg", "token", "eauth", "username", "password", "tgt", "tgt_type", "timeout", "full_return"];
+
+/// The chunk's keys `client` does not read, each named in a warning (a key whose value
+/// is null asks for nothing: pepper sends `batch: null` with every `local` chunk). The
+/// runner clients read every other key as a keyword argument; the wheel clients take
+/// no `timeout` or `full_return`.
+fn warn_unread(chunk: &Map<String, J>, client: &str) {
+    let extra: &[&str] = match client {
+        "local_batch" => &["batch", "batch_wait", "failhard"],
+        "local_subset" => &["subset", "sub"],
+        "wheel" | "wheel_async" => {
+            for k in ["timeout", "full_return", "tgt", "tgt_type"].into_iter().filter(|k| chunk.get(*k).is_some_and(|v| !v.is_null())) {
+                tracing::warn!(client, field = k, "salt-api: a chunk field the wheel client does not read");
+            }
+            return;
+        }
+        c if c.starts_with("runner") => {
+            for k in ["tgt", "tgt_type"].into_iter().filter(|k| chunk.get(*k).is_some_and(|v| !v.is_null())) {
+                tracing::warn!(client, field = k, "salt-api: a chunk field the runner client does not read");
+            }
+            return;
+        }
+        _ => &[],
+    };
+    for (k, v) in chunk {
+        let read = RESERVED.contains(&k.as_str()) || local::PUBLISH_KEYS.contains(&k.as_str()) || extra.contains(&k.as_str());
+        if !read && !v.is_null() {
+            if k == "expr_form" {
+                tracing::warn!(client, field = %k, "salt-api: expr_form is not read (Salt 3008 names it tgt_type); the target is read as tgt_type says (glob by default)");
+            } else {
+                tracing::warn!(client, field = %k, "salt-api: a chunk field this client does not read");
+            }
+        }
+    }
+}
 
 /// A logged-in caller, from a token the master holds.
 #[derive(Debug, Clone)]
@@ -107,6 +146,7 @@ impl Command {
             Some(J::String(_)) | None | Some(J::Null) => return Err(ApiError::new(400, "Missing fun")),
             Some(_) => return Err(ApiError::new(400, "fun must be a string")),
         };
+        warn_unread(chunk, client);
         Ok(match client {
             "local" => Command::Local(local::Call::parse(chunk, fun)?),
             "local_async" => Command::LocalAsync(local::Call::parse(chunk, fun)?),
@@ -158,14 +198,26 @@ pub(crate) fn enabled(enabled: &[String], chunk: &Map<String, J>, client: Option
 }
 
 impl Special {
+    /// A chunk's call, as Salt's runner client reads a low chunk (`_reformat_low`): the
+    /// `arg` list through `parse_input` (a `name=value` text is a keyword argument, each
+    /// value read as YAML, [`halite_tools::args::yamlify`]; a map with `__kwarg__: true`
+    /// joins the keywords), then `kwarg`, then every other key of the chunk that is not
+    /// the client's own (old-style keywords). Pepper sends `["jid=..."]` when the answer
+    /// carries `X-Salt-Version`, top-level keys when not; both read the same.
     fn parse(chunk: &Map<String, J>, fun: String) -> Result<Special, ApiError> {
-        let (arg, mut kwarg) = (args_of(chunk), kwargs_of(chunk)?);
+        let (arg, mut kwarg) = parse_input(args_of(chunk));
+        kwarg.extend(kwargs_of(chunk)?);
         for (k, v) in chunk {
             if !RESERVED.contains(&k.as_str()) && !k.starts_with("__") {
                 kwarg.insert(k.clone(), v.clone());
             }
         }
         Ok(Special { fun, arg, kwarg, timeout: local::timeout_of(chunk)?, full_return: local::full_return_of(chunk)? })
+    }
+
+    /// A call of `fun` with keyword arguments only (the endpoints that make one).
+    pub fn call(fun: &str, kwarg: Map<String, J>) -> Special {
+        Special { fun: fun.to_string(), arg: Vec::new(), kwarg, timeout: None, full_return: false }
     }
 
     /// `fun_args` as Salt's runner and wheel events list them: the arguments, then the
@@ -189,6 +241,29 @@ fn args_of(chunk: &Map<String, J>) -> Vec<J> {
         Some(J::Array(a)) => a.clone(),
         Some(other) => vec![other.clone()],
     }
+}
+
+/// Salt's `parse_input` (without conditioning) over a chunk's `arg`: positional
+/// arguments and keyword arguments.
+fn parse_input(arg: Vec<J>) -> (Vec<J>, Map<String, J>) {
+    let (mut pos, mut kw) = (Vec::new(), Map::new());
+    for a in arg {
+        match a {
+            J::String(t) => {
+                let (p, k) = halite_tools::args::split_args(std::slice::from_ref(&t));
+                for (name, v) in k {
+                    kw.insert(name, halite_tools::args::yamlify(&v));
+                }
+                pos.extend(p.iter().map(|p| halite_tools::args::yamlify(p)));
+            }
+            J::Object(mut m) if m.get("__kwarg__") == Some(&J::Bool(true)) => {
+                m.remove("__kwarg__");
+                kw.extend(m);
+            }
+            other => pos.push(other),
+        }
+    }
+    (pos, kw)
 }
 
 fn kwargs_of(chunk: &Map<String, J>) -> Result<Map<String, J>, ApiError> {

@@ -1,5 +1,5 @@
 //! `local_batch`: Salt's `cmd_batch`, driven by the CLI's own batch bookkeeping
-//! ([`crate::batch`]): the target is `test.ping`ed once, the minions that answered (in
+//! ([`halite_tools::batch`]): the target is `test.ping`ed once, the minions that answered (in
 //! id order) run `batch` at a time, every start under the run's one jid (as Salt 3008
 //! publishes a batch), a return freeing its slot
 //! (`batch_wait` seconds later), a minion silent past `timeout` freeing it too; with
@@ -16,7 +16,7 @@ use tokio::task::JoinSet;
 
 use super::local::{publish, ret_of, Arrival, Call, Follow};
 use super::{short, ApiConfig, ApiError, Rules, Session};
-use crate::batch::{retcode, slots, BatchSpec, Clock};
+use halite_tools::batch::{retcode, slots, BatchSpec, Clock};
 
 /// Longest `batch` string read (`"10%"`, `"3"`).
 pub const MAX_SPEC_LEN: usize = 24;

@@ -1,12 +1,12 @@
 //! `salt-api`: the REST endpoint (rest_cherrypy's shape) in front of a running Halite
-//! master; see `halite_tools::api` and docs/operations.md, "salt-api".
+//! master; see `halite_api` and docs/operations.md, "salt-api".
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Parser;
 
-use halite_tools::api::{self, config::ApiConfig};
+use halite_api::{self as api, config::ApiConfig};
 use halite_tools::common::{init_logging, load_config, run, Failure};
 
 #[derive(Parser, Debug)]
@@ -23,9 +23,9 @@ fn main() {
     run(|| {
         init_logging(&args.log_level);
         let cfg = load_config(&args.config_dir)?;
-        let api_cfg = ApiConfig::from_master(&cfg).map_err(|e| Failure::new(e, 2))?;
+        let api_cfg = ApiConfig::from_master(&cfg).map_err(|e| Failure::new(e.to_string(), 2))?;
         let tls = match &api_cfg.tls {
-            Some((crt, key)) => Some(api::tls::acceptor(crt, key).map_err(|e| Failure::new(e, 2))?),
+            Some((crt, key)) => Some(api::tls::acceptor(crt, key).map_err(|e| Failure::new(e.to_string(), 2))?),
             None => None,
         };
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;

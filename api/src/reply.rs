@@ -12,7 +12,8 @@ use serde_json::{json, Value as J};
 pub type Body = BoxBody<Bytes, Infallible>;
 
 /// A refused or failed request: its status and a message for the client.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{status} {msg}")]
 pub struct ApiError {
     pub status: u16,
     pub msg: String,
