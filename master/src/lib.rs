@@ -39,6 +39,7 @@ pub mod pillar;
 pub mod pycompat;
 pub mod reactor;
 pub mod req;
+pub mod schedule;
 pub mod start;
 pub mod store;
 pub mod targeting;

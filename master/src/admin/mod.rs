@@ -27,6 +27,7 @@
 //! | `events.watch` | `salt-run state.event` | the daemon streams the bus |
 //! | `job.follow` | `salt` | [`follow`]; the daemon streams the job's returns |
 //! | `token.create`, `token.get`, `token.revoke`, `target.minions` | `salt-api` | [`tokens`] |
+//! | `runner` `schedule.list` (the master's `schedule`; `crate::schedule`) | `salt-run` | [`schedule`] |
 //! | `batch.start`; `runner` `batch.status`, `batch.list_active`, `batch.stop` | `salt --async --batch`, `salt-run` | [`batch`] |
 
 pub mod batch;
@@ -48,6 +49,7 @@ pub mod publish_options;
 pub mod returners;
 pub mod runner_args;
 pub mod runs;
+pub mod schedule;
 pub mod tokens;
 pub mod wheel_keys;
 
@@ -150,6 +152,8 @@ pub enum Command {
     RunReturn(runs::RunReturn),
     Tokens(tokens::TokenCmd),
     Batch(batch::BatchCmd),
+    /// `schedule.list`: the master's own schedule.
+    ScheduleList,
     /// Turns the connection into an event stream (handled by the daemon).
     EventsWatch,
     /// Streams a job's returns as they are committed (handled by the daemon).
@@ -272,6 +276,7 @@ impl Command {
                 "pki.migrate_to_mmap" => Command::MigrateToMmap,
                 "batch.status" | "batch.list_active" | "batch.stop" => Command::Batch(batch::BatchCmd::parse(req)?),
                 "mine.get" => Command::Mine(mine::MineCmd::parse(req)?),
+                "schedule.list" => Command::ScheduleList,
                 f if crate::orchestrate::NAMES.contains(&f) => Command::Orchestrate(orchestrate::OrchCmd::parse(f, req)?),
                 f if f.starts_with("cluster.") => Command::Cluster(cluster::ClusterCmd::parse(f, req)?),
                 other => return Err(Error::refused(format!("'{other}' is not available."))),
@@ -300,6 +305,7 @@ impl Command {
             Command::RunReturn(c) => c.answer(view),
             Command::Tokens(c) => c.answer(view),
             Command::Batch(c) => c.answer(view),
+            Command::ScheduleList => schedule::list(view),
             Command::EventsWatch => Err(Error::refused("events.watch streams; it has no single answer")),
             Command::JobFollow(_) => Err(Error::refused("job.follow streams; it has no single answer")),
         }

@@ -15,7 +15,7 @@ pub const HONOURED: &[&str] = &[
     "mmap_key_size", "mmap_key_slot_size", "netapi_enable_clients", "nodegroups", "open_mode", "output_indent", "pidfile",
     "pillar_roots", "pki_dir", "pub_hwm", "publish_port", "publish_session", "publisher_acl", "publisher_acl_blacklist",
     "range_server", "reactor", "request_channel_timeout", "request_server_ttl", "rest_cherrypy", "ret_port", "root_dir",
-    "rotate_aes_key", "sock_dir", "state_output", "state_output_diff", "state_verbose", "tcp_keepalive", "tcp_keepalive_cnt",
+    "rotate_aes_key", "schedule", "sock_dir", "state_output", "state_output_diff", "state_verbose", "tcp_keepalive", "tcp_keepalive_cnt",
     "tcp_keepalive_idle", "tcp_keepalive_intvl", "timeout", "token_expire", "zmq_backlog",
     "halite_cluster_dial", "halite_cluster_pin_founders", "halite_data_dir", "halite_health_port", "halite_log_max_bytes", "halite_max_inflight_bytes",
     "halite_max_pending_keys", "halite_max_request_bytes", "halite_new_publish_key_at_start", "halite_pam_confdir",
@@ -122,11 +122,11 @@ pub const NOT_IMPLEMENTED: &[(&str, &[&str])] = &[
     ),
     ("peer communication (publish.publish and publish.runner from minions)", &["peer", "peer_run"]),
     (
-        "Python extensions on the master (custom modules, renderers, engines, master_tops, Thorium, the scheduler, queues)",
+        "Python extensions on the master (custom modules, renderers, engines, master_tops, Thorium, queues)",
         &[
             "clean_dynamic_modules", "cython_enable", "engines", "extension_modules", "extmod_blacklist", "extmod_whitelist", "features",
             "master_tops", "master_tops_first", "min_extra_mods", "module_dirs", "optimization_order", "outputter_dirs", "queue_dirs",
-            "renderer_blacklist", "renderer_whitelist", "runner_dirs", "schedule", "search", "sqlite_queue_dir", "thorium_interval",
+            "renderer_blacklist", "renderer_whitelist", "runner_dirs", "search", "sqlite_queue_dir", "thorium_interval",
             "thorium_roots", "thorium_top", "thoriumenv", "utils_dirs", "winrepo_branch", "winrepo_cachefile", "winrepo_depth", "winrepo_dir",
             "winrepo_dir_ng", "winrepo_fallback", "winrepo_insecure_auth", "winrepo_passphrase", "winrepo_password", "winrepo_privkey",
             "winrepo_proxy", "winrepo_pubkey", "winrepo_refspecs", "winrepo_remotes", "winrepo_remotes_ng", "winrepo_ssl_verify", "winrepo_user",

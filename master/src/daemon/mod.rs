@@ -215,6 +215,11 @@ async fn serve(master: Arc<Master>, applied_rx: mpsc::UnboundedReceiver<publish:
         }
     });
     tokio::spawn(maintenance::run(master.clone()));
+    let schedule = crate::schedule::Schedule::from_option(master.cfg.raw.get("schedule"));
+    for w in &schedule.warnings {
+        tracing::warn!("{w}");
+    }
+    tokio::spawn(upkeep::schedule::run(master.clone(), schedule));
     tokio::spawn(batches::run(master.clone()));
     tokio::spawn(trim::run());
     let (send, recv) = router.split();

@@ -183,6 +183,10 @@ fn real_main(a: Args) -> Result<()> {
                 None => return Err(offline::no_master(Some(&offline_hint))),
             }
         }
+        "schedule.list" => {
+            let c = admin.as_mut().ok_or_else(|| offline::no_master(None))?;
+            c.call(&json!({ "cmd": "runner", "fun": "schedule.list" }))?["return"].clone()
+        }
         "cluster.digest" => {
             let c = admin.as_mut().ok_or_else(|| offline::no_master(Some("halite-ctl verify prints a stopped master's digest")))?;
             c.call(&json!({ "cmd": "runner", "fun": "cluster.digest" }))?["return"].clone()

@@ -32,6 +32,7 @@ mod reactor_more;
 mod roots_view;
 mod minion;
 mod runners;
+mod schedule;
 mod saltapi;
 mod saltapi_auth;
 mod saltapi_clients;

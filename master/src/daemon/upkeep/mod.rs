@@ -1,4 +1,5 @@
-//! Housekeeping on a timer: job cache expiry, publish key rotation, the heap's free pages given back.
+//! Housekeeping on a timer: job cache expiry, publish key rotation, the master's `schedule`, the heap's free pages given back.
 
 pub mod maintenance;
+pub mod schedule;
 pub mod trim;
