@@ -57,7 +57,7 @@ fn the_table_is_consistent() {
 fn honoured_options_are_read_by_the_code() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
     let mut text = String::new();
-    let mut stack = vec![root.join("master/src"), root.join("tools/src")];
+    let mut stack = vec![root.join("master/src"), root.join("tools/src"), root.join("api/src")];
     while let Some(d) = stack.pop() {
         for e in std::fs::read_dir(&d).unwrap().flatten() {
             let p = e.path();
