@@ -268,7 +268,7 @@ impl Record {
     pub fn decode_prefix(buf: &[u8]) -> Result<(Record, usize)> {
         let header = read_header(buf)?;
         let payload = &buf[HEADER_LEN..HEADER_LEN + header.len];
-        let rec = decode_payload(header.kind, payload).map_err(|why| bad(HEADER_LEN, why))?;
+        let rec = decode_payload(header.kind, payload)?;
         rec.validate().map_err(|e| bad(HEADER_LEN, e.to_string()))?;
         Ok((rec, HEADER_LEN + header.len))
     }
@@ -320,9 +320,10 @@ fn bad(offset: usize, why: impl Into<String>) -> Error {
     Error::BadRecord { offset: offset as u64, why: why.into() }
 }
 
-fn decode_payload(kind: RecordKind, payload: &[u8]) -> std::result::Result<Record, String> {
-    fn de<'a, T: Deserialize<'a>>(p: &'a [u8]) -> std::result::Result<T, String> {
-        rmp_serde::from_slice(p).map_err(|e| format!("payload does not match its kind: {e}"))
+/// The payload of a record of `kind` (its schema; its rules are checked after).
+fn decode_payload(kind: RecordKind, payload: &[u8]) -> Result<Record> {
+    fn de<'a, T: Deserialize<'a>>(p: &'a [u8]) -> Result<T> {
+        rmp_serde::from_slice(p).map_err(|e| bad(HEADER_LEN, format!("payload does not match its kind: {e}")))
     }
     Ok(match kind {
         RecordKind::KeySet => Record::KeySet(de(payload)?),

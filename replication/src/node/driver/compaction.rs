@@ -52,7 +52,7 @@ pub(in crate::node) struct Compactor {
 /// A snapshot hashed and published off the driver thread (or why not), and what the
 /// log line about its compaction needs.
 pub(in crate::node) struct Built {
-    result: std::result::Result<Snapshot, String>,
+    result: std::result::Result<Snapshot, halite_storage::Error>,
     through: u64,
     reason: String,
     before: LogFacts,
@@ -89,7 +89,7 @@ impl Driver {
         c.building = Some(prepared.index());
         let tx = self.self_tx.clone();
         let spawned = std::thread::Builder::new().name("halite-snapshot-build".into()).spawn(move || {
-            let result = prepared.finish(|_, _| {}).map_err(|e| e.to_string());
+            let result = prepared.finish(|_, _| {});
             let _ = tx.send(Msg::Compacted(Box::new(Built { result, through, reason, before, started })));
         });
         if let Err(e) = spawned {
@@ -105,7 +105,7 @@ impl Driver {
         let Some(store) = &self.snapshots.store else { return Ok(()) };
         let c = &mut self.compaction;
         c.building = None;
-        let done = b.result.map_err(halite_storage::Error::Invalid).and_then(|snap| compaction::complete(&self.core.log, store, snap));
+        let done = b.result.and_then(|snap| compaction::complete(&self.core.log, store, snap));
         match done {
             Ok(Some(done)) => {
                 c.done += 1;
