@@ -58,6 +58,40 @@ pub fn part_header(part: u8, transfer: u64) -> [u8; 9] {
     h
 }
 
+/// Why a snapshot part was refused: the transfer ends (its staging directory is
+/// removed) and the connection is closed.
+#[derive(Debug, thiserror::Error)]
+pub enum TransferError {
+    #[error("snapshot part too short")]
+    TooShort,
+    #[error("snapshot part of {len} bytes, over the {max}-byte bound")]
+    TooLarge { len: usize, max: usize },
+    #[error("unknown snapshot part {0}")]
+    UnknownPart(u8),
+    #[error("a new snapshot transfer began before the last one ended")]
+    Overlapping,
+    #[error("this node takes no snapshot now")]
+    NotTaken,
+    /// A chunk or end part (`part`) with no transfer begun.
+    #[error("a snapshot {part} outside a transfer")]
+    OutsideTransfer { part: &'static str },
+    /// A chunk or end part (`part`) naming another transfer than the one begun.
+    #[error("a snapshot {part} of another transfer")]
+    OtherTransfer { part: &'static str },
+    #[error("the snapshot's raft message does not decode: {0}")]
+    BadMessage(#[from] protobuf::ProtobufError),
+    #[error("the end of a snapshot transfer carries a {kind:?} from {from}")]
+    NotASnapshotMessage { kind: MessageType, from: u64 },
+    #[error("the raft message names snapshot index {named}, the transfer carried {carried}")]
+    IndexMismatch { named: u64, carried: u64 },
+    #[error("the snapshot transfer ended before every file was complete")]
+    Incomplete,
+    /// The storage receiver refused the manifest or a chunk (bounds, paths, CRCs,
+    /// order, a file's sha256), or could not write it.
+    #[error(transparent)]
+    Storage(#[from] halite_storage::Error),
+}
+
 /// The transfer in progress on one inbound connection.
 #[derive(Default)]
 pub struct Incoming {
@@ -69,33 +103,33 @@ pub struct Incoming {
 impl Incoming {
     /// Takes one part from `from`. An error refuses the transfer (the caller closes the
     /// connection; dropping `self` removes the staging directory).
-    pub fn part(&mut self, from: u64, body: &[u8], inbox: &dyn SnapshotInbox) -> Result<(), String> {
+    pub fn part(&mut self, from: u64, body: &[u8], inbox: &dyn SnapshotInbox) -> Result<(), TransferError> {
         if body.len() < 9 {
-            return Err("snapshot part too short".into());
+            return Err(TransferError::TooShort);
         }
         if body.len() > MAX_PART {
-            return Err(format!("snapshot part of {} bytes, over the {MAX_PART}-byte bound", body.len()));
+            return Err(TransferError::TooLarge { len: body.len(), max: MAX_PART });
         }
-        let transfer = u64::from_be_bytes(body[1..9].try_into().map_err(|_| "short snapshot part")?);
+        let transfer = u64::from_be_bytes(body[1..9].try_into().map_err(|_| TransferError::TooShort)?);
         let payload = &body[9..];
         match body[0] {
             PART_BEGIN => {
                 if self.current.is_some() {
-                    return Err("a new snapshot transfer began before the last one ended".into());
+                    return Err(TransferError::Overlapping);
                 }
-                let store = inbox.store(from).ok_or("this node takes no snapshot now")?;
-                let r = Receiver::begin(&store, payload, ReceiveLimits::default()).map_err(|e| e.to_string())?;
+                let store = inbox.store(from).ok_or(TransferError::NotTaken)?;
+                let r = Receiver::begin(&store, payload, ReceiveLimits::default())?;
                 tracing::info!(from, index = r.manifest().index, files = r.manifest().files.len(), bytes = r.manifest().total_bytes(), "snapshot transfer begins");
                 self.current = Some((transfer, r));
                 self.logged = 0;
                 Ok(())
             }
             PART_CHUNK => {
-                let (id, r) = self.current.as_mut().ok_or("a snapshot chunk outside a transfer")?;
+                let (id, r) = self.current.as_mut().ok_or(TransferError::OutsideTransfer { part: "chunk" })?;
                 if *id != transfer {
-                    return Err("a snapshot chunk of another transfer".into());
+                    return Err(TransferError::OtherTransfer { part: "chunk" });
                 }
-                let got = r.accept(payload).map_err(|e| e.to_string())?;
+                let got = r.accept(payload)?;
                 // Progress at every tenth of the whole (and every 256 MiB).
                 if got.bytes >= self.logged + (got.total / 10).clamp(1, 256 << 20) || got.complete {
                     self.logged = got.bytes;
@@ -105,27 +139,27 @@ impl Incoming {
                 Ok(())
             }
             PART_END => {
-                let (id, r) = self.current.take().ok_or("a snapshot end outside a transfer")?;
+                let (id, r) = self.current.take().ok_or(TransferError::OutsideTransfer { part: "end" })?;
                 if id != transfer {
-                    return Err("the end of another snapshot transfer".into());
+                    return Err(TransferError::OtherTransfer { part: "end" });
                 }
-                let msg = Message::parse_from_bytes(payload).map_err(|e| format!("the snapshot's raft message does not decode: {e}"))?;
+                let msg = Message::parse_from_bytes(payload)?;
                 if msg.get_msg_type() != MessageType::MsgSnapshot || msg.from != from {
-                    return Err(format!("the end of a snapshot transfer carries a {:?} from {}", msg.get_msg_type(), msg.from));
+                    return Err(TransferError::NotASnapshotMessage { kind: msg.get_msg_type(), from: msg.from });
                 }
                 let index = msg.get_snapshot().get_metadata().index;
                 if index != r.manifest().index {
-                    return Err(format!("the raft message names snapshot index {index}, the transfer carried {}", r.manifest().index));
+                    return Err(TransferError::IndexMismatch { named: index, carried: r.manifest().index });
                 }
                 if !r.progress().complete {
-                    return Err("the snapshot transfer ended before every file was complete".into());
+                    return Err(TransferError::Incomplete);
                 }
-                let snap = r.finish().map_err(|e| e.to_string())?;
+                let snap = r.finish()?;
                 tracing::info!(from, index, bytes = snap.manifest().total_bytes(), "snapshot transfer complete");
                 inbox.received(from, snap, msg);
                 Ok(())
             }
-            p => Err(format!("unknown snapshot part {p}")),
+            p => Err(TransferError::UnknownPart(p)),
         }
     }
 }
@@ -150,14 +184,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let inbox = Store(SnapshotStore::open(dir.path()).unwrap(), Default::default());
         let mut inc = Incoming::default();
-        assert!(inc.part(1, &[PART_CHUNK, 0, 0], &inbox).unwrap_err().contains("too short"));
-        assert!(inc.part(1, &encode_part(PART_CHUNK, 7, b"x"), &inbox).unwrap_err().contains("outside a transfer"));
-        assert!(inc.part(1, &encode_part(PART_END, 7, b""), &inbox).unwrap_err().contains("outside a transfer"));
-        assert!(inc.part(1, &encode_part(9, 7, b""), &inbox).unwrap_err().contains("unknown snapshot part"));
+        assert!(matches!(inc.part(1, &[PART_CHUNK, 0, 0], &inbox), Err(TransferError::TooShort)));
+        assert!(matches!(inc.part(1, &encode_part(PART_CHUNK, 7, b"x"), &inbox), Err(TransferError::OutsideTransfer { part: "chunk" })));
+        assert!(matches!(inc.part(1, &encode_part(PART_END, 7, b""), &inbox), Err(TransferError::OutsideTransfer { part: "end" })));
+        assert!(matches!(inc.part(1, &encode_part(9, 7, b""), &inbox), Err(TransferError::UnknownPart(9))));
         // A manifest that does not decode is refused by the storage receiver.
-        assert!(inc.part(1, &encode_part(PART_BEGIN, 7, b"{not json"), &inbox).is_err());
+        assert!(matches!(inc.part(1, &encode_part(PART_BEGIN, 7, b"{not json"), &inbox), Err(TransferError::Storage(_))));
         let huge = vec![0u8; MAX_PART + 1];
-        assert!(inc.part(1, &huge, &inbox).unwrap_err().contains("bound"));
+        assert!(matches!(inc.part(1, &huge, &inbox), Err(TransferError::TooLarge { .. })));
         assert!(inbox.1.lock().unwrap().is_empty());
         // Nothing was left behind in the store.
         assert!(inbox.0.list().unwrap().is_empty());

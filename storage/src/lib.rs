@@ -8,7 +8,8 @@
 //!
 //! | module        | owns                                                      |
 //! |---------------|-----------------------------------------------------------|
-//! | [`format`]    | the record byte format (header, CRC, payload schemas)     |
+//! | [`format`]    | the record byte format (header, CRC, kind table, [`format::Record`]) |
+//! | [`record`]    | one file per record kind: its payload schema and rules    |
 //! | [`entry`]     | a raft entry's data: one proposal's records (batches), [`entry::LogEntry`] |
 //! | [`context`]   | a raft entry's context: the proposal's identity across restarts |
 //! | [`id`]        | minion id and relative path validation                    |
@@ -26,7 +27,6 @@
 //! | [`views`]     | applying effects to views, rebuilding them; on a shared filesystem one writer at a time, by a mark (`views::shared`) |
 //! | [`import`]    | reading outside trees (localfs pki, shared cluster dirs) into records |
 
-pub mod batch_run;
 pub mod compaction;
 pub mod context;
 pub mod dirlock;
@@ -40,8 +40,7 @@ pub mod import;
 pub mod keys;
 pub mod log;
 pub mod mmap_cache;
-pub mod reaction;
-pub mod eauth_token;
+pub mod record;
 pub mod roots;
 pub mod snapshot;
 pub mod state;
@@ -49,6 +48,9 @@ pub mod tail;
 pub mod views;
 
 pub use error::{Error, Result};
+// The kinds whose files also define the `meta` keys of their state, by the paths the
+// other crates name them with (`halite_storage::reaction`, ...).
+pub use record::{batch_run, eauth_token, reaction};
 pub use entry::LogEntry;
 pub use format::{KeyState, Record, RecordKind};
 

@@ -37,8 +37,8 @@ use halite_storage::views::{Touched, Views};
 use halite_storage::Error as StorageError;
 
 use super::context::{self, EntryContext};
-use super::driver::{self, Driver};
-use super::membership;
+use super::driver::{self, Core, Driver, Parts, Peers};
+use super::membership::{self, Membership};
 use super::driver::faults;
 use super::driver::health::Health;
 use super::status::NodeStatus;
@@ -89,8 +89,17 @@ pub(super) fn start(log: RaftLog, sm: Arc<StateMachine>, mut views: Views, cfg: 
     if let (Some(o), Some(s)) = (&outbox, &snapshots) {
         o.take_snapshots(driver::snapshots::inbox(s.clone(), tx.clone()));
     }
-    let mut d = Driver::new(raw, log.clone(), sm.clone(), views, cfg, outbox, leader.clone(), announce, solo, book.clone(), incarnation, health, tx.clone());
-    d.compactor = snapshots.map(driver::compaction::Compactor::new);
+    let membership = Membership::new(cfg.id, cfg.auto_promote, announce, book.clone());
+    let d = Driver::new(Parts {
+        core: Core { raw, log: log.clone(), sm: sm.clone(), leader: leader.clone(), solo },
+        views,
+        peers: Peers::new(outbox, membership),
+        incarnation,
+        health,
+        snapshots,
+        self_tx: tx.clone(),
+        cfg,
+    });
     let thread = driver::spawn(d, rx)?;
     Ok(Node { tx, thread: Some(thread), sm, log, leader, id, book, incarnation, status })
 }

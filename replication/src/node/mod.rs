@@ -49,9 +49,11 @@
 //! | `context.rs` | the bytes of an entry's `context` (proposal identity, member address); re-exports `halite_storage::context` |
 //! | `status.rs` | [`NodeStatus`]: role, indexes, peers' progress, readiness (caught up with the cluster's commit index, learned by ReadIndex) |
 //!
-//! The driver thread owns one `driver::Driver`, which holds the raft core, a
-//! `proposals::Proposals` and a `membership::Membership`; those two know nothing of the
-//! driver (they are handed the `RawNode` when they need it). Each file of `driver/` adds
+//! The driver thread owns one `driver::Driver`, which holds its state in named parts
+//! (the raft core, the views, the peers, the snapshots, the compaction policy's state,
+//! the health), among them a `proposals::Proposals` and a `membership::Membership`;
+//! those two know nothing of the driver (they are handed the `RawNode` when they need
+//! it). Each file of `driver/` adds
 //! one step's methods to the driver beside the state it keeps. So the imports of `node/`
 //! point one way: `boot` → `driver` (and its steps) → `proposals`, `membership`,
 //! `status` → `context`.

@@ -77,6 +77,7 @@ use frame::{Opener, Sealer, KIND_CONTROL, KIND_KEEPALIVE, KIND_RAFT, KIND_SNAPSH
 use identity::{Admission, MemberKey, PeerKeys, PUBLIC_LEN};
 use limits::{Authenticated, Unauthenticated};
 pub use limits::Limits;
+pub use snapshot_send::{SnapshotDone, SnapshotSendError};
 use refusal::{Refusals, Refused};
 
 use halite_storage::snapshot::Snapshot;
@@ -279,10 +280,10 @@ impl TcpTransport {
     /// `msg.to`, on a connection and a thread of their own (`snapshot_transfer.rs`), so
     /// the caller never waits; `done` hears whether every byte was written (a peer that
     /// refuses a part closes the connection: that is an error here). Progress is logged.
-    pub fn send_snapshot(&self, snap: Snapshot, msg: Message, done: Box<dyn FnOnce(Result<(), String>) + Send>) {
+    pub fn send_snapshot(&self, snap: Snapshot, msg: Message, done: SnapshotDone) {
         let to = msg.to;
         let Some(addr) = self.addrs.lock().unwrap_or_else(|p| p.into_inner()).get(&to).copied() else {
-            done(Err(format!("no address for peer {to}")));
+            done(Err(SnapshotSendError::NoAddress(to)));
             return;
         };
         let addr = self.route(addr);
@@ -299,7 +300,7 @@ impl TcpTransport {
                     refusals.refuse(&addr.to_string(), e);
                 }
             }
-            done(r.map(|_| ()).map_err(|e| e.detail));
+            done(r.map(|_| ()).map_err(SnapshotSendError::from));
         });
         if let Err(e) = spawned {
             tracing::error!(to, "cannot start a snapshot transfer thread: {e}");
@@ -526,8 +527,8 @@ pub trait Outbox: Send + Sync {
     fn set_peer(&self, id: u64, addr: Option<SocketAddr>);
     /// Sends a snapshot and then `msg` (its `MsgSnapshot`) to `msg.to` without blocking
     /// the caller; `done` hears how it ended. Without this, a snapshot cannot be sent.
-    fn send_snapshot(&self, _snap: Snapshot, msg: Message, done: Box<dyn FnOnce(Result<(), String>) + Send>) {
-        done(Err(format!("this transport cannot send a snapshot to {}", msg.to)))
+    fn send_snapshot(&self, _snap: Snapshot, msg: Message, done: SnapshotDone) {
+        done(Err(SnapshotSendError::Unsupported(msg.to)))
     }
     /// Where snapshots received from peers go (none are taken before).
     fn take_snapshots(&self, _inbox: Arc<dyn SnapshotInbox>) {}
@@ -542,7 +543,7 @@ impl Outbox for TcpTransport {
         TcpTransport::send(self, msgs)
     }
 
-    fn send_snapshot(&self, snap: Snapshot, msg: Message, done: Box<dyn FnOnce(Result<(), String>) + Send>) {
+    fn send_snapshot(&self, snap: Snapshot, msg: Message, done: SnapshotDone) {
         TcpTransport::send_snapshot(self, snap, msg, done)
     }
 

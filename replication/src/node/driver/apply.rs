@@ -36,7 +36,7 @@ impl Driver {
                 EntryType::EntryConfChange => {
                     // Entries before the change are applied first, in log order.
                     self.apply_records(std::mem::take(&mut batch), &mut answers)?;
-                    self.membership.apply(&mut self.raw, &self.log, self.outbox.as_ref(), &e)?;
+                    self.peers.membership.apply(&mut self.core.raw, &self.core.log, self.peers.outbox.as_ref(), &e)?;
                     self.apply_member_key_change(&e)?;
                     if let Some(seq) = self.proposals.ours_by_context(e.index, &e.context) {
                         answers.push((seq, e.index, Outcome::Applied));
@@ -48,8 +48,8 @@ impl Driver {
             }
         }
         self.apply_records(batch, &mut answers)?;
-        self.sm.advance_applied(last)?;
-        self.views_dirty_to = Some(last);
+        self.core.sm.advance_applied(last)?;
+        self.derived.dirty_to = Some(last);
         for (seq, index, outcome) in answers {
             self.proposals.answer(seq, index, outcome);
         }
@@ -62,9 +62,9 @@ impl Driver {
         if batch.is_empty() {
             return Ok(());
         }
-        let applied = self.sm.apply_entries(&batch)?;
+        let applied = self.core.sm.apply_entries(&batch)?;
         if batch.iter().any(|e| e.records.iter().any(|r| matches!(r, halite_storage::Record::MemberKey(_)))) {
-            self.keys_dirty = true;
+            self.peers.keys_dirty = true;
         }
         // A view that cannot be written is marked dirty and rebuilt later (`faults.rs`).
         self.apply_views(&batch, &applied.effects);

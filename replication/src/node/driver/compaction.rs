@@ -28,7 +28,7 @@
 use std::time::{Duration, Instant};
 
 use halite_storage::compaction::{self, Decision, LogFacts};
-use halite_storage::snapshot::{Snapshot, SnapshotStore};
+use halite_storage::snapshot::Snapshot;
 
 use super::Driver;
 use crate::node::{Msg, Result};
@@ -36,9 +36,11 @@ use crate::node::{Msg, Result};
 /// How long after a failed compaction the next one is tried.
 pub const RETRY_AFTER: Duration = Duration::from_secs(60);
 
-/// The driver's compaction state.
+/// The compaction policy's state on the driver: when the next compaction may be tried,
+/// and the one in progress. The snapshots it builds go to the node's snapshot store
+/// (`Driver::snapshots`); a node without one never compacts.
+#[derive(Default)]
 pub(in crate::node) struct Compactor {
-    store: SnapshotStore,
     /// No compaction before this (after a failure).
     not_before: Option<Instant>,
     /// Compactions done by this process (for the log line).
@@ -50,42 +52,33 @@ pub(in crate::node) struct Compactor {
 /// A snapshot hashed and published off the driver thread (or why not), and what the
 /// log line about its compaction needs.
 pub(in crate::node) struct Built {
-    result: std::result::Result<Snapshot, String>,
+    result: std::result::Result<Snapshot, halite_storage::Error>,
     through: u64,
     reason: String,
     before: LogFacts,
     started: Instant,
 }
 
-impl Compactor {
-    pub(in crate::node) fn new(store: SnapshotStore) -> Self {
-        Compactor { store, not_before: None, done: 0, building: None }
-    }
-
-    /// The node's snapshot store (also what snapshots are sent from and received into).
-    pub(super) fn store(&self) -> &SnapshotStore {
-        &self.store
-    }
-}
-
 impl Driver {
     /// Compacts the log if the policy says so (see the module docs). Never fails the
     /// loop: an error is logged and retried later.
     pub(super) fn maybe_compact(&mut self) -> Result<()> {
-        if self.compactor.as_ref().is_none_or(|c| c.building.is_some() || c.not_before.is_some_and(|t| Instant::now() < t)) {
+        let Some(store) = &self.snapshots.store else { return Ok(()) };
+        let c = &self.compaction;
+        if c.building.is_some() || c.not_before.is_some_and(|t| Instant::now() < t) {
             return Ok(());
         }
         let waiting = self.peer_waits_for_snapshot()?;
-        let Some(c) = self.compactor.as_mut() else { return Ok(()) };
-        let applied = self.sm.applied_index()?;
-        let before = LogFacts::of(&self.log, applied)?;
+        let c = &mut self.compaction;
+        let applied = self.core.sm.applied_index()?;
+        let before = LogFacts::of(&self.core.log, applied)?;
         let decision = match waiting {
             Some(peer) => Decision::Compact { through: applied, reason: format!("member {peer} needs a snapshot that includes it") },
             None => compaction::decide(before, self.cfg.compaction),
         };
         let Decision::Compact { through, reason } = decision else { return Ok(()) };
         let started = Instant::now();
-        let prepared = match compaction::prepare(&self.log, &self.sm, &c.store) {
+        let prepared = match compaction::prepare(&self.core.log, &self.core.sm, store) {
             Ok(p) => p,
             Err(e) => {
                 c.not_before = Some(Instant::now() + RETRY_AFTER);
@@ -96,7 +89,7 @@ impl Driver {
         c.building = Some(prepared.index());
         let tx = self.self_tx.clone();
         let spawned = std::thread::Builder::new().name("halite-snapshot-build".into()).spawn(move || {
-            let result = prepared.finish(|_, _| {}).map_err(|e| e.to_string());
+            let result = prepared.finish(|_, _| {});
             let _ = tx.send(Msg::Compacted(Box::new(Built { result, through, reason, before, started })));
         });
         if let Err(e) = spawned {
@@ -109,14 +102,15 @@ impl Driver {
 
     /// A snapshot built off the driver thread is published: compact the log through it.
     pub(super) fn compacted(&mut self, b: Built) -> Result<()> {
-        let Some(c) = self.compactor.as_mut() else { return Ok(()) };
+        let Some(store) = &self.snapshots.store else { return Ok(()) };
+        let c = &mut self.compaction;
         c.building = None;
-        let done = b.result.map_err(halite_storage::Error::Invalid).and_then(|snap| compaction::complete(&self.log, &c.store, snap));
+        let done = b.result.and_then(|snap| compaction::complete(&self.core.log, store, snap));
         match done {
             Ok(Some(done)) => {
                 c.done += 1;
                 c.not_before = None;
-                let after = LogFacts::of(&self.log, self.sm.applied_index()?)?;
+                let after = LogFacts::of(&self.core.log, self.core.sm.applied_index()?)?;
                 tracing::info!(
                     id = self.cfg.id,
                     through = b.through,
@@ -146,16 +140,17 @@ impl Driver {
     /// snapshot) but that the log's snapshot does not include (it was added after):
     /// raft-rs cannot send it that snapshot, so a new one is taken.
     fn peer_waits_for_snapshot(&self) -> Result<Option<u64>> {
-        if self.raw.raft.state != raft::StateRole::Leader {
+        if self.core.raw.raft.state != raft::StateRole::Leader {
             return Ok(None);
         }
-        let meta = self.log.snapshot_meta()?;
+        let meta = self.core.log.snapshot_meta()?;
         if meta.index == 0 {
             return Ok(None);
         }
-        let first = self.log.first_entry_index().unwrap_or(meta.index + 1);
+        let first = self.core.log.first_entry_index().unwrap_or(meta.index + 1);
         let cs = meta.get_conf_state();
         Ok(self
+            .core
             .raw
             .raft
             .prs()

@@ -145,7 +145,7 @@ impl Driver {
     /// becomes dirty (see the module docs). Never fails.
     pub(super) fn apply_views(&mut self, batch: &[LogEntry], fx: &[Effect]) {
         let faults = &self.health.faults;
-        let found = self.views.apply_entries(&self.sm, Some(&self.log), batch, fx, &mut |v| faults.is_dirty(v));
+        let found = self.derived.views.apply_entries(&self.core.sm, Some(&self.core.log), batch, fx, &mut |v| faults.is_dirty(v));
         // The records of the batch that failed count as touched by it.
         for f in &found {
             self.health.faults.fault(f.view, &f.error, &self.health.status);
@@ -167,14 +167,14 @@ impl Driver {
         }
         for view in due {
             let touched = self.health.faults.dirty.get(&view).map(|d| d.touched.clone()).unwrap_or_default();
-            let r = if self.views.is_shared() {
+            let r = if self.derived.views.is_shared() {
                 // A shared view is caught up from its mark, never cleared
                 // (`halite_storage::views::shared`); if another member wrote past this
                 // one meanwhile, there is nothing to do.
-                let applied = self.raw.raft.raft_log.applied;
-                self.views.catch_up_shared(&self.sm, Some(&self.log), view, applied)
+                let applied = self.core.raw.raft.raft_log.applied;
+                self.derived.views.catch_up_shared(&self.core.sm, Some(&self.core.log), view, applied)
             } else {
-                self.views.recover(&self.sm, view, &touched).and_then(|()| self.views.sync())
+                self.derived.views.recover(&self.core.sm, view, &touched).and_then(|()| self.derived.views.sync())
             };
             match r {
                 Ok(()) => {
@@ -185,8 +185,8 @@ impl Driver {
             }
         }
         if !self.health.faults.any() {
-            let applied = self.raw.raft.raft_log.applied;
-            if let Err(e) = self.sm.set_views_index(applied) {
+            let applied = self.core.raw.raft.raft_log.applied;
+            if let Err(e) = self.core.sm.set_views_index(applied) {
                 tracing::warn!("cannot record the views index after recovering the views: {e}");
             }
         }

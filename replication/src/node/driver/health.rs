@@ -21,9 +21,9 @@ impl Driver {
     /// every reader sees.
     pub(super) fn end_turn(&mut self) {
         self.recover_views();
-        let applied = self.raw.raft.raft_log.applied;
-        let ready = self.health.readiness.turn(&mut self.raw, applied);
-        let r = &self.raw.raft;
+        let applied = self.core.raw.raft.raft_log.applied;
+        let ready = self.health.readiness.turn(&mut self.core.raw, applied);
+        let r = &self.core.raw.raft;
         let leader = (r.leader_id != raft::INVALID_ID).then_some(r.leader_id);
         let peers = if r.state == StateRole::Leader {
             let learners = r.prs().conf().learners().clone();

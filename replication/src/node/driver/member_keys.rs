@@ -60,25 +60,25 @@ impl Driver {
             ConfChangeType::RemoveNode => MemberKeyChange::Removed,
             _ => MemberKeyChange::Added(context::decode(&e.context).ok().flatten().and_then(|c| c.key)),
         };
-        self.sm.apply_member_change(e.index, cc.node_id, change)?;
-        self.keys_dirty = true;
+        self.core.sm.apply_member_change(e.index, cc.node_id, change)?;
+        self.peers.keys_dirty = true;
         Ok(())
     }
 
     /// Hands the applied book and group to the transport, when they may have changed.
     pub(super) fn publish_member_keys(&mut self) {
-        if !self.keys_dirty {
+        if !self.peers.keys_dirty {
             return;
         }
-        self.keys_dirty = false;
-        let book = match self.sm.member_keys() {
+        self.peers.keys_dirty = false;
+        let book = match self.core.sm.member_keys() {
             Ok(b) => b,
             Err(e) => {
                 tracing::error!("member key book not readable, not published: {e}");
                 return;
             }
         };
-        let conf = self.raw.raft.prs().conf();
+        let conf = self.core.raw.raft.prs().conf();
         let members: HashSet<u64> = conf.voters().ids().iter().chain(conf.learners().iter().copied()).collect();
         let me_member = members.contains(&self.cfg.id);
         if let Some(own) = self.cfg.member_key {
@@ -87,12 +87,12 @@ impl Driver {
                 Some(k) if *k == own => Own::Recorded,
                 Some(_) => Own::Other,
             };
-            if state == Own::Other && self.own_key.state != Own::Other {
+            if state == Own::Other && self.peers.own_key.state != Own::Other {
                 tracing::error!(member = self.cfg.id, "the log holds another member key for this member's id than its own (member.pem replaced?): its peers refuse it; restore the key, or join again on an empty data directory (a new id)");
             }
-            self.own_key.state = state;
+            self.peers.own_key.state = state;
         }
-        if let Some(o) = &self.outbox {
+        if let Some(o) = &self.peers.outbox {
             o.set_member_keys(book, members, me_member);
         }
     }
@@ -101,14 +101,14 @@ impl Driver {
     /// documentation).
     pub(super) fn record_own_key(&mut self) {
         let Some(own) = self.cfg.member_key else { return };
-        if self.own_key.state != Own::Missing || self.raw.raft.leader_id == raft::INVALID_ID {
+        if self.peers.own_key.state != Own::Missing || self.core.raw.raft.leader_id == raft::INVALID_ID {
             return;
         }
-        let conf = self.raw.raft.prs().conf();
+        let conf = self.core.raw.raft.prs().conf();
         if !conf.voters().contains(self.cfg.id) && !conf.learners().contains(&self.cfg.id) {
             return;
         }
-        if self.own_key.proposed.is_some_and(|t| t.elapsed() < self.cfg.propose_timeout) {
+        if self.peers.own_key.proposed.is_some_and(|t| t.elapsed() < self.cfg.propose_timeout) {
             return;
         }
         let rec = Record::MemberKey(MemberKey { id: self.cfg.id, public: own.to_vec(), time_ns: now_ns() });
@@ -117,7 +117,7 @@ impl Driver {
                 tracing::info!(member = self.cfg.id, "recording this member's key in the log");
                 let (reply, _) = tokio::sync::oneshot::channel();
                 self.proposals.enqueue(Payload::Records(data), reply);
-                self.own_key.proposed = Some(Instant::now());
+                self.peers.own_key.proposed = Some(Instant::now());
             }
             Err(e) => tracing::error!("member key record not encoded: {e}"),
         }

@@ -18,11 +18,13 @@
 //! 6. publish the node's status, readiness, and recover dirty views when due
 //!    (`health.rs`, `faults.rs`).
 //!
-//! This file holds the [`Driver`] and its loop; each other step is a file of this folder
-//! adding its methods to the driver (`impl Driver`), beside the state it keeps:
-//! `apply.rs`, `compaction.rs` ([`compaction::Compactor`]), `faults.rs` (the dirty
-//! views), `health.rs` (readiness and the published status), `member_keys.rs` (this
-//! member's own key), `snapshots.rs` (sending and installing snapshots).
+//! This file holds the [`Driver`], its parts ([`Core`]: raft and the log and state
+//! machine, [`Derived`]: the views, [`Peers`]: the transport and the group) and its loop;
+//! each other step is a file of this folder adding its methods to the driver
+//! (`impl Driver`), beside the part it keeps: `apply.rs`, `compaction.rs`
+//! ([`compaction::Compactor`]), `faults.rs` (the dirty views), `health.rs` (readiness
+//! and the published status), `member_keys.rs` (this member's own key), `snapshots.rs`
+//! ([`snapshots::Snapshots`]: sending and installing snapshots).
 //!
 //! A stop request, or the last sender gone, ends the loop after the group in progress;
 //! an error ends it too, and every waiting proposal is answered with the reason.
@@ -34,9 +36,8 @@ pub(super) mod health;
 pub(super) mod member_keys;
 pub(super) mod snapshots;
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -45,12 +46,13 @@ use raft::eraftpb::Message;
 use raft::RawNode;
 
 use halite_storage::log::RaftLog;
+use halite_storage::snapshot::SnapshotStore;
 use halite_storage::state::StateMachine;
 use halite_storage::views::Views;
 
 use self::compaction::Compactor;
 use self::health::Health;
-use super::membership::{AddressBook, MemberChange, Membership};
+use super::membership::{MemberChange, Membership};
 use super::proposals::{Payload, Proposals};
 use super::{Msg, NodeConfig, NodeError, Proposal, Result};
 use crate::transport::Outbox;
@@ -58,46 +60,88 @@ use crate::transport::Outbox;
 /// How often views are made durable while proposals keep arriving.
 pub const VIEWS_SYNC_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Everything the driver thread owns: the raft core and where its state goes, the
-/// proposals waiting to be applied (`proposals.rs`) and the membership state
-/// (`membership.rs`). `apply.rs` adds the apply methods.
+/// Everything the driver thread owns, in named parts. Each file of this folder works on
+/// the parts it names; the loop (this file) on all of them.
 pub(super) struct Driver {
-    // The raft core and where its state goes (this file, `apply.rs`).
+    /// The node's configuration: its id, timings, limits, tap and own member key.
+    pub(super) cfg: NodeConfig,
+    /// The raft core, the log and the state machine.
+    pub(super) core: Core,
+    /// The views and their durability.
+    pub(super) derived: Derived,
+    /// The transport and the group it reaches.
+    pub(super) peers: Peers,
+    /// Snapshots sent to peers and the store they come from (`snapshots.rs`).
+    pub(super) snapshots: snapshots::Snapshots,
+    /// The compaction policy's state (`compaction.rs`).
+    pub(super) compaction: Compactor,
+    /// The proposals waiting to be applied (`proposals.rs`).
+    pub(super) proposals: Proposals,
+    /// The status readers see, readiness and dirty views (`health.rs`, `faults.rs`).
+    pub(super) health: Health,
+    /// This driver's own channel: work done off the driver thread (a snapshot sent, a
+    /// snapshot built for a compaction) reports its end on it.
+    pub(super) self_tx: Sender<Msg>,
+}
+
+/// The raft core and where its state goes (this file, `apply.rs`): raft-rs's node over
+/// the log, and the state machine the committed entries apply to.
+pub(super) struct Core {
     pub(super) raw: RawNode<RaftLog>,
     pub(super) log: RaftLog,
     pub(super) sm: Arc<StateMachine>,
-    pub(super) views: Views,
-    pub(super) cfg: NodeConfig,
-    pub(super) outbox: Option<Arc<dyn Outbox>>,
     /// The leader this node last knew (0: none), shared with the public face.
     pub(super) leader: Arc<AtomicU64>,
     /// The only voter: campaign as soon as raft allows (once committed membership
     /// entries are applied) instead of waiting for an election timeout.
     pub(super) solo: bool,
+}
 
-    pub(super) proposals: Proposals,
+/// The views derived from the state machine (the key view, the roots trees) and when
+/// they were last made durable (this file, `apply.rs`, `faults.rs`).
+pub(super) struct Derived {
+    pub(super) views: Views,
+    /// Highest index applied to the views but not yet synced.
+    pub(super) dirty_to: Option<u64>,
+    /// When the views were last synced.
+    pub(super) synced_at: Instant,
+}
+
+/// The transport and the group it reaches: who the members are and where they listen
+/// (`membership.rs`), and the member key book as the transport last heard it
+/// (`member_keys.rs`).
+pub(super) struct Peers {
+    /// Where raft messages and snapshots go; `None`: a node without peers (its messages
+    /// are dropped).
+    pub(super) outbox: Option<Arc<dyn Outbox>>,
     pub(super) membership: Membership,
-
-    // View durability (this file).
-    /// Highest index applied to the views but not yet synced, and when they last were.
-    pub(super) views_dirty_to: Option<u64>,
-    pub(super) views_synced_at: Instant,
-
-    /// The status readers see, readiness and dirty views (`health.rs`, `faults.rs`).
-    pub(super) health: Health,
-
-    /// Log compaction by the policy (`compaction.rs`); `None`: never (a node started
-    /// over a log and state machine without their data directory).
-    pub(super) compactor: Option<Compactor>,
-    /// This driver's own channel (snapshot transfers report their end on it).
-    pub(super) self_tx: std::sync::mpsc::Sender<Msg>,
-    /// Peers a snapshot is being sent to (`snapshots.rs`).
-    pub(super) sending: std::collections::HashSet<u64>,
-
     /// The member key book or the group may have changed since the transport last
-    /// heard (`member_keys.rs`).
+    /// heard.
     pub(super) keys_dirty: bool,
     pub(super) own_key: member_keys::OwnKey,
+}
+
+impl Peers {
+    pub(super) fn new(outbox: Option<Arc<dyn Outbox>>, membership: Membership) -> Self {
+        Peers { outbox, membership, keys_dirty: true, own_key: Default::default() }
+    }
+}
+
+/// What a driver is started with (`boot.rs` opens or builds each part).
+pub(super) struct Parts {
+    pub(super) cfg: NodeConfig,
+    pub(super) core: Core,
+    pub(super) views: Views,
+    pub(super) peers: Peers,
+    /// This run's incarnation, part of every proposal's identity.
+    pub(super) incarnation: u64,
+    pub(super) health: Health,
+    /// The node's snapshot store; `None` for a node started over a log and state
+    /// machine without their data directory: it never compacts, sends nor installs a
+    /// snapshot.
+    pub(super) snapshots: Option<SnapshotStore>,
+    /// The sending side of the driver's own channel.
+    pub(super) self_tx: Sender<Msg>,
 }
 
 /// Starts the driver thread. If the loop fails, the error is logged and every waiting
@@ -115,44 +159,21 @@ pub(super) fn spawn(mut d: Driver, rx: Receiver<Msg>) -> Result<JoinHandle<()>> 
 }
 
 impl Driver {
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn new(
-        raw: RawNode<RaftLog>,
-        log: RaftLog,
-        sm: Arc<StateMachine>,
-        views: Views,
-        cfg: NodeConfig,
-        outbox: Option<Arc<dyn Outbox>>,
-        leader: Arc<AtomicU64>,
-        announce: Option<SocketAddr>,
-        solo: bool,
-        book: AddressBook,
-        incarnation: u64,
-        health: Health,
-        self_tx: std::sync::mpsc::Sender<Msg>,
-    ) -> Self {
+    pub(super) fn new(parts: Parts) -> Self {
+        let Parts { cfg, core, views, peers, incarnation, health, snapshots, self_tx } = parts;
         // A forward the leader dropped is handed over again after three election
         // timeouts (the state machine applies a proposal at most once).
         let resubmit_after = cfg.tick * (3 * cfg.election_tick.max(1)) as u32;
         Driver {
             proposals: Proposals::new(cfg.id, incarnation, cfg.propose_timeout, resubmit_after),
-            membership: Membership::new(cfg.id, cfg.auto_promote, announce, book),
-            raw,
-            log,
-            sm,
-            views,
-            cfg,
-            outbox,
-            leader,
-            solo,
-            views_dirty_to: None,
-            views_synced_at: Instant::now(),
+            core,
+            derived: Derived { views, dirty_to: None, synced_at: Instant::now() },
+            peers,
+            snapshots: snapshots::Snapshots::new(snapshots),
+            compaction: Compactor::default(),
             health,
-            compactor: None,
             self_tx,
-            sending: Default::default(),
-            keys_dirty: true,
-            own_key: Default::default(),
+            cfg,
         }
     }
 
@@ -181,7 +202,7 @@ impl Driver {
             let mut n = 0;
             let mut sent = Vec::new();
             let mut built = Vec::new();
-            let raw = &mut self.raw;
+            let raw = &mut self.core.raw;
             let mut push = |m: Msg, group: &mut Vec<Proposal>, members: &mut Vec<MemberChange>, stop: &mut bool, n: &mut usize| match m {
                 Msg::Propose(p) => {
                     *n += p.records;
@@ -215,16 +236,16 @@ impl Driver {
             for p in group {
                 self.proposals.enqueue(Payload::Records(p.data), p.reply);
             }
-            for c in members.into_iter().chain(self.membership.take_announce()) {
+            for c in members.into_iter().chain(self.peers.membership.take_announce()) {
                 self.propose_member(c);
             }
-            self.proposals.submit(&mut self.raw);
+            self.proposals.submit(&mut self.core.raw);
             if Instant::now() >= next_tick {
-                self.raw.tick();
+                self.core.raw.tick();
                 next_tick = Instant::now() + self.cfg.tick;
                 self.proposals.expire();
                 let proposals = &self.proposals;
-                let promote = self.membership.promotions(&self.raw, |id| proposals.member_change_waiting(id));
+                let promote = self.peers.membership.promotions(&self.core.raw, |id| proposals.member_change_waiting(id));
                 for c in promote {
                     self.propose_member(c);
                 }
@@ -233,7 +254,7 @@ impl Driver {
             }
             self.on_ready()?;
             self.campaign_if_solo()?;
-            self.proposals.submit(&mut self.raw);
+            self.proposals.submit(&mut self.core.raw);
             self.on_ready()?;
             self.publish_member_keys();
             self.sync_views(false)?;
@@ -254,10 +275,10 @@ impl Driver {
 
     /// A node that is the only voter elects itself without waiting for a timeout.
     fn campaign_if_solo(&mut self) -> Result<()> {
-        if self.solo && self.raw.raft.state != raft::StateRole::Leader {
-            self.solo = self.raw.raft.prs().conf().voters().ids().iter().eq([self.cfg.id]);
-            if self.solo {
-                self.raw.campaign()?;
+        if self.core.solo && self.core.raw.raft.state != raft::StateRole::Leader {
+            self.core.solo = self.core.raw.raft.prs().conf().voters().ids().iter().eq([self.cfg.id]);
+            if self.core.solo {
+                self.core.raw.campaign()?;
                 self.on_ready()?;
             }
         }
@@ -277,7 +298,7 @@ impl Driver {
             }
             msgs = rest;
         }
-        match &self.outbox {
+        match &self.peers.outbox {
             Some(o) => o.send(msgs),
             None => tracing::debug!(n = msgs.len(), "dropping raft messages (no peers)"),
         }
@@ -286,17 +307,17 @@ impl Driver {
     /// Handles one raft `Ready`, if there is one: role changes, messages, committed
     /// entries, and the group commit of new entries (one log write, one fsync).
     fn on_ready(&mut self) -> Result<()> {
-        if !self.raw.has_ready() {
+        if !self.core.raw.has_ready() {
             return Ok(());
         }
-        let mut rd = self.raw.ready();
+        let mut rd = self.core.raw.ready();
         self.health.readiness.answers(rd.read_states());
         if let Some(ss) = rd.ss() {
             let leader = if ss.leader_id == raft::INVALID_ID { 0 } else { ss.leader_id };
-            self.leader.store(leader, Ordering::Relaxed);
+            self.core.leader.store(leader, Ordering::Relaxed);
             tracing::info!(id = self.cfg.id, leader, role = ?ss.raft_state, "raft role changed");
             if ss.raft_state == raft::StateRole::Leader {
-                self.membership.announce_when_leading();
+                self.peers.membership.announce_when_leading();
             }
         }
         self.send(rd.take_messages());
@@ -305,17 +326,17 @@ impl Driver {
             self.install_snapshot(rd.snapshot())?;
         }
         self.apply(rd.take_committed_entries())?;
-        self.log.append(rd.entries(), rd.hs(), None, rd.must_sync())?;
+        self.core.log.append(rd.entries(), rd.hs(), None, rd.must_sync())?;
         self.send(rd.take_persisted_messages());
-        let mut light = self.raw.advance(rd);
+        let mut light = self.core.raw.advance(rd);
         if let Some(commit) = light.commit_index() {
-            let mut hs = self.log.hard_state()?;
+            let mut hs = self.core.log.hard_state()?;
             hs.commit = commit;
-            self.log.append(&[], Some(&hs), None, false)?;
+            self.core.log.append(&[], Some(&hs), None, false)?;
         }
         self.send(light.take_messages());
         self.apply(light.take_committed_entries())?;
-        self.raw.advance_apply();
+        self.core.raw.advance_apply();
         Ok(())
     }
 
@@ -323,19 +344,19 @@ impl Driver {
     /// [`VIEWS_SYNC_INTERVAL`] under load (views are rebuilt from the state machine, so
     /// their durability never holds up an answer), or now with `force`.
     fn sync_views(&mut self, force: bool) -> Result<()> {
-        let Some(to) = self.views_dirty_to else { return Ok(()) };
-        if !force && self.views_synced_at.elapsed() < VIEWS_SYNC_INTERVAL {
+        let Some(to) = self.derived.dirty_to else { return Ok(()) };
+        if !force && self.derived.synced_at.elapsed() < VIEWS_SYNC_INTERVAL {
             return Ok(());
         }
         // A view that cannot be made durable is dirty; its index waits for its recovery.
-        if let Err(e) = self.views.sync() {
+        if let Err(e) = self.derived.views.sync() {
             self.view_sync_failed(halite_storage::views::ViewKind::Keys, &e);
         }
         if !self.health.faults.any() {
-            self.sm.set_views_index(to)?;
+            self.core.sm.set_views_index(to)?;
         }
-        self.views_dirty_to = None;
-        self.views_synced_at = Instant::now();
+        self.derived.dirty_to = None;
+        self.derived.synced_at = Instant::now();
         Ok(())
     }
 }

@@ -22,25 +22,44 @@
 //!
 //! [`Outbox::send_snapshot`]: crate::transport::Outbox::send_snapshot
 
+use std::collections::HashSet;
 use std::time::Instant;
 
 use raft::eraftpb::{Message, Snapshot as RaftSnapshot};
 use raft::SnapshotStatus;
 
+use halite_storage::snapshot::SnapshotStore;
+
 use super::Driver;
 use crate::node::membership;
 use crate::node::{Msg, NodeError, Result, Tap};
+
+/// The driver's side of snapshots between members: the store they are sent from (and
+/// received into, and compactions build into), and the transfers under way.
+pub(in crate::node) struct Snapshots {
+    /// The node's snapshot store; `None`: a node without one (it never compacts, and
+    /// cannot send or install a snapshot).
+    pub(super) store: Option<SnapshotStore>,
+    /// Peers a snapshot is being sent to (one transfer per peer at a time).
+    pub(super) sending: HashSet<u64>,
+}
+
+impl Snapshots {
+    pub(super) fn new(store: Option<SnapshotStore>) -> Self {
+        Snapshots { store, sending: HashSet::new() }
+    }
+}
 
 impl Driver {
     /// Hands a `MsgSnapshot` to the transport with the snapshot's files.
     pub(super) fn send_snapshot(&mut self, m: Message) {
         let to = m.to;
-        if !self.sending.insert(to) {
+        if !self.snapshots.sending.insert(to) {
             return; // a transfer to that peer is under way
         }
         let index = m.get_snapshot().get_metadata().index;
-        let found = match (&self.compactor, &self.outbox) {
-            (Some(c), Some(o)) => c.store().get(index).map(|s| s.map(|s| (s, o.clone()))),
+        let found = match (&self.snapshots.store, &self.peers.outbox) {
+            (Some(store), Some(o)) => store.get(index).map(|s| s.map(|s| (s, o.clone()))),
             _ => Ok(None),
         };
         match found {
@@ -64,8 +83,8 @@ impl Driver {
 
     /// A transfer to `to` ended.
     pub(super) fn snapshot_sent(&mut self, to: u64, ok: bool) {
-        self.sending.remove(&to);
-        self.raw.report_snapshot(to, if ok { SnapshotStatus::Finish } else { SnapshotStatus::Failure });
+        self.snapshots.sending.remove(&to);
+        self.core.raw.report_snapshot(to, if ok { SnapshotStatus::Finish } else { SnapshotStatus::Failure });
     }
 
     /// Installs the snapshot raft's `Ready` carries (received before its message was
@@ -73,47 +92,47 @@ impl Driver {
     pub(super) fn install_snapshot(&mut self, rs: &RaftSnapshot) -> Result<()> {
         let index = rs.get_metadata().index;
         let started = Instant::now();
-        let store = self.compactor.as_ref().map(|c| c.store().clone()).ok_or_else(|| NodeError::Stopped("received a snapshot but this node has no snapshot store".into()))?;
+        let store = self.snapshots.store.clone().ok_or_else(|| NodeError::Stopped("received a snapshot but this node has no snapshot store".into()))?;
         let snap = store.get(index)?.ok_or_else(|| NodeError::Stopped(format!("raft installs snapshot {index}, which the snapshot store does not hold")))?;
-        halite_storage::snapshot::install_running(&snap, &self.log, &self.sm)?;
-        let items = self.sm.estimated_items()?;
+        halite_storage::snapshot::install_running(&snap, &self.core.log, &self.core.sm)?;
+        let items = self.core.sm.estimated_items()?;
         // Salt's line for a joiner's state transfer, in Halite's terms (session: the
         // snapshot, channel: the state machine).
         tracing::info!("state-sync snapshot-{index}/state seq=0 installed {items} items");
         // The views are rebuilt from the new state (key pairs included); one that cannot
         // be written is dirty.
-        if self.views.is_shared() {
+        if self.derived.views.is_shared() {
             // Shared with other members: caught up from the mark, never cleared.
             for kind in halite_storage::views::ViewKind::ALL {
-                if let Err(e) = self.views.catch_up_shared(&self.sm, None, kind, index) {
+                if let Err(e) = self.derived.views.catch_up_shared(&self.core.sm, None, kind, index) {
                     self.view_sync_failed(kind, &e);
                 }
             }
         } else {
-            if let Err(e) = self.views.rebuild_keys(&self.sm, |_, _| {}).and_then(|_| self.views.write_pairs(&self.sm)) {
+            if let Err(e) = self.derived.views.rebuild_keys(&self.core.sm, |_, _| {}).and_then(|_| self.derived.views.write_pairs(&self.core.sm)) {
                 self.view_sync_failed(halite_storage::views::ViewKind::Keys, &e);
             }
-            if let Err(e) = self.views.roots.rebuild(&self.sm) {
+            if let Err(e) = self.derived.views.roots.rebuild(&self.core.sm) {
                 self.view_sync_failed(halite_storage::views::ViewKind::Roots, &e);
             }
         }
         if !self.health.faults.any() {
-            self.sm.set_views_index(index)?;
+            self.core.sm.set_views_index(index)?;
         }
         // The members and their addresses, as the snapshot knows them.
-        let book = membership::address_book(&self.log)?;
-        if let Some(o) = &self.outbox {
+        let book = membership::address_book(&self.core.log)?;
+        if let Some(o) = &self.peers.outbox {
             for (id, addr) in &book {
                 o.set_peer(*id, Some(*addr));
             }
         }
-        *self.membership.book.write().unwrap_or_else(|p| p.into_inner()) = book;
+        *self.peers.membership.book.write().unwrap_or_else(|p| p.into_inner()) = book;
         // The member key book came with the state (`member_keys.rs`).
-        self.keys_dirty = true;
+        self.peers.keys_dirty = true;
         // The tap saw none of the records the snapshot covers (old jobs are not to be
         // published again); the one a running member must not miss is the current AES
         // key, shown again (a generation already installed is ignored by the daemon).
-        if let (Some(Tap(tap)), Some(a)) = (&self.cfg.tap, self.sm.latest_aes()?) {
+        if let (Some(Tap(tap)), Some(a)) = (&self.cfg.tap, self.core.sm.latest_aes()?) {
             tap(index, &halite_storage::Record::AesKeyRotation(a));
         }
         let pruned = store.prune(index)?;

@@ -17,6 +17,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::Payload;
 use crate::error::{Error, Result};
 
 /// Length of a reaction id: a 20-digit time, then 64 hex digits of SHA-256.
@@ -47,18 +48,23 @@ pub struct Reaction {
     pub time_ns: u64,
 }
 
-pub(crate) fn check(r: &Reaction) -> Result<()> {
-    let id = r.id.as_bytes();
-    if id.len() != REACTION_ID_LEN || !id[..20].iter().all(u8::is_ascii_digit) || !id[20..].iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b)) {
-        return Err(Error::Invalid(format!("reaction id {:?} is not 20 digits and 64 lowercase hex digits", r.id.escape_debug().to_string())));
+impl Payload for Reaction {
+    /// An id of 20 digits and 64 lowercase hex digits; a member name, a tag and
+    /// reactions within their bounds.
+    fn check(&self) -> Result<()> {
+        let r = self;
+        let id = r.id.as_bytes();
+        if id.len() != REACTION_ID_LEN || !id[..20].iter().all(u8::is_ascii_digit) || !id[20..].iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b)) {
+            return Err(Error::Invalid(format!("reaction id {:?} is not 20 digits and 64 lowercase hex digits", r.id.escape_debug().to_string())));
+        }
+        if r.member.is_empty() || r.member.len() > MAX_MEMBER_LEN || r.tag.is_empty() || r.tag.len() > MAX_TAG_LEN {
+            return Err(Error::Invalid(format!("reaction {}: member name of 1 to {MAX_MEMBER_LEN} bytes and tag of 1 to {MAX_TAG_LEN} bytes expected", r.id)));
+        }
+        if r.reactions.len() > MAX_REACTIONS_LEN {
+            return Err(Error::Invalid(format!("reaction {}: {} bytes of reactions, more than {MAX_REACTIONS_LEN}", r.id, r.reactions.len())));
+        }
+        Ok(())
     }
-    if r.member.is_empty() || r.member.len() > MAX_MEMBER_LEN || r.tag.is_empty() || r.tag.len() > MAX_TAG_LEN {
-        return Err(Error::Invalid(format!("reaction {}: member name of 1 to {MAX_MEMBER_LEN} bytes and tag of 1 to {MAX_TAG_LEN} bytes expected", r.id)));
-    }
-    if r.reactions.len() > MAX_REACTIONS_LEN {
-        return Err(Error::Invalid(format!("reaction {}: {} bytes of reactions, more than {MAX_REACTIONS_LEN}", r.id, r.reactions.len())));
-    }
-    Ok(())
 }
 
 /// The `meta` key of a claim.

@@ -20,6 +20,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::{check_jid, Payload};
 use crate::error::{Error, Result};
 
 /// Largest state one step carries.
@@ -75,14 +76,19 @@ pub fn run_key(jid: &str) -> Vec<u8> {
     k
 }
 
-pub(crate) fn check(r: &BatchRun) -> Result<()> {
-    if r.state.len() > MAX_STATE_LEN {
-        return Err(Error::Invalid(format!("batch run {}: a state of {} bytes, more than {MAX_STATE_LEN}", r.jid, r.state.len())));
+impl Payload for BatchRun {
+    /// A valid jid; a state of at most [`MAX_STATE_LEN`] bytes, not empty for a step.
+    fn check(&self) -> Result<()> {
+        let r = self;
+        check_jid(&r.jid)?;
+        if r.state.len() > MAX_STATE_LEN {
+            return Err(Error::Invalid(format!("batch run {}: a state of {} bytes, more than {MAX_STATE_LEN}", r.jid, r.state.len())));
+        }
+        if !r.stop && r.state.is_empty() {
+            return Err(Error::Invalid(format!("batch run {}: a step without a state", r.jid)));
+        }
+        Ok(())
     }
-    if !r.stop && r.state.is_empty() {
-        return Err(Error::Invalid(format!("batch run {}: a step without a state", r.jid)));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

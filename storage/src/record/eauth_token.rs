@@ -21,6 +21,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::Payload;
 use crate::error::{Error, Result};
 
 /// Prefix of the tokens in the `meta` family.
@@ -60,26 +61,31 @@ pub struct EauthToken {
     pub time_ns: u64,
 }
 
-pub(crate) fn check(t: &EauthToken) -> Result<()> {
-    let h = t.hash.as_bytes();
-    if h.len() != HASH_LEN || !h.iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b)) {
-        return Err(Error::Invalid("eauth token: the hash is not 64 lowercase hex digits".into()));
+impl Payload for EauthToken {
+    /// A hash of 64 lowercase hex digits; for a create, a user, an eauth name and
+    /// permissions within their bounds and an expiry after the start.
+    fn check(&self) -> Result<()> {
+        let t = self;
+        let h = t.hash.as_bytes();
+        if h.len() != HASH_LEN || !h.iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b)) {
+            return Err(Error::Invalid("eauth token: the hash is not 64 lowercase hex digits".into()));
+        }
+        if t.op == TokenOp::Create {
+            if t.user.is_empty() || t.user.len() > MAX_USER_LEN || t.user.contains('\0') {
+                return Err(Error::Invalid(format!("eauth token: a user name of 1 to {MAX_USER_LEN} bytes expected")));
+            }
+            if t.eauth.is_empty() || t.eauth.len() > MAX_EAUTH_LEN || !t.eauth.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                return Err(Error::Invalid(format!("eauth token: an eauth name of 1 to {MAX_EAUTH_LEN} word characters expected")));
+            }
+            if t.perms.len() > MAX_PERMS_LEN {
+                return Err(Error::Invalid(format!("eauth token: {} bytes of permissions, more than {MAX_PERMS_LEN}", t.perms.len())));
+            }
+            if t.expire_ns <= t.start_ns {
+                return Err(Error::Invalid("eauth token: it expires before it starts".into()));
+            }
+        }
+        Ok(())
     }
-    if t.op == TokenOp::Create {
-        if t.user.is_empty() || t.user.len() > MAX_USER_LEN || t.user.contains('\0') {
-            return Err(Error::Invalid(format!("eauth token: a user name of 1 to {MAX_USER_LEN} bytes expected")));
-        }
-        if t.eauth.is_empty() || t.eauth.len() > MAX_EAUTH_LEN || !t.eauth.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-            return Err(Error::Invalid(format!("eauth token: an eauth name of 1 to {MAX_EAUTH_LEN} word characters expected")));
-        }
-        if t.perms.len() > MAX_PERMS_LEN {
-            return Err(Error::Invalid(format!("eauth token: {} bytes of permissions, more than {MAX_PERMS_LEN}", t.perms.len())));
-        }
-        if t.expire_ns <= t.start_ns {
-            return Err(Error::Invalid("eauth token: it expires before it starts".into()));
-        }
-    }
-    Ok(())
 }
 
 /// The `meta` key of a token.
@@ -113,10 +119,10 @@ mod tests {
             assert!(bad.encode().is_err(), "{bad:?}");
         }
         let mut t = EauthToken { op: TokenOp::Create, hash: "a".repeat(64), user: "u".into(), eauth: "../x".into(), perms: vec![], start_ns: 1, expire_ns: 2, time_ns: 0 };
-        assert!(check(&t).is_err());
+        assert!(t.check().is_err());
         t.eauth = "pam".into();
         t.perms = vec![b' '; MAX_PERMS_LEN + 1];
-        assert!(check(&t).is_err());
+        assert!(t.check().is_err());
     }
 
     /// The first create of a hash wins (in one batch and in two), a revoke deletes it,
