@@ -109,7 +109,7 @@ impl MmapReader {
         live_slots(&self.path, &self.index, &self.geo)
     }
 
-    /// Every non-empty slot in slot order (for dumps and verification).
+    /// Every non-empty slot in slot order (what the tests compare).
     #[cfg(test)]
     pub(crate) fn all_slots(&self) -> Vec<Slot> {
         (1..self.geo.size).map(|n| self.slot(n)).filter(|s| s.status != STATUS_EMPTY).collect()

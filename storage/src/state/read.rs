@@ -10,9 +10,9 @@ use super::{RootsMeta, StateDigest, StateMachine, StoredKey};
 
 /// The queries a reader of the applied state may make, and nothing else.
 ///
-/// Whatever decides from the state without changing it (the master's admin verbs, the
-/// reactor's plan, an orchestration's steps, the offline `salt-key` and `salt-run`) is
-/// handed a `&dyn StateRead`: it can look up keys, jobs, returns, grains, pillar, mine,
+/// Whatever decides from the state without changing it (the master's admin verbs, which
+/// an orchestration's steps are, the reactor's plan, the offline `salt-key` and
+/// `salt-run`) is handed a `&dyn StateRead`: it can look up keys, jobs, returns, grains, pillar, mine,
 /// tokens, batch runs and roots, but the state machine's writes (`apply`,
 /// `apply_entries`, `flush`, `checkpoint`, `set_views_index`, ...) are not methods of
 /// this trait, so such a reader cannot change the state, however it is written. What it
