@@ -1,7 +1,7 @@
 //! Jobs: jids, the minions a target is expected to reach, job cache expiry.
 
 use halite_storage::keys::BankState;
-use halite_storage::state::StateMachine;
+use halite_storage::state::StateRead;
 
 use crate::glob::fnmatch;
 
@@ -98,7 +98,7 @@ pub fn reads_minion_data(tgt: &serde_json::Value, tgt_type: &str) -> bool {
 /// The minions a target is expected to reach, from the accepted keys and the grains they
 /// reported (best effort: the minions decide for themselves), and the listed ids that are
 /// not accepted.
-pub fn expected_minions(sm: &StateMachine, tgt: &serde_json::Value, tgt_type: &str) -> halite_storage::Result<(Vec<String>, Vec<String>)> {
+pub fn expected_minions(sm: &dyn StateRead, tgt: &serde_json::Value, tgt_type: &str) -> halite_storage::Result<(Vec<String>, Vec<String>)> {
     let accepted: Vec<String> = sm.ids_in(BankState::Accepted)?;
     let mut missing = Vec::new();
     let hit: Vec<String> = match tgt_type {

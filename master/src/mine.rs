@@ -19,7 +19,7 @@ use rmpv::Value;
 use serde_json::Value as J;
 
 use halite_storage::format::{MineEntry, MineOp, MineUpdate, Record, MAX_MINE_BYTES, MAX_MINE_FUNS, MAX_MINE_FUN_LEN};
-use halite_storage::state::StateMachine;
+use halite_storage::state::{StateMachine, StateRead};
 
 use crate::config::MasterConfig;
 use crate::error::{Error, Result};
@@ -43,6 +43,16 @@ impl MineRead for StateMachine {
     }
     fn target(&self, tgt: &J, tgt_type: &str) -> Result<Vec<String>> {
         Ok(crate::jobs::expected_minions(self, tgt, tgt_type)?.0)
+    }
+}
+
+/// The applied state as an admin verb reads it (`mine.get`).
+impl MineRead for &dyn StateRead {
+    fn mine(&self, id: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        Ok(StateRead::mine(*self, id)?)
+    }
+    fn target(&self, tgt: &J, tgt_type: &str) -> Result<Vec<String>> {
+        Ok(crate::jobs::expected_minions(*self, tgt, tgt_type)?.0)
     }
 }
 

@@ -65,7 +65,8 @@ impl HashRing {
     }
 
     /// Up to `count` distinct members clockwise from the owner of `key`.
-    pub fn replicas(&self, key: &str, count: usize) -> Vec<&str> {
+    #[cfg(test)]
+    pub(crate) fn replicas(&self, key: &str, count: usize) -> Vec<&str> {
         let want = count.min(self.nodes.len());
         if want == 0 {
             return Vec::new();
@@ -88,7 +89,8 @@ impl HashRing {
     }
 
     /// Whether `node` owns `key` (an empty ring: everyone does, i.e. broadcast).
-    pub fn owns(&self, key: &str, node: &str) -> bool {
+    #[cfg(test)]
+    pub(crate) fn owns(&self, key: &str, node: &str) -> bool {
         match self.owner(key) {
             None => true,
             Some(o) => o == node,

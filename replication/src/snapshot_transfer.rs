@@ -46,7 +46,8 @@ pub trait SnapshotInbox: Send + Sync {
 }
 
 /// The bytes of one part.
-pub fn encode_part(part: u8, transfer: u64, payload: &[u8]) -> Vec<u8> {
+#[cfg(test)]
+pub(crate) fn encode_part(part: u8, transfer: u64, payload: &[u8]) -> Vec<u8> {
     [&part_header(part, transfer)[..], payload].concat()
 }
 

@@ -68,9 +68,9 @@ pub fn open_node(cfg: &MasterConfig) -> Result<Node> {
 /// records the running master's `key.apply` commits). Returns the ids changed and the
 /// ids skipped because their stored key is not a public key.
 pub fn apply(node: &Node, cmd: Cmd, selected: &Map<String, Value>) -> Result<(Vec<String>, Vec<String>)> {
-    let ch = records_for(node.state(), cmd, selected, halite_storage::format::now_ns())?;
+    let ch = records_for(&**node.state(), cmd, selected, halite_storage::format::now_ns())?;
     let groups = halite_storage::Record::fit_groups(ch.records, GROUP, halite_storage::entry::MAX_ENTRY_LEN)?;
     node.propose_all(&groups, 1, &mut |_, _| {})?;
-    Ok((applied(node.state(), &ch.intents)?, ch.invalid))
+    Ok((applied(&**node.state(), &ch.intents)?, ch.invalid))
 }
 

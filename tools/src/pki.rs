@@ -24,7 +24,7 @@ pub fn migrate_offline(cfg: &MasterConfig, dry_run: bool) -> Result<String> {
     let state_had_keys = node.state().count("keys")? + node.state().count("denied")? > 0;
     let (records, counts) = halite_storage::import::read_localfs_pki(cfg.keys_dir())?;
     let source = format!("localfs_key:{}", cfg.keys_dir().display());
-    let groups = migration_groups(node.state(), records, &source, &counts, halite_storage::format::now_ns())?;
+    let groups = migration_groups(&**node.state(), records, &source, &counts, halite_storage::format::now_ns())?;
     if !groups.is_empty() {
         let mut progress = Progress::new("migrating keys into the log", groups.iter().map(|g| g.len() as u64).sum());
         node.propose_all(&groups, 4, &mut |done, _| progress.set(done))?;

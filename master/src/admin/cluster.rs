@@ -119,7 +119,7 @@ impl ClusterCmd {
 
 /// Whether the applied roots are what `commit` says (`None`), or what differs. Read
 /// after the commit applied: a sync that did not apply left them as they were.
-pub fn sync_outcome(sm: &halite_storage::state::StateMachine, commit: &RootsSync) -> Result<Option<String>> {
+pub fn sync_outcome(sm: &dyn halite_storage::state::StateRead, commit: &RootsSync) -> Result<Option<String>> {
     let live: BTreeMap<(RootsTree, String, String), (u32, Vec<u8>)> = sm
         .roots_files()?
         .into_iter()

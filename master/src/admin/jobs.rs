@@ -16,7 +16,7 @@
 use serde_json::{json, Map, Value as J};
 
 use halite_storage::format::{JobPublished, Record};
-use halite_storage::state::StateMachine;
+use halite_storage::state::StateRead;
 
 use super::publish_options::PublishOptions;
 use super::job_search::JobFilter;
@@ -140,7 +140,7 @@ impl JobCmd {
     /// The answer of a job runner (`jobs.*`), read from the job cache alone: what the
     /// master answers, and what `salt-run` reads from a stopped master's state.
     /// `endtime`: Salt's `job_cache_store_endtime`.
-    pub fn runner_answer(self, sm: &StateMachine, endtime: bool) -> Result<J> {
+    pub fn runner_answer(self, sm: &dyn StateRead, endtime: bool) -> Result<J> {
         Ok(match self {
             JobCmd::ListJobs { filter, outputter } => named(outputter, list_jobs(sm, &filter)?),
             JobCmd::ListJobsFilter { count, filter_find_job, outputter } => named(outputter, list_jobs_filter(sm, count, filter_find_job)?),
@@ -293,7 +293,7 @@ fn job_cache_instance(jid: &str, load: Option<&J>, minions: Option<&[String]>) -
 }
 
 /// The job cache's `get_jid`: `{minion: {"return", "retcode"?, "success"?, "out"?}}`.
-pub fn get_jid(sm: &StateMachine, jid: &str) -> Result<Map<String, J>> {
+pub fn get_jid(sm: &dyn StateRead, jid: &str) -> Result<Map<String, J>> {
     let mut out = Map::new();
     for r in sm.job_returns(jid)? {
         let load = payload::decode(&r.load).map(|v| payload::to_json(&v)).unwrap_or(J::Null);
@@ -313,7 +313,7 @@ pub fn get_jid(sm: &StateMachine, jid: &str) -> Result<Map<String, J>> {
 /// Minions, StartTime, Result: get_jid}`, and with `endtime` (Salt's
 /// `job_cache_store_endtime`) `EndTime`: the time of the last stored return, in
 /// `StartTime`'s format (absent while nothing has returned, as in Salt).
-pub fn list_job(sm: &StateMachine, jid: &str, endtime: bool) -> Result<J> {
+pub fn list_job(sm: &dyn StateRead, jid: &str, endtime: bool) -> Result<J> {
     let job = sm.job(jid)?;
     let load = job.as_ref().map(|j| payload::decode(&j.load).map(|v| payload::to_json(&v)).unwrap_or(J::Null));
     let mut out = Map::new();
@@ -331,7 +331,7 @@ pub fn list_job(sm: &StateMachine, jid: &str, endtime: bool) -> Result<J> {
 /// `jobs.exit_success JID`: each expected minion is true when its return is truthy
 /// (Python's truth: not null/false/0/empty), false when absent or falsy; a minion that
 /// returned without being expected is listed when its return is truthy.
-pub fn exit_success(sm: &StateMachine, jid: &str) -> Result<J> {
+pub fn exit_success(sm: &dyn StateRead, jid: &str) -> Result<J> {
     let minions = sm.job(jid)?.map(|j| j.minions).unwrap_or_default();
     let result = get_jid(sm, jid)?;
     let truthy = |m: &str| result.get(m).and_then(|r| r.get("return")).is_some_and(py_truthy);
@@ -365,7 +365,7 @@ pub fn py_truthy(v: &J) -> bool {
 /// Arguments, Target, Target-type, User, StartTime, Running: [{minion: pid}], Returned:
 /// [minions whose return is in the job cache]}}`. Minions are taken in id order; an
 /// answer that is not a list (an error) is skipped, as Salt skips it.
-pub fn active(sm: &StateMachine, running: &Map<String, J>) -> Result<J> {
+pub fn active(sm: &dyn StateRead, running: &Map<String, J>) -> Result<J> {
     let mut ids: Vec<&String> = running.keys().collect();
     ids.sort();
     let mut out = Map::new();
@@ -397,7 +397,7 @@ pub fn active(sm: &StateMachine, running: &Map<String, J>) -> Result<J> {
 
 /// `jobs.list_jobs`: `{jid: {Function, Arguments, Target, Target-type, User,
 /// Metadata (when the job has some), StartTime}}` of the jobs `filter` passes.
-pub fn list_jobs(sm: &StateMachine, filter: &JobFilter) -> Result<J> {
+pub fn list_jobs(sm: &dyn StateRead, filter: &JobFilter) -> Result<J> {
     let mut out = Map::new();
     for j in sm.jobs()? {
         let load = payload::decode(&j.load).map(|v| payload::to_json(&v)).unwrap_or(J::Null);
@@ -412,7 +412,7 @@ pub fn list_jobs(sm: &StateMachine, filter: &JobFilter) -> Result<J> {
 
 /// `jobs.list_jobs_filter`: the newest `count` jobs, oldest first, each as
 /// `jobs.list_jobs` shows it with its `JID` (Salt's `format_jid_instance_ext`).
-pub fn list_jobs_filter(sm: &StateMachine, count: usize, filter_find_job: bool) -> Result<J> {
+pub fn list_jobs_filter(sm: &dyn StateRead, count: usize, filter_find_job: bool) -> Result<J> {
     let mut jobs: Vec<(String, Map<String, J>)> = Vec::new();
     for j in sm.jobs()? {
         let load = payload::decode(&j.load).map(|v| payload::to_json(&v)).unwrap_or(J::Null);
@@ -429,7 +429,7 @@ pub fn list_jobs_filter(sm: &StateMachine, count: usize, filter_find_job: bool) 
 }
 
 /// `jobs.print_job JID`: `{jid: list_job without its "jid"}`.
-pub fn print_job(sm: &StateMachine, jid: &str, endtime: bool) -> Result<J> {
+pub fn print_job(sm: &dyn StateRead, jid: &str, endtime: bool) -> Result<J> {
     let mut job = list_job(sm, jid, endtime)?;
     if let J::Object(m) = &mut job {
         m.remove("jid");
@@ -455,7 +455,7 @@ fn named(outputter: Option<String>, data: J) -> J {
 
 /// `jobs.lookup_jid JID`: `{minion: return}`, or `{"outputter", "data"}` when the
 /// returns name their outputter.
-pub fn lookup_jid(sm: &StateMachine, jid: &str) -> Result<J> {
+pub fn lookup_jid(sm: &dyn StateRead, jid: &str) -> Result<J> {
     let mut out = Map::new();
     let mut outputter = None;
     for r in sm.job_returns(jid)? {

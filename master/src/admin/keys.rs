@@ -10,7 +10,7 @@ use serde_json::{json, Map, Value, Value as J};
 
 use halite_storage::format::{KeyExpect, KeySet, KeyState, Record};
 use halite_storage::keys::{salt_sort, BankState, KeyListing};
-use halite_storage::state::{StateMachine, StoredKey};
+use halite_storage::state::{StateRead, StoredKey};
 
 use super::{AdminView, Answer, Effect, Plan, Settled};
 use crate::error::{Error, Result};
@@ -102,7 +102,7 @@ pub fn glob_match(l: &KeyListing, pattern: &str) -> Map<String, Value> {
 }
 
 /// The state machine's listing (the truth the node acts on).
-pub fn state_listing(sm: &StateMachine) -> Result<KeyListing> {
+pub fn state_listing(sm: &dyn StateRead) -> Result<KeyListing> {
     let keys = sm.keys()?.into_iter().map(|(id, k)| (id, k.state));
     let denied = sm.denied()?.into_iter().map(|(id, _, _)| id);
     Ok(KeyListing::build(keys, denied))
@@ -189,7 +189,7 @@ pub enum Intent {
 /// `delete_key`). Each names the entry it acts on as its expectation (accept what is
 /// pending with this key, delete what exists), so a listing that is out of date by the
 /// time the records apply changes nothing: see [`applied`].
-pub fn records_for(sm: &StateMachine, cmd: Cmd, selected: &Map<String, Value>, time_ns: u64) -> Result<Change> {
+pub fn records_for(sm: &dyn StateRead, cmd: Cmd, selected: &Map<String, Value>, time_ns: u64) -> Result<Change> {
     let mut ch = Change { records: Vec::new(), intents: Vec::new(), invalid: Vec::new() };
     let t = time_ns;
     for (bucket, ids) in selected {
@@ -232,7 +232,7 @@ pub fn records_for(sm: &StateMachine, cmd: Cmd, selected: &Map<String, Value>, t
 }
 
 /// The ids whose banks, read after the commit, show what [`records_for`] intended.
-pub fn applied(sm: &StateMachine, intents: &[(String, Intent)]) -> Result<Vec<String>> {
+pub fn applied(sm: &dyn StateRead, intents: &[(String, Intent)]) -> Result<Vec<String>> {
     let mut done = Vec::new();
     for (id, intent) in intents {
         let ok = match intent {

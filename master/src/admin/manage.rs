@@ -20,7 +20,7 @@
 use serde_json::{json, Map, Value as J};
 
 use halite_storage::keys::BankState;
-use halite_storage::state::StateMachine;
+use halite_storage::state::StateRead;
 
 use super::runner_args::{id_list, RunnerArgs};
 use super::{AdminView, Plan};
@@ -82,14 +82,14 @@ impl ManageCmd {
     }
 }
 
-fn accepted(sm: &StateMachine) -> Result<Vec<String>> {
+fn accepted(sm: &dyn StateRead) -> Result<Vec<String>> {
     let mut ids: Vec<String> = sm.ids_in(BankState::Accepted)?;
     ids.sort();
     Ok(ids)
 }
 
 /// The last time the cluster heard from each minion: its grains report or a job return.
-pub fn last_contact(sm: &StateMachine) -> Result<std::collections::BTreeMap<String, u64>> {
+pub fn last_contact(sm: &dyn StateRead) -> Result<std::collections::BTreeMap<String, u64>> {
     let mut last = std::collections::BTreeMap::new();
     for id in accepted(sm)? {
         if let Some(t) = sm.grains_time_ns(&id)? {
@@ -107,7 +107,7 @@ pub fn last_contact(sm: &StateMachine) -> Result<std::collections::BTreeMap<Stri
 
 /// The accepted minions (sorted) heard from within [`PRESENCE_WINDOW`] before `now_ns`,
 /// limited to `subset` when given.
-pub fn present(sm: &StateMachine, now_ns: u64, subset: Option<&[String]>) -> Result<Vec<String>> {
+pub fn present(sm: &dyn StateRead, now_ns: u64, subset: Option<&[String]>) -> Result<Vec<String>> {
     let last = last_contact(sm)?;
     let window = PRESENCE_WINDOW.as_nanos() as u64;
     Ok(accepted(sm)?
@@ -119,7 +119,7 @@ pub fn present(sm: &StateMachine, now_ns: u64, subset: Option<&[String]>) -> Res
 
 /// A minion's first non-loopback `ipv4` grain (what `show_ip` shows; Salt shows the
 /// address its connection comes from).
-fn first_ipv4(sm: &StateMachine, id: &str) -> Result<Option<String>> {
+fn first_ipv4(sm: &dyn StateRead, id: &str) -> Result<Option<String>> {
     let Some(g) = sm.grains(id)? else { return Ok(None) };
     let g = payload::decode(&g).map(|v| payload::to_json(&v)).unwrap_or(J::Null);
     let ips: Vec<&str> = g.get("ipv4").and_then(J::as_array).map(|a| a.iter().filter_map(J::as_str).collect()).unwrap_or_default();

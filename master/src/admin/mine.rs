@@ -30,6 +30,6 @@ impl MineCmd {
         let cfg = view.config();
         let load = payload::from_json(&serde_json::json!({ "tgt": self.tgt, "fun": self.fun, "tgt_type": self.tgt_type }));
         let Some(q) = Query::from_load(&cfg.id, &load) else { return Ok(Plan::answer(serde_json::json!({ "return": {} }))) };
-        Ok(Plan::answer(serde_json::json!({ "return": payload::to_json(&get_mine(cfg, view.state(), &q)?) })))
+        Ok(Plan::answer(serde_json::json!({ "return": payload::to_json(&get_mine(cfg, &view.state(), &q)?) })))
     }
 }

@@ -64,17 +64,36 @@ use serde_json::Value as J;
 
 use halite_storage::format::{Record, RootsTree};
 use halite_storage::import::PkiCounts;
-use halite_storage::state::StateMachine;
+use halite_storage::state::StateRead;
 
 use crate::config::MasterConfig;
 use crate::error::{Error, Result};
 use crate::events::Event;
 
 /// What an admin verb reads.
+///
+/// Its applied state is [`StateRead`], the state machine's queries: a verb answered
+/// from a view can read keys, jobs and the rest, and cannot apply a record or touch the
+/// database, which this does not compile:
+///
+/// ```compile_fail
+/// fn sneaks_a_write(view: &dyn halite_master::admin::AdminView) {
+///     view.state().apply(&[]).unwrap();
+/// }
+/// ```
+///
+/// while a read does:
+///
+/// ```
+/// fn applied(view: &dyn halite_master::admin::AdminView) -> halite_storage::Result<u64> {
+///     view.state().applied_index()
+/// }
+/// ```
 pub trait AdminView {
     fn config(&self) -> &MasterConfig;
-    /// The applied state (read only).
-    fn state(&self) -> &StateMachine;
+    /// The applied state, as its queries only: no verb can apply a record through the
+    /// view (its changes are the plan's records, committed by the caller).
+    fn state(&self) -> &dyn StateRead;
     /// The raft group as this master knows it.
     fn members(&self) -> Result<Members>;
     fn new_jid(&self) -> String;

@@ -15,7 +15,7 @@
 use serde_json::{json, Map, Value as J};
 
 use halite_storage::keys::BankState;
-use halite_storage::state::StateMachine;
+use halite_storage::state::StateRead;
 
 use super::runner_args::RunnerArgs;
 use super::{AdminView, Plan};
@@ -89,11 +89,11 @@ fn decode(b: &[u8]) -> J {
 }
 
 /// The grains a minion last reported, if any.
-pub fn cached_grains(sm: &StateMachine, id: &str) -> Result<Option<J>> {
+pub fn cached_grains(sm: &dyn StateRead, id: &str) -> Result<Option<J>> {
     Ok(sm.grains(id)?.map(|g| decode(&g)).filter(J::is_object))
 }
 
-fn first_with_grains(sm: &StateMachine) -> Result<Option<(String, J)>> {
+fn first_with_grains(sm: &dyn StateRead) -> Result<Option<(String, J)>> {
     let mut ids: Vec<String> = sm.ids_in(BankState::Accepted)?;
     ids.sort();
     for id in ids {

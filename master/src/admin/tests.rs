@@ -7,7 +7,7 @@ use serde_json::{json, Value as J};
 use halite_storage::format::{JobPublished, JobReturn, KeyExpect, KeySet, KeyState, Record, RecordKind, RootsTree};
 use halite_storage::keys::BankState;
 use halite_storage::import::PkiCounts;
-use halite_storage::state::{roots_records, StateMachine};
+use halite_storage::state::{roots_records, StateMachine, StateRead};
 
 use super::*;
 use crate::config::MasterConfig;
@@ -90,7 +90,7 @@ impl AdminView for Fixture {
     fn config(&self) -> &MasterConfig {
         &self.cfg
     }
-    fn state(&self) -> &StateMachine {
+    fn state(&self) -> &dyn StateRead {
         &self.sm
     }
     fn members(&self) -> Result<Members> {
@@ -138,6 +138,22 @@ fn key_listing_and_selection_follow_salt_key() {
     assert_eq!(sel("accept", "*", false, true, false), json!({"minions_pre": ["web01"], "minions_rejected": ["db01"]}));
     assert_eq!(sel("reject", "web*", true, false, false), json!({"minions_pre": ["web01"], "minions": ["web02"]}));
     assert_eq!(sel("delete", "web0[13]", false, false, false), json!({"minions_pre": ["web01"], "minions_denied": ["web03"]}), "delete takes any bucket");
+}
+
+/// A verb is answered over the view's `&dyn StateRead` alone: what it would change is
+/// the plan's records, and the applied state is as it was until they are committed.
+#[test]
+fn a_verb_answers_over_the_query_trait_and_changes_nothing() {
+    let f = Fixture::new("state-read");
+    f.key("web01", KeyState::Pending, PUB);
+    let state: &dyn StateRead = f.state();
+    let before = (state.applied_index().unwrap(), state.digest().unwrap());
+    let plan = f.run(json!({"cmd": "key.apply", "action": "accept", "selected": {"minions_pre": ["web01"]}})).unwrap();
+    assert!(matches!(&all(&plan)[..], [Record::KeySet(k)] if k.id == "web01" && k.state == KeyState::Accepted));
+    assert_eq!((state.applied_index().unwrap(), state.digest().unwrap()), before, "answering wrote nothing");
+    assert_eq!(state.get_key("web01").unwrap().map(|k| k.state), Some(BankState::Pending));
+    assert_eq!(f.carry_out(plan).value, json!({"done": ["web01"], "invalid": []}));
+    assert_eq!(state.get_key("web01").unwrap().map(|k| k.state), Some(BankState::Accepted), "committed, the change reads back");
 }
 
 #[test]

@@ -279,8 +279,8 @@ impl AdminView for Master {
     fn config(&self) -> &MasterConfig {
         &self.cfg
     }
-    fn state(&self) -> &StateMachine {
-        self.sm()
+    fn state(&self) -> &dyn halite_storage::state::StateRead {
+        &**self.sm()
     }
     fn members(&self) -> Result<Members> {
         let (term, voters, learners) = self.node.membership()?;

@@ -17,7 +17,7 @@ use halite_storage::format::{ImportMarker, ImportPhase, KeySet, KeyState, Record
 use halite_storage::import::{read_master_keys, PkiCounts};
 use halite_storage::keys::mmap::{MmapKeys, DENIED_INDEX, KEYS_INDEX};
 use halite_storage::keys::{BankState, KeyView};
-use halite_storage::state::StateMachine;
+use halite_storage::state::{StateMachine, StateRead};
 use halite_storage::views::Views;
 
 use crate::config::MasterConfig;
@@ -85,7 +85,7 @@ fn collapse(records: Vec<Record>) -> Vec<Record> {
 }
 
 /// Whether the state machine already reflects `k` (so proposing it would change nothing).
-fn already_applied(sm: &StateMachine, k: &KeySet) -> Result<bool> {
+fn already_applied(sm: &dyn StateRead, k: &KeySet) -> Result<bool> {
     Ok(match k.state {
         KeyState::Denied => sm.get_denied(&k.id)?.is_some(),
         s => match (BankState::from_key_state(s), sm.get_key(&k.id)?) {
@@ -106,7 +106,7 @@ pub const GROUP: usize = 4096;
 /// The proposals of a migration: the localfs records the state machine does not already
 /// reflect, in groups of [`GROUP`], between `begin`/`end` import markers (none at all
 /// when there is nothing to import, so a second run proposes nothing).
-pub fn migration_groups(sm: &StateMachine, records: Vec<Record>, source: &str, counts: &PkiCounts, now_ns: u64) -> Result<Vec<Vec<Record>>> {
+pub fn migration_groups(sm: &dyn StateRead, records: Vec<Record>, source: &str, counts: &PkiCounts, now_ns: u64) -> Result<Vec<Vec<Record>>> {
     let mut todo = Vec::new();
     for r in collapse(records) {
         if let Record::KeySet(k) = &r {

@@ -1,4 +1,6 @@
-//! Crypto tests: key parsing against OpenSSL, interop of every operation, the Crypticle.
+//! Crypto tests: key parsing against OpenSSL, interop of every operation, the Crypticle,
+//! and every operation against the outputs of the real Salt 3008.5
+//! (`testdata/salt-3008.5/crypto`, written by its `gen_vectors.py`).
 
 use super::*;
 use openssl::bn::BigNum;
@@ -22,16 +24,31 @@ fn pem(label: &str, der: &[u8]) -> String {
     format!("-----BEGIN {label}-----\n{}\n-----END {label}-----\n", lines.join("\n"))
 }
 
-/// What OpenSSL recovers from an X9.31 signature: Halite's implementation before the
-/// `rsa` crate, kept here as the reference.
-fn openssl_x931_recover<T: openssl::pkey::HasPublic>(rsa: &Rsa<T>, sig: &[u8]) -> Option<Vec<u8>> {
-    if sig.len() > rsa.size() as usize {
-        return None;
-    }
-    let mut out = vec![0u8; rsa.size() as usize];
-    let n = rsa.public_decrypt(sig, &mut out, Padding::from_raw(X931_PADDING)).ok()?;
-    out.truncate(n);
-    Some(out)
+/// The vectors the real Salt 3008.5 wrote, and its key pair.
+struct Salt {
+    v: serde_json::Value,
+    private: PrivateKey,
+    public: PublicKey,
+    public_pem: Vec<u8>,
+}
+
+fn salt() -> Salt {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/salt-3008.5/crypto");
+    let read = |name: &str| std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let v: serde_json::Value = serde_json::from_slice(&read("vectors.json")).unwrap();
+    assert_eq!(v["salt_version"], "3008.5");
+    let public_pem = read("salt.pub");
+    Salt { v, private: PrivateKey::from_pem(&read("salt.pem")).unwrap(), public: PublicKey::from_pem(&public_pem).unwrap(), public_pem }
+}
+
+fn b64(v: &serde_json::Value) -> Vec<u8> {
+    base64::engine::general_purpose::STANDARD.decode(v.as_str().unwrap()).unwrap()
+}
+
+fn items<'a>(v: &'a serde_json::Value, key: &str) -> &'a Vec<serde_json::Value> {
+    let a = v[key].as_array().unwrap_or_else(|| panic!("no {key} vectors"));
+    assert!(!a.is_empty(), "no {key} vectors");
+    a
 }
 
 #[test]
@@ -178,10 +195,11 @@ fn rsa_round_trips() {
     assert!(PublicKey::from_pem(b"garbage").is_err());
 }
 
-/// The `rsa` path encrypts, OpenSSL (the master's private key) decrypts, for both
-/// digests and every message length OAEP allows with a 2048-bit key.
+/// A public key read from PEM encrypts, the private key decrypts, for both digests and
+/// every message length OAEP allows with a 2048-bit key (Salt's own ciphertexts:
+/// [`salts_oaep_ciphertexts_decrypt`]).
 #[test]
-fn oaep_from_rsa_decrypts_in_openssl() {
+fn oaep_round_trips_at_every_length() {
     let k = PrivateKey::generate(2048).unwrap();
     let p = PublicKey::from_pem(&k.public_pem().unwrap()).unwrap();
     for (algo, digest_len) in [(EncAlgo::OaepSha1, 20), (EncAlgo::OaepSha224, 28)] {
@@ -200,9 +218,11 @@ fn oaep_from_rsa_decrypts_in_openssl() {
     }
 }
 
-/// OpenSSL signs (PKCS#1 v1.5), the `rsa` path verifies, for both digests.
+/// The private key signs (PKCS#1 v1.5), a public key read from PEM verifies, for both
+/// digests; other keys', changed and cut signatures do not (Salt's own signatures:
+/// [`pkcs1v15_signatures_are_salts`]).
 #[test]
-fn openssl_signatures_verify_on_rsa_path() {
+fn signatures_verify_only_as_made() {
     let k = PrivateKey::generate(2048).unwrap();
     let p = PublicKey::from_pem(&k.public_pem().unwrap()).unwrap();
     let other = PrivateKey::generate(2048).unwrap();
@@ -224,19 +244,24 @@ fn openssl_signatures_verify_on_rsa_path() {
     }
 }
 
-/// OpenSSL makes X9.31 signatures (`tok`, the auth `sig`); the `rsa` path recovers
-/// what OpenSSL recovers, whichever of s and n − s the signer sent.
+/// Salt's X9.31 signatures (`PrivateKey.encrypt`: a request's `tok`, the sign-in's
+/// `sig`): Halite signs the same bytes, and recovers from each what Salt's verifier
+/// recovers (nothing from the empty message's), whichever of s and n − s Salt sent.
 #[test]
-fn x931_signatures_from_openssl_recover_on_rsa_path() {
-    let k = PrivateKey::generate(2048).unwrap();
-    let rsa = k.pkey.rsa().unwrap();
-    let p = k.public_key().unwrap();
+fn x931_signatures_are_salts() {
+    let salt = salt();
+    let rsa = salt.private.pkey.rsa().unwrap();
+    let other = PrivateKey::generate(2048).unwrap().public_key().unwrap();
     let (mut direct, mut complement) = (0, 0);
-    for i in 0..64 {
-        let msg = format!("{}{i}", sha256_hex(&[i as u8]));
-        let sig = k.x931_sign(msg.as_bytes()).unwrap();
-        assert_eq!(p.x931_recover(&sig).as_deref(), Some(msg.as_bytes()));
-        assert_eq!(openssl_x931_recover(&rsa, &sig).as_deref(), Some(msg.as_bytes()));
+    for x in items(&salt.v, "x931") {
+        let (msg, sig) = (b64(&x["msg"]), b64(&x["sig"]));
+        assert_eq!(salt.private.x931_sign(&msg).unwrap(), sig, "signing {:?}", String::from_utf8_lossy(&msg));
+        let salts = (!x["recovered"].is_null()).then(|| b64(&x["recovered"]));
+        assert_eq!(salt.public.x931_recover(&sig), salts, "recovering {:?}", String::from_utf8_lossy(&msg));
+        assert_eq!(other.x931_recover(&sig), None, "another key recovers nothing");
+        let mut bent = sig.clone();
+        bent[128] ^= 0x10;
+        assert_eq!(salt.public.x931_recover(&bent), None);
         // Which branch: the raw public operation ends in the trailer 0xCC, or not.
         let mut raw = vec![0u8; 256];
         rsa.public_decrypt(&sig, &mut raw, Padding::NONE).unwrap();
@@ -247,18 +272,52 @@ fn x931_signatures_from_openssl_recover_on_rsa_path() {
         }
     }
     assert!(direct > 0 && complement > 0, "both branches: {direct} / {complement}");
-    // The request `tok` of several keys.
-    for _ in 0..4 {
-        let k = PrivateKey::generate(2048).unwrap();
-        let p = PublicKey::from_pem(&k.public_pem().unwrap()).unwrap();
-        assert_eq!(p.x931_recover(&k.x931_sign(b"salt").unwrap()).as_deref(), Some(&b"salt"[..]));
+    assert!(items(&salt.v, "x931").iter().filter(|x| x["recovered"].is_null()).count() < 2, "Salt recovers the others");
+}
+
+/// Salt's PKCS#1 v1.5 signatures (`PrivateKey.sign`) are Halite's byte for byte, and
+/// verify on Halite's public key; changed ones do not.
+#[test]
+fn pkcs1v15_signatures_are_salts() {
+    let salt = salt();
+    for x in items(&salt.v, "signatures") {
+        let algo = SigAlgo::parse(x["algo"].as_str().unwrap()).unwrap();
+        let (msg, sig) = (b64(&x["msg"]), b64(&x["sig"]));
+        assert_eq!(salt.private.sign(&msg, algo).unwrap(), sig, "{algo:?}");
+        assert!(salt.public.verify(&msg, &sig, algo).unwrap(), "{algo:?}");
+        let wrong = if algo == SigAlgo::Pkcs1v15Sha1 { SigAlgo::Pkcs1v15Sha224 } else { SigAlgo::Pkcs1v15Sha1 };
+        assert!(!salt.public.verify(&msg, &sig, wrong).unwrap());
+        assert!(!salt.public.verify(b"another message", &sig, algo).unwrap());
+        let mut bent = sig.clone();
+        bent[100] ^= 0x40;
+        assert!(!salt.public.verify(&msg, &bent, algo).unwrap());
     }
 }
 
-/// Differential test of the padding check: blocks made by hand, raised to the private
-/// exponent with no padding by OpenSSL, then recovered by both libraries.
+/// What Salt encrypts for a key (`PublicKey.encrypt`, OAEP) Halite's private key
+/// decrypts, under the digest it was made with only.
+#[test]
+fn salts_oaep_ciphertexts_decrypt() {
+    let salt = salt();
+    for x in items(&salt.v, "oaep") {
+        let algo = EncAlgo::parse(x["algo"].as_str().unwrap()).unwrap();
+        let (plain, cipher) = (b64(&x["plain"]), b64(&x["cipher"]));
+        assert_eq!(salt.private.decrypt_oaep(&cipher, algo).unwrap(), plain, "{algo:?}, {} bytes", plain.len());
+        let other = if algo == EncAlgo::OaepSha1 { EncAlgo::OaepSha224 } else { EncAlgo::OaepSha1 };
+        assert!(salt.private.decrypt_oaep(&cipher, other).is_err());
+        // The largest message Salt encrypts is the largest Halite's public key takes.
+        assert_eq!(salt.public.encrypt_oaep(&plain, algo).unwrap().len(), cipher.len());
+    }
+}
+
+/// The public PEM of a private key, from OpenSSL and from the storage crate, is the one
+/// Salt writes beside it (`salt.pub`).
 #[test]
 fn public_pem_is_the_same_from_openssl_and_storage() {
+    let salt = salt();
+    let salt_pem = std::fs::read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/salt-3008.5/crypto/salt.pem")).unwrap();
+    assert_eq!(salt.private.public_pem().unwrap(), salt.public_pem);
+    assert_eq!(halite_storage::keys::pair::public_pem_of(&salt_pem).unwrap(), salt.public_pem);
     for bits in [2048, 4096] {
         let k = PrivateKey::generate(bits).unwrap();
         let openssl_pub = k.public_pem().unwrap();
@@ -292,30 +351,24 @@ fn clean_key_form() {
     assert_eq!(clean_key(b"  -----BEGIN X-----\r\nAAA\r\n-----END X-----\n\n"), b"-----BEGIN X-----\nAAA\n-----END X-----");
 }
 
-/// The Crypticle's AES-192-CBC agrees byte for byte with OpenSSL's (what Salt's
-/// `cryptography` backend calls) at every padding length, both ways.
+/// Salt's Crypticle blobs (`Crypticle.encrypt`: AES-192-CBC, then HMAC-SHA256) decrypt
+/// under the same key string, at every padding length; Halite's own blob of each is as
+/// long as Salt's; a changed blob is refused.
 #[test]
-fn crypticle_aes_agrees_with_openssl() {
-    use base64::Engine as _;
-    use openssl::symm::{decrypt, encrypt, Cipher};
-    let c = Crypticle::generate();
-    let raw = base64::engine::general_purpose::STANDARD.decode(c.key_string()).unwrap();
-    let (key, mac_key) = raw.split_at(24);
-    for len in 0..70usize {
-        let plain: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
-        // Ours → OpenSSL.
-        let blob = c.encrypt(&plain).unwrap();
-        assert_eq!(blob.len(), 16 + (len / 16 + 1) * 16 + 32, "length {len}");
-        let (body, _) = blob.split_at(blob.len() - 32);
-        let (iv, ct) = body.split_at(16);
-        assert_eq!(decrypt(Cipher::aes_192_cbc(), key, Some(iv), ct).unwrap(), plain, "length {len}");
-        // OpenSSL → ours (with the MAC Salt appends).
-        let iv = [len as u8; 16];
-        let mut theirs = iv.to_vec();
-        theirs.extend(encrypt(Cipher::aes_192_cbc(), key, Some(&iv), &plain).unwrap());
-        let mut m = <hmac::Hmac<sha2::Sha256> as hmac::Mac>::new_from_slice(mac_key).unwrap();
-        hmac::Mac::update(&mut m, &theirs);
-        theirs.extend(hmac::Mac::finalize(m).into_bytes());
-        assert_eq!(c.decrypt(&theirs).unwrap(), plain, "length {len}");
+fn crypticle_decrypts_salts_blobs() {
+    let salt = salt();
+    let c = Crypticle::from_key_string(salt.v["crypticle"]["key_string"].as_str().unwrap()).unwrap();
+    let blobs = items(&salt.v["crypticle"], "blobs");
+    assert_eq!(blobs.len(), 40, "0 to 39 bytes: every padding length twice");
+    for x in blobs {
+        let (plain, blob) = (b64(&x["plain"]), b64(&x["blob"]));
+        assert_eq!(c.decrypt(&blob).unwrap(), plain, "{} bytes", plain.len());
+        assert_eq!(c.encrypt(&plain).unwrap().len(), blob.len());
+        for at in [0, 16, blob.len() - 1] {
+            let mut bent = blob.clone();
+            bent[at] ^= 1;
+            assert!(matches!(c.decrypt(&bent), Err(CryptoError::Authentication)), "changed at {at}");
+        }
     }
+    assert!(Crypticle::generate().decrypt(&b64(&blobs[5]["blob"])).is_err());
 }

@@ -267,7 +267,8 @@ impl TcpTransport {
     }
 
     /// The keys this transport knows its peers by.
-    pub fn peer_keys(&self) -> &Arc<PeerKeys> {
+    #[cfg(test)]
+    pub(crate) fn peer_keys(&self) -> &Arc<PeerKeys> {
         &self.key.peers
     }
 

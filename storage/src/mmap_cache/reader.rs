@@ -109,8 +109,9 @@ impl MmapReader {
         live_slots(&self.path, &self.index, &self.geo)
     }
 
-    /// Every non-empty slot in slot order (for dumps and verification).
-    pub fn all_slots(&self) -> Vec<Slot> {
+    /// Every non-empty slot in slot order (what the tests compare).
+    #[cfg(test)]
+    pub(crate) fn all_slots(&self) -> Vec<Slot> {
         (1..self.geo.size).map(|n| self.slot(n)).filter(|s| s.status != STATUS_EMPTY).collect()
     }
 
@@ -118,7 +119,8 @@ impl MmapReader {
         read_roster(&suffixed(&self.path, ".roster"))
     }
 
-    pub fn segment_sizes(&self) -> Result<Vec<(PathBuf, u64)>> {
+    #[cfg(test)]
+    pub(crate) fn segment_sizes(&self) -> Result<Vec<(PathBuf, u64)>> {
         (0..self.segments.len())
             .map(|i| {
                 let p = segment_path(&self.path, i as u16);

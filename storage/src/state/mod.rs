@@ -50,6 +50,7 @@ mod member_keys;
 mod memory;
 pub mod options;
 mod pending;
+mod read;
 mod replace;
 mod returns;
 mod roots;
@@ -63,6 +64,7 @@ pub use key_prints::KeyPrint;
 pub use member_keys::{MemberKeyChange, PublicKey};
 pub use memory::Memory;
 pub use proposals::Outcome;
+pub use read::StateRead;
 
 use crate::error::{Error, Result};
 use crate::format::{KeyExpect, Record, RootsTree, ROOTS_CHUNK_LEN};
@@ -522,7 +524,8 @@ pub fn roots_records(tree: RootsTree, saltenv: &str, path: &str, mode: u32, cont
 
 /// A file's content as the staged records of sync `sync` (what `cluster.sync_roots`
 /// proposes before its [`crate::format::RootsSync`]).
-pub fn staged_records(sync: &[u8], tree: RootsTree, saltenv: &str, path: &str, mode: u32, content: &[u8]) -> Vec<Record> {
+#[cfg(test)]
+pub(crate) fn staged_records(sync: &[u8], tree: RootsTree, saltenv: &str, path: &str, mode: u32, content: &[u8]) -> Vec<Record> {
     roots_records(tree, saltenv, path, mode, content)
         .into_iter()
         .filter_map(|r| match r {
@@ -533,6 +536,7 @@ pub fn staged_records(sync: &[u8], tree: RootsTree, saltenv: &str, path: &str, m
 }
 
 /// How a [`crate::format::RootsSync`] names a file of this content.
-pub fn sync_file(tree: RootsTree, saltenv: &str, path: &str, mode: u32, content: &[u8]) -> crate::format::RootsSyncFile {
+#[cfg(test)]
+pub(crate) fn sync_file(tree: RootsTree, saltenv: &str, path: &str, mode: u32, content: &[u8]) -> crate::format::RootsSyncFile {
     crate::format::RootsSyncFile { tree, saltenv: saltenv.to_string(), path: path.to_string(), mode, size: content.len() as u64, sha256: Sha256::digest(content).to_vec() }
 }

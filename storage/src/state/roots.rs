@@ -258,7 +258,8 @@ impl StateMachine {
 
 impl StateMachine {
     /// Files staged by syncs whose commit has not applied (0 once any commit applies).
-    pub fn staged_items(&self) -> Result<usize> {
+    #[cfg(test)]
+    pub(crate) fn staged_items(&self) -> Result<usize> {
         Ok(self.roots_keys_with(STAGE_PREFIX, &Overlay::default())?.len())
     }
 }

@@ -150,7 +150,7 @@ fn change_keys(args: &Args, cfg: &halite_master::MasterConfig, cmd: Cmd, pattern
             }))?;
             v["selected"].as_object().cloned().unwrap_or_default()
         }
-        (None, Some(node)) => keys::select(&keys::state_listing(node.state())?, cmd, pattern, inc),
+        (None, Some(node)) => keys::select(&keys::state_listing(&**node.state())?, cmd, pattern, inc),
         (None, None) => return Err(Failure::new("no master and no log", 1)),
     };
     if selected.is_empty() {

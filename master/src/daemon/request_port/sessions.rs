@@ -119,7 +119,8 @@ impl Sessions {
     }
 
     /// The same with at most `cap` keys in memory.
-    pub fn with_cap(mut self, cap: usize) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_cap(mut self, cap: usize) -> Self {
         self.cap = cap.max(1);
         self
     }
@@ -129,7 +130,8 @@ impl Sessions {
     }
 
     /// Keys held in memory.
-    pub fn in_memory(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn in_memory(&self) -> usize {
         self.lock().keys.len()
     }
 
