@@ -84,8 +84,9 @@ fn honoured_options_are_read_by_the_code() {
 #[test]
 fn values_decide_for_not_implemented_options() {
     assert_eq!(status("interface", "10.0.0.1"), Status::Honoured);
+    assert_eq!(status("master_sign_pubkey", "True"), Status::Honoured);
     assert!(matches!(status("worker_threads", "64"), Status::NoEffect(why) if why.contains("one process")));
-    for (k, v) in [("fileserver_backend", "[roots]"), ("fileserver_backend", "roots"), ("fileserver_backend", "[-gitfs]"), ("transport", "zeromq"), ("file_recv", "False"), ("file_recv", "'no'"), ("gitfs_remotes", "[]"), ("ext_pillar", "null"), ("event_return", "''"), ("file_recv_max_size", "'100'"), ("master_sign_pubkey", "false"), ("user", "salt"), ("allow_minion_key_revoke", "False"), ("log_level_logfile", "info")] {
+    for (k, v) in [("fileserver_backend", "[roots]"), ("fileserver_backend", "roots"), ("fileserver_backend", "[-gitfs]"), ("transport", "zeromq"), ("file_recv", "False"), ("file_recv", "'no'"), ("gitfs_remotes", "[]"), ("ext_pillar", "null"), ("event_return", "''"), ("file_recv_max_size", "'100'"), ("require_minion_sign_messages", "false"), ("user", "salt"), ("allow_minion_key_revoke", "False"), ("log_level_logfile", "info")] {
         assert!(matches!(status(k, v), Status::Default(_)), "{k}: {v} -> {:?}", status(k, v));
     }
     for (k, v, why) in [
@@ -97,7 +98,7 @@ fn values_decide_for_not_implemented_options() {
         ("file_recv", "True", "true"),
         ("gitfs_remotes", "[https://example.com/x.git]", "example.com"),
         ("ext_pillar", "[{cmd_yaml: cat /etc/x}]", "cmd_yaml"),
-        ("master_sign_pubkey", "True", "true"),
+        ("require_minion_sign_messages", "True", "true"),
         ("user", "root", "runs as salt"),
         ("allow_minion_key_revoke", "True", "behaves as False"),
         ("minion_data_cache_events", "True", "behaves as False"),

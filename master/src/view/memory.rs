@@ -107,7 +107,7 @@ impl MemoryView {
             Err(e) => panic!("cannot generate a test key: {e}"),
         };
         let pub_clean = clean_key(&private.public_pem().unwrap_or_default());
-        let keys = MasterKeys { private, pub_clean };
+        let keys = MasterKeys { private, pub_clean, pubkey_signature: None };
         let publish = match PublishKey::new(Crypticle::generate(), &keys) {
             Ok(p) => Arc::new(p),
             Err(e) => panic!("cannot sign a test publish key: {e}"),

@@ -56,4 +56,5 @@ mod orchestrate_cluster;
 mod partition;
 mod salt_docs_isolated;
 mod salt_docs_shared;
+mod signed_key;
 mod swarm;
