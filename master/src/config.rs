@@ -140,6 +140,10 @@ pub struct MasterConfig {
     pub master_sign_key_name: String,
     pub master_pubkey_signature: Option<String>,
     pub master_use_pubkey_signature: bool,
+    /// `file_recv` (default False): minions may push files (`cp.push`, `req::file_recv`);
+    /// `file_recv_max_size`: the largest, in MiB (default 100).
+    pub file_recv: bool,
+    pub file_recv_max_size: u64,
     /// Every option as read (after includes), for the ones Halite does not model.
     pub raw: Mapping,
     /// Which file each option came from.
@@ -305,6 +309,8 @@ impl MasterConfig {
             master_sign_key_name: r.string("master_sign_key_name", "master_sign")?,
             master_pubkey_signature: r.opt_string("master_pubkey_signature")?,
             master_use_pubkey_signature: r.boolean("master_use_pubkey_signature", false)?,
+            file_recv: r.boolean("file_recv", false)?,
+            file_recv_max_size: r.uint("file_recv_max_size", 100)?,
             root_dir,
             raw: raw.clone(),
             origin: origin.clone(),
@@ -375,7 +381,7 @@ impl MasterConfig {
     /// Where each saltenv is materialised: the first directory listed for it.
     pub fn roots_dirs(&self) -> RootsDirs {
         let first = |m: &BTreeMap<String, Vec<PathBuf>>| m.iter().filter_map(|(k, v)| v.first().map(|d| (k.clone(), d.clone()))).collect();
-        RootsDirs { file: first(&self.file_roots), pillar: first(&self.pillar_roots) }
+        RootsDirs { file: first(&self.file_roots), pillar: first(&self.pillar_roots), pushed: Some(self.cachedir.join("minions")) }
     }
 
     /// Salt's shared-filesystem topology: a cluster member (`cluster_id`) with

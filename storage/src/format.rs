@@ -10,7 +10,7 @@
 //! offset  size  field
 //!      0     2  magic, the ASCII bytes "HL" (0x48 0x4C)
 //!      2     1  format version, currently 1
-//!      3     1  kind (see RecordKind: 1 key set ... 13 roots sync, 16 mine update, 17 reaction, 18 eauth token, 19 batch run)
+//!      3     1  kind (see RecordKind: 1 key set ... 13 roots sync, 16 mine update, 17 reaction, 18 eauth token, 19 batch run, 20 file recv)
 //!      4     4  payload length N, u32 little-endian, at most MAX_PAYLOAD_LEN
 //!      8     4  CRC-32 (IEEE, as crc32fast computes it) of bytes 0..8 and the payload
 //!     12     N  payload: a msgpack map with the kind's named fields (rmp-serde)
@@ -34,6 +34,7 @@ use crate::id::{validate_minion_id, validate_relative_path, validate_saltenv};
 pub use crate::reaction::Reaction;
 pub use crate::batch_run::BatchRun;
 pub use crate::eauth_token::EauthToken;
+pub use crate::file_recv::FileRecv;
 
 /// The two magic bytes at the start of every record.
 pub const MAGIC: [u8; 2] = *b"HL";
@@ -72,10 +73,11 @@ pub enum RecordKind {
     Reaction = 17,
     EauthToken = 18,
     BatchRun = 19,
+    FileRecv = 20,
 }
 
 impl RecordKind {
-    pub const ALL: [RecordKind; 19] = [
+    pub const ALL: [RecordKind; 20] = [
         RecordKind::KeySet,
         RecordKind::JobPublished,
         RecordKind::JobReturn,
@@ -95,6 +97,7 @@ impl RecordKind {
         RecordKind::Reaction,
         RecordKind::EauthToken,
         RecordKind::BatchRun,
+        RecordKind::FileRecv,
     ];
 
     pub fn from_u8(b: u8) -> Option<Self> {
@@ -123,6 +126,7 @@ impl RecordKind {
             RecordKind::Reaction => "reaction",
             RecordKind::EauthToken => "eauth_token",
             RecordKind::BatchRun => "batch_run",
+            RecordKind::FileRecv => "file_recv",
         }
     }
 
@@ -551,6 +555,7 @@ pub enum Record {
     Reaction(Reaction),
     EauthToken(EauthToken),
     BatchRun(BatchRun),
+    FileRecv(FileRecv),
 }
 
 /// The checks of one roots blob (live or staged).
@@ -644,6 +649,7 @@ impl Record {
             Record::Reaction(_) => RecordKind::Reaction,
             Record::EauthToken(_) => RecordKind::EauthToken,
             Record::BatchRun(_) => RecordKind::BatchRun,
+            Record::FileRecv(_) => RecordKind::FileRecv,
         }
     }
 
@@ -704,6 +710,7 @@ impl Record {
             Record::MineUpdate(m) => check_mine(m)?,
             Record::Reaction(r) => crate::reaction::check(r)?,
             Record::EauthToken(t) => crate::eauth_token::check(t)?,
+            Record::FileRecv(f) => crate::file_recv::check(f)?,
             Record::BatchRun(r) => {
                 check_jid(&r.jid)?;
                 crate::batch_run::check(r)?;
@@ -753,6 +760,7 @@ impl Record {
                 Record::JobPublished(j) => j.jid.len() + j.load.len() + j.minions.iter().map(|m| m.len() + 1).sum::<usize>(),
                 Record::GrainsReport(g) => g.id.len() + g.grains.len(),
                 Record::PillarCache(p) => p.id.len() + p.pillar.len(),
+                Record::FileRecv(f) => f.id.len() + f.path.len() + f.data.len(),
                 _ => 0,
             }
     }
@@ -867,6 +875,7 @@ fn decode_payload(kind: RecordKind, payload: &[u8]) -> std::result::Result<Recor
         RecordKind::Reaction => Record::Reaction(de(payload)?),
         RecordKind::EauthToken => Record::EauthToken(de(payload)?),
         RecordKind::BatchRun => Record::BatchRun(de(payload)?),
+        RecordKind::FileRecv => Record::FileRecv(de(payload)?),
     })
 }
 

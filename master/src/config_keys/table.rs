@@ -9,7 +9,7 @@ pub const HONOURED: &[&str] = &[
     "auth.pam.service", "auto_accept", "autoreject_file", "autosign_file", "autosign_grains_dir", "cachedir",
     "cluster_election_max", "cluster_election_min", "cluster_id", "cluster_isolated_filesystem", "cluster_max_log_size",
     "cluster_peers", "cluster_pki_dir", "cluster_pool_port", "cluster_pub_fingerprint", "cluster_secret", "default_include",
-    "ext_job_cache", "external_auth", "file_roots", "id", "include", "interface", "ipv6", "job_cache_store_endtime", "keep_jobs",
+    "ext_job_cache", "external_auth", "file_recv", "file_recv_max_size", "file_roots", "id", "include", "interface", "ipv6", "job_cache_store_endtime", "keep_jobs",
     "keep_jobs_seconds", "keys.cache_driver", "log_file", "log_level", "loop_interval", "master_pubkey_signature", "master_sign_key_name", "master_sign_pubkey", "master_use_pubkey_signature",
     "max_minions", "max_open_files",
     "mine_get", "minion_data_cache", "mmap_cache_max_segment_bytes", "mmap_key_id_size", "mmap_key_max_segment_bytes",
@@ -90,7 +90,6 @@ pub const NOT_IMPLEMENTED: &[(&str, &[&str])] = &[
             "pillar_source_merging_strategy", "pillar_version", "pillarenv",
         ],
     ),
-    ("receiving files from minions (cp.push)", &["file_recv", "file_recv_max_size"]),
     (
         "transports other than ZeroMQ, TLS, and ZeroMQ's filtering and monitor",
         &[

@@ -21,6 +21,7 @@ mod attacks;
 // One master.
 mod batch;
 mod config_check;
+mod file_recv;
 mod files_pillar;
 mod hostile;
 mod locks;
