@@ -133,6 +133,17 @@ pub struct MasterConfig {
     /// show `EndTime`, the time of the job's last stored return (Salt writes it at each
     /// return; Halite derives it from the returns' times).
     pub job_cache_store_endtime: bool,
+    /// Salt's signed master public key (`keyfiles::signing`): `master_sign_pubkey`,
+    /// `master_sign_key_name` (`master_sign`), `master_pubkey_signature` (unset: `<id>_pubkey_signature`),
+    /// `master_use_pubkey_signature`.
+    pub master_sign_pubkey: bool,
+    pub master_sign_key_name: String,
+    pub master_pubkey_signature: Option<String>,
+    pub master_use_pubkey_signature: bool,
+    /// `file_recv` (default False): minions may push files (`cp.push`, `req::file_recv`);
+    /// `file_recv_max_size`: the largest, in MiB (default 100).
+    pub file_recv: bool,
+    pub file_recv_max_size: u64,
     /// Every option as read (after includes), for the ones Halite does not model.
     pub raw: Mapping,
     /// Which file each option came from.
@@ -294,6 +305,12 @@ impl MasterConfig {
             range_server: r.string("range_server", "range:80")?,
             minion_data_cache: r.boolean("minion_data_cache", true)?,
             job_cache_store_endtime: r.boolean("job_cache_store_endtime", false)?,
+            master_sign_pubkey: r.boolean("master_sign_pubkey", false)?,
+            master_sign_key_name: r.string("master_sign_key_name", "master_sign")?,
+            master_pubkey_signature: r.opt_string("master_pubkey_signature")?,
+            master_use_pubkey_signature: r.boolean("master_use_pubkey_signature", false)?,
+            file_recv: r.boolean("file_recv", false)?,
+            file_recv_max_size: r.uint("file_recv_max_size", 100)?,
             root_dir,
             raw: raw.clone(),
             origin: origin.clone(),
@@ -364,7 +381,7 @@ impl MasterConfig {
     /// Where each saltenv is materialised: the first directory listed for it.
     pub fn roots_dirs(&self) -> RootsDirs {
         let first = |m: &BTreeMap<String, Vec<PathBuf>>| m.iter().filter_map(|(k, v)| v.first().map(|d| (k.clone(), d.clone()))).collect();
-        RootsDirs { file: first(&self.file_roots), pillar: first(&self.pillar_roots) }
+        RootsDirs { file: first(&self.file_roots), pillar: first(&self.pillar_roots), pushed: Some(self.cachedir.join("minions")) }
     }
 
     /// Salt's shared-filesystem topology: a cluster member (`cluster_id`) with

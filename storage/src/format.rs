@@ -7,7 +7,7 @@
 //! offset  size  field
 //!      0     2  magic, the ASCII bytes "HL" (0x48 0x4C)
 //!      2     1  format version, currently 1
-//!      3     1  kind (see RecordKind: 1 key set ... 13 roots sync, 16 mine update, 17 reaction, 18 eauth token, 19 batch run)
+//!      3     1  kind (see RecordKind: 1 key set ... 13 roots sync, 16 mine update, 17 reaction, 18 eauth token, 19 batch run, 20 file recv)
 //!      4     4  payload length N, u32 little-endian, at most MAX_PAYLOAD_LEN
 //!      8     4  CRC-32 (IEEE, as crc32fast computes it) of bytes 0..8 and the payload
 //!     12     N  payload: a msgpack map with the kind's named fields (rmp-serde)
@@ -36,6 +36,7 @@ pub use crate::record::aes_key_rotation::AesKeyRotation;
 pub use crate::record::batch_run::BatchRun;
 pub use crate::record::cluster_key_pair::ClusterKeyPair;
 pub use crate::record::eauth_token::EauthToken;
+pub use crate::record::file_recv::FileRecv;
 pub use crate::record::grains_report::{GrainsReport, MAX_GRAINS_LEN};
 pub use crate::record::import_marker::{ImportMarker, ImportPhase};
 pub use crate::record::job_published::JobPublished;
@@ -86,10 +87,11 @@ pub enum RecordKind {
     Reaction = 17,
     EauthToken = 18,
     BatchRun = 19,
+    FileRecv = 20,
 }
 
 impl RecordKind {
-    pub const ALL: [RecordKind; 19] = [
+    pub const ALL: [RecordKind; 20] = [
         RecordKind::KeySet,
         RecordKind::JobPublished,
         RecordKind::JobReturn,
@@ -109,6 +111,7 @@ impl RecordKind {
         RecordKind::Reaction,
         RecordKind::EauthToken,
         RecordKind::BatchRun,
+        RecordKind::FileRecv,
     ];
 
     pub fn from_u8(b: u8) -> Option<Self> {
@@ -137,6 +140,7 @@ impl RecordKind {
             RecordKind::Reaction => "reaction",
             RecordKind::EauthToken => "eauth_token",
             RecordKind::BatchRun => "batch_run",
+            RecordKind::FileRecv => "file_recv",
         }
     }
 
@@ -168,6 +172,7 @@ pub enum Record {
     Reaction(Reaction),
     EauthToken(EauthToken),
     BatchRun(BatchRun),
+    FileRecv(FileRecv),
 }
 
 impl Record {
@@ -192,6 +197,7 @@ impl Record {
             Record::Reaction(_) => RecordKind::Reaction,
             Record::EauthToken(_) => RecordKind::EauthToken,
             Record::BatchRun(_) => RecordKind::BatchRun,
+            Record::FileRecv(_) => RecordKind::FileRecv,
         }
     }
 
@@ -231,6 +237,7 @@ impl Record {
             Record::Reaction(p) => p,
             Record::EauthToken(p) => p,
             Record::BatchRun(p) => p,
+            Record::FileRecv(p) => p,
         }
     }
 
@@ -345,6 +352,7 @@ fn decode_payload(kind: RecordKind, payload: &[u8]) -> Result<Record> {
         RecordKind::Reaction => Record::Reaction(de(payload)?),
         RecordKind::EauthToken => Record::EauthToken(de(payload)?),
         RecordKind::BatchRun => Record::BatchRun(de(payload)?),
+        RecordKind::FileRecv => Record::FileRecv(de(payload)?),
     })
 }
 

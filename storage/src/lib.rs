@@ -42,6 +42,7 @@ pub mod log;
 pub mod mmap_cache;
 pub mod record;
 pub mod roots;
+pub mod roots_pushed;
 pub mod snapshot;
 pub mod state;
 pub mod tail;
@@ -50,7 +51,7 @@ pub mod views;
 pub use error::{Error, Result};
 // The kinds whose files also define the `meta` keys of their state, by the paths the
 // other crates name them with (`halite_storage::reaction`, ...).
-pub use record::{batch_run, eauth_token, reaction};
+pub use record::{batch_run, eauth_token, file_recv, reaction};
 pub use entry::LogEntry;
 pub use format::{KeyState, Record, RecordKind};
 

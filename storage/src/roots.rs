@@ -6,6 +6,9 @@
 //! file. The relative path was validated at the record layer (no `..`, not absolute); on
 //! top of that the materialiser refuses to write through a symlink anywhere below the
 //! root, so a link planted in a roots tree cannot redirect a write outside it.
+//!
+//! The files minions pushed (`file_recv`) are written by the same view, under
+//! `cachedir/minions/<id>/files/` (`roots_pushed.rs`).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -26,6 +29,9 @@ use crate::state::StateMachine;
 pub struct RootsDirs {
     pub file: BTreeMap<String, PathBuf>,
     pub pillar: BTreeMap<String, PathBuf>,
+    /// `cachedir/minions`, where files minions pushed are written (`roots_pushed.rs`);
+    /// `None`: not written anywhere.
+    pub pushed: Option<PathBuf>,
 }
 
 impl RootsDirs {
@@ -39,7 +45,7 @@ impl RootsDirs {
 }
 
 pub struct RootsMaterialiser {
-    dirs: RootsDirs,
+    pub(crate) dirs: RootsDirs,
 }
 
 impl RootsMaterialiser {
@@ -121,7 +127,7 @@ impl RootsMaterialiser {
                 }
             }
         }
-        Ok(false)
+        self.missing_pushed(sm)
     }
 
     pub fn rebuild(&self, sm: &StateMachine) -> Result<u64> {
@@ -130,6 +136,6 @@ impl RootsMaterialiser {
             self.materialise(sm, tree, &env, &path)?;
             n += 1;
         }
-        Ok(n)
+        Ok(n + self.rebuild_pushed(sm)?)
     }
 }

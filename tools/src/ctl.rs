@@ -45,6 +45,8 @@ pub fn record_json(index: u64, r: &Record) -> Value {
     let body = match r {
         Record::KeySet(k) => json!({"id": k.id, "state": k.state.as_str(), "pub": text(&k.pub_key), "time_ns": k.time_ns}),
         Record::JobPublished(j) => json!({"jid": j.jid, "minions": j.minions, "load": msgpack(&j.load), "time_ns": j.time_ns, "started_by": j.started_by, "joins": j.joins}),
+        // A pushed file's bytes are shown by size only.
+        Record::FileRecv(f) => json!({"id": f.id, "path": f.path, "size": f.size, "loc": f.loc, "bytes": f.data.len(), "time_ns": f.time_ns}),
         Record::BatchRun(b) => json!({"jid": b.jid, "stop": b.stop, "expect": b.expect, "state": if b.stop { Value::Null } else { msgpack(&b.state) }, "time_ns": b.time_ns}),
         Record::JobReturn(j) => json!({"jid": j.jid, "id": j.id, "load": msgpack(&j.load), "time_ns": j.time_ns}),
         Record::GrainsReport(g) => json!({"id": g.id, "grains": msgpack(&g.grains), "time_ns": g.time_ns}),

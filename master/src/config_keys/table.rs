@@ -9,8 +9,9 @@ pub const HONOURED: &[&str] = &[
     "auth.pam.service", "auto_accept", "autoreject_file", "autosign_file", "autosign_grains_dir", "cachedir",
     "cluster_election_max", "cluster_election_min", "cluster_id", "cluster_isolated_filesystem", "cluster_max_log_size",
     "cluster_peers", "cluster_pki_dir", "cluster_pool_port", "cluster_pub_fingerprint", "cluster_secret", "default_include",
-    "ext_job_cache", "external_auth", "file_roots", "id", "include", "interface", "ipv6", "job_cache_store_endtime", "keep_jobs",
-    "keep_jobs_seconds", "keys.cache_driver", "log_file", "log_level", "loop_interval", "max_minions", "max_open_files",
+    "ext_job_cache", "external_auth", "file_recv", "file_recv_max_size", "file_roots", "id", "include", "interface", "ipv6", "job_cache_store_endtime", "keep_jobs",
+    "keep_jobs_seconds", "keys.cache_driver", "log_file", "log_level", "loop_interval", "master_pubkey_signature", "master_sign_key_name", "master_sign_pubkey", "master_use_pubkey_signature",
+    "max_minions", "max_open_files",
     "mine_get", "minion_data_cache", "mmap_cache_max_segment_bytes", "mmap_key_id_size", "mmap_key_max_segment_bytes",
     "mmap_key_size", "mmap_key_slot_size", "netapi_enable_clients", "nodegroups", "open_mode", "output_indent", "pidfile",
     "pillar_roots", "pki_dir", "pub_hwm", "publish_port", "publish_session", "publisher_acl", "publisher_acl_blacklist",
@@ -89,11 +90,6 @@ pub const NOT_IMPLEMENTED: &[(&str, &[&str])] = &[
             "pillar_source_merging_strategy", "pillar_version", "pillarenv",
         ],
     ),
-    ("receiving files from minions (cp.push)", &["file_recv", "file_recv_max_size"]),
-    (
-        "the signed master public key (master_sign_pubkey)",
-        &["master_pubkey_signature", "master_sign_key_name", "master_sign_pubkey", "master_use_pubkey_signature", "signing_key_pass"],
-    ),
     (
         "transports other than ZeroMQ, TLS, and ZeroMQ's filtering and monitor",
         &[
@@ -141,13 +137,13 @@ pub const NOT_IMPLEMENTED: &[(&str, &[&str])] = &[
         ],
     ),
     (
-        "authentication and signing options other than Halite's (key revocation by minions, signed minion messages, key sizes and algorithms, auth modes, ACL variants)",
+        "authentication and signing options other than Halite's (key revocation by minions, signed minion messages, key sizes and algorithms, passphrases of the master's keys, auth modes, ACL variants)",
         &[
             "allow_minion_key_revoke", "auth_events", "auth_events_pend_autosign_grains", "auth_mode", "client_acl_verify",
             "cluster_key_pass", "django_auth_path", "django_auth_settings", "drop_messages_signature_fail", "eauth_acl_module", "fips_mode",
             "keep_acl_in_token", "key_pass", "keysize", "minimum_auth_version", "netapi_allow_raw_shell", "permissive_acl", "permissive_pki_access",
             "ping_on_rotate",
-            "publish_signing_algorithm", "request_server_aes_session", "require_minion_sign_messages", "sign_pub_messages", "sudo_acl",
+            "publish_signing_algorithm", "request_server_aes_session", "require_minion_sign_messages", "sign_pub_messages", "signing_key_pass", "sudo_acl",
             "token_expire_user_override", "use_os_truststore", "user",
         ],
     ),

@@ -84,8 +84,10 @@ fn honoured_options_are_read_by_the_code() {
 #[test]
 fn values_decide_for_not_implemented_options() {
     assert_eq!(status("interface", "10.0.0.1"), Status::Honoured);
+    assert_eq!(status("master_sign_pubkey", "True"), Status::Honoured);
+    assert_eq!(status("file_recv", "True"), Status::Honoured);
     assert!(matches!(status("worker_threads", "64"), Status::NoEffect(why) if why.contains("one process")));
-    for (k, v) in [("fileserver_backend", "[roots]"), ("fileserver_backend", "roots"), ("fileserver_backend", "[-gitfs]"), ("transport", "zeromq"), ("file_recv", "False"), ("file_recv", "'no'"), ("gitfs_remotes", "[]"), ("ext_pillar", "null"), ("event_return", "''"), ("file_recv_max_size", "'100'"), ("master_sign_pubkey", "false"), ("user", "salt"), ("allow_minion_key_revoke", "False"), ("log_level_logfile", "info")] {
+    for (k, v) in [("fileserver_backend", "[roots]"), ("fileserver_backend", "roots"), ("fileserver_backend", "[-gitfs]"), ("transport", "zeromq"), ("gitfs_remotes", "[]"), ("ext_pillar", "null"), ("event_return", "''"), ("require_minion_sign_messages", "false"), ("require_minion_sign_messages", "'no'"), ("keysize", "'2048'"), ("user", "salt"), ("allow_minion_key_revoke", "False"), ("log_level_logfile", "info")] {
         assert!(matches!(status(k, v), Status::Default(_)), "{k}: {v} -> {:?}", status(k, v));
     }
     for (k, v, why) in [
@@ -94,10 +96,9 @@ fn values_decide_for_not_implemented_options() {
         ("fileserver_backend", "[]", "no backend"),
         ("fileserver_backend", "[-roots]", "removes roots"),
         ("transport", "tcp", "\"tcp\""),
-        ("file_recv", "True", "true"),
         ("gitfs_remotes", "[https://example.com/x.git]", "example.com"),
         ("ext_pillar", "[{cmd_yaml: cat /etc/x}]", "cmd_yaml"),
-        ("master_sign_pubkey", "True", "true"),
+        ("require_minion_sign_messages", "True", "true"),
         ("user", "root", "runs as salt"),
         ("allow_minion_key_revoke", "True", "behaves as False"),
         ("minion_data_cache_events", "True", "behaves as False"),
@@ -125,7 +126,7 @@ fn values_decide_for_not_implemented_options() {
 #[test]
 fn report_collects_options_from_every_file() {
     let d = tempfile::tempdir().unwrap();
-    std::fs::write(d.path().join("master"), "include: extra/*.conf\nworker_threads: 5\nfile_recv: True\n").unwrap();
+    std::fs::write(d.path().join("master"), "include: extra/*.conf\nworker_threads: 5\nenable_ssh_minions: True\n").unwrap();
     std::fs::create_dir(d.path().join("master.d")).unwrap();
     std::fs::write(d.path().join("master.d/git.conf"), "gitfs_remotes: [https://example.com/s.git]\nfileserver_backend: [roots, gitfs]\n").unwrap();
     std::fs::create_dir(d.path().join("extra")).unwrap();
@@ -133,11 +134,11 @@ fn report_collects_options_from_every_file() {
     let cfg = MasterConfig::load(d.path()).unwrap();
     let r = Report::of(&cfg, Some("root".into()));
     let by_key: BTreeMap<&str, &Entry> = r.entries.iter().map(|e| (e.key.as_str(), e)).collect();
-    assert_eq!(by_key.keys().copied().collect::<Vec<_>>(), ["file_recv", "fileserver_backend", "gitfs_remotes", "include", "transport", "worker_thread", "worker_threads"]);
+    assert_eq!(by_key.keys().copied().collect::<Vec<_>>(), ["enable_ssh_minions", "fileserver_backend", "gitfs_remotes", "include", "transport", "worker_thread", "worker_threads"]);
     assert_eq!(by_key["gitfs_remotes"].file.as_deref(), Some(d.path().join("master.d/git.conf").as_path()));
     assert_eq!(by_key["worker_thread"].file.as_deref(), Some(d.path().join("extra/more.conf").as_path()));
     let bad: Vec<&str> = r.not_implemented().map(|e| e.key.as_str()).collect();
-    assert_eq!(bad, ["file_recv", "fileserver_backend", "gitfs_remotes"]);
+    assert_eq!(bad, ["enable_ssh_minions", "fileserver_backend", "gitfs_remotes"]);
     assert_eq!(r.unknown().map(|e| e.key.as_str()).collect::<Vec<_>>(), ["worker_thread"]);
     let text = r.text();
     assert!(text.contains("    worker_threads:\n        no effect: ") && text.contains("3 not implemented, 1 unknown"), "{text}");

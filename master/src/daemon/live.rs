@@ -261,6 +261,9 @@ impl View for Master {
     fn now_ns(&self) -> u64 {
         now_ns()
     }
+    fn pushed(&self, id: &str, path: &str) -> Result<halite_storage::file_recv::PushedRead> {
+        Ok(self.sm().pushed_read(id, path)?)
+    }
     fn fresh_key(&self) -> Crypticle {
         Crypticle::generate()
     }

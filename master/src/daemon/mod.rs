@@ -45,6 +45,7 @@ use halite_storage::keys::localfs::LocalfsKeys;
 
 use crate::config::MasterConfig;
 use crate::error::{Error, IoContext, Result};
+use crate::keyfiles::signing;
 use crate::masterkeys::{self, PublishKey};
 use crate::{start, store};
 use live::Master;
@@ -95,6 +96,11 @@ pub fn run(cfg: MasterConfig) -> Result<()> {
     let clustered = cfg.cluster_id.is_some();
     // A lone master's key pair a pki dir already holds, read before the node owns the view.
     let found = if clustered { None } else { masterkeys::existing(&cfg, &*store::key_view(&cfg)?) };
+    // The signing key pair (`master_sign_pubkey`), likewise read (or made) before the node owns the view.
+    let signer = match cfg.master_sign_pubkey {
+        true => signing::load(&signing::SignOptions::of(&cfg), &mut signing::Store::of(&cfg)?)?,
+        false => None,
+    };
     let (applied_tx, applied_rx) = mpsc::unbounded_channel();
     let (node, peer_link) = start::start_node_adopting_tapped(&cfg, Some(publish::tap(applied_tx)))?;
     let node = Arc::new(node);
@@ -107,6 +113,10 @@ pub fn run(cfg: MasterConfig) -> Result<()> {
         let (aes, generation) = publish_key::at_start(&cfg, &node)?;
         (keys, aes, generation)
     };
+    let mut keys = keys;
+    if let Some(signer) = &signer {
+        keys.pubkey_signature = Some(signer.sign(&keys.pub_clean)?);
+    }
     let publish_key = PublishKey::new(aes, &keys)?;
     wait_ready(&node);
     let master = Arc::new(Master::new(cfg, node, keys, publish_key, generation));

@@ -38,6 +38,9 @@ pub struct MasterKeys {
     pub private: PrivateKey,
     /// `master.pub` in Salt's clean_key form (what `_auth` replies carry as `pub_key`).
     pub pub_clean: Vec<u8>,
+    /// With `master_sign_pubkey`, the signature of `pub_clean` accepting `_auth` replies
+    /// carry as `pub_sig` (`keyfiles::signing`).
+    pub pubkey_signature: Option<crate::keyfiles::signing::PubkeySignature>,
 }
 
 impl MasterKeys {
@@ -45,7 +48,7 @@ impl MasterKeys {
     pub fn from_pem(pem: &[u8]) -> Result<Self> {
         let private = PrivateKey::from_pem(pem)?;
         let pub_clean = clean_key(&private.public_pem()?);
-        Ok(MasterKeys { private, pub_clean })
+        Ok(MasterKeys { private, pub_clean, pubkey_signature: None })
     }
 }
 

@@ -303,9 +303,13 @@ pub fn decide(view: &dyn View, load: &Value, id: &str, stored: Option<&StoredKey
         (Value::from("enc"), Value::from("pub")),
         (Value::from("pub_key"), Value::from(String::from_utf8_lossy(&keys.pub_clean).into_owned())),
         (Value::from("publish_port"), Value::from(cfg.publish_port)),
-        (Value::from("aes"), bin(aes_ct)),
-        (Value::from("session"), bin(session_ct)),
     ];
+    // Salt's multi-master PKI: the public key's signature by the signing key pair.
+    if let Some(s) = &keys.pubkey_signature {
+        inner.push((Value::from("pub_sig"), s.value(sig)));
+    }
+    inner.push((Value::from("aes"), bin(aes_ct)));
+    inner.push((Value::from("session"), bin(session_ct)));
     if let Some(tok) = get_bytes(load, "token") {
         match keys.private.decrypt_oaep(tok, enc).and_then(|plain| minion_pub.encrypt_oaep(&plain, enc)) {
             Ok(t) => inner.push((Value::from("token"), bin(t))),

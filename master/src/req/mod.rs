@@ -14,6 +14,7 @@
 //! | `_return` | [`returns`] | stores a job return |
 //! | `_pillar` | [`pillar`] | records grains, compiles the pillar |
 //! | `_file_*`, `_serve_file`, `_dir_list`, `_symlink_list` | [`files`] | the file server |
+//! | `_file_recv` | [`file_recv`] | a piece of a file a minion pushes (`cp.push`) |
 //! | `_minion_event` | [`events`] | events onto the bus |
 //! | `_mine`, `_mine_delete`, `_mine_flush`, `_mine_get` | [`mine`] | mine records; mine reads |
 //! | `_master_opts`, `_master_tops`, `_register_resources`, others | [`misc`] | |
@@ -24,6 +25,7 @@
 
 pub mod auth;
 pub mod events;
+pub mod file_recv;
 pub mod files;
 pub mod mine;
 pub mod misc;
@@ -38,6 +40,8 @@ mod tests;
 mod tests_hostile;
 #[cfg(test)]
 mod tests_light;
+#[cfg(test)]
+mod tests_file_recv;
 #[cfg(test)]
 mod fuzz_tests;
 
@@ -168,6 +172,7 @@ pub enum Command {
     Return(returns::Return),
     Pillar(pillar::Pillar),
     Files(files::Files),
+    FileRecv(file_recv::Push),
     MinionEvent(events::MinionEvent),
     Mine(mine::Mine),
     Misc(misc::Misc),
@@ -233,6 +238,9 @@ impl Command {
             return Ok(Command::Return(returns::Return::parse(opened.inner)));
         }
         let inner = opened.inner_value()?;
+        if cmd == "_file_recv" {
+            return Ok(Command::FileRecv(file_recv::Push::parse(&inner)));
+        }
         if let Some(f) = files::Files::parse(cmd, &inner) {
             return Ok(Command::Files(f));
         }
@@ -252,6 +260,7 @@ impl Command {
             Command::Return(c) => c.answer(ctx, view),
             Command::Pillar(c) => c.answer(ctx, view),
             Command::Files(c) => Ok(c.answer(view)),
+            Command::FileRecv(c) => Ok(c.answer(ctx, view)),
             Command::MinionEvent(c) => Ok(c.answer(ctx)),
             Command::Mine(c) => Ok(c.answer(ctx, view)),
             Command::Misc(c) => Ok(c.answer(ctx, view)),

@@ -222,6 +222,34 @@ fn an_accepted_key_gets_the_publish_key_a_session_key_and_its_token_back() {
 }
 
 #[test]
+fn with_master_sign_pubkey_an_accept_carries_the_public_keys_signature_for_the_minions_algorithm() {
+    use crate::keyfiles::signing::Signer;
+    use base64::Engine;
+    let mut v = MemoryView::new();
+    let m = Minion::new("m1");
+    v.set_key("m1", BankState::Accepted, &m.pub_pem());
+    assert!(get(&signed_inner(&v, &handle(&v, &m.auth(vec![]))), "pub_sig").is_none(), "no signature unless master_sign_pubkey");
+    let signing = PrivateKey::generate(2048).unwrap();
+    v.keys.pubkey_signature = Some(Signer::Key(signing.clone()).sign(&v.keys.pub_clean).unwrap());
+    for (name, algo) in [("PKCS1v15-SHA1", SigAlgo::Pkcs1v15Sha1), ("PKCS1v15-SHA224", SigAlgo::Pkcs1v15Sha224)] {
+        let mut load = m.auth_load(vec![]);
+        if let Value::Map(entries) = &mut load {
+            entries.retain(|(k, _)| k.as_str() != Some("sig_algo"));
+            entries.push((Value::from("sig_algo"), Value::from(name)));
+        }
+        let o = handle(&v, &clear(load));
+        let reply = decode(&o.reply).unwrap();
+        let i = decode(get_bytes(&reply, "load").unwrap()).unwrap();
+        let text = get_bytes(&i, "pub_sig").expect("pub_sig in the accept");
+        let sig = base64::engine::general_purpose::STANDARD.decode(std::str::from_utf8(text).unwrap().trim_end()).unwrap();
+        assert!(signing.public_key().unwrap().verify(get_text(&i, "pub_key").unwrap().as_bytes(), &sig, algo).unwrap(), "{name}");
+    }
+    // A pending minion is handed no key, so no signature either.
+    let o = handle(&v, &Minion::new("m2").auth(vec![]));
+    assert!(get(&signed_inner(&v, &o), "pub_sig").is_none());
+}
+
+#[test]
 fn auto_accept_and_open_mode_accept_new_keys() {
     for (auto_accept, open_mode) in [(true, false), (false, true)] {
         let mut v = MemoryView::new();

@@ -88,6 +88,8 @@ pub struct MemoryView {
     pub now_ns: u64,
     /// Each minion's mine: (function, msgpack data).
     pub mine: HashMap<String, Vec<(String, Vec<u8>)>>,
+    /// What the state holds of pushed files: (minion id, path) → progress.
+    pub pushed: HashMap<(String, String), halite_storage::file_recv::PushedRead>,
     counter: std::sync::atomic::AtomicU64,
     /// Successful `tok` checks remembered, as the daemon's view does.
     pub toks: crate::view::tok_memo::TokMemo,
@@ -107,7 +109,7 @@ impl MemoryView {
             Err(e) => panic!("cannot generate a test key: {e}"),
         };
         let pub_clean = clean_key(&private.public_pem().unwrap_or_default());
-        let keys = MasterKeys { private, pub_clean };
+        let keys = MasterKeys { private, pub_clean, pubkey_signature: None };
         let publish = match PublishKey::new(Crypticle::generate(), &keys) {
             Ok(p) => Arc::new(p),
             Err(e) => panic!("cannot sign a test publish key: {e}"),
@@ -128,6 +130,7 @@ impl MemoryView {
             roots: MemoryRoots::default(),
             now_ns: 1_795_000_000_000_000_000,
             mine: HashMap::new(),
+            pushed: HashMap::new(),
             counter: Default::default(),
             toks: Default::default(),
         }
@@ -191,6 +194,9 @@ impl View for MemoryView {
     }
     fn now_ns(&self) -> u64 {
         self.now_ns
+    }
+    fn pushed(&self, id: &str, path: &str) -> Result<halite_storage::file_recv::PushedRead> {
+        Ok(self.pushed.get(&(id.to_string(), path.to_string())).copied().unwrap_or_default())
     }
     fn fresh_key(&self) -> Crypticle {
         Crypticle::generate()

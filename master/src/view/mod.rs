@@ -113,6 +113,9 @@ pub trait View: Send + Sync {
     fn roots(&self) -> &dyn RootsSource;
     /// Nanoseconds since the epoch.
     fn now_ns(&self) -> u64;
+    /// What the applied state holds of a file `id` pushed (`file_recv`), and whether
+    /// another of its pushed files is in the way of `path`.
+    fn pushed(&self, id: &str, path: &str) -> Result<halite_storage::file_recv::PushedRead>;
     /// A fresh random AES key.
     fn fresh_key(&self) -> Crypticle;
     /// A new jid, unique on this master.

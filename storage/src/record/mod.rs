@@ -27,6 +27,7 @@
 //! | 17   | `reaction`         | [`reaction`]          |
 //! | 18   | `eauth_token`      | [`eauth_token`]       |
 //! | 19   | `batch_run`        | [`batch_run`]         |
+//! | 20   | `file_recv`        | [`file_recv`]         |
 //!
 //! A new kind is a new file here with its struct and `impl Payload`, its line in each
 //! table and match of [`crate::format`] (`RecordKind`, its `ALL` and names, the `Record`
@@ -36,6 +37,7 @@ pub mod aes_key_rotation;
 pub mod batch_run;
 pub mod cluster_key_pair;
 pub mod eauth_token;
+pub mod file_recv;
 pub mod grains_report;
 pub mod import_marker;
 pub mod job_published;

@@ -335,6 +335,7 @@ impl StateMachine {
             Record::MemberKey(_) => {}
             Record::EauthToken(t) => self.apply_eauth_token(t, b, ov)?,
             Record::BatchRun(r) => self.apply_batch_run(r, b, ov)?,
+            Record::FileRecv(f) => self.apply_file_recv(index, f, b, fx, ov)?,
             Record::JobsExpired(e) => {
                 // Returns are keyed `jid NUL id`, so one range covers the jobs' returns
                 // too. Only jids from the digits range are touched.
@@ -467,5 +468,7 @@ pub(super) struct Overlay {
     jobs: HashMap<String, JobPublished>,
     /// Batch runs written earlier in the same batch (`batch_runs.rs`).
     pub(super) batch_runs: HashMap<String, crate::batch_run::StoredRun>,
+    /// Pushed files' progress written earlier in the same batch (`pushed.rs`).
+    pub(super) pushed: HashMap<Vec<u8>, Option<crate::file_recv::PushedMeta>>,
 }
 

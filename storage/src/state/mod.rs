@@ -21,6 +21,8 @@
 //! | `pillar`  | minion id                   | the `PillarCache` payload (msgpack)             |
 //! | `roots`   | tree, NUL, saltenv, NUL, path | `RootsMeta` (msgpack)                         |
 //! | `chunks`  | roots key, NUL, u32 BE chunk | chunk bytes                                    |
+//! | `chunks`  | `pushed` NUL id NUL path NUL u64 BE offset | a pushed file's piece (`pushed.rs`)  |
+//! | `meta`    | `pushed` NUL id NUL path    | the pushed file's `PushedMeta` (msgpack)        |
 //! | `aes`     | u64 BE generation           | the `AesKeyRotation` payload (msgpack)          |
 //! | `imports` | u64 BE log index [, u32 BE position] | the `ImportMarker` payload (msgpack)   |
 //! | `mine`    | minion id, NUL, function    | the function's mine data (msgpack)              |
@@ -57,6 +59,7 @@ mod roots;
 #[cfg(test)]
 mod tests_swap;
 mod proposals;
+mod pushed;
 
 pub use apply::Applied;
 pub use digest::StateDigest;
@@ -105,6 +108,10 @@ pub enum Effect {
     MasterKeyPair { name: String, private_pem: Vec<u8> },
     /// The cluster's key pair is set: `cluster.pem` / `cluster.pub` in the master bank.
     ClusterKeyPair { private_pem: Vec<u8> },
+    /// A file a minion pushed is complete and can be written (`crate::file_recv`).
+    PushedWritten { id: String, path: String },
+    /// A pushed file was started again: off the disk until it is complete.
+    PushedRemoved { id: String, path: String },
 }
 
 /// Metadata of one file of a roots tree.

@@ -23,7 +23,8 @@ use crate::state::{Effect, StateMachine};
 pub enum ViewKind {
     /// The key view (`localfs_key` or `mmap_key`) with the master bank's key pairs.
     Keys,
-    /// The `file_roots` / `pillar_roots` trees.
+    /// The `file_roots` / `pillar_roots` trees, and the files minions pushed
+    /// (`cachedir/minions/<id>/files`).
     Roots,
 }
 
@@ -33,7 +34,7 @@ impl ViewKind {
     /// The view an effect writes.
     pub fn of(fx: &Effect) -> ViewKind {
         match fx {
-            Effect::RootsWritten { .. } | Effect::RootsRemoved { .. } => ViewKind::Roots,
+            Effect::RootsWritten { .. } | Effect::RootsRemoved { .. } | Effect::PushedWritten { .. } | Effect::PushedRemoved { .. } => ViewKind::Roots,
             _ => ViewKind::Keys,
         }
     }
@@ -82,6 +83,8 @@ pub struct Touched {
     pub key_ids: BTreeSet<String>,
     pub denied_ids: BTreeSet<String>,
     pub roots: BTreeSet<(RootsTree, String, String)>,
+    /// Pushed files: (minion id, path).
+    pub pushed: BTreeSet<(String, String)>,
     /// A master or cluster key pair was set.
     pub pairs: bool,
 }
@@ -110,12 +113,15 @@ impl Touched {
                 self.roots.extend(sy.remove.iter().map(|t| (t.tree, t.saltenv.clone(), t.path.clone())));
             }
             Record::MasterKeyPair(_) | Record::ClusterKeyPair(_) => self.pairs = true,
+            Record::FileRecv(f) => {
+                self.pushed.insert((f.id.clone(), f.path.clone()));
+            }
             _ => {}
         }
     }
 
     pub fn len(&self) -> usize {
-        self.key_ids.len() + self.denied_ids.len() + self.roots.len() + usize::from(self.pairs)
+        self.key_ids.len() + self.denied_ids.len() + self.roots.len() + self.pushed.len() + usize::from(self.pairs)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -147,6 +153,9 @@ impl Views {
                 Some((meta, data)) => self.roots.write(*tree, env, path, meta.mode, &data)?,
                 None => self.roots.remove(*tree, env, path)?,
             }
+        }
+        for (id, path) in &touched.pushed {
+            self.roots.write_pushed(sm, id, path)?;
         }
         if touched.pairs {
             self.write_pairs(sm)?;
@@ -260,6 +269,8 @@ impl Views {
                 Effect::RootsRemoved { tree, saltenv, path } => self.roots.remove(*tree, saltenv, path),
                 Effect::MasterKeyPair { name, private_pem } => self.write_master_pair(name, private_pem),
                 Effect::ClusterKeyPair { private_pem } => self.write_cluster_pair(private_pem),
+                Effect::PushedWritten { id, path } => self.roots.write_pushed(sm, id, path),
+                Effect::PushedRemoved { id, path } => self.roots.remove_pushed(id, path),
             };
             match r {
                 Ok(()) => {}
@@ -294,6 +305,9 @@ impl Views {
                         Some((meta, data)) => self.roots.write(*tree, env, path, meta.mode, &data)?,
                         None => self.roots.remove(*tree, env, path)?,
                     }
+                }
+                for (id, path) in &touched.pushed {
+                    self.roots.write_pushed(sm, id, path)?;
                 }
                 self.roots.rebuild(sm)?;
             }

@@ -390,6 +390,9 @@ impl Views {
                     };
                     skip_invalid(r)?;
                 }
+                for (id, path) in &touched.pushed {
+                    skip_invalid(self.roots.write_pushed(sm, id, path))?;
+                }
                 Ok(())
             }
         }
@@ -401,7 +404,7 @@ fn touched_kind(r: &crate::format::Record) -> Option<ViewKind> {
     use crate::format::Record;
     match r {
         Record::KeySet(_) | Record::MasterKeyPair(_) | Record::ClusterKeyPair(_) => Some(ViewKind::Keys),
-        Record::RootsBlob(_) | Record::RootsTombstone(_) | Record::RootsSync(_) => Some(ViewKind::Roots),
+        Record::RootsBlob(_) | Record::RootsTombstone(_) | Record::RootsSync(_) | Record::FileRecv(_) => Some(ViewKind::Roots),
         _ => None,
     }
 }

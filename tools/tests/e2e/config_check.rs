@@ -7,15 +7,15 @@
 use crate::support::*;
 
 /// Options a Salt master config may carry that Halite does not implement at these values.
-const UNIMPLEMENTED: &[&str] = &["fileserver_backend", "gitfs_remotes", "file_recv", "master_sign_pubkey", "ext_pillar"];
+const UNIMPLEMENTED: &[&str] = &["fileserver_backend", "gitfs_remotes", "enable_ssh_minions", "require_minion_sign_messages", "ext_pillar"];
 
 /// A config with them: in `master` and in `master.d/extra.conf`, with a typo and
 /// `worker_threads`.
 fn salt_config(ip: &str) -> Env {
-    let env = Env::master(ip, "localfs_key", "fileserver_backend:\n  - roots\n  - gitfs\ngitfs_remotes:\n  - https://git.example.com/states.git\nfile_recv: True\nworker_threads: 5\n");
+    let env = Env::master(ip, "localfs_key", "fileserver_backend:\n  - roots\n  - gitfs\ngitfs_remotes:\n  - https://git.example.com/states.git\nenable_ssh_minions: True\nworker_threads: 5\n");
     let d = env.root.join("conf/master.d");
     std::fs::create_dir_all(&d).unwrap();
-    std::fs::write(d.join("extra.conf"), "master_sign_pubkey: True\next_pillar:\n  - cmd_yaml: cat /etc/salt/extra.yaml\nkeep_jbos_seconds: 60\n").unwrap();
+    std::fs::write(d.join("extra.conf"), "require_minion_sign_messages: True\next_pillar:\n  - cmd_yaml: cat /etc/salt/extra.yaml\nkeep_jbos_seconds: 60\n").unwrap();
     env
 }
 
@@ -61,7 +61,7 @@ fn unimplemented_options_are_named() {
 #[test]
 fn a_plain_config_checks_clean() {
     let ip = one_ip();
-    let env = Env::master(&ip, "localfs_key", "worker_threads: 8\nfileserver_backend: [roots]\nfile_recv: False\ntransport: zeromq\n");
+    let env = Env::master(&ip, "localfs_key", "worker_threads: 8\nfileserver_backend: [roots]\nenable_ssh_minions: False\ntransport: zeromq\n");
     let out = check_config(&env, &[]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));

@@ -21,6 +21,7 @@ mod attacks;
 // One master.
 mod batch;
 mod config_check;
+mod file_recv;
 mod files_pillar;
 mod hostile;
 mod locks;
@@ -58,4 +59,5 @@ mod orchestrate_cluster;
 mod partition;
 mod salt_docs_isolated;
 mod salt_docs_shared;
+mod signed_key;
 mod swarm;

@@ -129,6 +129,7 @@ impl ViewFaults {
             d.touched.key_ids.extend(t.key_ids.iter().cloned());
             d.touched.denied_ids.extend(t.denied_ids.iter().cloned());
             d.touched.roots.extend(t.roots.iter().cloned());
+            d.touched.pushed.extend(t.pushed.iter().cloned());
             d.touched.pairs |= t.pairs;
         }
     }
