@@ -310,6 +310,9 @@ pub struct PillarCache {
 pub enum RootsTree {
     File,
     Pillar,
+    /// The gitfs backend's files, as fetched from its remotes (`master/src/gitfs`):
+    /// served from the state machine, never materialised in a directory.
+    Gitfs,
 }
 
 impl RootsTree {
@@ -317,6 +320,7 @@ impl RootsTree {
         match self {
             RootsTree::File => "file",
             RootsTree::Pillar => "pillar",
+            RootsTree::Gitfs => "gitfs",
         }
     }
 }
@@ -386,6 +390,10 @@ pub struct RootsSync {
     pub trees: Vec<RootsTree>,
     pub files: Vec<RootsSyncFile>,
     pub remove: Vec<RootsTombstone>,
+    /// The git commits the files come from (a gitfs update, `trees` = `[gitfs]`);
+    /// absent (never empty when written) for `cluster.sync_roots`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub commits: Vec<crate::roots_commit::RootsCommit>,
 }
 
 /// Most functions one mine update names.
@@ -584,9 +592,11 @@ fn check_sync_id(sync: &[u8]) -> Result<()> {
 
 fn check_sync(s: &RootsSync) -> Result<()> {
     check_sync_id(&s.sync)?;
-    if s.trees.is_empty() || s.trees.len() > 2 || (s.trees.len() == 2 && s.trees[0] == s.trees[1]) {
-        return Err(Error::Invalid("roots sync: trees must be file, pillar or both, once each".into()));
+    let distinct: std::collections::BTreeSet<RootsTree> = s.trees.iter().copied().collect();
+    if s.trees.is_empty() || distinct.len() != s.trees.len() {
+        return Err(Error::Invalid("roots sync: trees must be file, pillar or gitfs, once each".into()));
     }
+    crate::roots_commit::check_commits(s)?;
     let mut seen = std::collections::HashSet::new();
     for f in &s.files {
         validate_saltenv(&f.saltenv)?;

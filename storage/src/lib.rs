@@ -43,6 +43,7 @@ pub mod mmap_cache;
 pub mod reaction;
 pub mod eauth_token;
 pub mod roots;
+pub mod roots_commit;
 pub mod snapshot;
 pub mod state;
 pub mod tail;

@@ -215,6 +215,7 @@ async fn serve(master: Arc<Master>, applied_rx: mpsc::UnboundedReceiver<publish:
         }
     });
     tokio::spawn(maintenance::run(master.clone()));
+    tokio::spawn(upkeep::gitfs::run(master.clone()));
     tokio::spawn(batches::run(master.clone()));
     tokio::spawn(trim::run());
     let (send, recv) = router.split();

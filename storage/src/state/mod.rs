@@ -285,10 +285,32 @@ impl StateMachine {
 
     /// Every complete roots file: (tree, saltenv, path, meta).
     pub fn roots_files(&self) -> Result<Vec<(RootsTree, String, String, RootsMeta)>> {
+        self.roots_files_from(b"")
+    }
+
+    /// Every complete roots file of one tree: (tree, saltenv, path, meta).
+    pub fn roots_files_of(&self, tree: RootsTree) -> Result<Vec<(RootsTree, String, String, RootsMeta)>> {
+        let mut prefix = tree.as_str().as_bytes().to_vec();
+        prefix.push(0);
+        self.roots_files_from(&prefix)
+    }
+
+    /// The metadata of one complete roots file (its content is not read).
+    pub fn roots_file_meta(&self, tree: RootsTree, env: &str, path: &str) -> Result<Option<RootsMeta>> {
+        let db = self.db()?;
+        let Some(v) = db.get_cf(db.cf(CF_ROOTS)?, roots_key(tree, env, path))? else { return Ok(None) };
+        let meta: RootsMeta = from_msgpack("roots", &v)?;
+        Ok(meta.complete.then_some(meta))
+    }
+
+    fn roots_files_from(&self, prefix: &[u8]) -> Result<Vec<(RootsTree, String, String, RootsMeta)>> {
         let db = self.db()?;
         let mut out = Vec::new();
-        for item in db.iterator_cf(db.cf(CF_ROOTS)?, IteratorMode::Start) {
+        for item in db.iterator_cf(db.cf(CF_ROOTS)?, IteratorMode::From(prefix, rocksdb::Direction::Forward)) {
             let (k, v) = item?;
+            if !k.starts_with(prefix) {
+                break;
+            }
             if k.starts_with(roots::STAGE_PREFIX) {
                 continue; // a sync's staged files are not live
             }
@@ -303,6 +325,7 @@ impl StateMachine {
             let tree = match t {
                 b"file" => RootsTree::File,
                 b"pillar" => RootsTree::Pillar,
+                b"gitfs" => RootsTree::Gitfs,
                 _ => return Err(Error::Invalid("unknown roots tree in the state machine".into())),
             };
             let s = |b: &[u8]| String::from_utf8(b.to_vec()).map_err(|_| Error::Invalid("non-UTF-8 roots key".into()));

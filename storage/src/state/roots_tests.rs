@@ -33,6 +33,7 @@ fn commit(sync: [u8; 16], files: &[(&str, &[u8])], remove: &[&str]) -> Record {
         trees: vec![RootsTree::File],
         files: files.iter().map(|(p, c)| sync_file(RootsTree::File, "base", p, 0o644, c)).collect(),
         remove: remove.iter().map(|p| tomb(p)).collect(),
+        commits: Vec::new(),
     })
 }
 

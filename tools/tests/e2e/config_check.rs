@@ -7,7 +7,7 @@
 use crate::support::*;
 
 /// Options a Salt master config may carry that Halite does not implement at these values.
-const UNIMPLEMENTED: &[&str] = &["fileserver_backend", "gitfs_remotes", "file_recv", "master_sign_pubkey", "ext_pillar"];
+const UNIMPLEMENTED: &[&str] = &["gitfs_remotes", "file_recv", "master_sign_pubkey", "ext_pillar"];
 
 /// A config with them: in `master` and in `master.d/extra.conf`, with a typo and
 /// `worker_threads`.

@@ -22,6 +22,7 @@ mod attacks;
 mod batch;
 mod config_check;
 mod files_pillar;
+mod gitfs;
 mod hostile;
 mod locks;
 mod mine;

@@ -1,4 +1,5 @@
-//! Housekeeping on a timer: job cache expiry, publish key rotation, the heap's free pages given back.
+//! Housekeeping on a timer: job cache expiry, publish key rotation, gitfs updates, the heap's free pages given back.
 
+pub mod gitfs;
 pub mod maintenance;
 pub mod trim;
