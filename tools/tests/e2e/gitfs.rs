@@ -102,14 +102,14 @@ fn a_branch_is_a_saltenv_and_a_new_commit_is_served_after_fileserver_update() {
     assert_eq!(get_file(&s.env, MINION, "motd.txt", "base").as_deref(), Some("base v2\n"));
     assert_eq!(get_file(&s.env, MINION, "new/added.txt", "base").as_deref(), Some("added\n"));
     assert_eq!(get_file(&s.env, MINION, "motd.txt", "dev").as_deref(), Some("dev v1\n"), "the other branch is unchanged");
-    let log = std::fs::read_to_string(s.env.root.join("log")).unwrap_or_default();
+    let log = s.env.master_log();
     assert!(log.contains(&second), "the log names the commit served: {second}");
 
     std::fs::rename(&repo.dir, tmp.path().join("gone")).expect("the remote disappears");
     assert_eq!(s.env.runner(&["fileserver.update", "backend=gitfs"]), json!(true));
     assert_eq!(get_file(&s.env, MINION, "motd.txt", "base").as_deref(), Some("base v2\n"), "the last commit stays served");
     assert_eq!(s.env.runner(&["fileserver.envs"]), json!(["base", "dev"]));
-    let log = std::fs::read_to_string(s.env.root.join("log")).unwrap_or_default();
+    let log = s.env.master_log();
     assert!(log.contains("cannot read the remote"), "the failed read is logged");
 }
 
@@ -139,8 +139,8 @@ fn roots_then_gitfs_in_order_and_state_apply_over_both() {
     assert_eq!(std::fs::read_to_string(&target).expect("the managed file"), "roots content\n");
 }
 
-/// Three members, one remote: the tree is read by one member and reaches every member
-/// through the log; after a new commit and one `fileserver.update` (asked of a member
+/// Three members, one remote: the tree is read by one member (the leader, at start) and
+/// reaches every member through the log; after a new commit and one `fileserver.update` (asked of a member
 /// that need not lead), every member lists the new files at the same state, and a
 /// minion signed in to another member gets the new content.
 #[test]
@@ -151,6 +151,9 @@ fn every_cluster_member_serves_the_commit_one_update_brought() {
     for env in &c.envs {
         wait_for("the gitfs saltenvs on every member", 60, || env.runner(&["fileserver.envs"]) == json!(["base", "dev"]));
     }
+    // One member (the leader) read the remotes at start; the others applied its records.
+    let readers = c.envs.iter().filter(|e| e.master_log().contains("gitfs update read")).count();
+    assert_eq!(readers, 1, "the remotes are read by the leader only");
     let third = &c.envs[2];
     let _minion = start_minion(&third.root, "real-1", &format!("master: {}\nmaster_port: {}\n", third.ip, third.ret));
     for env in &c.envs {
