@@ -113,6 +113,10 @@ impl GitfsConfig {
                 remotes.push(r);
             }
         }
+        // Salt picks pygit2 or gitpython; Halite is its own provider.
+        if let Some(p) = g("gitfs_provider") {
+            warnings.push(format!("gitfs_provider {} is not implemented: Halite reads the repositories itself, with gitoxide", scalar(p)));
+        }
         let update_interval = g("gitfs_update_interval").and_then(Value::as_u64).unwrap_or(DEFAULT_UPDATE_INTERVAL).max(1);
         GitfsConfig { remotes, update_interval, warnings }
     }

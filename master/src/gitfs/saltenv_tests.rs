@@ -118,4 +118,7 @@ fn remotes_halite_cannot_read_are_named_and_left_out() {
     assert!(w.contains("listed twice"), "{w}");
     assert_ne!(c.remotes[0].key, c.remotes[1].key);
     assert_eq!(c.update_interval, 60, "Salt's default gitfs_update_interval");
+    let c = remotes("gitfs_provider: pygit2\ngitfs_update_interval: 5\ngitfs_remotes: [/srv/x]");
+    assert!(c.warnings.iter().any(|w| w.contains("gitfs_provider pygit2")), "{:?}", c.warnings);
+    assert_eq!(c.update_interval, 5);
 }
