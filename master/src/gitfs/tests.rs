@@ -139,3 +139,37 @@ fn remotes_in_order_mountpoints_and_a_removed_remote() {
     let src = GitfsRoots::new(sm.clone(), one.remotes.iter().map(|r| r.key.clone()).collect());
     assert_eq!(read(&src, "base", "only-a.txt"), None);
 }
+
+/// Every byte of a remote is hostile: a file over the bound (its size read from the
+/// object's header, before it is inflated) or a tree deeper than the bound fails the
+/// whole remote, which keeps the files it was last read with.
+#[test]
+fn a_remote_over_a_bound_fails_and_keeps_its_last_files() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("r");
+    std::fs::create_dir_all(&dir).unwrap();
+    git(&dir, &["init", "-q", "-b", "master"]);
+    commit(&dir, &[("top.sls", "base: {}\n")], "one");
+    let c = cfg(&format!("gitfs_remotes: [{}]", dir.display()));
+    let sm = Arc::new(StateMachine::open_in_memory("gitfs-bounds").unwrap());
+    let src = GitfsRoots::new(sm.clone(), c.remotes.iter().map(|r| r.key.clone()).collect());
+    let mut at = 0;
+    update(&sm, &c, &mut at);
+
+    let big = vec![b'x'; (super::bounds::MAX_FILE_BYTES + 1) as usize];
+    std::fs::write(dir.join("big.bin"), &big).unwrap();
+    commit(&dir, &[("top.sls", "changed\n")], "big");
+    match &super::fetch::fetch_all(&c).remotes[0] {
+        Err(super::GitfsError::TooLarge { what, .. }) => assert!(what.contains("file"), "{what}"),
+        other => panic!("{other:?}"),
+    }
+    let plan = update(&sm, &c, &mut at);
+    assert_eq!(plan.failed.len(), 1);
+    assert_eq!(read(&src, "base", "top.sls").as_deref(), Some("base: {}\n"), "the last files stay");
+    assert_eq!(read(&src, "base", "big.bin"), None);
+
+    git(&dir, &["rm", "-q", "big.bin"]);
+    let deep: String = (0..=super::bounds::MAX_DEPTH).map(|i| format!("d{i}/")).collect();
+    commit(&dir, &[(&format!("{deep}f"), "deep\n")], "deep");
+    assert!(matches!(&super::fetch::fetch_all(&c).remotes[0], Err(super::GitfsError::TooLarge { .. })));
+}
