@@ -52,10 +52,7 @@ impl RootsSource for GitfsRoots {
 
     fn read(&self, _tree: RootsTree, file: &FileRef, offset: u64, max: u64) -> Option<Vec<u8>> {
         let (saltenv, stored) = Self::located(file)?;
-        let (_, data) = self.sm.roots_file(TREE, saltenv, stored).ok().flatten()?;
-        let start = offset.min(data.len() as u64) as usize;
-        let end = start.saturating_add(max.min(usize::MAX as u64) as usize).min(data.len());
-        Some(data[start..end].to_vec())
+        self.sm.roots_file_range(TREE, saltenv, stored, offset, max).ok().flatten()
     }
 
     /// Salt's gitfs reports the file's git mode alone (`[mode]`): it is the first field

@@ -334,6 +334,30 @@ impl StateMachine {
         Ok(out)
     }
 
+    /// Up to `max` bytes of one complete roots file from `offset` (empty past its end),
+    /// reading only the chunks that hold them.
+    pub fn roots_file_range(&self, tree: RootsTree, env: &str, path: &str, offset: u64, max: u64) -> Result<Option<Vec<u8>>> {
+        let Some(meta) = self.roots_file_meta(tree, env, path)? else { return Ok(None) };
+        let end = offset.saturating_add(max).min(meta.size);
+        if offset >= end {
+            return Ok(Some(Vec::new()));
+        }
+        let db = self.db()?;
+        let rk = roots_key(tree, env, path);
+        let len = crate::format::ROOTS_CHUNK_LEN as u64;
+        let mut out = Vec::with_capacity((end - offset).min(crate::format::MAX_PAYLOAD_LEN as u64) as usize);
+        for c in offset / len..=(end - 1) / len {
+            let Some(d) = db.get_pinned_cf(db.cf(CF_CHUNKS)?, chunk_key(&rk, c as u32))? else {
+                return Err(Error::Invalid(format!("roots file {path}: chunk {c} missing")));
+            };
+            let start = c * len;
+            let from = (offset.saturating_sub(start) as usize).min(d.len());
+            let to = ((end - start) as usize).min(d.len());
+            out.extend_from_slice(&d[from..to.max(from)]);
+        }
+        Ok(Some(out))
+    }
+
     /// The metadata and content of one complete roots file.
     pub fn roots_file(&self, tree: RootsTree, env: &str, path: &str) -> Result<Option<(RootsMeta, Vec<u8>)>> {
         let db = self.db()?;
