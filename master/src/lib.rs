@@ -30,6 +30,7 @@ pub mod config_keys;
 pub mod daemon;
 pub mod error;
 pub mod events;
+pub mod gitfs;
 pub mod jobs;
 pub mod keyfiles;
 pub mod metrics;

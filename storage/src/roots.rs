@@ -39,6 +39,8 @@ impl RootsDirs {
         match tree {
             RootsTree::File => self.file.get(env),
             RootsTree::Pillar => self.pillar.get(env),
+            // Served from the state machine: no directory.
+            RootsTree::Gitfs => None,
         }
         .map(PathBuf::as_path)
     }
@@ -55,6 +57,9 @@ impl RootsMaterialiser {
 
     fn target(&self, tree: RootsTree, env: &str, path: &str) -> Result<Option<PathBuf>> {
         validate_relative_path(path)?;
+        if tree == RootsTree::Gitfs {
+            return Ok(None);
+        }
         let Some(root) = self.dirs.dir(tree, env) else {
             tracing::warn!(tree = tree.as_str(), saltenv = env, path, "no {}_roots directory configured for this saltenv; file not materialised", tree.as_str());
             return Ok(None);

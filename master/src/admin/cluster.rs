@@ -212,7 +212,7 @@ pub fn sync_plan(view: &dyn AdminView, trees: &[RootsTree]) -> Result<SyncPlan> 
     let sync: [u8; SYNC_ID_LEN] = rand::random();
     let mut plan = SyncPlan {
         records: Vec::new(),
-        commit: RootsSync { sync: sync.to_vec(), trees: trees.to_vec(), files: Vec::new(), remove: Vec::new() },
+        commit: RootsSync { sync: sync.to_vec(), trees: trees.to_vec(), files: Vec::new(), remove: Vec::new(), commits: Vec::new() },
         written: 0,
         removed: 0,
         unchanged: 0,
@@ -222,6 +222,8 @@ pub fn sync_plan(view: &dyn AdminView, trees: &[RootsTree]) -> Result<SyncPlan> 
         let envs = match tree {
             RootsTree::File => &dirs.file,
             RootsTree::Pillar => &dirs.pillar,
+            // gitfs has no directory: `fileserver.update` brings its tree.
+            RootsTree::Gitfs => continue,
         };
         for env in envs.keys() {
             // Stage the chunks of files that differ from what this member has applied;

@@ -16,7 +16,7 @@
 //! | `publish`, `job.returns`, `job.list` | `salt`, `manage.*` | [`jobs`] |
 //! | `runner` `jobs.list_jobs` (filters: [`job_search`]), `jobs.list_jobs_filter`, `jobs.last_run`, `jobs.lookup_jid`, `jobs.list_job`, `jobs.print_job`, `jobs.exit_success`, `jobs.active` | `salt-run` | [`jobs`] |
 //! | `runner` `manage.present`, `manage.not_present`, `manage.versions` | `salt-run` | [`manage`] |
-//! | `runner` `fileserver.file_list`, `fileserver.dir_list`, `fileserver.envs` | `salt-run` | [`fileserver`] |
+//! | `runner` `fileserver.file_list`, `fileserver.dir_list`, `fileserver.envs`, `fileserver.update` | `salt-run` | [`fileserver`] |
 //! | `runner` `pillar.show_pillar`, `pillar.show_top` | `salt-run` | [`pillar`] |
 //! | `runner` `cache.grains`, `cache.pillar`, `cache.mine` | `salt-run` | [`cache`] |
 //! | `runner` `cluster.members`, `cluster.ring_info`, `cluster.remove_member`, `cluster.sync_roots` | `salt-run` | [`cluster`] |
@@ -109,6 +109,15 @@ pub trait AdminView {
     fn local_roots(&self, tree: RootsTree, saltenv: &str) -> Result<Vec<Record>>;
     /// The `localfs_key` tree of the keys directory, read as records, with its counts.
     fn localfs_pki(&self) -> Result<(Vec<Record>, PkiCounts)>;
+    /// The gitfs options and the applied gitfs tree, when `fileserver_backend` lists
+    /// gitfs.
+    fn gitfs(&self) -> Option<(&crate::gitfs::GitfsConfig, &dyn crate::view::RootsSource)> {
+        None
+    }
+    /// Every gitfs remote read for an update (I/O, on the daemon's side).
+    fn gitfs_fetch(&self) -> Result<crate::gitfs::fetch::Fetched> {
+        Err(Error::refused("gitfs is not configured"))
+    }
 }
 
 /// The raft group as one master knows it.
@@ -289,7 +298,7 @@ impl Command {
             "runner" => match s("fun").unwrap_or("") {
                 "jobs.list_jobs" | "jobs.list_jobs_filter" | "jobs.last_run" | "jobs.lookup_jid" | "jobs.list_job" | "jobs.print_job" | "jobs.exit_success" | "jobs.active" => Command::Jobs(jobs::JobCmd::parse(req)?),
                 f @ ("manage.present" | "manage.not_present" | "manage.versions") => Command::Manage(manage::ManageCmd::parse(f, req)?),
-                f @ ("fileserver.file_list" | "fileserver.dir_list" | "fileserver.envs") => Command::Fileserver(fileserver::FileserverCmd::parse(f, req)?),
+                f @ ("fileserver.file_list" | "fileserver.dir_list" | "fileserver.envs" | "fileserver.update") => Command::Fileserver(fileserver::FileserverCmd::parse(f, req)?),
                 f @ ("pillar.show_pillar" | "pillar.show_top") => Command::Pillar(pillar::PillarCmd::parse(f, req)?),
                 f @ ("cache.grains" | "cache.pillar" | "cache.mine") => Command::Cache(cache::CacheCmd::parse(f, req)?),
                 "pki.migrate_to_mmap" => Command::MigrateToMmap,

@@ -9,7 +9,8 @@ pub const HONOURED: &[&str] = &[
     "auth.pam.service", "auto_accept", "autoreject_file", "autosign_file", "autosign_grains_dir", "cachedir",
     "cluster_election_max", "cluster_election_min", "cluster_id", "cluster_isolated_filesystem", "cluster_max_log_size",
     "cluster_peers", "cluster_pki_dir", "cluster_pool_port", "cluster_pub_fingerprint", "cluster_secret", "default_include",
-    "ext_job_cache", "external_auth", "file_recv", "file_recv_max_size", "file_roots", "id", "include", "interface", "ipv6", "job_cache_store_endtime", "keep_jobs",
+    "ext_job_cache", "external_auth", "file_recv", "file_recv_max_size", "file_roots", "gitfs_base", "gitfs_disable_saltenv_mapping", "gitfs_mountpoint", "gitfs_ref_types",
+    "gitfs_root", "gitfs_saltenv", "gitfs_saltenv_blacklist", "gitfs_saltenv_whitelist", "gitfs_update_interval", "id", "include", "interface", "ipv6", "job_cache_store_endtime", "keep_jobs",
     "keep_jobs_seconds", "keys.cache_driver", "log_file", "log_level", "loop_interval", "master_pubkey_signature", "master_sign_key_name", "master_sign_pubkey", "master_use_pubkey_signature",
     "max_minions", "max_open_files",
     "mine_get", "minion_data_cache", "mmap_cache_max_segment_bytes", "mmap_key_id_size", "mmap_key_max_segment_bytes",
@@ -63,13 +64,13 @@ pub const NO_EFFECT: &[(&str, &[&str])] = &[
 /// accepts); any other value is named in a warning at start.
 pub const NOT_IMPLEMENTED: &[(&str, &[&str])] = &[
     (
-        "file servers other than roots (gitfs, hgfs, svnfs, minionfs, s3fs) and the fileserver's own options",
+        "file servers other than roots and gitfs (hgfs, svnfs, minionfs, s3fs), gitfs remotes other than local repositories (credentials, refspecs, fallback), and the fileserver's own options",
         &[
             "fileserver_backend", "file_buffer_size", "file_ignore_glob", "file_ignore_regex", "fileserver_followsymlinks", "fileserver_ignoresymlinks",
-            "fileserver_interval", "fileserver_verify_config", "gitfs_base", "gitfs_depth", "gitfs_disable_saltenv_mapping", "gitfs_fallback",
-            "gitfs_global_lock", "gitfs_insecure_auth", "gitfs_mountpoint", "gitfs_passphrase", "gitfs_password", "gitfs_privkey", "gitfs_proxy",
-            "gitfs_pubkey", "gitfs_ref_types", "gitfs_refspecs", "gitfs_remotes", "gitfs_root", "gitfs_saltenv", "gitfs_saltenv_blacklist",
-            "gitfs_saltenv_whitelist", "gitfs_ssl_verify", "gitfs_update_interval", "gitfs_user", "hgfs_base", "hgfs_branch_method",
+            "fileserver_interval", "fileserver_verify_config", "gitfs_depth", "gitfs_fallback", "gitfs_global_lock", "gitfs_insecure_auth",
+            "gitfs_passphrase", "gitfs_password", "gitfs_privkey", "gitfs_proxy", "gitfs_pubkey", "gitfs_refspecs", "gitfs_remotes", "gitfs_ssl_verify",
+            "gitfs_user",
+            "hgfs_base", "hgfs_branch_method",
             "hgfs_mountpoint", "hgfs_remotes", "hgfs_root", "hgfs_saltenv_blacklist", "hgfs_saltenv_whitelist", "hgfs_update_interval",
             "master_roots", "minionfs_blacklist", "minionfs_env", "minionfs_mountpoint", "minionfs_update_interval", "minionfs_whitelist",
             "roots_update_interval", "s3fs_update_interval", "svnfs_branches", "svnfs_mountpoint", "svnfs_remotes", "svnfs_root",
@@ -170,7 +171,12 @@ pub const NOT_IMPLEMENTED: &[(&str, &[&str])] = &[
 /// Not-implemented options whose accepted values are not Salt's default: the option,
 /// the values Halite behaves as (for the documentation), and the check.
 pub const CHECKS: &[(&str, &str, Check)] = &[
-    ("fileserver_backend", "a list of `roots` only", fileserver_backend),
+    ("fileserver_backend", "a list of `roots` and `gitfs` (`git`), in any order", fileserver_backend),
+    (
+        "gitfs_remotes",
+        "local repositories (`file://` URLs or absolute paths) with the per-remote options `name`, `base`, `root`, `mountpoint`, `saltenv`, `saltenv_whitelist`, `saltenv_blacklist`, `ref_types`, `disable_saltenv_mapping`",
+        gitfs_remotes,
+    ),
     ("user", "the user Halite runs as", user),
     ("allow_minion_key_revoke", "`False` (a minion's `saltutil.revoke_auth` is not acted on)", behaves_as_false),
     ("minion_data_cache_events", "`False` (no event when a minion's cached data is refreshed)", behaves_as_false),
@@ -193,25 +199,33 @@ fn never(_: &J, _: &Ctx) -> Option<String> {
     Some(String::new())
 }
 
-/// Halite serves `file_roots`: `roots` (in Salt's spellings: a list or a comma-separated
-/// string; entries that only remove other backends) is what it does.
+/// Halite serves `file_roots` and gitfs: `roots` and `gitfs` (in Salt's spellings: a
+/// list or a comma-separated string, `git` for `gitfs`; entries that only remove other
+/// backends) is what it does.
 fn fileserver_backend(v: &J, _: &Ctx) -> Option<String> {
     let names: Vec<String> = match v {
         J::String(s) => s.split(',').map(|s| s.trim().to_string()).collect(),
         J::Array(a) => a.iter().map(|e| e.as_str().map(str::to_string).unwrap_or_else(|| e.to_string())).collect(),
         _ => return Some("not a list of backends".into()),
     };
+    let known = |n: &str| matches!(n, "roots" | "gitfs" | "git");
     if names.iter().all(|n| n.is_empty()) {
         return Some("lists no backend: Salt would serve no files".into());
     }
     if names.iter().all(|n| n.starts_with('-')) {
-        return names.iter().any(|n| n == "-roots").then(|| "removes roots: Salt would serve no files".into());
+        return (names.iter().any(|n| n == "-roots") && names.iter().any(|n| n == "-gitfs" || n == "-git")).then(|| "removes roots and gitfs: Salt would serve other backends".into());
     }
-    if !names.iter().any(|n| n == "roots") {
-        return Some("does not list roots: Salt would not serve file_roots".into());
-    }
-    let other: Vec<&str> = names.iter().map(String::as_str).filter(|n| *n != "roots").collect();
+    let other: Vec<&str> = names.iter().map(String::as_str).filter(|n| !known(n)).collect();
     (!other.is_empty()).then(|| format!("names backends Halite does not implement: {}", other.join(", ")))
+}
+
+/// gitfs reads local repositories with the per-remote options `crate::gitfs::config`
+/// implements; anything else is named.
+fn gitfs_remotes(v: &J, _: &Ctx) -> Option<String> {
+    let mut raw = serde_yaml::Mapping::new();
+    raw.insert("gitfs_remotes".into(), serde_yaml::to_value(v).unwrap_or(serde_yaml::Value::Null));
+    let c = crate::gitfs::GitfsConfig::from_raw(&raw);
+    (!c.warnings.is_empty()).then(|| c.warnings.join("; "))
 }
 
 /// Halite does not change user: the value must be the user it runs as.

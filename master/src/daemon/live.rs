@@ -51,6 +51,11 @@ pub struct Master {
     /// released (their request is in flight; [`Claim::Pending`]).
     pub pending_claims: Mutex<HashSet<String>>,
     pub roots: FsRoots,
+    /// The gitfs options, and the applied gitfs tree minions are served.
+    pub gitfs: crate::gitfs::GitfsConfig,
+    pub gitfs_roots: crate::gitfs::serve::GitfsRoots,
+    /// `fileserver_backend`, in order.
+    pub backends: Vec<crate::gitfs::Backend>,
     pub autosign: FsAutosign,
     pub bus: EventBus,
     /// A cluster member: every minion's session key is the cluster AES key.
@@ -64,6 +69,7 @@ impl Master {
         let cluster = cfg.cluster_id.is_some();
         let aes = publish.aes.clone();
         let window = if cfg.request_server_ttl > 0 { cfg.request_server_ttl } else { REPLAY_WINDOW_SECS };
+        let gitfs = crate::gitfs::GitfsConfig::from_raw(&cfg.raw);
         Master {
             // A cluster member hands out the cluster's AES key as every session key and
             // keeps no journal (members may share a cachedir).
@@ -73,6 +79,9 @@ impl Master {
             pending_claims: Default::default(),
             toks: Default::default(),
             roots: FsRoots::new(&cfg),
+            gitfs_roots: crate::gitfs::serve::GitfsRoots::new(node.state().clone(), gitfs.remotes.iter().map(|r| r.key.clone()).collect()),
+            backends: crate::gitfs::backends::backends(&cfg.raw),
+            gitfs,
             autosign: FsAutosign::new(&cfg),
             bus: EventBus::default(),
             publisher: Mutex::new(if cluster { Publisher::unnumbered(aes) } else { Publisher::new(aes) }),
@@ -258,6 +267,9 @@ impl View for Master {
     fn roots(&self) -> &dyn RootsSource {
         &self.roots
     }
+    fn file_backends(&self) -> Vec<(crate::gitfs::Backend, &dyn RootsSource)> {
+        self.backend_sources()
+    }
     fn now_ns(&self) -> u64 {
         now_ns()
     }
@@ -275,6 +287,19 @@ impl View for Master {
     }
     fn tok_memo(&self) -> Option<&crate::view::tok_memo::TokMemo> {
         Some(&self.toks)
+    }
+}
+
+impl Master {
+    /// The backends of `fileserver_backend` with their sources, in order.
+    fn backend_sources(&self) -> Vec<(crate::gitfs::Backend, &dyn RootsSource)> {
+        self.backends
+            .iter()
+            .map(|b| match b {
+                crate::gitfs::Backend::Roots => (*b, &self.roots as &dyn RootsSource),
+                crate::gitfs::Backend::Gitfs => (*b, &self.gitfs_roots as &dyn RootsSource),
+            })
+            .collect()
     }
 }
 
@@ -305,6 +330,12 @@ impl AdminView for Master {
     fn local_roots(&self, tree: RootsTree, saltenv: &str) -> Result<Vec<Record>> {
         local_roots(&self.cfg, tree, saltenv)
     }
+    fn gitfs(&self) -> Option<(&crate::gitfs::GitfsConfig, &dyn RootsSource)> {
+        self.backends.contains(&crate::gitfs::Backend::Gitfs).then_some((&self.gitfs, &self.gitfs_roots as &dyn RootsSource))
+    }
+    fn gitfs_fetch(&self) -> Result<crate::gitfs::fetch::Fetched> {
+        Ok(crate::gitfs::fetch(&self.gitfs))
+    }
     fn localfs_pki(&self) -> Result<(Vec<Record>, PkiCounts)> {
         Ok(read_localfs_pki(self.cfg.keys_dir())?)
     }
@@ -327,6 +358,7 @@ pub fn local_roots(cfg: &MasterConfig, tree: RootsTree, saltenv: &str) -> Result
     let m = match tree {
         RootsTree::File => &dirs.file,
         RootsTree::Pillar => &dirs.pillar,
+        RootsTree::Gitfs => return Ok(Vec::new()),
     };
     let mut out = Vec::new();
     if let Some(dir) = m.get(saltenv) {

@@ -230,6 +230,7 @@ async fn serve(master: Arc<Master>, applied_rx: mpsc::UnboundedReceiver<publish:
         tracing::warn!("{w}");
     }
     tokio::spawn(upkeep::schedule::run(master.clone(), schedule));
+    tokio::spawn(upkeep::gitfs::run(master.clone()));
     tokio::spawn(batches::run(master.clone()));
     tokio::spawn(trim::run());
     let (send, recv) = router.split();

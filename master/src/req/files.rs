@@ -1,11 +1,13 @@
-//! The file server (Salt's `roots` backend, `salt/fileserver/roots.py`): the `_file_*`,
-//! `_serve_file`, `_dir_list` and `_symlink_list` commands over `file_roots`.
+//! The file server (Salt's `salt/fileserver/__init__.py` over the `roots` and `gitfs`
+//! backends): the `_file_*`, `_serve_file`, `_dir_list` and `_symlink_list` commands.
 //!
 //! A request names a saltenv and a path relative to it (`salt://` stripped; a
 //! `?saltenv=x` query in the path overrides the saltenv). The path must be relative,
-//! with no empty, `.` or `..` component; the saltenv must be configured. Lookups go
-//! through the view's roots ([`crate::view::RootsSource`]), which keeps every answer
-//! inside the roots. Anything else is "not found", with the reply shape Salt uses for it.
+//! with no empty, `.` or `..` component. Lookups go through the view's backends
+//! ([`View::file_backends`], `fileserver_backend` order: the first that holds the path
+//! serves it; lists and saltenvs are the union), each a [`crate::view::RootsSource`]
+//! that keeps every answer inside its tree. Anything else is "not found", with the
+//! reply shape Salt uses for it.
 
 use rmpv::Value;
 use sha2::{Digest, Sha256};
@@ -13,7 +15,8 @@ use sha2::{Digest, Sha256};
 use halite_storage::format::RootsTree;
 
 use super::Answer;
-use crate::view::{FileRef, View};
+use crate::gitfs::Backend;
+use crate::view::{FileRef, Listing, RootsSource, View};
 use crate::wire::payload::{bin, get, get_text, map};
 
 /// `file_buffer_size`: the largest `_serve_file` chunk.
@@ -62,9 +65,24 @@ impl Files {
 
     pub fn answer(self, view: &dyn View) -> Answer {
         Answer::value(match self {
-            Files::Envs => Value::Array(view.config().file_roots.keys().map(|k| Value::from(k.as_str())).collect()),
+            Files::Envs => {
+                let mut envs = std::collections::BTreeSet::new();
+                for (_, src) in view.file_backends() {
+                    envs.extend(src.envs(TREE));
+                }
+                Value::Array(envs.into_iter().map(Value::from).collect())
+            }
             Files::List { what, saltenv, prefix } => {
-                let l = view.roots().list(TREE, &saltenv);
+                let mut l = Listing::default();
+                for (_, src) in view.file_backends() {
+                    let b = src.list(TREE, &saltenv);
+                    l.files.extend(b.files);
+                    l.empty_dirs.extend(b.empty_dirs);
+                    l.dirs.extend(b.dirs);
+                    for (k, v) in b.links {
+                        l.links.entry(k).or_insert(v);
+                    }
+                }
                 match what {
                     ListKind::Files => with_prefix(&l.files, &prefix),
                     ListKind::EmptyDirs => with_prefix(&l.empty_dirs, &prefix),
@@ -79,20 +97,20 @@ impl Files {
                 }
             }
             Files::Hash { path, saltenv } => match find(view, &path, &saltenv) {
-                Some(f) => hash(view, &f),
+                Some((_, src, f)) => hash(src, &f),
                 None => Value::from(""),
             },
             Files::HashAndStat { path, saltenv } => match find(view, &path, &saltenv) {
-                Some(f) => Value::Array(vec![hash(view, &f), stat(view, &f)]),
+                Some((back, src, f)) => Value::Array(vec![hash(src, &f), stat(back, src, &f)]),
                 None => Value::from(""),
             },
             Files::Find { path, saltenv } => match find(view, &path, &saltenv) {
-                Some(f) => map([("path", Value::from(f.path.as_str())), ("rel", Value::from(f.rel.as_str())), ("stat", stat(view, &f)), ("back", Value::from("roots"))]),
+                Some((back, src, f)) => map([("path", Value::from(f.path.as_str())), ("rel", Value::from(f.rel.as_str())), ("stat", stat(back, src, &f)), ("back", Value::from(back.name()))]),
                 None => map([("path", Value::from("")), ("rel", Value::from(""))]),
             },
             Files::Serve { path, saltenv, loc } => {
                 let not_found = || map([("data", Value::from("")), ("dest", Value::from(""))]);
-                match find(view, &path, &saltenv).and_then(|f| Some((view.roots().read(TREE, &f, loc, FILE_BUFFER_SIZE)?, f))) {
+                match find(view, &path, &saltenv).and_then(|(_, src, f)| Some((src.read(TREE, &f, loc, FILE_BUFFER_SIZE)?, f))) {
                     Some((data, f)) => map([("data", bin(data)), ("dest", Value::from(f.rel.as_str()))]),
                     None => not_found(),
                 }
@@ -122,8 +140,8 @@ pub fn safe_rel(path: &str) -> Option<String> {
     Some(parts.join("/"))
 }
 
-/// Resolves a request to a file inside the roots.
-fn find(view: &dyn View, path: &str, saltenv: &str) -> Option<FileRef> {
+/// Resolves a request to a file of the first backend that holds it.
+fn find<'v>(view: &'v dyn View, path: &str, saltenv: &str) -> Option<(Backend, &'v dyn RootsSource, FileRef)> {
     let (path, saltenv) = split_query(path, saltenv);
     let Some(rel) = safe_rel(path) else {
         crate::metrics::refuse(crate::metrics::Port::Request, "file request", "unsafe_path", &format_args!("file server: refusing an unsafe path {:?}", path.escape_debug().to_string()));
@@ -134,21 +152,24 @@ fn find(view: &dyn View, path: &str, saltenv: &str) -> Option<FileRef> {
         crate::metrics::refuse(crate::metrics::Port::Request, "file request", "unsafe_path", &format_args!("file server: refusing the saltenv {:?}", saltenv.escape_debug().to_string()));
         return None;
     }
-    view.roots().find(TREE, saltenv, &rel)
+    view.file_backends().into_iter().find_map(|(back, src)| src.find(TREE, saltenv, &rel).map(|f| (back, src, f)))
 }
 
 /// `{"hsum": <sha256 hex>, "hash_type": "sha256"}`, or `""` when unreadable.
-fn hash(view: &dyn View, f: &FileRef) -> Value {
-    match view.roots().read_all(TREE, f) {
+fn hash(src: &dyn RootsSource, f: &FileRef) -> Value {
+    match src.read_all(TREE, f) {
         Some(data) => map([("hsum", Value::from(hex::encode(Sha256::digest(&data)))), ("hash_type", Value::from("sha256"))]),
         None => Value::from(""),
     }
 }
 
-fn stat(view: &dyn View, f: &FileRef) -> Value {
-    match view.roots().stat(TREE, f) {
-        Some(s) => Value::Array(s.into_iter().map(Value::from).collect()),
-        None => Value::Array(vec![]),
+/// The `roots` backend's `os.stat` fields; gitfs reports the file's git mode alone, as
+/// Salt's does.
+fn stat(back: Backend, src: &dyn RootsSource, f: &FileRef) -> Value {
+    match (src.stat(TREE, f), back) {
+        (Some(s), Backend::Gitfs) => Value::Array(vec![Value::from(s[0])]),
+        (Some(s), Backend::Roots) => Value::Array(s.into_iter().map(Value::from).collect()),
+        (None, _) => Value::Array(vec![]),
     }
 }
 

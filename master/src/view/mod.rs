@@ -111,6 +111,11 @@ pub trait View: Send + Sync {
     fn autosign_stub(&self, id: &str) -> bool;
     /// The file and pillar roots.
     fn roots(&self) -> &dyn RootsSource;
+    /// The file server backends minions are served from, in `fileserver_backend` order
+    /// (the first holding a path serves it).
+    fn file_backends(&self) -> Vec<(crate::gitfs::Backend, &dyn RootsSource)> {
+        vec![(crate::gitfs::Backend::Roots, self.roots())]
+    }
     /// Nanoseconds since the epoch.
     fn now_ns(&self) -> u64;
     /// What the applied state holds of a file `id` pushed (`file_recv`), and whether

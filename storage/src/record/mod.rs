@@ -29,6 +29,8 @@
 //! | 19   | `batch_run`        | [`batch_run`]         |
 //! | 20   | `file_recv`        | [`file_recv`]         |
 //!
+//! [`roots_commit`] is a part of kind 13: the commits a gitfs update's `roots_sync` names.
+//!
 //! A new kind is a new file here with its struct and `impl Payload`, its line in each
 //! table and match of [`crate::format`] (`RecordKind`, its `ALL` and names, the `Record`
 //! enum, its `kind`, `payload` and `decode_payload`), and a row in `docs/formats.md` §1.
@@ -50,6 +52,7 @@ pub mod mine_update;
 pub mod pillar_cache;
 pub mod reaction;
 pub mod roots_blob;
+pub mod roots_commit;
 pub mod roots_stage;
 pub mod roots_sync;
 pub mod roots_tombstone;

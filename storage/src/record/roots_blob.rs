@@ -18,6 +18,9 @@ pub const ROOTS_CHUNK_LEN: usize = 1 << 20;
 pub enum RootsTree {
     File,
     Pillar,
+    /// The gitfs backend's files, as fetched from its remotes (`master/src/gitfs`):
+    /// served from the state machine, never materialised in a directory.
+    Gitfs,
 }
 
 impl RootsTree {
@@ -25,6 +28,7 @@ impl RootsTree {
         match self {
             RootsTree::File => "file",
             RootsTree::Pillar => "pillar",
+            RootsTree::Gitfs => "gitfs",
         }
     }
 }

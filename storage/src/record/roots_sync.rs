@@ -36,18 +36,25 @@ pub struct RootsSync {
     pub trees: Vec<RootsTree>,
     pub files: Vec<RootsSyncFile>,
     pub remove: Vec<RootsTombstone>,
+    /// The git commits the files come from (a gitfs update, `trees` = `[gitfs]`);
+    /// absent (never empty when written) for `cluster.sync_roots`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub commits: Vec<super::roots_commit::RootsCommit>,
 }
 
 impl Payload for RootsSync {
-    /// A sync id; one or two distinct trees; every file and removal in those trees with
+    /// A sync id; distinct trees (file, pillar, gitfs); the commits a gitfs update
+    /// names (`super::roots_commit`); every file and removal in those trees with
     /// a valid saltenv and safe path, each file named once with a 32-byte sha256 and
     /// permission bits only, no file both kept and removed.
     fn check(&self) -> Result<()> {
         let s = self;
         check_sync_id(&s.sync)?;
-        if s.trees.is_empty() || s.trees.len() > 2 || (s.trees.len() == 2 && s.trees[0] == s.trees[1]) {
-            return Err(Error::Invalid("roots sync: trees must be file, pillar or both, once each".into()));
+        let distinct: std::collections::BTreeSet<RootsTree> = s.trees.iter().copied().collect();
+        if s.trees.is_empty() || distinct.len() != s.trees.len() {
+            return Err(Error::Invalid("roots sync: trees must be file, pillar or gitfs, once each".into()));
         }
+        super::roots_commit::check_commits(s)?;
         let mut seen = std::collections::HashSet::new();
         for f in &s.files {
             validate_saltenv(&f.saltenv)?;

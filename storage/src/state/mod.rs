@@ -294,10 +294,32 @@ impl StateMachine {
 
     /// Every complete roots file: (tree, saltenv, path, meta).
     pub fn roots_files(&self) -> Result<Vec<(RootsTree, String, String, RootsMeta)>> {
+        self.roots_files_from(b"")
+    }
+
+    /// Every complete roots file of one tree: (tree, saltenv, path, meta).
+    pub fn roots_files_of(&self, tree: RootsTree) -> Result<Vec<(RootsTree, String, String, RootsMeta)>> {
+        let mut prefix = tree.as_str().as_bytes().to_vec();
+        prefix.push(0);
+        self.roots_files_from(&prefix)
+    }
+
+    /// The metadata of one complete roots file (its content is not read).
+    pub fn roots_file_meta(&self, tree: RootsTree, env: &str, path: &str) -> Result<Option<RootsMeta>> {
+        let db = self.db()?;
+        let Some(v) = db.get_cf(db.cf(CF_ROOTS)?, roots_key(tree, env, path))? else { return Ok(None) };
+        let meta: RootsMeta = from_msgpack("roots", &v)?;
+        Ok(meta.complete.then_some(meta))
+    }
+
+    fn roots_files_from(&self, prefix: &[u8]) -> Result<Vec<(RootsTree, String, String, RootsMeta)>> {
         let db = self.db()?;
         let mut out = Vec::new();
-        for item in db.iterator_cf(db.cf(CF_ROOTS)?, IteratorMode::Start) {
+        for item in db.iterator_cf(db.cf(CF_ROOTS)?, IteratorMode::From(prefix, rocksdb::Direction::Forward)) {
             let (k, v) = item?;
+            if !k.starts_with(prefix) {
+                break;
+            }
             if k.starts_with(roots::STAGE_PREFIX) {
                 continue; // a sync's staged files are not live
             }
@@ -312,12 +334,37 @@ impl StateMachine {
             let tree = match t {
                 b"file" => RootsTree::File,
                 b"pillar" => RootsTree::Pillar,
+                b"gitfs" => RootsTree::Gitfs,
                 _ => return Err(Error::Invalid("unknown roots tree in the state machine".into())),
             };
             let s = |b: &[u8]| String::from_utf8(b.to_vec()).map_err(|_| Error::Invalid("non-UTF-8 roots key".into()));
             out.push((tree, s(e)?, s(p)?, meta));
         }
         Ok(out)
+    }
+
+    /// Up to `max` bytes of one complete roots file from `offset` (empty past its end),
+    /// reading only the chunks that hold them.
+    pub fn roots_file_range(&self, tree: RootsTree, env: &str, path: &str, offset: u64, max: u64) -> Result<Option<Vec<u8>>> {
+        let Some(meta) = self.roots_file_meta(tree, env, path)? else { return Ok(None) };
+        let end = offset.saturating_add(max).min(meta.size);
+        if offset >= end {
+            return Ok(Some(Vec::new()));
+        }
+        let db = self.db()?;
+        let rk = roots_key(tree, env, path);
+        let len = crate::format::ROOTS_CHUNK_LEN as u64;
+        let mut out = Vec::with_capacity((end - offset).min(crate::format::MAX_PAYLOAD_LEN as u64) as usize);
+        for c in offset / len..=(end - 1) / len {
+            let Some(d) = db.get_pinned_cf(db.cf(CF_CHUNKS)?, chunk_key(&rk, c as u32))? else {
+                return Err(Error::Invalid(format!("roots file {path}: chunk {c} missing")));
+            };
+            let start = c * len;
+            let from = (offset.saturating_sub(start) as usize).min(d.len());
+            let to = ((end - start) as usize).min(d.len());
+            out.extend_from_slice(&d[from..to.max(from)]);
+        }
+        Ok(Some(out))
     }
 
     /// The metadata and content of one complete roots file.
@@ -530,9 +577,8 @@ pub fn roots_records(tree: RootsTree, saltenv: &str, path: &str, mode: u32, cont
 }
 
 /// A file's content as the staged records of sync `sync` (what `cluster.sync_roots`
-/// proposes before its [`crate::format::RootsSync`]).
-#[cfg(test)]
-pub(crate) fn staged_records(sync: &[u8], tree: RootsTree, saltenv: &str, path: &str, mode: u32, content: &[u8]) -> Vec<Record> {
+/// and a gitfs update propose before their [`crate::format::RootsSync`]).
+pub fn staged_records(sync: &[u8], tree: RootsTree, saltenv: &str, path: &str, mode: u32, content: &[u8]) -> Vec<Record> {
     roots_records(tree, saltenv, path, mode, content)
         .into_iter()
         .filter_map(|r| match r {

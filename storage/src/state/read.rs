@@ -86,6 +86,9 @@ pub trait StateRead {
 
     /// Every complete roots file: (tree, saltenv, path, meta).
     fn roots_files(&self) -> Result<Vec<(RootsTree, String, String, RootsMeta)>>;
+
+    /// Every complete roots file of one tree: (tree, saltenv, path, meta).
+    fn roots_files_of(&self, tree: RootsTree) -> Result<Vec<(RootsTree, String, String, RootsMeta)>>;
 }
 
 impl StateRead for StateMachine {
@@ -145,5 +148,8 @@ impl StateRead for StateMachine {
     }
     fn roots_files(&self) -> Result<Vec<(RootsTree, String, String, RootsMeta)>> {
         StateMachine::roots_files(self)
+    }
+    fn roots_files_of(&self, tree: RootsTree) -> Result<Vec<(RootsTree, String, String, RootsMeta)>> {
+        StateMachine::roots_files_of(self, tree)
     }
 }

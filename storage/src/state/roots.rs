@@ -207,6 +207,9 @@ impl StateMachine {
                     }
                 }
                 tracing::info!(index, sync = %hex(&s.sync), files = s.files.len(), written = promote.len(), removed = s.remove.len(), "roots sync applied");
+                for c in &s.commits {
+                    tracing::info!(index, remote = %c.remote, saltenv = %c.saltenv, commit = %c.commit, "gitfs commit served");
+                }
             }
             Err(why) => tracing::warn!(index, sync = %hex(&s.sync), "roots sync not applied, nothing changed: {why}"),
         }

@@ -33,6 +33,7 @@ fn commit(sync: [u8; 16], files: &[(&str, &[u8])], remove: &[&str]) -> Record {
         trees: vec![RootsTree::File],
         files: files.iter().map(|(p, c)| sync_file(RootsTree::File, "base", p, 0o644, c)).collect(),
         remove: remove.iter().map(|p| tomb(p)).collect(),
+        commits: Vec::new(),
     })
 }
 
@@ -139,4 +140,21 @@ fn a_small_sync_in_one_entry_and_the_records_checks() {
     let good = commit(A, &[("new.sls", b"n")], &["gone.sls"]);
     let bytes = good.encode().unwrap();
     assert_eq!(Record::decode(&bytes).unwrap(), good);
+}
+
+/// A range of a file is read from the chunks that hold it, across chunk boundaries, and
+/// is empty past the end.
+#[test]
+fn a_range_reads_only_its_chunks() {
+    let sm = StateMachine::open_in_memory("roots-range").unwrap();
+    let len = crate::format::ROOTS_CHUNK_LEN;
+    let body: Vec<u8> = (0..len * 2 + len / 2).map(|i| (i % 251) as u8).collect();
+    let entries: Vec<(u64, Record)> = roots_records(RootsTree::Gitfs, "base", "k/big.bin", 0o644, &body).into_iter().enumerate().map(|(i, r)| (i as u64 + 1, r)).collect();
+    sm.apply(&entries).unwrap();
+    let range = |off: usize, max: usize| sm.roots_file_range(RootsTree::Gitfs, "base", "k/big.bin", off as u64, max as u64).unwrap().unwrap();
+    assert_eq!(range(0, 10), body[..10]);
+    assert_eq!(range(len - 3, 6), body[len - 3..len + 3], "across a chunk boundary");
+    assert_eq!(range(len, len * 5), body[len..], "to the end");
+    assert!(range(body.len(), 1).is_empty() && range(body.len() + 5, 1).is_empty());
+    assert_eq!(sm.roots_file_range(RootsTree::Gitfs, "base", "k/none", 0, 1).unwrap(), None);
 }

@@ -7,7 +7,7 @@
 use crate::support::*;
 
 /// Options a Salt master config may carry that Halite does not implement at these values.
-const UNIMPLEMENTED: &[&str] = &["fileserver_backend", "gitfs_remotes", "enable_ssh_minions", "require_minion_sign_messages", "ext_pillar"];
+const UNIMPLEMENTED: &[&str] = &["gitfs_remotes", "enable_ssh_minions", "require_minion_sign_messages", "ext_pillar"];
 
 /// A config with them: in `master` and in `master.d/extra.conf`, with a typo and
 /// `worker_threads`.
