@@ -28,6 +28,7 @@ mod hostile;
 mod locks;
 mod mine;
 mod orchestrate;
+mod package;
 mod publisher_acl;
 mod reactor;
 mod reactor_more;
