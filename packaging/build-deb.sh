@@ -5,6 +5,7 @@
 # /usr/bin, systemd units for salt-master and salt-api, /etc/salt/master with
 # /etc/salt/master.d/, and a `salt` system user that owns the master's directories.
 # Prints the path of the .deb. Needs dpkg-deb only (no cargo-deb, no network).
+# HALITE_DEB_COMPRESS picks dpkg-deb's compressor (default xz; the tests use none).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 bin="${1:?usage: build-deb.sh BIN_DIR OUT_DIR}"
@@ -32,5 +33,5 @@ sed -e "s/@VERSION@/$version/" -e "s/@ARCH@/$arch/" -e "s/@SIZE@/$size/" -e "s/@
 
 mkdir -p "$out"
 deb="$out/halite_${version}_${arch}.deb"
-dpkg-deb --root-owner-group --build "$stage" "$deb" >/dev/null
+dpkg-deb --root-owner-group -Z"${HALITE_DEB_COMPRESS:-xz}" --build "$stage" "$deb" >/dev/null
 echo "$deb"

@@ -34,12 +34,19 @@ fn purge() {
     run_ok(Command::new("dpkg").args(["--purge", "halite"]), Duration::from_secs(120));
 }
 
-/// Purges the package when the test ends, passed or not.
+/// The test's own config file in `/etc/salt/master.d`.
+const TEST_CONF: &str = "/etc/salt/master.d/test.conf";
+
+/// Purges the package when the test ends, passed or not (the test's config file first,
+/// so the purge leaves no `/etc/salt`).
 struct Installed;
 
 impl Drop for Installed {
     fn drop(&mut self) {
-        let _ = std::panic::catch_unwind(purge);
+        let _ = std::fs::remove_file(TEST_CONF);
+        if installed() {
+            let _ = std::panic::catch_unwind(purge);
+        }
     }
 }
 
@@ -61,7 +68,8 @@ fn the_debian_package_installs_serves_a_minion_and_purges() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/build-deb.sh");
     let bins = Path::new(SALT_KEY).parent().expect("bin dir");
-    let deb = run_ok(Command::new(&script).arg(bins).arg(tmp.path()), Duration::from_secs(600)).trim().to_string();
+    // Uncompressed: the test build's binaries carry their debug info.
+    let deb = run_ok(Command::new(&script).arg(bins).arg(tmp.path()).env("HALITE_DEB_COMPRESS", "none"), Duration::from_secs(600)).trim().to_string();
     let _installed = Installed;
     run_ok(Command::new("dpkg").args(["-i", &deb]), Duration::from_secs(300));
     assert!(installed());
@@ -80,7 +88,7 @@ fn the_debian_package_installs_serves_a_minion_and_purges() {
     // The unit's command as its user, on a loopback address of the test's own with
     // Salt's ports; the log file is the package's.
     let ip = one_ip();
-    std::fs::write("/etc/salt/master.d/test.conf", format!("interface: {ip}\nlog_level: info\n")).expect("master.d/test.conf");
+    std::fs::write(TEST_CONF, format!("interface: {ip}\nlog_level: info\n")).expect("master.d/test.conf");
     let log = tmp.path().join("master.out");
     let mut argv = exec.split_whitespace();
     let mut cmd = Command::new("runuser");
@@ -106,9 +114,10 @@ fn the_debian_package_installs_serves_a_minion_and_purges() {
     drop(minion);
     drop(master);
 
+    std::fs::remove_file(TEST_CONF).expect("the test's own master.d file");
     purge();
     assert!(!installed());
-    for p in ["/usr/bin/salt-master", "/etc/salt/master", "/etc/salt/pki/master", "/var/lib/salt/halite", "/lib/systemd/system/salt-master.service"] {
+    for p in ["/usr/bin/salt-master", "/etc/salt", "/var/lib/salt/halite", "/var/cache/salt", "/lib/systemd/system/salt-master.service"] {
         assert!(!Path::new(p).exists(), "{p} is gone after the purge");
     }
 }
