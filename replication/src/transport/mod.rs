@@ -289,6 +289,10 @@ impl TcpTransport {
         };
         let addr = self.route(addr);
         let (key, me, limits, refusals) = (self.key.clone(), self.id, self.limits, self.refusals.clone());
+        // `done` is answered exactly once: by the transfer, or here if its thread cannot
+        // start (the driver would otherwise wait for a transfer that never runs).
+        let done = std::sync::Arc::new(std::sync::Mutex::new(Some(done)));
+        let answer = done.clone();
         let spawned = std::thread::Builder::new().name(format!("raft-snap-{me}-{to}")).spawn(move || {
             let started = Instant::now();
             let r = snapshot_send::stream_snapshot(&key, me, to, addr, limits, &snap, &msg);
@@ -301,10 +305,15 @@ impl TcpTransport {
                     refusals.refuse(&addr.to_string(), e);
                 }
             }
-            done(r.map(|_| ()).map_err(SnapshotSendError::from));
+            if let Some(done) = answer.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                done(r.map(|_| ()).map_err(SnapshotSendError::from));
+            }
         });
         if let Err(e) = spawned {
             tracing::error!(to, "cannot start a snapshot transfer thread: {e}");
+            if let Some(done) = done.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                done(Err(SnapshotSendError::NoThread(e.to_string())));
+            }
         }
     }
 

@@ -38,6 +38,10 @@ pub enum SnapshotSendError {
     /// (`snapshot_send_failed`, or the handshake's own).
     #[error("{detail}")]
     Failed { reason: &'static str, detail: String },
+    /// No thread could be started for the transfer (the process is out of threads or
+    /// memory); the snapshot is offered again later.
+    #[error("cannot start a snapshot transfer thread: {0}")]
+    NoThread(String),
 }
 
 impl From<Refused> for SnapshotSendError {

@@ -108,16 +108,23 @@ fn a_job_published_through_one_member_reaches_minions_signed_in_to_another() {
     assert_eq!(c.envs[0].salt_json(&["*", "test.echo", "via-the-log"], 20), json!({"swarm-0": "via-the-log", "swarm-1": "via-the-log"}));
 }
 
+/// A real minion `id` signing in to the third member: its key pending on every member,
+/// accepted through the second, and the minion ready.
+pub(crate) fn real_minion_on_the_third(c: &Cluster, id: &str) -> Proc {
+    let third = &c.envs[2];
+    let minion = start_minion(&third.root, id, &format!("master: {}\nmaster_port: {}\n", third.ip, third.ret));
+    for env in &c.envs {
+        wait_for("the real minion's key pending on every member", 90, || env.ids("minions_pre") == [id]);
+    }
+    c.envs[1].ok(SALT_KEY, &["-a", id, "-y"]);
+    wait_minion_ready(&third.root, id, 1, 90);
+    minion
+}
+
 #[test]
 fn a_real_minion_signs_in_to_one_member_and_answers_jobs_published_through_another() {
     let c = three();
-    let third = &c.envs[2];
-    let _minion = start_minion(&third.root, "real-1", &format!("master: {}\nmaster_port: {}\n", third.ip, third.ret));
-    for env in &c.envs {
-        wait_for("the real minion's key pending on every member", 90, || env.ids("minions_pre") == ["real-1"]);
-    }
-    c.envs[1].ok(SALT_KEY, &["-a", "real-1", "-y"]);
-    wait_minion_ready(&third.root, "real-1", 1, 90);
+    let _minion = real_minion_on_the_third(&c, "real-1");
     wait_ping(&c.envs[0], "real-1", 90);
     assert_eq!(c.envs[1].salt_json(&["real-1", "test.echo", "through-the-second"], 20), json!({"real-1": "through-the-second"}));
 }

@@ -155,12 +155,7 @@ fn every_cluster_member_serves_the_commit_one_update_brought() {
     let readers = c.envs.iter().filter(|e| e.master_log().contains("gitfs update read")).count();
     assert_eq!(readers, 1, "the remotes are read by the leader only");
     let third = &c.envs[2];
-    let _minion = start_minion(&third.root, "real-1", &format!("master: {}\nmaster_port: {}\n", third.ip, third.ret));
-    for env in &c.envs {
-        wait_for("the real minion's key pending on every member", 90, || env.ids("minions_pre") == ["real-1"]);
-    }
-    c.envs[1].ok(SALT_KEY, &["-a", "real-1", "-y"]);
-    wait_minion_ready(&third.root, "real-1", 1, 90);
+    let _minion = crate::cluster::real_minion_on_the_third(&c, "real-1");
     wait_ping(third, "real-1", 90);
     assert_eq!(get_file(third, "real-1", "motd.txt", "base").as_deref(), Some("base v1\n"));
 
