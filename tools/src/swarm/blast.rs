@@ -92,11 +92,11 @@ impl Blast {
     /// when all have finished (the `blast` line). `master_pid`: whose process tree's CPU
     /// to report. Fails when they are not all armed within [`ARM_TIMEOUT`] (publishes
     /// that did not reach every minion).
-    pub async fn run(&self, master_pid: Option<u32>, members: usize) -> Result<(), String> {
+    pub async fn run(&self, master_pid: Option<u32>, members: usize) -> Result<(), NotArmed> {
         let deadline = Instant::now() + ARM_TIMEOUT;
         while self.armed.load(Ordering::Acquire) < members {
             if Instant::now() > deadline {
-                return Err(format!("only {} of {members} minions held {} publishes after {ARM_TIMEOUT:?}", self.armed.load(Ordering::Acquire), self.per_minion));
+                return Err(NotArmed { armed: self.armed.load(Ordering::Acquire), members, per_minion: self.per_minion });
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -120,4 +120,14 @@ impl Blast {
             "swarm_cpu_seconds": swarm1.cpu_seconds - swarm0.cpu_seconds}));
         Ok(())
     }
+}
+
+/// Not every minion held its publishes within [`ARM_TIMEOUT`] (publishes that did not
+/// reach every minion): the blast does not start.
+#[derive(Debug, thiserror::Error)]
+#[error("only {armed} of {members} minions held {per_minion} publishes after {ARM_TIMEOUT:?}")]
+pub struct NotArmed {
+    pub armed: usize,
+    pub members: usize,
+    pub per_minion: usize,
 }

@@ -576,7 +576,7 @@ pub async fn run(opts: Options) -> Result<()> {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
-            r = b.run(opts.master_pid, n - bad) => r.map_err(|e| Failure::new(e, 1))?,
+            r = b.run(opts.master_pid, n - bad) => r.map_err(|e| Failure::new(e.to_string(), 1))?,
         }
         emit(json!({"event": "done", "jobs": 0}));
         return Ok(());
