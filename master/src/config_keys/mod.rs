@@ -291,18 +291,8 @@ impl Report {
 
 /// The name of the user this process runs as (effective uid).
 pub fn current_user() -> Option<String> {
-    // SAFETY: geteuid cannot fail; getpwuid_r writes into the buffers given and their
-    // lengths; the name is copied out before they go.
-    unsafe {
-        let uid = libc::geteuid();
-        let mut pw: libc::passwd = std::mem::zeroed();
-        let mut buf = vec![0 as libc::c_char; 4096];
-        let mut out: *mut libc::passwd = std::ptr::null_mut();
-        if libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut out) != 0 || out.is_null() || pw.pw_name.is_null() {
-            return None;
-        }
-        Some(std::ffi::CStr::from_ptr(pw.pw_name).to_string_lossy().into_owned())
-    }
+    // SAFETY: geteuid has no preconditions.
+    crate::auth::publisher_acl::user_name(unsafe { libc::geteuid() })
 }
 
 /// Logs one warning per option of `cfg` not implemented at its value or unknown, and a

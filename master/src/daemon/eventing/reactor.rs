@@ -114,21 +114,14 @@ fn react(m: &Master, rt: &tokio::runtime::Handle, reactors: &Reactors, e: &Event
     let claim = Record::Reaction(Reaction { id: id.clone(), member: name.clone(), tag: e.tag.clone(), reactions: described.to_string().into_bytes(), time_ns: now_ns() });
     let mut entry = vec![claim];
     entry.extend(prepared.records);
-    let index = match m.node.propose(&entry) {
-        Ok(i) => i,
-        Err(err) => {
-            tracing::error!(tag = %e.tag, id = %id, "reactor: the reaction was not committed: {err}");
+    match claim_first(m, &entry, &id, &name) {
+        Claim::Ours => {}
+        Claim::Theirs => {
+            tracing::debug!(tag = %e.tag, id = %id, "reactor: another member reacted to this event first");
             return;
         }
-    };
-    match m.sm().reaction(&id) {
-        Ok(Some(c)) if c.index == index && c.member == name => {}
-        Ok(c) => {
-            tracing::debug!(tag = %e.tag, id = %id, claim = ?c, "reactor: another member reacted to this event first");
-            return;
-        }
-        Err(err) => {
-            tracing::error!(id = %id, "reactor: cannot read the reaction's claim: {err}");
+        Claim::Failed(err) => {
+            tracing::error!(tag = %e.tag, id = %id, "reactor: the reaction was not claimed: {err}");
             return;
         }
     }
@@ -143,5 +136,30 @@ fn react(m: &Master, rt: &tokio::runtime::Handle, reactors: &Reactors, e: &Event
         if let Some(err) = out.get("error") {
             tracing::error!(tag = %e.tag, "reactor: runner failed: {err}");
         }
+    }
+}
+
+/// Whose an entry that starts with a `reaction` claim turned out to be.
+pub(crate) enum Claim {
+    /// This member's entry applied first: it carries the rest out.
+    Ours,
+    /// Another member's entry for the same id applied first (this one was skipped).
+    Theirs,
+    /// Not committed, or the claim could not be read.
+    Failed(String),
+}
+
+/// Proposes `entry` (a `reaction` record for `id` by `member`, then what it does) and
+/// reads back which entry for `id` applied: the reactor's events and the schedule's
+/// firings are decided this way, once per cluster.
+pub(crate) fn claim_first(m: &Master, entry: &[Record], id: &str, member: &str) -> Claim {
+    let index = match m.node.propose(entry) {
+        Ok(i) => i,
+        Err(e) => return Claim::Failed(format!("not committed: {e}")),
+    };
+    match m.sm().reaction(id) {
+        Ok(Some(c)) if c.index == index && c.member == member => Claim::Ours,
+        Ok(_) => Claim::Theirs,
+        Err(e) => Claim::Failed(format!("cannot read the claim: {e}")),
     }
 }

@@ -13,19 +13,13 @@ use serde_json::{json, Value as J};
 
 use crate::admin::Command;
 use crate::daemon::admin::execute;
+use crate::daemon::eventing::reactor::{claim_first, Claim};
 use crate::daemon::live::Master;
 use crate::schedule::{firing_id, Job, Schedule};
 
 /// The user a scheduled run is recorded under: the master's own, as Salt records it.
 fn run_user() -> String {
-    // SAFETY: getpwuid returns a pointer into static storage or null; it is read at once.
-    unsafe {
-        let pw = libc::getpwuid(libc::geteuid());
-        if pw.is_null() || (*pw).pw_name.is_null() {
-            return "root".into();
-        }
-        std::ffi::CStr::from_ptr((*pw).pw_name).to_string_lossy().into_owned()
-    }
+    crate::config_keys::current_user().unwrap_or_else(|| "root".into())
 }
 
 fn now_s() -> u64 {
@@ -75,21 +69,14 @@ fn fire(m: &Master, job: &Job, at: u64) {
     let member = m.cfg.node_id();
     let described = json!([{ "name": job.name, "fun": format!("runner.{}", job.function), "args": job.request() }]);
     let claim = Record::Reaction(Reaction { id: id.clone(), member: member.clone(), tag: format!("salt/scheduler/{}", job.name), reactions: described.to_string().into_bytes(), time_ns: now_ns() });
-    let index = match m.node.propose(&[claim]) {
-        Ok(i) => i,
-        Err(e) => {
-            tracing::warn!(job = %job.name, at, "schedule: the firing was not committed: {e}");
-            return;
-        }
-    };
-    match m.sm().reaction(&id) {
-        Ok(Some(c)) if c.index == index && c.member == member => {}
-        Ok(_) => {
+    match claim_first(m, &[claim], &id, &member) {
+        Claim::Ours => {}
+        Claim::Theirs => {
             tracing::debug!(job = %job.name, at, "schedule: another member runs this firing");
             return;
         }
-        Err(e) => {
-            tracing::error!(job = %job.name, "schedule: cannot read the firing's claim: {e}");
+        Claim::Failed(e) => {
+            tracing::warn!(job = %job.name, at, "schedule: the firing was not claimed: {e}");
             return;
         }
     }
