@@ -47,7 +47,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Method, Request, Response};
@@ -297,12 +297,51 @@ async fn read_body(cfg: &ApiConfig, h: &hyper::HeaderMap, body: Incoming) -> Res
 }
 
 /// Reads a body of at most `max_request_body_size` bytes (413 past it).
-async fn read_raw(cfg: &ApiConfig, h: &hyper::HeaderMap, body: Incoming) -> Result<Bytes, ApiError> {
+///
+/// A refused body is read on and thrown away (at most [`DRAIN_BYTES`], for at most
+/// [`DRAIN_TIME`]) before the 413 goes out: a socket closed with unread bytes in it is
+/// reset, and the reset can reach the client before it has read the answer.
+async fn read_raw(cfg: &ApiConfig, h: &hyper::HeaderMap, mut body: Incoming) -> Result<Bytes, ApiError> {
     let too_large = || ApiError::new(413, format!("Request Entity Too Large: the body is larger than {} bytes (rest_cherrypy:max_request_body_size)", cfg.max_body));
     if let Some(len) = h.get(hyper::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok()) {
         if len > cfg.max_body as u64 {
+            // A client that waits for `100 Continue` has sent nothing yet: answer at once.
+            let waits = h.get(hyper::header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+            if !waits {
+                drain(body).await;
+            }
             return Err(too_large());
         }
     }
-    Ok(Limited::new(body, cfg.max_body).collect().await.map_err(|e| if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() { too_large() } else { ApiError::new(400, format!("reading the body: {e}")) })?.to_bytes())
+    let mut read = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ApiError::new(400, format!("reading the body: {e}")))?;
+        if let Some(data) = frame.data_ref() {
+            if read.len() + data.len() > cfg.max_body {
+                drain(body).await;
+                return Err(too_large());
+            }
+            read.extend_from_slice(data);
+        }
+    }
+    Ok(read.freeze())
+}
+
+/// The most of a refused body read and thrown away before its 413 is sent.
+pub const DRAIN_BYTES: usize = 8 << 20;
+/// The longest a refused body is read for before its 413 is sent.
+pub const DRAIN_TIME: Duration = Duration::from_secs(2);
+
+/// Reads `body` to its end and throws it away, within [`DRAIN_BYTES`] and [`DRAIN_TIME`].
+async fn drain(mut body: Incoming) {
+    let mut seen = 0usize;
+    let _ = tokio::time::timeout(DRAIN_TIME, async {
+        while let Some(Ok(frame)) = body.frame().await {
+            seen += frame.data_ref().map_or(0, |d| d.len());
+            if seen > DRAIN_BYTES {
+                break;
+            }
+        }
+    })
+    .await;
 }

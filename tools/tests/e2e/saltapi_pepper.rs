@@ -147,9 +147,12 @@ fn hostile_input_on_the_other_doors_gets_a_clear_4xx() {
     for path in ["/run", "/token", "/login", "/keys", "/hook/x"] {
         let (status, r) = post_json(api, path, "[{\"client\": ");
         assert_eq!(status, if path == "/hook/x" { 401 } else { 400 }, "{path}: {r}");
+        // Refused before it is read: each of several tries gets its answer, none a reset.
         let big = format!("[\"{}\"]", "x".repeat(70_000));
-        let (status, r) = post_json(api, path, &big);
-        assert_eq!(status, if path == "/hook/x" { 401 } else { 413 }, "{path}: {r}");
+        for _ in 0..8 {
+            let (status, r) = post_json(api, path, &big);
+            assert_eq!(status, if path == "/hook/x" { 401 } else { 413 }, "{path}: {r}");
+        }
     }
     let token = api.token("fred", "s3cret");
     let hdr = format!("X-Auth-Token: {token}");
