@@ -29,7 +29,7 @@ pub fn hold_data_dir(cfg: &MasterConfig) -> crate::error::Result<DirLock> {
     let named_by = std::time::Instant::now() + UNNAMED_HOLDER_WAIT;
     let holder: Option<Holder> = loop {
         match DirLock::try_acquire(dir, MASTER_ROLE)? {
-            Attempt::Held(l) => return Ok(l),
+            Attempt::Held(l) => return checked(l, dir),
             Attempt::Busy(Some(h)) => break Some(h),
             // Between its flock and its line: the holder names itself at once.
             Attempt::Busy(None) if std::time::Instant::now() < named_by => std::thread::sleep(std::time::Duration::from_millis(10)),
@@ -43,6 +43,14 @@ pub fn hold_data_dir(cfg: &MasterConfig) -> crate::error::Result<DirLock> {
     tracing::warn!("{who} holds {}: waiting for it to finish before starting", dir.display());
     let held = DirLock::acquire(dir, MASTER_ROLE)?;
     tracing::info!("{} is free: starting", dir.display());
+    checked(held, dir)
+}
+
+/// The held directory once its format stamp is checked (`halite_storage::data_format`).
+fn checked(held: DirLock, dir: &std::path::Path) -> crate::error::Result<DirLock> {
+    if halite_storage::data_format::check(dir)? == halite_storage::data_format::Found::Stamped {
+        tracing::info!("{}: stamped data format {}", dir.display(), halite_storage::data_format::CURRENT);
+    }
     Ok(held)
 }
 

@@ -298,9 +298,14 @@ pub fn read_header(buf: &[u8]) -> Result<Header> {
         return Err(bad(0, format!("magic {:02x}{:02x}, expected 484c (\"HL\")", buf[0], buf[1])));
     }
     if buf[2] != VERSION {
-        return Err(bad(2, format!("unknown format version {} (this build reads version {VERSION})", buf[2])));
+        let newer = if buf[2] > VERSION { ": a record of a newer Halite; run a release that knows it (docs/operations.md, \"Upgrading a cluster\")" } else { "" };
+        return Err(bad(2, format!("unknown format version {} (this build reads version {VERSION}){newer}", buf[2])));
     }
-    let kind = RecordKind::from_u8(buf[3]).ok_or_else(|| bad(3, format!("unknown record kind {}", buf[3])))?;
+    let kind = RecordKind::from_u8(buf[3]).ok_or_else(|| {
+        let newest = RecordKind::ALL.iter().map(|k| *k as u8).max().unwrap_or(0);
+        let newer = if buf[3] > newest { ": a record of a newer Halite; run a release that knows it (docs/operations.md, \"Upgrading a cluster\")" } else { "" };
+        bad(3, format!("unknown record kind {} (this build knows kinds up to {newest}){newer}", buf[3]))
+    })?;
     let len = u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]]) as usize;
     if len > MAX_PAYLOAD_LEN {
         return Err(bad(4, format!("payload length {len} exceeds the {MAX_PAYLOAD_LEN}-byte limit")));

@@ -21,6 +21,7 @@
 //! | [`compaction`]| the compaction policy and compacting the log through a snapshot |
 //! | [`flock`]     | Salt's `flock` writer lock, taken with a bounded wait        |
 //! | [`dirlock`]   | the data directory's owner lock (the master, or one offline tool) |
+//! | [`data_format`] | the data directory's format stamp, checked before anything is opened |
 //! | [`mmap_cache`]| the MmapCache file engine (Salt's `mmap_cache.py` format) |
 //! | [`keys`]      | key view drivers `localfs_key` and `mmap_key`             |
 //! | [`roots`]     | the roots materialiser                                    |
@@ -29,6 +30,7 @@
 
 pub mod compaction;
 pub mod context;
+pub mod data_format;
 pub mod dirlock;
 pub mod entry;
 pub mod error;

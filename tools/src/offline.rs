@@ -27,7 +27,10 @@ pub fn no_master(hint: Option<&str>) -> Failure {
 pub fn hold(cfg: &MasterConfig, role: &str, online: Option<&str>) -> Result<DirLock> {
     let dir = &cfg.halite_data_dir;
     match DirLock::try_acquire(dir, role)? {
-        Attempt::Held(l) => Ok(l),
+        Attempt::Held(l) => {
+            halite_storage::data_format::check(dir)?;
+            Ok(l)
+        }
         Attempt::Busy(Some(h)) if h.is_master() => {
             let alt = online.map(|o| format!("; {o}")).unwrap_or_default();
             Err(Failure::new(format!("{h} holds {}: `{role}` works only on a stopped master's data directory{alt}", dir.display()), 1))

@@ -116,6 +116,13 @@ fn check(creds: &Credentials, id: u64, who: &str, got: &[u8; PROVE_LEN], want_pr
 /// The id a hello names, if it is a hello.
 fn hello_id(h: &[u8; HELLO_LEN]) -> Result<u64, Refused> {
     if &h[..4] != MAGIC {
+        // `HLP` and another digit: a member of a release with another peer protocol.
+        if h[..3] == MAGIC[..3] && h[3].is_ascii_digit() {
+            return Err(Refused::new(
+                "peer_version",
+                format!("a member speaking peer protocol {} (this member speaks {}): members of a cluster must run releases that share a peer protocol (docs/operations.md, \"Upgrading a cluster\")", h[3] as char, MAGIC[3] as char),
+            ));
+        }
         return Err(Refused::new("bad_hello", "not a peer hello (wrong magic)"));
     }
     let mut id = [0u8; 8];

@@ -106,6 +106,13 @@ fn a_wrong_proof_fails_the_handshake_and_a_wrong_member_is_not_spoken_to() {
     s.write_all(&[0u8; handshake::PROVE_LEN]).unwrap();
     wait_until("the bad proof is refused", 10, || b.refused("bad_proof") == 1);
     assert!(closed(&mut s));
+    // A hello of another peer protocol: refused as such.
+    let mut s = TcpStream::connect(b.local_addr()).unwrap();
+    let mut other = hello;
+    other[3] = b'4';
+    s.write_all(&other).unwrap();
+    wait_until("the other protocol is refused", 10, || b.refused("peer_version") == 1);
+    assert!(closed(&mut s));
     // Not a hello at all.
     let mut s = TcpStream::connect(b.local_addr()).unwrap();
     s.write_all(&[b'G'; handshake::HELLO_LEN]).unwrap();

@@ -22,6 +22,7 @@ mod attacks;
 mod batch;
 mod config_check;
 mod file_recv;
+mod formats;
 mod files_pillar;
 mod gitfs;
 mod hostile;
