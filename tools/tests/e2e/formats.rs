@@ -1,10 +1,11 @@
 //! Data written by a real master of data format 1 (`halite_storage::data_format`) opens
 //! with this build: `testdata/formats/1/` holds a lone master's directories after an
 //! ordinary week with a real salt-minion 3008.5 (keys accepted, pending, rejected and
-//! deleted; jobs and returns; a pushed file; mine, grains and pillar; a scheduled run; a
-//! snapshot, then more entries). This build verifies its log, decodes every record kind
-//! in it, rebuilds the key view and the pushed files from the state alone, serves the
-//! jobs and keys as they were, and the minion signs in again with the key it had.
+//! deleted; jobs and returns; a master-driven batch; a pushed file; mine, grains and
+//! pillar; a scheduled run; a salt-api login (its record decoded: the token itself expires); a snapshot, then more entries). This build
+//! verifies its log, decodes every record kind in it, rebuilds the key view and the
+//! pushed files from the state alone, serves the jobs and keys as they were, serves
+//! salt-api in front of it, and the minion signs in again with the key it had.
 //!
 //! The fixture is written by [`write_the_format_1_fixture`] (ignored; run it with
 //! `HALITE_FORMAT_FIXTURE_OUT=<dir>` only when a new data format is introduced, into a
@@ -16,6 +17,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::saltapi::{api_conf, Api};
 use crate::support::*;
 
 /// The master's config in the fixture and when it is opened again.
@@ -25,6 +27,22 @@ const MINION_EXTRA: &str = "mine_functions:\n  test.arg:\n    - format-1\n";
 /// What the fixture keeps of a master's root (the rest is config and logs).
 const KEPT: [&str; 5] = ["data", "pki", "cache/minions", "srv", "m1/pki"];
 const PUSHED: &str = "pushed in data format 1\n";
+/// The salt-api token's life (a login's record is in the fixture; the token itself
+/// expires, so it is decoded, not used).
+const TOKEN_EXPIRE: u64 = 43_200;
+
+/// A master's environment with the fixture's config and salt-api's, and salt-api's port.
+fn master_env() -> (Env, u16) {
+    let ip = one_ip();
+    let port = port_free_on(&[&ip]);
+    let env = Env::master(&ip, "localfs_key", MASTER_EXTRA);
+    env.append_conf(&api_conf(&env.root, &ip, port, TOKEN_EXPIRE));
+    (env, port)
+}
+
+fn api(env: &Env, port: u16) -> Api {
+    Api::start(&env.root.join("conf"), &env.root.join("salt-api.log"), &env.ip, port)
+}
 
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/formats/1")
@@ -50,7 +68,7 @@ fn lookup(env: &Env, jid: &str) -> Value {
 #[test]
 fn a_data_directory_of_format_1_opens_and_serves_with_this_build() {
     let expected: Value = json(&std::fs::read_to_string(fixture().join("expected.json")).expect("expected.json"));
-    let env = Env::master(&one_ip(), "localfs_key", MASTER_EXTRA);
+    let (env, port) = master_env();
     untar(&fixture().join("data.tar.gz"), &env.root);
     assert_eq!(std::fs::read_to_string(env.root.join("data/FORMAT")).expect("the fixture's stamp"), "halite-data-format 1\n");
 
@@ -85,6 +103,9 @@ fn a_data_directory_of_format_1_opens_and_serves_with_this_build() {
     for (jid, ret) in expected["jobs"].as_object().expect("jobs") {
         assert_eq!(lookup(env, jid), json!({ "m1": ret }), "{jid}");
     }
+    // salt-api serves in front of it.
+    let token = api(env, port).token("fred", "s3cret");
+    assert_eq!(api(env, port).call("GET", "/keys", &token, None).1["return"]["minions"], json!(["m1"]));
     let files = env.runner(&["fileserver.file_list"]);
     assert!(files.as_array().is_some_and(|f| f.contains(&json!("hello.sls"))), "{files}");
     // m1 signs in with the key it had (no acceptance asked) and answers.
@@ -99,7 +120,7 @@ fn a_data_directory_of_format_1_opens_and_serves_with_this_build() {
 #[ignore = "writes a fixture; run by hand when a data format is introduced"]
 fn write_the_format_1_fixture() {
     let out = PathBuf::from(std::env::var("HALITE_FORMAT_FIXTURE_OUT").expect("HALITE_FORMAT_FIXTURE_OUT"));
-    let env = Env::master(&one_ip(), "localfs_key", MASTER_EXTRA);
+    let (env, port) = master_env();
     for (path, body) in [
         ("srv/salt/top.sls", "base:\n  '*':\n    - hello\n"),
         ("srv/salt/hello.sls", "hello:\n  test.succeed_without_changes: []\n"),
@@ -125,6 +146,9 @@ fn write_the_format_1_fixture() {
     std::fs::write(&src, PUSHED).expect("write");
     assert_eq!(env.salt_json(&["m1", "cp.push", src.to_str().expect("utf-8")], 60), json!({"m1": true}));
     assert_eq!(env.salt_json(&["m1", "mine.update"], 60), json!({"m1": true}));
+    let batch = env.salt(&["--async", "--batch", "1", "m1", "test.ping"], 60);
+    assert!(batch.status.success(), "{batch:?}");
+    api(&env, port).token("fred", "s3cret");
     wait_for("a scheduled run", 60, || env.runner(&["jobs.list_jobs"]).as_object().is_some_and(|j| j.values().any(|j| j["Function"] == "runner.manage.present")));
     master.stop();
     // A snapshot, then more entries after it.
