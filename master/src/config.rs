@@ -25,6 +25,7 @@
 //! | `halite_new_publish_key_at_start` | False | a lone master writes a new publish key generation at every start, as Salt makes one (`daemon::publish_key`; for comparisons) |
 //! | `halite_pub_fanout_capacity` | 1024 | publishes held between the daemon and their fan-out to the subscribers' queues on `publish_port` (about 40 bytes a slot, reserved at start); when full, publishing waits for the fan-out, nothing is dropped (`daemon::sockets`) |
 //! | `halite_log_max_bytes` | 268435456 (256 MiB) | compact the log (snapshot + drop the history) when its files exceed this; `0` or `null`: no byte limit |
+//! | `halite_min_free_bytes` | 268435456 (256 MiB) | free space kept on `halite_data_dir`'s filesystem: under it, writes are refused and the member pauses until space is freed (docs/operations.md "A full disk"); `0` or `null`: none kept |
 //! | `halite_cluster_pin_founders` | False | a cluster is founded only once every founder's member key is in `cluster_pki_dir/peers/`, and a founder is admitted only under that key until the log holds it (hardening; by default `cluster_secret` authenticates a founder, as in Salt: `memberkey`) |
 //!
 //! Salt's `pub_hwm` (default 1000) bounds the publishes queued per subscriber on
@@ -35,6 +36,10 @@
 //! `null` turns the entry limit off). See `halite_storage::compaction`.
 
 use std::collections::BTreeMap;
+
+/// `halite_min_free_bytes`'s default: room for RocksDB's flushes and compactions and
+/// the log's next files.
+pub const DEFAULT_MIN_FREE_BYTES: u64 = 256 << 20;
 use std::path::{Path, PathBuf};
 
 use serde_yaml::{Mapping, Value};
@@ -105,6 +110,8 @@ pub struct MasterConfig {
     pub halite_max_inflight_bytes: usize,
     /// When the log is compacted (`cluster_max_log_size`, `halite_log_max_bytes`).
     pub compaction: halite_storage::compaction::CompactionLimits,
+    /// Free space kept on the data directory's filesystem (0: none).
+    pub halite_min_free_bytes: u64,
     /// Most pending keys kept; a new id beyond it is answered `full` (0 = no cap).
     pub halite_max_pending_keys: u64,
     /// Publishes queued per subscriber before further ones are dropped for it.
@@ -292,6 +299,7 @@ impl MasterConfig {
                 max_bytes: r.limit("halite_log_max_bytes", halite_storage::compaction::DEFAULT_MAX_BYTES)?,
                 min_entries: halite_storage::compaction::DEFAULT_MIN_ENTRIES,
             },
+            halite_min_free_bytes: r.limit("halite_min_free_bytes", DEFAULT_MIN_FREE_BYTES)?.unwrap_or(0),
             halite_max_pending_keys: r.uint("halite_max_pending_keys", 10_000)?,
             pub_hwm: r.uint("pub_hwm", 1000)?.clamp(1, 1 << 20) as usize,
             halite_pub_fanout_capacity: r.uint("halite_pub_fanout_capacity", 1024)?.clamp(1, 1 << 20) as usize,

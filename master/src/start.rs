@@ -74,7 +74,7 @@ pub struct PeerLink {
 /// [`PeerLink`] beside it.
 pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> Result<(Node, Option<PeerLink>), halite_replication::NodeError> {
     let Some(plan) = cluster_plan(cfg)? else {
-        let node = Node::start(&data_dir(cfg), views, NodeConfig { tap, compaction: cfg.compaction, ..Default::default() })?;
+        let node = Node::start(&data_dir(cfg), views, NodeConfig { tap, compaction: cfg.compaction, min_free_bytes: cfg.halite_min_free_bytes, ..Default::default() })?;
         return Ok((node, None));
     };
     // This member's raft id: that of its name, or of a later incarnation once it joined
@@ -166,6 +166,7 @@ pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> 
         max_election_tick: election_ticks(cfg.cluster_election_ms.1),
         // Recorded in the log's key book by the node if the book lacks it (`memberkey`).
         member_key: Some(creds.member.public()),
+        min_free_bytes: cfg.halite_min_free_bytes,
         ..Default::default()
     };
     let node = Node::start_peered(&data_dir(cfg), views, ncfg, transport.clone(), mailbox)?;

@@ -52,6 +52,17 @@ impl Error {
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         Error::Io { context: context.into(), source }
     }
+
+    /// Whether the error is a full filesystem (or a spent quota): a write that may
+    /// succeed once space is freed.
+    pub fn is_no_space(&self) -> bool {
+        match self {
+            Error::Io { source, .. } => crate::space::is_no_space(source),
+            Error::RaftEngine(raft_engine::Error::TryAgain(_)) => true,
+            Error::RaftEngine(raft_engine::Error::Io(e)) => crate::space::is_no_space(e),
+            _ => false,
+        }
+    }
 }
 
 /// Adds a description of what was being done to an I/O error.

@@ -18,6 +18,7 @@
 //! | [`tail`]      | torn-tail detection and repair before the log opens       |
 //! | [`state`]     | the RocksDB state machine, apply, checkpoints, digest     |
 //! | [`snapshot`]  | snapshots: build, transfer chunks, receive, install, recover |
+//! | [`space`]     | free space on the data directory's filesystem              |
 //! | [`compaction`]| the compaction policy and compacting the log through a snapshot |
 //! | [`flock`]     | Salt's `flock` writer lock, taken with a bounded wait        |
 //! | [`dirlock`]   | the data directory's owner lock (the master, or one offline tool) |
@@ -46,6 +47,7 @@ pub mod record;
 pub mod roots;
 pub mod roots_pushed;
 pub mod snapshot;
+pub mod space;
 pub mod state;
 pub mod tail;
 pub mod views;

@@ -90,6 +90,7 @@ pub(super) fn start(log: RaftLog, sm: Arc<StateMachine>, mut views: Views, cfg: 
         o.take_snapshots(driver::snapshots::inbox(s.clone(), tx.clone()));
     }
     let membership = Membership::new(cfg.id, cfg.auto_promote, announce, book.clone());
+    let min_free_bytes = cfg.min_free_bytes;
     let d = Driver::new(Parts {
         core: Core { raw, log: log.clone(), sm: sm.clone(), leader: leader.clone(), solo },
         views,
@@ -101,7 +102,7 @@ pub(super) fn start(log: RaftLog, sm: Arc<StateMachine>, mut views: Views, cfg: 
         cfg,
     });
     let thread = driver::spawn(d, rx)?;
-    Ok(Node { tx, thread: Some(thread), sm, log, leader, id, book, incarnation, status })
+    Ok(Node { tx, thread: Some(thread), sm, log, leader, id, book, incarnation, status, min_free_bytes })
 }
 
 /// Refuses a state machine **ahead of its log**: one that has applied an index the log

@@ -117,6 +117,10 @@ pub enum NodeError {
     Busy(usize),
     #[error("the node has stopped: {0}")]
     Stopped(String),
+    /// The data directory's filesystem has less free space than the node keeps in
+    /// reserve: nothing is written until space is freed.
+    #[error("the data directory's filesystem has {free} bytes free, under the {reserve} it keeps free (halite_min_free_bytes): writes are refused until space is freed")]
+    DiskFull { free: u64, reserve: u64 },
     #[error(transparent)]
     Storage(#[from] StorageError),
     #[error("raft: {0}")]
@@ -165,6 +169,9 @@ pub struct NodeConfig {
     /// key book by the node itself when the book lacks it (`member_keys.rs`). `None`:
     /// never recorded (a node without an identity).
     pub member_key: Option<[u8; 32]>,
+    /// Bytes kept free on the log's filesystem: under this, the node writes nothing
+    /// (`driver/space.rs`). 0: no reserve.
+    pub min_free_bytes: u64,
 }
 
 /// What a [`Tap`] calls: the log index and the record.
@@ -197,6 +204,7 @@ impl Default for NodeConfig {
             auto_promote: true,
             compaction: CompactionLimits::default(),
             member_key: None,
+            min_free_bytes: 0,
         }
     }
 }
@@ -308,6 +316,8 @@ pub struct Node {
     book: AddressBook,
     incarnation: u64,
     status: NodeStatus,
+    /// `NodeConfig::min_free_bytes`, for the error of a refused proposal.
+    min_free_bytes: u64,
 }
 
 /// Membership operations on a running node, usable from any thread.
@@ -480,6 +490,9 @@ impl Node {
             let _ = reply.send(self.sm.applied_index().map_err(Into::into));
             return Ok(Pending { rx });
         }
+        if let Some(free) = self.status.disk_full() {
+            return Err(NodeError::DiskFull { free, reserve: self.min_free_bytes });
+        }
         let data = Record::encode_batch(records).map_err(|e| NodeError::Refused(e.to_string()))?;
         self.tx.send(Msg::Propose(Proposal { data, records: records.len(), reply })).map_err(|_| NodeError::Stopped("node thread is gone".into()))?;
         self.status.count_proposal();
@@ -523,6 +536,7 @@ impl Node {
     }
 
     fn shutdown(&mut self) {
+        self.status.ask_stop();
         let _ = self.tx.send(Msg::Stop);
         if let Some(t) = self.thread.take() {
             let _ = t.join();

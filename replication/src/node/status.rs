@@ -102,6 +102,9 @@ pub struct Status {
     pub peers: Vec<PeerProgress>,
     /// Views that failed and wait to be recovered (`faults.rs`).
     pub dirty_views: Vec<&'static str>,
+    /// The data directory's free bytes while they are under the reserve
+    /// (`NodeConfig::min_free_bytes`): writes are refused (`driver/space.rs`).
+    pub disk_full: Option<u64>,
 }
 
 impl Status {
@@ -116,6 +119,10 @@ struct Shared {
     ready: AtomicBool,
     proposals: AtomicU64,
     view_errors: AtomicU64,
+    /// Free bytes of the data directory while under the reserve; `u64::MAX`: not full.
+    disk_free: AtomicU64,
+    /// A stop was asked: a write being retried on a full disk gives up.
+    stopping: AtomicBool,
 }
 
 /// A node's status, shared between its driver thread (which publishes it) and any
@@ -136,6 +143,8 @@ impl NodeStatus {
             ready: AtomicBool::new(false),
             proposals: AtomicU64::new(0),
             view_errors: AtomicU64::new(0),
+            disk_free: AtomicU64::new(u64::MAX),
+            stopping: AtomicBool::new(false),
         }))
     }
 
@@ -157,6 +166,24 @@ impl NodeStatus {
     /// View writes that failed since the node started.
     pub fn view_errors(&self) -> u64 {
         self.0.view_errors.load(Ordering::Relaxed)
+    }
+
+    /// The data directory's free bytes while they are under the reserve: writes are
+    /// refused (one atomic load, for the proposal path).
+    pub fn disk_full(&self) -> Option<u64> {
+        Some(self.0.disk_free.load(Ordering::Acquire)).filter(|f| *f != u64::MAX)
+    }
+
+    pub(in crate::node) fn set_disk_full(&self, free: Option<u64>) {
+        self.0.disk_free.store(free.map_or(u64::MAX, |f| f.min(u64::MAX - 1)), Ordering::Release);
+    }
+
+    pub(super) fn ask_stop(&self) {
+        self.0.stopping.store(true, Ordering::Release);
+    }
+
+    pub(in crate::node) fn stop_asked(&self) -> bool {
+        self.0.stopping.load(Ordering::Acquire)
     }
 
     pub(super) fn count_proposal(&self) {

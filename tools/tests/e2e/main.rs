@@ -23,6 +23,7 @@ mod batch;
 mod config_check;
 mod file_recv;
 mod formats;
+mod full_disk;
 mod files_pillar;
 mod gitfs;
 mod hostile;

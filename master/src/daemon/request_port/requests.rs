@@ -26,7 +26,9 @@
 //! A reply is sent only after its records are committed and applied, so an
 //! acknowledged key change or return is durable, and a sign-in's answer is what the
 //! log decided, never what a lagging member read. If the commit fails the minion gets
-//! `"bad load"` and nothing else happens.
+//! `"bad load"` and nothing else happens; if it is refused for want of disk space
+//! (`halite_min_free_bytes`) the request is not answered, so the minion sends it again
+//! after its timeout.
 
 use std::sync::Arc;
 
@@ -168,8 +170,15 @@ async fn settle(master: &Arc<Master>, body: Bytes) -> Option<(String, bool, Vec<
     let mut round = 1;
     loop {
         if let Err(e) = commit(master, &out).await {
-            tracing::error!(cmd = %out.cmd, id = %out.id, "records not committed: {e}; answering bad load");
             master.release(&granted);
+            if let halite_replication::NodeError::DiskFull { .. } = e {
+                // Nothing written, and no answer: the minion sends the request again
+                // when its timeout passes (a job return answered with Salt's retry
+                // answer is not sent again).
+                crate::metrics::refuse(crate::metrics::Port::Request, &out.id, "disk_full", &e);
+                return None;
+            }
+            tracing::error!(cmd = %out.cmd, id = %out.id, "records not committed: {e}; answering bad load");
             return Some((String::new(), false, envelope::bad_load()));
         }
         if !out.recheck || out.applied_as_decided(master.as_ref()) {

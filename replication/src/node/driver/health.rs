@@ -23,6 +23,10 @@ impl Driver {
         self.recover_views();
         let applied = self.core.raw.raft.raft_log.applied;
         let ready = self.health.readiness.turn(&mut self.core.raw, applied);
+        // Holding for want of space, a member of a group falls behind it: not ready. A
+        // lone master's state stays current.
+        let cut_off = self.space.held().is_some() && self.core.raw.raft.prs().conf().voters().ids().len() > 1;
+        let ready = ready && !cut_off;
         let r = &self.core.raw.raft;
         let leader = (r.leader_id != raft::INVALID_ID).then_some(r.leader_id);
         let peers = if r.state == StateRole::Leader {
@@ -46,6 +50,7 @@ impl Driver {
             ready,
             peers,
             dirty_views: self.health.faults.dirty(),
+            disk_full: self.space.held(),
         };
         self.health.status.publish(status);
     }

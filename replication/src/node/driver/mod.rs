@@ -18,6 +18,10 @@
 //! 6. publish the node's status, readiness, and recover dirty views when due
 //!    (`health.rs`, `faults.rs`).
 //!
+//! While the data directory's filesystem is under its reserve the turn is cut short:
+//! proposals are refused, raft messages dropped, raft neither ticked nor asked for a
+//! `Ready` (`space.rs`).
+//!
 //! This file holds the [`Driver`], its parts ([`Core`]: raft and the log and state
 //! machine, [`Derived`]: the views, [`Peers`]: the transport and the group) and its loop;
 //! each other step is a file of this folder adding its methods to the driver
@@ -35,6 +39,7 @@ pub(super) mod faults;
 pub(super) mod health;
 pub(super) mod member_keys;
 pub(super) mod snapshots;
+pub(super) mod space;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -79,6 +84,8 @@ pub(super) struct Driver {
     pub(super) proposals: Proposals,
     /// The status readers see, readiness and dirty views (`health.rs`, `faults.rs`).
     pub(super) health: Health,
+    /// The reserve of free space, and whether the node holds for want of it (`space.rs`).
+    pub(super) space: space::Space,
     /// This driver's own channel: work done off the driver thread (a snapshot sent, a
     /// snapshot built for a compaction) reports its end on it.
     pub(super) self_tx: Sender<Msg>,
@@ -164,7 +171,9 @@ impl Driver {
         // A forward the leader dropped is handed over again after three election
         // timeouts (the state machine applies a proposal at most once).
         let resubmit_after = cfg.tick * (3 * cfg.election_tick.max(1)) as u32;
+        let space = space::Space::new(core.log.dir().to_path_buf(), cfg.min_free_bytes);
         Driver {
+            space,
             proposals: Proposals::new(cfg.id, incarnation, cfg.propose_timeout, resubmit_after),
             core,
             derived: Derived { views, dirty_to: None, synced_at: Instant::now() },
@@ -183,12 +192,15 @@ impl Driver {
         self.publish_member_keys();
         self.campaign_if_solo()?;
         loop {
+            let holding = self.space_holds();
             let timeout = next_tick.saturating_duration_since(Instant::now());
             let first = match rx.recv_timeout(timeout) {
                 Ok(m) => Some(m),
                 Err(RecvTimeoutError::Timeout) => {
                     // Idle: make the views durable now.
-                    self.sync_views(true)?;
+                    if !holding {
+                        self.sync_views(true)?;
+                    }
                     None
                 }
                 Err(RecvTimeoutError::Disconnected) => {
@@ -209,6 +221,8 @@ impl Driver {
                     group.push(p);
                 }
                 Msg::Member(c) => members.push(c),
+                // Holding for want of space: cut off from the group (`space.rs`).
+                Msg::Raft(_) if holding => {}
                 Msg::Raft(m) => {
                     if let Err(e) = raw.step(*m) {
                         tracing::debug!("raft message not stepped: {e}");
@@ -232,6 +246,22 @@ impl Driver {
             }
             for b in built {
                 self.compacted(*b)?;
+            }
+            if holding {
+                for p in group {
+                    let _ = p.reply.send(Err(self.disk_full()));
+                }
+                for c in members {
+                    let _ = c.into_proposal().1.send(Err(self.disk_full()));
+                }
+                self.proposals.expire();
+                next_tick = Instant::now() + self.cfg.tick;
+                self.end_turn();
+                if stop {
+                    self.proposals.fail_all("the node is stopping");
+                    return Ok(());
+                }
+                continue;
             }
             for p in group {
                 self.proposals.enqueue(Payload::Records(p.data), p.reply);
@@ -326,13 +356,13 @@ impl Driver {
             self.install_snapshot(rd.snapshot())?;
         }
         self.apply(rd.take_committed_entries())?;
-        self.core.log.append(rd.entries(), rd.hs(), None, rd.must_sync())?;
+        self.persist(rd.entries(), rd.hs(), None, rd.must_sync())?;
         self.send(rd.take_persisted_messages());
         let mut light = self.core.raw.advance(rd);
         if let Some(commit) = light.commit_index() {
             let mut hs = self.core.log.hard_state()?;
             hs.commit = commit;
-            self.core.log.append(&[], Some(&hs), None, false)?;
+            self.persist(&[], Some(&hs), None, false)?;
         }
         self.send(light.take_messages());
         self.apply(light.take_committed_entries())?;

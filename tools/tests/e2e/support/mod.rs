@@ -39,6 +39,7 @@ mod masters;
 mod minions;
 mod net;
 mod process;
+mod disk;
 mod proxy;
 
 pub use env::*;
@@ -47,6 +48,7 @@ pub use masters::*;
 pub use minions::*;
 pub use net::*;
 pub use process::*;
+pub use disk::*;
 pub use proxy::*;
 
 use std::path::{Path, PathBuf};
