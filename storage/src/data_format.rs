@@ -1,9 +1,9 @@
 //! The data directory's format stamp: `<halite_data_dir>/FORMAT`.
 //!
 //! One line, ASCII: `halite-data-format N\n`, where `N` (decimal) names the layout of
-//! everything in the directory: the log's entries and records (`docs/formats.md` §1–2),
-//! the state machine's column families and keys (§3) and the snapshots (§5). A release
-//! that changes any of them in a way an older build cannot read raises [`CURRENT`].
+//! everything in the directory (`docs/formats.md` §1–§5: the log's entries and
+//! records, the state machine's column families and keys, the snapshots). A release that
+//! changes any of them in a way an older build cannot read raises [`CURRENT`].
 //!
 //! Whoever holds the directory's lock ([`crate::dirlock`]) checks the stamp before it
 //! opens anything else ([`check`]):
