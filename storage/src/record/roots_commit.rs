@@ -25,13 +25,14 @@ pub struct RootsCommit {
     pub commit: String,
 }
 
-/// The checks of a sync's commits: only a sync of the `gitfs` tree alone names any.
+/// The checks of a sync's commits: only a sync of the `gitfs` or the `git_pillar` tree
+/// alone names any.
 pub(crate) fn check_commits(s: &RootsSync) -> Result<()> {
     if s.commits.is_empty() {
         return Ok(());
     }
-    if s.trees != [RootsTree::Gitfs] {
-        return Err(Error::Invalid("roots sync: only a sync of the gitfs tree names commits".into()));
+    if s.trees != [RootsTree::Gitfs] && s.trees != [RootsTree::GitPillar] {
+        return Err(Error::Invalid("roots sync: only a sync of the gitfs or the git_pillar tree alone names commits".into()));
     }
     if s.commits.len() > MAX_COMMITS {
         return Err(Error::Invalid(format!("roots sync: {} commits, more than {MAX_COMMITS}", s.commits.len())));
