@@ -5,7 +5,7 @@
 //! commits once it applied. Remotes `branch` / `repo` (its URL or `name`) leave out keep
 //! their applied files.
 //!
-//! The answer is Salt's: `{remote id: True}` when the remote's files changed, `None`
+//! The answer is Salt's: `{remote id ("<branch> <url>" as configured): True}` when the remote's files changed, `None`
 //! when they did not, `False` when it could not be read; no remote configured (or none
 //! matching) is an error, as Salt's runner raises.
 
@@ -70,9 +70,10 @@ impl GitPillarUpdate {
             changed.insert(t.path.split('/').next().unwrap_or(""));
         }
         let mut ret = Map::new();
-        for ((r, got), w) in cfg.remotes.iter().zip(&fetched.remotes).zip(&wanted) {
+        for ((r, got), w) in ext.git.remotes.iter().map(|g| &g.fetch).zip(&fetched.remotes).zip(&wanted) {
             if *w {
-                ret.insert(r.id.clone(), if got.is_err() { J::Bool(false) } else if changed.contains(r.key.as_str()) { J::Bool(true) } else { J::Null });
+                let id = ext.git.remotes.iter().find(|g| g.fetch.key == r.key).map(|g| g.id.clone()).unwrap_or_default();
+                ret.insert(id, if got.is_err() { J::Bool(false) } else if changed.contains(r.key.as_str()) { J::Bool(true) } else { J::Null });
             }
         }
         tracing::info!(written = plan.written, removed = plan.removed, unchanged = plan.unchanged, commits = ?plan.commit.commits.iter().map(|c| format!("{} {} {}", c.remote, c.saltenv, c.commit)).collect::<Vec<_>>(), "git_pillar update read");

@@ -51,6 +51,9 @@ const UNIMPLEMENTED_PARAMS: &[&str] = &[
 /// One git_pillar remote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GitRemote {
+    /// Salt's id of the remote: its `<branch> <url>` as configured (what
+    /// `git_pillar.update` answers by).
+    pub id: String,
     /// What an update reads (a gitfs remote whose saltenvs are this remote's pillar envs).
     pub fetch: Remote,
     /// The configured branch (or [`ENV_BRANCH`]).
@@ -217,7 +220,7 @@ impl GitRemote {
                 fetch.saltenv.insert(env.clone(), EnvConf { git_ref: Some(branch.clone()), root: None, mountpoint: None });
             }
         }
-        Some(GitRemote { fetch, branch, env, mounted: !mountpoint.is_empty() })
+        Some(GitRemote { id: spec.trim().to_string(), fetch, branch, env, mounted: !mountpoint.is_empty() })
     }
 
     /// The pillar env this remote serves a minion with `pillarenv` / `saltenv`.

@@ -23,6 +23,7 @@ mod batch;
 mod config_check;
 mod file_recv;
 mod files_pillar;
+mod git_pillar;
 mod gitfs;
 mod hostile;
 mod locks;
