@@ -2,18 +2,50 @@
 //! ([`crate::pillar::ext::ExtRun`]): `/bin/sh -c <command> sh <minion id>` in a process
 //! group of its own, standard input empty, on the calling (blocking) thread. It is
 //! bounded by [`CMD_TIMEOUT`] and [`MAX_CMD_OUTPUT`] bytes of standard output: past
-//! either, the whole process group is killed and the run fails. Standard error is read
-//! (its last bytes name a failure) and otherwise dropped, as Salt's `cmd.run_stdout`.
+//! either, the whole process group is killed and the run fails. At most
+//! [`MAX_RUNNING`] commands run at once on a master; a run waits for a place within the
+//! same time bound. Standard error is read (its last bytes name a failure) and otherwise
+//! dropped, as Salt's `cmd.run_stdout`.
 
 use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::pillar::ext::{shell_text, ExtRun, CMD_TIMEOUT, MAX_CMD_OUTPUT};
 
 /// The most standard error kept for a failure's message.
 const ERR_TAIL: usize = 512;
+
+/// The most commands running at once (a burst of minions asking for their pillar does
+/// not become a burst of processes).
+pub const MAX_RUNNING: usize = 16;
+
+static RUNNING: Mutex<usize> = Mutex::new(0);
+static FREED: Condvar = Condvar::new();
+
+/// A place among the [`MAX_RUNNING`], given back on drop.
+struct Place;
+
+impl Place {
+    fn take(until: Instant) -> Option<Place> {
+        let mut n = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
+        while *n >= MAX_RUNNING {
+            let left = until.checked_duration_since(Instant::now())?;
+            n = FREED.wait_timeout(n, left).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        *n += 1;
+        Some(Place)
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        *RUNNING.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+        FREED.notify_one();
+    }
+}
 
 /// The daemon's command runner.
 pub struct CmdRunner;
@@ -42,6 +74,10 @@ impl ExtRun for CmdRunner {
 
 /// [`CmdRunner::run`] with its bounds given.
 pub fn run_bounded(command: &str, id: &str, timeout: Duration, max: usize) -> Result<Vec<u8>, String> {
+    let deadline = Instant::now() + timeout;
+    let Some(_place) = Place::take(deadline) else {
+        return Err(format!("{MAX_RUNNING} commands were running for {} s; this one did not start", timeout.as_secs()));
+    };
     let mut child = Command::new("/bin/sh")
         .arg("-c")
         .arg(shell_text(command))
@@ -75,7 +111,6 @@ pub fn run_bounded(command: &str, id: &str, timeout: Duration, max: usize) -> Re
         let _ = child.wait();
         return Err("cannot start a thread to read the command's output".into());
     };
-    let deadline = Instant::now() + timeout;
     // Waits for the output to end (or overflow), then for the exit, within the deadline.
     let mut failure = None;
     match out_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
@@ -141,5 +176,11 @@ mod tests {
         let e = run_bounded("(sleep 30 &) ; echo a: 1", "m", Duration::from_millis(500), 1024).unwrap_err();
         assert!(e.contains("longer than"), "{e}");
         assert!(t.elapsed() < Duration::from_secs(10));
+        // With every place taken, a run waits for one within its bound, then fails.
+        let held: Vec<Place> = (0..MAX_RUNNING).map(|_| Place::take(Instant::now() + Duration::from_secs(10)).unwrap()).collect();
+        let e = run_bounded("echo x", "m", Duration::from_millis(200), 1024).unwrap_err();
+        assert!(e.contains("did not start"), "{e}");
+        drop(held);
+        assert_eq!(run_bounded("echo x", "m", Duration::from_secs(10), 1024).unwrap(), b"x\n");
     }
 }

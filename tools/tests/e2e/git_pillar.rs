@@ -156,3 +156,16 @@ fn command_pillars_merge_after_or_before_pillar_roots() {
     assert_eq!(p["shared"], json!({"roots": 1, "yaml": 1, "json": true}));
     errors_ok(&p);
 }
+
+/// `git_pillar_update_interval`: the leader's timer brings a new commit without the
+/// runner.
+#[test]
+fn the_update_interval_brings_a_new_commit() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let repo = pillar_repo(&tmp.path().join("pillar.git"), "v1");
+    let conf = format!("log_level: info\ngit_pillar_update_interval: 1\next_pillar:\n  - git:\n    - master {}:\n      - env: base\n", repo.url());
+    let s = Served::start(Accept::Auto, &conf, "");
+    wait_for("the first commit", 60, || pillar_items(&s.env, MINION)["word"] == json!("v1"));
+    repo.commit(&[("common.sls", "word: v2\nfrom: git\n")], "second");
+    wait_for("the second commit, brought by the timer", 60, || pillar_items(&s.env, MINION)["word"] == json!("v2"));
+}
