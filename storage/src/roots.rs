@@ -40,7 +40,7 @@ impl RootsDirs {
             RootsTree::File => self.file.get(env),
             RootsTree::Pillar => self.pillar.get(env),
             // Served from the state machine: no directory.
-            RootsTree::Gitfs => None,
+            RootsTree::Gitfs | RootsTree::GitPillar => None,
         }
         .map(PathBuf::as_path)
     }
@@ -57,7 +57,7 @@ impl RootsMaterialiser {
 
     fn target(&self, tree: RootsTree, env: &str, path: &str) -> Result<Option<PathBuf>> {
         validate_relative_path(path)?;
-        if tree == RootsTree::Gitfs {
+        if matches!(tree, RootsTree::Gitfs | RootsTree::GitPillar) {
             return Ok(None);
         }
         let Some(root) = self.dirs.dir(tree, env) else {

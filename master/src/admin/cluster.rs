@@ -223,7 +223,7 @@ pub fn sync_plan(view: &dyn AdminView, trees: &[RootsTree]) -> Result<SyncPlan> 
             RootsTree::File => &dirs.file,
             RootsTree::Pillar => &dirs.pillar,
             // gitfs has no directory: `fileserver.update` brings its tree.
-            RootsTree::Gitfs => continue,
+            RootsTree::Gitfs | RootsTree::GitPillar => continue,
         };
         for env in envs.keys() {
             // Stage the chunks of files that differ from what this member has applied;

@@ -17,6 +17,7 @@
 //! | `runner` `jobs.list_jobs` (filters: [`job_search`]), `jobs.list_jobs_filter`, `jobs.last_run`, `jobs.lookup_jid`, `jobs.list_job`, `jobs.print_job`, `jobs.exit_success`, `jobs.active` | `salt-run` | [`jobs`] |
 //! | `runner` `manage.present`, `manage.not_present`, `manage.versions` | `salt-run` | [`manage`] |
 //! | `runner` `fileserver.file_list`, `fileserver.dir_list`, `fileserver.envs`, `fileserver.update` | `salt-run` | [`fileserver`] |
+//! | `runner` `git_pillar.update` | `salt-run` | [`git_pillar`] |
 //! | `runner` `pillar.show_pillar`, `pillar.show_top` | `salt-run` | [`pillar`] |
 //! | `runner` `cache.grains`, `cache.pillar`, `cache.mine` | `salt-run` | [`cache`] |
 //! | `runner` `cluster.members`, `cluster.ring_info`, `cluster.remove_member`, `cluster.sync_roots` | `salt-run` | [`cluster`] |
@@ -35,6 +36,7 @@ pub mod cache;
 pub mod client;
 pub mod cluster;
 pub mod fileserver;
+pub mod git_pillar;
 pub mod follow;
 pub mod hooks;
 pub mod job_search;
@@ -118,6 +120,18 @@ pub trait AdminView {
     fn gitfs_fetch(&self) -> Result<crate::gitfs::fetch::Fetched> {
         Err(Error::refused("gitfs is not configured"))
     }
+    /// The applied `git_pillar` tree (`None`: git_pillar is not compiled here).
+    fn git_pillar_roots(&self) -> Option<&dyn crate::view::RootsSource> {
+        None
+    }
+    /// Every git_pillar remote read for an update (I/O, on the daemon's side).
+    fn git_pillar_fetch(&self, _cfg: &crate::gitfs::GitfsConfig) -> Result<crate::gitfs::fetch::Fetched> {
+        Err(Error::refused("git_pillar remotes are not read here"))
+    }
+    /// Who runs `ext_pillar` commands.
+    fn ext_run(&self) -> &dyn crate::pillar::ext::ExtRun {
+        &crate::pillar::ext::NoRun
+    }
 }
 
 /// The raft group as one master knows it.
@@ -172,6 +186,7 @@ pub enum Command {
     Mine(mine::MineCmd),
     Manage(manage::ManageCmd),
     Fileserver(fileserver::FileserverCmd),
+    GitPillarUpdate(git_pillar::GitPillarUpdate),
     Pillar(pillar::PillarCmd),
     Cache(cache::CacheCmd),
     Orchestrate(orchestrate::OrchCmd),
@@ -299,6 +314,7 @@ impl Command {
                 "jobs.list_jobs" | "jobs.list_jobs_filter" | "jobs.last_run" | "jobs.lookup_jid" | "jobs.list_job" | "jobs.print_job" | "jobs.exit_success" | "jobs.active" => Command::Jobs(jobs::JobCmd::parse(req)?),
                 f @ ("manage.present" | "manage.not_present" | "manage.versions") => Command::Manage(manage::ManageCmd::parse(f, req)?),
                 f @ ("fileserver.file_list" | "fileserver.dir_list" | "fileserver.envs" | "fileserver.update") => Command::Fileserver(fileserver::FileserverCmd::parse(f, req)?),
+                f @ "git_pillar.update" => Command::GitPillarUpdate(git_pillar::GitPillarUpdate::parse(f, req)?),
                 f @ ("pillar.show_pillar" | "pillar.show_top") => Command::Pillar(pillar::PillarCmd::parse(f, req)?),
                 f @ ("cache.grains" | "cache.pillar" | "cache.mine") => Command::Cache(cache::CacheCmd::parse(f, req)?),
                 "pki.migrate_to_mmap" => Command::MigrateToMmap,
@@ -325,6 +341,7 @@ impl Command {
             Command::Mine(c) => c.answer(view),
             Command::Manage(c) => c.answer(view),
             Command::Fileserver(c) => c.answer(view),
+            Command::GitPillarUpdate(c) => c.answer(view),
             Command::Pillar(c) => c.answer(view),
             Command::Cache(c) => c.answer(view),
             Command::Orchestrate(c) => c.answer(view),

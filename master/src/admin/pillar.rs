@@ -7,7 +7,9 @@
 //! - `show_pillar`: the minion's pillar (`minion` defaults to `*`, which no minion is
 //!   called: the pillar every target matching `*` gets). A minion without cached grains
 //!   is compiled with `{"fqdn": minion}`; keywords other than `saltenv` and `pillarenv`
-//!   are set as grains first; `pillarenv` limits the top files read to that env.
+//!   are set as grains first; `pillarenv` limits the top files read to that env. The
+//!   external pillars are compiled too (git_pillar from the applied tree, commands run
+//!   by the daemon), as Salt's runner does.
 //! - `show_top`: the merged pillar top data (`crate::pillar::top`); with no minion, the
 //!   first accepted minion (in id order) that has cached grains is used, as Salt uses the
 //!   first one its cache lists. Rendering errors are the answer when there are any.
@@ -53,16 +55,14 @@ impl PillarCmd {
         let sm = view.state();
         let roots = view.roots();
         let v = match self {
-            PillarCmd::ShowPillar { minion, saltenv: _, pillarenv, grains: extra } => {
+            PillarCmd::ShowPillar { minion, saltenv, pillarenv, grains: extra } => {
                 let mut grains = cached_grains(sm, &minion)?.unwrap_or_else(|| json!({ "fqdn": minion }));
                 if let J::Object(g) = &mut grains {
                     g.extend(extra);
                 }
-                let mut cfg = view.config().clone();
-                if let Some(env) = &pillarenv {
-                    cfg.pillar_roots.retain(|k, _| k == env);
-                }
-                crate::pillar::compile(&cfg, roots, &minion, &grains)
+                let src = crate::pillar::Sources { roots, git: view.git_pillar_roots(), run: view.ext_run() };
+                let m = crate::pillar::Minion { id: &minion, grains: &grains, saltenv: saltenv.as_deref(), pillarenv: pillarenv.as_deref() };
+                crate::pillar::compile(view.config(), &src, &m)
             }
             PillarCmd::ShowTop { minion, saltenv: _ } => {
                 let (id, grains) = match minion {

@@ -9,13 +9,14 @@ pub const HONOURED: &[&str] = &[
     "auth.pam.service", "auto_accept", "autoreject_file", "autosign_file", "autosign_grains_dir", "cachedir",
     "cluster_election_max", "cluster_election_min", "cluster_id", "cluster_isolated_filesystem", "cluster_max_log_size",
     "cluster_peers", "cluster_pki_dir", "cluster_pool_port", "cluster_pub_fingerprint", "cluster_secret", "default_include",
-    "ext_job_cache", "external_auth", "file_recv", "file_recv_max_size", "file_roots", "gitfs_base", "gitfs_disable_saltenv_mapping", "gitfs_mountpoint", "gitfs_ref_types",
-    "gitfs_root", "gitfs_saltenv", "gitfs_saltenv_blacklist", "gitfs_saltenv_whitelist", "gitfs_update_interval", "id", "include", "interface", "ipv6", "job_cache_store_endtime", "keep_jobs",
+    "ext_job_cache", "ext_pillar_first", "external_auth", "file_recv", "file_recv_max_size", "file_roots", "gitfs_base", "gitfs_disable_saltenv_mapping", "gitfs_mountpoint", "gitfs_ref_types",
+    "gitfs_root", "gitfs_saltenv", "gitfs_saltenv_blacklist", "gitfs_saltenv_whitelist", "gitfs_update_interval", "git_pillar_base", "git_pillar_branch", "git_pillar_env", "git_pillar_includes", "git_pillar_root",
+    "git_pillar_update_interval", "id", "include", "interface", "ipv6", "job_cache_store_endtime", "keep_jobs",
     "keep_jobs_seconds", "keys.cache_driver", "log_file", "log_level", "loop_interval", "master_pubkey_signature", "master_sign_key_name", "master_sign_pubkey", "master_use_pubkey_signature",
     "max_minions", "max_open_files",
     "mine_get", "minion_data_cache", "mmap_cache_max_segment_bytes", "mmap_key_id_size", "mmap_key_max_segment_bytes",
     "mmap_key_size", "mmap_key_slot_size", "netapi_enable_clients", "nodegroups", "open_mode", "output_indent", "pidfile",
-    "pillar_roots", "pki_dir", "pub_hwm", "publish_port", "publish_session", "publisher_acl", "publisher_acl_blacklist",
+    "pillar_merge_lists", "pillar_roots", "pki_dir", "pub_hwm", "publish_port", "publish_session", "publisher_acl", "publisher_acl_blacklist",
     "range_server", "reactor", "request_channel_timeout", "request_server_ttl", "rest_cherrypy", "ret_port", "root_dir",
     "rotate_aes_key", "schedule", "sock_dir", "state_output", "state_output_diff", "state_verbose", "tcp_keepalive", "tcp_keepalive_cnt",
     "tcp_keepalive_idle", "tcp_keepalive_intvl", "timeout", "token_expire", "zmq_backlog",
@@ -78,16 +79,16 @@ pub const NOT_IMPLEMENTED: &[(&str, &[&str])] = &[
         ],
     ),
     (
-        "external pillars (ext_pillar, git_pillar), pillar encryption and pillar options other than pillar_roots",
+        "external pillars other than git (local repositories), cmd_yaml and cmd_json, git_pillar's remote credentials and fetch options, the aggregate merging strategy, pillar encryption and caching, and the other pillar options",
         &[
-            "decrypt_pillar", "decrypt_pillar_default", "decrypt_pillar_delimiter", "decrypt_pillar_renderers", "ext_pillar", "git_pillar_base",
-            "git_pillar_branch", "git_pillar_depth", "git_pillar_disable_saltenv_mapping", "git_pillar_env", "git_pillar_fallback",
-            "git_pillar_global_lock", "git_pillar_includes", "git_pillar_insecure_auth", "git_pillar_passphrase", "git_pillar_password",
-            "git_pillar_privkey", "git_pillar_proxy", "git_pillar_pubkey", "git_pillar_ref_types", "git_pillar_refspecs", "git_pillar_root",
-            "git_pillar_ssl_verify", "git_pillar_update_interval", "git_pillar_user", "git_pillar_verify_config", "gpg_cache", "gpg_cache_backend",
+            "decrypt_pillar", "decrypt_pillar_default", "decrypt_pillar_delimiter", "decrypt_pillar_renderers", "ext_pillar",
+            "git_pillar_depth", "git_pillar_disable_saltenv_mapping", "git_pillar_fallback",
+            "git_pillar_global_lock", "git_pillar_insecure_auth", "git_pillar_passphrase", "git_pillar_password",
+            "git_pillar_privkey", "git_pillar_proxy", "git_pillar_pubkey", "git_pillar_ref_types", "git_pillar_refspecs",
+            "git_pillar_ssl_verify", "git_pillar_user", "git_pillar_verify_config", "gpg_cache", "gpg_cache_backend",
             "gpg_cache_ttl", "gpg_decrypt_must_succeed", "on_demand_ext_pillar", "pass_dir", "pass_gnupghome", "pass_strict_fetch",
             "pass_variable_prefix", "pillar.cache_driver", "pillar_cache", "pillar_cache_backend", "pillar_cache_ttl",
-            "pillar_includes_override_sls", "pillar_mask_output", "pillar_merge_lists", "pillar_opts", "pillar_safe_render_error",
+            "pillar_includes_override_sls", "pillar_mask_output", "pillar_opts", "pillar_safe_render_error",
             "pillar_source_merging_strategy", "pillar_version", "pillarenv",
         ],
     ),
@@ -177,6 +178,12 @@ pub const CHECKS: &[(&str, &str, Check)] = &[
         "local repositories (`file://` URLs or absolute paths) with the per-remote options `name`, `base`, `root`, `mountpoint`, `saltenv`, `saltenv_whitelist`, `saltenv_blacklist`, `ref_types`, `disable_saltenv_mapping`",
         gitfs_remotes,
     ),
+    (
+        "ext_pillar",
+        "`git` (local repositories, per-remote `name`, `root`, `env`, `mountpoint`, `base`), `cmd_yaml` and `cmd_json`",
+        ext_pillar,
+    ),
+    ("pillar_source_merging_strategy", "`smart`, `recurse`, `overwrite`, `list` or `none`", merging_strategy),
     ("user", "the user Halite runs as", user),
     ("allow_minion_key_revoke", "`False` (a minion's `saltutil.revoke_auth` is not acted on)", behaves_as_false),
     ("minion_data_cache_events", "`False` (no event when a minion's cached data is refreshed)", behaves_as_false),
@@ -226,6 +233,26 @@ fn gitfs_remotes(v: &J, _: &Ctx) -> Option<String> {
     raw.insert("gitfs_remotes".into(), serde_yaml::to_value(v).unwrap_or(serde_yaml::Value::Null));
     let c = crate::gitfs::GitfsConfig::from_raw(&raw);
     (!c.warnings.is_empty()).then(|| c.warnings.join("; "))
+}
+
+/// The external pillars `crate::pillar::ext` implements; anything else is named.
+fn ext_pillar(v: &J, _: &Ctx) -> Option<String> {
+    if !v.is_array() && !v.is_null() {
+        return Some(format!("set to {v}: not a list of external pillars (Salt calls it malformed)"));
+    }
+    let mut raw = serde_yaml::Mapping::new();
+    raw.insert("ext_pillar".into(), serde_yaml::to_value(v).unwrap_or(serde_yaml::Value::Null));
+    let c = crate::pillar::ext::ExtPillarConfig::from_raw(&raw);
+    (!c.warnings.is_empty()).then(|| c.warnings.join("; "))
+}
+
+/// The merging strategies `crate::pillar::merge` implements.
+fn merging_strategy(v: &J, _: &Ctx) -> Option<String> {
+    let mut raw = serde_yaml::Mapping::new();
+    raw.insert("pillar_source_merging_strategy".into(), serde_yaml::to_value(v).unwrap_or(serde_yaml::Value::Null));
+    let mut w = Vec::new();
+    crate::pillar::merge::MergeOpts::from_raw(&raw, &mut w);
+    (!w.is_empty()).then(|| w.join("; "))
 }
 
 /// Halite does not change user: the value must be the user it runs as.

@@ -270,6 +270,12 @@ impl View for Master {
     fn file_backends(&self) -> Vec<(crate::gitfs::Backend, &dyn RootsSource)> {
         self.backend_sources()
     }
+    fn git_pillar_roots(&self) -> Option<&dyn RootsSource> {
+        Some(&**self.sm())
+    }
+    fn ext_run(&self) -> &dyn crate::pillar::ext::ExtRun {
+        &super::ext_cmd::CmdRunner
+    }
     fn now_ns(&self) -> u64 {
         now_ns()
     }
@@ -336,6 +342,15 @@ impl AdminView for Master {
     fn gitfs_fetch(&self) -> Result<crate::gitfs::fetch::Fetched> {
         Ok(crate::gitfs::fetch(&self.gitfs))
     }
+    fn git_pillar_roots(&self) -> Option<&dyn RootsSource> {
+        Some(&**self.sm())
+    }
+    fn git_pillar_fetch(&self, cfg: &crate::gitfs::GitfsConfig) -> Result<crate::gitfs::fetch::Fetched> {
+        Ok(crate::gitfs::fetch(cfg))
+    }
+    fn ext_run(&self) -> &dyn crate::pillar::ext::ExtRun {
+        &super::ext_cmd::CmdRunner
+    }
     fn localfs_pki(&self) -> Result<(Vec<Record>, PkiCounts)> {
         Ok(read_localfs_pki(self.cfg.keys_dir())?)
     }
@@ -358,7 +373,7 @@ pub fn local_roots(cfg: &MasterConfig, tree: RootsTree, saltenv: &str) -> Result
     let m = match tree {
         RootsTree::File => &dirs.file,
         RootsTree::Pillar => &dirs.pillar,
-        RootsTree::Gitfs => return Ok(Vec::new()),
+        RootsTree::Gitfs | RootsTree::GitPillar => return Ok(Vec::new()),
     };
     let mut out = Vec::new();
     if let Some(dir) = m.get(saltenv) {

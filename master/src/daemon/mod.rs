@@ -20,6 +20,7 @@
 
 pub mod admin_socket;
 pub mod eventing;
+pub mod ext_cmd;
 pub mod live;
 pub mod members;
 pub mod ports;
@@ -231,6 +232,7 @@ async fn serve(master: Arc<Master>, applied_rx: mpsc::UnboundedReceiver<publish:
     }
     tokio::spawn(upkeep::schedule::run(master.clone(), schedule));
     tokio::spawn(upkeep::gitfs::run(master.clone()));
+    tokio::spawn(upkeep::git_pillar::run(master.clone()));
     tokio::spawn(batches::run(master.clone()));
     tokio::spawn(trim::run());
     let (send, recv) = router.split();

@@ -46,11 +46,16 @@ impl UpdatePlan {
 /// The plan that brings the applied gitfs tree (`applied`: saltenv, path, meta) to what
 /// `fetched` read.
 pub fn plan(cfg: &GitfsConfig, fetched: &Fetched, applied: &[(String, String, RootsMeta)]) -> UpdatePlan {
+    plan_tree(TREE, cfg, fetched, applied)
+}
+
+/// [`plan`] for the roots tree `tree` (`gitfs`, or `git_pillar`: `crate::pillar::git`).
+pub fn plan_tree(tree: RootsTree, cfg: &GitfsConfig, fetched: &Fetched, applied: &[(String, String, RootsMeta)]) -> UpdatePlan {
     let sync: [u8; SYNC_ID_LEN] = rand::random();
     let now: HashMap<(&str, &str), &RootsMeta> = applied.iter().map(|(e, p, m)| ((e.as_str(), p.as_str()), m)).collect();
     let mut p = UpdatePlan {
         records: Vec::new(),
-        commit: RootsSync { sync: sync.to_vec(), trees: vec![TREE], files: Vec::new(), remove: Vec::new(), commits: Vec::new() },
+        commit: RootsSync { sync: sync.to_vec(), trees: vec![tree], files: Vec::new(), remove: Vec::new(), commits: Vec::new() },
         written: 0,
         removed: 0,
         unchanged: 0,
@@ -61,8 +66,8 @@ pub fn plan(cfg: &GitfsConfig, fetched: &Fetched, applied: &[(String, String, Ro
     for (r, got) in cfg.remotes.iter().zip(&fetched.remotes) {
         let prefix = format!("{}/", r.key);
         match got {
-            Ok(tree) => {
-                for (env, et) in &tree.envs {
+            Ok(read) => {
+                for (env, et) in &read.envs {
                     p.commit.commits.push(RootsCommit { remote: r.id.clone(), saltenv: env.clone(), commit: et.commit.to_string() });
                     for (served, (mode, blob)) in &et.files {
                         let Some(data) = fetched.contents.get(blob) else { continue };
@@ -73,9 +78,9 @@ pub fn plan(cfg: &GitfsConfig, fetched: &Fetched, applied: &[(String, String, Ro
                             p.unchanged += 1;
                         } else {
                             p.written += 1;
-                            p.records.extend(staged_records(&sync, TREE, env, &path, *mode, data));
+                            p.records.extend(staged_records(&sync, tree, env, &path, *mode, data));
                         }
-                        p.commit.files.push(RootsSyncFile { tree: TREE, saltenv: env.clone(), path: path.clone(), mode: *mode, size: data.len() as u64, sha256: sha });
+                        p.commit.files.push(RootsSyncFile { tree, saltenv: env.clone(), path: path.clone(), mode: *mode, size: data.len() as u64, sha256: sha });
                         named.insert((env.clone(), path));
                     }
                 }
@@ -84,7 +89,7 @@ pub fn plan(cfg: &GitfsConfig, fetched: &Fetched, applied: &[(String, String, Ro
                 p.failed.push(r.id.clone());
                 for (env, path, m) in applied.iter().filter(|(_, path, _)| path.starts_with(&prefix)) {
                     p.unchanged += 1;
-                    p.commit.files.push(RootsSyncFile { tree: TREE, saltenv: env.clone(), path: path.clone(), mode: m.mode, size: m.size, sha256: m.sha256.clone() });
+                    p.commit.files.push(RootsSyncFile { tree, saltenv: env.clone(), path: path.clone(), mode: m.mode, size: m.size, sha256: m.sha256.clone() });
                     named.insert((env.clone(), path.clone()));
                 }
             }
@@ -93,7 +98,7 @@ pub fn plan(cfg: &GitfsConfig, fetched: &Fetched, applied: &[(String, String, Ro
     for (env, path, _) in applied {
         if !named.contains(&(env.clone(), path.clone())) {
             p.removed += 1;
-            p.commit.remove.push(RootsTombstone { tree: TREE, saltenv: env.clone(), path: path.clone() });
+            p.commit.remove.push(RootsTombstone { tree, saltenv: env.clone(), path: path.clone() });
         }
     }
     p

@@ -1,6 +1,8 @@
 //! `_pillar`: records the minion's grains (a `grains_report` record) and, when it
 //! changed, the compiled pillar (a `pillar_cache` record, for pillar targeting), and
-//! answers with its pillar, compiled from `pillar_roots` (`crate::pillar`), privately encrypted
+//! answers with its pillar, compiled from `pillar_roots` and the external pillars
+//! (`crate::pillar`: git_pillar from the applied tree, commands run through the view's
+//! `ext_run`, whose output thus enters the log with the cached pillar), privately encrypted
 //! (as Salt's `_pillar` with `enc_algo`): a fresh AES key, RSA-encrypted to the minion, seals the signed pillar, so no
 //! other minion sharing a session key (a cluster's) can read it. With
 //! `minion_data_cache: False` neither record is written.
@@ -19,11 +21,15 @@ use crate::wire::payload::{self, bin, encode, get, map};
 /// A `_pillar` request.
 pub struct Pillar {
     grains: Value,
+    /// The minion's `saltenv` and `pillarenv`, when set and valid saltenv names.
+    saltenv: Option<String>,
+    pillarenv: Option<String>,
 }
 
 impl Pillar {
     pub fn parse(inner: &Value) -> Self {
-        Pillar { grains: get(inner, "grains").cloned().unwrap_or(Value::Map(vec![])) }
+        let env = |k: &str| get(inner, k).and_then(Value::as_str).filter(|e| halite_storage::id::validate_saltenv(e).is_ok()).map(str::to_string);
+        Pillar { grains: get(inner, "grains").cloned().unwrap_or(Value::Map(vec![])), saltenv: env("saltenv"), pillarenv: env("pillarenv") }
     }
 
     pub fn answer(self, ctx: &Ctx, view: &dyn View) -> Result<Answer> {
@@ -32,7 +38,9 @@ impl Pillar {
         if let Some(m) = grains_json.as_object_mut() {
             m.insert("id".into(), serde_json::Value::String(ctx.id.to_string()));
         }
-        let pillar = payload::from_json(&crate::pillar::compile(view.config(), view.roots(), ctx.id, &grains_json));
+        let src = crate::pillar::Sources { roots: view.roots(), git: view.git_pillar_roots(), run: view.ext_run() };
+        let m = crate::pillar::Minion { id: ctx.id, grains: &grains_json, saltenv: self.saltenv.as_deref(), pillarenv: self.pillarenv.as_deref() };
+        let pillar = payload::from_json(&crate::pillar::compile(view.config(), &src, &m));
         // `minion_data_cache: False`: neither grains nor pillar are kept (Salt's option).
         let mut records = Vec::new();
         if view.config().minion_data_cache {

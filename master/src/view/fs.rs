@@ -38,7 +38,7 @@ impl FsRoots {
         let m = match tree {
             RootsTree::File => &self.file,
             RootsTree::Pillar => &self.pillar,
-            RootsTree::Gitfs => return &[],
+            RootsTree::Gitfs | RootsTree::GitPillar => return &[],
         };
         m.get(saltenv).map(Vec::as_slice).unwrap_or(&[])
     }
@@ -88,7 +88,7 @@ impl RootsSource for FsRoots {
         match tree {
             RootsTree::File => self.file.keys().cloned().collect(),
             RootsTree::Pillar => self.pillar.keys().cloned().collect(),
-            RootsTree::Gitfs => Default::default(),
+            RootsTree::Gitfs | RootsTree::GitPillar => Default::default(),
         }
     }
 }

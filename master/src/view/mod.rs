@@ -127,6 +127,14 @@ pub trait View: Send + Sync {
     fn new_jid(&self) -> String;
     /// The mine and the targets it is read by (the applied state).
     fn mine_read(&self) -> &dyn crate::mine::MineRead;
+    /// The applied `git_pillar` tree (`None`: git_pillar is not compiled here).
+    fn git_pillar_roots(&self) -> Option<&dyn RootsSource> {
+        None
+    }
+    /// Who runs `ext_pillar` commands (bounded; on the request's blocking thread).
+    fn ext_run(&self) -> &dyn crate::pillar::ext::ExtRun {
+        &crate::pillar::ext::NoRun
+    }
     /// Successful `tok` checks remembered (`None`: check every time).
     fn tok_memo(&self) -> Option<&tok_memo::TokMemo> {
         None

@@ -21,6 +21,10 @@ pub enum RootsTree {
     /// The gitfs backend's files, as fetched from its remotes (`master/src/gitfs`):
     /// served from the state machine, never materialised in a directory.
     Gitfs,
+    /// git_pillar's files, as fetched from its remotes (`master/src/pillar/git.rs`):
+    /// read from the state machine when pillar is compiled, never materialised, never
+    /// served to minions as files.
+    GitPillar,
 }
 
 impl RootsTree {
@@ -29,6 +33,7 @@ impl RootsTree {
             RootsTree::File => "file",
             RootsTree::Pillar => "pillar",
             RootsTree::Gitfs => "gitfs",
+            RootsTree::GitPillar => "git_pillar",
         }
     }
 }

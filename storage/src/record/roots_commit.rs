@@ -25,13 +25,14 @@ pub struct RootsCommit {
     pub commit: String,
 }
 
-/// The checks of a sync's commits: only a sync of the `gitfs` tree alone names any.
+/// The checks of a sync's commits: only a sync of the `gitfs` or the `git_pillar` tree
+/// alone names any.
 pub(crate) fn check_commits(s: &RootsSync) -> Result<()> {
     if s.commits.is_empty() {
         return Ok(());
     }
-    if s.trees != [RootsTree::Gitfs] {
-        return Err(Error::Invalid("roots sync: only a sync of the gitfs tree names commits".into()));
+    if s.trees != [RootsTree::Gitfs] && s.trees != [RootsTree::GitPillar] {
+        return Err(Error::Invalid("roots sync: only a sync of the gitfs or the git_pillar tree alone names commits".into()));
     }
     if s.commits.len() > MAX_COMMITS {
         return Err(Error::Invalid(format!("roots sync: {} commits, more than {MAX_COMMITS}", s.commits.len())));
@@ -65,12 +66,15 @@ mod tests {
     }
 
     #[test]
-    fn only_a_gitfs_sync_names_commits_and_they_round_trip() {
+    fn only_a_gitfs_or_git_pillar_sync_names_commits_and_they_round_trip() {
         let id = "0123456789abcdef0123456789abcdef01234567";
-        let r = sync(vec![RootsTree::Gitfs], id);
-        let bytes = r.encode().unwrap();
-        assert_eq!(Record::decode(&bytes).unwrap(), r);
+        for tree in [RootsTree::Gitfs, RootsTree::GitPillar] {
+            let r = sync(vec![tree], id);
+            let bytes = r.encode().unwrap();
+            assert_eq!(Record::decode(&bytes).unwrap(), r);
+        }
         assert!(sync(vec![RootsTree::File], id).encode().is_err(), "a file_roots sync names no commit");
+        assert!(sync(vec![RootsTree::Gitfs, RootsTree::GitPillar], id).encode().is_err(), "commits belong to one git tree");
         assert!(sync(vec![RootsTree::Gitfs], "0123ABCD").encode().is_err(), "not a full lowercase id");
         // A sync without commits writes no `commits` key (its bytes are unchanged).
         let plain = Record::RootsSync(RootsSync { sync: vec![7; 16], trees: vec![RootsTree::File], files: vec![], remove: vec![], commits: vec![] });

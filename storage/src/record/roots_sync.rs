@@ -52,7 +52,7 @@ impl Payload for RootsSync {
         check_sync_id(&s.sync)?;
         let distinct: std::collections::BTreeSet<RootsTree> = s.trees.iter().copied().collect();
         if s.trees.is_empty() || distinct.len() != s.trees.len() {
-            return Err(Error::Invalid("roots sync: trees must be file, pillar or gitfs, once each".into()));
+            return Err(Error::Invalid("roots sync: trees must be file, pillar, gitfs or git_pillar, once each".into()));
         }
         super::roots_commit::check_commits(s)?;
         let mut seen = std::collections::HashSet::new();

@@ -335,6 +335,7 @@ impl StateMachine {
                 b"file" => RootsTree::File,
                 b"pillar" => RootsTree::Pillar,
                 b"gitfs" => RootsTree::Gitfs,
+                b"git_pillar" => RootsTree::GitPillar,
                 _ => return Err(Error::Invalid("unknown roots tree in the state machine".into())),
             };
             let s = |b: &[u8]| String::from_utf8(b.to_vec()).map_err(|_| Error::Invalid("non-UTF-8 roots key".into()));

@@ -64,6 +64,7 @@ const MASTER_RUNNERS: &[&str] = &[
     "fileserver.dir_list",
     "fileserver.envs",
     "fileserver.update",
+    "git_pillar.update",
     "pillar.show_pillar",
     "pillar.show_top",
     "cache.grains",
@@ -76,7 +77,7 @@ const MASTER_RUNNERS: &[&str] = &[
 
 /// Runners whose work on the master can take long (a whole tree committed, every key
 /// copied, a member's removal agreed): their answer comes when the work is done.
-const LONG_RUNNERS: &[&str] = &["cluster.sync_roots", "cluster.remove_member", "pki.migrate_to_mmap", "fileserver.update"];
+const LONG_RUNNERS: &[&str] = &["cluster.sync_roots", "cluster.remove_member", "pki.migrate_to_mmap", "fileserver.update", "git_pillar.update"];
 
 /// Runners `--offline` serves from a stopped master's data directory.
 const OFFLINE_RUNNERS: &[&str] = &["jobs.list_jobs", "jobs.list_jobs_filter", "jobs.last_run", "jobs.lookup_jid", "cluster.members", "cluster.ring_info", "pki.migrate_to_mmap", "pki.status"];

@@ -15,7 +15,7 @@ fn salt_config(ip: &str) -> Env {
     let env = Env::master(ip, "localfs_key", "fileserver_backend:\n  - roots\n  - gitfs\ngitfs_remotes:\n  - https://git.example.com/states.git\nenable_ssh_minions: True\nworker_threads: 5\n");
     let d = env.root.join("conf/master.d");
     std::fs::create_dir_all(&d).unwrap();
-    std::fs::write(d.join("extra.conf"), "require_minion_sign_messages: True\next_pillar:\n  - cmd_yaml: cat /etc/salt/extra.yaml\nkeep_jbos_seconds: 60\n").unwrap();
+    std::fs::write(d.join("extra.conf"), "require_minion_sign_messages: True\next_pillar:\n  - mongo: {collection: x}\nkeep_jbos_seconds: 60\n").unwrap();
     env
 }
 

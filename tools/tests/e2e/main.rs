@@ -25,6 +25,7 @@ mod file_recv;
 mod formats;
 mod full_disk;
 mod files_pillar;
+mod git_pillar;
 mod gitfs;
 mod hostile;
 mod locks;

@@ -1,5 +1,6 @@
-//! Housekeeping on a timer: job cache expiry, publish key rotation, gitfs updates, the master's `schedule`, the heap's free pages given back.
+//! Housekeeping on a timer: job cache expiry, publish key rotation, gitfs and git_pillar updates, the master's `schedule`, the heap's free pages given back.
 
+pub mod git_pillar;
 pub mod gitfs;
 pub mod maintenance;
 pub mod schedule;

@@ -1,14 +1,27 @@
-//! Pillar compilation from `pillar_roots` (Salt's default `jinja|yaml` renderer).
+//! Pillar compilation, as Salt 3008.5's `salt/pillar/__init__.py` does it (Salt's default
+//! `jinja|yaml` renderer), from `pillar_roots` and the external pillars (`ext_pillar`).
 //!
 //! 1. Every env's `top.sls` is rendered (Jinja, then YAML); its targets are matched
 //!    against the minion (glob by default, or the `- match: <type>` given in the list).
+//!    A minion's `pillarenv` limits the top files to that env; the `none` merging
+//!    strategy to its `saltenv` (else `base`).
 //! 2. Each matched SLS (`a.b` → `a/b.sls` or `a/b/init.sls`, first env directory holding
 //!    it) is rendered with `grains`, `opts`, `pillar` (compiled so far), `saltenv`, `sls`
 //!    and `salt['grains.get']` / `salt['pillar.get']`; its `include:` list is compiled
-//!    first; the result is merged into the pillar recursively (maps merge, other values
-//!    replace: Salt's default `recurse` strategy).
-//! 3. Rendering errors do not stop compilation: they are collected under `_errors`, as
-//!    Salt does, and logged.
+//!    first; the result is merged into the pillar ([`merge`]: the
+//!    `pillar_source_merging_strategy` and `pillar_merge_lists`).
+//! 3. The external pillars ([`ext`]: git_pillar ([`git`]), `cmd_yaml`, `cmd_json`) are
+//!    merged in order after the `pillar_roots` pillar, or before it with
+//!    `ext_pillar_first` (its SLS files then see them as `pillar`).
+//! 4. Errors do not stop compilation: they are collected under `_errors`, as Salt does,
+//!    and logged.
+//!
+//! Reading the roots and the `git_pillar` tree goes through [`RootsSource`]; running a
+//! command through [`ext::ExtRun`], which the daemon implements: compiling stays pure.
+
+pub mod ext;
+pub mod git;
+pub mod merge;
 
 use std::collections::BTreeMap;
 
@@ -20,22 +33,40 @@ use halite_storage::format::RootsTree;
 use crate::config::MasterConfig;
 use crate::matcher::{matches, Subject};
 use crate::view::RootsSource;
+use ext::{ExtPillarConfig, ExtRun, ExtSource};
+use merge::{MergeOpts, Strategy};
 
 /// Salt's recursive merge: maps merge key by key, anything else replaces.
 pub fn merge(into: &mut J, from: J) {
-    match (into, from) {
-        (J::Object(a), J::Object(b)) => {
-            for (k, v) in b {
-                match a.get_mut(&k) {
-                    Some(slot) if slot.is_object() && v.is_object() => merge(slot, v),
-                    _ => {
-                        a.insert(k, v);
-                    }
-                }
-            }
-        }
-        (slot, v) => *slot = v,
-    }
+    *into = MergeOpts::default().merge(std::mem::take(into), from);
+}
+
+/// The minion a pillar is compiled for.
+#[derive(Debug, Clone, Copy)]
+pub struct Minion<'a> {
+    pub id: &'a str,
+    pub grains: &'a J,
+    /// The `saltenv` and `pillarenv` of its request (`None`: not set).
+    pub saltenv: Option<&'a str>,
+    pub pillarenv: Option<&'a str>,
+}
+
+/// Where a pillar's parts are read from, and who runs commands.
+pub struct Sources<'a> {
+    /// `pillar_roots`.
+    pub roots: &'a dyn RootsSource,
+    /// The applied `git_pillar` tree (`None`: git_pillar is not read here).
+    pub git: Option<&'a dyn RootsSource>,
+    pub run: &'a dyn ExtRun,
+}
+
+/// One compilation's roots: `envs` of `tree` in `src`, each path looked up below each
+/// of `dirs` in order (`""`: the env's own top).
+pub(crate) struct Roots<'a> {
+    pub src: &'a dyn RootsSource,
+    pub tree: RootsTree,
+    pub dirs: &'a [String],
+    pub envs: Vec<String>,
 }
 
 /// `a:b:c` lookup with a default, as `grains.get` / `pillar.get`.
@@ -71,10 +102,11 @@ pub(crate) fn yaml_to_json(v: serde_yaml::Value) -> J {
 }
 
 struct Compiler<'a> {
-    roots: &'a dyn RootsSource,
+    roots: &'a Roots<'a>,
     id: &'a str,
     grains: &'a J,
     pillar: J,
+    opts: MergeOpts,
     errors: Vec<String>,
     rendered: std::collections::HashSet<(String, String)>,
 }
@@ -88,9 +120,10 @@ impl Compiler<'_> {
             return None;
         }
         let rel = sls.replace('.', "/");
-        let roots = self.roots;
-        let file = [format!("{rel}.sls"), format!("{rel}/init.sls")].into_iter().find_map(|cand| roots.find(RootsTree::Pillar, env, &cand))?;
-        match roots.read_all(RootsTree::Pillar, &file).map(String::from_utf8) {
+        let r = self.roots;
+        let below = |dir: &String, cand: &str| if dir.is_empty() { cand.to_string() } else { format!("{dir}/{cand}") };
+        let file = [format!("{rel}.sls"), format!("{rel}/init.sls")].into_iter().find_map(|cand| r.dirs.iter().find_map(|d| r.src.find(r.tree, env, &below(d, &cand))))?;
+        match r.src.read_all(r.tree, &file).map(String::from_utf8) {
             Some(Ok(t)) => Some(t),
             Some(Err(_)) => {
                 self.error(format!("Reading {}: not UTF-8", file.path));
@@ -181,23 +214,89 @@ impl Compiler<'_> {
             }
         }
         match data {
-            J::Object(_) => merge(&mut self.pillar, data),
+            J::Object(_) => self.pillar = self.opts.merge(std::mem::take(&mut self.pillar), data),
             J::Null => {}
             _ => self.error(format!("SLS '{env}:{sls}' does not render to a dictionary")),
         }
     }
 }
 
-/// Compiles the pillar of minion `id` with its `grains`, reading SLS files from `roots`
-/// for the saltenvs of `pillar_roots`.
-pub fn compile(cfg: &MasterConfig, roots: &dyn RootsSource, id: &str, grains: &J) -> J {
-    let mut c = Compiler { roots, id, grains, pillar: J::Object(Map::new()), errors: Vec::new(), rendered: Default::default() };
-    let mut envs: Vec<&String> = cfg.pillar_roots.keys().collect();
-    envs.sort_by_key(|e| (e.as_str() != "base", e.as_str().to_string()));
+/// The pillar of a minion: `pillar_roots` and the external pillars, merged as the
+/// merge options say, `_errors` listing what went wrong.
+pub fn compile(cfg: &MasterConfig, src: &Sources, m: &Minion) -> J {
+    let opts = MergeOpts::from_raw(&cfg.raw, &mut Vec::new());
+    let ext = ExtPillarConfig::from_raw(&cfg.raw);
+    let dirs = [String::new()];
+    let roots = Roots { src: src.roots, tree: RootsTree::Pillar, dirs: &dirs, envs: roots_envs(cfg, m, opts) };
+    let mut errors = Vec::new();
+    let mut pillar = if opts.ext_first && !ext.sources.is_empty() {
+        let ext_data = ext_pillar(cfg, &ext, src, m, J::Object(Map::new()), opts, &mut errors);
+        let (compiled, errs) = compile_roots(cfg, &roots, m, ext_data, opts);
+        errors.extend(errs);
+        compiled
+    } else {
+        let (compiled, errs) = compile_roots(cfg, &roots, m, J::Object(Map::new()), opts);
+        errors.extend(errs);
+        ext_pillar(cfg, &ext, src, m, compiled, opts, &mut errors)
+    };
+    if !errors.is_empty() {
+        if let Some(p) = pillar.as_object_mut() {
+            p.insert("_errors".into(), J::Array(errors.into_iter().map(J::String).collect()));
+        }
+    }
+    pillar
+}
+
+/// The `pillar_roots` envs whose top files are read, `base` first: the minion's
+/// `pillarenv` alone when set, the minion's `saltenv` (else `base`) alone with the
+/// `none` strategy, else all.
+fn roots_envs(cfg: &MasterConfig, m: &Minion, opts: MergeOpts) -> Vec<String> {
+    let mut envs: Vec<String> = cfg.pillar_roots.keys().cloned().collect();
+    envs.sort_by_key(|e| (e.as_str() != "base", e.clone()));
+    let only = match (m.pillarenv, opts.strategy) {
+        (Some(p), _) => Some(p),
+        (None, Strategy::None) => Some(m.saltenv.unwrap_or("base")),
+        _ => None,
+    };
+    if let Some(only) = only {
+        envs.retain(|e| e == only);
+    }
+    envs
+}
+
+/// `pillar` with every external pillar merged in, in order (Salt's `ext_pillar`).
+fn ext_pillar(cfg: &MasterConfig, ext: &ExtPillarConfig, src: &Sources, m: &Minion, mut pillar: J, opts: MergeOpts, errors: &mut Vec<String>) -> J {
+    for s in &ext.sources {
+        let data = match s {
+            ExtSource::Git(idx) => match src.git {
+                Some(tree) => git::compile(cfg, ext, idx, tree, m, errors),
+                None => continue,
+            },
+            ExtSource::Cmd { format, command } => match src.run.run(command, m.id).and_then(|out| ext::parse_output(*format, &out)) {
+                Ok(d) => d,
+                Err(why) => {
+                    let e = format!("Failed to load ext_pillar {}: {why}", format.name());
+                    tracing::warn!(minion = m.id, "pillar: {e}");
+                    errors.push(e);
+                    continue;
+                }
+            },
+        };
+        if data.as_object().is_some_and(|d| !d.is_empty()) {
+            pillar = opts.merge(pillar, data);
+        }
+    }
+    pillar
+}
+
+/// The pillar of `roots` for a minion, starting from `pillar`, and the errors met.
+pub(crate) fn compile_roots(cfg: &MasterConfig, roots: &Roots, m: &Minion, pillar: J, opts: MergeOpts) -> (J, Vec<String>) {
+    let (id, grains) = (m.id, m.grains);
+    let mut c = Compiler { roots, id, grains, pillar, opts, errors: Vec::new(), rendered: Default::default() };
     let mut todo: Vec<(String, String)> = Vec::new();
     let empty = J::Object(Map::new());
     let subject = Subject { id, grains, pillar: &empty };
-    for env in envs {
+    for env in &roots.envs {
         let Some(text) = c.sls_text(env, "top") else { continue };
         let Some(J::Object(top)) = c.render(env, "top", &text) else { continue };
         for (top_env, targets) in top {
@@ -229,13 +328,7 @@ pub fn compile(cfg: &MasterConfig, roots: &dyn RootsSource, id: &str, grains: &J
     for (env, sls) in todo {
         c.compile_sls(&env, &sls, 0);
     }
-    if !c.errors.is_empty() {
-        let errs = c.errors.iter().map(|e| J::String(e.clone())).collect();
-        if let Some(m) = c.pillar.as_object_mut() {
-            m.insert("_errors".into(), J::Array(errs));
-        }
-    }
-    c.pillar
+    (c.pillar, c.errors)
 }
 
 /// One saltenv's top targets: (target, order, items).
@@ -247,12 +340,14 @@ type TopTargets = Vec<(String, i64, Vec<J>)>;
 /// replaced; `include` is skipped), targets ordered by their `order` (default 0, stable),
 /// with the rendering errors.
 pub fn top(cfg: &MasterConfig, roots: &dyn RootsSource, id: &str, grains: &J) -> (J, Vec<String>) {
-    let mut c = Compiler { roots, id, grains, pillar: J::Object(Map::new()), errors: Vec::new(), rendered: Default::default() };
-    let mut envs: Vec<&String> = cfg.pillar_roots.keys().collect();
-    envs.sort_by_key(|e| (e.as_str() != "base", e.as_str().to_string()));
+    let dirs = [String::new()];
+    let mut envs: Vec<String> = cfg.pillar_roots.keys().cloned().collect();
+    envs.sort_by_key(|e| (e.as_str() != "base", e.clone()));
+    let r = Roots { src: roots, tree: RootsTree::Pillar, dirs: &dirs, envs: envs.clone() };
+    let mut c = Compiler { roots: &r, id, grains, pillar: J::Object(Map::new()), opts: MergeOpts::default(), errors: Vec::new(), rendered: Default::default() };
     // saltenv → [(target, order, items)] in first-seen order.
     let mut merged: Vec<(String, TopTargets)> = Vec::new();
-    for env in envs {
+    for env in &envs {
         let Some(text) = c.sls_text(env, "top") else { continue };
         let Some(J::Object(top)) = c.render(env, "top", &text) else { continue };
         for (top_env, targets) in top {
@@ -304,48 +399,6 @@ pub fn top(cfg: &MasterConfig, roots: &dyn RootsSource, id: &str, grains: &J) ->
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn top_matching_jinja_includes_and_merge() {
-        let d = tempfile::tempdir().unwrap();
-        let r = d.path().join("pillar");
-        std::fs::create_dir_all(r.join("users")).unwrap();
-        std::fs::write(
-            r.join("top.sls"),
-            "base:\n  '*':\n    - common\n  'web*':\n    - web\n  'os:Debian':\n    - match: grain\n    - debian\n  'G@os:RedHat':\n    - match: compound\n    - redhat\n  'db01,web01':\n    - match: list\n    - users\n",
-        )
-        .unwrap();
-        std::fs::write(r.join("common.sls"), "motd: hello {{ grains['id'] }}\nsettings:\n  a: 1\n  nested: {x: 1}\n").unwrap();
-        std::fs::write(r.join("web.sls"), "include:\n  - .extra\nsettings:\n  b: {{ salt['grains.get']('num_cpus', 1) * 2 }}\n  nested: {y: 2}\nrole: {{ salt['pillar.get']('motd') }}\n").unwrap();
-        std::fs::write(r.join("extra.sls"), "extra: true\n").unwrap();
-        std::fs::write(r.join("debian.sls"), "pkg: apt\n").unwrap();
-        std::fs::write(r.join("redhat.sls"), "pkg: yum\n").unwrap();
-        std::fs::write(r.join("users/init.sls"), "users: [alice]\n{% if sls == 'users' %}which: init{% endif %}\n").unwrap();
-        let mut cfg = MasterConfig::under(d.path());
-        cfg.pillar_roots = [("base".to_string(), vec![r.clone()])].into_iter().collect();
-        let roots = crate::view::fs::FsRoots::new(&cfg);
-        let grains = serde_json::json!({"id": "web01", "os": "Debian", "num_cpus": 4});
-        let p = compile(&cfg, &roots, "web01", &grains);
-        assert_eq!(p["motd"], "hello web01");
-        assert_eq!(p["settings"]["a"], 1);
-        assert_eq!(p["settings"]["b"], 8);
-        assert_eq!(p["settings"]["nested"], serde_json::json!({"x": 1, "y": 2}), "maps merge recursively");
-        assert_eq!(p["role"], "hello web01", "pillar.get sees what was compiled before");
-        assert_eq!(p["extra"], true);
-        assert_eq!(p["pkg"], "apt");
-        assert_eq!(p["users"], serde_json::json!(["alice"]));
-        assert_eq!(p["which"], "init");
-        assert!(p.get("_errors").is_none(), "{p}");
-        let db = compile(&cfg, &roots, "db02", &serde_json::json!({"os": "RedHat"}));
-        assert_eq!(db["pkg"], "yum");
-        assert!(db.get("settings").unwrap().get("b").is_none());
-        // Errors are collected, not fatal; escapes are refused.
-        std::fs::write(r.join("top.sls"), "base:\n  '*':\n    - broken\n    - missing\n    - ..etc\n    - common\n").unwrap();
-        std::fs::write(r.join("broken.sls"), "a: {{ unclosed\n").unwrap();
-        let p = compile(&cfg, &roots, "x", &serde_json::json!({}));
-        assert_eq!(p["motd"], "hello");
-        assert_eq!(p["_errors"].as_array().unwrap().len(), 3, "{p}");
-    }
-}
+mod tests;
+#[cfg(test)]
+mod git_tests;
