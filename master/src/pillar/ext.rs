@@ -17,9 +17,10 @@
 //! reaches the shell as a positional argument: Salt's `%s` becomes `"$1"` (so it is
 //! expanded outside single quotes), never the id spliced into the command text, so no id
 //! can inject shell syntax. A command that fails (exit status, time, size,
-//! output that is not YAML/JSON or not a mapping) adds `Failed to load ext_pillar
-//! <type>: <why>` to the pillar's `_errors` and merges nothing; the rest of the pillar is
-//! compiled as usual. (Salt only logs such a failure; Halite says it to the minion too.)
+//! output that is not YAML/JSON or not a mapping) is logged as `Failed to load
+//! ext_pillar <type>: <why>` and merges nothing; the rest of the pillar is compiled as
+//! usual. As in Salt, it is not put in `_errors`, which would stop the minion's state
+//! runs.
 //!
 //! What is guaranteed: the git_pillar part of a pillar is a function of the log — every
 //! member that applied the same index compiles it from the same commits. A command's

@@ -152,12 +152,12 @@ fn commands_merge_before_or_after_pillar_roots() {
     assert_eq!(after["shared"], json!({"roots": 1, "cmd": 1, "json": true}));
     assert_eq!(after["from_cmd"], "m1");
     assert_eq!(after["j"], json!([1, 2]));
-    assert_eq!(after["_errors"], json!(["Failed to load ext_pillar cmd_yaml: the command exited with exit status: 1"]));
+    assert!(after.get("_errors").is_none(), "a failed command is logged, as Salt does: {after}");
     let first = run("ext_pillar_first: true\n");
     assert_eq!(first["motd"], "roots", "pillar_roots merges last: {first}");
     assert_eq!(first["saw"], "m1", "SLS files see the external pillar");
     assert_eq!(first["shared"], json!({"roots": 1, "cmd": 1, "json": true}));
-    assert_eq!(first["_errors"].as_array().unwrap().len(), 1);
+    assert!(first.get("_errors").is_none(), "{first}");
     let over = run("pillar_source_merging_strategy: overwrite\n");
     assert_eq!(over["shared"], json!({"json": true}), "overwrite: top-level keys replaced");
 }

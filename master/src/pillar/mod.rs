@@ -275,9 +275,9 @@ fn ext_pillar(cfg: &MasterConfig, ext: &ExtPillarConfig, src: &Sources, m: &Mini
             ExtSource::Cmd { format, command } => match src.run.run(command, m.id).and_then(|out| ext::parse_output(*format, &out)) {
                 Ok(d) => d,
                 Err(why) => {
-                    let e = format!("Failed to load ext_pillar {}: {why}", format.name());
-                    tracing::warn!(minion = m.id, "pillar: {e}");
-                    errors.push(e);
+                    // As Salt's cmd_yaml/cmd_json: logged, nothing merged, no `_errors`
+                    // (which would stop the minion's state runs).
+                    tracing::warn!(minion = m.id, "pillar: Failed to load ext_pillar {}: {why}", format.name());
                     continue;
                 }
             },
