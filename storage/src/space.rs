@@ -22,7 +22,7 @@ pub fn available(path: &Path) -> std::io::Result<u64> {
 
 /// Whether an I/O error says the filesystem is full (or the user's quota spent).
 pub fn is_no_space(e: &std::io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)) || matches!(e.kind(), std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded)
 }
 
 #[cfg(test)]
@@ -36,5 +36,7 @@ mod tests {
         assert!(available(&d.path().join("missing")).is_err());
         assert!(is_no_space(&std::io::Error::from_raw_os_error(libc::ENOSPC)));
         assert!(!is_no_space(&std::io::Error::from_raw_os_error(libc::EIO)));
+        // As raft-engine makes it.
+        assert!(is_no_space(&std::io::Error::new(std::io::ErrorKind::StorageFull, "nospace")));
     }
 }

@@ -119,7 +119,7 @@ pub enum NodeError {
     Stopped(String),
     /// The data directory's filesystem has less free space than the node keeps in
     /// reserve: nothing is written until space is freed.
-    #[error("the data directory's filesystem has {free} bytes free, under the {reserve} it keeps free (halite_min_free_bytes): writes are refused until space is freed")]
+    #[error("{}", disk_full_text(*free, *reserve))]
     DiskFull { free: u64, reserve: u64 },
     #[error(transparent)]
     Storage(#[from] StorageError),
@@ -128,6 +128,13 @@ pub enum NodeError {
 }
 
 pub type Result<T, E = NodeError> = std::result::Result<T, E>;
+
+fn disk_full_text(free: u64, reserve: u64) -> String {
+    match reserve {
+        0 => "the data directory's filesystem is full (no halite_min_free_bytes kept): writes are refused until space is freed".to_string(),
+        _ => format!("the data directory's filesystem has {free} bytes free, under the {reserve} it keeps free (halite_min_free_bytes): writes are refused until space is freed"),
+    }
+}
 
 /// Settings of a node.
 #[derive(Debug, Clone)]
