@@ -94,7 +94,7 @@ fn closed_connections_are_dropped_while_every_permit_is_taken() {
         // Saturated: the only permit is held by the test.
         let in_flight = Arc::new(Semaphore::new(1));
         let held = in_flight.clone().acquire_owned().await.unwrap();
-        let limits = Limits { in_flight, budget: Budget::new(1 << 20) };
+        let limits = Limits { in_flight, budget: Budget::new(1 << 20), fifo: false };
         let started = Arc::new(AtomicUsize::new(0));
         let count = started.clone();
         let start = move |msg: ZmqMessage, permit, charge| {
@@ -109,6 +109,7 @@ fn closed_connections_are_dropped_while_every_permit_is_taken() {
         let intake = tokio::spawn(run(
             recv,
             limits,
+            |_: &ZmqMessage| Class::Other,
             start,
             async move {
                 let _ = stop_rx.await;
