@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""A restart storm served FIFO and fair: a lone Halite master restarted with a new
+publish key (``halite_new_publish_key_at_start: True``, as Salt makes one at every start)
+under N ``halite-swarm`` minions, then a job published to all of them: each minion finds
+the publish undecryptable, signs in again and returns the job, all at once. The same
+storm with ``halite_request_fifo: True`` (one queue in arrival order) and without (each
+class of request with its share, ``master/src/daemon/request_port/shares.rs``),
+alternated ``--pairs`` times.
+
+For each run:
+
+1. a fresh master (release build, ``auto_accept``), the swarm signs in and subscribes;
+2. SIGTERM, start again on the same state; once every subscription is back
+   (``halite_minions_connected``), ``salt '*' test.ping --async``;
+3. from that publish: when the last minion signed in again (its ``signed_in_again``
+   line), when the swarm's ``job`` line came (every minion's return acknowledged or
+   given up: acknowledged means committed), how many returned and how many failed
+   (a return that timed out three times), and the returns stored
+   (``jobs.lookup_jid``);
+4. every 0.5 s the master's ``halite_auths_total{result="accepted"}`` and
+   ``halite_returns_total`` (per-class service over time), its RSA private-key
+   operations, the sign-ins answered without RSA and the queued requests dropped
+   because their minion had gone (``peer_gone``).
+
+The swarm uses salt-minion's defaults (``auth_timeout`` 5 s, ``auth_tries`` 7; a return
+waits 10 s, three tries). Release binaries in $CARGO_TARGET_DIR/release. Every process
+started here is stopped by PID, children included.
+
+    ~/.cache/halite/venv-salt-3008.5/bin/python benches/scripts/storm.py --minions 8000 --pairs 3 --out docs/bench-data/storm-8k.jsonl
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from swarm import BIN, HOME, Master, stop  # noqa: E402
+from restart import connected, metrics_text  # noqa: E402
+
+
+def sample(text, name):
+    """The sum of a metric's samples whose name and labels start with `name`."""
+    total = 0.0
+    for line in (text or "").splitlines():
+        if line.startswith(name):
+            try:
+                total += float(line.rsplit(" ", 1)[1])
+            except ValueError:
+                pass
+    return total
+
+
+def counters(health):
+    t = metrics_text(health)
+    return {
+        "signed_in": sample(t, 'halite_auths_total{result="accepted"}'),
+        "returns": sample(t, "halite_returns_total"),
+        "rsa": sample(t, "halite_rsa_private_operations_total"),
+        "reused": sample(t, "halite_signin_reused_total"),
+        "peer_gone": sample(t, 'halite_refused_total{port="request",reason="peer_gone"}'),
+        "waiting_sign_in": sample(t, 'halite_request_waiting{class="sign_in"}'),
+        "waiting_return": sample(t, 'halite_request_waiting{class="return"}'),
+    }
+
+
+def run_one(mode, n, port, keydir, distinct, give_up):
+    root = tempfile.mkdtemp(prefix=f"storm-{mode}-{n}-")
+    m = Master("halite", root, port)
+    health = port + 3
+    with open(os.path.join(m.conf, "master"), "a") as f:
+        f.write(f"halite_health_port: {health}\nhalite_new_publish_key_at_start: True\n")
+        f.write(f"halite_request_fifo: {'True' if mode == 'fifo' else 'False'}\n")
+    m.start()
+    swarm = subprocess.Popen(
+        [os.path.join(BIN, "halite-swarm"), "--port", str(port), "--count", str(n), "--key-dir", keydir, "--distinct-keys", str(distinct)],
+        stdout=subprocess.PIPE, stderr=open(os.path.join(root, "swarm.log"), "w"), text=True,
+    )
+    again, jobs, ready = [], {}, threading.Event()
+
+    def read():
+        for line in swarm.stdout:
+            ev = json.loads(line)
+            if ev["event"] == "signed_in_again":
+                again.append(time.monotonic())
+            elif ev["event"] == "job":
+                jobs[ev["jid"]] = (time.monotonic(), ev)
+            elif ev["event"] == "ready":
+                ready.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    row = {"mode": mode, "minions": n}
+    try:
+        if not ready.wait(1800):
+            sys.exit("the swarm was not ready after 30 min")
+        m.stop()
+        m.start()
+        t0 = time.monotonic()
+        while (connected(health) or 0) < n and time.monotonic() < t0 + 300:
+            time.sleep(0.1)
+        row["subscribed_again_s"] = round(time.monotonic() - t0, 2)
+        base = counters(health)
+        again.clear()
+        out = subprocess.run([os.path.join(BIN, "salt"), "-c", m.conf, "*", "test.ping", "--async"], capture_output=True, text=True).stdout
+        jid = re.search(r"\b\d{20}\b", out).group(0)
+        p0 = time.monotonic()
+        series = []
+        while jid not in jobs and time.monotonic() < p0 + give_up:
+            c = counters(health)
+            series.append({"t": round(time.monotonic() - p0, 1), **{k: round(v - base[k]) if not k.startswith("waiting") else round(v) for k, v in c.items()}})
+            time.sleep(0.5)
+        if jid not in jobs:
+            row["gave_up_s"] = give_up
+            return row
+        done_at, job = jobs[jid]
+        row["all_returned_s"] = round(done_at - p0, 2)
+        row["swarm_job_s"] = round(job["seconds"], 2)
+        row["returned"], row["failed"] = job["returned"], job["failed"]
+        row["signed_in_again"] = len(again)
+        row["all_signed_in_s"] = round(max(again) - p0, 2) if again else None
+        end = counters(health)
+        row.update({k: round(end[k] - base[k]) for k in ("rsa", "reused", "peer_gone")})
+        stored = subprocess.run([os.path.join(BIN, "salt-run"), "-c", m.conf, "jobs.lookup_jid", jid, "--out", "json"], capture_output=True, text=True).stdout
+        try:
+            row["stored"] = len(json.loads(stored))
+        except ValueError:
+            row["stored"] = None
+        row["series"] = series
+    finally:
+        stop(swarm)
+        m.stop()
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--minions", type=int, default=8000)
+    ap.add_argument("--pairs", type=int, default=3, help="FIFO and fair runs, alternated")
+    ap.add_argument("--keys", default=os.path.join(HOME, ".cache/halite/swarm-keys"))
+    ap.add_argument("--distinct-keys", type=int, default=1000)
+    ap.add_argument("--give-up", type=int, default=600, help="seconds after the publish")
+    ap.add_argument("--out", default="docs/bench-data/storm.jsonl")
+    a = ap.parse_args()
+    os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
+    port = 31506
+    with open(a.out, "a") as f:
+        for i in range(a.pairs):
+            for mode in ("fifo", "fair") if i % 2 == 0 else ("fair", "fifo"):
+                port += 10
+                row = run_one(mode, a.minions, port, a.keys, a.distinct_keys, a.give_up)
+                row["date"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+                f.write(json.dumps(row) + "\n")
+                f.flush()
+                print(json.dumps({k: v for k, v in row.items() if k != "series"}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
