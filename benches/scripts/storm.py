@@ -27,6 +27,10 @@ waits 10 s, three tries). Release binaries in $CARGO_TARGET_DIR/release. Every p
 started here is stopped by PID, children included.
 
     ~/.cache/halite/venv-salt-3008.5/bin/python benches/scripts/storm.py --minions 8000 --pairs 3 --out docs/bench-data/storm-8k.jsonl
+
+``--swarm-args`` passes salt-minion's options to the swarm (``--auth-timeout``,
+``--auth-tries``, ``--acceptance-wait``, ``--random-reauth-delay``); ``--modes fair``
+runs one mode only.
 """
 
 import argparse
@@ -41,7 +45,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from swarm import BIN, HOME, Master, stop  # noqa: E402
-from restart import connected, metrics_text  # noqa: E402
+from restart import connected  # noqa: E402
 
 
 def sample(text, name):
@@ -56,8 +60,22 @@ def sample(text, name):
     return total
 
 
+def metrics_slow(health, timeout=5):
+    """The master's `/metrics`, waiting up to `timeout` (a master busy with a storm
+    answers late); None if unreadable."""
+    import urllib.request
+
+    try:
+        return urllib.request.urlopen(f"http://127.0.0.1:{health}/metrics", timeout=timeout).read().decode()
+    except OSError:
+        return None
+
+
 def counters(health):
-    t = metrics_text(health)
+    """The counters sampled, or None when the endpoint did not answer."""
+    t = metrics_slow(health)
+    if t is None:
+        return None
     return {
         "signed_in": sample(t, 'halite_auths_total{result="accepted"}'),
         "returns": sample(t, "halite_returns_total"),
@@ -69,7 +87,7 @@ def counters(health):
     }
 
 
-def run_one(mode, n, port, keydir, distinct, give_up):
+def run_one(mode, n, port, keydir, distinct, give_up, swarm_args=()):
     root = tempfile.mkdtemp(prefix=f"storm-{mode}-{n}-")
     m = Master("halite", root, port)
     health = port + 3
@@ -78,7 +96,7 @@ def run_one(mode, n, port, keydir, distinct, give_up):
         f.write(f"halite_request_fifo: {'True' if mode == 'fifo' else 'False'}\n")
     m.start()
     swarm = subprocess.Popen(
-        [os.path.join(BIN, "halite-swarm"), "--port", str(port), "--count", str(n), "--key-dir", keydir, "--distinct-keys", str(distinct)],
+        [os.path.join(BIN, "halite-swarm"), "--port", str(port), "--count", str(n), "--key-dir", keydir, "--distinct-keys", str(distinct)] + list(swarm_args),
         stdout=subprocess.PIPE, stderr=open(os.path.join(root, "swarm.log"), "w"), text=True,
     )
     again, jobs, ready = [], {}, threading.Event()
@@ -94,7 +112,7 @@ def run_one(mode, n, port, keydir, distinct, give_up):
                 ready.set()
 
     threading.Thread(target=read, daemon=True).start()
-    row = {"mode": mode, "minions": n}
+    row = {"mode": mode, "minions": n, "swarm_args": " ".join(swarm_args)}
     try:
         if not ready.wait(1800):
             sys.exit("the swarm was not ready after 30 min")
@@ -104,16 +122,21 @@ def run_one(mode, n, port, keydir, distinct, give_up):
         while (connected(health) or 0) < n and time.monotonic() < t0 + 300:
             time.sleep(0.1)
         row["subscribed_again_s"] = round(time.monotonic() - t0, 2)
-        base = counters(health)
+        base = None
+        while base is None:
+            base = counters(health)
         again.clear()
         out = subprocess.run([os.path.join(BIN, "salt"), "-c", m.conf, "*", "test.ping", "--async"], capture_output=True, text=True).stdout
         jid = re.search(r"\b\d{20}\b", out).group(0)
         p0 = time.monotonic()
         series = []
         while jid not in jobs and time.monotonic() < p0 + give_up:
+            asked = time.monotonic()
             c = counters(health)
-            series.append({"t": round(time.monotonic() - p0, 1), **{k: round(v - base[k]) if not k.startswith("waiting") else round(v) for k, v in c.items()}})
-            time.sleep(0.5)
+            if c is not None:
+                # Stamped with when the answer came (a busy master answers late).
+                series.append({"t": round(time.monotonic() - p0, 1), **{k: round(v - base[k]) if not k.startswith("waiting") else round(v) for k, v in c.items()}})
+            time.sleep(max(0.0, 0.5 - (time.monotonic() - asked)))
         if jid not in jobs:
             row["gave_up_s"] = give_up
             return row
@@ -123,7 +146,9 @@ def run_one(mode, n, port, keydir, distinct, give_up):
         row["returned"], row["failed"] = job["returned"], job["failed"]
         row["signed_in_again"] = len(again)
         row["all_signed_in_s"] = round(max(again) - p0, 2) if again else None
-        end = counters(health)
+        end = None
+        while end is None:
+            end = counters(health)
         row.update({k: round(end[k] - base[k]) for k in ("rsa", "reused", "peer_gone")})
         stored = subprocess.run([os.path.join(BIN, "salt-run"), "-c", m.conf, "jobs.lookup_jid", jid, "--out", "json"], capture_output=True, text=True).stdout
         try:
@@ -137,6 +162,81 @@ def run_one(mode, n, port, keydir, distinct, give_up):
     return row
 
 
+def run_mixed(mode, n, port, keydir, distinct, give_up, returners=2000, per_minion=3):
+    """A blast of returns and a storm of first sign-ins at once: `returners` minions
+    (ids ``ret-*``), signed in, each hold `per_minion` jobs and then send all their
+    returns together (``--blast``), while `n` new minions (``new-*``) sign in for the first
+    time. Reports the blast (returns acknowledged, seconds from its go to the last
+    acknowledgement) and the storm (seconds until the last accept)."""
+    root = tempfile.mkdtemp(prefix=f"storm-mixed-{mode}-{n}-")
+    m = Master("halite", root, port)
+    health = port + 3
+    with open(os.path.join(m.conf, "master"), "a") as f:
+        f.write(f"halite_health_port: {health}\n")
+        f.write(f"halite_request_fifo: {'True' if mode == 'fifo' else 'False'}\n")
+    m.start()
+    swarm = os.path.join(BIN, "halite-swarm")
+    common = ["--port", str(port), "--key-dir", keydir, "--distinct-keys", str(distinct)]
+    lines = {"a": [], "b": []}
+    procs = []
+
+    def spawn(tag, args):
+        p = subprocess.Popen([swarm] + common + args, stdout=subprocess.PIPE, stderr=open(os.path.join(root, f"swarm-{tag}.log"), "w"), text=True)
+        procs.append(p)
+
+        def read():
+            for line in p.stdout:
+                lines[tag].append((time.monotonic(), json.loads(line)))
+
+        threading.Thread(target=read, daemon=True).start()
+
+    def event(tag, name):
+        return next((e for _, e in lines[tag] if e["event"] == name), None)
+
+    def wait(tag, name, secs):
+        t = time.monotonic()
+        while event(tag, name) is None and time.monotonic() < t + secs:
+            time.sleep(0.05)
+        return event(tag, name)
+
+    row = {"scenario": "mixed", "mode": mode, "signing_in": n, "returners": returners, "per_minion": per_minion}
+    try:
+        spawn("a", ["--count", str(returners), "--prefix", "ret-", "--blast", str(per_minion)])
+        if wait("a", "ready", 1800) is None:
+            sys.exit("the returning swarm was not ready")
+        while (connected(health) or 0) < returners:
+            time.sleep(0.1)
+        base = None
+        while base is None:
+            base = counters(health)
+        # The storm: new minions, their keys loaded from the cache, then all sign in.
+        spawn("b", ["--count", str(n), "--prefix", "new-", "--jobs", "0"])
+        if wait("b", "keys", 600) is None:
+            sys.exit("the signing-in swarm made no keys")
+        p0 = time.monotonic()
+        # The blast goes once every returning minion holds its jobs.
+        for _ in range(per_minion):
+            subprocess.run([os.path.join(BIN, "salt"), "-c", m.conf, "ret-*", "test.ping", "--async"], capture_output=True, text=True)
+        series = []
+        while (event("a", "blast") is None or event("b", "authenticated") is None) and time.monotonic() < p0 + give_up:
+            asked = time.monotonic()
+            c = counters(health)
+            if c is not None:
+                series.append({"t": round(time.monotonic() - p0, 1), **{k: round(v - base[k]) if not k.startswith("waiting") else round(v) for k, v in c.items()}})
+            time.sleep(max(0.0, 0.5 - (time.monotonic() - asked)))
+        blast, auth = event("a", "blast"), event("b", "authenticated")
+        row["blast"] = {k: blast.get(k) for k in ("acknowledged", "failed", "seconds", "returns_per_s")} if blast else None
+        row["blast_done_s"] = round(next(t for t, e in lines["a"] if e["event"] == "blast") - p0, 2) if blast else None
+        row["sign_in"] = {k: auth.get(k) for k in ("count", "failed", "seconds", "retried")} if auth else None
+        row["sign_in_done_s"] = round(next(t for t, e in lines["b"] if e["event"] == "authenticated") - p0, 2) if auth else None
+        row["series"] = series
+    finally:
+        for p in procs:
+            stop(p)
+        m.stop()
+    return row
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--minions", type=int, default=8000)
@@ -145,14 +245,24 @@ def main():
     ap.add_argument("--distinct-keys", type=int, default=1000)
     ap.add_argument("--give-up", type=int, default=600, help="seconds after the publish")
     ap.add_argument("--out", default="docs/bench-data/storm.jsonl")
+    ap.add_argument("--modes", default="fifo,fair", help="the modes alternated in each pair")
+    ap.add_argument("--scenario", choices=["restart", "mixed"], default="restart",
+                    help="restart: the restart storm above; mixed: a blast of returns from --returners signed-in minions while --minions new ones sign in")
+    ap.add_argument("--returners", type=int, default=2000)
+    ap.add_argument("--per-minion", type=int, default=3, help="returns each returning minion holds and then sends (mixed)")
+    ap.add_argument("--swarm-args", default="", help="extra halite-swarm options, e.g. '--auth-timeout 60' (salt-minion's auth_timeout)")
     a = ap.parse_args()
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     port = 31506
     with open(a.out, "a") as f:
         for i in range(a.pairs):
-            for mode in ("fifo", "fair") if i % 2 == 0 else ("fair", "fifo"):
+            modes = a.modes.split(",")
+            for mode in modes if i % 2 == 0 else modes[::-1]:
                 port += 10
-                row = run_one(mode, a.minions, port, a.keys, a.distinct_keys, a.give_up)
+                if a.scenario == "mixed":
+                    row = run_mixed(mode, a.minions, port, a.keys, a.distinct_keys, a.give_up, a.returners, a.per_minion)
+                else:
+                    row = run_one(mode, a.minions, port, a.keys, a.distinct_keys, a.give_up, a.swarm_args.split())
                 row["date"] = time.strftime("%Y-%m-%dT%H:%M:%S")
                 f.write(json.dumps(row) + "\n")
                 f.flush()

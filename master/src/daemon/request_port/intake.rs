@@ -1,7 +1,7 @@
 //! The request port's intake: reading requests off the ROUTER socket, and starting them
 //! within the port's limits (requests in flight, [`crate::daemon::budget`]).
 //!
-//! Two tasks, joined by a bounded queue of received requests:
+//! Two tasks, joined by bounded queues of received requests (one per class):
 //!
 //! - the **reader** ([`run`]) receives messages and puts them in the waiting queue. It
 //!   keeps receiving while the requests in flight are at their limit, so the socket's

@@ -16,7 +16,7 @@
 //! and the answer is still what handling it again would say, checked at each reuse
 //! ([`Stamp`]): the id's key is still accepted with the same PEM, the minion's session
 //! key is still the one the reply carries, and the publish key is still the one it
-//! carries. Otherwise (another sign-in of the id installed another session key, the key
+//! carries. Otherwise (a later sign-in of the id installed a new session key, the key
 //! was rejected or deleted, the publish key rotated, the first was refused, pending, or
 //! failed) the request is handled as any other.
 //!
