@@ -107,6 +107,13 @@ pub struct Permit {
     sched: Arc<Sched>,
 }
 
+impl Permit {
+    /// The class the request was started as.
+    pub fn class(&self) -> Class {
+        self.class
+    }
+}
+
 impl Drop for Permit {
     fn drop(&mut self) {
         self.sched.lock().done(self.class);

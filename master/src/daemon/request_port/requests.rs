@@ -125,12 +125,13 @@ async fn commit(master: &Master, out: &Outcome) -> Result<(), halite_replication
 }
 
 /// The reply to one request body, with everything it calls for carried out.
-async fn answer(master: &Arc<Master>, signins: &Arc<SignIns>, body: Bytes) -> Option<Vec<u8>> {
+async fn answer(master: &Arc<Master>, signins: &Arc<SignIns>, body: Bytes, class: Class) -> Option<Vec<u8>> {
     if !ready_within(master, NOT_READY_GRACE).await {
         // Not caught up with the cluster: decide nothing from a stale state.
         return not_ready(master, body).await;
     }
-    let Some((key, id)) = signins::key_of(&body, master.cfg.halite_max_request_bytes) else {
+    let sign_in = if class == Class::SignIn { signins::key_of(&body, master.cfg.halite_max_request_bytes) } else { None };
+    let Some((key, id)) = sign_in else {
         let out = settle(master, body).await?;
         crate::daemon::node_metrics::answered(&out.cmd, out.signed_in);
         return Some(out.reply);
@@ -181,8 +182,9 @@ async fn answer(master: &Arc<Master>, signins: &Arc<SignIns>, body: Bytes) -> Op
 }
 
 /// The class of a request (`shares.rs`), from its body: a clear `_auth` is a sign-in;
-/// an AES request of at most `req::LIGHT_MAX_BYTES` is opened (its session key's
-/// decryption, tens of microseconds: the handler opens it again) and is a return if its
+/// an AES request of at most `req::LIGHT_MAX_BYTES` is opened (decrypted with its
+/// session key: about a microsecond for a small return; the handler opens it again,
+/// docs/benchmarks.md "RSA and AES per operation") and is a return if its
 /// command is `_return` or `_syndic_return`; anything else, a larger request or one
 /// that does not open, is of the rest.
 pub fn class_of(master: &Master, msg: &ZmqMessage) -> Class {
@@ -306,11 +308,12 @@ impl Settled {
     }
 }
 
-/// One request: handle, commit what it produced, reply on its own routing envelope.
-pub async fn request(master: Arc<Master>, signins: Arc<SignIns>, mut send: zeromq::RouterSendHalf, msg: ZmqMessage) {
+/// One request of `class` (as the intake classed it): handle, commit what it produced,
+/// reply on its own routing envelope.
+pub async fn request(master: Arc<Master>, signins: Arc<SignIns>, mut send: zeromq::RouterSendHalf, msg: ZmqMessage, class: Class) {
     let mut frames = msg.into_vec();
     let Some(body) = frames.pop() else { return };
-    let Some(reply) = answer(&master, &signins, body).await else { return };
+    let Some(reply) = answer(&master, &signins, body, class).await else { return };
     frames.push(reply.into());
     match ZmqMessage::try_from(frames) {
         Ok(m) => {
