@@ -189,7 +189,7 @@ where
         // of a class at its bound finishing (`Notify` keeps a wake-up that comes while
         // the starter is not waiting).
         let (class, w) = loop {
-            if let Some(next) = sched.lock().next() {
+            if let Some(next) = sched.lock().pick() {
                 break next;
             }
             sched.wake.notified().await;

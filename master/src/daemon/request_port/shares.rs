@@ -89,7 +89,7 @@ impl<T> Shares<T> {
 
     /// The request to start next, counted in flight until [`Shares::done`]; `None` if
     /// nothing waits or every class that waits is at its bound.
-    pub fn next(&mut self) -> Option<(Class, T)> {
+    pub fn pick(&mut self) -> Option<(Class, T)> {
         let eligible = |s: &Self, i: usize| !s.queues[i].is_empty() && s.in_flight[i] < s.caps[i];
         let pick = if self.fifo {
             (0..3).filter(|&i| eligible(self, i)).min_by_key(|&i| self.queues[i].front().map(|(seq, _)| *seq))?
@@ -112,7 +112,7 @@ impl<T> Shares<T> {
         Some((Class::ALL[pick], item))
     }
 
-    /// A request of `class` started by [`Shares::next`] is over (answered or dropped).
+    /// A request of `class` started by [`Shares::pick`] is over (answered or dropped).
     pub fn done(&mut self, class: Class) {
         let i = class.index();
         self.in_flight[i] = self.in_flight[i].saturating_sub(1);

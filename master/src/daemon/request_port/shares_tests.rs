@@ -9,7 +9,7 @@ type Req = (Class, usize);
 
 /// Starts up to `n` requests, as the intake does when `n` permits are free.
 fn start_n(s: &mut Shares<Req>, n: usize) -> Vec<Req> {
-    (0..n).map_while(|_| s.next().map(|(c, r)| {
+    (0..n).map_while(|_| s.pick().map(|(c, r)| {
         assert_eq!(c, r.0, "a request starts in its own class");
         r
     })).collect()
@@ -60,13 +60,13 @@ fn a_class_at_its_bound_in_flight_leaves_the_permits_to_the_others() {
     }
     let started = start_n(&mut s, 10);
     assert_eq!(started.len(), 2, "two sign-ins in flight at most");
-    assert!(s.next().is_none(), "the only waiting class is at its bound");
+    assert!(s.pick().is_none(), "the only waiting class is at its bound");
     s.push(Class::Return, (Class::Return, 0));
-    assert_eq!(s.next().map(|(c, _)| c), Some(Class::Return), "a return starts though sign-ins wait");
+    assert_eq!(s.pick().map(|(c, _)| c), Some(Class::Return), "a return starts though sign-ins wait");
     s.done(Class::SignIn);
     assert_eq!(s.in_flight(Class::SignIn), 1);
-    assert_eq!(s.next().map(|(c, r)| (c, r.1)), Some((Class::SignIn, 2)), "a finished sign-in makes room for the next");
-    assert!(s.next().is_none());
+    assert_eq!(s.pick().map(|(c, r)| (c, r.1)), Some((Class::SignIn, 2)), "a finished sign-in makes room for the next");
+    assert!(s.pick().is_none());
 }
 
 #[test]
@@ -94,7 +94,7 @@ impl Port {
     /// One tick: start what fits, then spend the cores. The requests finished this tick.
     fn tick(&mut self, s: &mut Shares<Req>) -> Vec<Req> {
         while self.running.len() < self.permits {
-            let Some((c, r)) = s.next() else { break };
+            let Some((c, r)) = s.pick() else { break };
             self.running.push_back((r, self.cost[c.index()]));
         }
         let mut finished = Vec::new();
