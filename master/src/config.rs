@@ -20,6 +20,7 @@
 //! | `halite_data_dir` | `/var/lib/salt/halite` | the log (`log/`) and state machine (`state/`) |
 //! | `halite_max_request_bytes` | 67108864 (64 MiB) | largest request accepted on `ret_port`; larger ones get `"bad load"` (a message over it + 64 KiB is refused from its frame header, `daemon::sockets`) |
 //! | `halite_max_inflight_bytes` | 268435456 (256 MiB) | most bytes of requests handled at once on `ret_port` (all requests in flight together); past it the port is not read until replies free room (`daemon::budget`). At least `halite_max_request_bytes` + 64 KiB |
+//! | `halite_request_fifo` | False | start the request port's waiting requests in arrival order (one queue) instead of by class: sign-ins, returns and the rest each with a share of the port (`daemon::request_port::shares`; for comparisons) |
 //! | `halite_max_pending_keys` | 10000 | most pending keys; a new id signing in beyond it is answered `full` and nothing is written (0 = no cap) |
 //! | `halite_health_port` | 0 (off) | port of the HTTP health endpoint on `interface`: `/alive`, `/ready`, `/metrics` |
 //! | `halite_new_publish_key_at_start` | False | a lone master writes a new publish key generation at every start, as Salt makes one (`daemon::publish_key`; for comparisons) |
@@ -108,6 +109,8 @@ pub struct MasterConfig {
     pub cluster_election_ms: (u64, u64),
     /// Most bytes of requests handled at once on the request port (`daemon::budget`).
     pub halite_max_inflight_bytes: usize,
+    /// Start waiting requests in arrival order rather than by class (`request_port::shares`).
+    pub halite_request_fifo: bool,
     /// When the log is compacted (`cluster_max_log_size`, `halite_log_max_bytes`).
     pub compaction: halite_storage::compaction::CompactionLimits,
     /// Free space kept on the data directory's filesystem (0: none).
@@ -294,6 +297,7 @@ impl MasterConfig {
                 (min, max)
             },
             halite_max_inflight_bytes: 0,
+            halite_request_fifo: r.boolean("halite_request_fifo", false)?,
             compaction: halite_storage::compaction::CompactionLimits {
                 max_entries: r.limit("cluster_max_log_size", halite_storage::compaction::DEFAULT_MAX_ENTRIES)?,
                 max_bytes: r.limit("halite_log_max_bytes", halite_storage::compaction::DEFAULT_MAX_BYTES)?,

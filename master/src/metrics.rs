@@ -9,6 +9,11 @@
 //! | metric | type | labels |
 //! |---|---|---|
 //! | `halite_refused_total` | counter | `port` (request, publish, cluster, admin, disk, health), `reason` |
+//! | `halite_request_waiting` | gauge | `class` (sign_in, return, other): requests received on the request port and waiting to start |
+//! | `halite_request_in_flight` | gauge | `class`: requests being handled |
+//! | `halite_request_started_total` | counter | `class`: requests started (handed to a handler) |
+//! | `halite_signin_reused_total` | counter | `how` (joined, cached): sign-ins answered with the answer of an identical one, no RSA spent |
+//! | `halite_rsa_private_operations_total` | counter | `op` (decrypt, sign, x931_sign): RSA private-key operations of this process |
 //!
 //! The cluster and traffic metrics (indexes, lag, leader, proposals, returns, sign-ins,
 //! view errors, connected minions) are in `daemon/readiness/node_metrics.rs`.
@@ -20,6 +25,7 @@ use std::time::{Duration, Instant};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 /// How often the same refusal (source, reason) is logged at most.
@@ -62,6 +68,22 @@ impl Port {
     }
 }
 
+/// A label set of one short fixed word (`class`, `how`, `op`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClassLabel {
+    pub class: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HowLabel {
+    pub how: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OpLabel {
+    pub op: &'static str,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RefusedLabels {
     pub port: String,
@@ -73,6 +95,16 @@ pub struct Metrics {
     registry: Mutex<Registry>,
     /// Inputs refused, by port and reason (a short fixed word, never peer bytes).
     pub refused: Family<RefusedLabels, Counter>,
+    /// Requests waiting to start on the request port, by class (`request_port::shares`).
+    pub request_waiting: Family<ClassLabel, Gauge>,
+    /// Requests being handled on the request port, by class.
+    pub request_in_flight: Family<ClassLabel, Gauge>,
+    /// Requests started on the request port, by class.
+    pub request_started: Family<ClassLabel, Counter>,
+    /// Sign-ins answered with an identical sign-in's answer (`request_port::signins`).
+    pub signin_reused: Family<HowLabel, Counter>,
+    /// RSA private-key operations (`wire::crypto::PrivateKey`).
+    pub rsa_private: Family<OpLabel, Counter>,
     /// When each (source, reason) was last logged.
     logged: Mutex<HashMap<(Port, String, &'static str), Instant>>,
 }
@@ -82,7 +114,15 @@ impl Metrics {
         let mut registry = Registry::with_prefix("halite");
         let refused = Family::<RefusedLabels, Counter>::default();
         registry.register("refused", "Inputs refused, by port and reason", refused.clone());
-        Metrics { registry: Mutex::new(registry), refused, logged: Mutex::new(HashMap::new()) }
+        let (request_waiting, request_in_flight, request_started) = (Family::default(), Family::default(), Family::default());
+        registry.register("request_waiting", "Requests received on the request port and waiting to start, by class", Family::<ClassLabel, Gauge>::clone(&request_waiting));
+        registry.register("request_in_flight", "Requests being handled on the request port, by class", Family::<ClassLabel, Gauge>::clone(&request_in_flight));
+        registry.register("request_started", "Requests started on the request port, by class", Family::<ClassLabel, Counter>::clone(&request_started));
+        let signin_reused = Family::<HowLabel, Counter>::default();
+        registry.register("signin_reused", "Sign-ins answered with the answer of an identical sign-in, without RSA", signin_reused.clone());
+        let rsa_private = Family::<OpLabel, Counter>::default();
+        registry.register("rsa_private_operations", "RSA private-key operations of this process, by operation", rsa_private.clone());
+        Metrics { registry: Mutex::new(registry), refused, request_waiting, request_in_flight, request_started, signin_reused, rsa_private, logged: Mutex::new(HashMap::new()) }
     }
 
     /// Registers one more metric (e.g. at start-up, gauges the daemon keeps current).
@@ -96,6 +136,16 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
 /// The process's metrics.
 pub fn metrics() -> &'static Metrics {
     &METRICS
+}
+
+/// Counts an RSA private-key operation.
+pub fn rsa_private(op: &'static str) {
+    metrics().rsa_private.get_or_create(&OpLabel { op }).inc();
+}
+
+/// RSA private-key operations of this process so far, every kind.
+pub fn rsa_private_total() -> u64 {
+    ["decrypt", "sign", "x931_sign"].iter().map(|&op| metrics().rsa_private.get_or_create(&OpLabel { op }).get()).sum()
 }
 
 /// Every metric in Prometheus' text exposition format.

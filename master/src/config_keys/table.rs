@@ -22,7 +22,7 @@ pub const HONOURED: &[&str] = &[
     "tcp_keepalive_idle", "tcp_keepalive_intvl", "timeout", "token_expire", "zmq_backlog",
     "halite_cluster_dial", "halite_cluster_pin_founders", "halite_data_dir", "halite_health_port", "halite_log_max_bytes", "halite_max_inflight_bytes", "halite_min_free_bytes",
     "halite_max_pending_keys", "halite_max_request_bytes", "halite_new_publish_key_at_start", "halite_pam_confdir",
-    "halite_pub_fanout_capacity",
+    "halite_pub_fanout_capacity", "halite_request_fifo",
 ];
 
 /// Options accepted with no effect by design, each group with the reason.

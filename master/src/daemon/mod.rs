@@ -6,7 +6,7 @@
 //! |---|---|
 //! | `mod.rs` | start-up ([`run`]) and the serving loop |
 //! | [`live`] | the running master's shared state, the live views |
-//! | `request_port/` | the request port: [`intake`] (reading within bounds: a bounded queue, requests started within their limits, [`budget`] of bytes in flight), [`requests`] (open, claim, commit, effects, reply), [`sessions`] (session keys), [`replay`] (nonces of applied requests) |
+//! | `request_port/` | the request port: [`intake`] (reading within bounds: bounded queues by class, requests started by their class's share within their limits, `request_port::shares`; [`budget`] of bytes in flight), `request_port::signins` (a sign-in sent again answered without RSA), [`requests`] (open, claim, commit, effects, reply), [`sessions`] (session keys), [`replay`] (nonces of applied requests) |
 //! | `ports/` | [`listen`] (TCP listeners with Salt's keepalive and backlog), [`sockets`] (the request and publish sockets, their bounds, their refusals counted), [`files`] (descriptors kept for the master's own files) |
 //! | `publishing/` | [`publish`] (the tap of applied records, the publish port), [`publish_key`] (the publish AES key kept and rotated) |
 //! | `admin_socket/` | [`admin`] (plans carried out), [`lines`] (the line protocol), [`follow`] (`job.follow`: a job's returns streamed to `salt`), [`batches`] (master-driven batch runs), [`range_client`] (the range server) |
@@ -241,15 +241,17 @@ async fn serve(master: Arc<Master>, applied_rx: mpsc::UnboundedReceiver<publish:
     let limits = intake::Limits {
         in_flight: Arc::new(tokio::sync::Semaphore::new(requests::MAX_IN_FLIGHT)),
         budget: budget::Budget::new(master.cfg.halite_max_inflight_bytes),
+        fifo: master.cfg.halite_request_fifo,
     };
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ctx(|| "installing the SIGTERM handler".into())?;
     let m = master.clone();
     let router_peers = send.clone();
     let present = move |msg: &zeromq::ZmqMessage| msg.get(0).is_some_and(|id| router_peers.has_peer(id));
-    let start = move |msg, permit, charge| {
-        let (m, s) = (m.clone(), send.clone());
+    let signins = Arc::new(request_port::signins::SignIns::default());
+    let start = move |msg, permit: intake::Permit, charge| {
+        let (m, s, si) = (m.clone(), send.clone(), signins.clone());
         async move {
-            requests::request(m, s, msg).await;
+            requests::request(m, si, s, msg, permit.class()).await;
             drop(charge);
             drop(permit);
         }
@@ -260,7 +262,9 @@ async fn serve(master: Arc<Master>, applied_rx: mpsc::UnboundedReceiver<publish:
             _ = term.recv() => {}
         }
     };
-    intake::run(recv, limits, start, stop, present).await;
+    let m = master.clone();
+    let classify = move |msg: &zeromq::ZmqMessage| requests::class_of(&m, msg);
+    intake::run(recv, limits, classify, start, stop, present).await;
     tracing::info!("salt-master stopping");
     let _ = std::fs::remove_file(&sock_path);
     let _ = std::fs::remove_file(&master.cfg.pidfile);

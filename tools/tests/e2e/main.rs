@@ -45,6 +45,7 @@ mod saltapi_clients;
 mod saltapi_orchestrate;
 mod saltapi_pepper;
 mod stalled;
+mod storm;
 mod targeting;
 mod targeting_more;
 mod wire;

@@ -1,7 +1,8 @@
 //! The intake over real TCP connections: peers that send a request and close while every
 //! permit is taken have their connections closed by the master, and once permits come
 //! back their requests are dropped unhandled (their senders are gone) while a connected
-//! peer's request starts.
+//! peer's request starts; and a return queued behind a storm of sign-ins starts next but
+//! one, by its class's share (in FIFO mode it starts last).
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -9,6 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use zeromq::Socket;
+
+use crate::metrics::ClassLabel;
 
 use super::*;
 
@@ -94,7 +97,7 @@ fn closed_connections_are_dropped_while_every_permit_is_taken() {
         // Saturated: the only permit is held by the test.
         let in_flight = Arc::new(Semaphore::new(1));
         let held = in_flight.clone().acquire_owned().await.unwrap();
-        let limits = Limits { in_flight, budget: Budget::new(1 << 20) };
+        let limits = Limits { in_flight, budget: Budget::new(1 << 20), fifo: false };
         let started = Arc::new(AtomicUsize::new(0));
         let count = started.clone();
         let start = move |msg: ZmqMessage, permit, charge| {
@@ -109,6 +112,7 @@ fn closed_connections_are_dropped_while_every_permit_is_taken() {
         let intake = tokio::spawn(run(
             recv,
             limits,
+            |_: &ZmqMessage| Class::Other,
             start,
             async move {
                 let _ = stop_rx.await;
@@ -165,4 +169,64 @@ fn a_waiting_request_holds_its_own_bytes_only() {
     assert_eq!(c.get(0).unwrap().as_ref(), b"id");
     let (copy, shared) = (c.get(1).unwrap().as_ptr() as usize, big.as_ptr() as usize);
     assert!(copy < shared || copy >= shared + big.len(), "the copy is not inside the read buffer");
+}
+
+/// `halite_request_waiting{class}` now (only this test queues sign-ins and returns in
+/// this test binary's intakes).
+fn waiting(class: Class) -> i64 {
+    crate::metrics::metrics().request_waiting.get_or_create(&ClassLabel { class: class.as_str() }).get()
+}
+
+#[test]
+fn a_return_queued_behind_a_storm_of_sign_ins_starts_among_the_first() {
+    const SIGN_INS: usize = 50;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut sock = zeromq::RouterSocket::new();
+        let ep = sock.bind("tcp://127.0.0.1:0").await.expect("bind");
+        let (send, recv) = sock.split();
+        let present = move |m: &ZmqMessage| m.get(0).is_some_and(|id| send.has_peer(id));
+        // One permit, held by the test while the requests queue up.
+        let in_flight = Arc::new(Semaphore::new(1));
+        let held = in_flight.clone().acquire_owned().await.unwrap();
+        let limits = Limits { in_flight, budget: Budget::new(1 << 20), fifo: false };
+        let classify = |m: &ZmqMessage| match m.get(1).map(|b| b.as_ref()) {
+            Some(b) if b.starts_with(b"sign-in") => Class::SignIn,
+            Some(b) if b.starts_with(b"return") => Class::Return,
+            _ => Class::Other,
+        };
+        let order = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let seen = order.clone();
+        let start = move |msg: ZmqMessage, permit: Permit, charge| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().unwrap().push(String::from_utf8_lossy(msg.get(1).map(|b| b.as_ref()).unwrap_or_default()).into_owned());
+                drop((permit, charge));
+            }
+        };
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let intake = tokio::spawn(run(recv, limits, classify, start, async move {
+            let _ = stop_rx.await;
+        }, present));
+        // Each peer stays connected (its request is not dropped as gone).
+        let mut peers = Vec::new();
+        for i in 0..=SIGN_INS {
+            let mut dealer = zeromq::DealerSocket::new();
+            dealer.connect(&ep.to_string()).await.expect("connect");
+            let body = if i < SIGN_INS { format!("sign-in {i}") } else { "return".to_string() };
+            zeromq::SocketSend::send(&mut dealer, ZmqMessage::from(body)).await.expect("send");
+            peers.push(dealer);
+        }
+        let queued = eventually(Duration::from_secs(60), || waiting(Class::SignIn) == SIGN_INS as i64 && waiting(Class::Return) == 1).await;
+        assert!(queued, "every request waits: {} sign-ins, {} returns", waiting(Class::SignIn), waiting(Class::Return));
+        drop(held);
+        let all = eventually(Duration::from_secs(60), || order.lock().unwrap().len() == SIGN_INS + 1).await;
+        let order = order.lock().unwrap().clone();
+        assert!(all, "{} of {} started", order.len(), SIGN_INS + 1);
+        let at = order.iter().position(|b| b == "return").expect("the return started");
+        assert!(at <= 1, "the return waits for at most one sign-in, not the {SIGN_INS} queued before it: it started at position {}", at + 1);
+        let _ = stop_tx.send(());
+        intake.await.expect("the intake ends when stopped");
+        drop(peers);
+    });
 }

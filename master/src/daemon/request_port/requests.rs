@@ -35,9 +35,12 @@ use std::sync::Arc;
 use bytes::Bytes;
 use zeromq::{SocketSend, ZmqMessage};
 
+use super::shares::Class;
+use super::signins::{self, SignIns, Stamp, Turn};
 use crate::daemon::live::Master;
-use crate::req::{self, Claim, Outcome};
-use crate::wire::envelope;
+use crate::req::{self, Claim, Effect, Outcome};
+use crate::view::View;
+use crate::wire::envelope::{self, Enc};
 
 /// Requests handled at once; more wait in the socket's queue.
 pub const MAX_IN_FLIGHT: usize = 1024;
@@ -124,14 +127,83 @@ async fn commit(master: &Master, out: &Outcome) -> Result<(), halite_replication
 }
 
 /// The reply to one request body, with everything it calls for carried out.
-async fn answer(master: &Arc<Master>, body: Bytes) -> Option<Vec<u8>> {
+async fn answer(master: &Arc<Master>, signins: &Arc<SignIns>, body: Bytes, class: Class) -> Option<Vec<u8>> {
     if !ready_within(master, NOT_READY_GRACE).await {
         // Not caught up with the cluster: decide nothing from a stale state.
         return not_ready(master, body).await;
     }
+    let sign_in = if class == Class::SignIn { signins::key_of(&body, master.cfg.halite_max_request_bytes) } else { None };
+    let Some((key, id)) = sign_in else {
+        let out = settle(master, body).await?;
+        crate::daemon::node_metrics::answered(&out.cmd, out.signed_in);
+        return Some(out.reply);
+    };
+    // A sign-in: an identical one in flight or just answered answers it (`signins.rs`).
+    let lead = match signins.turn(key, std::time::Instant::now()) {
+        Turn::Lead(lead) => Some(lead),
+        Turn::Cached(a) => {
+            if let Some(reply) = a.still_valid(master.as_ref()) {
+                signins::reused("cached");
+                crate::daemon::node_metrics::answered("_auth", true);
+                return Some(reply.to_vec());
+            }
+            None
+        }
+        Turn::Join(mut rx) => {
+            let first = loop {
+                let now = rx.borrow_and_update().clone();
+                if now.is_some() {
+                    break now;
+                }
+                if rx.changed().await.is_err() {
+                    break rx.borrow().clone();
+                }
+            };
+            if let Some(reply) = first.as_ref().and_then(|a| a.still_valid(master.as_ref())) {
+                signins::reused("joined");
+                crate::daemon::node_metrics::answered("_auth", true);
+                return Some(reply.to_vec());
+            }
+            None
+        }
+    };
+    let before = (master.key_print(&id).ok().flatten(), master.session_key(&id).map(|k| k.key_string().to_string()), master.publish_key().aes.key_string().to_string());
     let out = settle(master, body).await?;
-    crate::daemon::node_metrics::answered(&out.0, out.1);
-    Some(out.2)
+    crate::daemon::node_metrics::answered(&out.cmd, out.signed_in);
+    if let (Some(lead), true) = (lead, out.signed_in) {
+        // Kept only if the reply carries what the view holds now: the session key it
+        // made or found, the publish key and accepted key it was decided with.
+        let carried = out.new_session.clone().or(before.1);
+        let now = Stamp::of(master.as_ref(), &out.id);
+        let same_key = |s: &Stamp| before.0.as_ref().is_none_or(|p| p.pem_sha256 == s.pem_sha256);
+        if let Some(stamp) = now.filter(|s| Some(&s.session) == carried.as_ref() && s.publish == before.2 && same_key(s)) {
+            lead.answered(signins::Answer { id: out.id, reply: out.reply.clone(), stamp }, std::time::Instant::now());
+        }
+    }
+    Some(out.reply)
+}
+
+/// The class of a request (`shares.rs`), from its body: a clear `_auth` is a sign-in;
+/// an AES request of at most `req::LIGHT_MAX_BYTES` is opened (decrypted with its
+/// session key: about a microsecond for a small return; the handler opens it again,
+/// docs/benchmarks.md "RSA and AES per operation") and is a return if its
+/// command is `_return` or `_syndic_return`; anything else, a larger request or one
+/// that does not open, is of the rest.
+pub fn class_of(master: &Master, msg: &ZmqMessage) -> Class {
+    let Some(body) = msg.iter().last() else { return Class::Other };
+    let Ok(env) = envelope::decode(body, master.cfg.halite_max_request_bytes) else { return Class::Other };
+    match env.enc {
+        Enc::Clear if crate::wire::payload::get_text(&env.load, "cmd") == Some("_auth") => Class::SignIn,
+        Enc::Clear => Class::Other,
+        Enc::Aes if body.len() > req::LIGHT_MAX_BYTES => Class::Other,
+        Enc::Aes => {
+            let Some(session) = master.session_key(env.id) else { return Class::Other };
+            match envelope::open_aes(env.ciphertext, env.id, &session) {
+                Ok(o) if o.cmd == "_return" || o.cmd == "_syndic_return" => Class::Return,
+                _ => Class::Other,
+            }
+        }
+    }
 }
 
 /// Whether the member is ready now or becomes ready within `grace` (polled; the request
@@ -162,8 +234,18 @@ async fn not_ready(master: &Arc<Master>, body: Bytes) -> Option<Vec<u8>> {
     Some(out.reply)
 }
 
-/// Handles, commits and settles a request: (command, signed in, reply).
-async fn settle(master: &Arc<Master>, body: Bytes) -> Option<(String, bool, Vec<u8>)> {
+/// A request handled, committed and settled.
+struct Settled {
+    cmd: String,
+    id: String,
+    signed_in: bool,
+    reply: Vec<u8>,
+    /// The session key a sign-in made (and installed), if it made one.
+    new_session: Option<String>,
+}
+
+/// Handles, commits and settles a request.
+async fn settle(master: &Arc<Master>, body: Bytes) -> Option<Settled> {
     let (mut out, held) = handle_first(master, &body).await?;
     // Places granted along the way: kept only if the request ends signed in.
     let mut granted: Vec<Claim> = out.claims.clone();
@@ -179,7 +261,7 @@ async fn settle(master: &Arc<Master>, body: Bytes) -> Option<(String, bool, Vec<
                 return None;
             }
             tracing::error!(cmd = %out.cmd, id = %out.id, "records not committed: {e}; answering bad load");
-            return Some((String::new(), false, envelope::bad_load()));
+            return Some(Settled::bad_load());
         }
         if !out.recheck || out.applied_as_decided(master.as_ref()) {
             break;
@@ -201,7 +283,7 @@ async fn settle(master: &Arc<Master>, body: Bytes) -> Option<(String, bool, Vec<
             Err(again) => {
                 tracing::warn!(cmd = %again.cmd, id = %again.id, "the state kept changing under a request; the minion will retry");
                 master.release(&granted);
-                return Some((String::new(), false, envelope::bad_load()));
+                return Some(Settled::bad_load());
             }
         }
     }
@@ -218,18 +300,29 @@ async fn settle(master: &Arc<Master>, body: Bytes) -> Option<(String, bool, Vec<
     if !done.is_empty() {
         master.release(&done);
     }
+    let new_session = out.effects.iter().find_map(|e| match e {
+        Effect::SessionKey { key, .. } => Some(key.key_string().to_string()),
+        _ => None,
+    });
     master.apply_effects(out.effects);
     for e in out.events {
         master.bus.fire(e);
     }
-    Some((out.cmd, out.signed_in, out.reply))
+    Some(Settled { cmd: out.cmd, id: out.id, signed_in: out.signed_in, reply: out.reply, new_session })
 }
 
-/// One request: handle, commit what it produced, reply on its own routing envelope.
-pub async fn request(master: Arc<Master>, mut send: zeromq::RouterSendHalf, msg: ZmqMessage) {
+impl Settled {
+    fn bad_load() -> Self {
+        Settled { cmd: String::new(), id: String::new(), signed_in: false, reply: envelope::bad_load(), new_session: None }
+    }
+}
+
+/// One request of `class` (as the intake classed it): handle, commit what it produced,
+/// reply on its own routing envelope.
+pub async fn request(master: Arc<Master>, signins: Arc<SignIns>, mut send: zeromq::RouterSendHalf, msg: ZmqMessage, class: Class) {
     let mut frames = msg.into_vec();
     let Some(body) = frames.pop() else { return };
-    let Some(reply) = answer(&master, body).await else { return };
+    let Some(reply) = answer(&master, &signins, body, class).await else { return };
     frames.push(reply.into());
     match ZmqMessage::try_from(frames) {
         Ok(m) => {
