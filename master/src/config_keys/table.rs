@@ -182,7 +182,7 @@ pub const CHECKS: &[(&str, &str, Check)] = &[
     ("minion_data_cache_events", "`False` (no event when a minion's cached data is refreshed)", behaves_as_false),
     ("pillar_safe_render_error", "`False` (a pillar rendering error is sent to the minion in full)", behaves_as_false),
     ("log_level_logfile", "unset or `log_level`", log_level_logfile),
-    ("preserve_minion_cache", "no value: a deleted minion's cached pillar goes with its key, its grains and mine stay", never),
+    ("preserve_minion_cache", "no value: a deleted minion's cached pillar and pushed files go with its key, its grains and mine stay", never),
     ("runner_returns", "no value: orchestrations and salt-api's asynchronous runs are kept as jobs, other runner calls are not", never),
     ("max_event_size", "no value: Halite does not trim large events", never),
     ("enforce_mine_cache", "`True`, or any value while `minion_data_cache` is on (Halite keeps the mine either way)", enforce_mine_cache),

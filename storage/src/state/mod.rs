@@ -112,6 +112,9 @@ pub enum Effect {
     PushedWritten { id: String, path: String },
     /// A pushed file was started again: off the disk until it is complete.
     PushedRemoved { id: String, path: String },
+    /// A minion's key was deleted and its pushed files with it: `cachedir/minions/<id>`
+    /// is cleared.
+    PushedCleared { id: String },
 }
 
 /// Metadata of one file of a roots tree.
