@@ -18,7 +18,7 @@ pub const HONOURED: &[&str] = &[
     "pillar_roots", "pki_dir", "pub_hwm", "publish_port", "publish_session", "publisher_acl", "publisher_acl_blacklist",
     "range_server", "reactor", "request_channel_timeout", "request_server_ttl", "rest_cherrypy", "ret_port", "root_dir",
     "rotate_aes_key", "schedule", "sock_dir", "state_output", "state_output_diff", "state_verbose", "tcp_keepalive", "tcp_keepalive_cnt",
-    "tcp_keepalive_idle", "tcp_keepalive_intvl", "timeout", "token_expire", "zmq_backlog",
+    "tcp_keepalive_idle", "tcp_keepalive_intvl", "timeout", "token_expire", "token_expire_user_override", "zmq_backlog",
     "halite_cluster_dial", "halite_cluster_pin_founders", "halite_data_dir", "halite_health_port", "halite_log_max_bytes", "halite_max_inflight_bytes",
     "halite_max_pending_keys", "halite_max_request_bytes", "halite_new_publish_key_at_start", "halite_pam_confdir",
     "halite_pub_fanout_capacity",
@@ -145,7 +145,7 @@ pub const NOT_IMPLEMENTED: &[(&str, &[&str])] = &[
             "keep_acl_in_token", "key_pass", "keysize", "minimum_auth_version", "netapi_allow_raw_shell", "permissive_acl", "permissive_pki_access",
             "ping_on_rotate",
             "publish_signing_algorithm", "request_server_aes_session", "require_minion_sign_messages", "sign_pub_messages", "signing_key_pass", "sudo_acl",
-            "token_expire_user_override", "use_os_truststore", "user",
+            "use_os_truststore", "user",
         ],
     ),
     (
