@@ -9,7 +9,7 @@ pub const HONOURED: &[&str] = &[
     "auth.pam.service", "auto_accept", "autoreject_file", "autosign_file", "autosign_grains_dir", "cachedir",
     "cluster_election_max", "cluster_election_min", "cluster_id", "cluster_isolated_filesystem", "cluster_max_log_size",
     "cluster_peers", "cluster_pki_dir", "cluster_pool_port", "cluster_pub_fingerprint", "cluster_secret", "default_include",
-    "ext_job_cache", "external_auth", "file_recv", "file_recv_max_size", "file_roots", "gitfs_base", "gitfs_disable_saltenv_mapping", "gitfs_mountpoint", "gitfs_ref_types",
+    "ext_job_cache", "external_auth", "file_recv", "file_recv_max_size", "file_roots", "gitfs_base", "gitfs_disable_saltenv_mapping", "gitfs_fallback", "gitfs_mountpoint", "gitfs_ref_types", "gitfs_refspecs",
     "gitfs_root", "gitfs_saltenv", "gitfs_saltenv_blacklist", "gitfs_saltenv_whitelist", "gitfs_update_interval", "id", "include", "interface", "ipv6", "job_cache_store_endtime", "keep_jobs",
     "keep_jobs_seconds", "keys.cache_driver", "log_file", "log_level", "loop_interval", "master_pubkey_signature", "master_sign_key_name", "master_sign_pubkey", "master_use_pubkey_signature",
     "max_minions", "max_open_files",
@@ -64,11 +64,11 @@ pub const NO_EFFECT: &[(&str, &[&str])] = &[
 /// accepts); any other value is named in a warning at start.
 pub const NOT_IMPLEMENTED: &[(&str, &[&str])] = &[
     (
-        "file servers other than roots and gitfs (hgfs, svnfs, minionfs, s3fs), gitfs remotes other than local repositories (credentials, refspecs, fallback), and the fileserver's own options",
+        "file servers other than roots and gitfs (hgfs, svnfs, minionfs, s3fs), gitfs remotes other than local repositories (credentials), and the fileserver's own options",
         &[
             "fileserver_backend", "file_buffer_size", "file_ignore_glob", "file_ignore_regex", "fileserver_followsymlinks", "fileserver_ignoresymlinks",
-            "fileserver_interval", "fileserver_verify_config", "gitfs_depth", "gitfs_fallback", "gitfs_global_lock", "gitfs_insecure_auth",
-            "gitfs_passphrase", "gitfs_password", "gitfs_privkey", "gitfs_proxy", "gitfs_pubkey", "gitfs_refspecs", "gitfs_remotes", "gitfs_ssl_verify",
+            "fileserver_interval", "fileserver_verify_config", "gitfs_depth", "gitfs_global_lock", "gitfs_insecure_auth",
+            "gitfs_passphrase", "gitfs_password", "gitfs_privkey", "gitfs_proxy", "gitfs_pubkey", "gitfs_remotes", "gitfs_ssl_verify",
             "gitfs_user",
             "hgfs_base", "hgfs_branch_method",
             "hgfs_mountpoint", "hgfs_remotes", "hgfs_root", "hgfs_saltenv_blacklist", "hgfs_saltenv_whitelist", "hgfs_update_interval",

@@ -315,6 +315,23 @@ impl StateMachine {
         Ok(meta.complete.then_some(meta))
     }
 
+    /// Whether a saltenv of a tree holds a complete file whose path starts with
+    /// `path_prefix` (stops at the first).
+    pub fn roots_has_prefix(&self, tree: RootsTree, env: &str, path_prefix: &str) -> Result<bool> {
+        let db = self.db()?;
+        let prefix = roots_key(tree, env, path_prefix);
+        for item in db.iterator_cf(db.cf(CF_ROOTS)?, IteratorMode::From(&prefix, rocksdb::Direction::Forward)) {
+            let (k, v) = item?;
+            if !k.starts_with(&prefix) {
+                break;
+            }
+            if from_msgpack::<RootsMeta>("roots", &v)?.complete {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     fn roots_files_from(&self, prefix: &[u8]) -> Result<Vec<(RootsTree, String, String, RootsMeta)>> {
         let db = self.db()?;
         let mut out = Vec::new();

@@ -14,17 +14,17 @@ use serde_json::json;
 use crate::support::*;
 
 /// A repository the test writes with `git` (test-only: the product never runs it).
-struct Repo {
-    dir: PathBuf,
+pub(crate) struct Repo {
+    pub(crate) dir: PathBuf,
 }
 
 impl Repo {
-    fn git(&self, args: &[&str]) -> String {
+    pub(crate) fn git(&self, args: &[&str]) -> String {
         run_ok(Command::new("git").arg("-C").arg(&self.dir).args(["-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]).args(args), Duration::from_secs(30))
     }
 
     /// A repository at `dir` whose `master` holds `files`.
-    fn init(dir: &Path, files: &[(&str, &str)]) -> Repo {
+    pub(crate) fn init(dir: &Path, files: &[(&str, &str)]) -> Repo {
         std::fs::create_dir_all(dir).expect("repo dir");
         let r = Repo { dir: dir.to_path_buf() };
         r.git(&["init", "-q", "-b", "master"]);
@@ -33,7 +33,7 @@ impl Repo {
     }
 
     /// Writes `files` and commits them on the checked-out branch; returns the commit id.
-    fn commit(&self, files: &[(&str, &str)], msg: &str) -> String {
+    pub(crate) fn commit(&self, files: &[(&str, &str)], msg: &str) -> String {
         for (p, body) in files {
             let path = self.dir.join(p);
             std::fs::create_dir_all(path.parent().expect("parent")).expect("dirs");
@@ -44,7 +44,7 @@ impl Repo {
         self.git(&["rev-parse", "HEAD"]).trim().to_string()
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("file://{}", self.dir.display())
     }
 }

@@ -24,6 +24,7 @@ mod config_check;
 mod file_recv;
 mod files_pillar;
 mod gitfs;
+mod gitfs_more;
 mod hostile;
 mod locks;
 mod mine;
