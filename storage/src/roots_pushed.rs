@@ -144,10 +144,22 @@ impl RootsMaterialiser {
 
     /// Writes every complete pushed file the state holds (those already right are
     /// read, not written); returns the count. A file that cannot go where it belongs is
-    /// logged and skipped.
+    /// logged and skipped. The folder of a minion the state holds no key and no pushed
+    /// file of (its key deleted while this view was not written: a snapshot installed,
+    /// a view rebuilt) is cleared, as the delete would have cleared it.
     pub(crate) fn rebuild_pushed(&self, sm: &StateMachine) -> Result<u64> {
-        if self.dirs.pushed.is_none() {
-            return Ok(0);
+        let Some(minions) = &self.dirs.pushed else { return Ok(0) };
+        if let Ok(dir) = fs::read_dir(minions) {
+            for e in dir.flatten() {
+                let Some(id) = e.file_name().to_str().map(str::to_owned) else { continue };
+                if validate_minion_id(&id).is_ok() && sm.get_key(&id)?.is_none() && sm.pushed_files_of(&id)?.is_empty() {
+                    match self.clear_pushed(&id) {
+                        Ok(()) => {}
+                        Err(e @ Error::InvalidPath { .. }) => tracing::error!(id = %id, "pushed files not cleared: {e}"),
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
         }
         let mut n = 0;
         for (id, path) in sm.pushed_files()? {

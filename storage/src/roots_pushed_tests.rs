@@ -228,3 +228,20 @@ fn clearing_never_follows_a_symlink() {
     assert!(f.view.clear_pushed("m2").is_err());
     assert!(outside.join("keep").exists());
 }
+
+#[test]
+fn a_rebuild_clears_the_folder_of_a_minion_without_a_key() {
+    let mut f = Fixture::new();
+    f.apply(vec![piece("m1", "a", 1, 0, b"a"), piece("m2", "b", 1, 0, b"b")]);
+    // Deleted while the view was not written (a snapshot installed, say).
+    f.sm.apply_entries(&[LogEntry::plain(f.next, vec![Record::KeySet(KeySet::new("m1", KeyState::Deleted, vec![], 2))])]).unwrap();
+    f.next += 1;
+    // A folder of a minion whose key the state holds (files pushed before Halite) stays.
+    f.key("m3", KeyState::Accepted);
+    std::fs::create_dir_all(f.minions.join("m3/files")).unwrap();
+    std::fs::write(f.minions.join("m3/files/old"), b"o").unwrap();
+    f.view.rebuild(&f.sm).unwrap();
+    assert!(!f.minions.join("m1").exists(), "the deleted minion's folder is cleared");
+    assert_eq!(f.disk("m2", "b").as_deref(), Some(&b"b"[..]));
+    assert_eq!(f.disk("m3", "old").as_deref(), Some(&b"o"[..]));
+}
