@@ -179,3 +179,22 @@ impl ApiConfig {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn token_expire_user_override_as_salt_reads_it() {
+        assert_eq!(ExpireOverride::read(&J::Null), Ok(ExpireOverride::Nobody));
+        assert!(!ExpireOverride::read(&json!(false)).unwrap().allows("file", "fred"));
+        assert!(ExpireOverride::read(&json!(true)).unwrap().allows("pam", "anyone"));
+        let m = ExpireOverride::read(&json!({"file": ["fred"], "pam": "alice"})).unwrap();
+        assert!(m.allows("file", "fred") && m.allows("pam", "alice"));
+        assert!(!m.allows("pam", "fred") && !m.allows("file", "fre") && !m.allows("ldap", "fred"), "by backend, whole names");
+        for bad in [json!("yes"), json!(1), json!({"file": [1]}), json!({"file": {"fred": true}})] {
+            assert_eq!(ExpireOverride::read(&bad), Err(ConfigError::ExpireOverride), "{bad}");
+        }
+    }
+}
