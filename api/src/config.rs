@@ -12,6 +12,7 @@
 //! | `rest_cherrypy: webhook_disable_auth` | `False` | `True`: hooks need no token |
 //! | `rest_cherrypy:` any other key (`debug`, `log_access_file`, `collect_stats`, `static`, `app`, ...) | | not implemented: named in a warning at start |
 //! | `token_expire` | `43200` | seconds a login token is valid |
+//! | `token_expire_user_override` | `False` | who may ask for their own `token_expire` at `/login` and `/token`: `True` (everyone), or a map of eauth backend to user names |
 //! | `auth.pam.service` | `login` | the PAM service the `pam` eauth backend uses |
 //! | `halite_pam_confdir` | (PAM's, `/etc/pam.d`) | Halite's own: a directory of PAM service files used instead (`pam_start_confdir`) |
 //! | `external_auth` | `{}` | eauth backends and their users' rules (`crate::acl`) |
@@ -35,6 +36,8 @@ pub enum ConfigError {
     NoCertificate,
     #[error("salt-api: token_expire must be 1 to {max} seconds")]
     TokenExpire { max: u64 },
+    #[error("salt-api: token_expire_user_override must be True, False or a map of eauth backend to a list of user names")]
+    ExpireOverride,
     #[error("salt-api: netapi_enable_clients must be a list of client names")]
     EnabledClients,
     #[error("salt-api: rest_cherrypy:{key} must be {what}")]
@@ -49,6 +52,8 @@ pub struct ApiConfig {
     pub max_body: usize,
     pub max_connections: usize,
     pub token_expire: u64,
+    /// `token_expire_user_override`: who may set their token's lifetime.
+    pub expire_override: ExpireOverride,
     pub external_auth: J,
     pub sock_dir: PathBuf,
     pub timeout: u64,
@@ -62,6 +67,51 @@ pub struct ApiConfig {
     pub webhook_url: String,
     /// `rest_cherrypy: webhook_disable_auth`: hooks without a token.
     pub webhook_disable_auth: bool,
+}
+
+/// `token_expire_user_override`, as Salt's `_allow_custom_expire` reads it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ExpireOverride {
+    /// `False` (the default): a login's `token_expire` is dropped.
+    #[default]
+    Nobody,
+    /// `True`: every user's.
+    Everyone,
+    /// eauth backend -> the users whose `token_expire` is honoured.
+    Users(std::collections::BTreeMap<String, Vec<String>>),
+}
+
+impl ExpireOverride {
+    fn read(v: &J) -> Result<ExpireOverride, ConfigError> {
+        match v {
+            J::Null | J::Bool(false) => Ok(ExpireOverride::Nobody),
+            J::Bool(true) => Ok(ExpireOverride::Everyone),
+            J::Object(m) => {
+                let mut users = std::collections::BTreeMap::new();
+                for (eauth, list) in m {
+                    let names = match list {
+                        J::Null => vec![],
+                        // One name (Salt tests membership in the value; a list is what it documents).
+                        J::String(u) => vec![u.clone()],
+                        J::Array(a) => a.iter().map(|u| u.as_str().map(str::to_string).ok_or(ConfigError::ExpireOverride)).collect::<Result<_, _>>()?,
+                        _ => return Err(ConfigError::ExpireOverride),
+                    };
+                    users.insert(eauth.clone(), names);
+                }
+                Ok(ExpireOverride::Users(users))
+            }
+            _ => Err(ConfigError::ExpireOverride),
+        }
+    }
+
+    /// Whether `user` (authenticated through `eauth`) may set their token's lifetime.
+    pub fn allows(&self, eauth: &str, user: &str) -> bool {
+        match self {
+            ExpireOverride::Nobody => false,
+            ExpireOverride::Everyone => true,
+            ExpireOverride::Users(m) => m.get(eauth).is_some_and(|names| names.iter().any(|n| n == user)),
+        }
+    }
 }
 
 /// The `rest_cherrypy` keys salt-api reads.
@@ -90,6 +140,7 @@ impl ApiConfig {
         if token_expire == 0 || token_expire > halite_master::admin::tokens::MAX_EXPIRE_SECS {
             return Err(ConfigError::TokenExpire { max: halite_master::admin::tokens::MAX_EXPIRE_SECS });
         }
+        let expire_override = ExpireOverride::read(&get("token_expire_user_override"))?;
         let enabled_clients = match get("netapi_enable_clients") {
             J::Null => Vec::new(),
             J::Array(a) => a.iter().map(|c| c.as_str().map(str::to_string).ok_or(ConfigError::EnabledClients)).collect::<Result<Vec<_>, _>>()?,
@@ -118,6 +169,7 @@ impl ApiConfig {
             max_body: num(rc.get("max_request_body_size"), 1 << 20).min(64 << 20) as usize,
             max_connections: num(rc.get("thread_pool"), 100).clamp(1, 10_000) as usize,
             token_expire,
+            expire_override,
             external_auth: get("external_auth"),
             sock_dir: cfg.sock_dir.clone(),
             timeout: cfg.timeout.max(1),
@@ -125,5 +177,24 @@ impl ApiConfig {
             pam_service: get("auth.pam.service").as_str().filter(|s| !s.is_empty()).unwrap_or("login").to_string(),
             pam_confdir: get("halite_pam_confdir").as_str().filter(|s| !s.is_empty()).map(PathBuf::from),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn token_expire_user_override_as_salt_reads_it() {
+        assert_eq!(ExpireOverride::read(&J::Null), Ok(ExpireOverride::Nobody));
+        assert!(!ExpireOverride::read(&json!(false)).unwrap().allows("file", "fred"));
+        assert!(ExpireOverride::read(&json!(true)).unwrap().allows("pam", "anyone"));
+        let m = ExpireOverride::read(&json!({"file": ["fred"], "pam": "alice"})).unwrap();
+        assert!(m.allows("file", "fred") && m.allows("pam", "alice"));
+        assert!(!m.allows("pam", "fred") && !m.allows("file", "fre") && !m.allows("ldap", "fred"), "by backend, whole names");
+        for bad in [json!("yes"), json!(1), json!({"file": [1]}), json!({"file": {"fred": true}})] {
+            assert_eq!(ExpireOverride::read(&bad), Err(ConfigError::ExpireOverride), "{bad}");
+        }
     }
 }

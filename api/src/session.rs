@@ -5,7 +5,8 @@
 //!
 //! Tokens are kind-18 records (`halite_storage::eauth_token`) the master keeps by their
 //! SHA-256: made through one member of a cluster, valid through every member until
-//! `token_expire` or `/logout`. A `/login` token and a `/token` token are the same
+//! `token_expire` (or the login's own, as `token_expire_user_override` allows) or
+//! `/logout`. A `/login` token and a `/token` token are the same
 //! thing here (rest_cherrypy answers `/login` with its session id, which `/run` does not
 //! take; Halite's login token is taken by both).
 
@@ -128,14 +129,33 @@ pub async fn authenticate(cfg: &ApiConfig, c: &Creds) -> Result<(String, String,
     Ok((user, eauth, perms))
 }
 
-/// A new token for an authenticated user, kept by the master: the token and the
-/// master's `{"start", "expire"}`.
-async fn mint(cfg: &ApiConfig, user: &str, eauth: &str, perms: &[J]) -> Result<(String, J), ApiError> {
+/// A new token for an authenticated user, lasting `secs`, kept by the master: the
+/// token and the master's `{"start", "expire"}`.
+async fn mint(cfg: &ApiConfig, user: &str, eauth: &str, perms: &[J], secs: u64) -> Result<(String, J), ApiError> {
     let mut raw = [0u8; 32];
     rand::Rng::fill(&mut rand::rngs::OsRng, &mut raw[..]);
     let token = hex::encode(raw);
-    let made = admin::call(&cfg.sock_dir, &json!({ "cmd": "token.create", "hash": token_hash(&token), "user": user, "eauth": eauth, "perms": perms, "expire": cfg.token_expire })).await?;
+    let made = admin::call(&cfg.sock_dir, &json!({ "cmd": "token.create", "hash": token_hash(&token), "user": user, "eauth": eauth, "perms": perms, "expire": secs })).await?;
     Ok((token, made))
+}
+
+/// How long a login's token lasts: its own `token_expire` when
+/// `token_expire_user_override` allows the user one (a number of seconds, 1 to the
+/// master's bound, else 400), else `token_expire` of the config; a `token_expire` of a
+/// user the option does not name is dropped, as Salt drops it (and logged).
+fn lifetime(cfg: &ApiConfig, creds: &Map<String, J>, user: &str, eauth: &str, endpoint: &str) -> Result<u64, ApiError> {
+    let Some(asked) = creds.get("token_expire").filter(|v| !v.is_null()) else { return Ok(cfg.token_expire) };
+    if !cfg.expire_override.allows(eauth, user) {
+        tracing::info!(user, eauth, "salt-api: {endpoint}: token_expire not honoured: token_expire_user_override does not allow this user; the token lasts token_expire of the master config");
+        return Ok(cfg.token_expire);
+    }
+    let max = halite_master::admin::tokens::MAX_EXPIRE_SECS;
+    let secs = match asked {
+        J::Number(n) => n.as_u64().or_else(|| n.as_f64().filter(|f| f.is_finite() && *f > 0.0 && *f <= max as f64).map(|f| f.ceil() as u64)),
+        J::String(s) => s.trim().parse::<u64>().ok(),
+        _ => None,
+    };
+    secs.filter(|s| (1..=max).contains(s)).ok_or_else(|| ApiError::new(400, format!("token_expire must be a number of seconds, 1 to {max}")))
 }
 
 /// The credentials of a `/login` or `/token` body: a map, or the first map of a list.
@@ -147,16 +167,13 @@ fn creds_map(body: J) -> Map<String, J> {
     }
 }
 
-/// Fields of a login body Halite reads; any other is named in a warning.
+/// Fields of a login body Halite requires; `token_expire` is read too ([`lifetime`]),
+/// any other is named in a warning.
 const LOGIN_FIELDS: [&str; 3] = ["username", "password", "eauth"];
 
 fn warn_unread(creds: &Map<String, J>, endpoint: &str) {
-    for k in creds.keys().filter(|k| !LOGIN_FIELDS.contains(&k.as_str())) {
-        if k == "token_expire" {
-            tracing::warn!("salt-api: {endpoint}: token_expire is not applied (token_expire_user_override is not implemented); the token lasts token_expire of the master config");
-        } else {
-            tracing::warn!(field = %k, "salt-api: {endpoint}: field not read");
-        }
+    for k in creds.keys().filter(|k| !LOGIN_FIELDS.contains(&k.as_str()) && *k != "token_expire") {
+        tracing::warn!(field = %k, "salt-api: {endpoint}: field not read");
     }
 }
 
@@ -165,7 +182,8 @@ pub async fn login(cfg: &ApiConfig, fmt: Format, body: J) -> Result<Response<Bod
     let creds = creds_map(body);
     warn_unread(&creds, "/login");
     let (user, eauth, perms) = authenticate(cfg, &Creds::of(&creds)).await?;
-    let (token, made) = mint(cfg, &user, &eauth, &perms).await?;
+    let secs = lifetime(cfg, &creds, &user, &eauth, "/login")?;
+    let (token, made) = mint(cfg, &user, &eauth, &perms, secs).await?;
     tracing::info!(user, eauth, "salt-api: logged in");
     let out = json!({ "return": [{
         "token": token,
@@ -178,7 +196,7 @@ pub async fn login(cfg: &ApiConfig, fmt: Format, body: J) -> Result<Response<Bod
     let mut r = reply::data(200, fmt, &out);
     let h = r.headers_mut();
     h.insert("X-Auth-Token", HeaderValue::from_str(&token).map_err(|e| ApiError::new(500, e.to_string()))?);
-    h.insert(hyper::header::SET_COOKIE, HeaderValue::from_str(&format!("session_id={token}; Max-Age={}; Path=/; HttpOnly", cfg.token_expire)).map_err(|e| ApiError::new(500, e.to_string()))?);
+    h.insert(hyper::header::SET_COOKIE, HeaderValue::from_str(&format!("session_id={token}; Max-Age={secs}; Path=/; HttpOnly")).map_err(|e| ApiError::new(500, e.to_string()))?);
     Ok(r)
 }
 
@@ -207,7 +225,8 @@ pub async fn token(cfg: &ApiConfig, fmt: Format, body: J) -> Result<Response<Bod
             tracing::warn!(user, "salt-api: /token refused: the user's rules do not allow the runner auth.mk_token");
             return Err(crate::clients::denied());
         }
-        let (token, made) = mint(cfg, &user, &eauth, &perms).await?;
+        let secs = lifetime(cfg, creds, &user, &eauth, "/token")?;
+        let (token, made) = mint(cfg, &user, &eauth, &perms, secs).await?;
         tracing::info!(user, eauth, "salt-api: token made");
         out.push(json!({ "token": token, "start": made.get("start").cloned().unwrap_or(J::Null), "expire": made.get("expire").cloned().unwrap_or(J::Null), "name": user, "eauth": eauth }));
     }

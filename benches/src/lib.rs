@@ -5,6 +5,7 @@ use std::path::Path;
 
 pub mod cluster;
 pub mod floor;
+pub mod gitfs_serve;
 pub mod restart;
 
 use halite_storage::keys::BankState;

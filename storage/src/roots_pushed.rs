@@ -104,12 +104,62 @@ impl RootsMaterialiser {
         }
     }
 
+    /// Clears `id`'s folder (`cachedir/minions/<id>`: its pushed files, then the folder
+    /// if nothing else is in it), as its key is deleted. Nothing is followed through a
+    /// symlink; a missing folder is not an error.
+    pub fn clear_pushed(&self, id: &str) -> Result<()> {
+        let Some(minions) = &self.dirs.pushed else { return Ok(()) };
+        validate_minion_id(id)?;
+        let folder = minions.join(id);
+        match fs::symlink_metadata(&folder) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::io(format!("reading {}", folder.display()), e)),
+            Ok(m) if !m.is_dir() => return Err(Error::InvalidPath { path: folder.display().to_string(), why: "not a folder, where a minion's pushed files are".into() }),
+            Ok(_) => {}
+        }
+        let files = folder.join("files");
+        match fs::symlink_metadata(&files) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            // A symlink is removed itself, never what it names.
+            Ok(m) if !m.is_dir() => fs::remove_file(&files).ctx(|| format!("removing {}", files.display()))?,
+            _ => fs::remove_dir_all(&files).ctx(|| format!("removing {}", files.display()))?,
+        }
+        // The folder goes too when nothing else is in it.
+        let _ = fs::remove_dir(&folder);
+        sync_dir(minions)
+    }
+
+    /// After a run of records that deleted the keys `cleared`: clears each minion's
+    /// folder and writes back what the state holds of it (files pushed after the
+    /// deletion, by a minion accepted again).
+    pub fn resync_cleared(&self, sm: &StateMachine, cleared: &std::collections::BTreeSet<String>) -> Result<()> {
+        for id in cleared {
+            self.clear_pushed(id)?;
+            for (id, path) in sm.pushed_files_of(id)? {
+                self.write_pushed(sm, &id, &path)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Writes every complete pushed file the state holds (those already right are
     /// read, not written); returns the count. A file that cannot go where it belongs is
-    /// logged and skipped.
+    /// logged and skipped. The folder of a minion the state holds no key and no pushed
+    /// file of (its key deleted while this view was not written: a snapshot installed,
+    /// a view rebuilt) is cleared, as the delete would have cleared it.
     pub(crate) fn rebuild_pushed(&self, sm: &StateMachine) -> Result<u64> {
-        if self.dirs.pushed.is_none() {
-            return Ok(0);
+        let Some(minions) = &self.dirs.pushed else { return Ok(0) };
+        if let Ok(dir) = fs::read_dir(minions) {
+            for e in dir.flatten() {
+                let Some(id) = e.file_name().to_str().map(str::to_owned) else { continue };
+                if validate_minion_id(&id).is_ok() && sm.get_key(&id)?.is_none() && sm.pushed_files_of(&id)?.is_empty() {
+                    match self.clear_pushed(&id) {
+                        Ok(()) => {}
+                        Err(e @ Error::InvalidPath { .. }) => tracing::error!(id = %id, "pushed files not cleared: {e}"),
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
         }
         let mut n = 0;
         for (id, path) in sm.pushed_files()? {

@@ -176,6 +176,16 @@ enum Cmd {
         #[arg(long, default_value_t = 1024)]
         roots_mib: u64,
     },
+    /// Serving files through gitfs against roots alone (src/gitfs_serve.rs).
+    GitfsServe {
+        #[arg(long, default_value_t = 2000)]
+        files: usize,
+        /// Bytes a file.
+        #[arg(long, default_value_t = 4096)]
+        size: usize,
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+    },
     Migrate {
         #[arg(long, default_value_t = 100_000)]
         keys: u64,
@@ -215,6 +225,7 @@ fn main() {
         Cmd::Apply { total, returns: true, group } => apply_returns(total, group),
         Cmd::Replay { total } => replay(total),
         Cmd::Migrate { keys, reference } => migrate(keys, reference),
+        Cmd::GitfsServe { files, size, rounds } => halite_benches::gitfs_serve::run(files, size, rounds),
         Cmd::Snapshot { keys, roots_mib } => snapshot(keys, roots_mib),
         Cmd::Restart { total, return_bytes: 0, .. } => restart(total),
         Cmd::Restart { total, return_bytes, group, per_job, runs, no_compaction, keep } => {

@@ -56,13 +56,16 @@ pub enum FileserverCmd {
     FileList { saltenv: String, backends: Wanted },
     DirList { saltenv: String, backends: Wanted },
     Envs { backends: Wanted, sources: bool },
-    Update { backends: Wanted },
+    /// `remotes`: the gitfs remotes to read (their ids: `name`, else URL; Salt's
+    /// `fnmatch` of `repo.id`); the others keep what they serve. `None`: every remote.
+    Update { backends: Wanted, remotes: Option<Vec<String>> },
 }
 
 impl FileserverCmd {
-    /// `fileserver.update backend=gitfs` (the daemon's timer).
-    pub fn update_gitfs() -> FileserverCmd {
-        FileserverCmd::Update { backends: Wanted(Some(vec!["gitfs".into()])) }
+    /// `fileserver.update backend=gitfs` (the daemon's timer), for the remotes that are
+    /// due (`None`: all of them).
+    pub fn update_gitfs(remotes: Option<Vec<String>>) -> FileserverCmd {
+        FileserverCmd::Update { backends: Wanted(Some(vec!["gitfs".into()])), remotes }
     }
 
     pub fn parse(fun: &str, req: &J) -> Result<FileserverCmd> {
@@ -83,7 +86,14 @@ impl FileserverCmd {
             }
             "fileserver.update" => {
                 let b = args.bind(fun, &[("backend", Some(J::Null))], true)?;
-                FileserverCmd::Update { backends: Wanted::of(b.get("backend")) }
+                // Salt's gitfs `update(remotes=...)`: a list, or a comma-separated string.
+                let remotes = match b.extra.get("remotes") {
+                    None | Some(J::Null) => None,
+                    Some(J::String(s)) => Some(s.split(',').map(|r| r.trim().to_string()).filter(|r| !r.is_empty()).collect()),
+                    Some(J::Array(a)) => Some(a.iter().map(|r| r.as_str().map(str::to_string).ok_or_else(|| Error::refused("fileserver.update: remotes must be a list of remote names"))).collect::<Result<Vec<_>>>()?),
+                    Some(_) => return Err(Error::refused("fileserver.update: remotes must be a list of remote names")),
+                };
+                FileserverCmd::Update { backends: Wanted::of(b.get("backend")), remotes }
             }
             other => return Err(Error::refused(format!("'{other}' is not available."))),
         })
@@ -97,7 +107,7 @@ impl FileserverCmd {
             // backend → envs, and sorting it leaves the backend names.
             FileserverCmd::Envs { backends, sources: true } => json!(configured(view).into_iter().filter(|b| backends.has(*b)).map(Backend::name).collect::<BTreeSet<_>>()),
             FileserverCmd::Envs { backends, .. } => json!(envs_of(view, &backends)),
-            FileserverCmd::Update { backends } => return update(view, &backends),
+            FileserverCmd::Update { backends, remotes } => return update(view, &backends, remotes.as_deref()),
         };
         Ok(Plan::answer(json!({ "return": v })))
     }
@@ -144,11 +154,11 @@ pub fn envs(view: &dyn AdminView) -> BTreeSet<String> {
 }
 
 /// `fileserver.update`: reads the gitfs remotes and commits what changed.
-fn update(view: &dyn AdminView, wanted: &Wanted) -> Result<Plan> {
+fn update(view: &dyn AdminView, wanted: &Wanted, remotes: Option<&[String]>) -> Result<Plan> {
     let Some((cfg, _)) = view.gitfs().filter(|(c, _)| wanted.has(Backend::Gitfs) && c.enabled()) else {
         return Ok(Plan::answer(json!({ "return": true })));
     };
-    let fetched = view.gitfs_fetch()?;
+    let fetched = view.gitfs_fetch(remotes)?;
     let applied: Vec<_> = view.state().roots_files_of(RootsTree::Gitfs)?.into_iter().map(|(_, env, path, meta)| (env, path, meta)).collect();
     let plan = crate::gitfs::plan::plan(cfg, &fetched, &applied);
     tracing::info!(written = plan.written, removed = plan.removed, unchanged = plan.unchanged, failed = ?plan.failed, commits = ?plan.commit.commits.iter().map(|c| format!("{} {} {}", c.remote, c.saltenv, c.commit)).collect::<Vec<_>>(), "gitfs update read");

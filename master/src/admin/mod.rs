@@ -106,6 +106,12 @@ pub trait AdminView {
     /// state's roots records on an isolated-filesystem member
     /// (`MasterConfig::roots_from_log`).
     fn roots(&self) -> &dyn crate::view::RootsSource;
+    /// The file server in `fileserver_backend` order, the first backend holding a path
+    /// serving it, as minions are served: what `state.orchestrate` and the reactor's
+    /// `salt://` files read (`file_roots` alone unless gitfs is listed).
+    fn file_server(&self) -> crate::view::chained::Chained<'_> {
+        crate::view::chained::Chained(vec![self.roots()])
+    }
     /// This master's own directory of a saltenv's roots (the first listed, where the
     /// materialiser writes), read as the records it would become.
     fn local_roots(&self, tree: RootsTree, saltenv: &str) -> Result<Vec<Record>>;
@@ -116,8 +122,9 @@ pub trait AdminView {
     fn gitfs(&self) -> Option<(&crate::gitfs::GitfsConfig, &dyn crate::view::RootsSource)> {
         None
     }
-    /// Every gitfs remote read for an update (I/O, on the daemon's side).
-    fn gitfs_fetch(&self) -> Result<crate::gitfs::fetch::Fetched> {
+    /// The gitfs remotes read for an update (I/O, on the daemon's side): those `only`
+    /// names (all with `None`).
+    fn gitfs_fetch(&self, _only: Option<&[String]>) -> Result<crate::gitfs::fetch::Fetched> {
         Err(Error::refused("gitfs is not configured"))
     }
     /// The applied `git_pillar` tree (`None`: git_pillar is not compiled here).

@@ -72,7 +72,7 @@ impl OrchCmd {
             fun_args.push(json!({ "pillar": self.pillar }));
         }
         let (jid, rec, ev) = runs::start(view, &master_id, J::Array(fun_args), &self.user);
-        let v = match sls::load(view.roots(), &self.saltenv, &self.mods, &self.pillar) {
+        let v = match sls::load(&view.file_server(), &self.saltenv, &self.mods, &self.pillar) {
             Ok(steps) => {
                 json!({ "master_id": master_id, "jid": jid, "sls": self.mods, "steps": steps.iter().map(sls::Step::to_json).collect::<Vec<_>>() })
             }

@@ -9,7 +9,7 @@ pub const HONOURED: &[&str] = &[
     "auth.pam.service", "auto_accept", "autoreject_file", "autosign_file", "autosign_grains_dir", "cachedir",
     "cluster_election_max", "cluster_election_min", "cluster_id", "cluster_isolated_filesystem", "cluster_max_log_size",
     "cluster_peers", "cluster_pki_dir", "cluster_pool_port", "cluster_pub_fingerprint", "cluster_secret", "default_include",
-    "ext_job_cache", "ext_pillar_first", "external_auth", "file_recv", "file_recv_max_size", "file_roots", "gitfs_base", "gitfs_disable_saltenv_mapping", "gitfs_mountpoint", "gitfs_ref_types",
+    "ext_job_cache", "ext_pillar_first", "external_auth", "file_recv", "file_recv_max_size", "file_roots", "gitfs_base", "gitfs_disable_saltenv_mapping", "gitfs_fallback", "gitfs_mountpoint", "gitfs_ref_types", "gitfs_refspecs",
     "gitfs_root", "gitfs_saltenv", "gitfs_saltenv_blacklist", "gitfs_saltenv_whitelist", "gitfs_update_interval", "git_pillar_base", "git_pillar_branch", "git_pillar_env", "git_pillar_includes", "git_pillar_root",
     "git_pillar_update_interval", "id", "include", "interface", "ipv6", "job_cache_store_endtime", "keep_jobs",
     "keep_jobs_seconds", "keys.cache_driver", "log_file", "log_level", "loop_interval", "master_pubkey_signature", "master_sign_key_name", "master_sign_pubkey", "master_use_pubkey_signature",
@@ -19,7 +19,7 @@ pub const HONOURED: &[&str] = &[
     "pillar_merge_lists", "pillar_roots", "pki_dir", "pub_hwm", "publish_port", "publish_session", "publisher_acl", "publisher_acl_blacklist",
     "range_server", "reactor", "request_channel_timeout", "request_server_ttl", "rest_cherrypy", "ret_port", "root_dir",
     "rotate_aes_key", "schedule", "sock_dir", "state_output", "state_output_diff", "state_verbose", "tcp_keepalive", "tcp_keepalive_cnt",
-    "tcp_keepalive_idle", "tcp_keepalive_intvl", "timeout", "token_expire", "zmq_backlog",
+    "tcp_keepalive_idle", "tcp_keepalive_intvl", "timeout", "token_expire", "token_expire_user_override", "zmq_backlog",
     "halite_cluster_dial", "halite_cluster_pin_founders", "halite_data_dir", "halite_health_port", "halite_log_max_bytes", "halite_max_inflight_bytes", "halite_min_free_bytes",
     "halite_max_pending_keys", "halite_max_request_bytes", "halite_new_publish_key_at_start", "halite_pam_confdir",
     "halite_pub_fanout_capacity", "halite_request_fifo",
@@ -65,11 +65,11 @@ pub const NO_EFFECT: &[(&str, &[&str])] = &[
 /// accepts); any other value is named in a warning at start.
 pub const NOT_IMPLEMENTED: &[(&str, &[&str])] = &[
     (
-        "file servers other than roots and gitfs (hgfs, svnfs, minionfs, s3fs), gitfs remotes other than local repositories (credentials, refspecs, fallback), and the fileserver's own options",
+        "file servers other than roots and gitfs (hgfs, svnfs, minionfs, s3fs), gitfs remotes other than local repositories (credentials), and the fileserver's own options",
         &[
             "fileserver_backend", "file_buffer_size", "file_ignore_glob", "file_ignore_regex", "fileserver_followsymlinks", "fileserver_ignoresymlinks",
-            "fileserver_interval", "fileserver_verify_config", "gitfs_depth", "gitfs_fallback", "gitfs_global_lock", "gitfs_insecure_auth",
-            "gitfs_passphrase", "gitfs_password", "gitfs_privkey", "gitfs_proxy", "gitfs_pubkey", "gitfs_refspecs", "gitfs_remotes", "gitfs_ssl_verify",
+            "fileserver_interval", "fileserver_verify_config", "gitfs_depth", "gitfs_global_lock", "gitfs_insecure_auth",
+            "gitfs_passphrase", "gitfs_password", "gitfs_privkey", "gitfs_proxy", "gitfs_pubkey", "gitfs_remotes", "gitfs_ssl_verify",
             "gitfs_user",
             "hgfs_base", "hgfs_branch_method",
             "hgfs_mountpoint", "hgfs_remotes", "hgfs_root", "hgfs_saltenv_blacklist", "hgfs_saltenv_whitelist", "hgfs_update_interval",
@@ -146,7 +146,7 @@ pub const NOT_IMPLEMENTED: &[(&str, &[&str])] = &[
             "keep_acl_in_token", "key_pass", "keysize", "minimum_auth_version", "netapi_allow_raw_shell", "permissive_acl", "permissive_pki_access",
             "ping_on_rotate",
             "publish_signing_algorithm", "request_server_aes_session", "require_minion_sign_messages", "sign_pub_messages", "signing_key_pass", "sudo_acl",
-            "token_expire_user_override", "use_os_truststore", "user",
+            "use_os_truststore", "user",
         ],
     ),
     (
@@ -189,7 +189,7 @@ pub const CHECKS: &[(&str, &str, Check)] = &[
     ("minion_data_cache_events", "`False` (no event when a minion's cached data is refreshed)", behaves_as_false),
     ("pillar_safe_render_error", "`False` (a pillar rendering error is sent to the minion in full)", behaves_as_false),
     ("log_level_logfile", "unset or `log_level`", log_level_logfile),
-    ("preserve_minion_cache", "no value: a deleted minion's cached pillar goes with its key, its grains and mine stay", never),
+    ("preserve_minion_cache", "no value: a deleted minion's cached pillar and pushed files go with its key, its grains and mine stay", never),
     ("runner_returns", "no value: orchestrations and salt-api's asynchronous runs are kept as jobs, other runner calls are not", never),
     ("max_event_size", "no value: Halite does not trim large events", never),
     ("enforce_mine_cache", "`True`, or any value while `minion_data_cache` is on (Halite keeps the mine either way)", enforce_mine_cache),

@@ -79,7 +79,7 @@ impl Master {
             pending_claims: Default::default(),
             toks: Default::default(),
             roots: FsRoots::new(&cfg),
-            gitfs_roots: crate::gitfs::serve::GitfsRoots::new(node.state().clone(), gitfs.remotes.iter().map(|r| r.key.clone()).collect()),
+            gitfs_roots: crate::gitfs::serve::GitfsRoots::of(node.state().clone(), &gitfs),
             backends: crate::gitfs::backends::backends(&cfg.raw),
             gitfs,
             autosign: FsAutosign::new(&cfg),
@@ -333,20 +333,31 @@ impl AdminView for Master {
             &self.roots
         }
     }
+    fn file_server(&self) -> crate::view::chained::Chained<'_> {
+        crate::view::chained::Chained(
+            self.backends
+                .iter()
+                .map(|b| match b {
+                    crate::gitfs::Backend::Roots => AdminView::roots(self),
+                    crate::gitfs::Backend::Gitfs => &self.gitfs_roots as &dyn RootsSource,
+                })
+                .collect(),
+        )
+    }
     fn local_roots(&self, tree: RootsTree, saltenv: &str) -> Result<Vec<Record>> {
         local_roots(&self.cfg, tree, saltenv)
     }
     fn gitfs(&self) -> Option<(&crate::gitfs::GitfsConfig, &dyn RootsSource)> {
         self.backends.contains(&crate::gitfs::Backend::Gitfs).then_some((&self.gitfs, &self.gitfs_roots as &dyn RootsSource))
     }
-    fn gitfs_fetch(&self) -> Result<crate::gitfs::fetch::Fetched> {
-        Ok(crate::gitfs::fetch(&self.gitfs))
+    fn gitfs_fetch(&self, only: Option<&[String]>) -> Result<crate::gitfs::fetch::Fetched> {
+        Ok(crate::gitfs::fetch(&self.gitfs, only))
     }
     fn git_pillar_roots(&self) -> Option<&dyn RootsSource> {
         Some(&**self.sm())
     }
     fn git_pillar_fetch(&self, cfg: &crate::gitfs::GitfsConfig) -> Result<crate::gitfs::fetch::Fetched> {
-        Ok(crate::gitfs::fetch(cfg))
+        Ok(crate::gitfs::fetch(cfg, None))
     }
     fn ext_run(&self) -> &dyn crate::pillar::ext::ExtRun {
         &super::ext_cmd::CmdRunner

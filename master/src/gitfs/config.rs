@@ -24,6 +24,40 @@ pub enum RefType {
     Sha,
 }
 
+/// One refspec (`[+]src:dst`, at most one `*` a side): the repository's refs matching
+/// `src` become the branches (`dst` under `refs/remotes/origin/`) and tags (under
+/// `refs/tags/`) a remote serves, as Salt's fetch makes them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refspec {
+    pub src: String,
+    pub dst: String,
+}
+
+/// Salt's default `gitfs_refspecs`.
+pub const DEFAULT_REFSPECS: [&str; 2] = ["+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"];
+
+impl Refspec {
+    /// A refspec as Salt's config writes it; `None` for a form Halite does not read (no
+    /// `dst`, a negative refspec, more than one `*` a side, or `*` on one side only).
+    pub fn parse(s: &str) -> Option<Refspec> {
+        let (src, dst) = s.trim().trim_start_matches('+').split_once(':')?;
+        let stars = |x: &str| x.matches('*').count();
+        let ok = !src.is_empty() && !dst.is_empty() && !src.starts_with('^') && stars(src) == stars(dst) && stars(src) <= 1 && src.starts_with("refs/") && dst.starts_with("refs/");
+        ok.then(|| Refspec { src: src.to_string(), dst: dst.to_string() })
+    }
+
+    /// The destination of the full ref name `name`, if `src` matches it.
+    pub fn map(&self, name: &str) -> Option<String> {
+        match (self.src.split_once('*'), self.dst.split_once('*')) {
+            (Some((sp, ss)), Some((dp, ds))) => {
+                let mid = name.strip_prefix(sp)?.strip_suffix(ss)?;
+                (!mid.is_empty()).then(|| format!("{dp}{mid}{ds}"))
+            }
+            _ => (name == self.src).then(|| self.dst.clone()),
+        }
+    }
+}
+
 /// Per-saltenv overrides (`saltenv` per remote, `gitfs_saltenv` globally).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EnvConf {
@@ -51,6 +85,14 @@ pub struct Remote {
     pub blacklist: Vec<String>,
     pub ref_types: Vec<RefType>,
     pub disable_saltenv_mapping: bool,
+    /// The ref served for a saltenv whose own ref the repository does not hold
+    /// (`fallback`, else `gitfs_fallback`).
+    pub fallback: Option<String>,
+    /// What refs become branches and tags (`refspecs`, else `gitfs_refspecs`).
+    pub refspecs: Vec<Refspec>,
+    /// Seconds between the timer's reads of this remote (`update_interval`, else
+    /// `gitfs_update_interval`; at least 1).
+    pub update_interval: u64,
     /// This remote's `saltenv` option.
     pub saltenv: BTreeMap<String, EnvConf>,
     /// The global `gitfs_saltenv`.
@@ -69,8 +111,8 @@ pub struct GitfsConfig {
 
 /// Per-remote options Salt knows that Halite does not implement.
 const UNIMPLEMENTED_PARAMS: &[&str] = &[
-    "all_saltenvs", "depth", "fallback", "insecure_auth", "passphrase", "password", "privkey", "proxy", "pubkey", "refspecs", "ssl_verify",
-    "update_interval", "user",
+    "all_saltenvs", "depth", "insecure_auth", "passphrase", "password", "privkey", "proxy", "pubkey", "ssl_verify",
+    "user",
 ];
 
 impl GitfsConfig {
@@ -79,6 +121,7 @@ impl GitfsConfig {
         let g = |k: &str| raw.get(k);
         let mut warnings = Vec::new();
         let text = |k: &str, d: &str| g(k).map(scalar).unwrap_or_else(|| d.to_string());
+        let update_interval = g("gitfs_update_interval").and_then(seconds).unwrap_or(DEFAULT_UPDATE_INTERVAL).max(1);
         let global_saltenv = g("gitfs_saltenv").map(|v| saltenv_map(v, "gitfs_saltenv", &mut warnings)).unwrap_or_default();
         let defaults = Remote {
             id: String::new(),
@@ -92,6 +135,9 @@ impl GitfsConfig {
             blacklist: g("gitfs_saltenv_blacklist").map(string_list).unwrap_or_default(),
             ref_types: ref_types(g("gitfs_ref_types"), "gitfs_ref_types", &mut warnings),
             disable_saltenv_mapping: g("gitfs_disable_saltenv_mapping").is_some_and(truthy),
+            update_interval,
+            fallback: g("gitfs_fallback").map(scalar).filter(|f| !f.is_empty()),
+            refspecs: refspecs(g("gitfs_refspecs"), "gitfs_refspecs", &mut warnings),
             saltenv: BTreeMap::new(),
             global_saltenv,
         };
@@ -117,7 +163,6 @@ impl GitfsConfig {
         if let Some(p) = g("gitfs_provider") {
             warnings.push(format!("gitfs_provider {} is not implemented: Halite reads the repositories itself, with gitoxide", scalar(p)));
         }
-        let update_interval = g("gitfs_update_interval").and_then(Value::as_u64).unwrap_or(DEFAULT_UPDATE_INTERVAL).max(1);
         GitfsConfig { remotes, update_interval, warnings }
     }
 
@@ -170,6 +215,12 @@ fn remote(entry: &Value, defaults: &Remote, warnings: &mut Vec<String>) -> Optio
             "saltenv_blacklist" => r.blacklist = string_list(&v),
             "ref_types" => r.ref_types = ref_types(Some(&v), &format!("gitfs remote {url} ref_types"), warnings),
             "disable_saltenv_mapping" => r.disable_saltenv_mapping = truthy(&v),
+            "fallback" => r.fallback = Some(scalar(&v)).filter(|f| !f.is_empty()),
+            "refspecs" => r.refspecs = refspecs(Some(&v), &format!("gitfs remote {url} refspecs"), warnings),
+            "update_interval" => match seconds(&v) {
+                Some(s) => r.update_interval = s.max(1),
+                None => warnings.push(format!("gitfs remote {url}: update_interval {} is not a number of seconds; gitfs_update_interval applies", scalar(&v))),
+            },
             "saltenv" => r.saltenv = saltenv_map(&v, &format!("gitfs remote {url} saltenv"), warnings),
             p if UNIMPLEMENTED_PARAMS.contains(&p) => warnings.push(format!("gitfs remote {url}: per-remote option {p} is not implemented by Halite; ignored")),
             p => warnings.push(format!("gitfs remote {url}: unknown per-remote option {p}; ignored")),
@@ -208,6 +259,25 @@ fn scalar(v: &Value) -> String {
         Value::Null => String::new(),
         other => serde_yaml::to_string(other).unwrap_or_default().trim().to_string(),
     }
+}
+
+/// A `refspecs` option (Salt's default when unset); a refspec Halite does not read is
+/// named and left out.
+fn refspecs(v: Option<&Value>, what: &str, warnings: &mut Vec<String>) -> Vec<Refspec> {
+    let Some(v) = v else { return DEFAULT_REFSPECS.iter().filter_map(|s| Refspec::parse(s)).collect() };
+    let mut out = Vec::new();
+    for s in string_list(v) {
+        match Refspec::parse(&s) {
+            Some(r) => out.push(r),
+            None => warnings.push(format!("{what}: {s} is not a refspec Halite reads (refs/...:refs/..., one * a side or none); left out")),
+        }
+    }
+    out
+}
+
+/// A number of seconds, written as a number or a string of digits.
+fn seconds(v: &Value) -> Option<u64> {
+    v.as_u64().or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
 }
 
 fn truthy(v: &Value) -> bool {

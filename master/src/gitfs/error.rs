@@ -16,6 +16,10 @@ pub enum GitfsError {
     /// would leave its saltenv, a tag chain too long).
     #[error("refused: {0}")]
     Refused(String),
+    /// Not read in this update (not named by `remotes`, or not due by its
+    /// `update_interval`): it keeps what it serves. Not a failure.
+    #[error("not read in this update")]
+    NotRead,
 }
 
 impl GitfsError {
@@ -30,6 +34,7 @@ impl GitfsError {
             GitfsError::Read { .. } => "read",
             GitfsError::TooLarge { .. } => "too_large",
             GitfsError::Refused(_) => "refused",
+            GitfsError::NotRead => "not_read",
         }
     }
 }

@@ -58,13 +58,17 @@ pub static UPDATES: LazyLock<Counter> = LazyLock::new(|| {
 /// One update at a time on this master.
 static UPDATE_LOCK: Mutex<()> = Mutex::new(());
 
-/// Reads every remote for one update (I/O), counting the failures.
-pub fn fetch(cfg: &GitfsConfig) -> fetch::Fetched {
+/// Reads the remotes `only` names (every remote with `None`) for one update (I/O),
+/// counting the failures.
+pub fn fetch(cfg: &GitfsConfig, only: Option<&[String]>) -> fetch::Fetched {
     let _one = UPDATE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    let fetched = fetch::fetch_all(cfg);
+    let fetched = fetch::fetch_some(cfg, only);
     UPDATES.inc();
     for (r, got) in cfg.remotes.iter().zip(&fetched.remotes) {
         if let Err(e) = got {
+            if matches!(e, GitfsError::NotRead) {
+                continue;
+            }
             FETCH_FAILURES.get_or_create(&FailureLabels { remote: r.id.clone(), reason: e.reason().to_string() }).inc();
         }
     }

@@ -6,7 +6,8 @@
 //!
 //! In the tree, a remote's files are kept under its key (`<key>/<served path>` in each
 //! saltenv), so a remote that could not be read keeps its applied files: the sync names
-//! them unchanged. Files of remotes or saltenvs no longer served are removed.
+//! them unchanged. Files of remotes or saltenvs no longer served are removed. A remote's
+//! `fallback` tree is kept under `<key>.fallback/` in `base` ([`fallback_prefix`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -21,6 +22,16 @@ use super::config::GitfsConfig;
 use super::fetch::Fetched;
 
 const TREE: RootsTree = RootsTree::Gitfs;
+
+/// Where a remote's `fallback` tree is kept: in the `base` saltenv of the gitfs tree,
+/// under `<key>.fallback/` (not a remote's key, so never served as `base`).
+pub const FALLBACK_ENV: &str = "base";
+const FALLBACK_SUFFIX: &str = ".fallback/";
+
+/// The stored prefix of a remote's fallback files.
+pub fn fallback_prefix(key: &str) -> String {
+    format!("{key}{FALLBACK_SUFFIX}")
+}
 
 /// The records of one update and what they change.
 #[derive(Debug)]
@@ -65,10 +76,15 @@ pub fn plan_tree(tree: RootsTree, cfg: &GitfsConfig, fetched: &Fetched, applied:
     let mut sums: BTreeMap<ObjectId, Vec<u8>> = BTreeMap::new();
     for (r, got) in cfg.remotes.iter().zip(&fetched.remotes) {
         let prefix = format!("{}/", r.key);
+        let fallback_prefix = fallback_prefix(&r.key);
         match got {
             Ok(read) => {
-                for (env, et) in &read.envs {
-                    p.commit.commits.push(RootsCommit { remote: r.id.clone(), saltenv: env.clone(), commit: et.commit.to_string() });
+                let fallback = read.fallback.iter().map(|et| (FALLBACK_ENV.to_string(), et, fallback_prefix.as_str()));
+                for (env, et, prefix) in read.envs.iter().map(|(env, et)| (env.clone(), et, prefix.as_str())).chain(fallback) {
+                    let env = &env;
+                    if !prefix.ends_with(FALLBACK_SUFFIX) {
+                        p.commit.commits.push(RootsCommit { remote: r.id.clone(), saltenv: env.clone(), commit: et.commit.to_string() });
+                    }
                     for (served, (mode, blob)) in &et.files {
                         let Some(data) = fetched.contents.get(blob) else { continue };
                         let sha = sums.entry(*blob).or_insert_with(|| Sha256::digest(data).to_vec()).clone();
@@ -85,9 +101,11 @@ pub fn plan_tree(tree: RootsTree, cfg: &GitfsConfig, fetched: &Fetched, applied:
                     }
                 }
             }
-            Err(_) => {
-                p.failed.push(r.id.clone());
-                for (env, path, m) in applied.iter().filter(|(_, path, _)| path.starts_with(&prefix)) {
+            Err(e) => {
+                if !matches!(e, super::GitfsError::NotRead) {
+                    p.failed.push(r.id.clone());
+                }
+                for (env, path, m) in applied.iter().filter(|(_, path, _)| path.starts_with(&prefix) || path.starts_with(&fallback_prefix)) {
                     p.unchanged += 1;
                     p.commit.files.push(RootsSyncFile { tree, saltenv: env.clone(), path: path.clone(), mode: m.mode, size: m.size, sha256: m.sha256.clone() });
                     named.insert((env.clone(), path.clone()));

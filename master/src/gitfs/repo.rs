@@ -13,6 +13,7 @@ use gix::objs::Kind;
 use gix::ObjectId;
 
 use super::bounds::{Budget, MAX_DEPTH, MAX_FILE_BYTES, MAX_META_BYTES, MAX_REFS, MAX_TAG_CHAIN};
+use super::config::{Refspec, DEFAULT_REFSPECS};
 use super::GitfsError;
 
 /// An opened repository.
@@ -47,14 +48,38 @@ impl Repo {
         Ok(Repo { repo })
     }
 
-    /// The local branches and the tags (symbolic refs are left out).
+    /// The local branches and the tags (symbolic refs are left out), as Salt's default
+    /// refspecs make them.
     pub fn refs(&self) -> Result<Refs, GitfsError> {
+        let specs: Vec<Refspec> = DEFAULT_REFSPECS.iter().filter_map(|s| Refspec::parse(s)).collect();
+        self.refs_by(&specs)
+    }
+
+    /// The branches and tags `specs` make of the repository's refs: a ref mapped under
+    /// `refs/remotes/origin/` is a branch, under `refs/tags/` a tag (the first refspec
+    /// that maps a ref wins); symbolic refs are left out.
+    pub fn refs_by(&self, specs: &[Refspec]) -> Result<Refs, GitfsError> {
         let platform = self.repo.references().map_err(|e| GitfsError::read("the refs", e))?;
         let mut out = Refs::default();
-        let branches = platform.local_branches().map_err(|e| GitfsError::read("the branches", e))?;
-        let tags = platform.tags().map_err(|e| GitfsError::read("the tags", e))?;
-        collect(branches, &mut out.branches)?;
-        collect(tags, &mut out.tags)?;
+        let mut seen = 0usize;
+        for r in platform.all().map_err(|e| GitfsError::read("the refs", e))? {
+            let r = r.map_err(|e| GitfsError::read("a ref", e))?;
+            seen += 1;
+            if seen > MAX_REFS {
+                return Err(GitfsError::TooLarge { what: "the refs of the repository".into(), limit: format!("{MAX_REFS} refs") });
+            }
+            let Ok(name) = std::str::from_utf8(r.name().as_bstr()) else {
+                tracing::warn!("gitfs: a ref whose name is not UTF-8 is not served");
+                continue;
+            };
+            let Some(id) = r.try_id() else { continue };
+            let Some(dst) = specs.iter().find_map(|s| s.map(name)) else { continue };
+            if let Some(b) = dst.strip_prefix("refs/remotes/origin/") {
+                out.branches.entry(b.to_string()).or_insert(id.detach());
+            } else if let Some(t) = dst.strip_prefix("refs/tags/") {
+                out.tags.entry(t.to_string()).or_insert(id.detach());
+            }
+        }
         Ok(out)
     }
 
@@ -157,19 +182,4 @@ impl Repo {
     }
 }
 
-/// Adds each direct ref of `iter` to `into`, by short name.
-fn collect<'r, E: std::fmt::Display>(iter: impl Iterator<Item = Result<gix::Reference<'r>, E>>, into: &mut BTreeMap<String, ObjectId>) -> Result<(), GitfsError> {
-    for r in iter {
-        let r = r.map_err(|e| GitfsError::read("a ref", e))?;
-        let Ok(name) = std::str::from_utf8(r.name().shorten()) else {
-            tracing::warn!("gitfs: a ref whose name is not UTF-8 is not served");
-            continue;
-        };
-        let Some(id) = r.try_id() else { continue };
-        into.insert(name.to_string(), id.detach());
-        if into.len() > MAX_REFS {
-            return Err(GitfsError::TooLarge { what: "the refs of the repository".into(), limit: format!("{MAX_REFS} refs") });
-        }
-    }
-    Ok(())
-}
+

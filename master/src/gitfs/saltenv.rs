@@ -92,6 +92,11 @@ pub fn expr_match(value: &str, expr: &str) -> bool {
     anchored(&glob_to_regex(expr)) || anchored(expr)
 }
 
+/// Python's `fnmatch.fnmatch` (a glob, so also an exact name).
+pub fn glob_match(value: &str, glob: &str) -> bool {
+    regex::Regex::new(&format!(r"\A(?:{})\z", glob_to_regex(glob))).is_ok_and(|r| r.is_match(value))
+}
+
 /// Python's `fnmatch.translate`: `*`, `?`, `[seq]`, `[!seq]`; everything else literal.
 fn glob_to_regex(glob: &str) -> String {
     let chars: Vec<char> = glob.chars().collect();

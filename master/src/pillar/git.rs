@@ -35,7 +35,7 @@ use sha2::{Digest, Sha256};
 
 use halite_storage::format::RootsTree;
 
-use crate::gitfs::config::{EnvConf, RefType, Remote};
+use crate::gitfs::config::{EnvConf, RefType, Refspec, Remote, DEFAULT_REFSPECS};
 use crate::gitfs::GitfsConfig;
 use crate::view::RootsSource;
 
@@ -115,7 +115,7 @@ impl GitPillarConfig {
 
     /// The remotes as gitfs remotes, for an update's reads.
     pub fn gitfs(&self) -> GitfsConfig {
-        GitfsConfig { remotes: self.remotes.iter().map(|r| r.fetch.clone()).collect(), update_interval: self.update_interval, warnings: Vec::new() }
+        GitfsConfig { remotes: self.remotes.iter().map(|r| Remote { update_interval: self.update_interval, ..r.fetch.clone() }).collect(), update_interval: self.update_interval, warnings: Vec::new() }
     }
 }
 
@@ -200,6 +200,10 @@ impl GitRemote {
             disable_saltenv_mapping: true,
             saltenv: Default::default(),
             global_saltenv: Default::default(),
+            fallback: None,
+            refspecs: DEFAULT_REFSPECS.iter().filter_map(|s| Refspec::parse(s)).collect(),
+            // `git_pillar_update_interval`, set for every remote by `gitfs_config`.
+            update_interval: 60,
         };
         if branch == ENV_BRANCH {
             // Every branch is an env of its own name, `base` read from the base branch.

@@ -20,6 +20,7 @@
 //! | clock, randomness | the system                              | fixed / counter |
 //! | `tok` checks made | [`tok_memo::TokMemo`] (a memo of a pure check) | the same |
 
+pub mod chained;
 pub mod fs;
 #[cfg(test)]
 pub mod memory;

@@ -238,6 +238,11 @@ impl PublicKey {
         Ok(PublicKey { ossl: PKey::from_rsa(rsa)? })
     }
 
+    /// SubjectPublicKeyInfo PEM with a trailing newline (Salt's `master.pub` form).
+    pub fn to_pem(&self) -> Result<Vec<u8>> {
+        Ok(self.ossl.public_key_to_pem()?)
+    }
+
     /// RSAES-OAEP with `algo`'s digest for both the label hash and MGF1 (as Salt, through
     /// `cryptography`, does), empty label.
     pub fn encrypt_oaep(&self, data: &[u8], algo: EncAlgo) -> Result<Vec<u8>> {

@@ -14,7 +14,8 @@
 //! every member alike: a piece at offset 0 starts the file again (what it held before is
 //! dropped), and a piece whose offset is not the bytes held so far, whose `size` is not
 //! the file's, or (at offset 0) whose path is inside another pushed file of the minion
-//! or holds one below it, changes nothing. Once the bytes held reach `size` the file is
+//! or holds one below it, or of a minion whose key is not accepted there, changes
+//! nothing; the minion's key deleted drops all its files. Once the bytes held reach `size` the file is
 //! complete and the roots view writes it to `cachedir/minions/<id>/files/<path>`
 //! (`crate::roots`); a file restarted is removed from there until it is complete again.
 

@@ -185,8 +185,10 @@ impl StateMachine {
                             ov.pending_delta -= 1;
                         }
                         b.delete_cf(db.cf(CF_KEYS)?, k.id.as_bytes());
-                        // A deleted minion's cached pillar (its secrets) goes with its key.
+                        // A deleted minion's cached pillar (its secrets) and the files it
+                        // pushed go with its key.
                         b.delete_cf(db.cf(CF_PILLAR)?, k.id.as_bytes());
+                        self.drop_pushed(index, &k.id, b, fx, ov)?;
                         ov.keys.insert(k.id.clone(), false);
                         ov.keys_held.insert(k.id.clone(), None);
                         fx.push(Effect::KeyRemoved { id: k.id.clone() });
@@ -410,7 +412,7 @@ impl StateMachine {
 
     /// What the keys bank holds for `id` as of this record: the applied state plus the
     /// changes earlier in the same batch.
-    fn held_key(&self, id: &str, ov: &Overlay) -> Result<Option<(KeyState, Vec<u8>)>> {
+    pub(super) fn held_key(&self, id: &str, ov: &Overlay) -> Result<Option<(KeyState, Vec<u8>)>> {
         Ok(match ov.keys_held.get(id) {
             Some(h) => h.clone(),
             None => self.get_key(id)?.map(|s| (s.state.key_state(), s.pub_key)),

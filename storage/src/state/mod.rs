@@ -112,6 +112,9 @@ pub enum Effect {
     PushedWritten { id: String, path: String },
     /// A pushed file was started again: off the disk until it is complete.
     PushedRemoved { id: String, path: String },
+    /// A minion's key was deleted and its pushed files with it: `cachedir/minions/<id>`
+    /// is cleared.
+    PushedCleared { id: String },
 }
 
 /// Metadata of one file of a roots tree.
@@ -310,6 +313,23 @@ impl StateMachine {
         let Some(v) = db.get_cf(db.cf(CF_ROOTS)?, roots_key(tree, env, path))? else { return Ok(None) };
         let meta: RootsMeta = from_msgpack("roots", &v)?;
         Ok(meta.complete.then_some(meta))
+    }
+
+    /// Whether a saltenv of a tree holds a complete file whose path starts with
+    /// `path_prefix` (stops at the first).
+    pub fn roots_has_prefix(&self, tree: RootsTree, env: &str, path_prefix: &str) -> Result<bool> {
+        let db = self.db()?;
+        let prefix = roots_key(tree, env, path_prefix);
+        for item in db.iterator_cf(db.cf(CF_ROOTS)?, IteratorMode::From(&prefix, rocksdb::Direction::Forward)) {
+            let (k, v) = item?;
+            if !k.starts_with(&prefix) {
+                break;
+            }
+            if from_msgpack::<RootsMeta>("roots", &v)?.complete {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     fn roots_files_from(&self, prefix: &[u8]) -> Result<Vec<(RootsTree, String, String, RootsMeta)>> {

@@ -7,6 +7,7 @@ use rocksdb::{Direction, IteratorMode, WriteBatch};
 use super::apply::Overlay;
 use super::{from_msgpack, to_msgpack, Effect, StateMachine, CF_CHUNKS, CF_META};
 use crate::error::Result;
+use crate::format::KeyState;
 use crate::file_recv::{chunk_key, chunk_prefix, meta_key, minion_prefix, parse_meta_key, FileRecv, PushedMeta, PushedRead, PUSHED_PREFIX};
 
 /// The key just past every key starting with `prefix` (none of ours ends in 0xff).
@@ -71,6 +72,12 @@ impl StateMachine {
     /// removed from it until complete.
     pub(super) fn apply_file_recv(&self, index: u64, r: &FileRecv, b: &mut WriteBatch, fx: &mut Vec<Effect>, ov: &mut Overlay) -> Result<()> {
         let db = self.db()?;
+        // A piece of a minion whose key is not accepted here (deleted, or rejected, after
+        // the piece was read) is not kept: its files went with its key.
+        if !self.held_key(&r.id, ov)?.is_some_and(|(s, _)| s == KeyState::Accepted) {
+            tracing::info!(index, id = %r.id, path = %r.path, "pushed piece not kept: the minion's key is not accepted");
+            return Ok(());
+        }
         let key = meta_key(&r.id, &r.path);
         let held = self.pushed_meta(&key, ov)?;
         let end = r.loc + r.data.len() as u64;
@@ -100,6 +107,34 @@ impl StateMachine {
         ov.pushed.insert(key, Some(meta));
         if meta.complete() {
             fx.push(Effect::PushedWritten { id: r.id.clone(), path: r.path.clone() });
+        }
+        Ok(())
+    }
+
+    /// Drops every file `id` pushed (its key is deleted), decided here so every member
+    /// drops the same files; the view clears `cachedir/minions/<id>`.
+    pub(super) fn drop_pushed(&self, index: u64, id: &str, b: &mut WriteBatch, fx: &mut Vec<Effect>, ov: &mut Overlay) -> Result<()> {
+        let db = self.db()?;
+        let prefix = minion_prefix(id);
+        let mut dropped = 0u64;
+        for (_, m) in ov.pushed.iter_mut().filter(|(k, _)| k.starts_with(&prefix)) {
+            dropped += u64::from(m.take().is_some());
+        }
+        for item in db.iterator_cf(db.cf(CF_META)?, IteratorMode::From(&prefix, Direction::Forward)) {
+            let (k, _) = item?;
+            if !k.starts_with(&prefix) {
+                break;
+            }
+            if !ov.pushed.contains_key(&*k) {
+                ov.pushed.insert(k.to_vec(), None);
+                dropped += 1;
+            }
+        }
+        if dropped > 0 {
+            b.delete_range_cf(db.cf(CF_META)?, prefix.clone(), prefix_end(&prefix));
+            b.delete_range_cf(db.cf(CF_CHUNKS)?, prefix.clone(), prefix_end(&prefix));
+            tracing::info!(index, id, files = dropped, "the minion's pushed files go with its deleted key");
+            fx.push(Effect::PushedCleared { id: id.to_owned() });
         }
         Ok(())
     }

@@ -34,7 +34,7 @@ impl ViewKind {
     /// The view an effect writes.
     pub fn of(fx: &Effect) -> ViewKind {
         match fx {
-            Effect::RootsWritten { .. } | Effect::RootsRemoved { .. } | Effect::PushedWritten { .. } | Effect::PushedRemoved { .. } => ViewKind::Roots,
+            Effect::RootsWritten { .. } | Effect::RootsRemoved { .. } | Effect::PushedWritten { .. } | Effect::PushedRemoved { .. } | Effect::PushedCleared { .. } => ViewKind::Roots,
             _ => ViewKind::Keys,
         }
     }
@@ -85,6 +85,8 @@ pub struct Touched {
     pub roots: BTreeSet<(RootsTree, String, String)>,
     /// Pushed files: (minion id, path).
     pub pushed: BTreeSet<(String, String)>,
+    /// Minions whose key was deleted (their pushed files with it).
+    pub cleared: BTreeSet<String>,
     /// A master or cluster key pair was set.
     pub pairs: bool,
 }
@@ -95,6 +97,10 @@ impl Touched {
             Record::KeySet(k) => match k.state {
                 KeyState::Denied | KeyState::DeniedCleared => {
                     self.denied_ids.insert(k.id.clone());
+                }
+                KeyState::Deleted => {
+                    self.key_ids.insert(k.id.clone());
+                    self.cleared.insert(k.id.clone());
                 }
                 _ => {
                     self.key_ids.insert(k.id.clone());
@@ -121,7 +127,7 @@ impl Touched {
     }
 
     pub fn len(&self) -> usize {
-        self.key_ids.len() + self.denied_ids.len() + self.roots.len() + self.pushed.len() + usize::from(self.pairs)
+        self.key_ids.len() + self.denied_ids.len() + self.roots.len() + self.pushed.len() + self.cleared.len() + usize::from(self.pairs)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -154,6 +160,7 @@ impl Views {
                 None => self.roots.remove(*tree, env, path)?,
             }
         }
+        self.roots.resync_cleared(sm, &touched.cleared)?;
         for (id, path) in &touched.pushed {
             self.roots.write_pushed(sm, id, path)?;
         }
@@ -271,6 +278,7 @@ impl Views {
                 Effect::ClusterKeyPair { private_pem } => self.write_cluster_pair(private_pem),
                 Effect::PushedWritten { id, path } => self.roots.write_pushed(sm, id, path),
                 Effect::PushedRemoved { id, path } => self.roots.remove_pushed(id, path),
+                Effect::PushedCleared { id } => self.roots.clear_pushed(id),
             };
             match r {
                 Ok(()) => {}
@@ -306,6 +314,7 @@ impl Views {
                         None => self.roots.remove(*tree, env, path)?,
                     }
                 }
+                self.roots.resync_cleared(sm, &touched.cleared)?;
                 for (id, path) in &touched.pushed {
                     self.roots.write_pushed(sm, id, path)?;
                 }

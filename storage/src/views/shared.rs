@@ -231,7 +231,7 @@ impl Views {
         let mut touched = Touched::default();
         let mut touched_at = None;
         for e in entries {
-            for r in e.records.iter().filter(|r| touched_kind(r) == Some(kind)) {
+            for r in e.records.iter().filter(|r| touches(r, kind)) {
                 touched.add(r);
                 touched_at = Some(e.index);
             }
@@ -259,7 +259,7 @@ impl Views {
                 (Some(m), Some(log)) if from - m <= MAX_GAP_ENTRIES && log.first_entry_index().is_some_and(|f| f <= m + 1) => {
                     log.for_each_record(m + 1, Some(from), |_, r| {
                         let r = r?;
-                        if touched_kind(&r) == Some(kind) {
+                        if touches(&r, kind) {
                             touched.add(&r);
                         }
                         Ok(())
@@ -293,7 +293,7 @@ impl Views {
                 let mut touched = Touched::default();
                 log.for_each_record(m + 1, Some(applied + 1), |_, r| {
                     let r = r?;
-                    if touched_kind(&r) == Some(kind) {
+                    if touches(&r, kind) {
                         touched.add(&r);
                     }
                     Ok(())
@@ -390,6 +390,7 @@ impl Views {
                     };
                     skip_invalid(r)?;
                 }
+                skip_invalid(self.roots.resync_cleared(sm, &touched.cleared))?;
                 for (id, path) in &touched.pushed {
                     skip_invalid(self.roots.write_pushed(sm, id, path))?;
                 }
@@ -399,13 +400,15 @@ impl Views {
     }
 }
 
-/// Which view a record touches, if any.
-fn touched_kind(r: &crate::format::Record) -> Option<ViewKind> {
-    use crate::format::Record;
+/// Whether a record touches the view `kind`: a deleted key touches both (its pushed
+/// files go with it).
+fn touches(r: &crate::format::Record, kind: ViewKind) -> bool {
+    use crate::format::{KeyState, Record};
     match r {
-        Record::KeySet(_) | Record::MasterKeyPair(_) | Record::ClusterKeyPair(_) => Some(ViewKind::Keys),
-        Record::RootsBlob(_) | Record::RootsTombstone(_) | Record::RootsSync(_) | Record::FileRecv(_) => Some(ViewKind::Roots),
-        _ => None,
+        Record::KeySet(k) if k.state == KeyState::Deleted => true,
+        Record::KeySet(_) | Record::MasterKeyPair(_) | Record::ClusterKeyPair(_) => kind == ViewKind::Keys,
+        Record::RootsBlob(_) | Record::RootsTombstone(_) | Record::RootsSync(_) | Record::FileRecv(_) => kind == ViewKind::Roots,
+        _ => false,
     }
 }
 

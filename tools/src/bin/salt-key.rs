@@ -60,6 +60,25 @@ struct Args {
     /// Print all fingerprints.
     #[arg(short = 'F', long = "finger-all")]
     finger_all: bool,
+    /// Write the signature of the master's public key (`master_pubkey_signature`), for
+    /// `master_use_pubkey_signature`.
+    #[arg(long = "gen-signature")]
+    gen_signature: bool,
+    /// With --gen-signature: the private key to sign with (default pki_dir/master_sign.pem).
+    #[arg(long = "priv", value_name = "FILE")]
+    priv_key: Option<PathBuf>,
+    /// With --gen-signature: the public key to sign (default pki_dir/master.pub).
+    #[arg(long = "pub", value_name = "FILE")]
+    pub_key: Option<PathBuf>,
+    /// With --gen-signature: the folder the signature file goes to (default pki_dir).
+    #[arg(long = "signature-path", value_name = "DIR")]
+    signature_path: Option<PathBuf>,
+    /// With --gen-signature: make a signing key pair when there is none.
+    #[arg(long = "auto-create")]
+    auto_create: bool,
+    /// The size of a key pair --auto-create makes (at least 2048).
+    #[arg(long = "keysize", value_name = "BITS")]
+    keysize: Option<u32>,
     /// Answer yes to every question.
     #[arg(short = 'y', long = "yes")]
     yes: bool,
@@ -107,6 +126,9 @@ fn real_main(args: Args) -> Result<()> {
     .into_iter()
     .find_map(|(m, c)| m.map(|m| (m, c)));
     let printer = args.output.printer(&cfg, Out::Key, "", false).map_err(|e| Failure::new(e.to_string(), 1))?;
+    if args.gen_signature {
+        return gen_signature(&args, &cfg, &printer);
+    }
     if let Some((pattern, cmd)) = change {
         return change_keys(&args, &cfg, cmd, &pattern, &printer);
     }
@@ -120,6 +142,21 @@ fn real_main(args: Args) -> Result<()> {
         None => listing_value(&listing),
     };
     print(&v, &printer);
+    Ok(())
+}
+
+/// `--gen-signature`: prints Salt's `{"return": ...}` (True when written, False when the
+/// file exists, else the reason).
+fn gen_signature(args: &Args, cfg: &halite_master::MasterConfig, printer: &Printer) -> Result<()> {
+    use halite_master::keyfiles::gen_signature::{self as gen, GenSignature, Outcome};
+    let req = GenSignature { public: args.pub_key.clone(), private: args.priv_key.clone(), signature_path: args.signature_path.clone(), auto_create: args.auto_create, keysize: args.keysize };
+    let ret = match gen::gen_signature(cfg, &req).map_err(|e| Failure::new(e.to_string(), 1))? {
+        Outcome::Written(_) => json!(true),
+        Outcome::Exists(_) => json!(false),
+        Outcome::Refused(why) => json!(why),
+    };
+    // Salt's key outputter does not take this shape and falls back to nested.
+    printer.print(&json!({ "return": ret }), if printer.forced() { printer.plain_out() } else { Out::Nested });
     Ok(())
 }
 

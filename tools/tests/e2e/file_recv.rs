@@ -2,7 +2,8 @@
 //! where Salt does (`cachedir/minions/<id>/files/<path>`), an oversized push and an
 //! escaping path are refused (the minion gets False, the refusal is counted, nothing is
 //! written), nothing is kept with `file_recv` off, and on a three-member cluster a file
-//! pushed through one member is on every member's disk.
+//! pushed through one member is on every member's disk, and gone from every member's
+//! once the minion's key is deleted.
 
 use std::path::{Path, PathBuf};
 
@@ -127,19 +128,36 @@ fn without_file_recv_nothing_is_stored() {
 }
 
 #[test]
-fn a_file_pushed_through_one_member_is_on_every_member() {
+fn a_file_pushed_through_one_member_is_on_every_member_and_goes_with_the_key() {
     let c = crate::cluster::founding(3, "halite-push", "file_recv: True\nauto_accept: True\n");
     let first = &c.envs[0];
-    let _minion = start_minion(&first.root, "pm1", &format!("master: {}\nmaster_port: {}\n", first.ip, first.ret));
-    wait_minion_ready(&first.root, "pm1", 1, 90);
-    wait_ping(first, "pm1", 90);
-    let src = first.root.join("pm1/push/report.bin");
-    std::fs::create_dir_all(src.parent().unwrap()).unwrap();
+    let conf = format!("master: {}\nmaster_port: {}\n", first.ip, first.ret);
+    let pm1 = start_minion(&first.root, "pm1", &conf);
+    let _pm2 = start_minion(&first.root, "pm2", &conf);
     let data = bytes(300 << 10);
-    std::fs::write(&src, &data).unwrap();
-    assert_eq!(first.salt_json(&["pm1", "cp.push", src.to_str().unwrap()], 60), json!({"pm1": true}));
+    let mut pushed = Vec::new();
+    for id in ["pm1", "pm2"] {
+        wait_minion_ready(&first.root, id, 1, 90);
+        wait_ping(first, id, 90);
+        let src = first.root.join(format!("{id}/push/report.bin"));
+        std::fs::create_dir_all(src.parent().unwrap()).unwrap();
+        std::fs::write(&src, &data).unwrap();
+        assert_eq!(first.salt_json(&[id, "cp.push", src.to_str().unwrap()], 60), json!({id: true}));
+        pushed.push(src);
+    }
     for env in &c.envs {
-        let at = stored(env, "pm1", &src);
-        wait_for(&format!("the pushed file on {}", env.ip), 30, || std::fs::read(&at).is_ok_and(|b| b == data));
+        for (id, src) in ["pm1", "pm2"].iter().zip(&pushed) {
+            let at = stored(env, id, src);
+            wait_for(&format!("{id}'s pushed file on {}", env.ip), 30, || std::fs::read(&at).is_ok_and(|b| b == data));
+        }
+    }
+    // pm1 stops and its key is deleted through another member: its folder goes on every
+    // member (decided where the delete applies), pm2's files stay.
+    drop(pm1);
+    c.envs[1].ok(SALT_KEY, &["-d", "pm1", "-y"]);
+    for env in &c.envs {
+        let folder = env.root.join("cache/minions/pm1");
+        wait_for(&format!("pm1's pushed files gone on {}", env.ip), 30, || !folder.exists());
+        assert_eq!(std::fs::read(stored(env, "pm2", &pushed[1])).expect("pm2's file stays"), data, "{}", env.ip);
     }
 }

@@ -27,6 +27,7 @@ mod full_disk;
 mod files_pillar;
 mod git_pillar;
 mod gitfs;
+mod gitfs_more;
 mod hostile;
 mod locks;
 mod mine;

@@ -305,6 +305,54 @@ fn an_expired_token_is_refused() {
     assert_ne!(fresh, token);
 }
 
+/// `token_expire_user_override` as Salt reads it: a `token_expire` in a `/login` or
+/// `/token` body is honoured for the users the option names under their eauth backend,
+/// dropped for the others (the master's `token_expire` applies), and a token made to
+/// last 3 s is refused once it has expired.
+#[test]
+fn a_login_sets_its_own_token_expire_only_where_the_override_allows() {
+    let ip = one_ip();
+    let port = port_free_on(&[&ip]);
+    let env = Env::master(&ip, "localfs_key", "");
+    env.append_conf(&api_conf(&env.root, &ip, port, 600));
+    env.append_conf("token_expire_user_override:\n  file:\n    - fred\n");
+    let m = Running::start(env);
+    let api = Api::start(&m.env.root.join("conf"), &m.env.root.join("salt-api.log"), &ip, port);
+    let login = |user: &str, password: &str, expire: Value| {
+        let body = json!({ "username": user, "password": password, "eauth": "file", "token_expire": expire }).to_string();
+        let (status, text) = api.curl("/login", &["-i", "-H", "Content-Type: application/json", "-H", "Accept: application/json", "--data-binary", &body]);
+        let json_at = text.find("{").unwrap_or(text.len());
+        (status, text[..json_at].to_string(), serde_json::from_str::<Value>(&text[json_at..]).map(|v| v["return"][0].clone()).unwrap_or(Value::Null))
+    };
+    let lasts = |r: &Value| r["expire"].as_f64().expect("expire") - r["start"].as_f64().expect("start");
+    // fred is named: his own lifetime, also in the cookie.
+    let (status, head, fred) = login("fred", "s3cret", json!(3));
+    assert_eq!(status, 200, "{fred}");
+    assert!((lasts(&fred) - 3.0).abs() < 0.01, "{fred}");
+    assert!(head.to_ascii_lowercase().contains("max-age=3;"), "{head}");
+    // limited is not: the master's token_expire.
+    let (status, _, lim) = login("limited", "pw", json!(3));
+    assert_eq!(status, 200, "{lim}");
+    assert!((lasts(&lim) - 600.0).abs() < 0.01, "{lim}");
+    // A lifetime that is no number of seconds is refused for a named user.
+    for bad in [json!("soon"), json!(-5), json!(0), json!(1e12)] {
+        assert_eq!(login("fred", "s3cret", bad.clone()).0, 400, "{bad}");
+    }
+    // /token (the runner auth.mk_token) takes it too.
+    let body = json!({ "username": "fred", "password": "s3cret", "eauth": "file", "token_expire": 7 }).to_string();
+    let (status, text) = api.curl("/token", &["-H", "Content-Type: application/json", "-H", "Accept: application/json", "--data-binary", &body]);
+    assert_eq!(status, 200, "{text}");
+    let made: Value = serde_json::from_str(&text).expect("JSON");
+    assert!((lasts(&made[0]) - 7.0).abs() < 0.01, "{made}");
+    // Without token_expire, fred's token lasts the master's; his 3-second one expires.
+    let (status, _, long) = login("fred", "s3cret", Value::Null);
+    assert_eq!(status, 200, "{long}");
+    assert!((lasts(&long) - 600.0).abs() < 0.01, "{long}");
+    let (fred_tok, long_tok) = (fred["token"].as_str().unwrap().to_string(), long["token"].as_str().unwrap().to_string());
+    wait_for("fred's short token to expire", 60, || api.call("GET", "/jobs", &fred_tok, None).0 == 401);
+    assert_eq!(api.call("GET", "/jobs", &long_tok, None).0, 200);
+}
+
 /// A token made through member 0 of a three-member cluster works through member 1, and
 /// a logout through member 1 revokes it on member 0.
 #[test]

@@ -1,7 +1,8 @@
 //! Salt's multi-master PKI (`master_sign_pubkey`) with real salt-minion 3008.5 processes
 //! that set `verify_master_pubkey_sign`: a minion holding the master's `master_sign.pub`
 //! signs in, one holding another key refuses the master, a signature made by Salt's own
-//! `salt-key --gen-signature` is served as is, and the tutorial's failover between two
+//! `salt-key --gen-signature` is served as is, Halite's own `salt-key --gen-signature`
+//! writes Salt's bytes and a minion accepts them, and the tutorial's failover between two
 //! masters with their own `master.pem` and one shared signing pair.
 
 use std::path::Path;
@@ -69,6 +70,61 @@ fn a_signature_made_by_salts_salt_key_is_sent_as_is() {
     wait_ping(&env, "m1", 90);
     assert!(minion_log(&env.root, "m1").contains(SIGNED));
     assert!(!env.pki().join("master_sign.pem").exists(), "no signing key is made with master_use_pubkey_signature");
+}
+
+/// Halite's own `salt-key --gen-signature --auto-create` (the tutorial's step, master
+/// stopped): Salt's answers, the very bytes Salt's `salt-key` writes for the same keys
+/// (PKCS#1 v1.5 is deterministic), and a verifying minion accepts the master that sends it.
+#[test]
+fn a_signature_made_by_halites_salt_key_is_salts_and_a_minion_accepts_it() {
+    let env = Env::master(&one_ip(), "localfs_key", "auto_accept: True\nmaster_pubkey_signature: master_pubkey_signature\n");
+    let mut master = start_master(&env);
+    master.stop();
+    let text = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).to_string();
+    let o = env.run(SALT_KEY, &["--gen-signature"]);
+    assert_eq!((o.status.success(), text(&o).as_str()), (true, "return:\n    No usable private-key found\n"), "without a signing key, Salt's answer");
+    let o = env.run(SALT_KEY, &["--gen-signature", "--auto-create"]);
+    assert_eq!((o.status.success(), text(&o).as_str()), (true, "return:\n    True\n"), "{}", String::from_utf8_lossy(&o.stderr));
+    let sig = env.pki().join("master_pubkey_signature");
+    let ours = std::fs::read(&sig).expect("Halite's salt-key wrote the signature file");
+    let o = env.run(SALT_KEY, &["--gen-signature", "--auto-create"]);
+    assert_eq!(text(&o), "return:\n    False\n", "an existing file is left alone");
+    assert_eq!(std::fs::read(&sig).unwrap(), ours);
+    // Salt's salt-key, on the same two keys (its own config and pki dir, so it leaves
+    // this master's alone), writes the same bytes; and answers as Halite's does.
+    let scratch = env.root.join("salt-ref");
+    std::fs::create_dir_all(scratch.join("conf")).unwrap();
+    std::fs::write(
+        scratch.join("conf/master"),
+        format!("root_dir: {0}\npki_dir: {0}/pki\ncachedir: {0}/cache\nsock_dir: {0}/sock\nlog_file: {0}/log\nmaster_pubkey_signature: master_pubkey_signature\n", scratch.display()),
+    )
+    .unwrap();
+    let (sign_pem, master_pub, out) = (env.pki().join("master_sign.pem"), env.pki().join("master.pub"), scratch.join("out"));
+    std::fs::create_dir_all(&out).unwrap();
+    let salts = |extra: &[&str]| {
+        let mut c = Command::new(reference_venv().join("bin/salt-key"));
+        c.arg("-c").arg(scratch.join("conf")).arg("--gen-signature").arg("--priv").arg(&sign_pem).arg("--pub").arg(&master_pub).arg("--signature-path").arg(&out).args(extra);
+        run(&mut c, TOOL_TIMEOUT)
+    };
+    let o = salts(&[]);
+    assert!(o.status.success(), "Salt's salt-key: {}{}", text(&o), String::from_utf8_lossy(&o.stderr));
+    // Salt 3008.5 writes it in its pki_dir whatever --signature-path says.
+    let salts_file = [out.join("master_pubkey_signature"), scratch.join("pki/master_pubkey_signature")].into_iter().find(|p| p.exists()).expect("Salt's signature file");
+    assert_eq!(std::fs::read(salts_file).unwrap(), ours, "the same bytes as Salt's salt-key");
+    assert_eq!(text(&salts(&[])), "return:\n    False\n", "Salt's answer for an existing file, as Halite's");
+    // Halite's salt-key with the same flags writes the same file elsewhere.
+    let ours_out = env.root.join("halite-out");
+    let o = env.run(SALT_KEY, &["--gen-signature", "--priv", sign_pem.to_str().unwrap(), "--pub", master_pub.to_str().unwrap(), "--signature-path", ours_out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read(ours_out.join("master_pubkey_signature")).unwrap(), ours);
+    // The master sends it, needing no signing key; a verifying minion accepts it.
+    std::fs::remove_file(&sign_pem).expect("remove the signing key");
+    env.append_conf("master_sign_pubkey: True\nmaster_use_pubkey_signature: True\n");
+    let _master = start_master(&env);
+    give_sign_pub(&env.root, "m1", &std::fs::read(env.pki().join("master_sign.pub")).expect("master_sign.pub"));
+    let _minion = start_minion(&env.root, "m1", &verifying(&env));
+    wait_ping(&env, "m1", 90);
+    assert!(minion_log(&env.root, "m1").contains(SIGNED));
 }
 
 #[test]

@@ -59,7 +59,8 @@ fn react(m: &Master, rt: &tokio::runtime::Handle, reactors: &Reactors, e: &Event
     if e.tag.len() > halite_storage::reaction::MAX_TAG_LEN {
         return refuse(Port::Admin, "reactor", "reactor_reaction", &format_args!("an event tag longer than {} bytes gets no reaction", halite_storage::reaction::MAX_TAG_LEN));
     }
-    let roots = crate::admin::AdminView::roots(m);
+    let served = crate::admin::AdminView::file_server(m);
+    let roots = &served;
     let mut reactions = Vec::new();
     for sls in &files {
         let found = reactor::resolve(sls);
