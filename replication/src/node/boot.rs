@@ -57,6 +57,7 @@ pub(super) fn start(log: RaftLog, sm: Arc<StateMachine>, mut views: Views, cfg: 
     }
     log.check_all()?;
     state_not_ahead(&log, &sm)?;
+    let last_at_start = log.last_entry_index().unwrap_or(0);
     let applied = sm.applied_index()?;
     let faults = match recover_views(&log, &sm, &mut views, applied) {
         Ok(()) => faults::ViewFaults::default(),
@@ -101,7 +102,7 @@ pub(super) fn start(log: RaftLog, sm: Arc<StateMachine>, mut views: Views, cfg: 
         cfg,
     });
     let thread = driver::spawn(d, rx)?;
-    Ok(Node { tx, thread: Some(thread), sm, log, leader, id, book, incarnation, status })
+    Ok(Node { tx, thread: Some(thread), sm, log, leader, id, book, incarnation, status, last_at_start })
 }
 
 /// Refuses a state machine **ahead of its log**: one that has applied an index the log

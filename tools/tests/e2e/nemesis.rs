@@ -184,55 +184,69 @@ fn decide(h: &History, env: &Env, via: usize, verb: &str, id: &str) -> Outcome {
     })
 }
 
-/// A minion's `_auth` for a new key through member `via` (pending once it is recorded).
-fn register(h: &History, rt: &tokio::runtime::Runtime, env: &Env, via: usize, id: &str, pem: &[u8]) -> Outcome {
+/// A minion's `_auth` for a new key through member `via`. Its outcome is never `ok`:
+/// Salt's answer for a key now pending and a member's "not ready, sign in again" answer
+/// are the same signed `{"ret": true}` (`master/src/req/not_ready.rs`), so no reply says
+/// the key was recorded; the result says which answer came.
+fn register(h: &History, rt: &tokio::runtime::Runtime, env: &Env, via: usize, id: &str, pem: &[u8]) {
     use halite_tools::swarm::minion;
     h.op("operator", "register", json!({ "id": id, "via": via }), || {
         let key = halite_master::wire::crypto::PrivateKey::from_pem(pem).expect("key");
         let me = Identity::new(id.to_string(), key).expect("identity");
         let body = minion::auth_request(&me, &minion::nonce(), None).expect("auth request");
         let ep = format!("tcp://{}:{}", env.ip, env.ret);
-        match rt.block_on(minion::request_once(&ep, body, Duration::from_secs(15), "auth")) {
-            // Salt's retry answer: the member could not record it now (it may still).
-            Ok(r) if crate::partition::is_cluster_retry(&r) => (Outcome::Unknown, json!("cluster_retry"), Outcome::Unknown),
-            Ok(_) => (Outcome::Ok, Value::Null, Outcome::Ok),
-            Err(e) => (Outcome::Unknown, json!(e.to_string()), Outcome::Unknown),
-        }
+        let said = match rt.block_on(minion::request_once(&ep, body, Duration::from_secs(15), "auth")) {
+            Ok(r) if crate::partition::is_cluster_retry(&r) => "cluster_retry".to_string(),
+            Ok(r) => format!("answered ({} bytes)", r.len()),
+            Err(e) => e.to_string(),
+        };
+        (Outcome::Unknown, json!(said), ())
     })
 }
 
-/// Keys registered, then accepted or rejected, then some deleted, each through a member
-/// drawn at random. A key whose decision failed (the member did not see it yet) is
-/// decided again later; one whose outcome is unknown is only ever deleted.
+/// Keys registered, then accepted or rejected, then deleted, each through a member
+/// drawn at random. A key whose decision failed (the member did not see it pending) is
+/// decided again later, up to 5 times; one whose outcome is unknown is only ever deleted.
 fn operator(h: &History, envs: &[Env], stop: &AtomicBool, seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x0e7a);
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
     // One key pair for every registered id (the master keys them by id).
     let pem = halite_master::wire::crypto::PrivateKey::generate(2048).expect("key pair").to_pem().expect("pem");
     let (mut pending, mut decided) = (Vec::<String>::new(), Vec::<String>::new());
+    let mut tries = std::collections::HashMap::<String, u32>::new();
     for n in 0.. {
         if stop.load(SeqCst) {
             return;
         }
         let via = rng.gen_range(0..envs.len());
         let roll: f64 = rng.gen();
-        if !pending.is_empty() && roll < 0.45 {
+        // At most 16 keys live at once (a listing, read thousands of times in a long run,
+        // stays small).
+        let full = pending.len() + decided.len() >= 16;
+        if !pending.is_empty() && (roll < 0.45 || full && decided.is_empty()) {
             let id = pending.swap_remove(rng.gen_range(0..pending.len()));
             let verb = if rng.gen_bool(2.0 / 3.0) { "accept" } else { "reject" };
             match decide(h, &envs[via], via, verb, &id) {
-                Outcome::Fail => pending.push(id),
+                Outcome::Fail => {
+                    let t = tries.entry(id.clone()).or_insert(0);
+                    *t += 1;
+                    if *t < 5 {
+                        pending.push(id);
+                    }
+                }
                 _ => decided.push(id),
             }
-        } else if !decided.is_empty() && roll < 0.6 {
+        } else if !decided.is_empty() && (roll < 0.6 || full) {
             let id = decided.swap_remove(rng.gen_range(0..decided.len()));
             if decide(h, &envs[via], via, "delete", &id) == Outcome::Fail {
                 decided.push(id);
             }
         } else {
+            // Decided next whatever the answer (a decision on a key that is not pending
+            // fails: nothing is done).
             let id = format!("k{n}");
-            if register(h, &rt, &envs[via], via, &id, &pem) == Outcome::Ok {
-                pending.push(id);
-            }
+            register(h, &rt, &envs[via], via, &id, &pem);
+            pending.push(id);
         }
         // Pacing (the machine is shared), not a wait for a signal.
         std::thread::sleep(Duration::from_millis(300));

@@ -161,36 +161,45 @@ fn check_keys(ops: &[&Op], members: &BTreeSet<String>, out: &mut Vec<String>) {
     let reads = |m: &str| -> Vec<&Op> { ops.iter().copied().filter(|o| o.op == "keys" && o.outcome == Outcome::Ok && member_of(o) == m).collect() };
     for m in members {
         let rs = reads(m);
-        // No decision reverted in this member's sequence of reads.
-        for (id, ds) in &decisions {
-            let asked_before = |op: &str, t: f64| ds.iter().any(|d| d.op == op && d.invoke <= t);
-            let mut seen = KeyState::Absent;
-            let mut gone = false;
-            for r in &rs {
-                let s = key_state(&r.result, id);
-                let at = format!("member {m}, read at {:.1}s", r.invoke);
+        // No decision reverted in this member's sequence of reads: each read is compared
+        // with what the earlier ones showed of every key the operator decided.
+        let mut seen: BTreeMap<&str, (KeyState, bool)> = BTreeMap::new();
+        for r in &rs {
+            let at = format!("member {m}, read at {:.1}s", r.invoke);
+            let mut now: BTreeMap<&str, KeyState> = BTreeMap::new();
+            for field in ["minions_pre", "minions_rejected", "minions"] {
+                for id in r.result[field].as_array().into_iter().flatten().filter_map(Value::as_str) {
+                    if let Some((id, _)) = decisions.get_key_value(id) {
+                        now.insert(id.as_str(), key_state(&r.result, id));
+                    }
+                }
+            }
+            let ids: BTreeSet<&str> = now.keys().copied().chain(seen.iter().filter(|(_, (_, gone))| !gone).map(|(id, _)| *id)).collect();
+            for id in ids {
+                let ds = &decisions[id];
+                let asked_before = |op: &str| ds.iter().any(|d| d.op == op && d.invoke <= r.complete);
+                let s = now.get(id).copied().unwrap_or(KeyState::Absent);
+                let (was, gone) = seen.get(id).copied().unwrap_or((KeyState::Absent, false));
                 match s {
-                    KeyState::Absent if seen != KeyState::Absent && !gone => {
-                        if !asked_before("delete", r.complete) {
-                            out.push(format!("{at}: key {id} vanished (it was {seen:?}, no delete was asked)"));
+                    KeyState::Absent => {
+                        if !asked_before("delete") {
+                            out.push(format!("{at}: key {id} vanished (it was {was:?}, no delete was asked)"));
                         }
-                        gone = true;
+                        seen.insert(id, (was, true));
+                        continue;
                     }
-                    KeyState::Absent => {}
                     _ if gone => out.push(format!("{at}: key {id} is {s:?} again after it was seen deleted")),
-                    KeyState::Pending if seen > KeyState::Pending => out.push(format!("{at}: key {id} reverted from {seen:?} to Pending")),
-                    KeyState::Accepted | KeyState::Rejected if seen > KeyState::Pending && seen != s => {
-                        out.push(format!("{at}: key {id} reverted from {seen:?} to {s:?}"))
-                    }
+                    KeyState::Pending if was > KeyState::Pending => out.push(format!("{at}: key {id} reverted from {was:?} to Pending")),
+                    KeyState::Accepted | KeyState::Rejected if was > KeyState::Pending && was != s => out.push(format!("{at}: key {id} reverted from {was:?} to {s:?}")),
                     _ => {}
                 }
                 for (st, op) in [(KeyState::Accepted, "accept"), (KeyState::Rejected, "reject")] {
-                    if s == st && !asked_before(op, r.complete) {
+                    if s == st && !asked_before(op) {
                         out.push(format!("{at}: key {id} is {s:?} though no {op} was asked"));
                     }
                 }
-                if s != KeyState::Absent && !gone {
-                    seen = s;
+                if !gone {
+                    seen.insert(id, (s, false));
                 }
             }
         }

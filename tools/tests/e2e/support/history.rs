@@ -60,7 +60,7 @@ pub enum Event {
 ///
 /// | op | args | result |
 /// |---|---|---|
-/// | `register` | `id`, `via` | — (a key sent to the master with a minion's `_auth`) |
+/// | `register` | `id`, `via` | which answer came (a key sent with a minion's `_auth`; never `ok`: no answer says it was recorded) |
 /// | `accept`, `reject`, `delete` | `id`, `via` | — (`salt-key -a/-r/-d ID -y`) |
 /// | `keys` | `member` | `salt-key -L --out json` of that member |
 /// | `job` | `value`, `via`, `minions` | `returns`: the minions `salt` printed `value` for |
