@@ -198,9 +198,8 @@ fn check_keys(ops: &[&Op], members: &BTreeSet<String>, out: &mut Vec<String>) {
                         out.push(format!("{at}: key {id} is {s:?} though no {op} was asked"));
                     }
                 }
-                if !gone {
-                    seen.insert(id, (s, false));
-                }
+                // A key seen again is followed afresh (its return reported once).
+                seen.insert(id, (s, false));
             }
         }
         // Every acknowledged decision there once the faults stopped.
