@@ -548,7 +548,7 @@ fn run(test: &str, seed: u64, secs: u64, amnesia: bool) -> (Verdict, PathBuf) {
 #[test]
 fn random_faults_lose_no_acknowledged_write_and_the_members_converge() {
     let seed = seed_from_env();
-    let (verdict, dir) = run("short", seed, secs_from_env(100), false);
+    let (verdict, dir) = run("random", seed, secs_from_env(100), false);
     assert!(verdict.ok(), "the history of seed {seed} is not valid (kept in {}):\n{}", dir.display(), verdict.report());
 }
 
