@@ -316,6 +316,12 @@ pub fn start_node_adopting_tapped(cfg: &MasterConfig, tap: Option<Tap>) -> Resul
     let maintained = cfg.shared_filesystem() && cfg.cluster_id.as_deref().is_some_and(|c| halite_storage::views::shared::SharedViews::new(cfg.keys_dir(), c, cfg.key_driver_name()).maintained());
     let (keys, denied) = if maintained { Default::default() } else { key_view(cfg)?.entries()? };
     let (node, link) = start_node_tapped(cfg, views(cfg, key_view(cfg)?), tap)?;
+    // After a crash the state machine replays the tail of this member's own log while
+    // the view already shows it: a key that tail names is the log's, never one to import
+    // (imported, a key the cluster deleted since would come back).
+    let tail = keys_in_tail(&node)?;
+    let keys = keys.into_iter().filter(|e| !tail.contains(&e.id)).collect();
+    let denied = denied.into_iter().filter(|(id, _)| !tail.contains(id)).collect();
     let source = format!("{}:{}", cfg.key_driver_name(), cfg.keys_dir().display());
     let groups = adoption(node.state(), keys, denied, &source, now_ns())?;
     if !groups.is_empty() {
@@ -323,6 +329,21 @@ pub fn start_node_adopting_tapped(cfg: &MasterConfig, tap: Option<Tap>) -> Resul
     }
     node.propose_all(&groups, 1, &mut |_, _| {})?;
     Ok((node, link))
+}
+
+/// The ids of the key records in this member's log after what its state machine has
+/// applied (read before the state machine is asked about any key, so a record applied
+/// meanwhile is in one or the other).
+fn keys_in_tail(node: &Node) -> halite_storage::Result<std::collections::HashSet<String>> {
+    let mut ids = std::collections::HashSet::new();
+    let applied = node.state().applied_index()?;
+    node.log().for_each_record(applied + 1, None, |_, r| {
+        if let Ok(Record::KeySet(k)) = r {
+            ids.insert(k.id);
+        }
+        Ok(())
+    })?;
+    Ok(ids)
 }
 
 /// The proposals that import the view's keys the state machine does not hold, between

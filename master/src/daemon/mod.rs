@@ -211,7 +211,7 @@ async fn serve(master: Arc<Master>, applied_rx: mpsc::UnboundedReceiver<publish:
 
     let (pub_tx, pub_rx) = mpsc::unbounded_channel::<Vec<u8>>();
     tokio::spawn(publish::send(publisher_sock, pub_rx));
-    tokio::spawn(publish::applied(master.clone(), applied_rx, pub_tx));
+    tokio::spawn(publish::applied(master.clone(), applied_rx, pub_tx, master.node.last_index_at_start()));
     let m = master.clone();
     tokio::spawn(async move {
         loop {

@@ -16,7 +16,9 @@
 //!    last sync are resynced from the state machine, or, if the log no longer holds those
 //!    entries, the views are rebuilt. Views pointed at empty places (a wiped cache, a
 //!    shared filesystem left for local directories) are rebuilt too: the log, not the
-//!    files, is the truth.
+//!    files, is the truth. After a crash whose state machine is behind what its log had
+//!    committed (it keeps no WAL), the views are ahead of it instead: they are left as
+//!    they are until the driver has applied that commit again, then recovered.
 //! 4. Start a new **incarnation** (persisted in the log's directory, larger than any
 //!    before: part of every proposal's identity), and **build** raft-rs's `RawNode`
 //!    over the log, starting from the applied index.
@@ -57,12 +59,26 @@ pub(super) fn start(log: RaftLog, sm: Arc<StateMachine>, mut views: Views, cfg: 
     }
     log.check_all()?;
     state_not_ahead(&log, &sm)?;
+    let last_at_start = log.last_entry_index().unwrap_or(0);
     let applied = sm.applied_index()?;
-    let faults = match recover_views(&log, &sm, &mut views, applied) {
-        Ok(()) => faults::ViewFaults::default(),
-        // A view that cannot be written does not keep the node from starting: it is
-        // dirty from the start and recovered once it can be written (`faults.rs`).
-        Err(e) => faults::ViewFaults::at_start(&log, &sm, &e),
+    // After a crash the state machine (no WAL) is behind what its log had committed,
+    // which the views already show: repaired from it now, or written entry by entry as
+    // the tail is applied again, the views would pass through older states (a deleted
+    // key back, an accepted one pending). They are recovered once the state machine has
+    // applied that commit again (`driver/apply.rs`).
+    let commit = Storage::initial_state(&log)?.hard_state.commit;
+    let views_after = (!views.is_shared() && commit > applied).then_some(commit);
+    let faults = match views_after {
+        Some(commit) => {
+            tracing::info!(applied, commit, "applying the log's committed tail again before the views are recovered");
+            faults::ViewFaults::default()
+        }
+        None => match recover_views(&log, &sm, &mut views, applied) {
+            Ok(()) => faults::ViewFaults::default(),
+            // A view that cannot be written does not keep the node from starting: it is
+            // dirty from the start and recovered once it can be written (`faults.rs`).
+            Err(e) => faults::ViewFaults::at_start(&log, &sm, &e),
+        },
     };
     // Never below what the log has already seen of this node (a disk restored from an
     // older copy, a clock that went back), so no proposal identity repeats.
@@ -94,6 +110,7 @@ pub(super) fn start(log: RaftLog, sm: Arc<StateMachine>, mut views: Views, cfg: 
     let d = Driver::new(Parts {
         core: Core { raw, log: log.clone(), sm: sm.clone(), leader: leader.clone(), solo },
         views,
+        views_after,
         peers: Peers::new(outbox, membership),
         incarnation,
         health,
@@ -102,7 +119,7 @@ pub(super) fn start(log: RaftLog, sm: Arc<StateMachine>, mut views: Views, cfg: 
         cfg,
     });
     let thread = driver::spawn(d, rx)?;
-    Ok(Node { tx, thread: Some(thread), sm, log, leader, id, book, incarnation, status, min_free_bytes })
+    Ok(Node { tx, thread: Some(thread), sm, log, leader, id, book, incarnation, status, min_free_bytes, last_at_start })
 }
 
 /// Refuses a state machine **ahead of its log**: one that has applied an index the log
@@ -165,7 +182,7 @@ fn found(log: &RaftLog, cfg: &NodeConfig) -> Result<()> {
 }
 
 /// Brings the views up to the state machine's `applied` index (see the module docs).
-fn recover_views(log: &RaftLog, sm: &StateMachine, views: &mut Views, applied: u64) -> Result<()> {
+pub(super) fn recover_views(log: &RaftLog, sm: &StateMachine, views: &mut Views, applied: u64) -> Result<()> {
     if views.is_shared() {
         // Shared with other members: their mark, not this member's views index, says
         // what the files show; a member behind it writes nothing

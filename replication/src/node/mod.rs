@@ -325,6 +325,8 @@ pub struct Node {
     status: NodeStatus,
     /// `NodeConfig::min_free_bytes`, for the error of a refused proposal.
     min_free_bytes: u64,
+    /// The index of the last entry the log held when the node started (0: none).
+    last_at_start: u64,
 }
 
 /// Membership operations on a running node, usable from any thread.
@@ -451,6 +453,12 @@ impl Node {
     /// The leader this node last knew of (`None` while there is none).
     pub fn leader(&self) -> Option<u64> {
         self.handle().leader()
+    }
+
+    /// The index of the last entry this node's log held when it started (0 for a new
+    /// log): entries up to it were this process's to replay, not new to the group.
+    pub fn last_index_at_start(&self) -> u64 {
+        self.last_at_start
     }
 
     /// The node's status (role, indexes, readiness, dirty views), readable from any

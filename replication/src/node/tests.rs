@@ -68,6 +68,22 @@ fn propose_commit_apply_and_restart() {
 }
 
 #[test]
+fn a_node_knows_where_its_log_ended_when_it_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = DataDir::new(&dir.path().join("data"));
+    let pki = dir.path().join("pki");
+    let node = Node::start(&data, views(&pki), NodeConfig::default()).unwrap();
+    let founded = node.last_index_at_start();
+    let idx = node.propose(&[key("k1", KeyState::Pending)]).unwrap();
+    assert!(idx > founded, "{idx} {founded}");
+    assert_eq!(node.last_index_at_start(), founded, "what the log held at start, not its end");
+    drop(node);
+    let node = Node::start(&data, views(&pki), NodeConfig::default()).unwrap();
+    assert_eq!(node.last_index_at_start(), node.log().last_entry_index().unwrap());
+    assert!(node.last_index_at_start() >= idx);
+}
+
+#[test]
 fn views_behind_are_resynced_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let data = DataDir::new(&dir.path().join("data"));

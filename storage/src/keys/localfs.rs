@@ -81,6 +81,24 @@ impl LocalfsKeys {
         }
     }
 
+    /// Renames the regular file (or link) `from` to `to` if it is there; removes it
+    /// instead if `to`'s directory is missing (the write that follows makes it).
+    fn move_regular(&mut self, from: &Path, to: &Path) -> Result<()> {
+        match fs::symlink_metadata(from) {
+            Ok(m) if m.file_type().is_file() || m.file_type().is_symlink() => match fs::rename(from, to) {
+                Ok(()) => {
+                    self.dirty = true;
+                    Ok(())
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => self.remove_regular(from).map(|_| ()),
+                Err(e) => Err(Error::io(format!("renaming {} to {}", from.display(), to.display()), e)),
+            },
+            Ok(_) => Err(Error::Invalid(format!("{} is not a regular file; refusing to touch it", from.display()))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io(format!("stat {}", from.display()), e)),
+        }
+    }
+
     fn write_file(&mut self, dir: &Path, name: &str, data: &[u8], mode: u32, mtime_ns: Option<u64>) -> Result<()> {
         let target = dir.join(name);
         if target.parent() != Some(dir) {
@@ -169,12 +187,15 @@ impl KeyView for LocalfsKeys {
 
     fn set_key(&mut self, id: &str, state: BankState, pub_key: &[u8], mtime_ns: u64) -> Result<()> {
         validate_minion_id(id)?;
+        let dir = self.root.join(state.dir_name());
         for s in STATE_DIRS {
             if s != state {
-                self.remove_regular(&self.root.join(s.dir_name()).join(id))?;
+                // Moved (a rename, as Salt's own accept), then written: the key is in one
+                // directory at every moment, never in none.
+                self.move_regular(&self.root.join(s.dir_name()).join(id), &dir.join(id))?;
             }
         }
-        self.write_file(&self.root.join(state.dir_name()), id, pub_key, 0o600, Some(mtime_ns))
+        self.write_file(&dir, id, pub_key, 0o600, Some(mtime_ns))
     }
 
     fn remove_key(&mut self, id: &str) -> Result<bool> {

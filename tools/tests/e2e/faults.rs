@@ -110,6 +110,34 @@ fn a_wiped_member_joins_again_as_a_new_incarnation_and_serves_a_minion() {
     assert_eq!(c.envs[2].ids("minions"), ["after-wipe", "k1", "k2"]);
 }
 
+/// A member killed with `kill -9` restarts with its state machine behind its own log
+/// (it replays the tail) and its key view ahead of that state: a key the cluster deleted
+/// while it was down must not come back from its view.
+#[test]
+fn a_key_deleted_while_a_member_was_down_stays_deleted_after_it_restarts() {
+    let mut c = three();
+    register_key(&c.envs[0], "gone");
+    for env in &c.envs {
+        wait_for("the pending key on every member's view", 30, || env.ids("minions_pre").iter().any(|k| k == "gone"));
+    }
+    if let Some(mut p) = c.procs[2].take() {
+        p.kill9();
+    }
+    let out = c.envs[0].ok(SALT_KEY, &["-d", "gone", "-y"]);
+    assert!(out.contains("Key for minion gone deleted."), "{out}");
+    register_key(&c.envs[1], "after");
+    wait_for("the later key pending on the first member", 30, || c.envs[0].ids("minions_pre").iter().any(|k| k == "after"));
+    c.envs[0].ok(SALT_KEY, &["-a", "after", "-y"]);
+    c.procs[2] = Some(start_master(&c.envs[2]));
+    wait_for("the restarted member to apply what it missed", 60, || c.envs[2].ids("minions").iter().any(|k| k == "after"));
+    settle(&c);
+    for env in &c.envs {
+        let l = env.listing();
+        assert!(!l.to_string().contains("\"gone\""), "{}: the deleted key came back: {l}", env.ip);
+    }
+    assert_same_digests(&mut c);
+}
+
 // ---------------------------------------------------------------------------------------
 // Killed with kill -9: the leader under load, then the whole cluster.
 

@@ -62,6 +62,7 @@ mod faults;
 mod founding;
 mod health;
 mod multimaster;
+mod nemesis;
 mod orchestrate_cluster;
 mod partition;
 mod salt_docs_isolated;

@@ -47,7 +47,7 @@ fn identity(id: &str) -> impl Fn() -> Identity {
 }
 
 /// Whether a reply is Salt's clear "cluster not ready, sign in again and resend" answer.
-fn is_cluster_retry(reply: &[u8]) -> bool {
+pub(crate) fn is_cluster_retry(reply: &[u8]) -> bool {
     let Ok(v) = rmpv::decode::read_value(&mut &reply[..]) else { return false };
     let field = |m: &rmpv::Value, k: &str| m.as_map().and_then(|m| m.iter().find(|(key, _)| key.as_str() == Some(k)).map(|(_, v)| v.clone()));
     let load = field(&v, "load").unwrap_or(rmpv::Value::Nil);

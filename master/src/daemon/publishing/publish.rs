@@ -7,7 +7,10 @@
 //! ([`crate::jobs::publishable`]); any other job is sealed with the publish key, signed with the master key
 //! (`wire::publish`) and queued for the PUB socket. Jobs applied more than
 //! [`PUBLISH_MAX_AGE`] after they were proposed are not published: a master catching up
-//! on a long log must not replay old commands to its minions.
+//! on a long log must not replay old commands to its minions. Nor are jobs this master's
+//! own log held when it started: it replays them after a crash, and had published those
+//! it applied before (a minion would run them twice); one it had not applied yet is
+//! left to the other members' minions (at most once, as a publish in Salt).
 
 use std::sync::Arc;
 
@@ -24,16 +27,17 @@ pub const PUBLISH_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(
 
 /// What the node's tap hands the daemon.
 pub enum Applied {
-    Job(JobPublished),
+    /// A job and the index of its log entry.
+    Job(u64, JobPublished),
     Aes(AesKeyRotation),
 }
 
 /// The tap: called on the node's driver thread for every applied record (kept short:
 /// it only forwards the two kinds the daemon acts on).
 pub fn tap(tx: mpsc::UnboundedSender<Applied>) -> halite_replication::Tap {
-    halite_replication::Tap(Arc::new(move |_, rec: &Record| match rec {
+    halite_replication::Tap(Arc::new(move |index, rec: &Record| match rec {
         Record::JobPublished(j) => {
-            let _ = tx.send(Applied::Job(j.clone()));
+            let _ = tx.send(Applied::Job(index, j.clone()));
         }
         Record::AesKeyRotation(a) => {
             let _ = tx.send(Applied::Aes(a.clone()));
@@ -42,11 +46,16 @@ pub fn tap(tx: mpsc::UnboundedSender<Applied>) -> halite_replication::Tap {
     }))
 }
 
-/// Seals applied jobs and installs applied AES keys, in log order.
-pub async fn applied(master: Arc<Master>, mut rx: mpsc::UnboundedReceiver<Applied>, pub_tx: mpsc::UnboundedSender<Vec<u8>>) {
+/// Seals applied jobs and installs applied AES keys, in log order; `held_at_start` is
+/// the last index of the log when the node started (jobs up to it are not published).
+pub async fn applied(master: Arc<Master>, mut rx: mpsc::UnboundedReceiver<Applied>, pub_tx: mpsc::UnboundedSender<Vec<u8>>, held_at_start: u64) {
     while let Some(a) = rx.recv().await {
         let j = match a {
-            Applied::Job(j) => j,
+            Applied::Job(index, j) if index <= held_at_start => {
+                tracing::info!(jid = %j.jid, index, "not publishing a job this master's log held when it started");
+                continue;
+            }
+            Applied::Job(_, j) => j,
             Applied::Aes(a) => {
                 crate::daemon::cluster::install_aes(&master, &a);
                 continue;

@@ -11,7 +11,9 @@
 //! per proposal. A caller is answered when **its** entry (its proposal identity, not an
 //! index) has applied, with that outcome; the tap sees only what applied. A committed
 //! entry that does not decode is a corrupt log: the node stops rather than skip it. A
-//! view that cannot be written does not stop the apply (`faults.rs`).
+//! view that cannot be written does not stop the apply (`faults.rs`). After a crash the
+//! entries the views already show are applied to the state machine only, and the views
+//! are recovered from it once it has them all (`boot.rs`).
 
 use raft::eraftpb::{Entry, EntryType};
 
@@ -50,6 +52,13 @@ impl Driver {
         self.apply_records(batch, &mut answers)?;
         self.core.sm.advance_applied(last)?;
         self.derived.dirty_to = Some(last);
+        if self.derived.recover_after.is_some_and(|to| last >= to) {
+            // The state machine has caught up with the views again (`boot.rs`).
+            self.derived.recover_after = None;
+            if let Err(e) = crate::node::boot::recover_views(&self.core.log, &self.core.sm, &mut self.derived.views, last) {
+                self.health.faults = super::faults::ViewFaults::at_start(&self.core.log, &self.core.sm, &e);
+            }
+        }
         for (seq, index, outcome) in answers {
             self.proposals.answer(seq, index, outcome);
         }
@@ -67,7 +76,11 @@ impl Driver {
             self.peers.keys_dirty = true;
         }
         // A view that cannot be written is marked dirty and rebuilt later (`faults.rs`).
-        self.apply_views(&batch, &applied.effects);
+        // After a crash, entries the views already show are not written again one by
+        // one (`boot.rs`): the views are recovered once the state machine has them.
+        if self.derived.recover_after.is_none() {
+            self.apply_views(&batch, &applied.effects);
+        }
         for (e, outcome) in batch.iter().zip(&applied.outcomes) {
             if *outcome == Outcome::Applied {
                 if let Some(Tap(tap)) = &self.cfg.tap {

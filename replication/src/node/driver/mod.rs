@@ -112,6 +112,9 @@ pub(super) struct Derived {
     pub(super) dirty_to: Option<u64>,
     /// When the views were last synced.
     pub(super) synced_at: Instant,
+    /// Set after a crash (`boot.rs`): the commit the views already show; entries up to
+    /// it are applied to the state machine only, then the views are recovered.
+    pub(super) recover_after: Option<u64>,
 }
 
 /// The transport and the group it reaches: who the members are and where they listen
@@ -139,6 +142,8 @@ pub(super) struct Parts {
     pub(super) cfg: NodeConfig,
     pub(super) core: Core,
     pub(super) views: Views,
+    /// See [`Derived::recover_after`].
+    pub(super) views_after: Option<u64>,
     pub(super) peers: Peers,
     /// This run's incarnation, part of every proposal's identity.
     pub(super) incarnation: u64,
@@ -167,7 +172,7 @@ pub(super) fn spawn(mut d: Driver, rx: Receiver<Msg>) -> Result<JoinHandle<()>> 
 
 impl Driver {
     pub(super) fn new(parts: Parts) -> Self {
-        let Parts { cfg, core, views, peers, incarnation, health, snapshots, self_tx } = parts;
+        let Parts { cfg, core, views, views_after, peers, incarnation, health, snapshots, self_tx } = parts;
         // A forward the leader dropped is handed over again after three election
         // timeouts (the state machine applies a proposal at most once).
         let resubmit_after = cfg.tick * (3 * cfg.election_tick.max(1)) as u32;
@@ -176,7 +181,7 @@ impl Driver {
             space,
             proposals: Proposals::new(cfg.id, incarnation, cfg.propose_timeout, resubmit_after),
             core,
-            derived: Derived { views, dirty_to: None, synced_at: Instant::now() },
+            derived: Derived { views, dirty_to: None, synced_at: Instant::now(), recover_after: views_after },
             peers,
             snapshots: snapshots::Snapshots::new(snapshots),
             compaction: Compactor::default(),

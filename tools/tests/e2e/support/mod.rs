@@ -30,11 +30,15 @@
 //! | `minions.rs` | real salt-minions, [`Served`], `halite-swarm` |
 //! | `hand.rs` | [`WireMinion`]: requests made by hand over the wire |
 //! | `proxy.rs` | [`Proxy`], [`Mesh`]: fault-injecting forwarders between cluster members |
+//! | `history.rs` | [`history::History`]: a run's client operations and faults, as JSON lines |
+//! | `checker.rs` | [`checker::check`]: the verdict on a history (pure, unit-tested) |
 
 #![allow(dead_code, unused_imports)] // each test module uses a part of the fixtures
 
+pub mod checker;
 mod env;
 mod hand;
+pub mod history;
 mod masters;
 mod minions;
 mod net;

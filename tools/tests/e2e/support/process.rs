@@ -64,6 +64,13 @@ fn read_all(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8
 /// Whatever the command left running is killed when it exits.
 pub fn run(cmd: &mut Command, timeout: Duration) -> Output {
     let what = format!("{cmd:?}");
+    try_run(cmd, timeout).unwrap_or_else(|o| panic!("{what} did not finish within {timeout:?} and was killed; it printed:\n{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+}
+
+/// [`run`] for a caller that records a command past its limit instead of failing: `Err`
+/// holds what the command printed before it was killed.
+pub fn try_run(cmd: &mut Command, timeout: Duration) -> Result<Output, Output> {
+    let what = format!("{cmd:?}");
     own_group(cmd).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
     let pid = child.id() as i32;
@@ -84,10 +91,11 @@ pub fn run(cmd: &mut Command, timeout: Duration) -> Output {
     let status = child.wait().expect("reaping a child");
     let stdout = out.join().unwrap_or_default();
     let stderr = err.join().unwrap_or_default();
+    let out = Output { status, stdout, stderr };
     if timed_out {
-        panic!("{what} did not finish within {timeout:?} and was killed; it printed:\n{}\n{}", String::from_utf8_lossy(&stdout), String::from_utf8_lossy(&stderr));
+        return Err(out);
     }
-    Output { status, stdout, stderr }
+    Ok(out)
 }
 
 /// [`run`], failing the test unless the command succeeds; returns its stdout.

@@ -3,7 +3,8 @@
 //! own and forwards each connection to a target. [`Proxy::cut`] breaks every forwarded
 //! connection and blackholes new ones (accepted, read and discarded, never forwarded, as
 //! a dropped link looks to the connecting side: its handshake times out); [`Proxy::heal`]
-//! closes the blackholed connections and forwards again.
+//! closes the blackholed connections and forwards again. [`Proxy::slow`] holds every
+//! chunk it forwards for a delay (a slow link) until the next heal.
 //!
 //! Members reach their peers through proxies with the master's `halite_cluster_dial`
 //! (member name → `host:port` to connect to instead), so a member's identity and listen
@@ -13,7 +14,7 @@
 use std::collections::HashMap;
 use std::io::Read;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,6 +24,8 @@ struct State {
     target: SocketAddr,
     cut: AtomicBool,
     stop: AtomicBool,
+    /// Milliseconds each forwarded chunk is held before it is written on (0: none).
+    delay_ms: AtomicU64,
     /// Both ends of every forwarded connection (shut down by a cut).
     forwarded: Mutex<Vec<TcpStream>>,
     /// Connections accepted during a cut (closed by a heal).
@@ -49,7 +52,7 @@ impl Proxy {
         let port = port_free_on(&[ip]);
         let listener = TcpListener::bind((ip, port)).unwrap_or_else(|e| panic!("proxy bind {ip}:{port}: {e}"));
         let listen = listener.local_addr().expect("proxy address");
-        let state = Arc::new(State { target, cut: AtomicBool::new(false), stop: AtomicBool::new(false), forwarded: Mutex::new(Vec::new()), held: Mutex::new(Vec::new()) });
+        let state = Arc::new(State { target, cut: AtomicBool::new(false), stop: AtomicBool::new(false), delay_ms: AtomicU64::new(0), forwarded: Mutex::new(Vec::new()), held: Mutex::new(Vec::new()) });
         let s = state.clone();
         std::thread::spawn(move || accept(listener, s));
         Proxy { listen, state }
@@ -61,10 +64,18 @@ impl Proxy {
         State::close_all(&self.state.forwarded);
     }
 
-    /// Forwards again: connections held during the cut are closed (their side retries).
+    /// Forwards again, at full speed: connections held during the cut are closed (their
+    /// side retries).
     pub fn heal(&self) {
+        self.state.delay_ms.store(0, Ordering::SeqCst);
         self.state.cut.store(false, Ordering::SeqCst);
         State::close_all(&self.state.held);
+    }
+
+    /// Holds each chunk it forwards, either way, for `ms` milliseconds until the next
+    /// heal (a slow link: bytes arrive late and in order, none is lost).
+    pub fn slow(&self, ms: u64) {
+        self.state.delay_ms.store(ms, Ordering::SeqCst);
     }
 }
 
@@ -104,16 +115,28 @@ fn accept(listener: TcpListener, state: Arc<State>) {
             let _ = up.shutdown(Shutdown::Both);
             continue;
         }
-        pump(conn.try_clone(), up.try_clone());
-        pump(Ok(up), Ok(conn));
+        pump(conn.try_clone(), up.try_clone(), state.clone());
+        pump(Ok(up), Ok(conn), state.clone());
     }
 }
 
-/// Copies `from` to `to` on a thread of its own; when either side ends, both are shut.
-fn pump(from: std::io::Result<TcpStream>, to: std::io::Result<TcpStream>) {
+/// Copies `from` to `to` on a thread of its own, each chunk held for the link's delay;
+/// when either side ends, both are shut.
+fn pump(from: std::io::Result<TcpStream>, to: std::io::Result<TcpStream>, state: Arc<State>) {
     let (Ok(mut from), Ok(mut to)) = (from, to) else { return };
     std::thread::spawn(move || {
-        let _ = std::io::copy(&mut from, &mut to);
+        use std::io::Write;
+        let mut buf = [0u8; 64 << 10];
+        while let Ok(n @ 1..) = from.read(&mut buf) {
+            let ms = state.delay_ms.load(Ordering::SeqCst);
+            if ms > 0 {
+                // The link's latency itself, not a wait for a signal.
+                std::thread::sleep(Duration::from_millis(ms));
+            }
+            if to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
         let _ = from.shutdown(Shutdown::Both);
         let _ = to.shutdown(Shutdown::Both);
     });
@@ -163,7 +186,30 @@ impl Mesh {
         }
     }
 
-    /// Heals every link.
+    /// Cuts the connections member `from` opens to member `to` (one way: `to`'s own
+    /// connections to `from` still pass).
+    pub fn cut_link(&self, from: usize, to: usize) {
+        if let Some(p) = self.proxies.get(&(from, to)) {
+            p.cut();
+        }
+    }
+
+    /// Cuts members `a` and `b` off from each other, both ways (others reach both).
+    pub fn cut_pair(&self, a: usize, b: usize) {
+        self.cut_link(a, b);
+        self.cut_link(b, a);
+    }
+
+    /// Slows every link to and from member `i` by `ms` milliseconds per chunk.
+    pub fn slow(&self, i: usize, ms: u64) {
+        for ((a, b), p) in &self.proxies {
+            if *a == i || *b == i {
+                p.slow(ms);
+            }
+        }
+    }
+
+    /// Heals every link (cut or slow).
     pub fn heal_all(&self) {
         for p in self.proxies.values() {
             p.heal();
