@@ -102,19 +102,25 @@ impl ClusterCmd {
                     "removed": plan.removed,
                     "unchanged": plan.unchanged,
                 }});
-                // Chunks stay in order; at most SYNC_GROUP records (32 MiB) per proposal,
-                // the commit last, alone.
-                let mut proposals: Vec<Vec<Record>> = plan.records.chunks(SYNC_GROUP).map(<[Record]>::to_vec).collect();
-                let commit = plan.commit.clone();
-                proposals.push(vec![Record::RootsSync(plan.commit)]);
-                let answer = Answer::After(Box::new(move |v: &dyn AdminView| match sync_outcome(v.state(), &commit)? {
-                    None => Ok(answer.into()),
-                    Some(why) => Err(Error::refused(format!("cluster.sync_roots did not apply, nothing changed: {why}; run it again"))),
-                }));
-                Ok(Plan { proposals, progress: Some("cluster.sync_roots"), answer, ..Default::default() })
+                Ok(committing(plan.records, plan.commit, "cluster.sync_roots", answer))
             }
         }
     }
+}
+
+/// The plan of a roots sync (`cluster.sync_roots`, `fileserver.update`,
+/// `git_pillar.update`): its staged records in order, at most [`SYNC_GROUP`] (32 MiB) a
+/// proposal, then the commit alone; answered `ok` once the roots are what the commit
+/// names, else `verb`'s refusal (nothing changed: run it again).
+pub fn committing(records: Vec<Record>, commit: RootsSync, verb: &'static str, ok: serde_json::Value) -> Plan {
+    let mut proposals: Vec<Vec<Record>> = records.chunks(SYNC_GROUP).map(<[Record]>::to_vec).collect();
+    let check = commit.clone();
+    proposals.push(vec![Record::RootsSync(commit)]);
+    let answer = Answer::After(Box::new(move |v: &dyn AdminView| match sync_outcome(v.state(), &check)? {
+        None => Ok(ok.into()),
+        Some(why) => Err(Error::refused(format!("{verb} did not apply, nothing changed: {why}; run it again"))),
+    }));
+    Plan { proposals, progress: Some(verb), answer, ..Default::default() }
 }
 
 /// Whether the applied roots are what `commit` says (`None`), or what differs. Read

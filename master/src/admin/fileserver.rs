@@ -21,10 +21,10 @@ use std::collections::BTreeSet;
 
 use serde_json::{json, Value as J};
 
-use halite_storage::format::{Record, RootsTree};
+use halite_storage::format::RootsTree;
 
 use super::runner_args::RunnerArgs;
-use super::{AdminView, Answer, Plan};
+use super::{AdminView, Plan};
 use crate::error::{Error, Result};
 use crate::gitfs::Backend;
 
@@ -165,14 +165,7 @@ fn update(view: &dyn AdminView, wanted: &Wanted, remotes: Option<&[String]>) -> 
     if !plan.changes() {
         return Ok(Plan::answer(json!({ "return": true })));
     }
-    let mut proposals: Vec<Vec<Record>> = plan.records.chunks(super::cluster::SYNC_GROUP).map(<[Record]>::to_vec).collect();
-    let commit = plan.commit.clone();
-    proposals.push(vec![Record::RootsSync(plan.commit)]);
-    let answer = Answer::After(Box::new(move |v: &dyn AdminView| match super::cluster::sync_outcome(v.state(), &commit)? {
-        None => Ok(json!({ "return": true }).into()),
-        Some(why) => Err(Error::refused(format!("fileserver.update: the gitfs files did not apply, nothing changed: {why}; run it again"))),
-    }));
-    Ok(Plan { proposals, progress: Some("fileserver.update"), answer, ..Default::default() })
+    Ok(super::cluster::committing(plan.records, plan.commit, "fileserver.update", json!({ "return": true })))
 }
 
 #[cfg(test)]

@@ -13,10 +13,10 @@ use std::collections::HashSet;
 
 use serde_json::{json, Map, Value as J};
 
-use halite_storage::format::{Record, RootsTree};
+use halite_storage::format::RootsTree;
 
 use super::runner_args::RunnerArgs;
-use super::{AdminView, Answer, Plan};
+use super::{AdminView, Plan};
 use crate::error::{Error, Result};
 use crate::gitfs::GitfsError;
 use crate::pillar::ext::ExtPillarConfig;
@@ -81,13 +81,6 @@ impl GitPillarUpdate {
         if !plan.changes() {
             return Ok(Plan::answer(json!({ "return": ret })));
         }
-        let mut proposals: Vec<Vec<Record>> = plan.records.chunks(super::cluster::SYNC_GROUP).map(<[Record]>::to_vec).collect();
-        let commit = plan.commit.clone();
-        proposals.push(vec![Record::RootsSync(plan.commit)]);
-        let answer = Answer::After(Box::new(move |v: &dyn AdminView| match super::cluster::sync_outcome(v.state(), &commit)? {
-            None => Ok(json!({ "return": ret }).into()),
-            Some(why) => Err(Error::refused(format!("git_pillar.update: the git_pillar files did not apply, nothing changed: {why}; run it again"))),
-        }));
-        Ok(Plan { proposals, progress: Some("git_pillar.update"), answer, ..Default::default() })
+        Ok(super::cluster::committing(plan.records, plan.commit, "git_pillar.update", json!({ "return": ret })))
     }
 }

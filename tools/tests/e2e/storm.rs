@@ -5,11 +5,9 @@
 //! sent again, byte for byte, is answered with the first one's reply without a second
 //! RSA operation (`halite_rsa_private_operations_total`).
 
-use std::process::Command;
-
 use serde_json::{json, Value};
 
-use crate::health::metrics_of;
+use crate::health::{metric, metrics_of};
 use crate::support::*;
 
 use halite_tools::swarm::minion;
@@ -24,7 +22,7 @@ fn total(text: &str, name: &str) -> f64 {
 
 /// One labelled sample of a metric, 0 when absent.
 fn sample(text: &str, name_and_labels: &str) -> f64 {
-    text.lines().find_map(|l| l.strip_prefix(name_and_labels).and_then(|r| r.strip_prefix(' ')).and_then(|v| v.trim().parse().ok())).unwrap_or(0.0)
+    metric(text, name_and_labels).unwrap_or(0.0)
 }
 
 #[test]
@@ -33,13 +31,7 @@ fn a_restart_storm_signs_every_minion_in_again_and_stores_every_return() {
     let ip = one_ip();
     let health = port_free_on(&[&ip]);
     let mut m = Running::start(Env::master(&ip, "localfs_key", &format!("auto_accept: True\nhalite_health_port: {health}\nhalite_new_publish_key_at_start: True\n")));
-    let mut cmd = Command::new(SWARM);
-    cmd.args(["--master", &m.env.ip, "--port", &m.env.ret.to_string(), "--count", &N.to_string()]);
-    cmd.args(["--auth-timeout", "10", "--acceptance-wait", "1", "--random-reauth-delay", "2"]);
-    cmd.arg("--key-dir").arg(m.env.root.join("swarm-keys")).args(["--distinct-keys", "8"]);
-    let (_swarm, mut lines) = Proc::spawn_lines("halite-swarm", &mut cmd, &m.env.root.join("swarm.log"));
-    lines.wait("the swarm's key pairs", 900, |l| l.iter().any(|l| l.contains("\"keys\"")));
-    lines.wait("the swarm to sign in", 120, |l| l.iter().any(|l| l.contains("\"ready\"")));
+    let (_swarm, mut lines) = start_swarm(&m.env, N, &["--auth-timeout", "10", "--acceptance-wait", "1", "--random-reauth-delay", "2", "--distinct-keys", "8"]);
     assert_eq!(swarm_event(&lines, "ready")["count"], json!(N));
 
     // The restart makes a new publish key: the next publish decrypts for no minion, and

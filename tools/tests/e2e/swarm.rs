@@ -110,13 +110,7 @@ fn two_hundred_swarm_minions_answer_again_after_a_lone_master_restarts() {
     let mut m = Running::start(Env::master(&one_ip(), "localfs_key", "auto_accept: True\n"));
     // Eight key pairs, made in the test's root, shared by the 200: making 200 is slow on
     // a loaded machine and is not under test (the master's work per sign-in is the same).
-    let mut cmd = Command::new(SWARM);
-    cmd.args(["--master", &m.env.ip, "--port", &m.env.ret.to_string(), "--count", &N.to_string()]);
-    cmd.args(["--auth-timeout", "10", "--acceptance-wait", "1", "--random-reauth-delay", "2"]);
-    cmd.arg("--key-dir").arg(m.env.root.join("swarm-keys")).args(["--distinct-keys", "8"]);
-    let (_swarm, mut lines) = Proc::spawn_lines("halite-swarm", &mut cmd, &m.env.root.join("swarm.log"));
-    lines.wait("the swarm's key pairs", 900, |l| l.iter().any(|l| l.contains("\"keys\"")));
-    lines.wait("the swarm to sign in", 120, |l| l.iter().any(|l| l.contains("\"ready\"")));
+    let (_swarm, mut lines) = start_swarm(&m.env, N, &["--auth-timeout", "10", "--acceptance-wait", "1", "--random-reauth-delay", "2", "--distinct-keys", "8"]);
     assert_eq!(swarm_event(&lines, "ready")["count"], json!(N));
     wait_for("every swarm minion answering", 60, || answering(&m.env) == N);
 
