@@ -380,11 +380,13 @@ def main():
         print(json.dumps({"restart_empty": empty}), flush=True)
 
         # 1. The blast over the three members, the jobs published through the first.
+        lead = IPS[leader_of(confs)]
         ev, threads, got = blast(IPS, ret, [p.pid for p in procs], size["minions"], size["per_minion"], a.keys,
                                  os.path.join(root, "blast"), confs[0])
         three = returns_row(ev, threads, size["minions"])
         three["last_job_stored_on_first"] = got
         three["members"] = IPS
+        three["leader_before"] = lead
         result["returns"] = {"one_master": one, "three_members": three,
                              "one_over_three": round(one["returns_per_s"] / max(1, three["returns_per_s"]), 2)}
         print(json.dumps({"three_members": three}), flush=True)
