@@ -324,6 +324,20 @@ def request_floor(n, per):
     return None
 
 
+def one_master_blast(root, i, size, keydir):
+    """The blast on one `salt-master` process (127.0.0.1, ports of its own, fresh state)."""
+    m = Master("halite", os.path.join(root, f"one{i}"), 29720 + 10 * i)
+    m.start()
+    try:
+        ev, threads, got = blast(["127.0.0.1"], m.ret, [m.proc.pid], size["minions"], size["per_minion"], keydir,
+                                 os.path.join(root, f"one{i}"), m.conf)
+        one = returns_row(ev, threads, size["minions"])
+        one["last_job_stored"] = got
+    finally:
+        m.stop()
+    return one
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small sizes, to check that it all runs")
@@ -334,8 +348,11 @@ def main():
     ap.add_argument("--join-keys", type=int, help="accepted keys for the join (default 100000; --quick 3000)")
     ap.add_argument("--history-returns", type=int, help="returns committed before the restart (default 1000000; --quick 20000)")
     ap.add_argument("--rounds", type=int, help="kill -9 rounds (default 10; --quick 3)")
+    ap.add_argument("--pairs", type=int, default=1, help="returns: one-process and cluster blasts, alternated, this many times")
+    ap.add_argument("--parts", default="returns,kill9,restart,join", help="which parts to run (comma separated)")
     a = ap.parse_args()
     q = a.quick
+    parts = a.parts.split(",")
     size = {
         "minions": 1000 if q else 3000, "per_minion": 10 if q else 20, "rounds": 3 if q else 10,
         "history_returns": 20000 if q else 1000000, "history_minions": 1000 if q else 2000,
@@ -353,18 +370,6 @@ def main():
     result["floor"]["request_blast"] = request_floor(size["minions"], size["per_minion"])
     print(json.dumps({"floor": result["floor"]}), flush=True)
 
-    # 1b. One master on the same machine: the same blast.
-    m = Master("halite", os.path.join(root, "one"), 29720)
-    m.start()
-    try:
-        ev, threads, got = blast(["127.0.0.1"], 29720, [m.proc.pid], size["minions"], size["per_minion"], a.keys,
-                                 os.path.join(root, "one"), m.conf)
-        one = returns_row(ev, threads, size["minions"])
-        one["last_job_stored"] = got
-    finally:
-        m.stop()
-    print(json.dumps({"one_master": one}), flush=True)
-
     roots_dir = lambda ip: os.path.join(root, ip, "roots")
     extra = lambda ip: f"cluster_max_log_size: {size['log_max_entries']}\nfile_roots:\n  base:\n    - {roots_dir(ip)}\n"
     for ip in IPS + [JOINER]:
@@ -373,71 +378,80 @@ def main():
     try:
         # Restart of the third member on the fresh cluster (nothing but its founding).
         empty = []
-        for _ in range(size["restarts"]):
+        for _ in range(size["restarts"] if "restart" in parts else 0):
             s, r, procs[2] = restart_timed(root, IPS[2], confs[2], ret, procs[2])
             empty.append({"serving_s": s, "ready_s": r})
         result["restart_empty"] = empty
         print(json.dumps({"restart_empty": empty}), flush=True)
 
-        # 1. The blast over the three members, the jobs published through the first.
-        lead = IPS[leader_of(confs)]
-        ev, threads, got = blast(IPS, ret, [p.pid for p in procs], size["minions"], size["per_minion"], a.keys,
-                                 os.path.join(root, "blast"), confs[0])
-        three = returns_row(ev, threads, size["minions"])
-        three["last_job_stored_on_first"] = got
-        three["members"] = IPS
-        three["leader_before"] = lead
-        result["returns"] = {"one_master": one, "three_members": three,
-                             "one_over_three": round(one["returns_per_s"] / max(1, three["returns_per_s"]), 2)}
-        print(json.dumps({"three_members": three}), flush=True)
+        # 1. The blast over the three members (the jobs published through the first),
+        #    alternated with the same blast on one master process (the cluster idle).
+        pairs = []
+        for i in range(a.pairs if "returns" in parts else 0):
+            one = one_master_blast(root, i, size, a.keys)
+            print(json.dumps({"one_master": one}), flush=True)
+            lead = IPS[leader_of(confs)]
+            ev, threads, got = blast(IPS, ret, [p.pid for p in procs], size["minions"], size["per_minion"], a.keys,
+                                     os.path.join(root, f"blast{i}"), confs[0])
+            three = returns_row(ev, threads, size["minions"])
+            three["last_job_stored_on_first"] = got
+            three["members"] = IPS
+            three["leader_before"] = lead
+            print(json.dumps({"three_members": three}), flush=True)
+            pairs.append({"one_master": one, "three_members": three,
+                          "one_over_three": round(one["returns_per_s"] / max(1, three["returns_per_s"]), 2)})
+        if pairs:
+            result["returns"] = pairs[0] if len(pairs) == 1 else {
+                "pairs": pairs, "one_over_three_median": statistics.median(p["one_over_three"] for p in pairs)}
 
         # 2. kill -9 of the leader.
-        rounds = failover_rounds(root, procs, confs, ret, size["rounds"], 2)
+        rounds = failover_rounds(root, procs, confs, ret, size["rounds"] if "kill9" in parts else 0, 2)
         took = [r["kill_to_answered_s"] for r in rounds if r["kill_to_answered_s"]]
-        result["kill9"] = {"probe": "salt -L <6 probe minions on the survivors> test.ping -t 2, back to back, through a follower",
+        result["kill9"] = None if not rounds else {"probe": "salt -L <6 probe minions on the survivors> test.ping -t 2, back to back, through a follower",
                            "rounds": rounds, "median_s": round(statistics.median(took), 3) if took else None,
                            "max_s": max(took) if took else None, "unanswered_rounds": len(rounds) - len(took),
                            "floor": "cluster_election_min 750 ms (no leader before an election timeout)"}
 
         # 3. A history of returns, then the third member restarted.
         hist, done, first = [], 0, 100000
-        while done < size["history_returns"]:
+        while "restart" in parts and done < size["history_returns"]:
             ev, _, _ = blast(IPS, ret, [procs[0].pid], size["history_minions"], size["history_per_minion"], a.keys,
                              os.path.join(root, f"hist{done}"), confs[0], first=first, prefix="hist-")
             done += ev["acknowledged"]
             hist.append({k: ev[k] for k in ("acknowledged", "failed", "seconds", "returns_per_s")})
             print(json.dumps({"history": hist[-1], "total": done}), flush=True)
         after = []
-        for _ in range(size["restarts"]):
+        for _ in range(size["restarts"] if "restart" in parts else 0):
             s, r, procs[2] = restart_timed(root, IPS[2], confs[2], ret, procs[2])
             after.append({"serving_s": s, "ready_s": r})
         du = lambda p: sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(p) for f in fs)
-        result["restart_history"] = {"returns_committed": done, "blasts": hist, "restarts": after,
+        result["restart_history"] = None if not after else {"returns_committed": done, "blasts": hist, "restarts": after,
                                      "third_member_data_mib": round(du(os.path.join(root, IPS[2], "halite")) / 2**20, 1)}
         print(json.dumps({"restart_history": after}), flush=True)
 
         # 4. Join: keys signed in, roots synced, then a fourth member.
-        keys_s = load_keys(ret, size["join_keys"], a.keys, root)
-        make_roots(roots_dir(IPS[0]), size["join_roots_mib"])
-        t0 = time.monotonic()
-        synced = runner(confs[0], "cluster.sync_roots", timeout=3600)
-        sync_s = round(time.monotonic() - t0, 2)
-        conf4 = write_member_conf(root, JOINER, IPS + [JOINER], ret, pub, pool,
-                                  f"file_roots:\n  base:\n    - {roots_dir(JOINER)}\n")
-        sr, rr, p4 = restart_timed(root, JOINER, conf4, ret)
-        procs.append(p4)
-        roots_mib = round(du(roots_dir(JOINER)) / 2**20, 1)
-        keys_listed = subprocess.run([binary("salt-key"), "-c", conf4, "-L", "--out", "json"], capture_output=True, text=True).stdout
-        try:
-            n_keys = len(json.loads(keys_listed).get("minions", []))
-        except ValueError:
-            n_keys = None
-        result["join"] = {"keys_signed_in": size["join_keys"], "keys_sign_in_s": keys_s, "roots_mib": size["join_roots_mib"],
-                          "sync_roots_s": sync_s, "sync_roots": synced, "start_to_serving_s": sr, "start_to_ready_s": rr,
-                          "joiner_keys_accepted": n_keys, "joiner_roots_mib": roots_mib,
-                          "mb_s": round(size["join_roots_mib"] * 1.048576 / rr, 1) if rr else None,
-                          "floor_seq_write_fsync_mb_s": result["floor"]["seq_write_fsync_mb_s"]}
-        print(json.dumps({"join": result["join"]}), flush=True)
+        if "join" in parts:
+            keys_s = load_keys(ret, size["join_keys"], a.keys, root)
+            make_roots(roots_dir(IPS[0]), size["join_roots_mib"])
+            t0 = time.monotonic()
+            synced = runner(confs[0], "cluster.sync_roots", timeout=3600)
+            sync_s = round(time.monotonic() - t0, 2)
+            conf4 = write_member_conf(root, JOINER, IPS + [JOINER], ret, pub, pool,
+                                      f"file_roots:\n  base:\n    - {roots_dir(JOINER)}\n")
+            sr, rr, p4 = restart_timed(root, JOINER, conf4, ret)
+            procs.append(p4)
+            roots_mib = round(du(roots_dir(JOINER)) / 2**20, 1)
+            keys_listed = subprocess.run([binary("salt-key"), "-c", conf4, "-L", "--out", "json"], capture_output=True, text=True).stdout
+            try:
+                n_keys = len(json.loads(keys_listed).get("minions", []))
+            except ValueError:
+                n_keys = None
+            result["join"] = {"keys_signed_in": size["join_keys"], "keys_sign_in_s": keys_s, "roots_mib": size["join_roots_mib"],
+                              "sync_roots_s": sync_s, "sync_roots": synced, "start_to_serving_s": sr, "start_to_ready_s": rr,
+                              "joiner_keys_accepted": n_keys, "joiner_roots_mib": roots_mib,
+                              "mb_s": round(size["join_roots_mib"] * 1.048576 / rr, 1) if rr else None,
+                              "floor_seq_write_fsync_mb_s": result["floor"]["seq_write_fsync_mb_s"]}
+            print(json.dumps({"join": result["join"]}), flush=True)
     finally:
         for p in procs:
             stop(p)
@@ -447,7 +461,7 @@ def main():
     if a.out:
         with open(a.out, "w") as f:
             json.dump(result, f, indent=1)
-    print(json.dumps({k: result[k] for k in ("returns", "kill9") if k in result}, default=str)[:2000])
+    print(json.dumps({k: result.get(k) for k in ("returns", "kill9")}, default=str)[:2000])
 
 
 if __name__ == "__main__":
