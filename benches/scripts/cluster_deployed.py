@@ -30,6 +30,10 @@ bytes for the same connections).
     ~/.cache/halite/venv-salt-3008.5/bin/python benches/scripts/cluster_deployed.py \\
         --out docs/bench-data/cluster-deployed.json
 
+``--parts returns,kill9,restart,join`` picks parts; ``--pairs P`` runs the returns part P
+times, one process and the cluster alternated (docs/benchmarks.md, "Cluster as
+deployed").
+
 Release binaries in $CARGO_TARGET_DIR/release. Every process started here is stopped by
 PID, children included.
 """
@@ -37,7 +41,6 @@ PID, children included.
 import argparse
 import json
 import os
-import re
 import shutil
 import signal
 import statistics
@@ -146,7 +149,7 @@ def blast(masters, port, pids, n, per, keydir, root, publish_conf, first=0, pref
     return ev, threads, stored(type("M", (), {"kind": "halite", "conf": publish_conf}), jids[-1])
 
 
-def returns_row(ev, threads, n):
+def returns_row(ev, threads):
     row = {k: ev[k] for k in ("acknowledged", "failed", "seconds", "returns_per_s")}
     per = [round(1e6 * sum(t.values()) / max(1, ev["acknowledged"]), 1) for t in threads.values()]
     row["master_cpu_us_per_return"] = per
@@ -331,7 +334,7 @@ def one_master_blast(root, i, size, keydir):
     try:
         ev, threads, got = blast(["127.0.0.1"], m.ret, [m.proc.pid], size["minions"], size["per_minion"], keydir,
                                  os.path.join(root, f"one{i}"), m.conf)
-        one = returns_row(ev, threads, size["minions"])
+        one = returns_row(ev, threads)
         one["last_job_stored"] = got
     finally:
         m.stop()
@@ -393,7 +396,7 @@ def main():
             lead = IPS[leader_of(confs)]
             ev, threads, got = blast(IPS, ret, [p.pid for p in procs], size["minions"], size["per_minion"], a.keys,
                                      os.path.join(root, f"blast{i}"), confs[0])
-            three = returns_row(ev, threads, size["minions"])
+            three = returns_row(ev, threads)
             three["last_job_stored_on_first"] = got
             three["members"] = IPS
             three["leader_before"] = lead
