@@ -382,8 +382,9 @@ def main():
         # Restart of the third member on the fresh cluster (nothing but its founding).
         empty = []
         for _ in range(size["restarts"] if "restart" in parts else 0):
+            lead = IPS[leader_of(confs)]
             s, r, procs[2] = restart_timed(root, IPS[2], confs[2], ret, procs[2])
-            empty.append({"serving_s": s, "ready_s": r})
+            empty.append({"serving_s": s, "ready_s": r, "leader_before": lead})
         result["restart_empty"] = empty
         print(json.dumps({"restart_empty": empty}), flush=True)
 
@@ -425,8 +426,9 @@ def main():
             print(json.dumps({"history": hist[-1], "total": done}), flush=True)
         after = []
         for _ in range(size["restarts"] if "restart" in parts else 0):
+            lead = IPS[leader_of(confs)]
             s, r, procs[2] = restart_timed(root, IPS[2], confs[2], ret, procs[2])
-            after.append({"serving_s": s, "ready_s": r})
+            after.append({"serving_s": s, "ready_s": r, "leader_before": lead})
         du = lambda p: sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(p) for f in fs)
         result["restart_history"] = None if not after else {"returns_committed": done, "blasts": hist, "restarts": after,
                                      "third_member_data_mib": round(du(os.path.join(root, IPS[2], "halite")) / 2**20, 1)}
