@@ -160,12 +160,12 @@ def returns_row(ev, threads):
 
 
 def runner(conf, *args, timeout=60):
-    out = subprocess.run([binary("salt-run"), "-c", conf, *args, "--out", "json", "-t", str(timeout)],
-                         capture_output=True, text=True, timeout=timeout + 30).stdout
+    done = subprocess.run([binary("salt-run"), "-c", conf, *args, "--out", "json", "-t", str(timeout)],
+                          capture_output=True, text=True, timeout=timeout + 30)
     try:
-        data = json.loads(out)
+        data = json.loads(done.stdout)
     except ValueError:
-        return None
+        return {"error": (done.stdout + done.stderr).strip()[-2000:]}
     return data.get("data", data) if isinstance(data, dict) and "outputter" in data else data
 
 
@@ -441,6 +441,8 @@ def main():
             t0 = time.monotonic()
             synced = runner(confs[0], "cluster.sync_roots", timeout=3600)
             sync_s = round(time.monotonic() - t0, 2)
+            if not (isinstance(synced, dict) and synced.get("status") == "committed"):
+                print(f"warning: cluster.sync_roots did not commit: {synced}", file=sys.stderr)
             conf4 = write_member_conf(root, JOINER, IPS + [JOINER], ret, pub, pool,
                                       f"file_roots:\n  base:\n    - {roots_dir(JOINER)}\n")
             sr, rr, p4 = restart_timed(root, JOINER, conf4, ret)
@@ -454,7 +456,7 @@ def main():
             result["join"] = {"keys_signed_in": size["join_keys"], "keys_sign_in_s": keys_s, "roots_mib": size["join_roots_mib"],
                               "sync_roots_s": sync_s, "sync_roots": synced, "start_to_serving_s": sr, "start_to_ready_s": rr,
                               "joiner_keys_accepted": n_keys, "joiner_roots_mib": roots_mib,
-                              "mb_s": round(size["join_roots_mib"] * 1.048576 / rr, 1) if rr else None,
+                              "mb_s": round(roots_mib * 1.048576 / rr, 1) if rr else None,
                               "floor_seq_write_fsync_mb_s": result["floor"]["seq_write_fsync_mb_s"]}
             print(json.dumps({"join": result["join"]}), flush=True)
     finally:
