@@ -42,21 +42,27 @@ IPS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
 LB = "127.0.0.10"
 
 
-def start_members(root, ret, pub, pool):
-    """The three members' configs and processes (release builds, auto_accept)."""
-    procs, confs = [], []
-    for ip in IPS:
-        d = os.path.join(root, ip)
-        os.makedirs(os.path.join(d, "conf"))
-        peers = "".join(f"  - {p}\n" for p in IPS if p != ip)
-        with open(os.path.join(d, "conf", "master"), "w") as f:
-            f.write(
-                f"root_dir: {d}\nid: {ip}\ninterface: {ip}\nret_port: {ret}\npublish_port: {pub}\nauto_accept: True\n"
-                f"log_level: warning\nhalite_data_dir: {d}/halite\npidfile: {d}/master.pid\ncluster_id: bench\n"
-                f"cluster_secret: bench\ncluster_pool_port: {pool}\ncluster_isolated_filesystem: True\n"
-                f"cluster_pki_dir: {d}/cpki\ncluster_peers:\n{peers}"
-            )
-        confs.append(os.path.join(d, "conf"))
+def write_member_conf(root, ip, peers, ret, pub, pool, extra=""):
+    """Member `ip`'s config directory under `root/ip` (its own state, isolated
+    filesystem, auto_accept), knowing `peers`; `extra` is appended (YAML lines)."""
+    d = os.path.join(root, ip)
+    os.makedirs(os.path.join(d, "conf"))
+    listed = "".join(f"  - {p}\n" for p in peers if p != ip)
+    with open(os.path.join(d, "conf", "master"), "w") as f:
+        f.write(
+            f"root_dir: {d}\nid: {ip}\ninterface: {ip}\nret_port: {ret}\npublish_port: {pub}\nauto_accept: True\n"
+            f"log_level: warning\nhalite_data_dir: {d}/halite\npidfile: {d}/master.pid\ncluster_id: bench\n"
+            f"cluster_secret: bench\ncluster_pool_port: {pool}\ncluster_isolated_filesystem: True\n"
+            f"cluster_pki_dir: {d}/cpki\ncluster_peers:\n{listed}" + extra
+        )
+    return os.path.join(d, "conf")
+
+
+def start_members(root, ret, pub, pool, extra=""):
+    """The three members' configs and processes (release builds, auto_accept); `extra`:
+    YAML lines for every member, or a function of the member's ip giving them."""
+    procs = []
+    confs = [write_member_conf(root, ip, IPS, ret, pub, pool, extra(ip) if callable(extra) else extra) for ip in IPS]
     # Isolated filesystems: every founder's member key on every founder before the start
     # (docs/operations.md, "Member identity").
     ctl = os.path.join(BIN, "halite-ctl")
