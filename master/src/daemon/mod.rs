@@ -251,10 +251,10 @@ async fn serve(master: Arc<Master>, applied_rx: mpsc::UnboundedReceiver<publish:
     let router_peers = send.clone();
     let present = move |msg: &zeromq::ZmqMessage| msg.get(0).is_some_and(|id| router_peers.has_peer(id));
     let signins = Arc::new(request_port::signins::SignIns::default());
-    let start = move |msg, permit: intake::Permit, charge| {
+    let start = move |msg, opened, permit: intake::Permit, charge| {
         let (m, s, si) = (m.clone(), send.clone(), signins.clone());
         async move {
-            requests::request(m, si, s, msg, permit.class()).await;
+            requests::request(m, si, s, msg, opened, permit.class()).await;
             drop(charge);
             drop(permit);
         }

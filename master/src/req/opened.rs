@@ -71,6 +71,16 @@ pub fn open(view: &dyn View, body: &[u8]) -> Result<Opened, Outcome> {
     Ok(Opened::Aes(AesRequest { id: id.to_string(), session, enc: env.enc_algo, sig: env.sig_algo, opened, len: body.len() }))
 }
 
+impl Opened {
+    /// The request's command (`_auth`, `_return`, ...), as its load names it.
+    pub fn cmd(&self) -> &str {
+        match self {
+            Opened::Clear(c) => get_text(&c.load, "cmd").unwrap_or(""),
+            Opened::Aes(a) => &a.opened.cmd,
+        }
+    }
+}
+
 impl ClearRequest {
     /// A clear `ping` (an echo) is light; `_auth` (RSA) is not.
     pub fn is_light(&self) -> bool {

@@ -35,7 +35,10 @@
 //! at its share). A minion has at most one request
 //! outstanding on a connection, so a fleet of tens of thousands fits before that.
 //! A waiting request is copied out of its connection's read buffer, so it holds its
-//! own bytes and not the buffer it was read into.
+//! own bytes and not the buffer it was read into. It waits with what the classifier
+//! opened of it ([`Opened`]: a body of at most `req::LIGHT_MAX_BYTES`, decoded and
+//! decrypted once, then handed to the handler), so a light request holds about twice its
+//! bytes while it waits.
 //!
 //! Metrics, by class: `halite_request_waiting`, `halite_request_in_flight`,
 //! `halite_request_started_total` (`crate::metrics`).
@@ -77,6 +80,8 @@ pub struct Limits {
 /// A received request, waiting to start, holding its place in its class's queue.
 struct Waiting {
     msg: ZmqMessage,
+    /// The request as the classifier opened it, handed to its handler.
+    opened: Opened,
     _place: OwnedSemaphorePermit,
     _bytes: OwnedSemaphorePermit,
 }
@@ -134,15 +139,20 @@ fn compact(msg: ZmqMessage) -> ZmqMessage {
     ZmqMessage::try_from(frames).unwrap_or_else(|_| ZmqMessage::from(Bytes::new()))
 }
 
+/// What the classifier opened of a request on its way to classing it (`None`: nothing,
+/// the handler opens it): each request is opened once (`requests::class_of`).
+pub type Opened = Option<Result<crate::req::Opened, crate::req::Outcome>>;
+
 /// Reads requests from `recv` until `stop` completes or the socket ends, and starts
-/// each with `start(message, permit, charge)` (the permit and charge are held until the
-/// request has been answered) within `limits`, by its class (`classify`), if
-/// `present(message)` (its sender is still connected) when its turn comes.
+/// each with `start(message, opened, permit, charge)` (the permit and charge are held
+/// until the request has been answered) within `limits`, by its class (`classify`, which
+/// also gives what it opened), if `present(message)` (its sender is still connected)
+/// when its turn comes.
 pub async fn run<S, C, F, Fut, P>(mut recv: S, limits: Limits, classify: C, start: F, stop: impl Future<Output = ()>, present: P)
 where
     S: SocketRecv,
-    C: Fn(&ZmqMessage) -> Class,
-    F: Fn(ZmqMessage, Permit, budget::Charge) -> Fut + Send + 'static,
+    C: Fn(&ZmqMessage) -> (Class, Opened),
+    F: Fn(ZmqMessage, Opened, Permit, budget::Charge) -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
     P: Fn(&ZmqMessage) -> bool + Send + 'static,
 {
@@ -156,14 +166,14 @@ where
         tokio::select! {
             msg = recv.recv() => match msg {
                 Ok(msg) => {
-                    let class = classify(&msg);
+                    let (class, opened) = classify(&msg);
                     let units = budget::message_bytes(&msg).div_ceil(UNIT).clamp(1, MAX_WAITING_BYTES / UNIT) as u32;
                     let i = class.index();
                     // The class is full (by count or by bytes): stop reading until one
                     // of its requests starts.
                     let Ok(place) = places[i].clone().acquire_owned().await else { break };
                     let Ok(held) = bytes[i].clone().acquire_many_owned(units).await else { break };
-                    sched.lock().push(class, Waiting { msg: compact(msg), _place: place, _bytes: held });
+                    sched.lock().push(class, Waiting { msg: compact(msg), opened, _place: place, _bytes: held });
                     metrics().request_waiting.get_or_create(&label(class)).inc();
                     sched.wake.notify_one();
                 }
@@ -179,7 +189,7 @@ where
 /// its charge, if its sender is still there.
 async fn starter<F, Fut, P>(sched: Arc<Sched>, limits: Limits, start: F, present: P)
 where
-    F: Fn(ZmqMessage, Permit, budget::Charge) -> Fut,
+    F: Fn(ZmqMessage, Opened, Permit, budget::Charge) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
     P: Fn(&ZmqMessage) -> bool,
 {
@@ -197,14 +207,14 @@ where
         metrics().request_waiting.get_or_create(&label(class)).dec();
         metrics().request_in_flight.get_or_create(&label(class)).inc();
         let held = Permit { _permit: permit, class, sched: sched.clone() };
-        let Waiting { msg, .. } = w;
+        let Waiting { msg, opened, .. } = w;
         if !present(&msg) {
             crate::metrics::refuse(crate::metrics::Port::Request, "?", "peer_gone", &"a queued request's connection closed before its turn: dropped unhandled");
             continue;
         }
         metrics().request_started.get_or_create(&label(class)).inc();
         let Some(charge) = limits.budget.charge(budget::message_bytes(&msg)).await else { return };
-        tokio::spawn(start(msg, held, charge));
+        tokio::spawn(start(msg, opened, held, charge));
     }
 }
 

@@ -100,7 +100,7 @@ fn closed_connections_are_dropped_while_every_permit_is_taken() {
         let limits = Limits { in_flight, budget: Budget::new(1 << 20), fifo: false };
         let started = Arc::new(AtomicUsize::new(0));
         let count = started.clone();
-        let start = move |msg: ZmqMessage, permit, charge| {
+        let start = move |msg: ZmqMessage, _opened: super::Opened, permit, charge| {
             let count = count.clone();
             async move {
                 assert!(msg.get(1).is_some_and(|b| b.starts_with(b"request ")), "the request as sent: {msg:?}");
@@ -112,7 +112,7 @@ fn closed_connections_are_dropped_while_every_permit_is_taken() {
         let intake = tokio::spawn(run(
             recv,
             limits,
-            |_: &ZmqMessage| Class::Other,
+            |_: &ZmqMessage| (Class::Other, None),
             start,
             async move {
                 let _ = stop_rx.await;
@@ -190,14 +190,17 @@ fn a_return_queued_behind_a_storm_of_sign_ins_starts_among_the_first() {
         let in_flight = Arc::new(Semaphore::new(1));
         let held = in_flight.clone().acquire_owned().await.unwrap();
         let limits = Limits { in_flight, budget: Budget::new(1 << 20), fifo: false };
-        let classify = |m: &ZmqMessage| match m.get(1).map(|b| b.as_ref()) {
-            Some(b) if b.starts_with(b"sign-in") => Class::SignIn,
-            Some(b) if b.starts_with(b"return") => Class::Return,
-            _ => Class::Other,
+        let classify = |m: &ZmqMessage| {
+            let class = match m.get(1).map(|b| b.as_ref()) {
+                Some(b) if b.starts_with(b"sign-in") => Class::SignIn,
+                Some(b) if b.starts_with(b"return") => Class::Return,
+                _ => Class::Other,
+            };
+            (class, None)
         };
         let order = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
         let seen = order.clone();
-        let start = move |msg: ZmqMessage, permit: Permit, charge| {
+        let start = move |msg: ZmqMessage, _opened: super::Opened, permit: Permit, charge| {
             let seen = seen.clone();
             async move {
                 seen.lock().unwrap().push(String::from_utf8_lossy(msg.get(1).map(|b| b.as_ref()).unwrap_or_default()).into_owned());

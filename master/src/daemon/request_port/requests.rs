@@ -35,6 +35,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use zeromq::{SocketSend, ZmqMessage};
 
+use super::intake;
 use super::shares::Class;
 use super::signins::{self, SignIns, Stamp, Turn};
 use crate::daemon::live::Master;
@@ -65,12 +66,15 @@ enum Held {
 /// Opens `body` and answers it the first time, its claims granted (see the module docs):
 /// a light request right here on the event loop, anything else on the blocking pool (a
 /// body too large to be light is opened there too).
-async fn handle_first(master: &Arc<Master>, body: &Bytes) -> Option<(Outcome, Held)> {
-    let opened = if body.len() <= req::LIGHT_MAX_BYTES {
-        req::open(master.as_ref(), body)
-    } else {
-        let (m, b) = (master.clone(), body.clone());
-        blocking(move || req::open(m.as_ref(), &b)).await?
+async fn handle_first(master: &Arc<Master>, body: &Bytes, opened: intake::Opened) -> Option<(Outcome, Held)> {
+    let opened = match opened {
+        // Opened once already, by the intake's classifier.
+        Some(o) => o,
+        None if body.len() <= req::LIGHT_MAX_BYTES => req::open(master.as_ref(), body),
+        None => {
+            let (m, b) = (master.clone(), body.clone());
+            blocking(move || req::open(m.as_ref(), &b)).await?
+        }
     };
     match opened {
         Err(out) => Some((out, Held::Answered)),
@@ -127,14 +131,14 @@ async fn commit(master: &Master, out: &Outcome) -> Result<(), halite_replication
 }
 
 /// The reply to one request body, with everything it calls for carried out.
-async fn answer(master: &Arc<Master>, signins: &Arc<SignIns>, body: Bytes, class: Class) -> Option<Vec<u8>> {
+async fn answer(master: &Arc<Master>, signins: &Arc<SignIns>, body: Bytes, opened: intake::Opened, class: Class) -> Option<Vec<u8>> {
     if !ready_within(master, NOT_READY_GRACE).await {
         // Not caught up with the cluster: decide nothing from a stale state.
         return not_ready(master, body).await;
     }
     let sign_in = if class == Class::SignIn { signins::key_of(&body, master.cfg.halite_max_request_bytes) } else { None };
     let Some((key, id)) = sign_in else {
-        let out = settle(master, body).await?;
+        let out = settle(master, body, opened).await?;
         crate::daemon::node_metrics::answered(&out.cmd, out.signed_in);
         return Some(out.reply);
     };
@@ -168,7 +172,7 @@ async fn answer(master: &Arc<Master>, signins: &Arc<SignIns>, body: Bytes, class
         }
     };
     let before = (master.key_print(&id).ok().flatten(), master.session_key(&id).map(|k| k.key_string().to_string()), master.publish_key().aes.key_string().to_string());
-    let out = settle(master, body).await?;
+    let out = settle(master, body, opened).await?;
     crate::daemon::node_metrics::answered(&out.cmd, out.signed_in);
     if let (Some(lead), true) = (lead, out.signed_in) {
         // Kept only if the reply carries what the view holds now: the session key it
@@ -183,27 +187,27 @@ async fn answer(master: &Arc<Master>, signins: &Arc<SignIns>, body: Bytes, class
     Some(out.reply)
 }
 
-/// The class of a request (`shares.rs`), from its body: a clear `_auth` is a sign-in;
-/// an AES request of at most `req::LIGHT_MAX_BYTES` is opened (decrypted with its
-/// session key: about a microsecond for a small return; the handler opens it again,
-/// docs/benchmarks.md "RSA and AES per operation") and is a return if its
-/// command is `_return` or `_syndic_return`; anything else, a larger request or one
-/// that does not open, is of the rest.
-pub fn class_of(master: &Master, msg: &ZmqMessage) -> Class {
-    let Some(body) = msg.iter().last() else { return Class::Other };
-    let Ok(env) = envelope::decode(body, master.cfg.halite_max_request_bytes) else { return Class::Other };
-    match env.enc {
-        Enc::Clear if crate::wire::payload::get_text(&env.load, "cmd") == Some("_auth") => Class::SignIn,
-        Enc::Clear => Class::Other,
-        Enc::Aes if body.len() > req::LIGHT_MAX_BYTES => Class::Other,
-        Enc::Aes => {
-            let Some(session) = master.session_key(env.id) else { return Class::Other };
-            match envelope::open_aes(env.ciphertext, env.id, &session) {
-                Ok(o) if o.cmd == "_return" || o.cmd == "_syndic_return" => Class::Return,
-                _ => Class::Other,
-            }
-        }
+/// The class of a request (`shares.rs`), from its body, and the request opened on the
+/// way, handed to its handler so a request is opened (decoded, decrypted) once. A body
+/// of at most `req::LIGHT_MAX_BYTES` is opened here (an AES load decrypted with its
+/// session key: about a microsecond for a small return): a clear `_auth` is a
+/// sign-in, an AES `_return` or `_syndic_return` a return, anything else (one that
+/// does not open included) of the rest. A larger body is of the rest, its envelope
+/// alone read to find a (large) sign-in, and is opened by its handler on the blocking
+/// pool.
+pub fn class_of(master: &Master, msg: &ZmqMessage) -> (Class, intake::Opened) {
+    let Some(body) = msg.iter().last() else { return (Class::Other, None) };
+    if body.len() > req::LIGHT_MAX_BYTES {
+        let sign_in = envelope::decode(body, master.cfg.halite_max_request_bytes).is_ok_and(|env| env.enc == Enc::Clear && crate::wire::payload::get_text(&env.load, "cmd") == Some("_auth"));
+        return (if sign_in { Class::SignIn } else { Class::Other }, None);
     }
+    let opened = req::open(master, body);
+    let class = match &opened {
+        Ok(o @ req::Opened::Clear(_)) if o.cmd() == "_auth" => Class::SignIn,
+        Ok(o @ req::Opened::Aes(_)) if o.cmd() == "_return" || o.cmd() == "_syndic_return" => Class::Return,
+        _ => Class::Other,
+    };
+    (class, Some(opened))
 }
 
 /// Whether the member is ready now or becomes ready within `grace` (polled; the request
@@ -245,8 +249,8 @@ struct Settled {
 }
 
 /// Handles, commits and settles a request.
-async fn settle(master: &Arc<Master>, body: Bytes) -> Option<Settled> {
-    let (mut out, held) = handle_first(master, &body).await?;
+async fn settle(master: &Arc<Master>, body: Bytes, opened: intake::Opened) -> Option<Settled> {
+    let (mut out, held) = handle_first(master, &body, opened).await?;
     // Places granted along the way: kept only if the request ends signed in.
     let mut granted: Vec<Claim> = out.claims.clone();
     let mut round = 1;
@@ -319,10 +323,10 @@ impl Settled {
 
 /// One request of `class` (as the intake classed it): handle, commit what it produced,
 /// reply on its own routing envelope.
-pub async fn request(master: Arc<Master>, signins: Arc<SignIns>, mut send: zeromq::RouterSendHalf, msg: ZmqMessage, class: Class) {
+pub async fn request(master: Arc<Master>, signins: Arc<SignIns>, mut send: zeromq::RouterSendHalf, msg: ZmqMessage, opened: intake::Opened, class: Class) {
     let mut frames = msg.into_vec();
     let Some(body) = frames.pop() else { return };
-    let Some(reply) = answer(&master, &signins, body, class).await else { return };
+    let Some(reply) = answer(&master, &signins, body, opened, class).await else { return };
     frames.push(reply.into());
     match ZmqMessage::try_from(frames) {
         Ok(m) => {
