@@ -174,31 +174,7 @@ impl GitfsConfig {
 
 /// One entry of `gitfs_remotes`.
 fn remote(entry: &Value, defaults: &Remote, warnings: &mut Vec<String>) -> Option<Remote> {
-    let (url, params): (String, Vec<(String, Value)>) = match entry {
-        Value::String(u) => (u.clone(), Vec::new()),
-        Value::Mapping(m) if m.len() == 1 => {
-            let (k, v) = m.iter().next()?;
-            let mut params = Vec::new();
-            match v {
-                Value::Sequence(items) => {
-                    for item in items {
-                        match item {
-                            Value::Mapping(p) => params.extend(p.iter().map(|(k, v)| (scalar(k), v.clone()))),
-                            other => warnings.push(format!("gitfs remote {}: parameter {} is not a mapping; ignored", scalar(k), scalar(other))),
-                        }
-                    }
-                }
-                Value::Mapping(p) => params.extend(p.iter().map(|(k, v)| (scalar(k), v.clone()))),
-                Value::Null => {}
-                other => warnings.push(format!("gitfs remote {}: parameters {} are not a list; ignored", scalar(k), scalar(other))),
-            }
-            (scalar(k), params)
-        }
-        other => {
-            warnings.push(format!("gitfs remote {} is neither a URL nor a mapping of one URL; left out", scalar(other)));
-            return None;
-        }
-    };
+    let (url, params) = remote_entry(entry, "gitfs remote", warnings)?;
     let Some(path) = local_path(&url) else {
         warnings.push(format!("gitfs remote {url}: only local repositories (file:// URLs or absolute paths) are implemented; left out"));
         return None;
@@ -248,6 +224,38 @@ fn strip_mountpoint(s: &str) -> String {
 
 fn strip_path(s: &str) -> String {
     s.split('/').filter(|c| !c.is_empty()).collect::<Vec<_>>().join("/")
+}
+
+/// One entry of a list of git remotes in Salt's shape (`gitfs_remotes`, `ext_pillar: -
+/// git:`): a string, or a one-key map of the string to its per-remote options (a list of
+/// one-key maps, or a map). Returns the string and the options; what is not of that
+/// shape is named in `warnings` as `what`'s.
+pub(crate) fn remote_entry(entry: &Value, what: &str, warnings: &mut Vec<String>) -> Option<(String, Vec<(String, Value)>)> {
+    match entry {
+        Value::String(u) => Some((u.clone(), Vec::new())),
+        Value::Mapping(m) if m.len() == 1 => {
+            let (k, v) = m.iter().next()?;
+            let mut params = Vec::new();
+            match v {
+                Value::Sequence(items) => {
+                    for item in items {
+                        match item {
+                            Value::Mapping(p) => params.extend(p.iter().map(|(k, v)| (scalar(k), v.clone()))),
+                            other => warnings.push(format!("{what} {}: parameter {} is not a mapping; ignored", scalar(k), scalar(other))),
+                        }
+                    }
+                }
+                Value::Mapping(p) => params.extend(p.iter().map(|(k, v)| (scalar(k), v.clone()))),
+                Value::Null => {}
+                other => warnings.push(format!("{what} {}: parameters {} are not a list; ignored", scalar(k), scalar(other))),
+            }
+            Some((scalar(k), params))
+        }
+        other => {
+            warnings.push(format!("{what} {} is neither a string nor a mapping of one to its options; left out", scalar(other)));
+            None
+        }
+    }
 }
 
 /// A YAML scalar as Salt reads it into a string.

@@ -122,31 +122,7 @@ impl GitPillarConfig {
 impl GitRemote {
     /// One entry of a `git:` list.
     pub fn parse(entry: &Y, g: &GitPillarConfig, warnings: &mut Vec<String>) -> Option<GitRemote> {
-        let (spec, params): (String, Vec<(String, Y)>) = match entry {
-            Y::String(s) => (s.clone(), Vec::new()),
-            Y::Mapping(m) if m.len() == 1 => {
-                let (k, v) = m.iter().next()?;
-                let mut params = Vec::new();
-                match v {
-                    Y::Sequence(items) => {
-                        for i in items {
-                            match i.as_mapping() {
-                                Some(p) => params.extend(p.iter().map(|(k, v)| (text(k), v.clone()))),
-                                None => warnings.push(format!("git_pillar remote {}: a parameter that is not a mapping is ignored", text(k))),
-                            }
-                        }
-                    }
-                    Y::Mapping(p) => params.extend(p.iter().map(|(k, v)| (text(k), v.clone()))),
-                    Y::Null => {}
-                    _ => warnings.push(format!("git_pillar remote {}: parameters that are not a list are ignored", text(k))),
-                }
-                (text(k), params)
-            }
-            _ => {
-                warnings.push("a git_pillar remote is neither \"<branch> <url>\" nor a mapping of it to its options; left out".into());
-                return None;
-            }
-        };
+        let (spec, params) = crate::gitfs::config::remote_entry(entry, "git_pillar remote", warnings)?;
         let words: Vec<&str> = spec.split_whitespace().collect();
         let (branch, url) = match words[..] {
             [url] => (g.branch.clone(), url.to_string()),

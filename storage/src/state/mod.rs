@@ -2,7 +2,9 @@
 //!
 //! (The column-family table and the point reads the views and handlers use stay beside
 //! the type; applying, replacing, roots, tokens, job returns, the keys banks' reads, key
-//! prints and member keys live in their own files.)
+//! prints and member keys live in their own files. This file is a little over 600
+//! lines because the column families, the key layouts and the point reads share its
+//! private encoders; each other concern is a file of its own.)
 //!
 //! Column families (keys and values are documented in docs/formats.md):
 //!
