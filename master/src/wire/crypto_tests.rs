@@ -372,3 +372,28 @@ fn crypticle_decrypts_salts_blobs() {
     }
     assert!(Crypticle::generate().decrypt(&b64(&blobs[5]["blob"])).is_err());
 }
+
+/// Halite's Crypticle blobs (sealed with the `aes`/`cbc`/`hmac` crates) open with
+/// OpenSSL, read as Salt's `Crypticle.decrypt` reads them: the key string's first 24
+/// bytes the AES-192 key, the last 32 the HMAC-SHA256 key; the blob an IV, the CBC
+/// ciphertext (PKCS#7) and the HMAC of the two.
+#[test]
+fn crypticle_blobs_open_with_openssl() {
+    use openssl::symm::{decrypt, Cipher};
+    let salt = salt();
+    let key_string = salt.v["crypticle"]["key_string"].as_str().unwrap();
+    let raw = base64::engine::general_purpose::STANDARD.decode(key_string).unwrap();
+    let (aes_key, hmac_key) = raw.split_at(24);
+    let hmac_key = PKey::hmac(hmac_key).unwrap();
+    let c = Crypticle::from_key_string(key_string).unwrap();
+    for len in 0..40 {
+        let plain: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+        let blob = c.encrypt(&plain).unwrap();
+        let (body, mac) = blob.split_at(blob.len() - 32);
+        let mut signer = Signer::new(MessageDigest::sha256(), &hmac_key).unwrap();
+        signer.update(body).unwrap();
+        assert_eq!(signer.sign_to_vec().unwrap(), mac, "HMAC, {len} bytes");
+        let (iv, ct) = body.split_at(16);
+        assert_eq!(decrypt(Cipher::aes_192_cbc(), aes_key, Some(iv), ct).unwrap(), plain, "{len} bytes");
+    }
+}
