@@ -143,11 +143,6 @@ pub fn rsa_private(op: &'static str) {
     metrics().rsa_private.get_or_create(&OpLabel { op }).inc();
 }
 
-/// RSA private-key operations of this process so far, every kind.
-pub fn rsa_private_total() -> u64 {
-    ["decrypt", "sign", "x931_sign"].iter().map(|&op| metrics().rsa_private.get_or_create(&OpLabel { op }).get()).sum()
-}
-
 /// Every metric in Prometheus' text exposition format.
 pub fn encode() -> String {
     let mut out = String::new();

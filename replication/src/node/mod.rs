@@ -378,7 +378,8 @@ impl NodeHandle {
         self.book.read().unwrap_or_else(|p| p.into_inner()).iter().map(|(id, a)| (*id, *a)).collect()
     }
 
-    pub fn add_voter(&self, node: u64, addr: Option<SocketAddr>) -> Result<u64> {
+    #[cfg(test)]
+    pub(crate) fn add_voter(&self, node: u64, addr: Option<SocketAddr>) -> Result<u64> {
         self.member_change(ConfChangeType::AddNode, node, addr, None)
     }
 
@@ -405,11 +406,6 @@ impl Node {
         boot::start(log, sm, views, cfg, None, mailbox, Some(SnapshotStore::open(&data.snapshots())?))
     }
 
-    pub fn start_with(log: RaftLog, sm: Arc<StateMachine>, views: Views, cfg: NodeConfig) -> Result<Node> {
-        let (_, mailbox) = mailbox();
-        boot::start(log, sm, views, cfg, None, mailbox, None)
-    }
-
     /// Starts a node that talks to peers: messages arrive through `mailbox` (fed by the
     /// transport's [`Inbox`]) and leave through `outbox`.
     pub fn start_peered(data: &DataDir, views: Views, cfg: NodeConfig, outbox: Arc<dyn Outbox>, mailbox: Mailbox) -> Result<Node> {
@@ -430,7 +426,8 @@ impl Node {
     }
 
     /// Makes `node` a voter (a learner is promoted; `addr` may update its address).
-    pub fn add_voter(&self, node: u64, addr: Option<SocketAddr>) -> Result<u64> {
+    #[cfg(test)]
+    pub(crate) fn add_voter(&self, node: u64, addr: Option<SocketAddr>) -> Result<u64> {
         self.handle().add_voter(node, addr)
     }
 

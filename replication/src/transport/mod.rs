@@ -150,11 +150,8 @@ impl From<ClusterKey> for Credentials {
     }
 }
 
-/// Where control messages go: the sender's id (the member id its connection proved) and
-/// the bytes.
-pub type ControlHandler = Arc<dyn Fn(u64, Vec<u8>) + Send + Sync>;
-
-/// A [`ControlHandler`] that also hears the member key the sender's connection proved.
+/// Where control messages go: the sender's id (the member id its connection proved), the
+/// member key that connection proved, and the bytes.
 pub type KeyedControlHandler = Arc<dyn Fn(u64, &[u8; PUBLIC_LEN], Vec<u8>) + Send + Sync>;
 
 /// Where received messages go (the node's inbox).
@@ -208,7 +205,7 @@ impl TcpTransport {
     }
 
     /// [`TcpTransport::start`] with other bounds.
-    pub fn start_with(id: u64, listen: SocketAddr, peers: HashMap<u64, SocketAddr>, key: impl Into<Credentials>, deliver: Deliver, limits: Limits) -> std::io::Result<Arc<Self>> {
+    pub(crate) fn start_with(id: u64, listen: SocketAddr, peers: HashMap<u64, SocketAddr>, key: impl Into<Credentials>, deliver: Deliver, limits: Limits) -> std::io::Result<Arc<Self>> {
         let key: Credentials = key.into();
         let listener = TcpListener::bind(listen)?;
         let local = listener.local_addr()?;
@@ -251,8 +248,10 @@ impl TcpTransport {
         self.via.lock().unwrap_or_else(|p| p.into_inner()).get(&addr).copied().unwrap_or(addr)
     }
 
-    /// Where control messages received from now on go.
-    pub fn on_control(&self, handler: ControlHandler) {
+    /// Where control messages received from now on go (the tests' handlers, which do not
+    /// look at the sender's key).
+    #[cfg(test)]
+    pub(crate) fn on_control(&self, handler: Arc<dyn Fn(u64, Vec<u8>) + Send + Sync>) {
         self.on_control_keyed(Arc::new(move |from, _, body| handler(from, body)));
     }
 

@@ -295,11 +295,6 @@ impl Snapshot {
         self.manifest.index
     }
 
-    /// The checkpoint directory (a RocksDB database, opened read-only to look inside).
-    pub fn state_dir(&self) -> PathBuf {
-        self.dir.join("state")
-    }
-
     pub fn metadata(&self) -> SnapshotMetadata {
         self.manifest.metadata()
     }

@@ -237,11 +237,6 @@ impl Printer {
         }
     }
 
-    /// Whether returns are gathered (`--static`).
-    pub fn gathering(&self) -> bool {
-        self.gather.is_some()
-    }
-
     /// Prints the gathered document, if gathering.
     pub fn finish(&mut self) {
         if let Some((all, last)) = self.gather.take() {

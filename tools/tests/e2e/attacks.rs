@@ -423,7 +423,7 @@ fn attacks_on_a_three_member_cluster_change_nothing_and_are_counted() {
     let (tx, welcomed) = mpsc::channel();
     let tx = std::sync::Mutex::new(tx);
     let ours = TcpTransport::start(4242, format!("{}:0", env0.ip).parse().expect("addr"), Default::default(), secret_holder("s3cret"), Arc::new(|_| {})).expect("listener");
-    ours.on_control(Arc::new(move |from, body| {
+    ours.on_control_keyed(Arc::new(move |from, _: &[u8; 32], body| {
         let _ = tx.lock().unwrap_or_else(|p| p.into_inner()).send((from, body));
     }));
     let (proxy, captured) = recording_proxy(&env0.ip, ours.local_addr());
