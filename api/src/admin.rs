@@ -42,12 +42,14 @@ async fn next_bounded(conn: &mut BufReader<UnixStream>, max: usize) -> Result<Op
     serde_json::from_slice(&line).map(Some).map_err(|e| ApiError::new(500, format!("admin socket: bad answer: {e}")))
 }
 
-/// One request, one answer; `{"error": ...}` answers become [`ApiError`]s (400).
+/// One request, one answer; `{"error": ...}` answers become [`ApiError`]s (400) that
+/// carry the refusal's kind.
 pub async fn call(sock_dir: &Path, req: &J) -> Result<J, ApiError> {
     let mut c = open(sock_dir, req).await?;
     let v = next(&mut c).await?.ok_or_else(|| ApiError::new(503, "the master closed the admin connection"))?;
     if let Some(e) = v.get("error").and_then(J::as_str) {
-        return Err(ApiError::new(400, e));
+        let kind = halite_master::Error::from_answer(e, v.get("kind").and_then(J::as_str)).kind();
+        return Err(ApiError { kind, ..ApiError::new(400, e) });
     }
     Ok(v)
 }

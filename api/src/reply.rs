@@ -17,11 +17,14 @@ pub type Body = BoxBody<Bytes, Infallible>;
 pub struct ApiError {
     pub status: u16,
     pub msg: String,
+    /// The kind of the master's refusal a client acts on, when the error is the master's
+    /// answer (`halite_master::Error::kind`).
+    pub kind: Option<&'static str>,
 }
 
 impl ApiError {
     pub fn new(status: u16, msg: impl Into<String>) -> ApiError {
-        ApiError { status, msg: msg.into() }
+        ApiError { status, msg: msg.into(), kind: None }
     }
 }
 

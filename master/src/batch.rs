@@ -188,11 +188,16 @@ pub enum BatchSpec {
     Percent(f64),
 }
 
-impl FromStr for BatchSpec {
-    type Err = String;
+/// A batch size that is not `N`, `N%` or `%N`, as given (Salt's words name it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("Invalid batch data sent: {0}\nData must be in the form of %10, 10% or 3")]
+pub struct InvalidBatch(pub String);
 
-    fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("Invalid batch data sent: {s}\nData must be in the form of %10, 10% or 3");
+impl FromStr for BatchSpec {
+    type Err = InvalidBatch;
+
+    fn from_str(s: &str) -> Result<Self, InvalidBatch> {
+        let bad = || InvalidBatch(s.to_string());
         let t = s.trim();
         if t.contains('%') {
             let p: f64 = t.trim_matches('%').parse().map_err(|_| bad())?;
@@ -301,7 +306,7 @@ mod tests {
         for bad in ["", "x", "-3", "1.5", "0%", "-5%", "nan%", "%"] {
             assert!(bad.parse::<BatchSpec>().is_err(), "{bad}");
         }
-        assert!("x".parse::<BatchSpec>().unwrap_err().starts_with("Invalid batch data sent: x"));
+        assert!("x".parse::<BatchSpec>().unwrap_err().to_string().starts_with("Invalid batch data sent: x"));
     }
 
     #[test]

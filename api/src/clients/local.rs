@@ -91,7 +91,7 @@ pub async fn publish(cfg: &ApiConfig, s: &Session, tgt: &J, tgt_type: &str, fun:
     let job = match admin::call(&cfg.sock_dir, &req).await {
         Ok(j) => j,
         // Salt's clients answer an empty map when nothing matched.
-        Err(e) if e.msg.starts_with("No minions matched") => return Ok(None),
+        Err(e) if e.kind == halite_master::Error::NoMinionsMatched.kind() => return Ok(None),
         Err(e) => return Err(e),
     };
     let jid = job.get("jid").and_then(J::as_str).unwrap_or("").to_string();

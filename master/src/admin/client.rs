@@ -20,7 +20,9 @@
 //! | `events.watch` | | from then on, one `{"tag", "data"}` line per event on the master bus |
 //! | `job.follow` | `jid`, `timeout` (seconds) | one `{"id", "return"}` line per return as it is committed, then `{"done": true, "missing": [ids]}`; then closed |
 //!
-//! Failures answer `{"error": "..."}`. What each verb does is in [`crate::admin`]; this
+//! Failures answer `{"error": "..."}`, with `"kind"` beside it for a refusal a caller
+//! acts on (`no_minions_matched`, `unauthorized`: [`Error::kind`], read back by
+//! [`Error::from_answer`]). What each verb does is in [`crate::admin`]; this
 //! file is the wire protocol and the blocking client the tools use.
 
 use std::path::{Path, PathBuf};
@@ -64,10 +66,6 @@ pub fn is_timeout(e: &std::io::Error) -> bool {
     matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
 }
 
-/// Whether `e` is a call's deadline passing (the answer [`NOT_RESPONDING`]).
-pub fn timed_out(e: &Error) -> bool {
-    matches!(e, Error::Refused(m) if m == NOT_RESPONDING)
-}
 
 /// The largest answer line a tool reads (1 GiB): past it the call fails instead of the
 /// tool growing without bound on a peer that never ends its line. The largest real
@@ -130,7 +128,7 @@ impl AdminClient {
         }
         let v: J = serde_json::from_slice(&answer).map_err(|e| Error::refused(format!("admin socket: bad answer: {e}")))?;
         if let Some(e) = v.get("error").and_then(J::as_str) {
-            return Err(Error::refused(e));
+            return Err(Error::from_answer(e, v.get("kind").and_then(J::as_str)));
         }
         Ok(v)
     }
@@ -178,7 +176,7 @@ fn remaining(deadline: Option<Instant>) -> Result<Option<Duration>> {
         Some(d) => match d.checked_duration_since(Instant::now()) {
             // A zero timeout means "none" to the socket: the smallest real one instead.
             Some(left) if !left.is_zero() => Ok(Some(left)),
-            _ => Err(Error::refused(NOT_RESPONDING)),
+            _ => Err(Error::NotResponding),
         },
     }
 }
@@ -186,7 +184,7 @@ fn remaining(deadline: Option<Instant>) -> Result<Option<Duration>> {
 /// A socket error; a read or write that timed out is [`NOT_RESPONDING`].
 fn io_error(e: std::io::Error) -> Error {
     if is_timeout(&e) {
-        Error::refused(NOT_RESPONDING)
+        Error::NotResponding
     } else {
         Error::io("admin socket", e)
     }
@@ -254,7 +252,7 @@ mod tests {
         c.set_timeout(Some(Duration::from_secs(30)));
         assert_eq!(c.call(&serde_json::json!({"cmd": "key.list"})).unwrap(), serde_json::json!({"ok": 1}));
         let e = c.call_within(&serde_json::json!({"cmd": "key.list"}), Duration::from_millis(200)).unwrap_err();
-        assert!(timed_out(&e), "{e}");
+        assert!(matches!(e, Error::NotResponding), "{e}");
         drop(c);
         server.join().unwrap();
     }

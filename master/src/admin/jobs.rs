@@ -181,7 +181,7 @@ fn publish(view: &dyn AdminView, p: Publish) -> Result<Plan> {
     let Publish { fun, tgt, tgt_type, args, kwarg, user, acl_checked, opts } = p;
     let user = user.as_str();
     let raw = |k: &str| view.config().raw.get(k).and_then(|v| serde_json::to_value(v).ok()).unwrap_or(J::Null);
-    let refused = || Error::refused("Authorization error occurred.");
+    let refused = || Error::Unauthorized;
     if crate::publisher_acl::blacklisted(&raw("publisher_acl_blacklist"), user, &fun) {
         tracing::warn!(user, fun = %fun, "publish refused by publisher_acl_blacklist");
         return Err(refused());
@@ -217,7 +217,7 @@ fn publish(view: &dyn AdminView, p: Publish) -> Result<Plan> {
         crate::jobs::expected_minions(view.state(), &tgt, &tgt_type)?
     };
     if minions.is_empty() {
-        return Err(Error::refused("No minions matched the target. No command was sent, no jid was assigned."));
+        return Err(Error::NoMinionsMatched);
     }
     // A batch run's next group joins the run's job: checked here for a clear refusal
     // (the apply adds the minions to whatever job it finds then).

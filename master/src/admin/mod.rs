@@ -368,3 +368,12 @@ impl Command {
 pub fn error(msg: impl std::fmt::Display) -> J {
     serde_json::json!({ "error": msg.to_string() })
 }
+
+/// The answer that refuses a request with `e`: its message, and its kind when a caller
+/// acts on it ([`Error::kind`]).
+pub fn refusal(e: &Error) -> J {
+    match e.kind() {
+        Some(kind) => serde_json::json!({ "error": e.to_string(), "kind": kind }),
+        None => error(e),
+    }
+}

@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::pillar::ext::{shell_text, ExtRun, CMD_TIMEOUT, MAX_CMD_OUTPUT};
+use crate::pillar::ext::{shell_text, ExtCmdError, ExtRun, CMD_TIMEOUT, MAX_CMD_OUTPUT};
 
 /// The most standard error kept for a failure's message.
 const ERR_TAIL: usize = 512;
@@ -67,16 +67,16 @@ fn read_bounded(mut r: impl Read, max: usize) -> (Vec<u8>, bool) {
 }
 
 impl ExtRun for CmdRunner {
-    fn run(&self, command: &str, id: &str) -> Result<Vec<u8>, String> {
+    fn run(&self, command: &str, id: &str) -> Result<Vec<u8>, ExtCmdError> {
         run_bounded(command, id, CMD_TIMEOUT, MAX_CMD_OUTPUT)
     }
 }
 
 /// [`CmdRunner::run`] with its bounds given.
-pub fn run_bounded(command: &str, id: &str, timeout: Duration, max: usize) -> Result<Vec<u8>, String> {
+pub fn run_bounded(command: &str, id: &str, timeout: Duration, max: usize) -> Result<Vec<u8>, ExtCmdError> {
     let deadline = Instant::now() + timeout;
     let Some(_place) = Place::take(deadline) else {
-        return Err(format!("{MAX_RUNNING} commands were running for {} s; this one did not start", timeout.as_secs()));
+        return Err(ExtCmdError::Busy { running: MAX_RUNNING, secs: timeout.as_secs() });
     };
     let mut child = Command::new("/bin/sh")
         .arg("-c")
@@ -88,7 +88,7 @@ pub fn run_bounded(command: &str, id: &str, timeout: Duration, max: usize) -> Re
         .stderr(Stdio::piped())
         .process_group(0)
         .spawn()
-        .map_err(|e| format!("cannot start /bin/sh: {e}"))?;
+        .map_err(ExtCmdError::Spawn)?;
     let pgid = child.id() as libc::pid_t;
     let kill = || {
         // SAFETY: kill(2) on the process group this call created.
@@ -109,26 +109,26 @@ pub fn run_bounded(command: &str, id: &str, timeout: Duration, max: usize) -> Re
     let (Ok(out_thread), Ok(err_thread)) = (out_thread, err_thread) else {
         kill();
         let _ = child.wait();
-        return Err("cannot start a thread to read the command's output".into());
+        return Err(ExtCmdError::Thread);
     };
     // Waits for the output to end (or overflow), then for the exit, within the deadline.
     let mut failure = None;
     match out_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-        Ok(true) => failure = Some(format!("the command printed more than {max} bytes")),
+        Ok(true) => failure = Some(ExtCmdError::TooMuchOutput(max)),
         Ok(false) => {}
-        Err(_) => failure = Some(format!("the command ran longer than {} s", timeout.as_secs())),
+        Err(_) => failure = Some(ExtCmdError::TooLong(timeout.as_secs())),
     }
     let status = if failure.is_none() {
         loop {
             match child.try_wait() {
                 Ok(Some(s)) => break Some(s),
                 Ok(None) if Instant::now() >= deadline => {
-                    failure = Some(format!("the command ran longer than {} s", timeout.as_secs()));
+                    failure = Some(ExtCmdError::TooLong(timeout.as_secs()));
                     break None;
                 }
                 Ok(None) => std::thread::sleep(Duration::from_millis(5)),
                 Err(e) => {
-                    failure = Some(format!("waiting for the command: {e}"));
+                    failure = Some(ExtCmdError::Wait(e));
                     break None;
                 }
             }
@@ -146,11 +146,8 @@ pub fn run_bounded(command: &str, id: &str, timeout: Duration, max: usize) -> Re
     }
     match status {
         Some(s) if s.success() => Ok(out),
-        Some(s) => {
-            let tail = String::from_utf8_lossy(&err).trim().to_string();
-            Err(format!("the command exited with {s}{}", if tail.is_empty() { String::new() } else { format!(": {tail}") }))
-        }
-        None => Err("the command did not finish".into()),
+        Some(status) => Err(ExtCmdError::Exited { status, stderr: String::from_utf8_lossy(&err).trim().to_string() }),
+        None => Err(ExtCmdError::Unfinished),
     }
 }
 
@@ -163,22 +160,22 @@ mod tests {
         assert_eq!(run_bounded("echo id: %s", "web-1", Duration::from_secs(10), 1024).unwrap(), b"id: web-1\n");
         // The id is an argument, never shell text.
         assert_eq!(run_bounded("echo %s", "a;exit 7 $(id)", Duration::from_secs(10), 1024).unwrap(), b"a;exit 7 $(id)\n");
-        let e = run_bounded("echo oops >&2; exit 3", "m", Duration::from_secs(10), 1024).unwrap_err();
+        let e = run_bounded("echo oops >&2; exit 3", "m", Duration::from_secs(10), 1024).unwrap_err().to_string();
         assert!(e.contains("exit status: 3") && e.contains("oops"), "{e}");
-        let e = run_bounded("yes", "m", Duration::from_secs(10), 4096).unwrap_err();
+        let e = run_bounded("yes", "m", Duration::from_secs(10), 4096).unwrap_err().to_string();
         assert!(e.contains("more than 4096 bytes"), "{e}");
         let t = Instant::now();
-        let e = run_bounded("sleep 30; echo late", "m", Duration::from_millis(300), 1024).unwrap_err();
+        let e = run_bounded("sleep 30; echo late", "m", Duration::from_millis(300), 1024).unwrap_err().to_string();
         assert!(e.contains("longer than"), "{e}");
         assert!(t.elapsed() < Duration::from_secs(10), "the group was killed at the deadline");
         // A background child holding the output open is killed with its group at the deadline.
         let t = Instant::now();
-        let e = run_bounded("(sleep 30 &) ; echo a: 1", "m", Duration::from_millis(500), 1024).unwrap_err();
+        let e = run_bounded("(sleep 30 &) ; echo a: 1", "m", Duration::from_millis(500), 1024).unwrap_err().to_string();
         assert!(e.contains("longer than"), "{e}");
         assert!(t.elapsed() < Duration::from_secs(10));
         // With every place taken, a run waits for one within its bound, then fails.
         let held: Vec<Place> = (0..MAX_RUNNING).map(|_| Place::take(Instant::now() + Duration::from_secs(10)).unwrap()).collect();
-        let e = run_bounded("echo x", "m", Duration::from_millis(200), 1024).unwrap_err();
+        let e = run_bounded("echo x", "m", Duration::from_millis(200), 1024).unwrap_err().to_string();
         assert!(e.contains("did not start"), "{e}");
         drop(held);
         assert_eq!(run_bounded("echo x", "m", Duration::from_secs(10), 1024).unwrap(), b"x\n");

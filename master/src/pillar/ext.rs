@@ -130,18 +130,65 @@ impl ExtPillarConfig {
     }
 }
 
+/// Why an `ext_pillar` command gave no pillar data: the run failed, or its output is
+/// not a mapping. (Logged as Salt logs a failed `cmd_yaml`/`cmd_json`; nothing merged.)
+#[derive(Debug, thiserror::Error)]
+pub enum ExtCmdError {
+    /// A view that runs no commands.
+    #[error("commands are not run here")]
+    NotRun,
+    /// Every place to run a command stayed taken for the whole time bound.
+    #[error("{running} commands were running for {secs} s; this one did not start")]
+    Busy { running: usize, secs: u64 },
+    #[error("cannot start /bin/sh: {0}")]
+    Spawn(std::io::Error),
+    #[error("cannot start a thread to read the command's output")]
+    Thread,
+    /// Past the bound on standard output: the command was killed.
+    #[error("the command printed more than {0} bytes")]
+    TooMuchOutput(usize),
+    /// Past the time bound: the command was killed.
+    #[error("the command ran longer than {0} s")]
+    TooLong(u64),
+    #[error("waiting for the command: {0}")]
+    Wait(std::io::Error),
+    /// A non-zero exit, with the end of what the command wrote on standard error.
+    #[error("the command exited with {status}{}", colon(.stderr))]
+    Exited { status: std::process::ExitStatus, stderr: String },
+    #[error("the command did not finish")]
+    Unfinished,
+    #[error("the output is not UTF-8")]
+    NotUtf8,
+    #[error("the output is not JSON: {0}")]
+    NotJson(serde_json::Error),
+    #[error("the output is not YAML: {0}")]
+    NotYaml(serde_yaml::Error),
+    /// Valid output that is not a mapping (`a list`, `a string`, ...).
+    #[error("the output is not a mapping but {0}")]
+    NotAMapping(&'static str),
+}
+
+/// `": text"`, or nothing for no text.
+fn colon(text: &str) -> String {
+    if text.is_empty() {
+        String::new()
+    } else {
+        format!(": {text}")
+    }
+}
+
 /// Runs an `ext_pillar` command (the daemon's side; handlers only call it).
 pub trait ExtRun: Send + Sync {
     /// The standard output of `command` run by `sh -c` for minion `id`, or why not.
-    fn run(&self, command: &str, id: &str) -> Result<Vec<u8>, String>;
+    fn run(&self, command: &str, id: &str) -> Result<Vec<u8>, ExtCmdError>;
 }
 
 /// Runs nothing: a view that does not run commands.
 pub struct NoRun;
 
 impl ExtRun for NoRun {
-    fn run(&self, _command: &str, _id: &str) -> Result<Vec<u8>, String> {
-        Err("commands are not run here".into())
+    fn run(&self, _command: &str, _id: &str) -> Result<Vec<u8>, ExtCmdError> {
+        Err(ExtCmdError::NotRun)
     }
 }
 
@@ -152,17 +199,17 @@ pub fn shell_text(command: &str) -> String {
 }
 
 /// A command's output as the pillar data it merges, or why it cannot be.
-pub fn parse_output(format: CmdFormat, out: &[u8]) -> Result<J, String> {
-    let text = std::str::from_utf8(out).map_err(|_| "the output is not UTF-8".to_string())?;
+pub fn parse_output(format: CmdFormat, out: &[u8]) -> Result<J, ExtCmdError> {
+    let text = std::str::from_utf8(out).map_err(|_| ExtCmdError::NotUtf8)?;
     let v = match format {
-        CmdFormat::Json => serde_json::from_str::<J>(text).map_err(|e| format!("the output is not JSON: {e}"))?,
-        CmdFormat::Yaml => super::yaml_to_json(serde_yaml::from_str::<Y>(text).map_err(|e| format!("the output is not YAML: {e}"))?),
+        CmdFormat::Json => serde_json::from_str::<J>(text).map_err(ExtCmdError::NotJson)?,
+        CmdFormat::Yaml => super::yaml_to_json(serde_yaml::from_str::<Y>(text).map_err(ExtCmdError::NotYaml)?),
     };
     match v {
         J::Object(_) => Ok(v),
         // Empty output: nothing to merge, as in Salt.
         J::Null => Ok(J::Object(Default::default())),
-        other => Err(format!("the output is not a mapping but {}", kind_of(&other))),
+        other => Err(ExtCmdError::NotAMapping(kind_of(&other))),
     }
 }
 
@@ -204,10 +251,10 @@ mod tests {
         assert_eq!(parse_output(CmdFormat::Yaml, b"a: 1\nb: [x]\n").unwrap(), serde_json::json!({"a": 1, "b": ["x"]}));
         assert_eq!(parse_output(CmdFormat::Json, br#"{"a": {"b": true}}"#).unwrap(), serde_json::json!({"a": {"b": true}}));
         assert_eq!(parse_output(CmdFormat::Yaml, b"").unwrap(), serde_json::json!({}));
-        assert!(parse_output(CmdFormat::Json, b"a: 1").unwrap_err().contains("not JSON"));
-        assert!(parse_output(CmdFormat::Yaml, b"a: [").unwrap_err().contains("not YAML"));
-        assert!(parse_output(CmdFormat::Yaml, b"- 1\n").unwrap_err().contains("a list"));
-        assert!(parse_output(CmdFormat::Yaml, b"\xff").unwrap_err().contains("UTF-8"));
+        assert!(parse_output(CmdFormat::Json, b"a: 1").unwrap_err().to_string().contains("not JSON"));
+        assert!(parse_output(CmdFormat::Yaml, b"a: [").unwrap_err().to_string().contains("not YAML"));
+        assert!(parse_output(CmdFormat::Yaml, b"- 1\n").unwrap_err().to_string().contains("a list"));
+        assert!(parse_output(CmdFormat::Yaml, b"\xff").unwrap_err().to_string().contains("UTF-8"));
         assert_eq!(shell_text("cat /x/%s.yaml"), "cat /x/\"$1\".yaml");
     }
 }

@@ -10,7 +10,7 @@ use serde_json::{json, Value as J};
 use halite_storage::format::{Record, RootsTree};
 use halite_storage::state::StateMachine;
 
-use super::ext::{ExtPillarConfig, ExtRun};
+use super::ext::{ExtCmdError, ExtPillarConfig, ExtRun};
 use super::{compile, Minion, Sources};
 use crate::config::MasterConfig;
 
@@ -39,12 +39,12 @@ fn init(dir: &Path) {
 struct Canned;
 
 impl ExtRun for Canned {
-    fn run(&self, command: &str, id: &str) -> Result<Vec<u8>, String> {
+    fn run(&self, command: &str, id: &str) -> Result<Vec<u8>, ExtCmdError> {
         match command {
             "yaml" => Ok(format!("from_cmd: {id}\nshared: {{cmd: 1}}\nmotd: cmd\n").into_bytes()),
             "json" => Ok(br#"{"j": [1, 2], "shared": {"json": true}}"#.to_vec()),
-            "fails" => Err("the command exited with exit status: 1".into()),
-            _ => Err("unknown".into()),
+            "fails" => Err(ExtCmdError::Exited { status: std::os::unix::process::ExitStatusExt::from_raw(1 << 8), stderr: String::new() }),
+            _ => Err(ExtCmdError::NotRun),
         }
     }
 }

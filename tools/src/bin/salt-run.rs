@@ -331,7 +331,7 @@ fn gather(c: &mut AdminClient, tgt: &Value, tgt_type: &str, fun: &str, kwarg: se
     let p = match c.call(&json!({ "cmd": "publish", "tgt": tgt, "tgt_type": tgt_type, "fun": fun, "arg": [], "kwarg": kwarg })) {
         Ok(p) => p,
         // No accepted minion: nothing to ask.
-        Err(e) if e.to_string().contains("No minions matched") => return Ok((serde_json::Map::new(), vec![])),
+        Err(halite_master::Error::NoMinionsMatched) => return Ok((serde_json::Map::new(), vec![])),
         Err(e) => return Err(e.into()),
     };
     let jid = p["jid"].as_str().unwrap_or("").to_string();

@@ -96,7 +96,7 @@ pub async fn connection(master: Arc<Master>, stream: tokio::net::UnixStream) {
                 let m = master.clone();
                 tokio::task::spawn_blocking(move || execute(&m, cmd)).await.unwrap_or_else(admin::error)
             }
-            Err(e) => admin::error(e),
+            Err(e) => admin::refusal(&e),
         };
         if !write_line(&mut wr, answer.to_string()).await {
             break;
@@ -125,12 +125,12 @@ fn restrict(master: &Master, name: &str, cmd: Command) -> Result<Command> {
                 Ok(Command::JobFollow(f))
             } else {
                 refuse(Port::Admin, name, "publisher_acl", &format_args!("job.follow of a job {name} did not publish"));
-                Err(crate::error::Error::refused("Authorization error occurred."))
+                Err(crate::error::Error::Unauthorized)
             }
         }
         _ => {
             refuse(Port::Admin, name, "publisher_acl", &format_args!("{name} may only publish (publisher_acl)"));
-            Err(crate::error::Error::refused("Authorization error occurred."))
+            Err(crate::error::Error::Unauthorized)
         }
     }
 }
@@ -202,7 +202,7 @@ async fn watch(master: &Master, wr: tokio::net::unix::OwnedWriteHalf) {
 pub(crate) fn execute(m: &Master, cmd: Command) -> J {
     match cmd.answer(m).and_then(|plan| carry_out(m, plan)) {
         Ok(v) => v,
-        Err(e) => admin::error(e),
+        Err(e) => admin::refusal(&e),
     }
 }
 

@@ -105,6 +105,6 @@ fn fire(m: &Master, job: &Job, at: u64) {
 fn ask(m: &Master, req: J) -> J {
     match Command::parse(&req) {
         Ok(c) => execute(m, c),
-        Err(e) => crate::admin::error(e),
+        Err(e) => crate::admin::refusal(&e),
     }
 }

@@ -291,7 +291,7 @@ fn subset(client: &mut AdminClient, sock_dir: &Path, tgt: &Value, tgt_type: &str
     let (returns, _) = collect(sock_dir, &p.jid, timeout)?;
     let able = halite_tools::subset::pick(returns.into_iter().map(|(id, load)| (id, load.get("return").cloned().unwrap_or(Value::Null))), fun, n, &mut rand::thread_rng());
     if able.is_empty() {
-        return Err(Failure::new("No minions matched the target. No command was sent, no jid was assigned.", 2));
+        return Err(Failure::new(halite_master::Error::NoMinionsMatched.to_string(), 2));
     }
     Ok(able)
 }
@@ -393,7 +393,7 @@ fn real_main(a: Args) -> Result<()> {
         }
     }
     if let Some(spec) = &batch {
-        let parsed: BatchSpec = spec.parse().map_err(|e: String| Failure::new(e, 2))?;
+        let parsed: BatchSpec = spec.parse().map_err(|e: halite_master::batch::InvalidBatch| Failure::new(e.to_string(), 2))?;
         if !a.batch_wait.is_finite() || a.batch_wait < 0.0 {
             return Err(Failure::new("--batch-wait takes a number of seconds", 2));
         }
@@ -415,7 +415,7 @@ fn real_main(a: Args) -> Result<()> {
         return Ok(());
     }
     if p.minions.is_empty() {
-        return Err(Failure::new("No minions matched the target. No command was sent, no jid was assigned.", 2));
+        return Err(Failure::new(halite_master::Error::NoMinionsMatched.to_string(), 2));
     }
     if a.verbose {
         let msg = format!("Executing job with jid {}", p.jid);
