@@ -87,14 +87,44 @@ def counters(health):
     }
 
 
-def run_one(mode, n, port, keydir, distinct, give_up, swarm_args=()):
-    root = tempfile.mkdtemp(prefix=f"storm-{mode}-{n}-")
+def counters_now(health):
+    """The counters, asked again until the master answers."""
+    c = None
+    while c is None:
+        c = counters(health)
+    return c
+
+
+def sample_until(done, health, base, p0, give_up):
+    """The counters every 0.5 s, less `base` (the queue depths as they are), each stamped
+    with when its answer came (a busy master answers late), until done() or `give_up`
+    seconds after `p0`."""
+    series = []
+    while not done() and time.monotonic() < p0 + give_up:
+        asked = time.monotonic()
+        c = counters(health)
+        if c is not None:
+            series.append({"t": round(time.monotonic() - p0, 1), **{k: round(v - base[k]) if not k.startswith("waiting") else round(v) for k, v in c.items()}})
+        time.sleep(max(0.0, 0.5 - (time.monotonic() - asked)))
+    return series
+
+
+def start_master(prefix, mode, port, extra=""):
+    """A Halite master in a new directory: its health endpoint on port + 3, its request
+    port's queues one FIFO (`mode` fifo) or fair shares, `extra` config lines.
+    Returns the directory, the master and the health port."""
+    root = tempfile.mkdtemp(prefix=prefix)
     m = Master("halite", root, port)
     health = port + 3
     with open(os.path.join(m.conf, "master"), "a") as f:
-        f.write(f"halite_health_port: {health}\nhalite_new_publish_key_at_start: True\n")
+        f.write(f"halite_health_port: {health}\n{extra}")
         f.write(f"halite_request_fifo: {'True' if mode == 'fifo' else 'False'}\n")
     m.start()
+    return root, m, health
+
+
+def run_one(mode, n, port, keydir, distinct, give_up, swarm_args=()):
+    root, m, health = start_master(f"storm-{mode}-{n}-", mode, port, "halite_new_publish_key_at_start: True\n")
     swarm = subprocess.Popen(
         [os.path.join(BIN, "halite-swarm"), "--port", str(port), "--count", str(n), "--key-dir", keydir, "--distinct-keys", str(distinct)] + list(swarm_args),
         stdout=subprocess.PIPE, stderr=open(os.path.join(root, "swarm.log"), "w"), text=True,
@@ -122,21 +152,12 @@ def run_one(mode, n, port, keydir, distinct, give_up, swarm_args=()):
         while (connected(health) or 0) < n and time.monotonic() < t0 + 300:
             time.sleep(0.1)
         row["subscribed_again_s"] = round(time.monotonic() - t0, 2)
-        base = None
-        while base is None:
-            base = counters(health)
+        base = counters_now(health)
         again.clear()
         out = subprocess.run([os.path.join(BIN, "salt"), "-c", m.conf, "*", "test.ping", "--async"], capture_output=True, text=True).stdout
         jid = re.search(r"\b\d{20}\b", out).group(0)
         p0 = time.monotonic()
-        series = []
-        while jid not in jobs and time.monotonic() < p0 + give_up:
-            asked = time.monotonic()
-            c = counters(health)
-            if c is not None:
-                # Stamped with when the answer came (a busy master answers late).
-                series.append({"t": round(time.monotonic() - p0, 1), **{k: round(v - base[k]) if not k.startswith("waiting") else round(v) for k, v in c.items()}})
-            time.sleep(max(0.0, 0.5 - (time.monotonic() - asked)))
+        series = sample_until(lambda: jid in jobs, health, base, p0, give_up)
         if jid not in jobs:
             row["gave_up_s"] = give_up
             return row
@@ -146,9 +167,7 @@ def run_one(mode, n, port, keydir, distinct, give_up, swarm_args=()):
         row["returned"], row["failed"] = job["returned"], job["failed"]
         row["signed_in_again"] = len(again)
         row["all_signed_in_s"] = round(max(again) - p0, 2) if again else None
-        end = None
-        while end is None:
-            end = counters(health)
+        end = counters_now(health)
         row.update({k: round(end[k] - base[k]) for k in ("rsa", "reused", "peer_gone")})
         stored = subprocess.run([os.path.join(BIN, "salt-run"), "-c", m.conf, "jobs.lookup_jid", jid, "--out", "json"], capture_output=True, text=True).stdout
         try:
@@ -168,13 +187,7 @@ def run_mixed(mode, n, port, keydir, distinct, give_up, returners=2000, per_mini
     returns together (``--blast``), while `n` new minions (``new-*``) sign in for the first
     time. Reports the blast (returns acknowledged, seconds from its go to the last
     acknowledgement) and the storm (seconds until the last accept)."""
-    root = tempfile.mkdtemp(prefix=f"storm-mixed-{mode}-{n}-")
-    m = Master("halite", root, port)
-    health = port + 3
-    with open(os.path.join(m.conf, "master"), "a") as f:
-        f.write(f"halite_health_port: {health}\n")
-        f.write(f"halite_request_fifo: {'True' if mode == 'fifo' else 'False'}\n")
-    m.start()
+    root, m, health = start_master(f"storm-mixed-{mode}-{n}-", mode, port)
     swarm = os.path.join(BIN, "halite-swarm")
     common = ["--port", str(port), "--key-dir", keydir, "--distinct-keys", str(distinct)]
     lines = {"a": [], "b": []}
@@ -206,9 +219,7 @@ def run_mixed(mode, n, port, keydir, distinct, give_up, returners=2000, per_mini
             sys.exit("the returning swarm was not ready")
         while (connected(health) or 0) < returners:
             time.sleep(0.1)
-        base = None
-        while base is None:
-            base = counters(health)
+        base = counters_now(health)
         # The storm: new minions, their keys loaded from the cache, then all sign in.
         spawn("b", ["--count", str(n), "--prefix", "new-", "--jobs", "0"])
         if wait("b", "keys", 600) is None:
@@ -217,13 +228,7 @@ def run_mixed(mode, n, port, keydir, distinct, give_up, returners=2000, per_mini
         # The blast goes once every returning minion holds its jobs.
         for _ in range(per_minion):
             subprocess.run([os.path.join(BIN, "salt"), "-c", m.conf, "ret-*", "test.ping", "--async"], capture_output=True, text=True)
-        series = []
-        while (event("a", "blast") is None or event("b", "authenticated") is None) and time.monotonic() < p0 + give_up:
-            asked = time.monotonic()
-            c = counters(health)
-            if c is not None:
-                series.append({"t": round(time.monotonic() - p0, 1), **{k: round(v - base[k]) if not k.startswith("waiting") else round(v) for k, v in c.items()}})
-            time.sleep(max(0.0, 0.5 - (time.monotonic() - asked)))
+        series = sample_until(lambda: event("a", "blast") is not None and event("b", "authenticated") is not None, health, base, p0, give_up)
         blast, auth = event("a", "blast"), event("b", "authenticated")
         row["blast"] = {k: blast.get(k) for k in ("acknowledged", "failed", "seconds", "returns_per_s")} if blast else None
         row["blast_done_s"] = round(next(t for t, e in lines["a"] if e["event"] == "blast") - p0, 2) if blast else None

@@ -21,14 +21,7 @@ pub(crate) fn founding(n: u8, cluster_id: &str, extra: &str) -> Cluster {
     let ips = loopback(n);
     let ipr: Vec<&str> = ips.iter().map(String::as_str).collect();
     let pool = port_free_on(&ipr);
-    let envs = ips
-        .iter()
-        .map(|ip| {
-            let peers: Vec<&str> = ipr.iter().copied().filter(|p| p != ip).collect();
-            Env::master(ip, "localfs_key", &format!("{}{extra}", member_conf(ip, &peers, pool, cluster_id, "s3cret")))
-        })
-        .collect();
-    Cluster::start(envs)
+    Cluster::start(member_envs(&ips, pool, cluster_id, |_| extra.to_string()))
 }
 
 /// A key for `id` registered (pending) through member `on` and accepted through member

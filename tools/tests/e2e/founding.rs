@@ -24,13 +24,7 @@ fn with_pinned_founders_isolated_founders_wait_for_every_key_and_an_impostor_rac
     let ipr: Vec<&str> = ips.iter().map(String::as_str).collect();
     let pool = port_free_on(&ipr);
     let health = port_free_on(&ipr);
-    let envs: Vec<Env> = ips
-        .iter()
-        .map(|ip| {
-            let peers: Vec<&str> = ipr.iter().copied().filter(|p| p != ip).collect();
-            Env::master(ip, "localfs_key", &format!("halite_health_port: {health}\nhalite_cluster_pin_founders: True\n{}", member_conf(ip, &peers, pool, "founding-test", "s3cret")))
-        })
-        .collect();
+    let envs = member_envs(&ips, pool, "founding-test", |_| format!("halite_health_port: {health}\nhalite_cluster_pin_founders: True\n"));
     // Founders 0 and 1 start with nothing provisioned: they do not found, and say why.
     let mut c = Cluster { procs: vec![Some(spawn_master(&envs[0])), Some(spawn_master(&envs[1])), None], envs };
     for env in &c.envs[..2] {

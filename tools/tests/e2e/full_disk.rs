@@ -97,13 +97,7 @@ fn a_cluster_member_on_a_full_disk_steps_aside_and_catches_up_once_freed() {
     let pool = port_free_on(&ipr);
     let health = port_free_on(&ipr);
     let place = tempfile::tempdir().expect("tempdir");
-    let envs: Vec<Env> = ips
-        .iter()
-        .map(|ip| {
-            let peers: Vec<&str> = ipr.iter().copied().filter(|p| p != ip).collect();
-            Env::master(ip, "localfs_key", &format!("{}halite_min_free_bytes: 8388608\nhalite_health_port: {health}\n", member_conf(ip, &peers, pool, "full", "s3cret")))
-        })
-        .collect();
+    let envs = member_envs(&ips, pool, "full", |_| format!("halite_min_free_bytes: 8388608\nhalite_health_port: {health}\n"));
     // Declared before the cluster: dropped after it.
     let disks: Vec<SmallDisk> = envs.iter().enumerate().map(|(i, e)| SmallDisk::mount(&place.path().join(format!("disk{i}.img")), &e.root.join("disk"), 64)).collect();
     for (e, d) in envs.iter().zip(&disks) {

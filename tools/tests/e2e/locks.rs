@@ -104,13 +104,7 @@ fn every_member_of_a_cluster_polled_with_cluster_members_starts() {
     let ips = loopback(3);
     let ipr: Vec<&str> = ips.iter().map(String::as_str).collect();
     let pool = port_free_on(&ipr);
-    let envs: Vec<Env> = ipr
-        .iter()
-        .map(|ip| {
-            let peers: Vec<&str> = ipr.iter().copied().filter(|p| p != ip).collect();
-            Env::master(ip, "localfs_key", &member_conf(ip, &peers, pool, "locks-test", "s3cret"))
-        })
-        .collect();
+    let envs = member_envs(&ips, pool, "locks-test", |_| String::new());
     let polls: Vec<Pollers> = envs.iter().map(|e| Pollers::start(&e.conf(), &[(SALT_RUN, &["cluster.members"])])).collect();
     let before: Vec<Vec<usize>> = polls.iter().map(Pollers::counts).collect();
     // Fails the test if a member does not serve (an exited one never does).

@@ -28,14 +28,7 @@ pub(crate) fn proxied(cluster_id: &str) -> Proxied {
     let ipr: Vec<&str> = ips.iter().map(String::as_str).collect();
     let pool = port_free_on(&ipr);
     let (mesh, dial) = Mesh::new(&ips, pool);
-    let envs = ips
-        .iter()
-        .zip(&dial)
-        .map(|(ip, dial)| {
-            let peers: Vec<&str> = ipr.iter().copied().filter(|p| p != ip).collect();
-            Env::master(ip, "localfs_key", &format!("{}{dial}", member_conf(ip, &peers, pool, cluster_id, "s3cret")))
-        })
-        .collect();
+    let envs = member_envs(&ips, pool, cluster_id, |i| dial[i].clone());
     Proxied { c: Cluster::start(envs), mesh }
 }
 

@@ -62,6 +62,20 @@ pub fn member_conf(ip: &str, peers: &[&str], pool: u16, cluster_id: &str, secret
     )
 }
 
+/// The environments (`localfs_key`) of the founding members of `cluster_id` on `ips`,
+/// each knowing the others on `pool` ([`member_conf`], secret `s3cret`), with `extra(i)`
+/// appended to member i's config.
+pub fn member_envs(ips: &[String], pool: u16, cluster_id: &str, extra: impl Fn(usize) -> String) -> Vec<Env> {
+    let ipr: Vec<&str> = ips.iter().map(String::as_str).collect();
+    ipr.iter()
+        .enumerate()
+        .map(|(i, ip)| {
+            let peers: Vec<&str> = ipr.iter().copied().filter(|p| p != ip).collect();
+            Env::master(ip, "localfs_key", &format!("{}{}", member_conf(ip, &peers, pool, cluster_id, "s3cret"), extra(i)))
+        })
+        .collect()
+}
+
 /// Masters of one cluster, started together (members wait for each other: a quorum
 /// agrees on the cluster key and AES key before any serves) and waited for until they
 /// serve and elect a leader. A member's slot is `None` while it is stopped. (The members
