@@ -23,8 +23,9 @@ use super::sls::{Kind, Step};
 /// What the driver calls: the admin socket (`crate::admin::client::AdminClient`, which
 /// implements it).
 pub trait Caller {
-    /// Sends one admin request; `Err` is the master's refusal (`Error::Refused`, in
-    /// its words) or why it could not be asked.
+    /// Sends one admin request; `Err` is the master's refusal (in its words:
+    /// `Error::Refused`, or a kind a caller acts on such as `Error::NoMinionsMatched`)
+    /// or why it could not be asked.
     fn call(&mut self, req: &J) -> crate::Result<J>;
     /// Waits a little before asking again for returns.
     fn pause(&mut self) {

@@ -7,6 +7,13 @@ use super::*;
 /// A request: its class and its arrival number.
 type Req = (Class, usize);
 
+/// `n` requests of `class` arrive, numbered from 0.
+fn arrive(s: &mut Shares<Req>, class: Class, n: usize) {
+    for i in 0..n {
+        s.push(class, (class, i));
+    }
+}
+
 /// Starts up to `n` requests, as the intake does when `n` permits are free.
 fn start_n(s: &mut Shares<Req>, n: usize) -> Vec<Req> {
     (0..n).map_while(|_| s.pick().map(|(c, r)| {
@@ -18,12 +25,8 @@ fn start_n(s: &mut Shares<Req>, n: usize) -> Vec<Req> {
 #[test]
 fn waiting_classes_alternate_however_long_one_queue_is() {
     let mut s = Shares::new([usize::MAX; 3]);
-    for i in 0..8000 {
-        s.push(Class::SignIn, (Class::SignIn, i));
-    }
-    for i in 0..100 {
-        s.push(Class::Return, (Class::Return, i));
-    }
+    arrive(&mut s, Class::SignIn, 8000);
+    arrive(&mut s, Class::Return, 100);
     let first = start_n(&mut s, 200);
     // Every return among the first 200 starts, one every other start.
     let returns: Vec<usize> = first.iter().enumerate().filter(|(_, r)| r.0 == Class::Return).map(|(at, _)| at).collect();
@@ -37,9 +40,7 @@ fn waiting_classes_alternate_however_long_one_queue_is() {
 #[test]
 fn a_blast_of_returns_lets_sign_ins_through() {
     let mut s = Shares::new([usize::MAX; 3]);
-    for i in 0..30_000 {
-        s.push(Class::Return, (Class::Return, i));
-    }
+    arrive(&mut s, Class::Return, 30_000);
     for i in 0..50 {
         s.push(Class::SignIn, (Class::SignIn, i));
         s.push(Class::Other, (Class::Other, i));
@@ -117,9 +118,7 @@ impl Port {
 fn storm(mut s: Shares<Req>, signins: usize, returns: usize) -> (u64, u64, usize) {
     // A sign-in costs 40 core-ticks, a return one; two cores; 64 permits.
     let mut port = Port { permits: 64, cores: 2, cost: [40, 1, 1], running: VecDeque::new() };
-    for i in 0..signins {
-        s.push(Class::SignIn, (Class::SignIn, i));
-    }
+    arrive(&mut s, Class::SignIn, signins);
     let (mut arrived, mut stored, mut signed) = (Vec::new(), 0usize, 0usize);
     let mut longest = 0u64;
     let mut tick = 0u64;
