@@ -1,30 +1,46 @@
 //! Faults at random, checked by their history (Jepsen's way): a nemesis draws faults
-//! from a printed seed for a bounded time against a three-member cluster whose members
-//! reach each other only through fault-injecting proxies ([`Mesh`]), while clients work
-//! through any member; every operation and every fault is recorded
-//! ([`history::History`], `history.jsonl`) and the history is judged afterwards
-//! ([`checker::check`], `verdict.txt`), both kept in
+//! from a printed seed for a bounded time against a cluster of three (or
+//! `HALITE_NEMESIS_MEMBERS`) members whose members reach each other only through
+//! fault-injecting proxies ([`Mesh`]), while clients work through any member; every
+//! operation and every fault is recorded ([`history::History`], `history.jsonl`) and the
+//! history is judged afterwards ([`checker::check`], `verdict.txt`), both kept in
 //! `$CARGO_TARGET_TMPDIR/nemesis-<test>-seed-<seed>/` (with the members' and minions'
 //! logs when the verdict is invalid).
 //!
-//! The faults, one at a time, each held 2 to 10 s: `kill -9` of a member (the leader
-//! half the time) and its restart; SIGSTOP and SIGCONT of a member; the leader (or
-//! another member) cut off from both peers; a bridge (two members cut from each other,
-//! the third reaching both); a one-way cut (the connections one member opens to another);
-//! a slow member (every chunk to and from it held 50 to 400 ms).
+//! The faults (`faults.rs`), each held 2 to 10 s, a third of the time with a second one
+//! on another member held at once: `kill -9` of a member (the leader half the time) and
+//! its restart; SIGSTOP and SIGCONT of a member; the leader (or another member) cut off
+//! from its peers; a bridge (the others in two halves cut from each other, the target
+//! reaching both); a one-way cut (the connections one member opens to another); a slow
+//! member (every chunk to and from it held 50 to 400 ms); a member's clocks stepped (it
+//! is killed and started in a time namespace of its own whose CLOCK_MONOTONIC and
+//! CLOCK_BOOTTIME are offset by up to 30 days forward or 30 minutes back, then started
+//! again with the host's; CLOCK_REALTIME is not stepped); a full disk (one member drawn
+//! from the seed has its data directory on a small filesystem, [`SmallDisk`], filled to
+//! the last byte, then freed). A third of the way in, a new member joins the running
+//! cluster from an empty disk.
 //!
-//! The clients: two real salt-minions (`m1` on the first member, `m2` on the second)
-//! answering `salt -L m1,m2 test.echo VALUE` jobs published through a member drawn at
-//! random; an operator registering keys (a minion's `_auth`, by hand) and accepting,
-//! rejecting and deleting them with `salt-key` through a member drawn at random; a reader
-//! listing every member's keys in turn. Once the faults stop and the links heal, every
-//! member's readiness, state digest, keys and job cache are read, and each minion's log
-//! tells how often it was handed each job.
+//! The clients (`clients.rs`): two real salt-minions (`m1` on the first member, `m2` on
+//! the second) answering `salt -L m1,m2 test.echo VALUE` jobs published through a member
+//! drawn at random; a simulated fleet (`halite-swarm`, six minions spread over the
+//! members) answering its own `test.echo` jobs; an operator registering keys (a minion's
+//! `_auth`, by hand) and accepting, rejecting and deleting them with `salt-key` through
+//! a member drawn at random; a reader listing every member's keys in turn; a file of the
+//! state tree changed on a member drawn at random and synced with
+//! `salt-run cluster.sync_roots`. Once the faults stop and the links heal (`finals.rs`),
+//! every member's readiness, state digest, keys, job cache and copy of the synced file
+//! are read, each minion's log tells how often it was handed each job, and the fleet
+//! says which of its returns were acknowledged.
 //!
 //! `HALITE_NEMESIS_SECS` sets how long faults are drawn (100 s unless set: the short run
 //! of the test suite; 3600 for the long run, `docs/operations.md` "Faults at random"),
 //! `HALITE_NEMESIS_SEED` the seed (the fault schedule follows from it; the clients'
-//! interleaving with it does not).
+//! interleaving with it does not), `HALITE_NEMESIS_MEMBERS` the founding members (3
+//! unless set; 5 for the five-member run).
+
+mod clients;
+mod faults;
+mod finals;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -33,61 +49,99 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::support::checker::{self, Verdict};
-use crate::support::history::{History, Outcome, FINAL};
+use crate::support::history::{History, Outcome};
 use crate::support::*;
 
 const MINIONS: [&str; 2] = ["m1", "m2"];
+/// The simulated fleet's size.
+const FLEET: usize = 6;
 /// The seed of the short run unless `HALITE_NEMESIS_SEED` says otherwise.
 const SEED: u64 = 20261129;
+/// The file of the state tree the roots client changes and syncs (under `file_roots`).
+pub const ROOTS_FILE: &str = "nemesis/file.txt";
 
-fn secs_from_env(default: u64) -> u64 {
-    std::env::var("HALITE_NEMESIS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+fn from_env(var: &str, default: u64) -> u64 {
+    std::env::var(var).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
 }
 
-fn seed_from_env() -> u64 {
-    std::env::var("HALITE_NEMESIS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(SEED)
-}
-
-/// A three-member cluster behind a proxy mesh, each member with a health port.
+/// The cluster behind a proxy mesh, each member with a health port; the member that
+/// joins during the run; the member whose data directory is on a small disk. (Fields
+/// drop in order: processes before the directories and the disk they use.)
 struct Under {
     c: Cluster,
+    joiner: Option<Proc>,
+    joiner_env: Env,
     mesh: Mesh,
+    /// The founders' health ports, then the joiner's.
     health: Vec<u16>,
+    disk: Option<(usize, SmallDisk)>,
+    _place: tempfile::TempDir,
 }
 
-fn start(cluster_id: &str) -> Under {
-    let ips = loopback(3);
+/// Points `env`'s `halite_data_dir` at `dir`.
+fn data_dir_at(env: &Env, dir: &Path) {
+    let p = env.root.join("conf/master");
+    let text = std::fs::read_to_string(&p).expect("config");
+    let text: Vec<String> = text.lines().map(|l| if l.starts_with("halite_data_dir:") { format!("halite_data_dir: {}", dir.display()) } else { l.to_string() }).collect();
+    std::fs::write(&p, text.join("\n") + "\n").expect("write config");
+}
+
+fn start(cluster_id: &str, n: usize, seed: u64) -> Under {
+    let ips = loopback(n as u8 + 1);
     let ipr: Vec<&str> = ips.iter().map(String::as_str).collect();
     let pool = port_free_on(&ipr);
+    // The same request and publish ports on every member: the fleet reaches each on one.
+    let (ret, publish) = two_ports_on(&ipr);
     let (mesh, dial) = Mesh::new(&ips, pool);
     let health: Vec<u16> = ipr.iter().map(|ip| port_free_on(&[ip])).collect();
-    let envs = ips
-        .iter()
-        .zip(&dial)
-        .zip(&health)
-        .map(|((ip, dial), h)| {
-            let peers: Vec<&str> = ipr.iter().copied().filter(|p| p != ip).collect();
-            Env::master(ip, "localfs_key", &format!("{}{dial}halite_health_port: {h}\n", member_conf(ip, &peers, pool, cluster_id, "s3cret")))
+    let founders = &ipr[..n];
+    let conf = |i: usize, peers: &[&str]| format!("{}{}halite_health_port: {}\n", member_conf(ipr[i], peers, pool, cluster_id, "s3cret"), dial[i], health[i]);
+    let envs: Vec<Env> = (0..n)
+        .map(|i| {
+            let peers: Vec<&str> = founders.iter().copied().filter(|p| *p != ipr[i]).collect();
+            Env::master_on(ipr[i], ret, publish, "localfs_key", &conf(i, &peers))
         })
         .collect();
-    Under { c: Cluster::start(envs), mesh, health }
+    let place = tempfile::tempdir().expect("tempdir");
+    let disk = match SmallDisk::cannot() {
+        None => {
+            let d = StdRng::seed_from_u64(seed ^ 0xd15c).gen_range(0..n);
+            let disk = SmallDisk::mount(&place.path().join("disk.img"), &envs[d].root.join("disk"), 64);
+            data_dir_at(&envs[d], &disk.at.join("data"));
+            envs[d].append_conf("halite_min_free_bytes: 8388608\n");
+            Some((d, disk))
+        }
+        Some(why) => {
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "the nemesis's full-disk fault cannot run under CI: {why}");
+            eprintln!("nemesis: no full-disk fault on this host: {why}");
+            None
+        }
+    };
+    let c = Cluster::start(envs);
+    let joiner_env = Env::master_on(ipr[n], ret, publish, "localfs_key", &conf(n, founders));
+    let pin = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(std::fs::read(c.envs[0].root.join("cpki/cluster.pub")).expect("cluster.pub")))
+    };
+    joiner_env.append_conf(&format!("cluster_pub_fingerprint: {pin}\n"));
+    Under { c, joiner: None, joiner_env, mesh, health, disk, _place: place }
 }
 
 /// One of our tools with `-c` the member's config, bounded; `Err` past the bound.
-fn tool(env: &Env, bin: &str, args: &[&str], secs: u64) -> Result<Output, Output> {
+pub(crate) fn tool(env: &Env, bin: &str, args: &[&str], secs: u64) -> Result<Output, Output> {
     try_run(Command::new(bin).arg("-c").arg(env.conf()).args(args), Duration::from_secs(secs))
 }
 
-fn said(o: &Output) -> String {
+pub(crate) fn said(o: &Output) -> String {
     let s = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     s.chars().take(300).collect()
 }
 
 /// `salt-run FUN ARGS --out json` through a member, parsed; `None` unless it answered.
-fn runner(env: &Env, args: &[&str]) -> Option<Value> {
+pub(crate) fn runner(env: &Env, args: &[&str]) -> Option<Value> {
     let mut full = args.to_vec();
     full.extend(["--out", "json"]);
     let o = tool(env, SALT_RUN, &full, 30).ok().filter(|o| o.status.success())?;
@@ -95,7 +149,7 @@ fn runner(env: &Env, args: &[&str]) -> Option<Value> {
 }
 
 /// `GET /ready` on a member's health port: the status and the body.
-fn ready(ip: &str, port: u16) -> Option<(u16, String)> {
+pub(crate) fn ready(ip: &str, port: u16) -> Option<(u16, String)> {
     use std::io::{Read, Write};
     let addr: std::net::SocketAddr = format!("{ip}:{port}").parse().ok()?;
     let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
@@ -109,7 +163,7 @@ fn ready(ip: &str, port: u16) -> Option<(u16, String)> {
 
 /// Polls `f` every 200 ms for at most `secs`; whether it held (never fails the test:
 /// the checker judges what was reached).
-fn within(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+pub(crate) fn within(secs: u64, mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
         if f() {
@@ -122,352 +176,8 @@ fn within(secs: u64, mut f: impl FnMut() -> bool) -> bool {
     }
 }
 
-fn admin_up(env: &Env) -> bool {
+pub(crate) fn admin_up(env: &Env) -> bool {
     std::os::unix::net::UnixStream::connect(env.root.join("sock/halite-admin.sock")).is_ok()
-}
-
-// ---------------------------------------------------------------------------------------
-// The clients.
-
-/// Jobs for both minions through a member drawn at random; the minions `salt` printed
-/// the value for are the acknowledged returns.
-fn jobs(h: &History, envs: &[Env], stop: &AtomicBool, seed: u64) {
-    let mut rng = StdRng::seed_from_u64(seed ^ 0x10b5);
-    for n in 0.. {
-        if stop.load(SeqCst) {
-            return;
-        }
-        let via = rng.gen_range(0..envs.len());
-        let value = format!("v{n}");
-        let outcome = h.op("jobs", "job", json!({ "value": value, "via": via, "minions": MINIONS }), || {
-            let targets = MINIONS.join(",");
-            match tool(&envs[via], SALT, &["-L", &targets, "test.echo", &value, "-t", "8", "--static", "--out", "json"], 40) {
-                Ok(o) => {
-                    let out: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
-                    let returns: Vec<&str> = MINIONS.iter().copied().filter(|m| out[*m] == json!(value)).collect();
-                    let outcome = if returns.len() == MINIONS.len() { Outcome::Ok } else { Outcome::Unknown };
-                    let mut r = json!({ "returns": returns });
-                    if outcome != Outcome::Ok {
-                        r["said"] = json!(said(&o));
-                    }
-                    (outcome, r, outcome)
-                }
-                Err(o) => (Outcome::Unknown, json!({ "returns": [], "said": said(&o), "killed": true }), Outcome::Unknown),
-            }
-        });
-        if outcome != Outcome::Ok {
-            // Pacing: a member that answers at once with nothing is not asked in a loop.
-            std::thread::sleep(Duration::from_millis(500));
-        }
-    }
-}
-
-/// A key decision with `salt-key -a/-r/-d ID -y` through member `via`.
-fn decide(h: &History, env: &Env, via: usize, verb: &str, id: &str) -> Outcome {
-    let (flag, done) = match verb {
-        "accept" => ("-a", "accepted"),
-        "reject" => ("-r", "rejected"),
-        _ => ("-d", "deleted"),
-    };
-    h.op("operator", verb, json!({ "id": id, "via": via }), || {
-        let (outcome, text) = match tool(env, SALT_KEY, &[flag, id, "-y"], 40) {
-            Ok(o) => {
-                let text = said(&o);
-                let out = String::from_utf8_lossy(&o.stdout);
-                if o.status.success() && out.contains(&format!("Key for minion {id} {done}.")) {
-                    (Outcome::Ok, text)
-                } else if o.status.success() && out.contains("does not match any") {
-                    (Outcome::Fail, text)
-                } else {
-                    (Outcome::Unknown, text)
-                }
-            }
-            Err(o) => (Outcome::Unknown, said(&o)),
-        };
-        (outcome, json!(text), outcome)
-    })
-}
-
-/// A minion's `_auth` for a new key through member `via`. Its outcome is never `ok`:
-/// Salt's answer for a key now pending and a member's "not ready, sign in again" answer
-/// are the same signed `{"ret": true}` (`master/src/req/not_ready.rs`), so no reply says
-/// the key was recorded; the result says which answer came.
-fn register(h: &History, rt: &tokio::runtime::Runtime, env: &Env, via: usize, id: &str, pem: &[u8]) {
-    use halite_tools::swarm::minion;
-    h.op("operator", "register", json!({ "id": id, "via": via }), || {
-        let key = halite_master::wire::crypto::PrivateKey::from_pem(pem).expect("key");
-        let me = Identity::new(id.to_string(), key).expect("identity");
-        let body = minion::auth_request(&me, &minion::nonce(), None).expect("auth request");
-        let ep = format!("tcp://{}:{}", env.ip, env.ret);
-        let said = match rt.block_on(minion::request_once(&ep, body, Duration::from_secs(15), "auth")) {
-            Ok(r) if crate::partition::is_cluster_retry(&r) => "cluster_retry".to_string(),
-            Ok(r) => format!("answered ({} bytes)", r.len()),
-            Err(e) => e.to_string(),
-        };
-        (Outcome::Unknown, json!(said), ())
-    })
-}
-
-/// Keys registered, then accepted or rejected, then deleted, each through a member
-/// drawn at random. A key whose decision failed (the member did not see it pending) is
-/// decided again later, up to 5 times; one whose outcome is unknown is only ever deleted.
-fn operator(h: &History, envs: &[Env], stop: &AtomicBool, seed: u64) {
-    let mut rng = StdRng::seed_from_u64(seed ^ 0x0e7a);
-    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
-    // One key pair for every registered id (the master keys them by id).
-    let pem = halite_master::wire::crypto::PrivateKey::generate(2048).expect("key pair").to_pem().expect("pem");
-    let (mut pending, mut decided) = (Vec::<String>::new(), Vec::<String>::new());
-    let mut tries = std::collections::HashMap::<String, u32>::new();
-    for n in 0.. {
-        if stop.load(SeqCst) {
-            return;
-        }
-        let via = rng.gen_range(0..envs.len());
-        let roll: f64 = rng.gen();
-        // At most 16 keys live at once (a listing, read thousands of times in a long run,
-        // stays small).
-        let full = pending.len() + decided.len() >= 16;
-        if !pending.is_empty() && (roll < 0.45 || full && decided.is_empty()) {
-            let id = pending.swap_remove(rng.gen_range(0..pending.len()));
-            let verb = if rng.gen_bool(2.0 / 3.0) { "accept" } else { "reject" };
-            match decide(h, &envs[via], via, verb, &id) {
-                Outcome::Fail => {
-                    let t = tries.entry(id.clone()).or_insert(0);
-                    *t += 1;
-                    if *t < 5 {
-                        pending.push(id);
-                    }
-                }
-                _ => decided.push(id),
-            }
-        } else if !decided.is_empty() && (roll < 0.6 || full) {
-            let id = decided.swap_remove(rng.gen_range(0..decided.len()));
-            if decide(h, &envs[via], via, "delete", &id) == Outcome::Fail {
-                decided.push(id);
-            }
-        } else {
-            // Decided next whatever the answer (a decision on a key that is not pending
-            // fails: nothing is done).
-            let id = format!("k{n}");
-            register(h, &rt, &envs[via], via, &id, &pem);
-            pending.push(id);
-        }
-        // Pacing (the machine is shared), not a wait for a signal.
-        std::thread::sleep(Duration::from_millis(300));
-    }
-}
-
-/// Every member's key listing, in turn.
-fn reader(h: &History, envs: &[Env], stop: &AtomicBool, process: &str) {
-    while !stop.load(SeqCst) {
-        for (m, env) in envs.iter().enumerate() {
-            read_keys(h, env, m, process);
-        }
-        // Pacing, not a wait for a signal.
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
-
-fn read_keys(h: &History, env: &Env, m: usize, process: &str) {
-    h.op(process, "keys", json!({ "member": m }), || match tool(env, SALT_KEY, &["-L", "--out", "json"], 30) {
-        Ok(o) if o.status.success() => match serde_json::from_slice::<Value>(&o.stdout) {
-            Ok(v) => (Outcome::Ok, v, ()),
-            Err(_) => (Outcome::Unknown, json!(said(&o)), ()),
-        },
-        Ok(o) | Err(o) => (Outcome::Unknown, json!(said(&o)), ()),
-    });
-}
-
-// ---------------------------------------------------------------------------------------
-// The nemesis.
-
-/// A member's process group stopped with SIGSTOP, resumed when dropped (also when the
-/// test fails, so the member can then be killed and its directory removed).
-struct Paused(i32);
-
-impl Paused {
-    fn new(pid: u32) -> Paused {
-        // SAFETY: kill(2) on the process group of a child this test started and owns.
-        unsafe { libc::kill(-(pid as i32), libc::SIGSTOP) };
-        Paused(pid as i32)
-    }
-}
-
-impl Drop for Paused {
-    fn drop(&mut self) {
-        // SAFETY: as above.
-        unsafe { libc::kill(-self.0, libc::SIGCONT) };
-    }
-}
-
-/// The member the cluster names leader, asked of each running member in turn.
-fn leader(envs: &[Env], procs: &[Option<Proc>]) -> Option<usize> {
-    envs.iter().zip(procs).filter(|(_, p)| p.is_some()).find_map(|(e, _)| {
-        let l = runner(e, &["cluster.members"])?["leader_id"].as_str()?.to_string();
-        envs.iter().position(|x| x.ip == l)
-    })
-}
-
-/// Starts member `i` again and waits (bounded) for its admin socket.
-fn restart(envs: &[Env], procs: &mut [Option<Proc>], i: usize) {
-    procs[i] = Some(spawn_master(&envs[i]));
-    within(90, || admin_up(&envs[i]));
-}
-
-/// Empties a member's disk: its log and state, its key view, the cluster's pki (its own
-/// copy) and its cache.
-fn wipe(env: &Env) {
-    for d in ["data", "pki", "cpki", "cache"] {
-        let _ = std::fs::remove_dir_all(env.root.join(d));
-    }
-}
-
-/// Draws and applies faults, one at a time, until `deadline`. With `amnesia`, the first
-/// fault after half the time kills every member, empties every disk and starts them
-/// again: acknowledged writes are lost, which the checker must find.
-fn nemesis(h: &History, procs: &mut [Option<Proc>], envs: &[Env], mesh: &Mesh, seed: u64, secs: u64, amnesia: bool) {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let begin = Instant::now();
-    let deadline = begin + Duration::from_secs(secs);
-    let mut forgot = !amnesia;
-    let n = envs.len();
-    let name = |i: usize, l: Option<usize>| format!("member {i} ({}{})", envs[i].ip, if l == Some(i) { ", leader" } else { "" });
-    while Instant::now() < deadline {
-        let hold = Duration::from_millis(rng.gen_range(2000..=10_000));
-        let l = leader(envs, procs);
-        let start = h.now();
-        if !forgot && begin.elapsed() * 2 >= deadline - begin {
-            forgot = true;
-            for p in procs.iter_mut().filter_map(Option::take) {
-                let mut p = p;
-                p.kill9();
-            }
-            envs.iter().for_each(wipe);
-            for (i, e) in envs.iter().enumerate() {
-                procs[i] = Some(spawn_master(e));
-            }
-            within(90, || envs.iter().all(admin_up));
-            h.fault("amnesia", "every member: killed, disk emptied, started again", start);
-            continue;
-        }
-        // A member drawn at random, the leader half the time.
-        let target = match l {
-            Some(l) if rng.gen_bool(0.5) => l,
-            _ => rng.gen_range(0..n),
-        };
-        let (kind, what) = match rng.gen_range(0..9) {
-            0 | 1 => {
-                if let Some(mut p) = procs[target].take() {
-                    p.kill9();
-                }
-                std::thread::sleep(hold); // the fault's length, not a wait for a signal
-                restart(envs, procs, target);
-                ("kill", name(target, l))
-            }
-            2 | 3 => {
-                let paused = procs[target].as_ref().map(|p| Paused::new(p.pid()));
-                std::thread::sleep(hold);
-                drop(paused);
-                ("pause", name(target, l))
-            }
-            4 | 5 => {
-                mesh.isolate(target);
-                std::thread::sleep(hold);
-                mesh.heal_all();
-                ("isolate", name(target, l))
-            }
-            6 => {
-                let (a, b) = ((target + 1) % n, (target + 2) % n);
-                mesh.cut_pair(a, b);
-                std::thread::sleep(hold);
-                mesh.heal_all();
-                ("bridge", format!("{} reaches {a} and {b}, cut from each other", name(target, l)))
-            }
-            7 => {
-                let to = (target + rng.gen_range(1..n)) % n;
-                mesh.cut_link(target, to);
-                std::thread::sleep(hold);
-                mesh.heal_all();
-                ("one-way", format!("connections {} opens to member {to}", name(target, l)))
-            }
-            _ => {
-                let ms = rng.gen_range(50..=400);
-                mesh.slow(target, ms);
-                std::thread::sleep(hold);
-                mesh.heal_all();
-                ("slow", format!("{} ({ms} ms a chunk)", name(target, l)))
-            }
-        };
-        h.fault(kind, &what, start);
-        // Pacing between faults.
-        std::thread::sleep(Duration::from_millis(rng.gen_range(1000..=4000)));
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// After the faults: what every member holds.
-
-/// Every `[minion, value]` of the `test.echo` jobs in a member's job cache.
-fn returns_of(env: &Env) -> Option<Vec<(String, String)>> {
-    let jobs = runner(env, &["jobs.list_jobs"])?;
-    let mut out = Vec::new();
-    for (jid, job) in jobs.as_object()? {
-        if job["Function"] != "test.echo" {
-            continue;
-        }
-        for (minion, ret) in runner(env, &["jobs.lookup_jid", jid])?.as_object()? {
-            out.push((minion.clone(), ret.as_str().unwrap_or_default().to_string()));
-        }
-    }
-    Some(out)
-}
-
-/// How often the minion's log says it was handed each `test.echo` job.
-fn handed(log: &str) -> serde_json::Map<String, Value> {
-    let mut m = serde_json::Map::new();
-    for l in log.lines().filter(|l| l.contains("Executing command test.echo with jid ")) {
-        if let Some(jid) = l.rsplit(' ').next() {
-            let n = m.get(jid).and_then(Value::as_u64).unwrap_or(0);
-            m.insert(jid.to_string(), json!(n + 1));
-        }
-    }
-    m
-}
-
-fn final_reads(h: &History, u: &Under, homes: &[usize]) {
-    let envs = &u.c.envs;
-    for (m, env) in envs.iter().enumerate() {
-        let mut last = None;
-        let ok = within(120, || {
-            last = ready(&env.ip, u.health[m]);
-            last.as_ref().is_some_and(|(s, _)| *s == 200)
-        });
-        h.op(FINAL, "ready", json!({ "member": m }), || (if ok { Outcome::Ok } else { Outcome::Fail }, json!(format!("{last:?}")), ()));
-    }
-    // The members settle (the same applied index everywhere), then their digests.
-    let mut digests = Vec::new();
-    within(120, || {
-        digests = envs.iter().map(|e| runner(e, &["cluster.digest"])).collect();
-        let idx: Vec<Option<u64>> = digests.iter().map(|d| d.as_ref().and_then(|d| d["applied_index"].as_u64())).collect();
-        idx[0].is_some() && idx.iter().all(|x| *x == idx[0])
-    });
-    for (m, d) in digests.into_iter().enumerate() {
-        h.op(FINAL, "digest", json!({ "member": m }), || match d {
-            Some(d) => (Outcome::Ok, d, ()),
-            None => (Outcome::Unknown, Value::Null, ()),
-        });
-    }
-    for (m, env) in envs.iter().enumerate() {
-        read_keys(h, env, m, FINAL);
-        h.op(FINAL, "returns", json!({ "member": m }), || match returns_of(env) {
-            Some(r) => (Outcome::Ok, json!({ "returns": r }), ()),
-            None => (Outcome::Unknown, Value::Null, ()),
-        });
-    }
-    for (id, home) in MINIONS.iter().zip(homes) {
-        let log = minion_log(&envs[*home].root, id);
-        h.op(FINAL, "minion_jobs", json!({ "minion": id }), || (Outcome::Ok, json!({ "jids": handed(&log) }), ()));
-    }
 }
 
 /// Where a run's history and verdict are kept.
@@ -478,33 +188,65 @@ fn run_dir(test: &str, seed: u64) -> PathBuf {
     d
 }
 
-/// One run: a cluster, two real minions, the clients and the nemesis for `secs`, then
-/// the final reads; the verdict (also written to `verdict.txt`).
+
+/// The simulated fleet, spread over the members, its keys accepted through the first.
+fn fleet(u: &Under) -> (Proc, Lines) {
+    let envs = &u.c.envs;
+    let ips: Vec<&str> = envs.iter().map(|e| e.ip.as_str()).collect();
+    let mut cmd = Command::new(SWARM);
+    cmd.args(["--master", &ips.join(","), "--port", &envs[0].ret.to_string(), "--count", &FLEET.to_string()]).arg("--key-dir").arg(envs[0].root.join("swarm-keys"));
+    let (p, mut lines) = Proc::spawn_lines("halite-swarm", &mut cmd, &envs[0].root.join("swarm.log"));
+    let ids: Vec<String> = (0..FLEET).map(|i| format!("swarm-{i}")).collect();
+    wait_for("the fleet's keys pending", 120, || {
+        let pre = envs[0].ids("minions_pre");
+        ids.iter().all(|id| pre.contains(id))
+    });
+    for id in &ids {
+        envs[0].ok(SALT_KEY, &["-a", id, "-y"]);
+    }
+    lines.wait("halite-swarm's ready line", 120, |l| l.iter().any(|l| l.contains("\"ready\"")));
+    (p, lines)
+}
+
+/// One run: a cluster, two real minions and a fleet, the clients and the nemesis for
+/// `secs`, then the final reads; the verdict (also written to `verdict.txt`).
 fn run(test: &str, seed: u64, secs: u64, amnesia: bool) -> (Verdict, PathBuf) {
+    let n = from_env("HALITE_NEMESIS_MEMBERS", 3) as usize;
     let dir = run_dir(test, seed);
-    eprintln!("nemesis {test}: seed {seed}, {secs} s of faults; history and verdict in {}", dir.display());
+    eprintln!("nemesis {test}: seed {seed}, {n} members, {secs} s of faults; history and verdict in {}", dir.display());
     let h = History::create(&dir.join("history.jsonl"));
-    let mut u = start(&format!("nemesis-{seed}"));
+    let mut u = start(&format!("nemesis-{seed}"), n, seed);
+    let clock = match faults::time_namespaces() {
+        None => true,
+        Some(why) => {
+            eprintln!("nemesis: no clock fault on this host: {why}");
+            false
+        }
+    };
     // The real minions, each signed in to a member of its own, accepted through another.
     let homes = [0, 1];
     let mut minions = Vec::new();
     for (id, home) in MINIONS.iter().zip(homes) {
         let env = &u.c.envs[home];
         minions.push(start_minion(&env.root, id, &format!("master: {}\nmaster_port: {}\n", env.ip, env.ret)));
-        let by = (home + 1) % 3;
+        let by = (home + 1) % n;
         wait_for("the minion's key pending", 90, || u.c.envs[by].ids("minions_pre").iter().any(|k| k == id));
-        assert_eq!(decide(&h, &u.c.envs[by], by, "accept", id), Outcome::Ok, "accepting {id}");
+        assert_eq!(clients::decide(&h, &u.c.envs[by], by, "accept", id), Outcome::Ok, "accepting {id}");
         wait_minion_ready(&env.root, id, 1, 90);
     }
     for (id, env) in MINIONS.iter().flat_map(|id| u.c.envs.iter().map(move |e| (id, e))) {
         wait_ping(env, id, 90);
     }
+    let (mut swarm, mut lines) = fleet(&u);
     let stop = AtomicBool::new(false);
+    let roots_via;
     {
-        let Under { c: Cluster { procs, envs }, mesh, .. } = &mut u;
+        let Under { c: Cluster { procs, envs }, mesh, joiner, joiner_env, disk, .. } = &mut u;
         let envs: &[Env] = envs;
         let (h, stop) = (&h, &stop);
-        std::thread::scope(|s| {
+        let real: Vec<String> = MINIONS.iter().map(|m| m.to_string()).collect();
+        let fleet: Vec<String> = (0..FLEET).map(|i| format!("swarm-{i}")).collect();
+        roots_via = std::thread::scope(|s| {
             // The clients stop when this scope ends, also when the nemesis fails.
             struct Stop<'a>(&'a AtomicBool);
             impl Drop for Stop<'_> {
@@ -513,32 +255,50 @@ fn run(test: &str, seed: u64, secs: u64, amnesia: bool) -> (Verdict, PathBuf) {
                 }
             }
             let _stop = Stop(stop);
-            s.spawn(move || jobs(h, envs, stop, seed));
-            s.spawn(move || operator(h, envs, stop, seed));
-            s.spawn(move || reader(h, envs, stop, "reader"));
-            nemesis(h, procs, envs, mesh, seed, secs, amnesia);
+            s.spawn(move || clients::jobs(h, envs, stop, seed, "jobs", "v", &real));
+            s.spawn(move || clients::jobs(h, envs, stop, seed, "fleet", "f", &fleet));
+            s.spawn(move || clients::operator(h, envs, stop, seed));
+            s.spawn(move || clients::reader(h, envs, stop, "reader"));
+            let roots = s.spawn(move || clients::roots(h, envs, stop, seed));
+            let mut t = faults::Target { h, procs, envs, mesh, disk: disk.as_ref().map(|(i, d)| (*i, d)), clock, joiner: Some((&*joiner_env, joiner)) };
+            t.run(seed, secs, amnesia);
+            t.mesh.heal_all();
+            t.supervise();
+            stop.store(true, SeqCst);
+            roots.join().expect("the roots client")
         });
         // Every fault is undone: links healed, every member running.
         mesh.heal_all();
+        if let Some((_, d)) = disk.as_ref() {
+            let _ = std::fs::remove_file(d.at.join("filler"));
+        }
         for i in 0..envs.len() {
             if procs[i].is_none() {
-                restart(envs, procs, i);
+                faults::restart(envs, procs, i);
             }
         }
     }
-    final_reads(&h, &u, &homes);
+    let mut members = finals::Members { envs: u.c.envs.iter().collect(), health: u.health[..n].to_vec() };
+    if u.joiner.is_some() {
+        members.envs.push(&u.joiner_env);
+        members.health.push(u.health[n]);
+    }
+    let homed: Vec<(&str, usize)> = MINIONS.iter().copied().zip(homes).collect();
+    finals::reads(&h, &members, &homed, Some(&mut lines), roots_via);
     let verdict = checker::check(&h.events());
-    let report = format!("seed {seed}, {secs} s of faults, history {}\n{}", h.path().display(), verdict.report());
+    let report = format!("seed {seed}, {n} members, {secs} s of faults, history {}\n{}", h.path().display(), verdict.report());
     std::fs::write(dir.join("verdict.txt"), &report).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     if !verdict.ok() {
-        for (i, env) in u.c.envs.iter().enumerate() {
+        for (i, env) in members.envs.iter().enumerate() {
             let _ = std::fs::copy(env.root.join("master.out"), dir.join(format!("member-{i}.log")));
         }
         for (id, home) in MINIONS.iter().zip(homes) {
             let _ = std::fs::write(dir.join(format!("{id}.log")), minion_log(&u.c.envs[home].root, id));
         }
+        let _ = std::fs::write(dir.join("swarm.out"), lines.seen().join("\n"));
     }
     eprintln!("{report}");
+    swarm.stop();
     for mut m in minions {
         m.stop();
     }
@@ -547,8 +307,8 @@ fn run(test: &str, seed: u64, secs: u64, amnesia: bool) -> (Verdict, PathBuf) {
 
 #[test]
 fn random_faults_lose_no_acknowledged_write_and_the_members_converge() {
-    let seed = seed_from_env();
-    let (verdict, dir) = run("random", seed, secs_from_env(100), false);
+    let seed = from_env("HALITE_NEMESIS_SEED", SEED);
+    let (verdict, dir) = run("random", seed, from_env("HALITE_NEMESIS_SECS", 100), false);
     assert!(verdict.ok(), "the history of seed {seed} is not valid (kept in {}):\n{}", dir.display(), verdict.report());
 }
 
@@ -559,8 +319,8 @@ fn random_faults_lose_no_acknowledged_write_and_the_members_converge() {
 #[test]
 #[ignore]
 fn the_checker_flags_a_cluster_that_lost_every_disk() {
-    let seed = seed_from_env();
-    let (verdict, dir) = run("amnesia", seed, secs_from_env(60), true);
+    let seed = from_env("HALITE_NEMESIS_SEED", SEED);
+    let (verdict, dir) = run("amnesia", seed, from_env("HALITE_NEMESIS_SECS", 60), true);
     assert!(!verdict.ok(), "the checker found nothing wrong after every disk was emptied (kept in {}):\n{}", dir.display(), verdict.report());
     assert!(
         verdict.violations.iter().any(|v| v.contains("acknowledged return") || v.contains("the acknowledged decisions")),
