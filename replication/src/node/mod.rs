@@ -78,6 +78,8 @@ mod tests_snapshots;
 mod tests_member_keys;
 #[cfg(test)]
 mod tests_log_bytes;
+#[cfg(test)]
+mod tests_replay;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

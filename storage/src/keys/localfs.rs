@@ -20,7 +20,10 @@
 //! Reading follows the reference: regular files only (symlinks and other types are
 //! ignored), fetch precedence rejected > pending > accepted, `.key_cache` and invalid
 //! ids skipped, and in `salt-key` listings names beginning with `.` are skipped for the
-//! state banks (not for the denied bank).
+//! state banks (not for the denied bank). A key moves between state directories by a
+//! rename, while a listing reads the directories one after the other: a key renamed
+//! from one read later into one read earlier would be in neither reading, so a listing
+//! reads the directories again until two readings in a row agree ([`settled`]).
 
 use std::fs::{self, File};
 use std::io::Write;
@@ -163,6 +166,22 @@ impl LocalfsKeys {
     }
 }
 
+/// Most readings of the state directories for one listing.
+const SCANS: usize = 5;
+
+/// `read` again until two readings in a row agree, at most `max` times; the last one.
+fn settled<T: PartialEq>(max: usize, mut read: impl FnMut() -> Result<T>) -> Result<T> {
+    let mut last = read()?;
+    for _ in 1..max {
+        let next = read()?;
+        if next == last {
+            break;
+        }
+        last = next;
+    }
+    Ok(last)
+}
+
 /// Flushes every dirty page of the filesystem holding `path` (one call for a whole batch
 /// of renames, instead of an fsync per file and directory).
 pub fn syncfs(path: &Path) -> Result<()> {
@@ -285,15 +304,24 @@ impl KeyView for LocalfsKeys {
     fn entries(&self) -> Result<(Vec<KeyEntry>, Vec<DeniedEntry>)> {
         // Scan in the reference's list_all order; later states overwrite earlier ones,
         // giving rejected > pending > accepted.
+        const ORDER: [BankState; 3] = [BankState::Accepted, BankState::Pending, BankState::Rejected];
+        let scans = settled(SCANS, || ORDER.iter().map(|s| Self::scan(&self.root.join(s.dir_name()), true)).collect::<Result<Vec<_>>>())?;
         let mut by_id: std::collections::BTreeMap<String, KeyEntry> = Default::default();
         let mut order = Vec::new();
-        for s in [BankState::Accepted, BankState::Pending, BankState::Rejected] {
-            for (id, path) in Self::scan(&self.root.join(s.dir_name()), true)? {
-                let Some(data) = Self::read_regular(&path)? else { continue };
+        for (s, scan) in ORDER.into_iter().zip(scans) {
+            for (id, path) in scan {
+                // Moved since it was listed: where it is now.
+                let entry = match Self::read_regular(&path)? {
+                    Some(data) => KeyEntry { id: id.clone(), state: s, pub_key: data },
+                    None => match self.get_key(&id)? {
+                        Some(e) => e,
+                        None => continue,
+                    },
+                };
                 if !by_id.contains_key(&id) {
                     order.push(id.clone());
                 }
-                by_id.insert(id.clone(), KeyEntry { id, state: s, pub_key: data });
+                by_id.insert(id, entry);
             }
         }
         let keys = order.into_iter().filter_map(|id| by_id.remove(&id)).collect();
@@ -325,5 +353,27 @@ impl KeyView for LocalfsKeys {
             self.dirty = false;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A key renamed from `minions_pre` into `minions` between the reading of those two
+    /// directories is in neither: the first reading misses it, the next ones have it.
+    #[test]
+    fn a_listing_reads_again_until_two_readings_agree() {
+        let readings = [vec!["a"], vec!["a", "k"], vec!["a", "k"], vec!["z"]];
+        let mut n = 0;
+        let got = settled(SCANS, || {
+            n += 1;
+            Ok(readings[n - 1].clone())
+        })
+        .unwrap();
+        assert_eq!((got, n), (vec!["a", "k"], 3));
+        // Bounded: a directory that never settles gives its last reading.
+        let mut m = 0;
+        assert_eq!(settled(SCANS, || { m += 1; Ok(m) }).unwrap(), SCANS);
     }
 }

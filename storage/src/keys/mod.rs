@@ -223,4 +223,26 @@ mod tests {
         assert_eq!(std::fs::read(pki.join("minions_pre/m3")).unwrap(), b"k3");
         assert!(!pki.join("minions/m1").exists());
     }
+
+    /// A key moves between states by a rename, so it is in one directory at every
+    /// moment: when its new file cannot be written (here a directory stands where it
+    /// goes), it stays where it was, never in no directory, and a listing still shows it.
+    #[test]
+    fn localfs_keeps_a_key_in_its_old_state_when_the_new_one_cannot_be_written() {
+        let d = tempfile::tempdir().unwrap();
+        let pki = d.path().join("pki");
+        let mut v = localfs::LocalfsKeys::open(&pki).unwrap();
+        v.set_key("m1", BankState::Pending, b"k1", 1).unwrap();
+        std::fs::create_dir_all(pki.join("minions/m1")).unwrap();
+        assert!(v.set_key("m1", BankState::Accepted, b"k1", 2).is_err(), "a directory stands where the accepted key goes");
+        assert_eq!(std::fs::read(pki.join("minions_pre/m1")).unwrap(), b"k1", "the pending key is still there");
+        assert_eq!(v.list().unwrap().minions_pre, ["m1"]);
+        // Moved once the way is clear: in the new state only, with its bytes.
+        std::fs::remove_dir(pki.join("minions/m1")).unwrap();
+        v.set_key("m1", BankState::Accepted, b"k1", 3).unwrap();
+        assert_eq!(std::fs::read(pki.join("minions/m1")).unwrap(), b"k1");
+        assert!(!pki.join("minions_pre/m1").exists());
+        let l = v.list().unwrap();
+        assert_eq!((l.minions, l.minions_pre), (vec!["m1".to_string()], vec![]));
+    }
 }

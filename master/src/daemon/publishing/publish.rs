@@ -46,29 +46,57 @@ pub fn tap(tx: mpsc::UnboundedSender<Applied>) -> halite_replication::Tap {
     }))
 }
 
+/// Why an applied job is not published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unpublished {
+    /// This master's log held it when the master started: replayed after a crash.
+    HeldAtStart,
+    /// A minion started it itself.
+    StartedByMinion,
+    /// Applied more than [`PUBLISH_MAX_AGE`] after it was proposed.
+    TooOld,
+}
+
+/// Whether the job applied at log `index` is published (`None`) or why not, for a
+/// master whose log ended at `held_at_start` when it started, at time `now_ns`.
+pub fn unpublished(index: u64, held_at_start: u64, j: &JobPublished, now_ns: u64) -> Option<Unpublished> {
+    if index <= held_at_start {
+        Some(Unpublished::HeldAtStart)
+    } else if !crate::jobs::publishable(j) {
+        Some(Unpublished::StartedByMinion)
+    } else if std::time::Duration::from_nanos(now_ns.saturating_sub(j.time_ns)) > PUBLISH_MAX_AGE {
+        Some(Unpublished::TooOld)
+    } else {
+        None
+    }
+}
+
 /// Seals applied jobs and installs applied AES keys, in log order; `held_at_start` is
 /// the last index of the log when the node started (jobs up to it are not published).
 pub async fn applied(master: Arc<Master>, mut rx: mpsc::UnboundedReceiver<Applied>, pub_tx: mpsc::UnboundedSender<Vec<u8>>, held_at_start: u64) {
     while let Some(a) = rx.recv().await {
-        let j = match a {
-            Applied::Job(index, j) if index <= held_at_start => {
-                tracing::info!(jid = %j.jid, index, "not publishing a job this master's log held when it started");
-                continue;
-            }
-            Applied::Job(_, j) => j,
+        let (index, j) = match a {
+            Applied::Job(index, j) => (index, j),
             Applied::Aes(a) => {
                 crate::daemon::cluster::install_aes(&master, &a);
                 continue;
             }
         };
-        if !crate::jobs::publishable(&j) {
-            tracing::debug!(jid = %j.jid, "a job a minion started itself: stored, not published");
-            continue;
-        }
-        let age = std::time::Duration::from_nanos(now_ns().saturating_sub(j.time_ns));
-        if age > PUBLISH_MAX_AGE {
-            tracing::info!(jid = %j.jid, age_s = age.as_secs(), "not publishing an old job found while catching up");
-            continue;
+        match unpublished(index, held_at_start, &j, now_ns()) {
+            None => {}
+            Some(Unpublished::HeldAtStart) => {
+                tracing::info!(jid = %j.jid, index, "not publishing a job this master's log held when it started");
+                continue;
+            }
+            Some(Unpublished::StartedByMinion) => {
+                tracing::debug!(jid = %j.jid, "a job a minion started itself: stored, not published");
+                continue;
+            }
+            Some(Unpublished::TooOld) => {
+                let age = std::time::Duration::from_nanos(now_ns().saturating_sub(j.time_ns));
+                tracing::info!(jid = %j.jid, age_s = age.as_secs(), "not publishing an old job found while catching up");
+                continue;
+            }
         }
         let load = match payload::decode(&j.load) {
             Ok(l) => l,
@@ -96,5 +124,30 @@ pub async fn send(mut sock: zeromq::PubSocket, mut rx: mpsc::UnboundedReceiver<V
         if let Err(e) = sock.send(ZmqMessage::from(frame)).await {
             tracing::error!("publish failed: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(time_ns: u64, started_by: Option<&str>) -> JobPublished {
+        JobPublished { jid: "20261129120000000000".into(), load: Vec::new(), minions: vec!["m1".into()], time_ns, started_by: started_by.map(String::from), joins: false }
+    }
+
+    /// A master restarted after a crash applies its own log's tail again: the jobs there
+    /// were published (or left to the other members) by the process that died; those
+    /// after it are new.
+    #[test]
+    fn jobs_the_log_held_at_start_are_not_published_again() {
+        let now = 1_000_000_000_000;
+        let fresh = job(now - 1_000_000, None);
+        assert_eq!(unpublished(41, 42, &fresh, now), Some(Unpublished::HeldAtStart));
+        assert_eq!(unpublished(42, 42, &fresh, now), Some(Unpublished::HeldAtStart));
+        assert_eq!(unpublished(43, 42, &fresh, now), None);
+        // A new log (nothing held) publishes from its first entry.
+        assert_eq!(unpublished(1, 0, &fresh, now), None);
+        assert_eq!(unpublished(43, 42, &job(now - 1_000_000, Some("m1")), now), Some(Unpublished::StartedByMinion));
+        assert_eq!(unpublished(43, 42, &job(now - 31_000_000_000, None), now), Some(Unpublished::TooOld));
     }
 }

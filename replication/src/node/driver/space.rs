@@ -2,9 +2,12 @@
 //! filesystem and writes nothing while the free space is under it.
 //!
 //! The log (raft-engine) reports a full disk as an error and can be written again once
-//! space is freed; RocksDB's flush on a full disk can abort the whole process (Debian's
-//! build keeps its assertions). So neither is allowed to meet one: the driver samples
-//! the free space every [`SAMPLE_EVERY`] and, under the reserve, **holds**:
+//! space is freed; RocksDB reports one as an error too (its own log, whose file writer
+//! would abort the process once written after a failed write in Debian's build, which
+//! keeps its assertions, gets fatal lines only: `halite_storage::state::options`), but
+//! then refuses every write until it is opened again. So neither is allowed to meet one:
+//! the driver samples the free space every [`SAMPLE_EVERY`] and, under the reserve,
+//! **holds**:
 //!
 //! - every proposal is refused with [`NodeError::DiskFull`] (by [`crate::Node`] at once,
 //!   through [`crate::NodeStatus::disk_full`], and by the driver for those already

@@ -11,7 +11,13 @@
 //!   rejected with no such decision asked);
 //! - a job handed to a minion more than once (published twice);
 //! - members whose state digests differ once healed, or that were not all read;
-//! - a member not ready after the faults stopped.
+//! - a member not ready after the faults stopped;
+//! - a member whose copy of the synced file (or a minion served by it) differs from what
+//!   the last acknowledged `cluster.sync_roots` synced;
+//! - a return of the simulated fleet that a member acknowledged (the fleet's own count
+//!   per job) missing from a member's job cache;
+//! - a member that did not join (serving, counted a voter) while the faults went on;
+//! - a member whose process ended by itself (the nemesis starts it again).
 //!
 //! [`check`] returns a [`Verdict`], printed by [`Verdict::report`] for a human.
 
@@ -128,6 +134,9 @@ pub fn check(events: &[Event]) -> Verdict {
     check_jobs_once(&ops, &mut v.violations);
     check_digests(&ops, &members, &mut v.violations);
     check_ready(&ops, &members, &mut v.violations);
+    check_roots(&ops, &members, &mut v.violations);
+    check_fleet(&ops, &members, &mut v.violations);
+    check_join(&ops, &mut v.violations);
     v
 }
 
@@ -278,6 +287,63 @@ fn check_ready(ops: &[&Op], members: &BTreeSet<String>, out: &mut Vec<String>) {
     }
 }
 
+fn check_roots(ops: &[&Op], members: &BTreeSet<String>, out: &mut Vec<String>) {
+    let syncs: Vec<&&Op> = ops.iter().filter(|o| o.op == "sync_roots").collect();
+    if syncs.is_empty() {
+        return;
+    }
+    let Some(last) = syncs.iter().rev().find(|o| o.outcome == Outcome::Ok) else {
+        out.push("no cluster.sync_roots was acknowledged, not even after the faults stopped".into());
+        return;
+    };
+    let want = arg(last, "content");
+    for m in members {
+        match ops.iter().rev().find(|o| o.op == "roots" && o.process == FINAL && member_of(o) == *m) {
+            None => out.push(format!("member {m}: its copy of the synced file was not read at the end")),
+            Some(r) if r.result["content"] != *want => out.push(format!("member {m}: the synced file holds {} at the end; the last acknowledged sync_roots synced {want}", r.result["content"])),
+            Some(_) => {}
+        }
+    }
+    for o in ops.iter().filter(|o| o.op == "served" && o.process == FINAL) {
+        // A minion that did not answer is not in the result.
+        for id in strings(arg(o, "minions")).into_iter().filter(|id| !o.result[id].is_null()) {
+            if o.result[&id] != *want {
+                out.push(format!("minion {id} is served {} as the synced file; the last acknowledged sync_roots synced {want}", o.result[&id]));
+            }
+        }
+    }
+}
+
+fn check_fleet(ops: &[&Op], members: &BTreeSet<String>, out: &mut Vec<String>) {
+    let Some(acks) = ops.iter().rev().find(|o| o.op == "fleet_acks") else { return };
+    for m in members {
+        let Some(r) = ops.iter().rev().find(|o| o.op == "returns" && member_of(o) == *m && o.outcome == Outcome::Ok) else { continue };
+        let mut held: BTreeMap<&str, u64> = BTreeMap::new();
+        for p in r.result["returns"].as_array().into_iter().flatten() {
+            if let (Some(minion), Some(jid)) = (p[0].as_str(), p[2].as_str()) {
+                if minion.starts_with("swarm-") {
+                    *held.entry(jid).or_default() += 1;
+                }
+            }
+        }
+        for (jid, n) in acks.result["jids"].as_object().into_iter().flatten() {
+            let (n, got) = (n.as_u64().unwrap_or(0), held.get(jid.as_str()).copied().unwrap_or(0));
+            if got < n {
+                out.push(format!("member {m}: job {jid} holds {got} of the fleet's returns; the fleet had {n} acknowledged"));
+            }
+        }
+    }
+}
+
+fn check_join(ops: &[&Op], out: &mut Vec<String>) {
+    for o in ops.iter().filter(|o| o.op == "join" && o.outcome != Outcome::Ok) {
+        out.push(format!("member {} did not join while the faults went on: {}", member_of(o), o.result));
+    }
+    for o in ops.iter().filter(|o| o.op == "exited") {
+        out.push(format!("member {}'s process ended by itself at {:.1}s: {}", member_of(o), o.invoke, o.result));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -424,5 +490,46 @@ mod tests {
         let v = check(&e);
         assert!(v.violations.iter().all(|x| x.contains("k4")), "{}", v.report());
         assert_names(&v, "member 0: key k4 is Accepted at the end");
+    }
+
+    #[test]
+    fn a_member_holding_another_synced_file_than_the_last_acknowledged_is_a_violation() {
+        let mut e = valid();
+        let sync = |content: &str, t: f64, outcome| op("roots", "sync_roots", json!({ "via": 0, "content": content }), t, outcome, Value::Null);
+        e.push(sync("r1\n", 5.0, Outcome::Ok));
+        e.push(sync("r2\n", 6.0, Outcome::Unknown));
+        e.push(sync("r3\n", 99.0, Outcome::Ok));
+        e.push(op(FINAL, "roots", json!({ "member": 0 }), 105.0, Outcome::Ok, json!({ "content": "r3\n" })));
+        e.push(op(FINAL, "roots", json!({ "member": 1 }), 105.0, Outcome::Ok, json!({ "content": "r2\n" })));
+        e.push(op(FINAL, "served", json!({ "minions": ["m1", "m2", "m3"] }), 106.0, Outcome::Unknown, json!({ "m1": "r3\n", "m2": "r1\n" })));
+        let v = check(&e);
+        assert_eq!(v.violations.len(), 2, "{}", v.report());
+        assert!(v.violations[0].starts_with("member 1: the synced file holds \"r2\\n\""), "{}", v.report());
+        assert!(v.violations[1].starts_with("minion m2 is served \"r1\\n\""), "{}", v.report());
+        // Nothing acknowledged at all is a violation of its own.
+        e.retain(|e| !matches!(e, Event::Op(o) if o.op == "sync_roots" && o.outcome == Outcome::Ok));
+        assert!(check(&e).violations.iter().any(|x| x.contains("no cluster.sync_roots was acknowledged")));
+    }
+
+    #[test]
+    fn a_fleet_return_acknowledged_and_missing_on_a_member_is_a_violation() {
+        let mut e = valid();
+        e.retain(|e| !matches!(e, Event::Op(o) if o.op == "returns"));
+        let held = json!([["m1", "v1", "1"], ["swarm-0", "f1", "7"], ["swarm-1", "f1", "7"]]);
+        e.push(op(FINAL, "returns", json!({ "member": 0 }), 103.0, Outcome::Ok, json!({ "returns": held })));
+        e.push(op(FINAL, "returns", json!({ "member": 1 }), 103.0, Outcome::Ok, json!({ "returns": [["m1", "v1", "1"], ["swarm-0", "f1", "7"]] })));
+        e.push(op(FINAL, "fleet_acks", json!({}), 104.0, Outcome::Ok, json!({ "jids": { "7": 2, "8": 0 } })));
+        let v = check(&e);
+        assert_eq!(v.violations, ["member 1: job 7 holds 1 of the fleet's returns; the fleet had 2 acknowledged"], "{}", v.report());
+    }
+
+    #[test]
+    fn a_member_that_did_not_join_or_whose_process_ended_is_a_violation() {
+        let mut e = valid();
+        e.push(op("membership", "join", json!({ "member": 2, "ip": "127.0.0.9" }), 30.0, Outcome::Unknown, json!({ "serving": true, "voter": false })));
+        e.push(op("supervisor", "exited", json!({ "member": 0 }), 40.0, Outcome::Fail, json!({ "status": "signal: 6 (SIGABRT)" })));
+        let v = check(&e);
+        assert!(v.violations.iter().any(|x| x.starts_with("member 2 did not join while the faults went on")), "{}", v.report());
+        assert!(v.violations.iter().any(|x| x.starts_with("member 0's process ended by itself at 40.0s")), "{}", v.report());
     }
 }

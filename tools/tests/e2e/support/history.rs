@@ -64,10 +64,16 @@ pub enum Event {
 /// | `accept`, `reject`, `delete` | `id`, `via` | — (`salt-key -a/-r/-d ID -y`) |
 /// | `keys` | `member` | `salt-key -L --out json` of that member |
 /// | `job` | `value`, `via`, `minions` | `returns`: the minions `salt` printed `value` for |
-/// | `returns` | `member` | `returns`: `[minion, value]` of every `test.echo` in its job cache |
+/// | `returns` | `member` | `returns`: `[minion, value, jid]` of every `test.echo` in its job cache |
 /// | `digest` | `member` | `cluster.digest` of that member (`digest`, `applied_index`) |
 /// | `ready` | `member` | the body of its `/ready` (outcome `ok` when ready) |
 /// | `minion_jobs` | `minion` | `jids`: how often the minion was handed each jid |
+/// | `sync_roots` | `via`, `content` | what `salt-run cluster.sync_roots roots=file` printed (the file changed to `content` on member `via` first) |
+/// | `roots` | `member` | `content`: the synced file in that member's `file_roots` |
+/// | `served` | `minions` | `cp.get_file_str` of the synced file, per minion |
+/// | `fleet_acks` | — | `jids`: how many of the simulated fleet's returns of each job a member acknowledged |
+/// | `join` | `member`, `ip` | `serving`, `voter`: the new member serves and the others count it a voter |
+/// | `exited` | `member` | `status`, `log`: the member's process ended by itself (started again) |
 ///
 /// A `keys` read of process `final` is a read after the faults stopped and the members
 /// settled: it must show every acknowledged key decision.
