@@ -57,12 +57,11 @@ impl MessageExt for EntryExt {
 pub struct RaftLog {
     engine: Arc<Engine>,
     dir: PathBuf,
-    terms: Arc<Mutex<Terms>>,
+    terms: Arc<Mutex<log_terms::Terms>>,
 }
 
 #[path = "log_terms.rs"]
 mod log_terms;
-use log_terms::Terms;
 
 /// raft-engine settings Halite uses, with files of `file_bytes` each. Log recycling is
 /// off, so the bytes after the last batch of the newest file are the zeros of
@@ -165,7 +164,7 @@ impl RaftLog {
         Ok(())
     }
 
-    fn terms(&self) -> std::sync::MutexGuard<'_, Terms> {
+    fn terms(&self) -> std::sync::MutexGuard<'_, log_terms::Terms> {
         self.terms.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -314,7 +313,6 @@ impl RaftLog {
         let mut terms = self.terms();
         self.engine.write(&mut batch, true)?;
         terms.clear();
-        drop(terms);
         self.purge()?;
         self.record_compacted_bytes()?;
         Ok(())
