@@ -17,7 +17,9 @@ simulated minions (`halite-swarm`) spread over them, minion n on member n mod 3.
 3. **restart after a history**: the third member stopped (SIGTERM) and started again,
    start to ready (the `health/ready` probe file) and start to `ret_port` answering, on
    the fresh cluster and again after H returns were committed (the log compacts itself
-   past `cluster_max_log_size`).
+   past `cluster_max_log_size`); each blast of that history is recorded with every
+   member's CPU a return, by thread, so what grows with the history is read apart from
+   the machine's changing speed.
 4. **join**: a fourth process (127.0.0.4) joins the cluster holding N accepted keys
    (signed in by the swarm, as minions do) and M MiB of roots (`file_roots`, made equal
    on every member with `salt-run cluster.sync_roots`); its start to ready.
@@ -30,6 +32,8 @@ bytes for the same connections).
     ~/.cache/halite/venv-salt-3008.5/bin/python benches/scripts/cluster_deployed.py \\
         --out docs/bench-data/cluster-deployed.json
 
+``HALITE_BENCH_LOG_LEVEL=info`` makes the members log at info (a roots sync's progress,
+raft roles) in ``<root>/<ip>/master.log``; ``--keep`` keeps them.
 ``--parts returns,kill9,restart,join`` picks parts; ``--pairs P`` runs the returns part P
 times, one process and the cluster alternated (docs/benchmarks.md, "Cluster as
 deployed").
@@ -419,11 +423,13 @@ def main():
         # 3. A history of returns, then the third member restarted.
         hist, done, first = [], 0, 100000
         while "restart" in parts and done < size["history_returns"]:
-            ev, _, _ = blast(IPS, ret, [procs[0].pid], size["history_minions"], size["history_per_minion"], a.keys,
-                             os.path.join(root, f"hist{done}"), confs[0], first=first, prefix="hist-")
+            # Each member's CPU a return, by thread, blast after blast: what grows with
+            # the history, read apart from the machine's changing speed.
+            ev, threads, _ = blast(IPS, ret, [p.pid for p in procs], size["history_minions"], size["history_per_minion"],
+                                   a.keys, os.path.join(root, f"hist{done}"), confs[0], first=first, prefix="hist-")
             done += ev["acknowledged"]
-            hist.append({k: ev[k] for k in ("acknowledged", "failed", "seconds", "returns_per_s")})
-            print(json.dumps({"history": hist[-1], "total": done}), flush=True)
+            hist.append(returns_row(ev, threads))
+            print(json.dumps({"history": {k: v for k, v in hist[-1].items() if k != "threads_cpu_s"}, "total": done}), flush=True)
         after = []
         for _ in range(size["restarts"] if "restart" in parts else 0):
             lead = IPS[leader_of(confs)]

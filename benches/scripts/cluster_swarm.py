@@ -78,8 +78,11 @@ def start_members(root, ret, pub, pool, extra=""):
 
 
 def start_member(d, conf):
+    """A member's process, logging to `d`/master.log at `HALITE_BENCH_LOG_LEVEL`
+    (default warning; `info` shows a roots sync's progress and the raft roles)."""
     log = open(os.path.join(d, "master.log"), "a")
-    return subprocess.Popen([os.path.join(BIN, "salt-master"), "-c", conf, "-l", "warning"], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+    level = os.environ.get("HALITE_BENCH_LOG_LEVEL", "warning")
+    return subprocess.Popen([os.path.join(BIN, "salt-master"), "-c", conf, "-l", level], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
 
 
 def wait_serving(ip, ret, limit=120):

@@ -15,7 +15,7 @@
 //! nothing but zeros, is cut off and logged.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use protobuf::Message as _;
 use raft::eraftpb::{ConfChange, ConfState, Entry, EntryType, HardState, Snapshot, SnapshotMetadata};
@@ -51,12 +51,17 @@ impl MessageExt for EntryExt {
     }
 }
 
-/// The raft log of one node. Cheap to clone; clones share the engine.
+/// The raft log of one node. Cheap to clone; clones share the engine and the terms
+/// known in memory (`log_terms.rs`).
 #[derive(Clone)]
 pub struct RaftLog {
     engine: Arc<Engine>,
     dir: PathBuf,
+    terms: Arc<Mutex<log_terms::Terms>>,
 }
+
+#[path = "log_terms.rs"]
+mod log_terms;
 
 /// raft-engine settings Halite uses, with files of `file_bytes` each. Log recycling is
 /// off, so the bytes after the last batch of the newest file are the zeros of
@@ -106,7 +111,7 @@ impl RaftLog {
                 dir.display()
             ))
         })?;
-        Ok(RaftLog { engine: Arc::new(engine), dir: dir.to_path_buf() })
+        Ok(RaftLog { engine: Arc::new(engine), dir: dir.to_path_buf(), terms: Arc::default() })
     }
 
     pub fn dir(&self) -> &Path {
@@ -153,8 +158,14 @@ impl RaftLog {
         if batch.is_empty() {
             return Ok(());
         }
+        let mut terms = self.terms();
         self.engine.write(&mut batch, sync)?;
+        terms.appended(entries);
         Ok(())
+    }
+
+    fn terms(&self) -> std::sync::MutexGuard<'_, log_terms::Terms> {
+        self.terms.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Starts a new incarnation of this node's process and returns it: `max(previous + 1,
@@ -299,7 +310,9 @@ impl RaftLog {
         if self.first_entry_index().is_some() {
             batch.add_command(GROUP_ID, Command::Compact { index: through + 1 });
         }
+        let mut terms = self.terms();
         self.engine.write(&mut batch, true)?;
+        terms.clear();
         self.purge()?;
         self.record_compacted_bytes()?;
         Ok(())
@@ -537,6 +550,10 @@ impl Storage for RaftLog {
         let first = self.first_index()?;
         if idx < first {
             return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        // Known without reading the entry back (`log_terms.rs`).
+        if let Some(term) = self.terms().get(idx) {
+            return Ok(term);
         }
         match self.engine.get_entry::<EntryExt>(GROUP_ID, idx) {
             Ok(Some(e)) => Ok(e.term),

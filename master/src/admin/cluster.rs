@@ -32,8 +32,12 @@ use super::{AdminView, Answer, MemberChange, Members, Plan};
 use crate::error::{Error, Result};
 
 /// Most staged roots records (1 MiB chunks) in one proposal; the commit is a proposal
-/// of its own.
-pub const SYNC_GROUP: usize = 32;
+/// of its own. Each entry is copied several times on every member (appended, sent,
+/// read back, applied), each copy into freshly faulted pages: 4 MiB entries keep those
+/// buffers small, a lost forward cheap to hand over again, and a heartbeat behind at
+/// most a few of them on a peer's connection (docs/benchmarks.md, "Cluster as
+/// deployed": with 32 MiB entries a 1 GiB sync did not apply on three processes).
+pub const SYNC_GROUP: usize = 4;
 
 /// A `cluster.*` runner.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,7 +113,7 @@ impl ClusterCmd {
 }
 
 /// The plan of a roots sync (`cluster.sync_roots`, `fileserver.update`,
-/// `git_pillar.update`): its staged records in order, at most [`SYNC_GROUP`] (32 MiB) a
+/// `git_pillar.update`): its staged records in order, at most [`SYNC_GROUP`] (4 MiB) a
 /// proposal, then the commit alone; answered `ok` once the roots are what the commit
 /// names, else `verb`'s refusal (nothing changed: run it again).
 pub fn committing(records: Vec<Record>, commit: RootsSync, verb: &'static str, ok: serde_json::Value) -> Plan {

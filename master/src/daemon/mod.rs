@@ -251,10 +251,11 @@ async fn serve(master: Arc<Master>, applied_rx: mpsc::UnboundedReceiver<publish:
     let router_peers = send.clone();
     let present = move |msg: &zeromq::ZmqMessage| msg.get(0).is_some_and(|id| router_peers.has_peer(id));
     let signins = Arc::new(request_port::signins::SignIns::default());
+    tokio::spawn(sweep_signins(signins.clone()));
     let start = move |msg, opened, permit: intake::Permit, charge| {
         let (m, s, si) = (m.clone(), send.clone(), signins.clone());
         async move {
-            requests::request(m, si, s, msg, opened, permit.class()).await;
+            requests::request(m, si, s, msg, opened, permit.class(), permit.arrived()).await;
             drop(charge);
             drop(permit);
         }
@@ -272,6 +273,16 @@ async fn serve(master: Arc<Master>, applied_rx: mpsc::UnboundedReceiver<publish:
     let _ = std::fs::remove_file(&sock_path);
     let _ = std::fs::remove_file(&master.cfg.pidfile);
     Ok(())
+}
+
+/// Drops the sign-in answers that are due every second (`request_port::signins`).
+async fn sweep_signins(signins: Arc<request_port::signins::SignIns>) {
+    let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        signins.sweep(std::time::Instant::now());
+    }
 }
 
 fn write_pidfile(p: &std::path::Path) {

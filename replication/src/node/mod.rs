@@ -27,7 +27,8 @@
 //! index with another node's entry. A proposal may be handed to raft again (a new term,
 //! or a forward not applied after three election timeouts); the state machine applies
 //! it at most once. One not applied within [`NodeConfig::propose_timeout`] is answered
-//! with [`NodeError::Timeout`]: its outcome is unknown (it may still apply, once). A
+//! with [`NodeError::Timeout`]: its outcome is unknown (it may still apply, once); an
+//! entry of [`Node::propose_all`] gets that long after the previous one applied. A
 //! proposal made during an election is held until a leader is known (or the same
 //! timeout passes).
 //!
@@ -261,7 +262,12 @@ struct Proposal {
     data: Vec<u8>,
     records: usize,
     reply: Reply,
+    /// The [`Node::propose_all`] call it is part of, if any (`proposals.rs`).
+    pipeline: Option<u64>,
 }
+
+/// Numbers the pipelines of [`Node::propose_all`] (unique within the process).
+static PIPELINES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// What the driver thread receives: from the public face (proposals, membership
 /// changes, stop) and from the transport (raft messages), on one channel.
@@ -499,6 +505,11 @@ impl Node {
     /// proposals in flight. Records that do not fit one entry (more than
     /// `MAX_ENTRY_LEN` bytes) are refused: cut them with [`Record::fit_groups`].
     pub fn propose_async(&self, records: &[Record]) -> Result<Pending> {
+        self.propose_in(records, None)
+    }
+
+    /// [`Node::propose_async`] as part of `pipeline`.
+    fn propose_in(&self, records: &[Record], pipeline: Option<u64>) -> Result<Pending> {
         let (reply, rx) = tokio::sync::oneshot::channel();
         if records.is_empty() {
             let _ = reply.send(self.sm.applied_index().map_err(Into::into));
@@ -508,7 +519,7 @@ impl Node {
             return Err(NodeError::DiskFull { free, reserve: self.min_free_bytes });
         }
         let data = Record::encode_batch(records).map_err(|e| NodeError::Refused(e.to_string()))?;
-        self.tx.send(Msg::Propose(Proposal { data, records: records.len(), reply })).map_err(|_| NodeError::Stopped("node thread is gone".into()))?;
+        self.tx.send(Msg::Propose(Proposal { data, records: records.len(), reply, pipeline })).map_err(|_| NodeError::Stopped("node thread is gone".into()))?;
         self.status.count_proposal();
         Ok(Pending { rx })
     }
@@ -516,18 +527,22 @@ impl Node {
     /// Proposes `groups` in order, each one entry (a group too large for one entry is
     /// cut with [`Record::fit_groups`] into several, in order), keeping up to
     /// `in_flight` of them waiting at once so the driver never idles for the caller;
-    /// `progress(done, total)` counts records as their entries apply. Stops at the first
+    /// `progress(done, total)` counts records as their entries apply. Each entry may wait
+    /// [`NodeConfig::propose_timeout`] after the one before it applied (a pipeline,
+    /// `proposals.rs`), so a write of gigabytes moves at the cluster's pace, and one that
+    /// stops moving for that long fails. Stops at the first
     /// failure (entries already handed over may still apply, each at most once). Returns
     /// the index of the last entry (0 when there is nothing to propose).
     pub fn propose_all(&self, groups: &[Vec<Record>], in_flight: usize, progress: &mut dyn FnMut(u64, u64)) -> Result<u64> {
         let total: u64 = groups.iter().map(|g| g.len() as u64).sum();
         let mut waiting = std::collections::VecDeque::new();
         let (mut done, mut last) = (0u64, 0u64);
+        let pipeline = Some(PIPELINES.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
         for g in groups {
             let parts = if g.len() > 1 { Record::fit_ranges(g, MAX_BATCH_RECORDS, MAX_ENTRY_LEN).map_err(|e| NodeError::Refused(e.to_string()))? } else { std::iter::once(0..g.len()).collect() };
             for part in parts {
                 let part = &g[part];
-                waiting.push_back((self.propose_async(part)?, part.len() as u64));
+                waiting.push_back((self.propose_in(part, pipeline)?, part.len() as u64));
                 while waiting.len() >= in_flight.max(1) {
                     let Some((p, n)) = waiting.pop_front() else { break };
                     last = p.wait()?;

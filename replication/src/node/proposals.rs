@@ -18,7 +18,8 @@
 //!   may have overwritten the entry);
 //! - it was forwarded to the leader (this node follows) and is not applied after
 //!   three election timeouts (the leader may have dropped it: a full queue, a
-//!   membership change turned into an empty entry, a transfer).
+//!   membership change turned into an empty entry, a transfer); for an entry of a
+//!   pipeline, three election timeouts in which the pipeline applied nothing.
 //!
 //! Several copies of one proposal may so reach the log; the state machine applies the
 //! first and skips the others, on every member alike (`halite_storage::state`'s
@@ -30,7 +31,11 @@
 //! that caller, is answered, with the outcome the state machine reports for that entry.
 //! A proposal still waiting after `propose_timeout` is answered with
 //! [`NodeError::NotLeader`] (never handed to raft) or [`NodeError::Timeout`] (it may
-//! still apply later, once).
+//! still apply later, once). A proposal of a **pipeline** (one caller's entries in
+//! order, several in flight: `Node::propose_all`) waits at most `propose_timeout` after
+//! the pipeline last made progress (an entry of it applied, or its own proposal): a
+//! bulk write that moves at the cluster's pace is not cut by a bound made for one
+//! entry, and one that stops moving fails as any other.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -75,7 +80,10 @@ enum Due {
 /// A proposal not yet applied.
 struct Waiting {
     reply: Reply,
+    /// When its wait began: its proposal, or the last progress of its pipeline.
     at: Instant,
+    /// The pipeline it belongs to, if any (see the module docs).
+    pipeline: Option<u64>,
     payload: Payload,
     /// The term it was last handed to raft in (`None`: not yet), when, and whether it
     /// went to another node (this one followed).
@@ -105,15 +113,16 @@ impl Proposals {
     }
 
     /// Gives `payload` the next sequence number and queues it until it applies (or
-    /// refuses it at once when too many are waiting).
-    pub(super) fn enqueue(&mut self, payload: Payload, reply: Reply) {
+    /// refuses it at once when too many are waiting); `pipeline` names the pipeline it
+    /// belongs to (see the module docs).
+    pub(super) fn enqueue(&mut self, payload: Payload, reply: Reply, pipeline: Option<u64>) {
         if self.waiting.len() >= MAX_WAITING {
             let _ = reply.send(Err(NodeError::Busy(MAX_WAITING)));
             return;
         }
         self.seq += 1;
         let now = Instant::now();
-        self.waiting.insert(self.seq, Waiting { reply, at: now, payload, term: None, handed: now, forwarded: false });
+        self.waiting.insert(self.seq, Waiting { reply, at: now, pipeline, payload, term: None, handed: now, forwarded: false });
     }
 
     /// The lowest sequence number still waiting (the next one when none is).
@@ -279,6 +288,16 @@ impl Proposals {
     /// (nothing if nobody waits for it: a copy, or it expired).
     pub(super) fn answer(&mut self, seq: u64, index: u64, outcome: Outcome) {
         let Some(w) = self.waiting.remove(&seq) else { return };
+        if let Some(p) = w.pipeline {
+            // The pipeline moved: the wait of its later entries starts again, and so
+            // does the wait before a forward is handed over again (they are behind it,
+            // not lost).
+            let now = Instant::now();
+            for o in self.waiting.values_mut().filter(|o| o.pipeline == Some(p)) {
+                o.at = now;
+                o.handed = now;
+            }
+        }
         let r = match outcome {
             // A copy skipped as a duplicate means the proposal applied, once.
             Outcome::Applied | Outcome::Duplicate => Ok(index),

@@ -36,6 +36,10 @@ enum Fault {
     DropFirst(usize),
     /// Every forwarded proposal is lost.
     DropAll,
+    /// Entries go to the other members over a link of this many bytes a second, one
+    /// message after the other (a slow disk or network on the way to a follower);
+    /// [`Link::cut`] then loses them all.
+    Throttle(u64),
 }
 
 /// The TCP transport with a fault between the node and the wire.
@@ -43,12 +47,49 @@ struct Faulty {
     inner: Arc<TcpTransport>,
     fault: Fault,
     seen: AtomicUsize,
+    link: Link,
+}
+
+/// The slow link of [`Fault::Throttle`]: a thread that hands each append on, in order,
+/// once its entries' bytes have passed at the link's rate.
+#[derive(Clone, Default)]
+struct Link {
+    tx: Option<Arc<Mutex<std::sync::mpsc::Sender<Message>>>>,
+    cut: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Link {
+    fn new(inner: Arc<TcpTransport>, bytes_per_s: u64) -> Link {
+        let (tx, rx) = std::sync::mpsc::channel::<Message>();
+        let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let lost = cut.clone();
+        std::thread::spawn(move || {
+            for m in rx {
+                let bytes: u64 = m.get_entries().iter().map(|e| e.data.len() as u64).sum();
+                std::thread::sleep(Duration::from_micros(bytes * 1_000_000 / bytes_per_s.max(1)));
+                if !lost.load(Ordering::SeqCst) {
+                    inner.send(vec![m]);
+                }
+            }
+        });
+        Link { tx: Some(Arc::new(Mutex::new(tx))), cut }
+    }
+
+    /// From now on every entry sent over the link is lost.
+    fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+    }
 }
 
 impl Outbox for Faulty {
     fn send(&self, msgs: Vec<Message>) {
         let mut out = Vec::with_capacity(msgs.len());
         for m in msgs {
+            // Every append (empty ones too: they must not overtake the entries).
+            if let Some(tx) = self.link.tx.as_ref().filter(|_| m.get_msg_type() == MessageType::MsgAppend) {
+                let _ = tx.lock().unwrap().send(m);
+                continue;
+            }
             if m.get_msg_type() != MessageType::MsgPropose {
                 out.push(m);
                 continue;
@@ -63,6 +104,7 @@ impl Outbox for Faulty {
                 Fault::DropFirst(k) if n < k => {}
                 Fault::DropFirst(_) => out.push(m),
                 Fault::DropAll => {}
+                Fault::Throttle(_) => out.push(m),
             }
         }
         self.inner.send(out);
@@ -80,6 +122,7 @@ impl Outbox for Faulty {
 struct Member {
     node: Node,
     transport: Arc<TcpTransport>,
+    link: Link,
     /// Every record the node applied, by the tap: (index, grains id).
     applied: Arc<Mutex<Vec<(u64, String)>>>,
 }
@@ -124,9 +167,13 @@ fn start(root: &Path, id: u64, listen: SocketAddr, peers: HashMap<u64, SocketAdd
     let cfg = NodeConfig { id, voters: o.voters, join: o.join, addrs: [(id, listen)].into(), auto_promote: o.auto_promote, propose_timeout: o.timeout, tap: Some(tap), ..Default::default() };
     let geo = Geometry { size: 4096, slot_size: 96, key_size: 64, max_segment_bytes: 1 << 20 };
     let views = Views::new(Box::new(MmapKeys::open(&dir.join("pki"), geo).unwrap()), RootsMaterialiser::new(RootsDirs::default()));
-    let outbox: Arc<dyn Outbox> = Arc::new(Faulty { inner: t.clone(), fault: o.fault, seen: AtomicUsize::new(0) });
+    let link = match o.fault {
+        Fault::Throttle(rate) => Link::new(t.clone(), rate),
+        _ => Link::default(),
+    };
+    let outbox: Arc<dyn Outbox> = Arc::new(Faulty { inner: t.clone(), fault: o.fault, seen: AtomicUsize::new(0), link: link.clone() });
     let node = Node::start_peered(&DataDir::new(&dir.join("data")), views, cfg, outbox, mb).unwrap();
-    Member { node, transport: t, applied }
+    Member { node, transport: t, link, applied }
 }
 
 fn grains(id: &str) -> Record {
@@ -329,4 +376,45 @@ fn concurrent_proposals_share_entries_and_each_is_applied_and_answered_once() {
     seqs.sort_unstable();
     seqs.dedup();
     assert_eq!(seqs, (1..=n as u64 / 2).collect::<Vec<_>>());
+}
+
+/// A bulk write (`propose_all`, as `cluster.sync_roots` makes) to two voters, the
+/// follower behind a link that takes 0.4 s an entry: with eight entries in flight the
+/// last of them waits over three seconds, past a two-second bound counted from its
+/// proposal, yet entries apply every 0.4–1.2 s. Each entry is given the bound after the
+/// one before it applied, so the whole write applies; once the link loses everything,
+/// the next write fails within the bound.
+#[test]
+fn a_bulk_write_slower_than_the_proposal_bound_applies_while_it_progresses() {
+    use halite_storage::format::RootsTree;
+    let dir = tempfile::tempdir().unwrap();
+    let bound = Duration::from_secs(2);
+    let a1 = free_addr("127.0.0.1");
+    // 1 MiB entries at 2.5 MiB/s.
+    let n1 = start(dir.path(), 1, a1, HashMap::new(), Opts { voters: vec![1], auto_promote: true, fault: Fault::Throttle(5 << 19), timeout: bound, ..Default::default() });
+    let a2 = free_addr("127.0.0.2");
+    let n2 = start(dir.path(), 2, a2, [(1, a1)].into(), Opts { join: true, timeout: bound, ..Default::default() });
+    n1.node.add_learner(2, a2).unwrap();
+    wait_until("node 2 to be a voter", 30, || n1.node.membership().unwrap().1 == vec![1, 2]);
+    let content: Vec<u8> = (0..16u32 << 20).map(|i| (i % 241) as u8).collect();
+    let chunks = halite_storage::state::roots_records(RootsTree::File, "base", "bulk.bin", 0o644, &content);
+    let groups: Vec<Vec<Record>> = chunks.iter().map(|c| vec![c.clone()]).collect();
+    let started = std::time::Instant::now();
+    let mut seen = 0;
+    n1.node.propose_all(&groups, 8, &mut |done, _| seen = done).expect("a write that keeps moving applies");
+    assert!(started.elapsed() > bound, "the write took {:?}: the link did not hold it back past the bound", started.elapsed());
+    assert_eq!(seen, 16);
+    let (_, data) = n1.node.state().roots_file(RootsTree::File, "base", "bulk.bin").unwrap().unwrap();
+    assert!(data == content);
+    wait_until("the follower to hold the file", 30, || n2.node.state().roots_file(RootsTree::File, "base", "bulk.bin").ok().flatten().is_some());
+    // Nothing moves any more: the bound holds.
+    n1.link.cut();
+    let more = halite_storage::state::roots_records(RootsTree::File, "base", "stuck.bin", 0o644, &content[..2 << 20]);
+    let stuck: Vec<Vec<Record>> = more.iter().map(|c| vec![c.clone()]).collect();
+    match n1.node.propose_all(&stuck, 8, &mut |_, _| {}) {
+        Err(NodeError::Timeout(_)) => {}
+        other => panic!("a write that cannot commit was answered {other:?}"),
+    }
+    n1.stop();
+    n2.stop();
 }

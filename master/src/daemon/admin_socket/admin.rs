@@ -25,8 +25,9 @@ use crate::daemon::live::Master;
 use crate::admin::{self, Answer, Command, Effect, MemberChange, Plan};
 use crate::error::Result;
 
-/// Proposals of one plan kept in flight at once.
-const IN_FLIGHT: usize = 4;
+/// Proposals of one plan kept in flight at once (a roots sync: 32 MiB of its 4 MiB
+/// entries, `admin::cluster::SYNC_GROUP`).
+const IN_FLIGHT: usize = 8;
 
 /// Longest request line read (a `cluster.sync_roots` or key list can be large; nothing
 /// a tool sends comes near it).

@@ -45,6 +45,7 @@
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use bytes::Bytes;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
@@ -53,6 +54,7 @@ use zeromq::{SocketRecv, ZmqMessage};
 use super::shares::{Class, Shares};
 use crate::daemon::budget::{self, Budget};
 use crate::metrics::{metrics, ClassLabel};
+use prometheus_client::metrics::{counter::Counter, gauge::Gauge};
 
 /// Most requests of one class received and waiting to start.
 pub const MAX_WAITING: usize = 32_768;
@@ -80,6 +82,8 @@ pub struct Limits {
 /// A received request, waiting to start, holding its place in its class's queue.
 struct Waiting {
     msg: ZmqMessage,
+    /// When the reader received it.
+    arrived: Instant,
     /// The request as the classifier opened it, handed to its handler.
     opened: Opened,
     _place: OwnedSemaphorePermit,
@@ -96,6 +100,26 @@ pub fn caps(total: usize) -> [usize; 3] {
 struct Sched {
     shares: Mutex<Shares<Waiting>>,
     wake: Notify,
+    meters: Meters,
+}
+
+/// Each class's metrics, looked up once (a lookup by label hashes the label and takes
+/// the family's lock; a request moves three of them).
+struct Meters {
+    waiting: [Gauge; 3],
+    in_flight: [Gauge; 3],
+    started: [Counter; 3],
+}
+
+impl Meters {
+    fn new() -> Self {
+        let m = metrics();
+        Meters {
+            waiting: Class::ALL.map(|c| m.request_waiting.get_or_create(&label(c)).clone()),
+            in_flight: Class::ALL.map(|c| m.request_in_flight.get_or_create(&label(c)).clone()),
+            started: Class::ALL.map(|c| m.request_started.get_or_create(&label(c)).clone()),
+        }
+    }
 }
 
 impl Sched {
@@ -109,6 +133,7 @@ impl Sched {
 pub struct Permit {
     _permit: OwnedSemaphorePermit,
     class: Class,
+    arrived: Instant,
     sched: Arc<Sched>,
 }
 
@@ -117,13 +142,22 @@ impl Permit {
     pub fn class(&self) -> Class {
         self.class
     }
+
+    /// When the request was received (before it waited its turn).
+    pub fn arrived(&self) -> Instant {
+        self.arrived
+    }
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        self.sched.lock().done(self.class);
-        metrics().request_in_flight.get_or_create(&label(self.class)).dec();
-        self.sched.wake.notify_one();
+        // The starter needs waking only if this class was held back by its bound with
+        // requests waiting; the port's own permit wakes it through its semaphore.
+        let unblocked = self.sched.lock().done(self.class);
+        self.sched.meters.in_flight[self.class.index()].dec();
+        if unblocked {
+            self.sched.wake.notify_one();
+        }
     }
 }
 
@@ -157,7 +191,7 @@ where
     P: Fn(&ZmqMessage) -> bool + Send + 'static,
 {
     let shares = if limits.fifo { Shares::fifo() } else { Shares::new(caps(limits.in_flight.available_permits())) };
-    let sched = Arc::new(Sched { shares: Mutex::new(shares), wake: Notify::new() });
+    let sched = Arc::new(Sched { shares: Mutex::new(shares), wake: Notify::new(), meters: Meters::new() });
     let starter = tokio::spawn(starter(sched.clone(), limits, start, present));
     let places: [Arc<Semaphore>; 3] = std::array::from_fn(|_| Arc::new(Semaphore::new(MAX_WAITING)));
     let bytes: [Arc<Semaphore>; 3] = std::array::from_fn(|_| Arc::new(Semaphore::new(MAX_WAITING_BYTES / UNIT)));
@@ -173,8 +207,8 @@ where
                     // of its requests starts.
                     let Ok(place) = places[i].clone().acquire_owned().await else { break };
                     let Ok(held) = bytes[i].clone().acquire_many_owned(units).await else { break };
-                    sched.lock().push(class, Waiting { msg: compact(msg), opened, _place: place, _bytes: held });
-                    metrics().request_waiting.get_or_create(&label(class)).inc();
+                    sched.lock().push(class, Waiting { msg: compact(msg), arrived: Instant::now(), opened, _place: place, _bytes: held });
+                    sched.meters.waiting[i].inc();
                     sched.wake.notify_one();
                 }
                 Err(e) => tracing::warn!("request socket: {e}"),
@@ -204,15 +238,15 @@ where
             }
             sched.wake.notified().await;
         };
-        metrics().request_waiting.get_or_create(&label(class)).dec();
-        metrics().request_in_flight.get_or_create(&label(class)).inc();
-        let held = Permit { _permit: permit, class, sched: sched.clone() };
-        let Waiting { msg, opened, .. } = w;
+        sched.meters.waiting[class.index()].dec();
+        sched.meters.in_flight[class.index()].inc();
+        let Waiting { msg, arrived, opened, .. } = w;
+        let held = Permit { _permit: permit, class, arrived, sched: sched.clone() };
         if !present(&msg) {
             crate::metrics::refuse(crate::metrics::Port::Request, "?", "peer_gone", &"a queued request's connection closed before its turn: dropped unhandled");
             continue;
         }
-        metrics().request_started.get_or_create(&label(class)).inc();
+        sched.meters.started[class.index()].inc();
         let Some(charge) = limits.budget.charge(budget::message_bytes(&msg)).await else { return };
         tokio::spawn(start(msg, opened, held, charge));
     }

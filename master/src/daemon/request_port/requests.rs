@@ -131,7 +131,7 @@ async fn commit(master: &Master, out: &Outcome) -> Result<(), halite_replication
 }
 
 /// The reply to one request body, with everything it calls for carried out.
-async fn answer(master: &Arc<Master>, signins: &Arc<SignIns>, body: Bytes, opened: intake::Opened, class: Class) -> Option<Vec<u8>> {
+async fn answer(master: &Arc<Master>, signins: &Arc<SignIns>, body: Bytes, opened: intake::Opened, class: Class, arrived: std::time::Instant) -> Option<Vec<u8>> {
     if !ready_within(master, NOT_READY_GRACE).await {
         // Not caught up with the cluster: decide nothing from a stale state.
         return not_ready(master, body).await;
@@ -181,7 +181,7 @@ async fn answer(master: &Arc<Master>, signins: &Arc<SignIns>, body: Bytes, opene
         let now = Stamp::of(master.as_ref(), &out.id);
         let same_key = |s: &Stamp| before.0.as_ref().is_none_or(|p| p.pem_sha256 == s.pem_sha256);
         if let Some(stamp) = now.filter(|s| Some(&s.session) == carried.as_ref() && s.publish == before.2 && same_key(s)) {
-            lead.answered(signins::Answer { id: out.id, reply: out.reply.clone(), stamp }, std::time::Instant::now());
+            lead.answered(signins::Answer { id: out.id, reply: out.reply.clone(), stamp }, arrived, std::time::Instant::now());
         }
     }
     Some(out.reply)
@@ -321,12 +321,12 @@ impl Settled {
     }
 }
 
-/// One request of `class` (as the intake classed it): handle, commit what it produced,
-/// reply on its own routing envelope.
-pub async fn request(master: Arc<Master>, signins: Arc<SignIns>, mut send: zeromq::RouterSendHalf, msg: ZmqMessage, opened: intake::Opened, class: Class) {
+/// One request of `class` (as the intake classed it), received at `arrived`: handle,
+/// commit what it produced, reply on its own routing envelope.
+pub async fn request(master: Arc<Master>, signins: Arc<SignIns>, mut send: zeromq::RouterSendHalf, msg: ZmqMessage, opened: intake::Opened, class: Class, arrived: std::time::Instant) {
     let mut frames = msg.into_vec();
     let Some(body) = frames.pop() else { return };
-    let Some(reply) = answer(&master, &signins, body, opened, class).await else { return };
+    let Some(reply) = answer(&master, &signins, body, opened, class, arrived).await else { return };
     frames.push(reply.into());
     match ZmqMessage::try_from(frames) {
         Ok(m) => {

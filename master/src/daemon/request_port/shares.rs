@@ -94,16 +94,16 @@ impl<T> Shares<T> {
         let pick = if self.fifo {
             (0..3).filter(|&i| eligible(self, i)).min_by_key(|&i| self.queues[i].front().map(|(seq, _)| *seq))?
         } else {
-            let ready: Vec<usize> = (0..3).filter(|&i| eligible(self, i)).collect();
-            if ready.is_empty() {
+            let ready: [bool; 3] = std::array::from_fn(|i| eligible(self, i));
+            let total: i64 = (0..3).filter(|&i| ready[i]).map(|i| WEIGHTS[i]).sum();
+            if total == 0 {
                 return None;
             }
-            let total: i64 = ready.iter().map(|&i| WEIGHTS[i]).sum();
-            for &i in &ready {
+            for i in (0..3).filter(|&i| ready[i]) {
                 self.credit[i] += WEIGHTS[i];
             }
             // Ties go to the lower index: deterministic.
-            let best = ready.iter().copied().max_by_key(|&i| (self.credit[i], std::cmp::Reverse(i)))?;
+            let best = (0..3).filter(|&i| ready[i]).max_by_key(|&i| (self.credit[i], std::cmp::Reverse(i)))?;
             self.credit[best] -= total;
             best
         };
@@ -113,9 +113,13 @@ impl<T> Shares<T> {
     }
 
     /// A request of `class` started by [`Shares::pick`] is over (answered or dropped).
-    pub fn done(&mut self, class: Class) {
+    /// Returns whether that lets a waiting request of the class start that its bound
+    /// held back (the class was at its bound with requests waiting).
+    pub fn done(&mut self, class: Class) -> bool {
         let i = class.index();
+        let was_full = self.in_flight[i] >= self.caps[i];
         self.in_flight[i] = self.in_flight[i].saturating_sub(1);
+        was_full && !self.queues[i].is_empty()
     }
 
     /// Requests of `class` waiting.

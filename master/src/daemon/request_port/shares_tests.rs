@@ -64,10 +64,11 @@ fn a_class_at_its_bound_in_flight_leaves_the_permits_to_the_others() {
     assert!(s.pick().is_none(), "the only waiting class is at its bound");
     s.push(Class::Return, (Class::Return, 0));
     assert_eq!(s.pick().map(|(c, _)| c), Some(Class::Return), "a return starts though sign-ins wait");
-    s.done(Class::SignIn);
+    assert!(s.done(Class::SignIn), "a class at its bound with requests waiting: the starter must be woken");
     assert_eq!(s.in_flight(Class::SignIn), 1);
     assert_eq!(s.pick().map(|(c, r)| (c, r.1)), Some((Class::SignIn, 2)), "a finished sign-in makes room for the next");
     assert!(s.pick().is_none());
+    assert!(!s.done(Class::Return), "below its bound, nothing waits on it");
 }
 
 #[test]

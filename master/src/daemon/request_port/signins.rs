@@ -11,14 +11,29 @@
 //!
 //! **What is reused.** A clear `_auth` is keyed by the SHA-256 of its whole body. While
 //! one is being handled, an identical one waits for it and is given its reply
-//! (`joined`); once it has been answered, an identical one within [`WINDOW`] is given
-//! the same reply (`cached`) — in both cases only if the first signed the minion in
+//! (`joined`); once it has been answered, an identical one is given the same reply
+//! (`cached`) for as long as a copy of it can still plausibly come ([`keep_for`]) —
+//! in both cases only if the first signed the minion in
 //! and the answer is still what handling it again would say, checked at each reuse
 //! ([`Stamp`]): the id's key is still accepted with the same PEM, the minion's session
 //! key is still the one the reply carries, and the publish key is still the one it
 //! carries. Otherwise (a later sign-in of the id installed a new session key, the key
 //! was rejected or deleted, the publish key rotated, the first was refused, pending, or
 //! failed) the request is handled as any other.
+//!
+//! **How long an answer is kept.** salt-minion sends a sign-in again only when no
+//! reply came within `auth_timeout` (whole seconds, 5 by default): the request times
+//! out, its socket is closed and opened again, and the same load goes out on the new
+//! connection (`salt/transport/zeromq.py`, `RequestClient`; `salt/channel/client.py`,
+//! `send` with `tries`). A reply that reached the minion in time is never asked for
+//! again. So copies of a sign-in come while the first waits in the queue or is handled
+//! (joined, or queued behind it), or just as its reply is on its way (the minion's
+//! timer ran out as it was sent). A copy queued behind the first waits about as long as
+//! the first did, so an answer is kept for as long as its sign-in took from arrival to
+//! answer, plus [`SLACK`] for a copy on its way, and at most [`WINDOW`]: a sign-in
+//! answered in milliseconds, as every one is outside a storm, is kept two seconds; one
+//! that waited out a storm's queue is kept about as long again. [`SignIns::sweep`]
+//! drops them when due whether or not sign-ins keep coming.
 //!
 //! **Why it is safe.** The reply is a function of the request and of those three
 //! things: the publish and session keys, encrypted to the `pub` in the request (only
@@ -31,11 +46,12 @@
 //! the master a hash instead of an RSA decryption and a signature. The `salt/auth`
 //! event is fired once, for the sign-in that was handled.
 //!
-//! **Bounds.** At most [`MAX_ANSWERS`] answers are kept (about 2 KiB each with a
-//! 2048-bit key), each for at most [`WINDOW`]; the oldest go first. Requests in flight
-//! are bounded by the request port's own bound.
+//! **Bounds.** At most [`MAX_ANSWERS`] answers are kept (about 2.5 KiB each with a
+//! 2048-bit key), each for at most [`WINDOW`]; the first due go first. Requests in
+//! flight are bounded by the request port's own bound.
 
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -49,9 +65,19 @@ use crate::view::View;
 use crate::wire::envelope::{self, Enc};
 use crate::wire::payload::get_text;
 
-/// How long an answered sign-in's reply is reused: a whole `auth_tries` × `auth_timeout`
-/// round of Salt's defaults (7 × 5 s) and some.
+/// The longest an answered sign-in's reply is kept: a whole `auth_tries` ×
+/// `auth_timeout` round of Salt's defaults (7 × 5 s) and some.
 pub const WINDOW: Duration = Duration::from_secs(60);
+
+/// How long an answer is kept beyond the time its sign-in took: for a copy sent as the
+/// reply was on its way (see the module docs).
+pub const SLACK: Duration = Duration::from_secs(2);
+
+/// How long the answer of a sign-in that took `took` from its arrival to its answer is
+/// kept (see the module docs).
+pub fn keep_for(took: Duration) -> Duration {
+    (took + SLACK).min(WINDOW)
+}
 
 /// Most answered sign-ins kept.
 pub const MAX_ANSWERS: usize = 16_384;
@@ -104,6 +130,7 @@ impl Answer {
 
 enum Entry {
     InFlight(watch::Receiver<Option<Arc<Answer>>>),
+    /// Answered, kept until the instant given.
     Answered(Arc<Answer>, Instant),
 }
 
@@ -116,9 +143,9 @@ pub struct SignIns {
 #[derive(Default)]
 struct Inner {
     entries: HashMap<Key, Entry>,
-    /// Answered keys, oldest first (a key answered again appears twice; the entry's own
-    /// time decides).
-    order: VecDeque<(Key, Instant)>,
+    /// Answered keys by the instant they are due to go, first due on top (a key
+    /// answered again appears twice; the entry's own instant decides).
+    due: BinaryHeap<Reverse<(Instant, Key)>>,
 }
 
 /// What to do with a sign-in ([`SignIns::turn`]).
@@ -162,16 +189,22 @@ impl SignIns {
     pub fn answers(&self) -> usize {
         self.lock().entries.values().filter(|e| matches!(e, Entry::Answered(..))).count()
     }
+
+    /// Drops the answers due to go by `now` (the daemon calls it every second, so a
+    /// storm's answers go when due though no sign-in follows).
+    pub fn sweep(&self, now: Instant) {
+        self.lock().expire(now);
+    }
 }
 
 impl Inner {
     fn expire(&mut self, now: Instant) {
-        while let Some(&(key, at)) = self.order.front() {
-            if now.saturating_duration_since(at) < WINDOW && self.order.len() <= MAX_ANSWERS {
+        while let Some(&Reverse((until, key))) = self.due.peek() {
+            if until > now && self.due.len() <= MAX_ANSWERS {
                 break;
             }
-            self.order.pop_front();
-            if matches!(self.entries.get(&key), Some(Entry::Answered(_, t)) if *t == at) {
+            self.due.pop();
+            if matches!(self.entries.get(&key), Some(Entry::Answered(_, t)) if *t == until) {
                 self.entries.remove(&key);
             }
         }
@@ -179,14 +212,16 @@ impl Inner {
 }
 
 impl Lead {
-    /// The sign-in was answered with `answer` (it signed the minion in): given to those
-    /// waiting and kept for [`WINDOW`].
-    pub fn answered(self, answer: Answer, now: Instant) {
+    /// The sign-in, received at `arrived`, was answered at `now` with `answer` (it
+    /// signed the minion in): given to those waiting and kept for [`keep_for`] the
+    /// time it took.
+    pub fn answered(self, answer: Answer, arrived: Instant, now: Instant) {
         let a = Arc::new(answer);
         let _ = self.tx.send(Some(a.clone()));
+        let until = now + keep_for(now.saturating_duration_since(arrived));
         let mut inner = self.owner.lock();
-        inner.entries.insert(self.key, Entry::Answered(a, now));
-        inner.order.push_back((self.key, now));
+        inner.entries.insert(self.key, Entry::Answered(a, until));
+        inner.due.push(Reverse((until, self.key)));
         inner.expire(now);
     }
 }

@@ -116,7 +116,7 @@ impl Driver {
             Ok(data) => {
                 tracing::info!(member = self.cfg.id, "recording this member's key in the log");
                 let (reply, _) = tokio::sync::oneshot::channel();
-                self.proposals.enqueue(Payload::Records(data), reply);
+                self.proposals.enqueue(Payload::Records(data), reply, None);
                 self.peers.own_key.proposed = Some(Instant::now());
             }
             Err(e) => tracing::error!("member key record not encoded: {e}"),

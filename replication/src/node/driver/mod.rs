@@ -269,7 +269,7 @@ impl Driver {
                 continue;
             }
             for p in group {
-                self.proposals.enqueue(Payload::Records(p.data), p.reply);
+                self.proposals.enqueue(Payload::Records(p.data), p.reply, p.pipeline);
             }
             for c in members.into_iter().chain(self.peers.membership.take_announce()) {
                 self.propose_member(c);
@@ -305,7 +305,7 @@ impl Driver {
     /// Queues a membership change until it applies.
     fn propose_member(&mut self, c: MemberChange) {
         let (payload, reply) = c.into_proposal();
-        self.proposals.enqueue(payload, reply);
+        self.proposals.enqueue(payload, reply, None);
     }
 
     /// A node that is the only voter elects itself without waiting for a timeout.
