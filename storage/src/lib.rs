@@ -83,3 +83,6 @@ mod fuzz_log_files_tests;
 
 #[cfg(test)]
 mod mine_tests;
+
+#[cfg(test)]
+mod full_disk_tests;

@@ -253,7 +253,15 @@ fn attacks_on_a_lone_master_change_nothing_and_are_counted() {
     assert_eq!(pending.len(), cap, "exactly halite_max_pending_keys ids are pending: {out}");
     assert!(pending.iter().all(|p| p.starts_with("ghost-")), "{pending:?}");
     assert_eq!(env.ids("minions"), ["intruder", MINION]);
-    assert!(out.contains(&format!("'full': {}", 10_000 - cap)), "the rest were answered full: {out}");
+    // The rest are answered `full`. Under a heavily loaded host a pending sign-in's commit
+    // can outlast the proposal bound: it is answered `"bad load"` (its outcome unknown, the
+    // sender signs in again) and says so in the log; any other `"bad load"` is a defect.
+    let answered = |what: &str| out.split(&format!("'{what}': ")).nth(1).and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next()).and_then(|n| n.parse::<usize>().ok()).unwrap_or(0);
+    let log = env.master_log();
+    let unknown = log.lines().filter(|l| l.contains("not applied within") && l.contains("id=ghost-")).count();
+    let said: Vec<&str> = log.lines().filter(|l| l.contains("bad load") || l.contains("bad_load") || l.contains("no place left")).take(20).collect();
+    assert!(answered("bad load") <= unknown, "a ghost was answered bad load without an unknown commit outcome: {out}\n{}", said.join("\n"));
+    assert_eq!(answered("full") + answered("bad load"), 10_000 - cap, "the rest were answered full: {out}\n{}", said.join("\n"));
     wait_counted(env, health, "request", "pending_keys_cap", 1.0);
     let grown_mb = rss().saturating_sub(rss_before) / 1024;
     eprintln!("10k _auth: {out} master RSS {} MiB -> {} MiB", rss_before / 1024, rss() / 1024);

@@ -16,13 +16,28 @@ pub(crate) fn applied(env: &Env) -> Option<u64> {
     members(env)["progress"][&env.ip]["applied_index"].as_u64()
 }
 
-/// Waits until every member reports the same applied index (nothing in flight), then
-/// stops them all (cleanly) and returns each one's state digest and applied index, read
-/// offline by `halite-ctl verify`.
+/// Waits until every member reports the same applied index and keeps it for a second
+/// (nothing in flight: a minion still connected, or the master's own upkeep, may be
+/// writing), then stops them all (cleanly) and returns each one's state digest and
+/// applied index, read offline by `halite-ctl verify`.
 pub(crate) fn settled_digests(c: &mut Cluster) -> Vec<(String, u64)> {
-    wait_for("every member at the same applied index", 60, || {
+    let mut same_since: Option<(u64, std::time::Instant)> = None;
+    wait_for("every member at the same applied index for a second", 60, || {
         let a: Vec<Option<u64>> = c.envs.iter().map(applied).collect();
-        a[0].is_some() && a.iter().all(|x| *x == a[0])
+        let now = match a[0] {
+            Some(i) if a.iter().all(|x| *x == a[0]) => i,
+            _ => {
+                same_since = None;
+                return false;
+            }
+        };
+        match same_since {
+            Some((i, t)) if i == now => t.elapsed() >= std::time::Duration::from_secs(1),
+            _ => {
+                same_since = Some((now, std::time::Instant::now()));
+                false
+            }
+        }
     });
     for i in 0..c.envs.len() {
         c.stop(i);

@@ -77,7 +77,11 @@ fn with_pinned_founders_isolated_founders_wait_for_every_key_and_an_impostor_rac
     // Both founders refused the impostor (counted), and none of its frames got through:
     // the term is nowhere near its, and the real founder 2 is a voter whose writes commit.
     for env in &c.envs[..2] {
-        wait_for("the impostor refused and counted", 60, || refused(env, health, "cluster", "peer_key_mismatch") >= 1.0);
+        let counted = within(60, || refused(env, health, "cluster", "peer_key_mismatch") >= 1.0);
+        let refusals: Vec<String> = crate::health::metrics_of(env, health).lines().filter(|l| l.starts_with("halite_refused_total{port=\"cluster\"")).map(str::to_string).collect();
+        let log = env.master_log();
+        let said: Vec<&str> = log.lines().filter(|l| l.contains("refused") || l.contains("member key") || l.contains("founding")).collect();
+        assert!(counted, "the impostor was not refused (peer_key_mismatch) by {} within 60 s; its cluster refusals: {refusals:?}; its log:\n{}", env.ip, said[said.len().saturating_sub(40)..].join("\n"));
     }
     racing.store(false, Ordering::SeqCst);
     sender.join().expect("sender");

@@ -328,13 +328,21 @@ impl Lines {
 }
 
 /// Polls `f` every 100 ms until it holds; fails the test, naming `what`, after `secs`.
-pub fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+pub fn wait_for(what: &str, secs: u64, f: impl FnMut() -> bool) {
+    assert!(within(secs, f), "timed out after {secs}s waiting for {what}");
+}
+
+/// Whether `f` holds within `secs` (polled every 100 ms), for a caller that says more
+/// than [`wait_for`] when it does not.
+pub fn within(secs: u64, mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
         if f() {
-            return;
+            return true;
         }
-        assert!(Instant::now() < deadline, "timed out after {secs}s waiting for {what}");
+        if Instant::now() >= deadline {
+            return false;
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
 }

@@ -8,9 +8,9 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use halite_storage::format::{KeySet, KeyState};
-use halite_storage::state::StateMachine;
-use halite_storage::Record;
+use crate::format::{KeySet, KeyState};
+use crate::state::StateMachine;
+use crate::Record;
 
 /// A tmpfs of `mib` MiB mounted over `at`, unmounted when dropped.
 struct Tmpfs(PathBuf);
