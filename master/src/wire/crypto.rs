@@ -249,14 +249,25 @@ impl PublicKey {
     /// RSAES-OAEP with `algo`'s digest for both the label hash and MGF1 (as Salt, through
     /// `cryptography`, does), empty label.
     pub fn encrypt_oaep(&self, data: &[u8], algo: EncAlgo) -> Result<Vec<u8>> {
+        let [out] = self.encrypt_oaep_each([data], algo)?;
+        Ok(out)
+    }
+
+    /// [`PublicKey::encrypt_oaep`] of each of `data` (each with its own random
+    /// padding), through one OpenSSL context: its set-up (the padding, the digests
+    /// looked up in the provider) is paid once.
+    pub fn encrypt_oaep_each<const N: usize>(&self, data: [&[u8]; N], algo: EncAlgo) -> Result<[Vec<u8>; N]> {
         let mut e = openssl::encrypt::Encrypter::new(&self.ossl)?;
         e.set_rsa_padding(Padding::PKCS1_OAEP)?;
         e.set_rsa_oaep_md(algo.md())?;
         e.set_rsa_mgf1_md(algo.md())?;
-        let mut out = vec![0u8; e.encrypt_len(data)?];
-        let n = e.encrypt(data, &mut out)?;
-        out.truncate(n);
-        Ok(out)
+        let mut outs: [Vec<u8>; N] = std::array::from_fn(|_| Vec::new());
+        for (d, out) in data.iter().zip(outs.iter_mut()) {
+            *out = vec![0u8; e.encrypt_len(d)?];
+            let n = e.encrypt(d, out)?;
+            out.truncate(n);
+        }
+        Ok(outs)
     }
 
     /// Whether `sig` is the RSASSA-PKCS1-v1_5 signature of `data` with `algo`'s digest.
