@@ -12,8 +12,9 @@ master's CPU over them. An A/B of two builds is two runs of this script, alterna
 BINDIR holds `salt-master` and `halite-swarm` (a release build's `target/release`).
 `EXTRA_CONF` (YAML lines) is appended to the master's config, e.g.
 `EXTRA_CONF='zmq_backlog: 4096'`. With PERF_OUT, `perf record` samples the master
-during the storm (until the swarm reports every minion signed in) into that file. The master runs on a fresh state directory under
-/tmp and is stopped by PID with the swarm.
+during the storm (until the swarm reports every minion signed in) into that file
+(`signin_profile.py` splits it into the parts of a sign-in). The master runs on a fresh
+state directory under `$TMPDIR` (/tmp by default) and is stopped by PID with the swarm.
 """
 import json
 import os
