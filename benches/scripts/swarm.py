@@ -270,9 +270,10 @@ class Master:
         return statistics.median(times)
 
 
-def swarm_until_ready(args, root):
+def swarm_until_ready(args, root, on_event=None):
     """Starts halite-swarm with `args`; returns the process (still running, answering
-    jobs) and its `authenticated` and `ready` events."""
+    jobs) and its `authenticated` and `ready` events. `on_event` is called with each
+    event as it comes."""
     proc = subprocess.Popen(
         [os.path.join(BIN, "halite-swarm"), "--auth-timeout", "60"] + args,
         stdout=subprocess.PIPE, stderr=open(os.path.join(root, "swarm.log"), "w"), text=True,
@@ -281,6 +282,8 @@ def swarm_until_ready(args, root):
     for line in proc.stdout:
         ev = json.loads(line)
         events[ev["event"]] = ev
+        if on_event:
+            on_event(ev)
         if ev["event"] == "ready":
             break
     # The swarm prints one line per job from now on. Keep reading them: a pipe nobody

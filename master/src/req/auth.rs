@@ -290,11 +290,10 @@ pub fn decide(view: &dyn View, load: &Value, id: &str, stored: Option<&StoredKey
         effects.push(Effect::ConsumeAutosignStub { id: id.to_string() });
     }
     let publish = view.publish_key();
-    let enc_to_minion = |data: &[u8]| minion_pub.encrypt_oaep(data, enc);
-    let (aes_ct, session_ct) = match (enc_to_minion(publish.aes.key_string().as_bytes()), enc_to_minion(session.key_string().as_bytes())) {
-        (Ok(a), Ok(s)) => (a, s),
-        (a, s) => {
-            tracing::error!(id = %id, "auth: encryption failed: {:?} {:?}", a.err(), s.err());
+    let [aes_ct, session_ct] = match minion_pub.encrypt_oaep_each([publish.aes.key_string().as_bytes(), session.key_string().as_bytes()], enc) {
+        Ok(cts) => cts,
+        Err(e) => {
+            tracing::error!(id = %id, "auth: encryption failed: {e}");
             return out(Value::from("bad load"), vec![], Act::Error);
         }
     };

@@ -161,33 +161,36 @@ impl PrivateKey {
     }
 
     pub fn decrypt_oaep(&self, data: &[u8], algo: EncAlgo) -> Result<Vec<u8>> {
-        crate::metrics::rsa_private("decrypt");
-        let mut d = openssl::encrypt::Decrypter::new(&self.pkey)?;
-        d.set_rsa_padding(Padding::PKCS1_OAEP)?;
-        d.set_rsa_oaep_md(algo.md())?;
-        d.set_rsa_mgf1_md(algo.md())?;
-        let mut out = vec![0u8; d.decrypt_len(data)?];
-        let n = d.decrypt(data, &mut out)?;
-        out.truncate(n);
-        Ok(out)
+        crate::metrics::rsa_private("decrypt", || {
+            let mut d = openssl::encrypt::Decrypter::new(&self.pkey)?;
+            d.set_rsa_padding(Padding::PKCS1_OAEP)?;
+            d.set_rsa_oaep_md(algo.md())?;
+            d.set_rsa_mgf1_md(algo.md())?;
+            let mut out = vec![0u8; d.decrypt_len(data)?];
+            let n = d.decrypt(data, &mut out)?;
+            out.truncate(n);
+            Ok(out)
+        })
     }
 
     /// PKCS#1 v1.5 signature.
     pub fn sign(&self, data: &[u8], algo: SigAlgo) -> Result<Vec<u8>> {
-        crate::metrics::rsa_private("sign");
-        let mut s = Signer::new(algo.md(), &self.pkey)?;
-        s.set_rsa_padding(Padding::PKCS1)?;
-        Ok(s.sign_oneshot_to_vec(data)?)
+        crate::metrics::rsa_private("sign", || {
+            let mut s = Signer::new(algo.md(), &self.pkey)?;
+            s.set_rsa_padding(Padding::PKCS1)?;
+            Ok(s.sign_oneshot_to_vec(data)?)
+        })
     }
 
     /// ANSI X9.31 "private encrypt" of a short message (Salt's `tok` and auth `sig`).
     pub fn x931_sign(&self, msg: &[u8]) -> Result<Vec<u8>> {
-        crate::metrics::rsa_private("x931_sign");
-        let rsa = self.pkey.rsa()?;
-        let mut out = vec![0u8; rsa.size() as usize];
-        let n = rsa.private_encrypt(msg, &mut out, Padding::from_raw(X931_PADDING))?;
-        out.truncate(n);
-        Ok(out)
+        crate::metrics::rsa_private("x931_sign", || {
+            let rsa = self.pkey.rsa()?;
+            let mut out = vec![0u8; rsa.size() as usize];
+            let n = rsa.private_encrypt(msg, &mut out, Padding::from_raw(X931_PADDING))?;
+            out.truncate(n);
+            Ok(out)
+        })
     }
 }
 
@@ -246,14 +249,25 @@ impl PublicKey {
     /// RSAES-OAEP with `algo`'s digest for both the label hash and MGF1 (as Salt, through
     /// `cryptography`, does), empty label.
     pub fn encrypt_oaep(&self, data: &[u8], algo: EncAlgo) -> Result<Vec<u8>> {
+        let [out] = self.encrypt_oaep_each([data], algo)?;
+        Ok(out)
+    }
+
+    /// [`PublicKey::encrypt_oaep`] of each of `data` (each with its own random
+    /// padding), through one OpenSSL context: its set-up (the padding, the digests
+    /// looked up in the provider) is paid once.
+    pub fn encrypt_oaep_each<const N: usize>(&self, data: [&[u8]; N], algo: EncAlgo) -> Result<[Vec<u8>; N]> {
         let mut e = openssl::encrypt::Encrypter::new(&self.ossl)?;
         e.set_rsa_padding(Padding::PKCS1_OAEP)?;
         e.set_rsa_oaep_md(algo.md())?;
         e.set_rsa_mgf1_md(algo.md())?;
-        let mut out = vec![0u8; e.encrypt_len(data)?];
-        let n = e.encrypt(data, &mut out)?;
-        out.truncate(n);
-        Ok(out)
+        let mut outs: [Vec<u8>; N] = std::array::from_fn(|_| Vec::new());
+        for (d, out) in data.iter().zip(outs.iter_mut()) {
+            *out = vec![0u8; e.encrypt_len(d)?];
+            let n = e.encrypt(d, out)?;
+            out.truncate(n);
+        }
+        Ok(outs)
     }
 
     /// Whether `sig` is the RSASSA-PKCS1-v1_5 signature of `data` with `algo`'s digest.

@@ -195,6 +195,23 @@ fn rsa_round_trips() {
     assert!(PublicKey::from_pem(b"garbage").is_err());
 }
 
+/// Several messages encrypted through one context: each decrypts to its own message
+/// with the digest asked for, each with its own random padding, and a message too long
+/// is refused.
+#[test]
+fn oaep_each_encrypts_every_message_on_its_own() {
+    let k = PrivateKey::generate(2048).unwrap();
+    let p = PublicKey::from_pem(&k.public_pem().unwrap()).unwrap();
+    for algo in [EncAlgo::OaepSha1, EncAlgo::OaepSha224] {
+        let [a, b, c] = p.encrypt_oaep_each([b"publish key", b"session key", b"publish key"], algo).unwrap();
+        assert_eq!(k.decrypt_oaep(&a, algo).unwrap(), b"publish key");
+        assert_eq!(k.decrypt_oaep(&b, algo).unwrap(), b"session key");
+        assert_eq!(k.decrypt_oaep(&c, algo).unwrap(), b"publish key");
+        assert_ne!(a, c, "each message has its own padding");
+        assert!(p.encrypt_oaep_each([&b"ok"[..], &[0u8; 255][..]], algo).is_err());
+    }
+}
+
 /// A public key read from PEM encrypts, the private key decrypts, for both digests and
 /// every message length OAEP allows with a 2048-bit key (Salt's own ciphertexts:
 /// [`salts_oaep_ciphertexts_decrypt`]).

@@ -8,9 +8,10 @@
 //! <pki_dir>/<name>                  master keys (mode 0400)
 //! ```
 //!
-//! Writes go to a temp file in the target directory (mode 0600), get the record's
-//! timestamp as mtime, and are renamed into place, so a reader never sees a half-written
-//! key. Durability is per batch: [`KeyView::sync`] flushes the filesystem (`syncfs`)
+//! A key is written whole before it gets its name, with the record's timestamp as
+//! mtime (mode 0600), so a reader never sees a half-written key: a key new to its
+//! directory is made without a name (`O_TMPFILE`) and linked in, one that replaces a
+//! file is written to a temp file in the target directory and renamed into place. Durability is per batch: [`KeyView::sync`] flushes the filesystem (`syncfs`)
 //! once, before the applier records that the view is up to date; a crash before that
 //! makes the next start rebuild the view from the state machine. (The reference does no
 //! fsync at all.) Before writing a state,
@@ -85,27 +86,39 @@ impl LocalfsKeys {
     }
 
     /// Renames the regular file (or link) `from` to `to` if it is there; removes it
-    /// instead if `to`'s directory is missing (the write that follows makes it).
-    fn move_regular(&mut self, from: &Path, to: &Path) -> Result<()> {
+    /// instead if `to`'s directory is missing (the write that follows makes it). Whether
+    /// it was moved to `to`.
+    fn move_regular(&mut self, from: &Path, to: &Path) -> Result<bool> {
         match fs::symlink_metadata(from) {
             Ok(m) if m.file_type().is_file() || m.file_type().is_symlink() => match fs::rename(from, to) {
                 Ok(()) => {
                     self.dirty = true;
-                    Ok(())
+                    Ok(true)
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => self.remove_regular(from).map(|_| ()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => self.remove_regular(from).map(|_| false),
                 Err(e) => Err(Error::io(format!("renaming {} to {}", from.display(), to.display()), e)),
             },
             Ok(_) => Err(Error::Invalid(format!("{} is not a regular file; refusing to touch it", from.display()))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
             Err(e) => Err(Error::io(format!("stat {}", from.display()), e)),
         }
     }
 
-    fn write_file(&mut self, dir: &Path, name: &str, data: &[u8], mode: u32, mtime_ns: Option<u64>) -> Result<()> {
+    /// Writes `data` as `dir/name` and gives it `mode` and `mtime_ns`; a reader sees the
+    /// old file or the whole new one, never a part. `fresh` says `name` is most likely
+    /// absent (a key written for the first time): the file is then made without a name
+    /// (`O_TMPFILE`), filled, and linked in as `name` — one directory entry made, where a
+    /// temporary name renamed into place makes one, removes one and looks `name` up, in
+    /// a directory of thousands of keys. If `name` exists after all, or the file system
+    /// has no `O_TMPFILE`, the file is written under a temporary name and renamed.
+    fn write_file(&mut self, dir: &Path, name: &str, data: &[u8], mode: u32, mtime_ns: Option<u64>, fresh: bool) -> Result<()> {
         let target = dir.join(name);
         if target.parent() != Some(dir) {
             return Err(Error::InvalidPath { path: name.to_string(), why: "it would land outside its directory".into() });
+        }
+        if fresh && link_new(dir, &target, data, mode, mtime_ns)? {
+            self.dirty = true;
+            return Ok(());
         }
         // The directory is made when the temporary file cannot be created for want of
         // it (once, or after an operator removed it), not checked before every write: a
@@ -182,6 +195,39 @@ fn settled<T: PartialEq>(max: usize, mut read: impl FnMut() -> Result<T>) -> Res
     Ok(last)
 }
 
+/// Writes `data` to a file without a name in `dir` (`O_TMPFILE`), gives it `mode` and
+/// `mtime_ns` and links it in as `target`: `Ok(false)` (nothing made) when the file
+/// system cannot make such a file or `target` exists (the caller renames instead).
+#[cfg(target_os = "linux")]
+fn link_new(dir: &Path, target: &Path, data: &[u8], mode: u32, mtime_ns: Option<u64>) -> Result<bool> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::io::AsRawFd;
+    let mut f = match fs::OpenOptions::new().write(true).custom_flags(libc::O_TMPFILE).mode(0o600).open(dir) {
+        Ok(f) => f,
+        // No O_TMPFILE here (EOPNOTSUPP, EISDIR before Linux 3.11), or no directory yet.
+        Err(_) => return Ok(false),
+    };
+    f.write_all(data).ctx(|| format!("writing a new file in {}", dir.display()))?;
+    if let Some(ns) = mtime_ns {
+        f.set_modified(UNIX_EPOCH + Duration::from_nanos(ns)).ctx(|| format!("setting mtime of a new file in {}", dir.display()))?;
+    }
+    f.set_permissions(fs::Permissions::from_mode(mode)).ctx(|| format!("chmod of a new file in {}", dir.display()))?;
+    let (Ok(from), Ok(to)) = (CString::new(format!("/proc/self/fd/{}", f.as_raw_fd())), CString::new(target.as_os_str().as_bytes())) else {
+        return Ok(false);
+    };
+    // SAFETY: two NUL-terminated paths we own; the descriptor named stays open meanwhile.
+    let rc = unsafe { libc::linkat(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), libc::AT_SYMLINK_FOLLOW) };
+    // On failure (`target` exists, no /proc) the nameless file goes with its descriptor.
+    Ok(rc == 0)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn link_new(_dir: &Path, _target: &Path, _data: &[u8], _mode: u32, _mtime_ns: Option<u64>) -> Result<bool> {
+    Ok(false)
+}
+
 /// Flushes every dirty page of the filesystem holding `path` (one call for a whole batch
 /// of renames, instead of an fsync per file and directory).
 pub fn syncfs(path: &Path) -> Result<()> {
@@ -207,14 +253,15 @@ impl KeyView for LocalfsKeys {
     fn set_key(&mut self, id: &str, state: BankState, pub_key: &[u8], mtime_ns: u64) -> Result<()> {
         validate_minion_id(id)?;
         let dir = self.root.join(state.dir_name());
+        let mut moved = false;
         for s in STATE_DIRS {
             if s != state {
                 // Moved (a rename, as Salt's own accept), then written: the key is in one
                 // directory at every moment, never in none.
-                self.move_regular(&self.root.join(s.dir_name()).join(id), &dir.join(id))?;
+                moved |= self.move_regular(&self.root.join(s.dir_name()).join(id), &dir.join(id))?;
             }
         }
-        self.write_file(&dir, id, pub_key, 0o600, Some(mtime_ns))
+        self.write_file(&dir, id, pub_key, 0o600, Some(mtime_ns), !moved)
     }
 
     fn remove_key(&mut self, id: &str) -> Result<bool> {
@@ -228,7 +275,7 @@ impl KeyView for LocalfsKeys {
 
     fn set_denied(&mut self, id: &str, pub_key: &[u8], mtime_ns: u64) -> Result<()> {
         validate_minion_id(id)?;
-        self.write_file(&self.root.join(DENIED_DIR), id, pub_key, 0o600, Some(mtime_ns))
+        self.write_file(&self.root.join(DENIED_DIR), id, pub_key, 0o600, Some(mtime_ns), false)
     }
 
     fn remove_denied(&mut self, id: &str) -> Result<bool> {
@@ -241,7 +288,7 @@ impl KeyView for LocalfsKeys {
         let target = self.root.join(name);
         let dir = target.parent().map(Path::to_path_buf).unwrap_or_else(|| self.root.clone());
         let file = target.file_name().and_then(|f| f.to_str()).ok_or_else(|| Error::InvalidPath { path: name.into(), why: "no file name".into() })?;
-        self.write_file(&dir, file, data, 0o400, None)
+        self.write_file(&dir, file, data, 0o400, None, false)
     }
 
     /// `<name>.pem` / `<name>.pub` (written only if they differ), then Salt 3008's

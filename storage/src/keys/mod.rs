@@ -245,4 +245,33 @@ mod tests {
         let l = v.list().unwrap();
         assert_eq!((l.minions, l.minions_pre), (vec!["m1".to_string()], vec![]));
     }
+
+    /// A key new to its directory (linked in without a name first), one that replaces a
+    /// file, and one moved from another state each land whole, with mode 0600 and the
+    /// record's time as mtime, and no temporary file is left behind.
+    #[test]
+    fn localfs_writes_each_key_whole_with_its_mode_and_time() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let pki = d.path().join("pki");
+        let mut v = localfs::LocalfsKeys::open(&pki).unwrap();
+        let at = |s: u64| s * 1_000_000_000 + 5;
+        v.set_key("new", BankState::Accepted, b"k-new", at(1_700_000_001)).unwrap();
+        v.set_key("again", BankState::Accepted, b"k-old", at(1_700_000_002)).unwrap();
+        v.set_key("again", BankState::Accepted, b"k-again", at(1_700_000_003)).unwrap();
+        v.set_key("moved", BankState::Pending, b"k-moved", at(1_700_000_004)).unwrap();
+        v.set_key("moved", BankState::Accepted, b"k-moved", at(1_700_000_005)).unwrap();
+        for (id, pub_key, secs) in [("new", &b"k-new"[..], 1_700_000_001), ("again", b"k-again", 1_700_000_003), ("moved", b"k-moved", 1_700_000_005)] {
+            let p = pki.join("minions").join(id);
+            assert_eq!(std::fs::read(&p).unwrap(), pub_key, "{id}");
+            let m = std::fs::metadata(&p).unwrap();
+            assert_eq!(m.permissions().mode() & 0o7777, 0o600, "{id}");
+            assert_eq!(m.modified().unwrap(), std::time::UNIX_EPOCH + std::time::Duration::from_nanos(at(secs)), "{id}");
+        }
+        assert!(!pki.join("minions_pre/moved").exists());
+        let mut names: Vec<String> = std::fs::read_dir(pki.join("minions")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        names.sort();
+        assert_eq!(names, ["again", "moved", "new"]);
+        assert_eq!(v.get_key("moved").unwrap().map(|e| e.state), Some(BankState::Accepted));
+    }
 }
