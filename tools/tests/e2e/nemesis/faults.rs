@@ -9,7 +9,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
-use super::{admin_up, runner, within};
+use super::{admin_up, runner};
 use crate::support::history::{History, Outcome};
 use crate::support::*;
 

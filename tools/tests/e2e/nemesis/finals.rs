@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use super::{clients, ready, runner, said, tool, within, ROOTS_FILE};
+use super::{clients, ready, runner, said, tool, ROOTS_FILE};
 use crate::support::history::{History, Outcome, FINAL};
 use crate::support::*;
 

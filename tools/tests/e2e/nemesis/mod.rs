@@ -45,7 +45,7 @@ mod finals;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -161,20 +161,6 @@ pub(crate) fn ready(ip: &str, port: u16) -> Option<(u16, String)> {
     Some((status, out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default()))
 }
 
-/// Polls `f` every 200 ms for at most `secs`; whether it held (never fails the test:
-/// the checker judges what was reached).
-pub(crate) fn within(secs: u64, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if f() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
 
 pub(crate) fn admin_up(env: &Env) -> bool {
     std::os::unix::net::UnixStream::connect(env.root.join("sock/halite-admin.sock")).is_ok()
