@@ -1,7 +1,7 @@
 //! The nemesis: faults drawn from the seed, one at a time or two held at once, each
 //! undone before the next is drawn; and, once, a member joining the running cluster.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -40,8 +40,27 @@ fn leader(envs: &[Env], procs: &[Option<Proc>]) -> Option<usize> {
     })
 }
 
-/// Starts member `i` again and waits (bounded) for its admin socket.
+/// Whether no process holds member `env`'s data directory (`halite.lock`, flock): a
+/// killed master keeps it until the last of its threads has exited, which can be after
+/// its pid already shows a zombie.
+fn data_dir_free(env: &Env) -> bool {
+    use std::os::unix::io::AsRawFd;
+    let conf = std::fs::read_to_string(env.root.join("conf/master")).unwrap_or_default();
+    let Some(dir) = conf.lines().find_map(|l| l.strip_prefix("halite_data_dir:")).map(|d| PathBuf::from(d.trim())) else { return true };
+    let Ok(f) = std::fs::File::open(dir.join("halite.lock")) else { return true };
+    // SAFETY: flock on a descriptor this function owns; released before it is closed.
+    let took = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+    if took {
+        // SAFETY: as above.
+        unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) };
+    }
+    took
+}
+
+/// Starts member `i` again, once its former process has let go of its data directory,
+/// and waits (bounded) for its admin socket.
 pub fn restart(envs: &[Env], procs: &mut [Option<Proc>], i: usize) {
+    within(30, || data_dir_free(&envs[i]));
     procs[i] = Some(spawn_master(&envs[i]));
     within(90, || admin_up(&envs[i]));
 }
@@ -164,6 +183,7 @@ impl Target<'_> {
                 if let Some(mut p) = self.procs[t].take() {
                     p.kill9();
                 }
+                within(30, || data_dir_free(&self.envs[t]));
                 self.procs[t] = Some(spawn_stepped(&self.envs[t], offset));
                 within(90, || admin_up(&self.envs[t]));
                 (format!("{}: killed, started with CLOCK_MONOTONIC and CLOCK_BOOTTIME {offset:+} s", self.name(t, l)), Held::Stepped(t))
