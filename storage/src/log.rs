@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use protobuf::Message as _;
-use raft::eraftpb::{ConfChange, ConfState, Entry, EntryType, HardState, Snapshot, SnapshotMetadata};
+use raft::eraftpb::{ConfState, Entry, EntryType, HardState, Snapshot, SnapshotMetadata};
 use raft::{GetEntriesContext, RaftState, Storage, StorageError};
 use raft_engine::{Command, Config, Engine, LogBatch, MessageExt, ReadableSize, RecoveryMode};
 
@@ -51,17 +51,26 @@ impl MessageExt for EntryExt {
     }
 }
 
-/// The raft log of one node. Cheap to clone; clones share the engine and the terms
-/// known in memory (`log_terms.rs`).
+/// The raft log of one node. Cheap to clone; clones share the engine, the terms known in
+/// memory (`log_terms.rs`) and the newest entries (`log_cache.rs`).
 #[derive(Clone)]
 pub struct RaftLog {
     engine: Arc<Engine>,
     dir: PathBuf,
     terms: Arc<Mutex<log_terms::Terms>>,
+    cache: Arc<Mutex<log_cache::EntryCache>>,
 }
 
 #[path = "log_terms.rs"]
 mod log_terms;
+
+#[path = "log_cache.rs"]
+mod log_cache;
+
+#[path = "log_members.rs"]
+mod log_members;
+use log_members::fold_members;
+pub use log_members::{decode_members, encode_members};
 
 /// raft-engine settings Halite uses, with files of `file_bytes` each. Log recycling is
 /// off, so the bytes after the last batch of the newest file are the zeros of
@@ -111,7 +120,7 @@ impl RaftLog {
                 dir.display()
             ))
         })?;
-        Ok(RaftLog { engine: Arc::new(engine), dir: dir.to_path_buf(), terms: Arc::default() })
+        Ok(RaftLog { engine: Arc::new(engine), dir: dir.to_path_buf(), terms: Arc::default(), cache: Arc::default() })
     }
 
     pub fn dir(&self) -> &Path {
@@ -158,14 +167,25 @@ impl RaftLog {
         if batch.is_empty() {
             return Ok(());
         }
-        let mut terms = self.terms();
+        let (mut terms, mut cache) = (self.terms(), self.cache());
         self.engine.write(&mut batch, sync)?;
         terms.appended(entries);
+        cache.appended(entries);
         Ok(())
+    }
+
+    /// Entries through `index` are applied: the cache of the newest entries lets most
+    /// of them go (`log_cache.rs`).
+    pub fn applied_through(&self, index: u64) {
+        self.cache().applied(index);
     }
 
     fn terms(&self) -> std::sync::MutexGuard<'_, log_terms::Terms> {
         self.terms.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, log_cache::EntryCache> {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Starts a new incarnation of this node's process and returns it: `max(previous + 1,
@@ -253,7 +273,10 @@ impl RaftLog {
         batch.put_message(GROUP_ID, KEY_SNAPSHOT_META.to_vec(), meta)?;
         batch.put(GROUP_ID, KEY_MEMBERS.to_vec(), encode_members(members))?;
         batch.add_command(GROUP_ID, Command::Compact { index: meta.index + 1 });
+        let mut cache = self.cache();
         self.engine.write(&mut batch, true)?;
+        cache.compacted(meta.index + 1);
+        drop(cache);
         self.purge()?;
         self.record_compacted_bytes()?;
         Ok((meta.index + 1).saturating_sub(before))
@@ -310,9 +333,11 @@ impl RaftLog {
         if self.first_entry_index().is_some() {
             batch.add_command(GROUP_ID, Command::Compact { index: through + 1 });
         }
-        let mut terms = self.terms();
+        let (mut terms, mut cache) = (self.terms(), self.cache());
         self.engine.write(&mut batch, true)?;
         terms.clear();
+        cache.clear();
+        drop((terms, cache));
         self.purge()?;
         self.record_compacted_bytes()?;
         Ok(())
@@ -326,6 +351,8 @@ impl RaftLog {
 
     /// Drops entries below `index` (they must be covered by a snapshot).
     pub fn compact_to(&self, index: u64) -> u64 {
+        let mut cache = self.cache();
+        cache.compacted(index);
         self.engine.compact_to(GROUP_ID, index)
     }
 
@@ -421,80 +448,6 @@ impl RaftLog {
     }
 }
 
-/// Membership entries as stored under `members` (and carried in a snapshot manifest):
-/// each one a u32 BE length and a protobuf `Entry`.
-pub fn encode_members(members: &[Entry]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for e in members {
-        let b = e.write_to_bytes().unwrap_or_default();
-        out.extend_from_slice(&(b.len() as u32).to_be_bytes());
-        out.extend_from_slice(&b);
-    }
-    out
-}
-
-/// Reads [`encode_members`] bytes; refuses more than [`MAX_MEMBER_ENTRIES`] entries, an
-/// entry over 64 KiB, a length past the end and anything protobuf cannot parse.
-pub fn decode_members(mut b: &[u8]) -> Result<Vec<Entry>> {
-    let mut out = Vec::new();
-    while !b.is_empty() {
-        if out.len() >= MAX_MEMBER_ENTRIES {
-            return Err(Error::Invalid(format!("more than {MAX_MEMBER_ENTRIES} membership entries")));
-        }
-        if b.len() < 4 {
-            return Err(Error::Invalid("membership entries: truncated length".into()));
-        }
-        let n = u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize;
-        if n > 64 << 10 || n > b.len() - 4 {
-            return Err(Error::Invalid(format!("membership entries: entry of {n} bytes out of bounds")));
-        }
-        let e = Entry::parse_from_bytes(&b[4..4 + n]).map_err(|e| Error::Invalid(format!("membership entries: {e}")))?;
-        out.push(e);
-        b = &b[4 + n..];
-    }
-    Ok(out)
-}
-
-/// Keeps, per node, its last membership entry and its last one that names an address
-/// (an entry context longer than the 16 fixed bytes, docs/formats.md §2), in log order;
-/// drops nodes whose last change removed them. Entries whose change cannot be read (e.g.
-/// joint-consensus `ConfChangeV2`) are kept as they are; the result is capped at
-/// [`MAX_MEMBER_ENTRIES`] (the newest kept).
-fn fold_members(entries: Vec<Entry>) -> Vec<Entry> {
-    const CONTEXT_FIXED: usize = 16;
-    let mut last: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
-    let mut last_addr: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
-    let mut removed = std::collections::HashSet::new();
-    let mut keep = vec![true; entries.len()];
-    for (i, e) in entries.iter().enumerate() {
-        if e.get_entry_type() != EntryType::EntryConfChange {
-            continue;
-        }
-        let Ok(cc) = ConfChange::parse_from_bytes(&e.data) else { continue };
-        keep[i] = false;
-        last.insert(cc.node_id, i);
-        if e.context.len() > CONTEXT_FIXED {
-            last_addr.insert(cc.node_id, i);
-        }
-        if cc.get_change_type() == raft::eraftpb::ConfChangeType::RemoveNode {
-            removed.insert(cc.node_id);
-            last_addr.remove(&cc.node_id);
-        } else {
-            removed.remove(&cc.node_id);
-        }
-    }
-    for (node, i) in last.iter().chain(last_addr.iter()) {
-        if !removed.contains(node) {
-            keep[*i] = true;
-        }
-    }
-    let mut out: Vec<Entry> = entries.into_iter().zip(keep).filter(|(_, k)| *k).map(|(e, _)| e).collect();
-    if out.len() > MAX_MEMBER_ENTRIES {
-        out.drain(..out.len() - MAX_MEMBER_ENTRIES);
-    }
-    out
-}
-
 fn store_err(e: Error) -> raft::Error {
     raft::Error::Store(StorageError::Other(Box::new(e)))
 }
@@ -522,7 +475,11 @@ impl Storage for RaftLog {
             return Err(raft::Error::Store(StorageError::Unavailable));
         }
         let max = max_size.into().map(|m| m as usize);
-        let mut out = self.read_entries(low, high, max).map_err(store_err)?;
+        let cached = self.cache().get(low, high);
+        let mut out = match cached {
+            Some(out) => out,
+            None => self.read_entries(low, high, max).map_err(store_err)?,
+        };
         if out.is_empty() && low < high {
             return Err(raft::Error::Store(StorageError::Unavailable));
         }

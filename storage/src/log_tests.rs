@@ -1,6 +1,7 @@
 //! Tests of the raft log (`log.rs`).
 
 use super::*;
+use raft::eraftpb::ConfChange;
 
 fn entry(index: u64, term: u64, data: &[u8]) -> Entry {
     Entry { index, term, data: data.to_vec().into(), ..Default::default() }
@@ -80,4 +81,73 @@ fn incarnation_grows_at_every_start_even_if_the_clock_goes_back() {
     let log = RaftLog::open(fresh.path()).unwrap();
     log.next_incarnation(7).unwrap();
     assert!(log.is_new().unwrap());
+}
+
+/// The entries raft-rs reads back (`Storage::entries`) are the log's, whichever of the
+/// cache of the newest entries (`log_cache.rs`) and the log's files serves them, through
+/// appends that replace suffixes, applies, compactions and snapshot installs; and a read
+/// of the newest entries is served from memory (the very bytes appended, not a copy).
+#[test]
+fn entries_read_back_are_the_logs_whether_cached_or_not() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config as PtConfig, TestRunner};
+    #[derive(Debug, Clone)]
+    enum Op {
+        Append { back: u64, n: u64, bytes: usize },
+        Applied { back: u64 },
+        Compact { back: u64 },
+        Install { ahead: u64 },
+    }
+    let op = prop_oneof![
+        6 => (0u64..4, 1u64..6, 0usize..3000).prop_map(|(back, n, bytes)| Op::Append { back, n, bytes }),
+        2 => (0u64..8).prop_map(|back| Op::Applied { back }),
+        1 => (0u64..8).prop_map(|back| Op::Compact { back }),
+        1 => (0u64..3).prop_map(|ahead| Op::Install { ahead }),
+    ];
+    let mut runner = TestRunner::new(PtConfig { cases: 48, ..PtConfig::default() });
+    runner
+        .run(&proptest::collection::vec(op, 1..40), |ops| {
+            let dir = tempfile::tempdir().unwrap();
+            let log = RaftLog::open(dir.path()).unwrap();
+            let ctx = || GetEntriesContext::empty(false);
+            let mut term = 1;
+            for op in ops {
+                let first = Storage::first_index(&log).unwrap();
+                let last = Storage::last_index(&log).unwrap();
+                match op {
+                    Op::Append { back, n, bytes } => {
+                        let at = (last + 1).saturating_sub(back).max(first);
+                        term += 1;
+                        let es: Vec<Entry> = (at..at + n).map(|i| entry(i, term, &vec![(i + term) as u8; bytes])).collect();
+                        log.append(&es, None, None, false).unwrap();
+                        // Served from memory: the bytes appended, not a copy read back.
+                        let got = log.entries(at, at + n, None, ctx()).unwrap();
+                        prop_assert!(got.iter().zip(&es).all(|(g, e)| g.data.as_ptr() == e.data.as_ptr() || e.data.is_empty()));
+                    }
+                    Op::Applied { back } => log.applied_through(last.saturating_sub(back)),
+                    Op::Compact { back } => {
+                        let to = last.saturating_sub(back);
+                        if to >= first && to > 0 {
+                            let meta = SnapshotMetadata { index: to, term: log.term(to).unwrap(), ..Default::default() };
+                            log.compact_through(&meta, &[]).unwrap();
+                        }
+                    }
+                    Op::Install { ahead } => {
+                        term += 1;
+                        let meta = SnapshotMetadata { index: last + ahead, term, ..Default::default() };
+                        log.install_snapshot(&meta, &[]).unwrap();
+                    }
+                }
+                let (first, last) = (Storage::first_index(&log).unwrap(), Storage::last_index(&log).unwrap());
+                for lo in first..=last {
+                    for hi in lo + 1..=last + 1 {
+                        let got: Vec<(u64, u64, Vec<u8>)> = log.entries(lo, hi, None, ctx()).unwrap().into_iter().map(|e| (e.index, e.term, e.data.to_vec())).collect();
+                        let want: Vec<(u64, u64, Vec<u8>)> = log.read_entries(lo, hi, None).unwrap().into_iter().map(|e| (e.index, e.term, e.data.to_vec())).collect();
+                        prop_assert_eq!(got, want, "entries {}..{}", lo, hi);
+                    }
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
 }

@@ -99,7 +99,7 @@ proptest! {
             raw
         };
         let ended = respond_to(first, proof);
-        prop_assert!(matches!(ended, Err("closed" | "bad_hello" | "bad_proof" | "bad_signature" | "peer_key_mismatch")), "{ended:?}");
+        prop_assert!(matches!(ended, Err("closed" | "bad_hello" | "peer_version" | "bad_proof" | "bad_signature" | "peer_key_mismatch")), "{ended:?}");
     }
 
     #[test]

@@ -51,6 +51,7 @@ impl Driver {
         }
         self.apply_records(batch, &mut answers)?;
         self.core.sm.advance_applied(last)?;
+        self.core.log.applied_through(last);
         self.derived.dirty_to = Some(last);
         if self.derived.recover_after.is_some_and(|to| last >= to) {
             // The state machine has caught up with the views again (`boot.rs`).
