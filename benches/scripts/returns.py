@@ -72,6 +72,14 @@ def stored(m, jid):
     return len(data) if isinstance(data, dict) else None
 
 
+def proc_io(pid):
+    """The master's `read`-family calls and bytes so far (/proc/PID/io: `syscr`, `rchar`;
+    sockets are not counted there, so these are its files: the log read back, the state)."""
+    with open(f"/proc/{pid}/io") as f:
+        io = dict(line.split(": ") for line in f.read().splitlines() if line)
+    return int(io["syscr"]), int(io["rchar"])
+
+
 def run_one(kind, n, per, port, keydir, distinct):
     root = tempfile.mkdtemp(prefix=f"returns-{kind}-{n}-")
     m = Master(kind, root, port)
@@ -89,6 +97,7 @@ def run_one(kind, n, per, port, keydir, distinct):
                 break
         time.sleep(0.5)
         perf = swarm.perf_start(m.proc.pid)
+        io_before = proc_io(m.proc.pid)
         jids = publish(m, per)
         blast = None
         for line in sw.stdout:
@@ -97,6 +106,9 @@ def run_one(kind, n, per, port, keydir, distinct):
                 blast = ev
                 break
         swarm.perf_stop(perf)
+        io_after = proc_io(m.proc.pid)
+        row["master_file_reads"] = io_after[0] - io_before[0]
+        row["master_file_read_bytes"] = io_after[1] - io_before[1]
         if not blast:
             sys.exit(f"no blast line; see {root}/swarm.log")
         row.update({k: blast[k] for k in ("acknowledged", "failed", "seconds", "returns_per_s", "master_cpu_seconds", "swarm_cpu_seconds")})
