@@ -117,6 +117,7 @@ pub fn start_node_tapped(cfg: &MasterConfig, views: Views, tap: Option<Tap>) -> 
                 "refusing to join: the cluster's cluster.pub has SHA-256 {}, not the configured cluster_pub_fingerprint {expected}",
                 announced.as_deref().unwrap_or("(not announced)")
             )),
+            e @ join::JoinError::NewerRecordSet { .. } => NodeError::Refused(e.to_string()),
         })
     };
     let found = match (fresh, cfg.halite_cluster_pin_founders) {

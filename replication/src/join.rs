@@ -42,9 +42,15 @@
 //!
 //! ```text
 //! {"t":"hello","id":<raft id>,"addr":"ip:port"}
-//! {"t":"welcome","established":bool,"member":bool,"members":[[<id>,"ip:port"],...],"cluster_pub_sha256":"<hex>"|null,"term":<raft term>}
-//! {"t":"join","id":<raft id>,"name":"<member name>","addr":"ip:port","incarnation":<n>,"key":"<hex>"}
+//! {"t":"welcome","established":bool,"member":bool,"members":[[<id>,"ip:port"],...],"cluster_pub_sha256":"<hex>"|null,"term":<raft term>,"record_set":<n>}
+//! {"t":"join","id":<raft id>,"name":"<member name>","addr":"ip:port","incarnation":<n>,"key":"<hex>","record_set":<n>}
 //! ```
+//!
+//! `record_set` (1 when absent) is, in a welcome, the cluster's (its members' lowest
+//! recorded [`RECORD_SET`], `storage/src/record/member_release.rs`) and, in a join, the
+//! joiner's build's. A newcomer whose build reads less than the cluster's does not join
+//! ([`JoinError::NewerRecordSet`]), and a join from one is refused (`join_record_set`):
+//! it could not read what the members write.
 //!
 //! `key` is the joiner's member public key (32 bytes, hex): the one its connection's
 //! handshake proved, or the join is dropped. The learner change carries it in its entry
@@ -63,6 +69,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use halite_storage::format::RECORD_SET;
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::{incarnation_id, ClusterPlan};
@@ -98,6 +105,10 @@ enum Control {
         /// The answering member's raft term: above 1, an election has happened.
         #[serde(default)]
         term: u64,
+        /// The cluster's record set (its members' lowest, `NodeHandle::cluster_record_set`):
+        /// a build that reads less does not join.
+        #[serde(default = "record_set_one")]
+        record_set: u32,
     },
     Join {
         id: u64,
@@ -111,12 +122,20 @@ enum Control {
         /// joiner carries it, and once that applies only this key speaks for `id`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         key: Option<String>,
+        /// The record set the joiner's build reads and writes (`format::RECORD_SET`).
+        #[serde(default = "record_set_one")]
+        record_set: u32,
     },
     /// A message of the application above the raft group (the master's event fan-out):
     /// opaque JSON, best effort, handed to the handler set with [`Handshake::on_app`].
     App {
         body: serde_json::Value,
     },
+}
+
+/// A message without a record set is from a build of record set 1.
+fn record_set_one() -> u32 {
+    1
 }
 
 /// Where application messages go: the sender's raft id (proved by its connection) and
@@ -145,6 +164,7 @@ struct Welcome {
     members: Vec<(u64, SocketAddr)>,
     fingerprint: Option<String>,
     term: u64,
+    record_set: u32,
 }
 
 /// Why a member did not join.
@@ -154,6 +174,10 @@ pub enum JoinError {
     /// (`announced`: `None` if it announces none). Nothing was joined.
     #[error("refusing to join: the cluster announces fingerprint {}, not the expected {expected}", announced.as_deref().unwrap_or("(not announced)"))]
     FingerprintMismatch { announced: Option<String>, expected: String },
+    /// The established cluster's members write a newer record set than this build reads
+    /// (`format::RECORD_SET`). Nothing was joined.
+    #[error("refusing to join: the cluster's members write record set {cluster} and this build reads record set {ours} at most; install the members' release (or a newer one) on this member (docs/operations.md, \"Upgrading a cluster\")")]
+    NewerRecordSet { cluster: u32, ours: u32 },
 }
 
 /// The handshake's state on one member.
@@ -212,13 +236,14 @@ pub fn serve(transport: &Arc<TcpTransport>, me: u64, listen: SocketAddr, fingerp
                 let member = member || node.get().is_some_and(|h| h.addresses().iter().any(|(o, a)| *a == addr && membership(*o).is_some_and(|(_, m, _)| m)));
                 let members = node.get().map(|h| h.addresses()).unwrap_or_default().into_iter().map(|(id, a)| (id, a.to_string())).collect();
                 let fingerprint = (hs.fingerprint)();
-                send(&hs.transport, id, addr, &Control::Welcome { established, member, members, fingerprint, term });
+                let record_set = node.get().map_or(1, |h| h.cluster_record_set());
+                send(&hs.transport, id, addr, &Control::Welcome { established, member, members, fingerprint, term, record_set });
             }
-            Control::Welcome { established, member, members, fingerprint, term } => {
+            Control::Welcome { established, member, members, fingerprint, term, record_set } => {
                 let members = members.into_iter().filter_map(|(id, a)| Some((id, a.parse().ok()?))).collect();
-                hs.welcomes.lock().unwrap_or_else(|p| p.into_inner()).push(Welcome { from, established, member, members, fingerprint, term });
+                hs.welcomes.lock().unwrap_or_else(|p| p.into_inner()).push(Welcome { from, established, member, members, fingerprint, term, record_set });
             }
-            Control::Join { id, name, addr, incarnation, key } => {
+            Control::Join { id, name, addr, incarnation, key, record_set } => {
                 let Ok(addr) = addr.parse::<SocketAddr>() else { return };
                 if id != from || id != incarnation_id(&name, incarnation) {
                     return hs.transport.refuse_message(from, Refused::new("control_id_mismatch", format!("a join naming member {id} ({name:?}, incarnation {incarnation}) dropped")));
@@ -230,6 +255,10 @@ pub fn serve(transport: &Arc<TcpTransport>, me: u64, listen: SocketAddr, fingerp
                 let Some(h) = node.get().cloned() else { return };
                 if membership(id).is_some_and(|(_, member, _)| member) {
                     return;
+                }
+                let cluster = h.cluster_record_set();
+                if record_set < cluster {
+                    return hs.transport.refuse_message(from, Refused::new("join_record_set", format!("a join of {name:?} refused: its build reads record set {record_set}, the cluster's members write record set {cluster} (it must run the members' release or a newer one)")));
                 }
                 // An earlier incarnation at the same address is removed first (one change
                 // at a time: see the module docs).
@@ -298,6 +327,9 @@ impl Handshake {
         loop {
             let got = self.welcomes.lock().unwrap_or_else(|p| p.into_inner()).clone();
             if let Some(w) = got.iter().find(|w| w.established) {
+                if w.record_set > RECORD_SET {
+                    return Err(JoinError::NewerRecordSet { cluster: w.record_set, ours: RECORD_SET });
+                }
                 if let Some(fp) = expect {
                     if !w.fingerprint.as_deref().is_some_and(|h| h.eq_ignore_ascii_case(fp.trim())) {
                         return Err(JoinError::FingerprintMismatch { announced: w.fingerprint.clone(), expected: fp.to_string() });
@@ -363,7 +395,7 @@ impl Handshake {
                     tracing::info!("this member is now a cluster member");
                     return;
                 }
-                send(&hs.transport, peer.0, peer.1, &Control::Join { id: hs.me, name: name.clone(), addr: hs.listen.to_string(), incarnation, key: Some(hex::encode(hs.transport.member_public())) });
+                send(&hs.transport, peer.0, peer.1, &Control::Join { id: hs.me, name: name.clone(), addr: hs.listen.to_string(), incarnation, key: Some(hex::encode(hs.transport.member_public())), record_set: RECORD_SET });
                 std::thread::sleep(Duration::from_secs(2));
             }
             tracing::error!("not admitted to the cluster after two minutes; check the cluster secret and the peers' logs");
@@ -381,20 +413,20 @@ mod tests {
     /// documented above.
     #[test]
     fn control_messages_keep_their_wire_form() {
-        let w = Control::Welcome { established: true, member: false, members: vec![(7, "127.0.0.1:4520".into())], fingerprint: Some("ab".into()), term: 3 };
+        let w = Control::Welcome { established: true, member: false, members: vec![(7, "127.0.0.1:4520".into())], fingerprint: Some("ab".into()), term: 3, record_set: 1 };
         let v: serde_json::Value = serde_json::to_value(&w).unwrap();
-        assert_eq!(v, serde_json::json!({"t": "welcome", "established": true, "member": false, "members": [[7, "127.0.0.1:4520"]], "cluster_pub_sha256": "ab", "term": 3}));
+        assert_eq!(v, serde_json::json!({"t": "welcome", "established": true, "member": false, "members": [[7, "127.0.0.1:4520"]], "cluster_pub_sha256": "ab", "term": 3, "record_set": 1}));
         // A welcome without the fingerprint key (an older member) still parses.
         let old: Control = serde_json::from_str(r#"{"t":"welcome","established":false,"member":false,"members":[]}"#).unwrap();
-        assert!(matches!(old, Control::Welcome { fingerprint: None, term: 0, .. }));
+        assert!(matches!(old, Control::Welcome { fingerprint: None, term: 0, record_set: 1, .. }));
         let a = serde_json::to_value(Control::App { body: serde_json::json!({"events": 1}) }).unwrap();
         assert_eq!(a, serde_json::json!({"t": "app", "body": {"events": 1}}));
         let h = serde_json::to_value(Control::Hello { id: 1, addr: "127.0.0.1:1".into() }).unwrap();
         assert_eq!(h, serde_json::json!({"t": "hello", "id": 1, "addr": "127.0.0.1:1"}));
-        let j = serde_json::to_value(Control::Join { id: 2, name: "n".into(), addr: "127.0.0.2:1".into(), incarnation: 4, key: None }).unwrap();
-        assert_eq!(j, serde_json::json!({"t": "join", "id": 2, "name": "n", "addr": "127.0.0.2:1", "incarnation": 4}));
+        let j = serde_json::to_value(Control::Join { id: 2, name: "n".into(), addr: "127.0.0.2:1".into(), incarnation: 4, key: None, record_set: 1 }).unwrap();
+        assert_eq!(j, serde_json::json!({"t": "join", "id": 2, "name": "n", "addr": "127.0.0.2:1", "incarnation": 4, "record_set": 1}));
         let old: Control = serde_json::from_str(r#"{"t":"join","id":2,"name":"n","addr":"127.0.0.2:1"}"#).unwrap();
-        assert!(matches!(old, Control::Join { incarnation: 0, .. }));
+        assert!(matches!(old, Control::Join { incarnation: 0, record_set: 1, .. }));
         for bad in ["", "{}", "[]", r#"{"t":"hello"}"#, r#"{"t":"nope","id":1}"#, r#"{"t":"hello","id":-1,"addr":"x"}"#] {
             assert!(serde_json::from_str::<Control>(bad).is_err(), "{bad}");
         }
@@ -514,6 +546,42 @@ mod tests {
         n2.stop();
         n1.stop();
         for m in [a, b, early, wrong] {
+            m.transport.shutdown();
+        }
+    }
+
+    /// A cluster whose members all recorded a newer record set than this build reads (a
+    /// member's `member_release`, as a build of record set 2 writes it): a newcomer of this
+    /// build does not join, saying why, and a join from one is refused all the same.
+    #[test]
+    fn a_build_older_than_the_clusters_record_set_does_not_join() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut a = member("127.0.0.1", &[], None);
+        let founders = vec![a.id];
+        let n1 = start_node(dir.path(), &mut a, founders, false);
+        wait_until("the founder to lead", 20, || n1.leader() == Some(a.id));
+        assert_eq!(n1.handle().cluster_record_set(), 1, "a member that recorded none counts as 1");
+        let newer = RECORD_SET + 1;
+        let rec = halite_storage::Record::MemberRelease(halite_storage::format::MemberRelease { id: a.id, record_set: newer, release: "halite 99".into(), time_ns: 1 });
+        n1.propose(&[rec]).unwrap();
+        wait_until("the cluster's record set to follow its members'", 20, || n1.handle().cluster_record_set() == newer);
+        // This build's newcomer refuses to join, naming both record sets.
+        let old = member("127.0.0.2", &[&a], None);
+        match old.hs.discover(&plan_of(&old, &[&a]), None) {
+            Err(e @ JoinError::NewerRecordSet { cluster, ours }) => {
+                assert_eq!((cluster, ours), (newer, RECORD_SET));
+                assert!(e.to_string().contains("Upgrading a cluster"), "{e}");
+            }
+            other => panic!("an older build went on to join: {other:?}"),
+        }
+        // A join sent anyway (or by a build that does not check) is refused.
+        let key = hex::encode(old.transport.member_public());
+        let join = format!(r#"{{"t":"join","id":{},"name":"{}","addr":"{}","incarnation":0,"key":"{key}","record_set":{}}}"#, old.id, old.name, old.listen, RECORD_SET);
+        old.transport.send_control(a.id, a.listen, join.as_bytes());
+        wait_until("the join refused", 20, || a.transport.refused("join_record_set") == 1);
+        assert!(!n1.membership().unwrap().2.contains(&old.id), "nothing was joined");
+        n1.stop();
+        for m in [a, old] {
             m.transport.shutdown();
         }
     }

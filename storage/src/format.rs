@@ -45,6 +45,7 @@ pub use crate::record::jobs_expired::JobsExpired;
 pub use crate::record::key_set::{KeyExpect, KeySet, KeyState};
 pub use crate::record::master_key_pair::MasterKeyPair;
 pub use crate::record::member_key::{MemberKey, MEMBER_KEY_LEN};
+pub use crate::record::member_release::{MemberRelease, MAX_RELEASE_LEN, RELEASE};
 pub use crate::record::mine_update::{MineEntry, MineOp, MineUpdate, MAX_MINE_BYTES, MAX_MINE_FUNS, MAX_MINE_FUN_LEN};
 pub use crate::record::pillar_cache::{PillarCache, MAX_PILLAR_CACHE_LEN};
 pub use crate::record::reaction::Reaction;
@@ -58,6 +59,12 @@ pub use crate::record::MAX_JID_LEN;
 pub const MAGIC: [u8; 2] = *b"HL";
 /// The only format version this build writes and reads.
 pub const VERSION: u8 = 1;
+/// The record set this build reads and writes: every kind of [`RecordKind`] with its
+/// rules. A release that adds a kind, or changes what a kind does at apply, raises it
+/// and gives the kind that number in [`RecordKind::since`]; a cluster writes such a kind
+/// only once every member has recorded a record set at least as high
+/// (`record/member_release.rs`).
+pub const RECORD_SET: u32 = 1;
 /// Length of the fixed header before the payload.
 pub const HEADER_LEN: usize = 12;
 /// Upper bound of a payload. Larger roots files are split into chunks of
@@ -88,10 +95,11 @@ pub enum RecordKind {
     EauthToken = 18,
     BatchRun = 19,
     FileRecv = 20,
+    MemberRelease = 21,
 }
 
 impl RecordKind {
-    pub const ALL: [RecordKind; 20] = [
+    pub const ALL: [RecordKind; 21] = [
         RecordKind::KeySet,
         RecordKind::JobPublished,
         RecordKind::JobReturn,
@@ -112,10 +120,39 @@ impl RecordKind {
         RecordKind::EauthToken,
         RecordKind::BatchRun,
         RecordKind::FileRecv,
+        RecordKind::MemberRelease,
     ];
 
     pub fn from_u8(b: u8) -> Option<Self> {
         Self::ALL.into_iter().find(|k| *k as u8 == b)
+    }
+
+    /// The record set ([`RECORD_SET`]) that brought this kind, or the rules it applies
+    /// by: a cluster writes it only once its members' lowest record set reaches this.
+    pub fn since(self) -> u32 {
+        match self {
+            RecordKind::KeySet
+            | RecordKind::JobPublished
+            | RecordKind::JobReturn
+            | RecordKind::GrainsReport
+            | RecordKind::RootsBlob
+            | RecordKind::RootsTombstone
+            | RecordKind::AesKeyRotation
+            | RecordKind::ImportMarker
+            | RecordKind::JobsExpired
+            | RecordKind::ClusterKeyPair
+            | RecordKind::MasterKeyPair
+            | RecordKind::RootsStage
+            | RecordKind::RootsSync
+            | RecordKind::PillarCache
+            | RecordKind::MemberKey
+            | RecordKind::MineUpdate
+            | RecordKind::Reaction
+            | RecordKind::EauthToken
+            | RecordKind::BatchRun
+            | RecordKind::FileRecv
+            | RecordKind::MemberRelease => 1,
+        }
     }
 
     /// The name used by `halite-ctl dump --kind`.
@@ -141,6 +178,7 @@ impl RecordKind {
             RecordKind::EauthToken => "eauth_token",
             RecordKind::BatchRun => "batch_run",
             RecordKind::FileRecv => "file_recv",
+            RecordKind::MemberRelease => "member_release",
         }
     }
 
@@ -173,6 +211,7 @@ pub enum Record {
     EauthToken(EauthToken),
     BatchRun(BatchRun),
     FileRecv(FileRecv),
+    MemberRelease(MemberRelease),
 }
 
 impl Record {
@@ -198,6 +237,7 @@ impl Record {
             Record::EauthToken(_) => RecordKind::EauthToken,
             Record::BatchRun(_) => RecordKind::BatchRun,
             Record::FileRecv(_) => RecordKind::FileRecv,
+            Record::MemberRelease(_) => RecordKind::MemberRelease,
         }
     }
 
@@ -238,6 +278,7 @@ impl Record {
             Record::EauthToken(p) => p,
             Record::BatchRun(p) => p,
             Record::FileRecv(p) => p,
+            Record::MemberRelease(p) => p,
         }
     }
 
@@ -358,6 +399,7 @@ fn decode_payload(kind: RecordKind, payload: &[u8]) -> Result<Record> {
         RecordKind::EauthToken => Record::EauthToken(de(payload)?),
         RecordKind::BatchRun => Record::BatchRun(de(payload)?),
         RecordKind::FileRecv => Record::FileRecv(de(payload)?),
+        RecordKind::MemberRelease => Record::MemberRelease(de(payload)?),
     })
 }
 

@@ -67,6 +67,7 @@ pub fn record_json(index: u64, r: &Record) -> Value {
         Record::MineUpdate(m) => json!({"id": m.id, "op": format!("{:?}", m.op).to_lowercase(), "clear": m.clear, "functions": m.entries.iter().map(|e| json!({"fun": e.fun, "data": msgpack(&e.data)})).collect::<Vec<_>>(), "time_ns": m.time_ns}),
         Record::Reaction(r) => json!({"id": r.id, "member": r.member, "tag": r.tag, "reactions": serde_json::from_slice::<serde_json::Value>(&r.reactions).unwrap_or(serde_json::Value::Null), "time_ns": r.time_ns}),
         Record::MemberKey(k) => json!({"member": k.id, "public": hex::encode(&k.public), "time_ns": k.time_ns}),
+        Record::MemberRelease(r) => json!({"member": r.id, "record_set": r.record_set, "release": r.release, "time_ns": r.time_ns}),
         // The hash only: the token itself is never stored.
         Record::EauthToken(t) => json!({"op": format!("{:?}", t.op).to_lowercase(), "hash": t.hash, "user": t.user, "eauth": t.eauth, "perms": serde_json::from_slice::<serde_json::Value>(&t.perms).unwrap_or(serde_json::Value::Null), "start_ns": t.start_ns, "expire_ns": t.expire_ns, "time_ns": t.time_ns}),
         Record::AesKeyRotation(a) => json!({"generation": a.generation, "key_bytes": a.key.len(), "time_ns": a.time_ns}),

@@ -25,7 +25,7 @@
 //! 5. Read the member **address book** from the log (`membership.rs`), hand it to the
 //!    transport, and start the driver thread (`driver.rs`).
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::Arc;
 
 use protobuf::Message as _;
@@ -100,6 +100,7 @@ pub(super) fn start(log: RaftLog, sm: Arc<StateMachine>, mut views: Views, cfg: 
     let Mailbox(tx, rx) = mailbox;
     let id = cfg.id;
     let leader = Arc::new(AtomicU64::new(0));
+    let record_set = Arc::new(AtomicU32::new(1));
     let status = NodeStatus::new(id);
     let health = Health { status: status.clone(), readiness: Default::default(), faults };
     if let (Some(o), Some(s)) = (&outbox, &snapshots) {
@@ -111,7 +112,7 @@ pub(super) fn start(log: RaftLog, sm: Arc<StateMachine>, mut views: Views, cfg: 
         core: Core { raw, log: log.clone(), sm: sm.clone(), leader: leader.clone(), solo },
         views,
         views_after,
-        peers: Peers::new(outbox, membership),
+        peers: Peers::new(outbox, membership, record_set.clone()),
         incarnation,
         health,
         snapshots,
@@ -119,7 +120,7 @@ pub(super) fn start(log: RaftLog, sm: Arc<StateMachine>, mut views: Views, cfg: 
         cfg,
     });
     let thread = driver::spawn(d, rx)?;
-    Ok(Node { tx, thread: Some(thread), sm, log, leader, id, book, incarnation, status, min_free_bytes, last_at_start })
+    Ok(Node { tx, thread: Some(thread), sm, log, leader, record_set, id, book, incarnation, status, min_free_bytes, last_at_start })
 }
 
 /// Refuses a state machine **ahead of its log**: one that has applied an index the log

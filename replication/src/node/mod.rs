@@ -85,7 +85,7 @@ mod tests_replay;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -327,6 +327,8 @@ pub struct Node {
     log: RaftLog,
     /// The leader this node last knew (0: none).
     leader: Arc<AtomicU64>,
+    /// The cluster's record set (`driver/member_releases.rs`).
+    record_set: Arc<AtomicU32>,
     id: u64,
     book: AddressBook,
     incarnation: u64,
@@ -343,6 +345,7 @@ pub struct NodeHandle {
     tx: Sender<Msg>,
     log: RaftLog,
     leader: Arc<AtomicU64>,
+    record_set: Arc<AtomicU32>,
     id: u64,
     book: AddressBook,
 }
@@ -358,6 +361,13 @@ impl NodeHandle {
             0 => None,
             id => Some(id),
         }
+    }
+
+    /// The cluster's record set: the lowest `format::RECORD_SET` its members recorded
+    /// (a member that recorded none counts as 1), as last applied
+    /// (`driver/member_releases.rs`).
+    pub fn cluster_record_set(&self) -> u32 {
+        self.record_set.load(Ordering::Relaxed)
     }
 
     /// The raft term and the (sorted) voters and learners, as last persisted.
@@ -489,7 +499,7 @@ impl Node {
 
     /// A cloneable handle for membership work from other threads (the join handshake).
     pub fn handle(&self) -> NodeHandle {
-        NodeHandle { tx: self.tx.clone(), log: self.log.clone(), leader: self.leader.clone(), id: self.id, book: self.book.clone() }
+        NodeHandle { tx: self.tx.clone(), log: self.log.clone(), leader: self.leader.clone(), record_set: self.record_set.clone(), id: self.id, book: self.book.clone() }
     }
 
     /// Proposes records as one entry and waits until it is committed and applied

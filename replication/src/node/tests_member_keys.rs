@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use halite_storage::compaction::CompactionLimits;
-use halite_storage::format::{KeySet, KeyState};
+use halite_storage::format::{KeySet, KeyState, RECORD_SET, RELEASE};
 use halite_storage::keys::{mmap::MmapKeys, Geometry};
 use halite_storage::roots::{RootsDirs, RootsMaterialiser};
 use halite_storage::views::Views;
@@ -122,6 +122,15 @@ fn keys_come_from_the_log_an_impostor_is_refused_everywhere_and_a_removed_member
     // The transports learn them from the applied state, just after it (an effect of the
     // apply): waited for, not asserted at once.
     wait_until("and in every transport", 30, || m.values().all(|x| x.t.peer_keys().book() == want));
+    // And its build (`driver/member_releases.rs`): the cluster's record set is this build's.
+    let builds = |m: &BTreeMap<u64, Member>, ids: &[u64]| {
+        m.values().all(|x| {
+            let r = x.node.state().member_releases().unwrap();
+            r.keys().copied().collect::<Vec<_>>() == ids && r.values().all(|b| b.record_set == RECORD_SET && b.release == RELEASE)
+        })
+    };
+    wait_until("every founder's build in every member's applied state", 30, || builds(&m, &[1, 2, 3]));
+    wait_until("the cluster's record set on every member", 20, || m.values().all(|x| x.node.handle().cluster_record_set() == RECORD_SET));
 
     // A joiner asks member 2 to join; its key travels in the membership change.
     let jid = member_id("n4");
@@ -135,6 +144,9 @@ fn keys_come_from_the_log_an_impostor_is_refused_everywhere_and_a_removed_member
     want.insert(jid, j.key);
     m.insert(jid, j);
     wait_until("the joiner's key in every member's applied state", 60, || m.values().all(|x| x.node.state().member_keys().unwrap() == want));
+    let mut ids: Vec<u64> = vec![1, 2, 3, jid];
+    ids.sort_unstable();
+    wait_until("the joiner's build in every member's applied state", 60, || builds(&m, &ids));
     let last = propose_retrying(&m[&jid].node, &[key("from-the-joiner")]);
     wait_until("the joiner's proposal applied everywhere", 30, || m.values().all(|x| x.node.state().applied_index().unwrap() >= last));
 
@@ -174,6 +186,7 @@ fn keys_come_from_the_log_an_impostor_is_refused_everywhere_and_a_removed_member
     want.remove(&jid);
     let live = [1, 2, 3];
     wait_until("the removed member's key gone everywhere", 30, || live.iter().all(|i| m[i].node.state().member_keys().unwrap() == want && m[i].t.peer_keys().book() == want));
+    assert!(live.iter().all(|i| !m[i].node.state().member_releases().unwrap().contains_key(&jid)), "the removed member's build is gone with it");
     let term = m[&1].node.membership().unwrap().0;
     let removed = &m[&jid].t;
     let not_member_before = m[&1].t.refused("not_a_member");

@@ -48,6 +48,7 @@ pub mod jobs_expired;
 pub mod key_set;
 pub mod master_key_pair;
 pub mod member_key;
+pub mod member_release;
 pub mod mine_update;
 pub mod pillar_cache;
 pub mod reaction;

@@ -92,6 +92,10 @@ impl StateMachine {
                         self.apply_member_key(e.index, e.id.map(|i| i.proposer), k, &mut batch, &mut overlay)?;
                         continue;
                     }
+                    if let Record::MemberRelease(r) = rec {
+                        self.apply_member_release(e.index, e.id.map(|i| i.proposer), r, &mut batch)?;
+                        continue;
+                    }
                     self.apply_one(e.index, base + pos, rec, &mut batch, &mut out.effects, &mut overlay)?;
                 }
             } else {
@@ -333,8 +337,8 @@ impl StateMachine {
                 b.put_cf(db.cf(CF_META)?, crate::reaction::claim_key(&r.id), claim.encode());
                 ov.reactions.insert(r.id.clone());
             }
-            // Applied with its entry's proposer (`member_keys.rs`).
-            Record::MemberKey(_) => {}
+            // Applied with their entry's proposer (`member_keys.rs`, `member_releases.rs`).
+            Record::MemberKey(_) | Record::MemberRelease(_) => {}
             Record::EauthToken(t) => self.apply_eauth_token(t, b, ov)?,
             Record::BatchRun(r) => self.apply_batch_run(r, b, ov)?,
             Record::FileRecv(f) => self.apply_file_recv(index, f, b, fx, ov)?,

@@ -93,6 +93,7 @@ impl StateMachine {
                     tracing::info!(index, member = id, "member key dropped: the member was removed");
                 }
                 b.delete_cf(db.cf(CF_META)?, book_key(id));
+                b.delete_cf(db.cf(CF_META)?, super::member_releases::release_key(id));
             }
         }
         db.write_opt(b, &super::no_wal())?;

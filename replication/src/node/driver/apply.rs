@@ -73,7 +73,7 @@ impl Driver {
             return Ok(());
         }
         let applied = self.core.sm.apply_entries(&batch)?;
-        if batch.iter().any(|e| e.records.iter().any(|r| matches!(r, halite_storage::Record::MemberKey(_)))) {
+        if batch.iter().any(|e| e.records.iter().any(|r| matches!(r, halite_storage::Record::MemberKey(_) | halite_storage::Record::MemberRelease(_)))) {
             self.peers.keys_dirty = true;
         }
         // A view that cannot be written is marked dirty and rebuilt later (`faults.rs`).

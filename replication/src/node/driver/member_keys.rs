@@ -71,6 +71,7 @@ impl Driver {
             return;
         }
         self.peers.keys_dirty = false;
+        self.publish_record_sets();
         let book = match self.core.sm.member_keys() {
             Ok(b) => b,
             Err(e) => {

@@ -38,10 +38,11 @@ pub(super) mod compaction;
 pub(super) mod faults;
 pub(super) mod health;
 pub(super) mod member_keys;
+pub(super) mod member_releases;
 pub(super) mod snapshots;
 pub(super) mod space;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -129,11 +130,14 @@ pub(super) struct Peers {
     /// heard.
     pub(super) keys_dirty: bool,
     pub(super) own_key: member_keys::OwnKey,
+    pub(super) own_release: member_releases::OwnRelease,
+    /// The cluster's record set, shared with the public face (`member_releases.rs`).
+    pub(super) record_set: Arc<AtomicU32>,
 }
 
 impl Peers {
-    pub(super) fn new(outbox: Option<Arc<dyn Outbox>>, membership: Membership) -> Self {
-        Peers { outbox, membership, keys_dirty: true, own_key: Default::default() }
+    pub(super) fn new(outbox: Option<Arc<dyn Outbox>>, membership: Membership, record_set: Arc<AtomicU32>) -> Self {
+        Peers { outbox, membership, keys_dirty: true, own_key: Default::default(), own_release: Default::default(), record_set }
     }
 }
 
@@ -285,6 +289,7 @@ impl Driver {
                     self.propose_member(c);
                 }
                 self.record_own_key();
+                self.record_own_release();
                 self.maybe_compact()?;
             }
             self.on_ready()?;
