@@ -168,6 +168,10 @@ pub fn members(node_id: &str, m: &Members) -> J {
             "lag": p.lag,
             "ready": p.ready,
         }))).collect::<serde_json::Map<String, J>>(),
+        // Halite: each member's build as it recorded it in the log, and the cluster's
+        // record set, the members' lowest (docs/operations.md, "Upgrading a cluster").
+        "releases": m.releases.iter().map(|(id, r)| (m.name(*id), json!({"release": r.release, "record_set": r.record_set}))).collect::<serde_json::Map<String, J>>(),
+        "record_set": halite_storage::state::lowest_record_set(&m.releases, m.voters.iter().chain(&m.learners).copied()),
     })
 }
 

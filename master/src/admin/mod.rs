@@ -153,6 +153,8 @@ pub struct Members {
     /// What this master knows of each member's progress: its own applied index and
     /// readiness, and, on the leader, how far each peer's log matches.
     pub progress: BTreeMap<u64, MemberProgress>,
+    /// What each member recorded of its build (`member_release` records), by raft id.
+    pub releases: BTreeMap<u64, halite_storage::state::RecordedRelease>,
 }
 
 /// One member's progress as this master sees it (`None`: not known here).

@@ -337,6 +337,16 @@ fn cluster_runners_report_the_group() {
     let m = f.now(json!({"cmd": "runner", "fun": "cluster.members"}))["return"].clone();
     assert_eq!(m["progress"]["10.0.0.2"], json!({"applied_index": 90, "matched_index": null, "lag": 0, "ready": true}));
     assert_eq!(m["progress"]["10.0.0.3"], json!({"applied_index": null, "matched_index": 40, "lag": 50, "ready": null}));
+    // Each member's recorded build, and the cluster's record set: the members' lowest,
+    // one that recorded none (10.0.0.3) counting as 1.
+    assert_eq!((m["releases"].clone(), m["record_set"].clone()), (json!({}), json!(1)));
+    let build = |n: u32| halite_storage::state::RecordedRelease { record_set: n, release: format!("halite {n}") };
+    f.members.releases = [(ids[0], build(2)), (ids[1], build(2))].into();
+    let m = f.now(json!({"cmd": "runner", "fun": "cluster.members"}))["return"].clone();
+    assert_eq!(m["releases"]["10.0.0.1"], json!({"release": "halite 2", "record_set": 2}));
+    assert_eq!(m["record_set"], json!(1));
+    f.members.releases.insert(ids[2], build(3));
+    assert_eq!(f.now(json!({"cmd": "runner", "fun": "cluster.members"}))["return"]["record_set"], json!(2));
     let ring = f.now(json!({"cmd": "runner", "fun": "cluster.ring_info"}))["return"].clone();
     assert_eq!((ring["node_count"].clone(), ring["vnodes"].clone()), (json!(3), json!(150)));
     assert!(f.run(json!({"cmd": "runner", "fun": "cluster.remove_member", "name": "10.9.9.9"})).unwrap_err().to_string().contains("is not a member"));

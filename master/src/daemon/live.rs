@@ -318,7 +318,8 @@ impl AdminView for Master {
     }
     fn members(&self) -> Result<Members> {
         let (term, voters, learners) = self.node.membership()?;
-        Ok(Members { term, voters, learners, leader: self.node.leader(), names: crate::start::member_names(&self.cfg, Some(&self.node.handle())), progress: progress(&self.node.status().get()) })
+        let releases = self.sm().member_releases()?;
+        Ok(Members { term, voters, learners, leader: self.node.leader(), names: crate::start::member_names(&self.cfg, Some(&self.node.handle())), progress: progress(&self.node.status().get()), releases })
     }
     fn new_jid(&self) -> String {
         crate::jobs::new_jid()

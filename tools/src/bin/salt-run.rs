@@ -311,7 +311,8 @@ fn offline_runner(cfg: &halite_master::MasterConfig, fun: &str, req: &Value) -> 
         let (hs, cs) = (log.hard_state()?, log.conf_state()?);
         // Offline: the leader is unknown, except that a lone voter leads itself.
         let leader = (cs.voters.len() == 1).then(|| cs.voters[0]);
-        let m = Members { term: hs.term, voters: cs.voters, learners: cs.learners, leader, names: start::member_names(cfg, None), ..Default::default() };
+        let releases = halite_storage::state::StateMachine::open(&data.state())?.member_releases()?;
+        let m = Members { term: hs.term, voters: cs.voters, learners: cs.learners, leader, names: start::member_names(cfg, None), progress: Default::default(), releases };
         return Ok(if fun == "cluster.members" { cluster::members(&cfg.node_id(), &m) } else { cluster::ring_info(cfg.cluster_id.is_some(), &m) });
     }
     let sm = halite_storage::state::StateMachine::open(&data.state())?;

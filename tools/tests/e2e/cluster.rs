@@ -41,6 +41,16 @@ fn three_founding_masters_agree_on_three_voters() {
     let m = members(&c.envs[1]);
     assert_eq!(m["voters"], json!(c.ips()), "{m}");
     assert_eq!((m["voter_count"].as_u64(), m["node_id"].as_str()), (Some(3), Some(c.envs[1].ip.as_str())), "{m}");
+    // Each member records its build in the log (docs/operations.md, "Upgrading a
+    // cluster"); every member lists all three, and the cluster's record set.
+    let builds = |m: &serde_json::Value| m["releases"].as_object().map(|r| r.keys().cloned().collect::<std::collections::BTreeSet<_>>());
+    let ips: std::collections::BTreeSet<String> = c.ips().into_iter().map(String::from).collect();
+    for env in &c.envs {
+        wait_for("every member's build in the log", 30, || builds(&members(env)).as_ref() == Some(&ips));
+    }
+    let m = members(&c.envs[0]);
+    assert!(m["releases"].as_object().unwrap().values().all(|r| r["record_set"] == 1 && r["release"].as_str().is_some_and(|s| s.starts_with("halite "))), "{m}");
+    assert_eq!(m["record_set"], 1, "{m}");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -122,6 +122,7 @@ fn a_joined_master_holds_the_clusters_key_pair() {
 fn a_joined_master_is_promoted_to_voter() {
     let j = joined();
     wait_for("the newcomer promoted to voter", 30, || members(&j.f.c.envs[1])["voters"] == json!(j.f.ips[..3]));
+    wait_for("the newcomer's build in the log", 30, || members(&j.f.c.envs[1])["releases"].get(&j.f.ips[2]).is_some_and(|r| r["record_set"] == 1));
 }
 
 #[test]
