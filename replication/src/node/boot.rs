@@ -108,6 +108,7 @@ pub(super) fn start(log: RaftLog, sm: Arc<StateMachine>, mut views: Views, cfg: 
     }
     let membership = Membership::new(cfg.id, cfg.auto_promote, announce, book.clone());
     let min_free_bytes = cfg.min_free_bytes;
+    let gated = cfg.member_key.is_some();
     let d = Driver::new(Parts {
         core: Core { raw, log: log.clone(), sm: sm.clone(), leader: leader.clone(), solo },
         views,
@@ -120,7 +121,7 @@ pub(super) fn start(log: RaftLog, sm: Arc<StateMachine>, mut views: Views, cfg: 
         cfg,
     });
     let thread = driver::spawn(d, rx)?;
-    Ok(Node { tx, thread: Some(thread), sm, log, leader, record_set, id, book, incarnation, status, min_free_bytes, last_at_start })
+    Ok(Node { tx, thread: Some(thread), sm, log, leader, record_set, gated, id, book, incarnation, status, min_free_bytes, last_at_start })
 }
 
 /// Refuses a state machine **ahead of its log**: one that has applied an index the log

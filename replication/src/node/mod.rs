@@ -327,8 +327,10 @@ pub struct Node {
     log: RaftLog,
     /// The leader this node last knew (0: none).
     leader: Arc<AtomicU64>,
-    /// The cluster's record set (`driver/member_releases.rs`).
+    /// The cluster's record set (`driver/member_releases.rs`), and whether proposals
+    /// are held to it (a cluster member: one with a member key).
     record_set: Arc<AtomicU32>,
+    gated: bool,
     id: u64,
     book: AddressBook,
     incarnation: u64,
@@ -528,6 +530,16 @@ impl Node {
         if let Some(free) = self.status.disk_full() {
             return Err(NodeError::DiskFull { free, reserve: self.min_free_bytes });
         }
+        if self.gated {
+            let cluster = self.record_set.load(Ordering::Relaxed);
+            if let Some(kind) = unwritable(records, cluster) {
+                return Err(NodeError::Refused(format!(
+                    "a {} record needs every cluster member at record set {} and the cluster's is {cluster}: upgrade every member first (docs/operations.md, \"Upgrading a cluster\")",
+                    kind.name(),
+                    kind.since()
+                )));
+            }
+        }
         let data = Record::encode_batch(records).map_err(|e| NodeError::Refused(e.to_string()))?;
         self.tx.send(Msg::Propose(Proposal { data, records: records.len(), reply, pipeline })).map_err(|_| NodeError::Stopped("node thread is gone".into()))?;
         self.status.count_proposal();
@@ -581,6 +593,12 @@ impl Node {
             let _ = t.join();
         }
     }
+}
+
+/// The first kind among `records` that a cluster of record set `cluster` does not write
+/// yet (some member's build may not read it: `RecordKind::since`).
+fn unwritable(records: &[Record], cluster: u32) -> Option<halite_storage::format::RecordKind> {
+    records.iter().map(Record::kind).find(|k| k.since() > cluster)
 }
 
 impl Drop for Node {
