@@ -3,10 +3,13 @@
 //! refused with an error that says the disk is full (a key decision through `salt-key`,
 //! a job through `salt`), what is stored keeps being served (the key list, an earlier
 //! job's return), the master keeps running, and once space is freed it takes writes again
-//! on its own, with nothing acknowledged before lost. Needs root (mount); without it the
-//! test prints a `SKIPPED` line, and fails under CI.
+//! on its own, with nothing acknowledged before lost. Without a reserve
+//! (`halite_min_free_bytes: 0`) RocksDB itself meets the full disk: the master holds the
+//! same way, then opens its state machine again in place, without a restart. Needs root
+//! (mount); without it the test prints a `SKIPPED` line, and fails under CI.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use serde_json::json;
 
@@ -81,6 +84,118 @@ fn a_lone_master_on_a_full_disk_refuses_writes_serves_reads_and_recovers() {
     assert_eq!(env.runner(&["jobs.lookup_jid", &before]), json!({"m1": "before"}));
     let log = env.master_log();
     assert!(log.contains("under its reserve") && log.contains("writing again"), "{log}");
+}
+
+/// What the master logs when a state-machine write met a full disk.
+const STATE_FAILED: &str = "the state machine cannot be written";
+/// What the master logs when its node stops on an error.
+const NODE_STOPPED: &str = "raft node stopped";
+
+/// A job whose return is 800,000 bytes of random text (under the minion's
+/// `max_event_size`, 1 MiB, above which it sends `VALUE_TRIMMED` instead): a few of them
+/// fill RocksDB's memtables (4 MiB), whose flush then needs as much space again.
+const BIG: [&str; 3] = ["m1", "cmd.run", "head -c 600000 /dev/urandom | base64 -w0"];
+const BIG_LEN: usize = 800_000;
+
+/// No reserve: RocksDB meets the full disk. The disk is filled to the last byte and given
+/// back a little at a time, only as much as the log's next writes need, while jobs with
+/// big returns run: the memtables' flush finds no room and fails, and RocksDB refuses
+/// every write after it. The master holds: writes refused saying the disk is full, key
+/// list and job cache served, the same process running. Once space is freed it opens its
+/// state machine again in place, applies its log again from the state's own applied
+/// index, and takes writes; every job answered before is still in the job cache.
+#[test]
+fn a_lone_master_whose_rocksdb_met_a_full_disk_opens_it_again_once_freed() {
+    if skipped("a_lone_master_whose_rocksdb_met_a_full_disk_opens_it_again_once_freed") {
+        return;
+    }
+    let place = tempfile::tempdir().expect("tempdir");
+    let ip = one_ip();
+    let health = port_free_on(&[&ip]);
+    let env = Env::master(&ip, "localfs_key", &format!("auto_accept: True\nhalite_min_free_bytes: 0\nhalite_health_port: {health}\n"));
+    // Declared before the master: dropped after it.
+    let disk = SmallDisk::mount(&place.path().join("disk.img"), &env.root.join("disk"), 64);
+    data_dir_at(&env, &disk.at.join("data"));
+    seed_pending(&env, &["p1", "p2"]);
+    let mut m = Running::start(env);
+    let env = &m.env;
+    let pid = || std::fs::read_to_string(env.root.join("master.pid")).unwrap_or_default().trim().to_string();
+    let _m1 = start_minion(&env.root, "m1", &format!("master: {}\nmaster_port: {}\n", env.ip, env.ret));
+    wait_ping(env, "m1", 90);
+    let started = pid();
+    assert_eq!(started, m.proc.pid().to_string(), "the master's pidfile");
+    assert_eq!(env.salt_json(&["m1", "test.echo", "before"], 60), json!({"m1": "before"}));
+    let (before, _) = env.newest_job("test.echo").expect("the job before");
+
+    disk.fill();
+    let answered = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                let out = env.salt_json(&BIG, 30);
+                if out["m1"].as_str().is_some_and(|r| r.len() == BIG_LEN) {
+                    answered.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        // Room for the log's next write (it waits for space, saying the disk is full),
+        // at most 1.25 MiB: never for a flush of the memtables.
+        let met = within(300, || {
+            let log = env.master_log();
+            if log.contains(STATE_FAILED) || log.contains(NODE_STOPPED) {
+                return true;
+            }
+            let free = disk.available();
+            if free < 128 << 10 || (free < 1 << 20 && disk_full(env, health) == Some(1.0)) {
+                disk.free_some(256 << 10);
+            }
+            false
+        });
+        disk.fill();
+        stop.store(true, Ordering::Relaxed);
+        assert!(met, "timed out after 300s waiting for RocksDB to meet the full disk: {}", env.master_log());
+    });
+    let answered = answered.into_inner();
+    assert!(answered > 0, "jobs answered before RocksDB met the full disk: {}", env.master_log());
+    assert_eq!(disk_full(env, health), Some(1.0));
+    // Writes are refused, saying why; nothing is written.
+    let accept = env.run(SALT_KEY, &["-a", "p1", "-y"]);
+    let said = format!("{}{}", String::from_utf8_lossy(&accept.stdout), String::from_utf8_lossy(&accept.stderr));
+    assert!(said.contains("filesystem is full"), "salt-key -a on a full disk: {said}");
+    let job = env.salt(&["m1", "test.echo", "during"], 30);
+    let said = format!("{}{}", String::from_utf8_lossy(&job.stdout), String::from_utf8_lossy(&job.stderr));
+    assert!(!job.status.success() && said.contains("filesystem is full"), "salt on a full disk: {said}");
+    // What is stored is served.
+    assert_eq!(env.ids("minions_pre"), ["p1", "p2"]);
+    assert_eq!(env.runner(&["jobs.lookup_jid", &before]), json!({"m1": "before"}));
+    assert!(m.proc.exited().is_none(), "the master keeps running: {}", env.master_log());
+
+    // Space freed: the state machine is opened again, writes are taken, no restart.
+    disk.free();
+    wait_for("the master to write again", 60, || disk_full(env, health) == Some(0.0));
+    env.ok(SALT_KEY, &["-a", "p1", "-y"]);
+    assert_eq!(env.ids("minions_pre"), ["p2"]);
+    assert_eq!(env.salt_json(&["m1", "test.echo", "after"], 60), json!({"m1": "after"}));
+    assert_eq!(env.runner(&["jobs.lookup_jid", &before]), json!({"m1": "before"}));
+    // Every big job answered is in the job cache with its return.
+    let jobs = env.runner(&["jobs.list_jobs"]);
+    let kept = jobs
+        .as_object()
+        .expect("jobs")
+        .iter()
+        .filter(|(_, j)| j["Function"] == "cmd.run")
+        .filter(|(jid, _)| env.runner(&["jobs.lookup_jid", jid.as_str()])["m1"].as_str().is_some_and(|r| r.len() == BIG_LEN))
+        .count();
+    assert!(kept >= answered, "{kept} big returns kept, {answered} answered");
+    assert!(m.proc.exited().is_none(), "the master keeps running: {}", env.master_log());
+    assert_eq!(pid(), started, "the same master process");
+    let log = env.master_log();
+    assert!(log.contains(STATE_FAILED) && log.contains("the state machine is opened again"), "{log}");
+    assert!(!log.contains(NODE_STOPPED), "{log}");
+    for line in log.lines().filter(|l| l.contains(STATE_FAILED) || l.contains("the state machine is opened again")) {
+        eprintln!("{line}");
+    }
 }
 
 /// Three members, each with its data directory on a small disk of its own; the
