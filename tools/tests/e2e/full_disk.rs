@@ -97,6 +97,45 @@ const NODE_STOPPED: &str = "raft node stopped";
 const BIG: [&str; 3] = ["m1", "cmd.run", "head -c 600000 /dev/urandom | base64 -w0"];
 const BIG_LEN: usize = 800_000;
 
+/// Fills `disk`, the data directory's of `member`, to the last byte, then runs jobs with
+/// big returns through `via` while giving back only as much space as the log's next
+/// write needs (at most 1.25 MiB free: never enough for a flush of the memtables), until
+/// `member` says its state machine met the full disk (or its node stopped); then fills
+/// what is left. Each job waits for `member` to have applied the one before, so the
+/// other members' disks take no more than it does. Returns how many jobs were answered.
+fn meet_full_disk(via: &Env, disk: &SmallDisk, member: &Env, health: u16) -> usize {
+    disk.fill();
+    let answered = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let applied = |e: &Env| metric(&metrics_of(e, health), "halite_applied_index").unwrap_or(0.0);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                let out = via.salt_json(&BIG, 30);
+                if out["m1"].as_str().is_some_and(|r| r.len() == BIG_LEN) {
+                    answered.fetch_add(1, Ordering::Relaxed);
+                }
+                let to = applied(via);
+                within(60, || stop.load(Ordering::Relaxed) || applied(member) >= to);
+            }
+        });
+        let met = within(300, || {
+            let log = member.master_log();
+            if log.contains(STATE_FAILED) || log.contains(NODE_STOPPED) {
+                return true;
+            }
+            if disk.available() < 1 << 20 {
+                disk.free_some(256 << 10);
+            }
+            false
+        });
+        disk.fill();
+        stop.store(true, Ordering::Relaxed);
+        assert!(met, "timed out after 300s waiting for RocksDB to meet the full disk: {}", member.master_log());
+    });
+    answered.into_inner()
+}
+
 /// No reserve: RocksDB meets the full disk. The disk is filled to the last byte and given
 /// back a little at a time, only as much as the log's next writes need, while jobs with
 /// big returns run: the memtables' flush finds no room and fails, and RocksDB refuses
@@ -127,36 +166,7 @@ fn a_lone_master_whose_rocksdb_met_a_full_disk_opens_it_again_once_freed() {
     assert_eq!(env.salt_json(&["m1", "test.echo", "before"], 60), json!({"m1": "before"}));
     let (before, _) = env.newest_job("test.echo").expect("the job before");
 
-    disk.fill();
-    let answered = AtomicUsize::new(0);
-    let stop = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            while !stop.load(Ordering::Relaxed) {
-                let out = env.salt_json(&BIG, 30);
-                if out["m1"].as_str().is_some_and(|r| r.len() == BIG_LEN) {
-                    answered.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        });
-        // Room for the log's next write (it waits for space, saying the disk is full),
-        // at most 1.25 MiB: never for a flush of the memtables.
-        let met = within(300, || {
-            let log = env.master_log();
-            if log.contains(STATE_FAILED) || log.contains(NODE_STOPPED) {
-                return true;
-            }
-            let free = disk.available();
-            if free < 128 << 10 || (free < 1 << 20 && disk_full(env, health) == Some(1.0)) {
-                disk.free_some(256 << 10);
-            }
-            false
-        });
-        disk.fill();
-        stop.store(true, Ordering::Relaxed);
-        assert!(met, "timed out after 300s waiting for RocksDB to meet the full disk: {}", env.master_log());
-    });
-    let answered = answered.into_inner();
+    let answered = meet_full_disk(env, &disk, env, health);
     assert!(answered > 0, "jobs answered before RocksDB met the full disk: {}", env.master_log());
     assert_eq!(disk_full(env, health), Some(1.0));
     // Writes are refused, saying why; nothing is written.
@@ -244,5 +254,64 @@ fn a_cluster_member_on_a_full_disk_steps_aside_and_catches_up_once_freed() {
     wait_for("the member to see space again", 30, || disk_full(&c.envs[full], health) == Some(0.0));
     wait_for("k1 accepted on the member that was full", 60, || c.envs[full].ids("minions") == ["k1"]);
     wait_for("the member ready again", 60, || metric(&metrics_of(&c.envs[full], health), "halite_ready") == Some(1.0));
+    crate::faults::assert_same_digests(&mut c);
+}
+
+/// Three members without a reserve; a follower's disk filled and given back only as
+/// much as its log's writes need while jobs with big returns go through another member,
+/// until its RocksDB meets the full disk. It holds: writes through it refused, saying the
+/// disk is full, not ready; the two others go on and take a key decision. Once freed it
+/// opens its state machine again in place, catches up without a restart, and every
+/// member ends with the same state.
+#[test]
+fn a_cluster_member_whose_rocksdb_met_a_full_disk_catches_up_once_freed() {
+    if skipped("a_cluster_member_whose_rocksdb_met_a_full_disk_catches_up_once_freed") {
+        return;
+    }
+    let ips = loopback(3);
+    let ipr: Vec<&str> = ips.iter().map(String::as_str).collect();
+    let pool = port_free_on(&ipr);
+    let health = port_free_on(&ipr);
+    let place = tempfile::tempdir().expect("tempdir");
+    let envs = member_envs(&ips, pool, "fullrocks", |_| format!("halite_min_free_bytes: 0\nhalite_health_port: {health}\n"));
+    // Declared before the cluster: dropped after it.
+    let disks: Vec<SmallDisk> = envs.iter().enumerate().map(|(i, e)| SmallDisk::mount(&place.path().join(format!("disk{i}.img")), &e.root.join("disk"), 64)).collect();
+    for (e, d) in envs.iter().zip(&disks) {
+        data_dir_at(e, &d.at.join("data"));
+    }
+    let mut c = Cluster::start(envs);
+    let lead = crate::faults::leader(&c, 0);
+    let (full, home) = ((lead + 1) % 3, (lead + 2) % 3);
+    let _m1 = crate::faults::served(&c, "m1", home, home);
+    register_key(&c.envs[home], "k1");
+    wait_for("k1 pending on every member", 30, || c.envs.iter().all(|e| e.ids("minions_pre") == ["k1"]));
+
+    meet_full_disk(&c.envs[home], &disks[full], &c.envs[full], health);
+    let pid = c.procs[full].as_ref().expect("the full member runs").pid();
+    // Writes through it are refused, saying why; it is not ready.
+    let refused = c.envs[full].run(SALT_KEY, &["-a", "k1", "-y"]);
+    let said = format!("{}{}", String::from_utf8_lossy(&refused.stdout), String::from_utf8_lossy(&refused.stderr));
+    assert!(said.contains("filesystem is full"), "salt-key -a through the full member: {said}");
+    wait_for("the full member to be not ready", 30, || metric(&metrics_of(&c.envs[full], health), "halite_ready") == Some(0.0));
+    // The two others go on without it (it may have led meanwhile: they elect another).
+    wait_for("a leader with space", 60, || crate::faults::leader(&c, home) != full);
+    wait_for("k1 accepted through a member with space", 60, || c.envs[home].run(SALT_KEY, &["-a", "k1", "-y"]).status.success());
+    for i in [lead, home] {
+        wait_for("k1 accepted on the members with space", 30, || c.envs[i].ids("minions") == ["k1", "m1"]);
+    }
+    assert_eq!(c.envs[full].ids("minions_pre"), ["k1"], "the full member wrote nothing");
+
+    // Freed: it opens its state machine again and catches up, without a restart.
+    disks[full].free();
+    wait_for("the member to write again", 60, || disk_full(&c.envs[full], health) == Some(0.0));
+    wait_for("k1 accepted on the member that was full", 60, || c.envs[full].ids("minions") == ["k1", "m1"]);
+    wait_for("the member ready again", 60, || metric(&metrics_of(&c.envs[full], health), "halite_ready") == Some(1.0));
+    assert_eq!(c.procs[full].as_mut().expect("the full member runs").exited(), None, "the member keeps running");
+    assert_eq!(c.procs[full].as_ref().expect("the full member runs").pid(), pid);
+    let log = c.envs[full].master_log();
+    assert!(log.contains(STATE_FAILED) && log.contains("the state machine is opened again") && !log.contains(NODE_STOPPED), "{log}");
+    for line in log.lines().filter(|l| l.contains(STATE_FAILED) || l.contains("the state machine is opened again")) {
+        eprintln!("{line}");
+    }
     crate::faults::assert_same_digests(&mut c);
 }
