@@ -79,7 +79,8 @@ fn a_flush_on_a_full_disk_is_an_error_not_an_abort() {
 /// fail, saying the disk is full, and what is held is still read. Once space is freed the
 /// database is opened again in place without a flush: it holds what its last successful
 /// flush held, with the applied index of that flush; the log applied again from there
-/// brings back every entry applied before, each once, and writes succeed. The state is
+/// (before any other thread reads) brings back every entry applied before, each once,
+/// and writes succeed. The state is
 /// the one a state machine that never met a full disk has after the same log.
 #[test]
 fn a_state_machine_that_met_a_full_disk_is_opened_again_in_place_once_freed() {
@@ -115,14 +116,29 @@ fn a_state_machine_that_met_a_full_disk_is_opened_again_in_place_once_freed() {
     assert!(sm.get_key(&format!("k{}", next - 1)).unwrap().is_some(), "what is held is read");
 
     std::fs::remove_file(disk.0.join("filler")).unwrap();
-    let from = sm
-        .reopen_unflushed(|| -> crate::Result<u64> {
-            let from = sm.applied_index()? + 1;
-            let tail: Vec<(u64, Record)> = log.iter().filter(|(i, _)| *i >= from).cloned().collect();
-            sm.apply(&tail)?;
-            Ok(from)
-        })
-        .unwrap();
+    // Another thread reading all along never sees the state without the entries it saw.
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let from = std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let mut reads = 0u64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                assert_eq!(sm.applied_index().unwrap(), next - 1, "a reader during the reopen");
+                reads += 1;
+            }
+            reads
+        });
+        let from = sm
+            .reopen_unflushed(|| -> crate::Result<u64> {
+                let from = sm.applied_index()? + 1;
+                let tail: Vec<(u64, Record)> = log.iter().filter(|(i, _)| *i >= from).cloned().collect();
+                sm.apply(&tail)?;
+                Ok(from)
+            })
+            .unwrap();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(reader.join().unwrap() > 0);
+        from
+    });
     assert!((21..next).contains(&from), "the memtables the failed flush held were dropped and applied again from {from} (flushed: 20, failed at {next})");
     assert_eq!(sm.applied_index().unwrap(), next - 1);
     assert_eq!(sm.count_keys(crate::keys::BankState::Pending).unwrap(), next - 1);
