@@ -32,8 +32,10 @@ use crate::node::{NodeError, Result};
 /// applied again and flushed.
 pub const STATE_ROOM: u64 = halite_storage::state::options::MEMTABLES_TOTAL_BYTES as u64;
 
-/// Entries read from the log at a time when applying it again.
+/// Entries read from the log at a time when applying it again (at least one, at most
+/// about [`CHUNK_BYTES`]).
 const CHUNK: u64 = 256;
+const CHUNK_BYTES: usize = 16 << 20;
 
 impl Driver {
     /// A state-machine write failed for want of space: the node holds until space is
@@ -58,11 +60,11 @@ impl Driver {
         let to = self.core.raw.raft.raft_log.applied;
         let sm = self.core.sm.clone();
         let mut answers = Vec::new();
-        let reapplied = sm.reopen_unflushed(|| -> Result<(u64, u64)> {
+        let reapplied = sm.reopen_unflushed(|| -> Result<u64> {
             let from = sm.applied_index()? + 1;
             let mut next = from;
             while next <= to {
-                let entries = self.core.log.read_entries(next, (to + 1).min(next + CHUNK), None)?;
+                let entries = self.core.log.read_entries(next, (to + 1).min(next + CHUNK), Some(CHUNK_BYTES))?;
                 let Some(last) = entries.last().map(|e| e.index) else {
                     return Err(StorageError::CorruptLog(format!("entries {next} to {to} are missing from the log")).into());
                 };
@@ -72,13 +74,13 @@ impl Driver {
                 next = last + 1;
             }
             sm.advance_applied(to)?;
-            Ok((from, next))
+            Ok(from)
         });
         for (seq, index, outcome) in answers {
             self.proposals.answer(seq, index, outcome);
         }
         match reapplied {
-            Ok((from, _)) => {
+            Ok(from) => {
                 self.space.state_failed = false;
                 self.derived.dirty_to = Some(to);
                 tracing::warn!(id = self.cfg.id, from, to, "the state machine is opened again and the log applied to it from its own applied index: writing again");
