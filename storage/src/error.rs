@@ -60,6 +60,10 @@ impl Error {
             Error::Io { source, .. } => crate::space::is_no_space(source),
             Error::RaftEngine(raft_engine::Error::TryAgain(_)) => true,
             Error::RaftEngine(raft_engine::Error::Io(e)) => crate::space::is_no_space(e),
+            // RocksDB's status text (its `NoSpace` subcode, or the errno's text): after a
+            // flush or write met a full disk it refuses every write with that error until
+            // the database is opened again (`state::StateMachine::reopen_unflushed`).
+            Error::Rocks(e) => ["No space left on device", "Disk quota exceeded"].iter().any(|t| e.as_ref().contains(t)),
             _ => false,
         }
     }

@@ -1,5 +1,6 @@
 //! The state machine's RocksDB on a full disk: a flush that meets it is an error the
-//! caller sees, never the end of the process. (Debian's RocksDB keeps its assertions:
+//! caller sees, never the end of the process; once space is freed the database is
+//! opened again in place and the log applied to it from its own applied index. (Debian's RocksDB keeps its assertions:
 //! RocksDB's own log, `LOG` in the state directory, written through a file writer that
 //! aborts the process when written again after a write failed; so it is given fatal
 //! lines only, `state/options.rs`.) Needs root to mount a small tmpfs; without it the
@@ -40,6 +41,14 @@ fn key(id: String, len: usize) -> Record {
     Record::KeySet(KeySet { id, state: KeyState::Pending, pub_key: vec![b'k'; len], time_ns: 1, expect: None, pending_below: None })
 }
 
+/// Writes a file until the filesystem of `at` has no byte left.
+fn fill(at: &Path) {
+    let mut f = std::fs::File::create(at).unwrap();
+    let block = vec![0u8; 4096];
+    while f.write_all(&block).is_ok() {}
+    while f.write_all(&block[..1]).is_ok() {}
+}
+
 #[test]
 fn a_flush_on_a_full_disk_is_an_error_not_an_abort() {
     let d = tempfile::tempdir().unwrap();
@@ -64,4 +73,89 @@ fn a_flush_on_a_full_disk_is_an_error_not_an_abort() {
     std::fs::remove_file(disk.0.join("filler")).unwrap();
     let sm = StateMachine::open_read_only(&disk.0.join("state")).unwrap();
     assert_eq!(sm.applied_index().unwrap(), 20, "the last flush that succeeded");
+}
+
+/// RocksDB's flush of the memtables meets a full disk: that write and every later one
+/// fail, saying the disk is full, and what is held is still read. Once space is freed the
+/// database is opened again in place without a flush: it holds what its last successful
+/// flush held, with the applied index of that flush; the log applied again from there
+/// (before any other thread reads) brings back every entry applied before, each once,
+/// and writes succeed. The state is
+/// the one a state machine that never met a full disk has after the same log.
+#[test]
+fn a_state_machine_that_met_a_full_disk_is_opened_again_in_place_once_freed() {
+    let d = tempfile::tempdir().unwrap();
+    let Some(disk) = Tmpfs::mount(&d.path().join("disk"), 16) else { return };
+    let sm = StateMachine::open(&disk.0.join("state")).unwrap();
+    // The log: every entry that applied, by index.
+    let mut log: Vec<(u64, Record)> = Vec::new();
+    for i in 1..=20u64 {
+        let e = (i, key(format!("k{i}"), 3000));
+        sm.apply(std::slice::from_ref(&e)).unwrap();
+        log.push(e);
+    }
+    sm.flush().unwrap();
+    fill(&disk.0.join("filler"));
+    // Entries of 64 KiB go to the memtables until their flush (at 4 MiB) meets the full disk.
+    let mut failed = None;
+    for i in 21..=400u64 {
+        let e = (i, key(format!("k{i}"), 64 << 10));
+        match sm.apply(std::slice::from_ref(&e)) {
+            Ok(_) => log.push(e),
+            Err(err) => {
+                failed = Some((i, err));
+                break;
+            }
+        }
+    }
+    let (next, err) = failed.expect("a write fails once the memtables cannot be flushed");
+    assert!(err.is_no_space(), "{err}");
+    let again = sm.apply(&[(next, key(format!("k{next}"), 10))]).expect_err("RocksDB refuses writes until opened again");
+    assert!(again.is_no_space(), "{again}");
+    assert_eq!(sm.applied_index().unwrap(), next - 1);
+    assert!(sm.get_key(&format!("k{}", next - 1)).unwrap().is_some(), "what is held is read");
+
+    std::fs::remove_file(disk.0.join("filler")).unwrap();
+    // Another thread reading all along never sees the state without the entries it saw.
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let from = std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let mut reads = 0u64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                assert_eq!(sm.applied_index().unwrap(), next - 1, "a reader during the reopen");
+                reads += 1;
+            }
+            reads
+        });
+        let from = sm
+            .reopen_unflushed(|| -> crate::Result<u64> {
+                let from = sm.applied_index()? + 1;
+                let tail: Vec<(u64, Record)> = log.iter().filter(|(i, _)| *i >= from).cloned().collect();
+                sm.apply(&tail)?;
+                Ok(from)
+            })
+            .unwrap();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(reader.join().unwrap() > 0);
+        from
+    });
+    assert!((21..next).contains(&from), "the memtables the failed flush held were dropped and applied again from {from} (flushed: 20, failed at {next})");
+    assert_eq!(sm.applied_index().unwrap(), next - 1);
+    assert_eq!(sm.count_keys(crate::keys::BankState::Pending).unwrap(), next - 1);
+    assert_eq!(sm.pending_keys(), next - 1);
+    assert!(sm.get_key(&format!("k{next}")).unwrap().is_none());
+    // Writes succeed again and reach the disk.
+    let e = (next, key(format!("k{next}"), 10));
+    sm.apply(std::slice::from_ref(&e)).unwrap();
+    log.push(e);
+    sm.flush().unwrap();
+    let digest = sm.digest().unwrap();
+    drop(sm);
+    let sm = StateMachine::open_read_only(&disk.0.join("state")).unwrap();
+    assert_eq!(sm.applied_index().unwrap(), next);
+    assert_eq!(sm.digest().unwrap(), digest);
+    // The same log applied where the disk never filled.
+    let whole = StateMachine::open(&d.path().join("whole")).unwrap();
+    whole.apply(&log).unwrap();
+    assert_eq!(whole.digest().unwrap(), digest, "the state of the log, each entry applied once");
 }

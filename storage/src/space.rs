@@ -1,10 +1,10 @@
 //! Free space on the filesystem of a directory, as an unprivileged writer sees it.
 //!
 //! The node keeps a reserve free on its data directory's filesystem
-//! (`halite_min_free_bytes`): the log and the state machine must never meet a full
-//! disk mid-write (RocksDB's flush on a full disk can abort the process), so writes stop
-//! while the free space is under the reserve (`halite_replication`'s driver,
-//! `docs/operations.md` "A full disk").
+//! (`halite_min_free_bytes`): the log and the state machine are kept from meeting a
+//! full disk mid-write (RocksDB refuses every write after one met it, until opened
+//! again), so writes stop while the free space is under the reserve
+//! (`halite_replication`'s driver, `docs/operations.md` "A full disk").
 
 use std::path::Path;
 

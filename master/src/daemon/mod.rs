@@ -84,7 +84,7 @@ pub fn run(cfg: MasterConfig) -> Result<()> {
     // offline tool that holds it (`store::hold_data_dir`).
     let _held = store::hold_data_dir(&cfg)?;
     if cfg.halite_min_free_bytes == 0 {
-        tracing::warn!("halite_min_free_bytes is 0: no space is kept free on {}, and RocksDB's flush on a full disk can abort the master (docs/operations.md \"A full disk\")", cfg.halite_data_dir.display());
+        tracing::warn!("halite_min_free_bytes is 0: no space is kept free on {}: writes meet a full disk, and the master refuses writes until space is freed (docs/operations.md \"A full disk\")", cfg.halite_data_dir.display());
     }
     std::fs::create_dir_all(&cfg.cachedir).ctx(|| format!("creating {}", cfg.cachedir.display()))?;
     // A probe file left by the last run must not pass a probe.

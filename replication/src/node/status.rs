@@ -103,7 +103,8 @@ pub struct Status {
     /// Views that failed and wait to be recovered (`faults.rs`).
     pub dirty_views: Vec<&'static str>,
     /// The data directory's free bytes while they are under the reserve
-    /// (`NodeConfig::min_free_bytes`): writes are refused (`driver/space.rs`).
+    /// (`NodeConfig::min_free_bytes`), or while a state machine that met a full disk
+    /// waits for space: writes are refused (`driver/space.rs`, `driver/state_full.rs`).
     pub disk_full: Option<u64>,
 }
 

@@ -153,17 +153,24 @@ impl Handle {
     /// `reopen` returns current (see the module docs). `reopen` runs with no database
     /// open; if it fails the handle stays closed and the error is returned.
     pub(super) fn swap(&self, reopen: impl FnOnce() -> Result<DB>) -> Result<()> {
+        self.swap_then(reopen, || Ok(()))
+    }
+
+    /// [`Handle::swap`], then `then` runs on this thread with the new database (its
+    /// operations take it) while every other thread still waits; the new database is
+    /// current for them once `then` returns, whatever it returns (or if it panics).
+    pub(super) fn swap_then<T, E: From<Error>>(&self, reopen: impl FnOnce() -> Result<DB>, then: impl FnOnce() -> std::result::Result<T, E>) -> std::result::Result<T, E> {
         if HELD.with(|h| h.borrow().iter().any(|e| e.handle == self.key())) {
-            return Err(Error::Invalid("the state machine's database cannot be swapped by an operation that uses it".into()));
+            return Err(Error::Invalid("the state machine's database cannot be swapped by an operation that uses it".into()).into());
         }
         let old = {
             let mut s = self.slot.lock().unwrap_or_else(|p| p.into_inner());
             match std::mem::replace(&mut *s, Slot::Swapping) {
                 Slot::Open(db) => db,
-                Slot::Swapping => return Err(Error::Invalid("a swap of the state machine's database is already under way".into())),
+                Slot::Swapping => return Err(Error::Invalid("a swap of the state machine's database is already under way".into()).into()),
                 Slot::Closed(why) => {
                     *s = Slot::Closed(why.clone());
-                    return Err(Error::Invalid(format!("the state machine is closed: {why}")));
+                    return Err(Error::Invalid(format!("the state machine is closed: {why}")).into());
                 }
             }
         };
@@ -172,12 +179,34 @@ impl Handle {
             std::thread::sleep(Duration::from_millis(1));
         }
         drop(old);
-        let (slot, result) = match reopen() {
-            Ok(db) => (Slot::Open(Arc::new(db)), Ok(())),
-            Err(e) => (Slot::Closed(e.to_string()), Err(e)),
+        let db = match reopen() {
+            Ok(db) => Arc::new(db),
+            Err(e) => {
+                *self.slot.lock().unwrap_or_else(|p| p.into_inner()) = Slot::Closed(e.to_string());
+                self.changed.notify_all();
+                return Err(e.into());
+            }
         };
-        *self.slot.lock().unwrap_or_else(|p| p.into_inner()) = slot;
-        self.changed.notify_all();
-        result
+        HELD.with(|h| h.borrow_mut().push(Held { handle: self.key(), db: db.clone(), depth: 1 }));
+        let _current = Current { handle: self, db: Some(db) };
+        then()
+    }
+}
+
+/// Makes a swapped-in database current when dropped: this thread's hold on it ends,
+/// waiting threads are woken.
+struct Current<'a> {
+    handle: &'a Handle,
+    db: Option<Arc<DB>>,
+}
+
+impl Drop for Current<'_> {
+    fn drop(&mut self) {
+        let key = self.handle.key();
+        let _ = HELD.try_with(|h| h.borrow_mut().retain(|e| e.handle != key));
+        if let Some(db) = self.db.take() {
+            *self.handle.slot.lock().unwrap_or_else(|p| p.into_inner()) = Slot::Open(db);
+        }
+        self.handle.changed.notify_all();
     }
 }

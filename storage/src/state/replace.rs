@@ -12,11 +12,25 @@
 //! checkpoint (its SSTs hard-linked). Readers during the replacement wait for it (a few
 //! milliseconds: a close, two renames, an open); a member installing a snapshot is behind
 //! the cluster's commit index, so it is not ready and serves no minion meanwhile.
+//!
+//! The same handle opens the database again in place after RocksDB met a full disk
+//! ([`StateMachine::reopen_unflushed`]): a flush or write that fails for want of space
+//! leaves RocksDB refusing every later write until the database is opened again (its C
+//! API has no `Resume`). Nothing is flushed then (a flush is a write); the memtables are
+//! dropped. As RocksDB's WAL is off, the database opened again is the one a crash would
+//! leave: the records of every flush that succeeded, and its own `applied_index`, written
+//! in the same atomic batches and flushed together (`atomic_flush`), says which. The
+//! caller applies the log again from there, inside the reopen, before any other thread
+//! reads: readers wait, and never see the state without the entries they saw before.
 
 use rocksdb::DB;
 
 use super::{options, StateMachine, ALL_CFS};
 use crate::error::Result;
+
+/// Opens tried by [`StateMachine::reopen_unflushed`] while they fail for want of space
+/// (100 ms apart).
+const REOPEN_TRIES: u32 = 100;
 
 impl StateMachine {
     /// Flushes and closes this state machine's database once no operation uses it,
@@ -34,6 +48,40 @@ impl StateMachine {
         self.prints.forget_all();
         self.highs.forget_all();
         self.recount_pending()
+    }
+
+    /// Closes this state machine's database once no operation uses it, without a flush,
+    /// opens it again in place and runs `then` (which applies the log again from
+    /// [`StateMachine::applied_index`], see the module docs) before other threads see
+    /// it. The pending-key count is taken again and the key prints and proposal highs are
+    /// dropped. An open that fails for want of space is tried again for a while; if the
+    /// open fails, the state machine is closed and the error returned. What `then`
+    /// returns is returned; the reopened database is current either way.
+    pub fn reopen_unflushed<T, E: From<crate::error::Error>>(&self, then: impl FnOnce() -> std::result::Result<T, E>) -> std::result::Result<T, E> {
+        self.db.swap_then(
+            || {
+                let mut tries = 0;
+                loop {
+                    match DB::open_cf_descriptors(&options::read_write(), &self.path, options::descriptors(ALL_CFS)?) {
+                        Ok(db) => return Ok(db),
+                        Err(e) => {
+                            let e = crate::error::Error::from(e);
+                            tries += 1;
+                            if !e.is_no_space() || tries >= REOPEN_TRIES {
+                                return Err(e);
+                            }
+                            std::thread::sleep(std::time::Duration::from_millis(100));
+                        }
+                    }
+                }
+            },
+            || {
+                self.prints.forget_all();
+                self.highs.forget_all();
+                self.recount_pending()?;
+                then()
+            },
+        )
     }
 
     /// About how many items the state holds (RocksDB's estimate from its table

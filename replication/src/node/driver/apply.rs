@@ -14,6 +14,13 @@
 //! view that cannot be written does not stop the apply (`faults.rs`). After a crash the
 //! entries the views already show are applied to the state machine only, and the views
 //! are recovered from it once it has them all (`boot.rs`).
+//!
+//! A state-machine write that fails for want of space does not stop the node: the
+//! entries from the one that failed on are left to be applied again from the log once
+//! space is freed, the node holds meanwhile (`state_full.rs`). What had its effect before
+//! (views, tap, membership, answers) keeps it: [`Derived::effected`] says up to where.
+//!
+//! [`Derived::effected`]: super::Derived::effected
 
 use raft::eraftpb::{Entry, EntryType};
 
@@ -24,11 +31,36 @@ use super::Driver;
 use crate::node::{Result, Tap};
 
 impl Driver {
-    /// Applies committed `entries` and answers the proposals they carry.
+    /// Applies committed `entries` and answers the proposals they carry. While the
+    /// state machine waits to be opened again after it met a full disk, nothing is
+    /// applied: raft counts these entries applied, and they are applied from the log
+    /// when it is opened again (`state_full.rs`).
     pub(super) fn apply(&mut self, entries: Vec<Entry>) -> Result<()> {
+        if self.space.state_failed {
+            return Ok(());
+        }
+        let mut answers = Vec::new();
+        let applied = self.apply_in_order(entries, &mut answers);
+        // Those that applied are answered, also when a later one failed.
+        for (seq, index, outcome) in answers {
+            self.proposals.answer(seq, index, outcome);
+        }
+        match applied {
+            Err(crate::node::NodeError::Storage(e)) if e.is_no_space() => {
+                self.state_failed(&e);
+                Ok(())
+            }
+            r => r,
+        }
+    }
+
+    /// Applies `entries` in log order, noting in [`Derived::effected`] each whose effect
+    /// is complete but for the state machine's applied index.
+    ///
+    /// [`Derived::effected`]: super::Derived::effected
+    pub(super) fn apply_in_order(&mut self, entries: Vec<Entry>, answers: &mut Vec<(u64, u64, Outcome)>) -> Result<()> {
         let Some(last) = entries.last().map(|e| e.index) else { return Ok(()) };
         let mut batch = Vec::with_capacity(entries.len());
-        let mut answers = Vec::new();
         for e in entries {
             match e.get_entry_type() {
                 EntryType::EntryNormal => {
@@ -37,8 +69,10 @@ impl Driver {
                 }
                 EntryType::EntryConfChange => {
                     // Entries before the change are applied first, in log order.
-                    self.apply_records(std::mem::take(&mut batch), &mut answers)?;
+                    self.apply_records(std::mem::take(&mut batch), answers)?;
                     self.peers.membership.apply(&mut self.core.raw, &self.core.log, self.peers.outbox.as_ref(), &e)?;
+                    // Raft's part is done; applied again, the change goes to the state only.
+                    self.derived.effected = self.derived.effected.max(e.index);
                     self.apply_member_key_change(&e)?;
                     if let Some(seq) = self.proposals.ours_by_context(e.index, &e.context) {
                         answers.push((seq, e.index, Outcome::Applied));
@@ -49,7 +83,8 @@ impl Driver {
                 }
             }
         }
-        self.apply_records(batch, &mut answers)?;
+        self.apply_records(batch, answers)?;
+        self.derived.effected = self.derived.effected.max(last);
         self.core.sm.advance_applied(last)?;
         self.core.log.applied_through(last);
         self.derived.dirty_to = Some(last);
@@ -59,9 +94,6 @@ impl Driver {
             if let Err(e) = crate::node::boot::recover_views(&self.core.log, &self.core.sm, &mut self.derived.views, last) {
                 self.health.faults = super::faults::ViewFaults::at_start(&self.core.log, &self.core.sm, &e);
             }
-        }
-        for (seq, index, outcome) in answers {
-            self.proposals.answer(seq, index, outcome);
         }
         Ok(())
     }
@@ -73,6 +105,9 @@ impl Driver {
             return Ok(());
         }
         let applied = self.core.sm.apply_entries(&batch)?;
+        if let Some(e) = batch.last() {
+            self.derived.effected = self.derived.effected.max(e.index);
+        }
         if batch.iter().any(|e| e.records.iter().any(|r| matches!(r, halite_storage::Record::MemberKey(_) | halite_storage::Record::MemberRelease(_)))) {
             self.peers.keys_dirty = true;
         }

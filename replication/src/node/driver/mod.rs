@@ -41,6 +41,7 @@ pub(super) mod member_keys;
 pub(super) mod member_releases;
 pub(super) mod snapshots;
 pub(super) mod space;
+pub(super) mod state_full;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -116,6 +117,10 @@ pub(super) struct Derived {
     /// Set after a crash (`boot.rs`): the commit the views already show; entries up to
     /// it are applied to the state machine only, then the views are recovered.
     pub(super) recover_after: Option<u64>,
+    /// The last entry whose effects beside the state machine's applied index are
+    /// complete (views, tap, membership, answer): applied again after the state machine
+    /// met a full disk, such an entry goes to the state machine only (`state_full.rs`).
+    pub(super) effected: u64,
 }
 
 /// The transport and the group it reaches: who the members are and where they listen
@@ -185,7 +190,7 @@ impl Driver {
             space,
             proposals: Proposals::new(cfg.id, incarnation, cfg.propose_timeout, resubmit_after),
             core,
-            derived: Derived { views, dirty_to: None, synced_at: Instant::now(), recover_after: views_after },
+            derived: Derived { views, dirty_to: None, synced_at: Instant::now(), recover_after: views_after, effected: 0 },
             peers,
             snapshots: snapshots::Snapshots::new(snapshots),
             compaction: Compactor::default(),
@@ -201,7 +206,7 @@ impl Driver {
         self.publish_member_keys();
         self.campaign_if_solo()?;
         loop {
-            let holding = self.space_holds();
+            let holding = self.space_holds()?;
             let timeout = next_tick.saturating_duration_since(Instant::now());
             let first = match rx.recv_timeout(timeout) {
                 Ok(m) => Some(m),
@@ -393,7 +398,14 @@ impl Driver {
             self.view_sync_failed(halite_storage::views::ViewKind::Keys, &e);
         }
         if !self.health.faults.any() {
-            self.core.sm.set_views_index(to)?;
+            match self.core.sm.set_views_index(to) {
+                Err(e) if e.is_no_space() => {
+                    // Recorded again once the state machine is opened again.
+                    self.state_failed(&e);
+                    return Ok(());
+                }
+                r => r?,
+            }
         }
         self.derived.dirty_to = None;
         self.derived.synced_at = Instant::now();

@@ -27,7 +27,11 @@
 //! Should the disk fill between two samples and a log write fail for want of space, the
 //! driver writes the same entries again ([`Driver::persist`]) until they are written or
 //! the node is stopped; any other write error stops the node, as before it was
-//! written the outcome is unknown.
+//! written the outcome is unknown. Should a state-machine write fail for want of space
+//! (the disk filled between two samples, or no reserve is kept), the node holds the same
+//! way, also with no reserve, until the free space is back above the reserve plus
+//! [`RESUME_MARGIN`] plus [`super::state_full::STATE_ROOM`]; then the state machine is
+//! opened again and the log applied to it (`state_full.rs`).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -55,6 +59,9 @@ pub(in crate::node) struct Space {
     pub(in crate::node) reserve: u64,
     /// Free bytes when last sampled, while holding.
     held: Option<u64>,
+    /// A state-machine write failed for want of space: it is opened again once space is
+    /// freed (`state_full.rs`).
+    pub(in crate::node) state_failed: bool,
     sampled_at: Option<Instant>,
     /// When a failed sample was last logged (at most once a minute).
     warned_at: Option<Instant>,
@@ -62,7 +69,7 @@ pub(in crate::node) struct Space {
 
 impl Space {
     pub(in crate::node) fn new(dir: PathBuf, reserve: u64) -> Self {
-        Space { dir, reserve, held: None, sampled_at: None, warned_at: None }
+        Space { dir, reserve, held: None, state_failed: false, sampled_at: None, warned_at: None }
     }
 
     /// Free bytes while holding (`None`: writing).
@@ -73,7 +80,7 @@ impl Space {
     /// Samples the free space when due and moves between writing and holding; returns
     /// whether the node holds, and whether it just stopped holding.
     fn sample(&mut self, status: &NodeStatus, id: u64) -> (bool, bool) {
-        if self.reserve == 0 || self.sampled_at.is_some_and(|t| t.elapsed() < SAMPLE_EVERY) {
+        if (self.reserve == 0 && self.held.is_none()) || self.sampled_at.is_some_and(|t| t.elapsed() < SAMPLE_EVERY) {
             return (self.held.is_some(), false);
         }
         self.sampled_at = Some(Instant::now());
@@ -93,7 +100,7 @@ impl Space {
                 self.hold(free, status);
                 (true, false)
             }
-            Some(_) if free >= self.reserve.saturating_add(RESUME_MARGIN) => {
+            Some(_) if free >= self.reserve.saturating_add(RESUME_MARGIN).saturating_add(if self.state_failed { super::state_full::STATE_ROOM } else { 0 }) => {
                 tracing::warn!(id, free, reserve = self.reserve, "space freed on the data directory's filesystem: writing again");
                 self.held = None;
                 status.set_disk_full(None);
@@ -107,7 +114,7 @@ impl Space {
         }
     }
 
-    fn hold(&mut self, free: u64, status: &NodeStatus) {
+    pub(in crate::node) fn hold(&mut self, free: u64, status: &NodeStatus) {
         self.held = Some(free);
         status.set_disk_full(Some(free));
     }
@@ -115,13 +122,17 @@ impl Space {
 
 impl Driver {
     /// Samples the free space when due; returns whether the node holds this turn. On
-    /// leaving the hold, readiness is asked again (the group went on meanwhile).
-    pub(super) fn space_holds(&mut self) -> bool {
+    /// leaving the hold, a state machine that met a full disk is opened again
+    /// (`state_full.rs`) and readiness is asked again (the group went on meanwhile).
+    pub(super) fn space_holds(&mut self) -> Result<bool> {
         let (holds, resumed) = self.space.sample(&self.health.status, self.cfg.id);
+        if resumed && self.space.state_failed && self.reopen_state()? {
+            return Ok(true);
+        }
         if resumed {
             self.health.readiness = Readiness::default();
         }
-        holds
+        Ok(holds)
     }
 
     /// The error a proposal gets while the node holds.

@@ -64,6 +64,13 @@ impl SmallDisk {
         n
     }
 
+    /// Gives `bytes` of the filler back (it is cut shorter): a little space is free.
+    pub fn free_some(&self, bytes: u64) {
+        let f = std::fs::OpenOptions::new().write(true).open(&self.filler).expect("filler");
+        let len = f.metadata().expect("filler's size").len();
+        f.set_len(len.saturating_sub(bytes)).expect("cutting the filler");
+    }
+
     /// Removes the filler: the space is free again.
     pub fn free(&self) {
         std::fs::remove_file(&self.filler).expect("remove the filler");
