@@ -139,7 +139,7 @@ impl StateMachine {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::context::ProposalId;
     use crate::entry::LogEntry;
@@ -150,7 +150,7 @@ mod tests {
     }
 
     /// An entry proposed by `proposer` (seq = index, one incarnation).
-    fn by(proposer: u64, index: u64, records: Vec<Record>) -> LogEntry {
+    pub(in crate::state) fn by(proposer: u64, index: u64, records: Vec<Record>) -> LogEntry {
         LogEntry { index, id: Some(ProposalId { proposer, incarnation: 1, seq: index }), settled_below: index, records }
     }
 

@@ -68,17 +68,13 @@ impl StateMachine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::context::ProposalId;
     use crate::entry::LogEntry;
     use crate::format::Record;
+    use crate::state::member_keys::tests::by;
     use crate::state::MemberKeyChange;
 
     fn rec(id: u64, record_set: u32, release: &str) -> Record {
         Record::MemberRelease(MemberRelease { id, record_set, release: release.into(), time_ns: 1 })
-    }
-
-    fn by(proposer: u64, index: u64, records: Vec<Record>) -> LogEntry {
-        LogEntry { index, id: Some(ProposalId { proposer, incarnation: 1, seq: index }), settled_below: index, records }
     }
 
     #[test]

@@ -79,8 +79,7 @@ impl Driver {
                 return;
             }
         };
-        let conf = self.core.raw.raft.prs().conf();
-        let members: HashSet<u64> = conf.voters().ids().iter().chain(conf.learners().iter().copied()).collect();
+        let members: HashSet<u64> = self.group().into_iter().collect();
         let me_member = members.contains(&self.cfg.id);
         if let Some(own) = self.cfg.member_key {
             let state = match book.get(&self.cfg.id) {
@@ -96,6 +95,12 @@ impl Driver {
         if let Some(o) = &self.peers.outbox {
             o.set_member_keys(book, members, me_member);
         }
+    }
+
+    /// The group's voters and learners, as raft holds them.
+    pub(super) fn group(&self) -> Vec<u64> {
+        let conf = self.core.raw.raft.prs().conf();
+        conf.voters().ids().iter().chain(conf.learners().iter().copied()).collect()
     }
 
     /// On a tick: proposes this node's own key when the book lacks it (see the module

@@ -37,14 +37,9 @@ impl Driver {
     pub(super) fn publish_record_sets(&mut self) {
         let recorded = match self.core.sm.member_releases() {
             Ok(r) => r,
-            Err(e) => {
-                tracing::error!("members' record sets not readable: {e}");
-                return;
-            }
+            Err(e) => return tracing::error!("members' record sets not readable: {e}"),
         };
-        let conf = self.core.raw.raft.prs().conf();
-        let members: Vec<u64> = conf.voters().ids().iter().chain(conf.learners().iter().copied()).collect();
-        let lowest = lowest_record_set(&recorded, members);
+        let lowest = lowest_record_set(&recorded, self.group());
         let before = self.peers.record_set.swap(lowest, Ordering::Relaxed);
         if before != lowest {
             tracing::info!(record_set = lowest, "the cluster's record set (its members' lowest)");
@@ -58,8 +53,7 @@ impl Driver {
         if self.cfg.member_key.is_none() || self.peers.own_release.recorded || self.core.raw.raft.leader_id == raft::INVALID_ID {
             return;
         }
-        let conf = self.core.raw.raft.prs().conf();
-        if !conf.voters().contains(self.cfg.id) && !conf.learners().contains(&self.cfg.id) {
+        if !self.group().contains(&self.cfg.id) {
             return;
         }
         if self.peers.own_release.proposed.is_some_and(|t| t.elapsed() < self.cfg.propose_timeout) {
