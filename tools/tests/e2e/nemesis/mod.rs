@@ -16,9 +16,11 @@
 //! is killed and started in a time namespace of its own whose CLOCK_MONOTONIC and
 //! CLOCK_BOOTTIME are offset by up to 30 days forward or 30 minutes back, then started
 //! again with the host's; CLOCK_REALTIME is not stepped); a full disk (one member drawn
-//! from the seed has its data directory on a small filesystem, [`SmallDisk`], filled to
-//! the last byte, then freed). A third of the way in, a new member joins the running
-//! cluster from an empty disk.
+//! from the seed, the joiner too, has its data directory on a small filesystem,
+//! [`SmallDisk`], filled to the last byte, then freed). A third of the way in, a new member joins the running
+//! cluster from an empty disk; once it has joined (it serves and the others count it a
+//! voter), faults and clients draw it as they do the founders, and the final reads and
+//! the checker cover it.
 //!
 //! The clients (`clients.rs`): two real salt-minions (`m1` on the first member, `m2` on
 //! the second) answering `salt -L m1,m2 test.echo VALUE` jobs published through a member
