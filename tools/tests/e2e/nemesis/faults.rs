@@ -3,8 +3,8 @@
 //! which faults then target as they do the founders.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
@@ -249,7 +249,6 @@ impl Target<'_> {
     /// `supervisor` (a violation: no fault here is one a member should end on).
     pub fn supervise(&mut self) {
         for i in 0..self.envs.len() {
-            // (The joiner's slot is empty until it is started.)
             let Some(status) = self.procs[i].as_mut().and_then(Proc::exited) else { continue };
             self.procs[i] = None;
             let log = std::fs::read_to_string(self.envs[i].root.join("master.out")).unwrap_or_default();
