@@ -107,6 +107,26 @@ impl DirLock {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Whether no process holds the lock on `dir` (true too when `dir` or its lock file
+    /// does not exist), read without writing anything: the file is opened read-only and
+    /// never created, and no holder line is written (a master starting later would read
+    /// one as another master's). The answer comes from a shared `flock` taken without
+    /// waiting and released at once; in that instant a master starting on `dir` finds it
+    /// busy, so a caller asks before it starts one, not while.
+    pub fn is_free(dir: &Path) -> Result<bool> {
+        let path = Self::path_in(dir);
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(true),
+            Err(e) => return Err(Error::io(format!("opening {}", path.display()), e)),
+        };
+        let free = crate::flock::try_flock(&file, libc::LOCK_SH | libc::LOCK_NB).map_err(|e| Error::io(format!("flock {}", path.display()), e))?;
+        if free {
+            crate::flock::unlock(&file);
+        }
+        Ok(free)
+    }
 }
 
 impl Drop for DirLock {
@@ -153,6 +173,26 @@ mod tests {
         assert!(h.is_master());
         assert_eq!(h.to_string(), format!("the master (pid {})", std::process::id()));
         drop(m);
+    }
+
+    #[test]
+    fn the_probe_sees_a_held_lock_and_writes_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("data");
+        // No directory, then a directory with no lock file: free, and nothing created.
+        assert!(DirLock::is_free(&dir).unwrap());
+        std::fs::create_dir(&dir).unwrap();
+        assert!(DirLock::is_free(&dir).unwrap());
+        assert!(!DirLock::path_in(&dir).exists());
+        let Attempt::Held(held) = DirLock::try_acquire(&dir, MASTER_ROLE).unwrap() else { panic!("free") };
+        let line = std::fs::read_to_string(held.path()).unwrap();
+        assert!(!DirLock::is_free(&dir).unwrap());
+        assert_eq!(std::fs::read_to_string(held.path()).unwrap(), line, "the probe wrote into the lock file");
+        drop(held);
+        assert!(DirLock::is_free(&dir).unwrap());
+        assert_eq!(std::fs::read_to_string(DirLock::path_in(&dir)).unwrap(), line);
+        // Probing left it free for a taker.
+        assert!(matches!(DirLock::try_acquire(&dir, "halite-ctl dump").unwrap(), Attempt::Held(_)));
     }
 
     #[test]

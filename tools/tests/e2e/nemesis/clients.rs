@@ -1,9 +1,10 @@
 //! The nemesis's clients, each a thread recording its operations in the history until
 //! told to stop: jobs for the real minions and for the simulated fleet, an operator's
 //! key decisions, a reader of every member's keys, and `cluster.sync_roots` of a file
-//! changed on the member it goes through.
+//! changed on the member it goes through. Each goes through the members present: the
+//! founders, and the member that joins once it has joined.
 
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
 use rand::rngs::StdRng;
@@ -14,20 +15,39 @@ use super::{said, tool, ROOTS_FILE};
 use crate::support::history::{History, Outcome};
 use crate::support::*;
 
+/// The members a client goes through: the first `present` of `envs`.
+#[derive(Clone, Copy)]
+pub struct At<'a> {
+    pub envs: &'a [Env],
+    pub present: &'a AtomicUsize,
+}
+
+impl<'a> At<'a> {
+    /// The members present.
+    fn now(&self) -> &'a [Env] {
+        &self.envs[..self.present.load(SeqCst)]
+    }
+
+    /// A member present, drawn at random.
+    fn draw(&self, rng: &mut StdRng) -> usize {
+        rng.gen_range(0..self.now().len())
+    }
+}
+
 /// `salt -L TARGETS test.echo VALUE` through a member drawn at random, recorded as a
 /// `job` of `process`; the minions `salt` printed the value for are the acknowledged
 /// returns (values `{prefix}{n}`).
-pub fn jobs(h: &History, envs: &[Env], stop: &AtomicBool, seed: u64, process: &str, prefix: &str, targets: &[String]) {
+pub fn jobs(h: &History, at: At, stop: &AtomicBool, seed: u64, process: &str, prefix: &str, targets: &[String]) {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x10b5 ^ prefix.len() as u64);
     let list = targets.join(",");
     for n in 0.. {
         if stop.load(SeqCst) {
             return;
         }
-        let via = rng.gen_range(0..envs.len());
+        let via = at.draw(&mut rng);
         let value = format!("{prefix}{n}");
         let outcome = h.op(process, "job", json!({ "value": value, "via": via, "minions": targets }), || {
-            match tool(&envs[via], SALT, &["-L", &list, "test.echo", &value, "-t", "8", "--static", "--out", "json"], 40) {
+            match tool(&at.envs[via], SALT, &["-L", &list, "test.echo", &value, "-t", "8", "--static", "--out", "json"], 40) {
                 Ok(o) => {
                     let out: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
                     let returns: Vec<&str> = targets.iter().map(String::as_str).filter(|m| out[*m] == json!(value)).collect();
@@ -97,7 +117,7 @@ fn register(h: &History, rt: &tokio::runtime::Runtime, env: &Env, via: usize, id
 /// Keys registered, then accepted or rejected, then deleted, each through a member
 /// drawn at random. A key whose decision failed (the member did not see it pending) is
 /// decided again later, up to 5 times; one whose outcome is unknown is only ever deleted.
-pub fn operator(h: &History, envs: &[Env], stop: &AtomicBool, seed: u64) {
+pub fn operator(h: &History, at: At, stop: &AtomicBool, seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x0e7a);
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
     // One key pair for every registered id (the master keys them by id).
@@ -108,7 +128,8 @@ pub fn operator(h: &History, envs: &[Env], stop: &AtomicBool, seed: u64) {
         if stop.load(SeqCst) {
             return;
         }
-        let via = rng.gen_range(0..envs.len());
+        let via = at.draw(&mut rng);
+        let envs = at.envs;
         let roll: f64 = rng.gen();
         // At most 16 keys live at once (a listing, read thousands of times in a long run,
         // stays small).
@@ -144,9 +165,9 @@ pub fn operator(h: &History, envs: &[Env], stop: &AtomicBool, seed: u64) {
 }
 
 /// Every member's key listing, in turn.
-pub fn reader(h: &History, envs: &[Env], stop: &AtomicBool, process: &str) {
+pub fn reader(h: &History, at: At, stop: &AtomicBool, process: &str) {
     while !stop.load(SeqCst) {
-        for (m, env) in envs.iter().enumerate() {
+        for (m, env) in at.now().iter().enumerate() {
             read_keys(h, env, m, process);
         }
         // Pacing, not a wait for a signal.
@@ -186,15 +207,15 @@ pub fn sync_roots(h: &History, env: &Env, via: usize, content: &str, process: &s
 
 /// A file of the state tree changed on a member drawn at random and synced through it,
 /// every few seconds; returns the member the last change was made on.
-pub fn roots(h: &History, envs: &[Env], stop: &AtomicBool, seed: u64) -> usize {
+pub fn roots(h: &History, at: At, stop: &AtomicBool, seed: u64) -> usize {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5007);
     let mut last = 0;
     for n in 0.. {
         if stop.load(SeqCst) {
             return last;
         }
-        last = rng.gen_range(0..envs.len());
-        sync_roots(h, &envs[last], last, &format!("r{n}\n"), "roots");
+        last = at.draw(&mut rng);
+        sync_roots(h, &at.envs[last], last, &format!("r{n}\n"), "roots");
         // Pacing, not a wait for a signal.
         std::thread::sleep(Duration::from_millis(2000));
     }

@@ -1,13 +1,17 @@
 //! The nemesis: faults drawn from the seed, one at a time or two held at once, each
-//! undone before the next is drawn; and, once, a member joining the running cluster.
+//! undone before the next is drawn; and, once, a member joining the running cluster,
+//! which faults then target as they do the founders.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
+
+use halite_storage::dirlock::DirLock;
 
 use super::{admin_up, runner};
 use crate::support::history::{History, Outcome};
@@ -32,7 +36,7 @@ impl Drop for Paused {
     }
 }
 
-/// The member the cluster names leader, asked of each running member in turn.
+/// The member the cluster names leader, asked of each running member of `envs` in turn.
 fn leader(envs: &[Env], procs: &[Option<Proc>]) -> Option<usize> {
     envs.iter().zip(procs).filter(|(_, p)| p.is_some()).find_map(|(e, _)| {
         let l = runner(e, &["cluster.members"])?["leader_id"].as_str()?.to_string();
@@ -40,21 +44,13 @@ fn leader(envs: &[Env], procs: &[Option<Proc>]) -> Option<usize> {
     })
 }
 
-/// Whether no process holds member `env`'s data directory (`halite.lock`, flock): a
-/// killed master keeps it until the last of its threads has exited, which can be after
-/// its pid already shows a zombie.
+/// Whether no process holds member `env`'s data directory (its owner lock,
+/// [`DirLock::is_free`]): a killed master keeps it until the last of its threads has
+/// exited, which can be after its pid already shows a zombie.
 fn data_dir_free(env: &Env) -> bool {
-    use std::os::unix::io::AsRawFd;
     let conf = std::fs::read_to_string(env.root.join("conf/master")).unwrap_or_default();
     let Some(dir) = conf.lines().find_map(|l| l.strip_prefix("halite_data_dir:")).map(|d| PathBuf::from(d.trim())) else { return true };
-    let Ok(f) = std::fs::File::open(dir.join("halite.lock")) else { return true };
-    // SAFETY: flock on a descriptor this function owns; released before it is closed.
-    let took = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
-    if took {
-        // SAFETY: as above.
-        unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) };
-    }
-    took
+    DirLock::is_free(&dir).unwrap_or(false)
 }
 
 /// Starts member `i` again, once its former process has let go of its data directory,
@@ -107,18 +103,21 @@ fn gone(pid: u32) -> bool {
     }
 }
 
-/// What the nemesis works on.
+/// What the nemesis works on: the founders, then (when `envs` has one more) a member
+/// that joins the running cluster a third of the way in.
 pub struct Target<'a> {
     pub h: &'a History,
     pub procs: &'a mut [Option<Proc>],
     pub envs: &'a [Env],
+    pub founders: usize,
+    /// The members faults (and clients) draw from: the founders, then the joiner too once
+    /// it has joined.
+    pub present: &'a AtomicUsize,
     pub mesh: &'a Mesh,
     /// The member whose data directory is on a small disk, and that disk.
     pub disk: Option<(usize, &'a SmallDisk)>,
     /// Whether members can be started in a time namespace of their own.
     pub clock: bool,
-    /// A member that joins the running cluster a third of the way in.
-    pub joiner: Option<(&'a Env, &'a mut Option<Proc>)>,
 }
 
 /// A fault being held, undone by [`Target::end`].
@@ -139,9 +138,14 @@ impl Target<'_> {
         format!("member {i} ({}{})", self.envs[i].ip, if l == Some(i) { ", leader" } else { "" })
     }
 
+    /// How many members are present (the first of `envs`).
+    fn n(&self) -> usize {
+        self.present.load(SeqCst)
+    }
+
     /// Applies fault `kind` to member `t`: what it is, and how to undo it.
     fn begin(&mut self, rng: &mut StdRng, kind: &str, t: usize, l: Option<usize>) -> (String, Held) {
-        let n = self.envs.len();
+        let n = self.n();
         match kind {
             "kill" => {
                 if let Some(mut p) = self.procs[t].take() {
@@ -179,7 +183,8 @@ impl Target<'_> {
                 // Forward by up to 30 days, or back by up to 30 minutes (as far as the
                 // host's monotonic clock allows: it cannot go below zero).
                 let back = (monotonic_secs() - 120).min(1800);
-                let offset = if back < 60 || rng.gen_bool(0.5) { rng.gen_range(3600..=30 * 86_400) } else { -rng.gen_range(60..=back) };
+                let forward = rng.gen_bool(0.5);
+                let offset = if back < 60 || forward { rng.gen_range(3600..=30 * 86_400) } else { -rng.gen_range(60..=back) };
                 if let Some(mut p) = self.procs[t].take() {
                     p.kill9();
                 }
@@ -221,19 +226,22 @@ impl Target<'_> {
 
     /// The member joins: started on an empty disk, waited for (bounded) until it serves
     /// and the others count it a voter; recorded as a `join` of process `membership`.
+    /// Once it has, it is present: faults and clients draw it as they do the founders.
     fn join(&mut self) {
-        let n = self.envs.len();
-        let Some((env, slot)) = self.joiner.as_mut() else { return };
-        let env: &Env = env;
-        let h = self.h;
-        let founders = self.envs;
-        h.op("membership", "join", json!({ "member": n, "ip": env.ip }), || {
-            **slot = Some(spawn_master(env));
+        let n = self.founders;
+        let envs = self.envs;
+        let (founders, env) = (&envs[..n], &envs[n]);
+        let slot = &mut self.procs[n];
+        let joined = self.h.op("membership", "join", json!({ "member": n, "ip": env.ip }), || {
+            *slot = Some(spawn_master(env));
             let up = within(90, || admin_up(env));
             let voter = up && within(90, || founders.iter().any(|e| runner(e, &["cluster.members"]).is_some_and(|m| m["voters"].as_array().is_some_and(|v| v.iter().any(|x| x == env.ip.as_str())))));
             let outcome = if voter { Outcome::Ok } else { Outcome::Unknown };
-            (outcome, json!({ "serving": up, "voter": voter }), ())
+            (outcome, json!({ "serving": up, "voter": voter }), voter)
         });
+        if joined {
+            self.present.store(n + 1, SeqCst);
+        }
     }
 
     /// Starts again, as the service manager does (`Restart=on-failure`), every member
@@ -253,22 +261,34 @@ impl Target<'_> {
     /// Draws and applies faults until `secs` have passed. With `amnesia`, the first
     /// fault after half the time kills every member, empties every disk and starts them
     /// again: acknowledged writes are lost, which the checker must find.
+    ///
+    /// Fault `k`'s draws come from a generator of its own, seeded from the seed and `k`,
+    /// and depend on nothing else but the members present (and the leader, when the
+    /// draw says the leader): what one fault meets (a leader found or not, the host's
+    /// uptime for a clock stepped back) does not shift the next. The member joins
+    /// before the first fault whose schedule (the holds and pauses drawn before it)
+    /// reaches a third of the run, a point the seed fixes too.
     pub fn run(&mut self, seed: u64, secs: u64, amnesia: bool) {
-        let mut rng = StdRng::seed_from_u64(seed);
         let begin = Instant::now();
         let deadline = begin + Duration::from_secs(secs);
         let mut forgot = !amnesia;
-        let mut joined = self.joiner.is_none();
-        let n = self.envs.len();
-        while Instant::now() < deadline {
+        let mut joined = self.envs.len() == self.founders;
+        let mut scheduled = Duration::ZERO;
+        for k in 0u64.. {
+            if Instant::now() >= deadline {
+                break;
+            }
+            let mut rng = StdRng::seed_from_u64(seed ^ k.wrapping_mul(0x9e37_79b9_7f4a_7c15));
             let hold = Duration::from_millis(rng.gen_range(2000..=10_000));
+            let pause = Duration::from_millis(rng.gen_range(1000..=4000));
             self.supervise();
-            if !joined && begin.elapsed() * 3 >= deadline - begin {
+            if !joined && scheduled * 3 >= Duration::from_secs(secs) {
                 joined = true;
                 self.join();
-                continue;
             }
-            let l = leader(self.envs, self.procs);
+            scheduled += hold + pause;
+            let n = self.n();
+            let l = leader(&self.envs[..n], self.procs);
             let start = self.h.now();
             if !forgot && begin.elapsed() * 2 >= deadline - begin {
                 forgot = true;
@@ -276,24 +296,26 @@ impl Target<'_> {
                 self.h.fault("amnesia", "every member: killed, disk emptied, started again", start);
                 continue;
             }
-            // A member drawn at random, the leader half the time; a kind the run can
-            // apply (the disk fault on the member whose disk it is).
-            let target = match l {
-                Some(l) if rng.gen_bool(0.5) => l,
-                _ => rng.gen_range(0..n),
+            // A member present drawn at random, the leader half the time; a kind the run
+            // can apply (the disk fault on the member whose disk it is, once present).
+            let to_leader = rng.gen_bool(0.5);
+            let drawn = rng.gen_range(0..n);
+            let mut target = match l {
+                Some(l) if to_leader => l,
+                _ => drawn,
             };
             let mut kind = KINDS[rng.gen_range(0..KINDS.len())];
-            let mut target = target;
             match kind {
                 "clock" if !self.clock => kind = "kill",
                 "disk" => match self.disk {
-                    Some((d, _)) => target = d,
-                    None => kind = "pause",
+                    Some((d, _)) if d < n => target = d,
+                    _ => kind = "pause",
                 },
                 _ => {}
             }
             // A second fault held at once, a third of the time, on another member.
-            let second = rng.gen_bool(1.0 / 3.0).then(|| (SECOND[rng.gen_range(0..SECOND.len())], (target + rng.gen_range(1..n)) % n));
+            let (twice, k2, off) = (rng.gen_bool(1.0 / 3.0), SECOND[rng.gen_range(0..SECOND.len())], rng.gen_range(1..n));
+            let second = twice.then_some((k2, (target + off) % n));
             let (what, held) = self.begin(&mut rng, kind, target, l);
             let both = second.map(|(k, t)| {
                 let start = self.h.now();
@@ -308,29 +330,31 @@ impl Target<'_> {
             self.end(held);
             self.h.fault(kind, &what, start);
             // Pacing between faults.
-            std::thread::sleep(Duration::from_millis(rng.gen_range(1000..=4000)));
+            std::thread::sleep(pause);
         }
     }
 
     /// Every member killed, its disk emptied (its log and state, its key view, the
     /// cluster's pki, its cache) and started again.
     fn forget(&mut self) {
-        for p in self.procs.iter_mut().filter_map(Option::take) {
+        let n = self.n();
+        for p in self.procs[..n].iter_mut().filter_map(Option::take) {
             let mut p = p;
             p.kill9();
         }
-        for env in self.envs {
+        for env in &self.envs[..n] {
             for d in ["data", "pki", "cpki", "cache"] {
                 let _ = std::fs::remove_dir_all(env.root.join(d));
             }
         }
-        if let Some((i, disk)) = self.disk {
+        if let Some((i, disk)) = self.disk.filter(|(i, _)| *i < n) {
             let _ = std::fs::remove_dir_all(disk.at.join("data"));
             let _ = i;
         }
-        for (i, e) in self.envs.iter().enumerate() {
+        for (i, e) in self.envs[..n].iter().enumerate() {
+            within(30, || data_dir_free(e));
             self.procs[i] = Some(spawn_master(e));
         }
-        within(90, || self.envs.iter().all(admin_up));
+        within(90, || self.envs[..n].iter().all(admin_up));
     }
 }

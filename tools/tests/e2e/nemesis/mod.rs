@@ -16,9 +16,11 @@
 //! is killed and started in a time namespace of its own whose CLOCK_MONOTONIC and
 //! CLOCK_BOOTTIME are offset by up to 30 days forward or 30 minutes back, then started
 //! again with the host's; CLOCK_REALTIME is not stepped); a full disk (one member drawn
-//! from the seed has its data directory on a small filesystem, [`SmallDisk`], filled to
-//! the last byte, then freed). A third of the way in, a new member joins the running
-//! cluster from an empty disk.
+//! from the seed, the joiner too, has its data directory on a small filesystem,
+//! [`SmallDisk`], filled to the last byte, then freed). A third of the way in, a new member joins the running
+//! cluster from an empty disk; once it has joined (it serves and the others count it a
+//! voter), faults and clients draw it as they do the founders, and the final reads and
+//! the checker cover it.
 //!
 //! The clients (`clients.rs`): two real salt-minions (`m1` on the first member, `m2` on
 //! the second) answering `salt -L m1,m2 test.echo VALUE` jobs published through a member
@@ -44,7 +46,7 @@ mod finals;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
 use rand::rngs::StdRng;
@@ -67,13 +69,13 @@ fn from_env(var: &str, default: u64) -> u64 {
     std::env::var(var).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
 }
 
-/// The cluster behind a proxy mesh, each member with a health port; the member that
-/// joins during the run; the member whose data directory is on a small disk. (Fields
-/// drop in order: processes before the directories and the disk they use.)
+/// The cluster behind a proxy mesh, each member with a health port: the founders, then
+/// the member that joins during the run (its slot `None` until it is started); the member
+/// whose data directory is on a small disk. (Fields drop in order: processes before the
+/// directories and the disk they use.)
 struct Under {
     c: Cluster,
-    joiner: Option<Proc>,
-    joiner_env: Env,
+    founders: usize,
     mesh: Mesh,
     /// The founders' health ports, then the joiner's.
     health: Vec<u16>,
@@ -99,16 +101,19 @@ fn start(cluster_id: &str, n: usize, seed: u64) -> Under {
     let health: Vec<u16> = ipr.iter().map(|ip| port_free_on(&[ip])).collect();
     let founders = &ipr[..n];
     let conf = |i: usize, peers: &[&str]| format!("{}{}halite_health_port: {}\n", member_conf(ipr[i], peers, pool, cluster_id, "s3cret"), dial[i], health[i]);
-    let envs: Vec<Env> = (0..n)
+    let mut envs: Vec<Env> = (0..n)
         .map(|i| {
             let peers: Vec<&str> = founders.iter().copied().filter(|p| *p != ipr[i]).collect();
             Env::master_on(ipr[i], ret, publish, "localfs_key", &conf(i, &peers))
         })
         .collect();
+    let joiner_env = Env::master_on(ipr[n], ret, publish, "localfs_key", &conf(n, founders));
+    envs.push(joiner_env);
     let place = tempfile::tempdir().expect("tempdir");
     let disk = match SmallDisk::cannot() {
         None => {
-            let d = StdRng::seed_from_u64(seed ^ 0xd15c).gen_range(0..n);
+            // Any member, the joiner too.
+            let d = StdRng::seed_from_u64(seed ^ 0xd15c).gen_range(0..=n);
             let disk = SmallDisk::mount(&place.path().join("disk.img"), &envs[d].root.join("disk"), 64);
             data_dir_at(&envs[d], &disk.at.join("data"));
             envs[d].append_conf("halite_min_free_bytes: 8388608\n");
@@ -120,14 +125,16 @@ fn start(cluster_id: &str, n: usize, seed: u64) -> Under {
             None
         }
     };
-    let c = Cluster::start(envs);
-    let joiner_env = Env::master_on(ipr[n], ret, publish, "localfs_key", &conf(n, founders));
+    let joiner_env = envs.pop().expect("the joiner");
+    let mut c = Cluster::start(envs);
     let pin = {
         use sha2::Digest;
         hex::encode(sha2::Sha256::digest(std::fs::read(c.envs[0].root.join("cpki/cluster.pub")).expect("cluster.pub")))
     };
     joiner_env.append_conf(&format!("cluster_pub_fingerprint: {pin}\n"));
-    Under { c, joiner: None, joiner_env, mesh, health, disk, _place: place }
+    c.envs.push(joiner_env);
+    c.procs.push(None);
+    Under { c, founders: n, mesh, health, disk, _place: place }
 }
 
 /// One of our tools with `-c` the member's config, bounded; `Err` past the bound.
@@ -177,7 +184,7 @@ fn run_dir(test: &str, seed: u64) -> PathBuf {
 
 /// The simulated fleet, spread over the members, its keys accepted through the first.
 fn fleet(u: &Under) -> (Proc, Lines) {
-    let envs = &u.c.envs;
+    let envs = &u.c.envs[..u.founders];
     let ips: Vec<&str> = envs.iter().map(|e| e.ip.as_str()).collect();
     let mut cmd = Command::new(SWARM);
     cmd.args(["--master", &ips.join(","), "--port", &envs[0].ret.to_string(), "--count", &FLEET.to_string()]).arg("--key-dir").arg(envs[0].root.join("swarm-keys"));
@@ -220,16 +227,19 @@ fn run(test: &str, seed: u64, secs: u64, amnesia: bool) -> (Verdict, PathBuf) {
         assert_eq!(clients::decide(&h, &u.c.envs[by], by, "accept", id), Outcome::Ok, "accepting {id}");
         wait_minion_ready(&env.root, id, 1, 90);
     }
-    for (id, env) in MINIONS.iter().flat_map(|id| u.c.envs.iter().map(move |e| (id, e))) {
+    for (id, env) in MINIONS.iter().flat_map(|id| u.c.envs[..n].iter().map(move |e| (id, e))) {
         wait_ping(env, id, 90);
     }
     let (mut swarm, mut lines) = fleet(&u);
     let stop = AtomicBool::new(false);
+    // The members faults and clients draw from: the founders, then the joiner too once
+    // it has joined.
+    let present = AtomicUsize::new(n);
     let roots_via;
     {
-        let Under { c: Cluster { procs, envs }, mesh, joiner, joiner_env, disk, .. } = &mut u;
+        let Under { c: Cluster { procs, envs }, mesh, disk, .. } = &mut u;
         let envs: &[Env] = envs;
-        let (h, stop) = (&h, &stop);
+        let (h, stop, present) = (&h, &stop, &present);
         let real: Vec<String> = MINIONS.iter().map(|m| m.to_string()).collect();
         let fleet: Vec<String> = (0..FLEET).map(|i| format!("swarm-{i}")).collect();
         roots_via = std::thread::scope(|s| {
@@ -241,12 +251,13 @@ fn run(test: &str, seed: u64, secs: u64, amnesia: bool) -> (Verdict, PathBuf) {
                 }
             }
             let _stop = Stop(stop);
-            s.spawn(move || clients::jobs(h, envs, stop, seed, "jobs", "v", &real));
-            s.spawn(move || clients::jobs(h, envs, stop, seed, "fleet", "f", &fleet));
-            s.spawn(move || clients::operator(h, envs, stop, seed));
-            s.spawn(move || clients::reader(h, envs, stop, "reader"));
-            let roots = s.spawn(move || clients::roots(h, envs, stop, seed));
-            let mut t = faults::Target { h, procs, envs, mesh, disk: disk.as_ref().map(|(i, d)| (*i, d)), clock, joiner: Some((&*joiner_env, joiner)) };
+            let at = clients::At { envs, present };
+            s.spawn(move || clients::jobs(h, at, stop, seed, "jobs", "v", &real));
+            s.spawn(move || clients::jobs(h, at, stop, seed, "fleet", "f", &fleet));
+            s.spawn(move || clients::operator(h, at, stop, seed));
+            s.spawn(move || clients::reader(h, at, stop, "reader"));
+            let roots = s.spawn(move || clients::roots(h, at, stop, seed));
+            let mut t = faults::Target { h, procs, envs, founders: n, present, mesh, disk: disk.as_ref().map(|(i, d)| (*i, d)), clock };
             t.run(seed, secs, amnesia);
             t.mesh.heal_all();
             t.supervise();
@@ -258,17 +269,16 @@ fn run(test: &str, seed: u64, secs: u64, amnesia: bool) -> (Verdict, PathBuf) {
         if let Some((_, d)) = disk.as_ref() {
             let _ = std::fs::remove_file(d.at.join("filler"));
         }
-        for i in 0..envs.len() {
+        for i in 0..present.load(SeqCst) {
             if procs[i].is_none() {
                 faults::restart(envs, procs, i);
             }
         }
     }
-    let mut members = finals::Members { envs: u.c.envs.iter().collect(), health: u.health[..n].to_vec() };
-    if u.joiner.is_some() {
-        members.envs.push(&u.joiner_env);
-        members.health.push(u.health[n]);
-    }
+    // The founders, and the joiner once started (also when it did not join: the checker
+    // says so).
+    let read = n + usize::from(u.c.procs[n].is_some());
+    let members = finals::Members { envs: u.c.envs[..read].iter().collect(), health: u.health[..read].to_vec() };
     let homed: Vec<(&str, usize)> = MINIONS.iter().copied().zip(homes).collect();
     finals::reads(&h, &members, &homed, Some(&mut lines), roots_via);
     let verdict = checker::check(&h.events());
