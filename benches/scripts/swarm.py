@@ -56,7 +56,9 @@ def perf_start(pid, freq=999, stack_bytes=32768):
     """What the environment asks for, attached to PID until `perf_stop`:
     ``HALITE_PERF_OUT=FILE``, `perf record` (FREQ samples a second, DWARF call graphs of
     STACK_BYTES); ``HALITE_PERF_STAT_OUT=FILE``, `perf stat` of PID's threads, one line a
-    thread and event (PERF_STAT_EVENTS); ``HALITE_HEAPTRACK_OUT=FILE``, `heaptrack`
+    thread and event (PERF_STAT_EVENTS, or the comma-separated events of
+    ``HALITE_PERF_STAT_EVENTS``: uprobes on mimalloc's entry points count the master's
+    allocations, docs/benchmarks.md "Returns"); ``HALITE_HEAPTRACK_OUT=FILE``, `heaptrack`
     attached to PID (a master built with the system allocator: heaptrack sees `malloc`,
     not mimalloc), so the sign-ins before the window are not counted. None if none is
     set."""
@@ -70,7 +72,8 @@ def perf_start(pid, freq=999, stack_bytes=32768):
     if os.environ.get("HALITE_PERF_OUT"):
         cmd = ["perf", "record", "-F", str(freq), "-g", "--call-graph", f"dwarf,{stack_bytes}", "-p", str(pid), "-o", os.environ["HALITE_PERF_OUT"]]
     elif os.environ.get("HALITE_PERF_STAT_OUT"):
-        cmd = ["perf", "stat", "-e", PERF_STAT_EVENTS, "--per-thread", "-p", str(pid), "-o", os.environ["HALITE_PERF_STAT_OUT"]]
+        events = os.environ.get("HALITE_PERF_STAT_EVENTS") or PERF_STAT_EVENTS
+        cmd = ["perf", "stat", "-e", events, "--per-thread", "-p", str(pid), "-o", os.environ["HALITE_PERF_STAT_OUT"]]
     else:
         return None
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -65,12 +65,11 @@ impl Return {
             (jid, self.load)
         };
         // The event's data is rendered only if something reads it (`crate::events`).
-        let event_load: Arc<[u8]> = Arc::from(load.as_slice());
-        records.push(Record::JobReturn(JobReturn { jid: jid.clone(), id: ctx.id.to_string(), load, time_ns: now, first_only: false }));
+        let events = vec![return_event(&jid, ctx.id, Arc::from(load.as_slice()))];
+        records.push(Record::JobReturn(JobReturn { jid, id: ctx.id.to_string(), load, time_ns: now, first_only: false }));
         for rec in &records {
             rec.validate().map_err(|e| crate::error::Error::refused(format!("return refused: {e}")))?;
         }
-        let events = vec![return_event(&jid, ctx.id, event_load)];
         Ok(Answer { value: Value::Nil, private: false, records, events })
     }
 }

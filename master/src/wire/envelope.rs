@@ -265,8 +265,10 @@ pub fn open_aes(ciphertext: Option<&[u8]>, id: &str, session: &Crypticle) -> Res
     let bad = |_| EnvelopeError::InnerNotAMap;
     let mut scan = MapScan::new(msg).map_err(bad)?;
     let (mut cmd, mut nonce, mut inner_id, mut tok, mut ts) = (None, None, None, None, None);
-    // Where the entries left out (`nonce`, `tok`) lie, in order, and how many entries.
-    let mut gaps: Vec<(usize, usize)> = Vec::with_capacity(2);
+    // Where the entries left out (`nonce`, `tok`: each taken once, so at most two) lie,
+    // in order, and how many entries.
+    let mut gaps = [(0usize, 0usize); 2];
+    let mut left_out = 0;
     let mut n = 0;
     while let Some(entry) = scan.key() {
         let (k, start) = entry.map_err(bad)?;
@@ -290,7 +292,8 @@ pub fn open_aes(ciphertext: Option<&[u8]>, id: &str, session: &Crypticle) -> Res
             _ => scan.skip_value().map_err(bad)?,
         }
         if leave_out {
-            gaps.push((start, scan.offset()));
+            gaps[left_out] = (start, scan.offset());
+            left_out += 1;
         }
     }
     scan.finish().map_err(bad)?;
@@ -305,9 +308,9 @@ pub fn open_aes(ciphertext: Option<&[u8]>, id: &str, session: &Crypticle) -> Res
     let tok = tok.ok_or(EnvelopeError::NoTok)?;
     let mut inner = Vec::with_capacity(msg.len());
     // Fewer entries than the header read (a u32), so it fits; writing into a Vec cannot fail.
-    let _ = rmp::encode::write_map_len(&mut inner, u32::try_from(n - gaps.len()).unwrap_or(u32::MAX));
+    let _ = rmp::encode::write_map_len(&mut inner, u32::try_from(n - left_out).unwrap_or(u32::MAX));
     let mut at = header;
-    for (start, end) in gaps {
+    for &(start, end) in &gaps[..left_out] {
         inner.extend_from_slice(&msg[at..start]);
         at = end;
     }
@@ -343,6 +346,8 @@ pub fn check_ttl(ts: Option<i64>, now_s: i64, ttl: u64) -> Result<(), EnvelopeEr
 ///
 /// Two allocations: the plaintext (the value written straight after the prefix and the
 /// nonce), and the reply (a msgpack bin header, then the sealed bytes written in place).
+/// The reply's capacity is its length, so the socket takes it as a frame without a
+/// third (`bytes::Bytes::from` a full `Vec` keeps its storage as it is).
 pub fn seal_reply(session: &Crypticle, nonce: &str, value: &Value) -> Result<Vec<u8>, super::crypto::CryptoError> {
     let mut plain = Vec::with_capacity(PICKLE.len() + nonce.len() + 16);
     plain.extend_from_slice(PICKLE);
@@ -350,11 +355,21 @@ pub fn seal_reply(session: &Crypticle, nonce: &str, value: &Value) -> Result<Vec
     // Writing into a Vec cannot fail.
     let _ = rmpv::encode::write_value(&mut plain, value);
     let sealed = Crypticle::sealed_len(plain.len());
-    let mut out = Vec::with_capacity(5 + sealed);
+    let sealed_u32 = u32::try_from(sealed).map_err(|_| super::crypto::CryptoError::Invalid("reply too large".into()))?;
+    let mut out = Vec::with_capacity(bin_header_len(sealed) + sealed);
     // A bin header for `sealed` bytes, as `encode(&bin(..))` writes it.
-    let _ = rmp::encode::write_bin_len(&mut out, u32::try_from(sealed).map_err(|_| super::crypto::CryptoError::Invalid("reply too large".into()))?);
+    let _ = rmp::encode::write_bin_len(&mut out, sealed_u32);
     session.encrypt_into(&plain, &mut out)?;
     Ok(out)
+}
+
+/// The length of msgpack's bin header for `len` bytes (bin 8, 16 or 32).
+fn bin_header_len(len: usize) -> usize {
+    match len {
+        0..=0xff => 2,
+        0x100..=0xffff => 3,
+        _ => 5,
+    }
 }
 
 /// The `"bad load"` reply.

@@ -41,7 +41,11 @@ impl EventBus {
         if let Some(f) = self.forward.get() {
             f(&e);
         }
-        let _ = self.tx.send(Arc::new(e));
+        // No watcher: nothing would keep it (a watcher gets only what is fired after it
+        // subscribed), so it is not put behind an `Arc` to be dropped at once.
+        if self.tx.receiver_count() > 0 {
+            let _ = self.tx.send(Arc::new(e));
+        }
     }
 
     /// Fires an event another member forwarded (it keeps its own `_stamp`).
@@ -57,5 +61,23 @@ impl EventBus {
 
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
         self.tx.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A watcher gets what is fired while it watches; what was fired before it
+    /// subscribed (with nobody watching) it never sees.
+    #[test]
+    fn a_watcher_gets_what_is_fired_while_it_watches() {
+        let bus = EventBus::default();
+        bus.fire(crate::events::event("before", serde_json::json!({})));
+        let mut rx = bus.subscribe();
+        bus.fire(crate::events::event("during", serde_json::json!({"n": 1})));
+        let got = rx.try_recv().expect("the event fired while watching");
+        assert_eq!(got.tag, "during");
+        assert!(rx.try_recv().is_err(), "nothing else: the event before the watcher is not kept");
     }
 }

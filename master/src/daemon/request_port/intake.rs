@@ -165,10 +165,12 @@ fn label(class: Class) -> ClassLabel {
     ClassLabel { class: class.as_str() }
 }
 
-/// The message with every frame copied into storage of its own: a decoded frame shares
-/// the read buffer it was read into, which can be much larger than the frame.
+/// The message with every frame it read copied into storage of its own: a decoded frame
+/// shares the read buffer it was read into, which can be much larger than the frame. The
+/// first frame, the routing identity the socket put in front, is the socket's own (held
+/// for as long as the connection) and is kept as it is.
 fn compact(msg: ZmqMessage) -> ZmqMessage {
-    let frames: Vec<Bytes> = msg.into_vec().into_iter().map(|f| Bytes::copy_from_slice(&f)).collect();
+    let frames: Vec<Bytes> = msg.into_vec().into_iter().enumerate().map(|(i, f)| if i == 0 { f } else { Bytes::copy_from_slice(&f) }).collect();
     // Never empty: it was a message.
     ZmqMessage::try_from(frames).unwrap_or_else(|_| ZmqMessage::from(Bytes::new()))
 }

@@ -160,13 +160,16 @@ fn peer_gone_counted() -> u64 {
 
 #[test]
 fn a_waiting_request_holds_its_own_bytes_only() {
-    // A frame read into a large buffer shares it; the waiting copy does not.
+    // A frame read into a large buffer shares it; the waiting copy does not. The routing
+    // identity (the socket's own) is kept, not copied.
     let big = Bytes::from(vec![1u8; 65_536]);
-    let msg = ZmqMessage::try_from(vec![Bytes::from_static(b"id"), big.slice(0..100)]).unwrap();
+    let id = Bytes::from(b"id".to_vec());
+    let msg = ZmqMessage::try_from(vec![id.clone(), big.slice(0..100)]).unwrap();
     let c = compact(msg);
     assert_eq!(c.len(), 2);
     assert_eq!(c.get(1).unwrap().as_ref(), &[1u8; 100][..]);
     assert_eq!(c.get(0).unwrap().as_ref(), b"id");
+    assert_eq!(c.get(0).unwrap().as_ptr(), id.as_ptr(), "the identity is the socket's own, not a copy");
     let (copy, shared) = (c.get(1).unwrap().as_ptr() as usize, big.as_ptr() as usize);
     assert!(copy < shared || copy >= shared + big.len(), "the copy is not inside the read buffer");
 }

@@ -251,8 +251,9 @@ struct Settled {
 /// Handles, commits and settles a request.
 async fn settle(master: &Arc<Master>, body: Bytes, opened: intake::Opened) -> Option<Settled> {
     let (mut out, held) = handle_first(master, &body, opened).await?;
-    // Places granted along the way: kept only if the request ends signed in.
-    let mut granted: Vec<Claim> = out.claims.clone();
+    // Places granted along the way: kept only if the request ends signed in. They move
+    // here out of the outcomes, which nothing reads them from again.
+    let mut granted: Vec<Claim> = std::mem::take(&mut out.claims);
     let mut round = 1;
     loop {
         if let Err(e) = commit(master, &out).await {
@@ -272,8 +273,8 @@ async fn settle(master: &Arc<Master>, body: Bytes, opened: intake::Opened) -> Op
         }
         // Only a sign-in is decided from a read (`Outcome::recheck`): a clear request.
         let Held::Clear(c) = &held else { break };
-        let again = answer_clear(master, c).await?;
-        granted.extend(again.claims.iter().cloned());
+        let mut again = answer_clear(master, c).await?;
+        granted.append(&mut again.claims);
         match out.settled(again) {
             Ok(done) => {
                 out = done;
