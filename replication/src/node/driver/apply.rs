@@ -30,6 +30,12 @@ use halite_storage::{Error as StorageError, LogEntry};
 use super::Driver;
 use crate::node::{Result, Tap};
 
+/// The proposals a committed normal entry carries; one that does not decode is a damaged
+/// log, which stops the node.
+pub(super) fn decode_committed(e: &Entry) -> Result<Vec<LogEntry>> {
+    Ok(LogEntry::from_raft(e).map_err(|err| StorageError::CorruptLog(format!("committed entry {} does not decode: {err}. Run `halite-ctl verify`", e.index)))?)
+}
+
 impl Driver {
     /// Applies committed `entries` and answers the proposals they carry. While the
     /// state machine waits to be opened again after it met a full disk, nothing is
@@ -64,8 +70,7 @@ impl Driver {
         for e in entries {
             match e.get_entry_type() {
                 EntryType::EntryNormal => {
-                    let entry = LogEntry::from_raft(&e).map_err(|err| StorageError::CorruptLog(format!("committed entry {} does not decode: {err}. Run `halite-ctl verify`", e.index)))?;
-                    batch.extend(entry);
+                    batch.extend(decode_committed(&e)?);
                 }
                 EntryType::EntryConfChange => {
                     // Entries before the change are applied first, in log order.

@@ -21,7 +21,7 @@
 //! A failure for want of space during the reopen goes back to holding; any other error
 //! stops the node.
 
-use halite_storage::{Error as StorageError, LogEntry};
+use halite_storage::Error as StorageError;
 use raft::eraftpb::EntryType;
 
 use super::Driver;
@@ -100,8 +100,7 @@ impl Driver {
         for e in entries {
             match e.get_entry_type() {
                 EntryType::EntryNormal => {
-                    let entry = LogEntry::from_raft(&e).map_err(|err| StorageError::CorruptLog(format!("committed entry {} does not decode: {err}. Run `halite-ctl verify`", e.index)))?;
-                    batch.extend(entry);
+                    batch.extend(super::apply::decode_committed(&e)?);
                 }
                 EntryType::EntryConfChange => {
                     self.core.sm.apply_entries(&std::mem::take(&mut batch))?;
