@@ -208,6 +208,30 @@ fn a_lone_master_whose_rocksdb_met_a_full_disk_opens_it_again_once_freed() {
     }
 }
 
+/// Three members, each with its data directory on a 64 MiB disk of its own and
+/// `reserve` bytes kept free, and their health port. Fields drop in order: the cluster
+/// stops before the disks it writes on are unmounted.
+struct OnSmallDisks {
+    c: Cluster,
+    disks: Vec<SmallDisk>,
+    _place: tempfile::TempDir,
+    health: u16,
+}
+
+fn on_small_disks(name: &str, reserve: u64) -> OnSmallDisks {
+    let ips = loopback(3);
+    let ipr: Vec<&str> = ips.iter().map(String::as_str).collect();
+    let pool = port_free_on(&ipr);
+    let health = port_free_on(&ipr);
+    let place = tempfile::tempdir().expect("tempdir");
+    let envs = member_envs(&ips, pool, name, |_| format!("halite_min_free_bytes: {reserve}\nhalite_health_port: {health}\n"));
+    let disks: Vec<SmallDisk> = envs.iter().enumerate().map(|(i, e)| SmallDisk::mount(&place.path().join(format!("disk{i}.img")), &e.root.join("disk"), 64)).collect();
+    for (e, d) in envs.iter().zip(&disks) {
+        data_dir_at(e, &d.at.join("data"));
+    }
+    OnSmallDisks { c: Cluster::start(envs), disks, _place: place, health }
+}
+
 /// Three members, each with its data directory on a small disk of its own; the
 /// leader's disk filled. It stops writing and is cut off: writes through it are refused,
 /// it is not ready, the two others elect a leader and take a key decision. Once space is
@@ -217,18 +241,9 @@ fn a_cluster_member_on_a_full_disk_steps_aside_and_catches_up_once_freed() {
     if skipped("a_cluster_member_on_a_full_disk_steps_aside_and_catches_up_once_freed") {
         return;
     }
-    let ips = loopback(3);
-    let ipr: Vec<&str> = ips.iter().map(String::as_str).collect();
-    let pool = port_free_on(&ipr);
-    let health = port_free_on(&ipr);
-    let place = tempfile::tempdir().expect("tempdir");
-    let envs = member_envs(&ips, pool, "full", |_| format!("halite_min_free_bytes: 8388608\nhalite_health_port: {health}\n"));
-    // Declared before the cluster: dropped after it.
-    let disks: Vec<SmallDisk> = envs.iter().enumerate().map(|(i, e)| SmallDisk::mount(&place.path().join(format!("disk{i}.img")), &e.root.join("disk"), 64)).collect();
-    for (e, d) in envs.iter().zip(&disks) {
-        data_dir_at(e, &d.at.join("data"));
-    }
-    let mut c = Cluster::start(envs);
+    let mut s = on_small_disks("full", 8 << 20);
+    let (disks, health) = (&s.disks, s.health);
+    let c = &mut s.c;
     let full = crate::faults::leader(&c, 0);
     let (a, b) = ((full + 1) % 3, (full + 2) % 3);
     register_key(&c.envs[a], "k1");
@@ -254,7 +269,7 @@ fn a_cluster_member_on_a_full_disk_steps_aside_and_catches_up_once_freed() {
     wait_for("the member to see space again", 30, || disk_full(&c.envs[full], health) == Some(0.0));
     wait_for("k1 accepted on the member that was full", 60, || c.envs[full].ids("minions") == ["k1"]);
     wait_for("the member ready again", 60, || metric(&metrics_of(&c.envs[full], health), "halite_ready") == Some(1.0));
-    crate::faults::assert_same_digests(&mut c);
+    crate::faults::assert_same_digests(c);
 }
 
 /// Three members without a reserve; a follower's disk filled and given back only as
@@ -268,18 +283,9 @@ fn a_cluster_member_whose_rocksdb_met_a_full_disk_catches_up_once_freed() {
     if skipped("a_cluster_member_whose_rocksdb_met_a_full_disk_catches_up_once_freed") {
         return;
     }
-    let ips = loopback(3);
-    let ipr: Vec<&str> = ips.iter().map(String::as_str).collect();
-    let pool = port_free_on(&ipr);
-    let health = port_free_on(&ipr);
-    let place = tempfile::tempdir().expect("tempdir");
-    let envs = member_envs(&ips, pool, "fullrocks", |_| format!("halite_min_free_bytes: 0\nhalite_health_port: {health}\n"));
-    // Declared before the cluster: dropped after it.
-    let disks: Vec<SmallDisk> = envs.iter().enumerate().map(|(i, e)| SmallDisk::mount(&place.path().join(format!("disk{i}.img")), &e.root.join("disk"), 64)).collect();
-    for (e, d) in envs.iter().zip(&disks) {
-        data_dir_at(e, &d.at.join("data"));
-    }
-    let mut c = Cluster::start(envs);
+    let mut s = on_small_disks("fullrocks", 0);
+    let (disks, health) = (&s.disks, s.health);
+    let c = &mut s.c;
     let lead = crate::faults::leader(&c, 0);
     let (full, home) = ((lead + 1) % 3, (lead + 2) % 3);
     let _m1 = crate::faults::served(&c, "m1", home, home);
@@ -313,5 +319,5 @@ fn a_cluster_member_whose_rocksdb_met_a_full_disk_catches_up_once_freed() {
     for line in log.lines().filter(|l| l.contains(STATE_FAILED) || l.contains("the state machine is opened again")) {
         eprintln!("{line}");
     }
-    crate::faults::assert_same_digests(&mut c);
+    crate::faults::assert_same_digests(c);
 }
