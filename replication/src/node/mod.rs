@@ -532,7 +532,7 @@ impl Node {
         }
         if self.gated {
             let cluster = self.record_set.load(Ordering::Relaxed);
-            if let Some(kind) = unwritable(records, cluster) {
+            if let Some(kind) = proposals::unwritable(records, cluster) {
                 return Err(NodeError::Refused(format!(
                     "a {} record needs every cluster member at record set {} and the cluster's is {cluster}: upgrade every member first (docs/operations.md, \"Upgrading a cluster\")",
                     kind.name(),
@@ -593,12 +593,6 @@ impl Node {
             let _ = t.join();
         }
     }
-}
-
-/// The first kind among `records` that a cluster of record set `cluster` does not write
-/// yet (some member's build may not read it: `RecordKind::since`).
-fn unwritable(records: &[Record], cluster: u32) -> Option<halite_storage::format::RecordKind> {
-    records.iter().map(Record::kind).find(|k| k.since() > cluster)
 }
 
 impl Drop for Node {

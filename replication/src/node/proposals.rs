@@ -46,8 +46,10 @@ use raft::{RawNode, StateRole};
 
 use halite_storage::context::{self, EntryContext, ProposalId};
 use halite_storage::entry;
+use halite_storage::format::RecordKind;
 use halite_storage::log::RaftLog;
 use halite_storage::state::Outcome;
+use halite_storage::Record;
 
 use super::{NodeError, Reply};
 
@@ -316,4 +318,10 @@ impl Proposals {
             let _ = w.reply.send(Err(NodeError::Stopped(why.to_string())));
         }
     }
+}
+
+/// The first kind among `records` that a cluster of record set `cluster` does not write
+/// yet (some member's build may not read it: `RecordKind::since`).
+pub(super) fn unwritable(records: &[Record], cluster: u32) -> Option<RecordKind> {
+    records.iter().map(Record::kind).find(|k| k.since() > cluster)
 }

@@ -426,7 +426,7 @@ fn a_bulk_write_slower_than_the_proposal_bound_applies_while_it_progresses() {
 fn a_record_kind_newer_than_the_clusters_record_set_is_not_written() {
     use halite_storage::format::{RecordKind, RECORD_SET};
     let recs = [Record::GrainsReport(GrainsReport { id: "m1".into(), grains: vec![0x80], time_ns: 1 })];
-    assert_eq!(super::unwritable(&recs, RECORD_SET), None);
-    assert_eq!(super::unwritable(&recs, 0), Some(RecordKind::GrainsReport));
+    assert_eq!(super::proposals::unwritable(&recs, RECORD_SET), None);
+    assert_eq!(super::proposals::unwritable(&recs, 0), Some(RecordKind::GrainsReport));
     assert!(RecordKind::ALL.iter().all(|k| (1..=RECORD_SET).contains(&k.since())));
 }
