@@ -159,3 +159,39 @@ fn a_state_machine_that_met_a_full_disk_is_opened_again_in_place_once_freed() {
     whole.apply(&log).unwrap();
     assert_eq!(whole.digest().unwrap(), digest, "the state of the log, each entry applied once");
 }
+
+/// A running member installs a snapshot received from the leader into a state machine
+/// whose filesystem is full (the snapshot store on another, as after its transfer): the
+/// install fails saying the disk is full, and the old state is still served. Once space
+/// is freed the same install is run again and the state is exactly the snapshot's.
+#[test]
+fn a_snapshot_install_that_met_a_full_disk_is_run_again_once_freed() {
+    let d = tempfile::tempdir().unwrap();
+    let src = StateMachine::open(&d.path().join("src")).unwrap();
+    let recs: Vec<(u64, Record)> = (1..=200u64).map(|i| (i, key(format!("new{i}"), 3000))).collect();
+    src.apply(&recs).unwrap();
+    let store = crate::snapshot::SnapshotStore::open(&d.path().join("snapshots")).unwrap();
+    let voters = raft::eraftpb::ConfState { voters: vec![1], ..Default::default() };
+    let snap = store.begin_build(&src).unwrap().finish(1, &voters, &[]).unwrap();
+    let want = src.digest().unwrap();
+    drop(src);
+
+    let Some(disk) = Tmpfs::mount(&d.path().join("disk"), 16) else { return };
+    let sm = StateMachine::open(&disk.0.join("state")).unwrap();
+    sm.apply(&[(1, key("old".into(), 100))]).unwrap();
+    sm.flush().unwrap();
+    fill(&disk.0.join("filler"));
+    let e = crate::snapshot::install_state(&snap, &sm).expect_err("an install on a full disk");
+    assert!(e.is_no_space(), "{e}");
+    assert!(sm.get_key("old").unwrap().is_some(), "the old state is served");
+    assert!(sm.get_key("new1").unwrap().is_none());
+
+    std::fs::remove_file(disk.0.join("filler")).unwrap();
+    crate::snapshot::install_state(&snap, &sm).unwrap();
+    let got = sm.digest().unwrap();
+    assert_eq!((got.items, got.sha256, got.applied_index), (want.items, want.sha256, want.applied_index));
+    assert!(sm.get_key("old").unwrap().is_none());
+    for ext in ["installing", "replaced"] {
+        assert!(!disk.0.join("state").with_extension(ext).exists(), "{ext} left behind");
+    }
+}

@@ -179,8 +179,8 @@ pub struct NodeConfig {
     /// key book by the node itself when the book lacks it (`member_keys.rs`). `None`:
     /// never recorded (a node without an identity).
     pub member_key: Option<[u8; 32]>,
-    /// Bytes kept free on the log's filesystem: under this, the node writes nothing
-    /// (`driver/space.rs`). 0: no reserve.
+    /// Bytes kept free on the log's and the state machine's filesystems: under this,
+    /// the node writes nothing (`driver/space.rs`). 0: no reserve.
     pub min_free_bytes: u64,
 }
 

@@ -151,7 +151,11 @@ impl NodeStatus {
 
     /// A copy of the last published status.
     pub fn get(&self) -> Status {
-        self.0.status.read().unwrap_or_else(|p| p.into_inner()).clone()
+        let mut s = self.0.status.read().unwrap_or_else(|p| p.into_inner()).clone();
+        // Set at once by the driver, also while it retries a log write and publishes
+        // nothing else.
+        s.disk_full = self.disk_full();
+        s
     }
 
     /// Whether the node is caught up (one atomic load).

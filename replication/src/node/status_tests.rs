@@ -172,3 +172,47 @@ fn a_view_that_cannot_be_written_is_dirty_and_rebuilt_later() {
     std::fs::remove_file(roots.join("sub")).unwrap();
     wait_until("the roots view rebuilt after the restart", 20, || roots.join("sub/c.sls").is_file() && node.status().get().dirty_views.is_empty());
 }
+
+/// A lone node without a reserve whose log write meets a full disk: the driver writes
+/// it again until it is written, and meanwhile the published status (what `/metrics`
+/// reads) says the disk is full; once freed the write lands, the proposal is answered
+/// and the status says so.
+#[test]
+fn a_log_write_tried_again_on_a_full_disk_shows_the_disk_full() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(disk) = crate::testutil::Tmpfs::mount(&dir.path().join("data"), 32, "a_log_write_tried_again_on_a_full_disk_shows_the_disk_full") else { return };
+    let node = Node::start(&DataDir::new(&disk.0), views(&dir.path().join("pki"), None), NodeConfig::default()).unwrap();
+    node.propose(&[key("before")]).unwrap();
+    assert_eq!(node.status().get().disk_full, None);
+    disk.fill();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let big = |n: u64| Record::KeySet(KeySet { id: format!("during{n}"), state: KeyState::Pending, pub_key: vec![b'k'; 8 << 10], time_ns: 1, expect: None, pending_below: None });
+    // The log's file has room allocated ahead: writes go on until it needs more.
+    let written = std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                node.propose(&[big(n)])?;
+                n += 1;
+            }
+            Ok::<u64, NodeError>(n)
+        });
+        // Not `wait_until`: the disk is freed whatever is seen, so the writer ends.
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let mut shown = false;
+        while !shown && !writer.is_finished() && std::time::Instant::now() < end {
+            shown = node.status().get().disk_full.is_some();
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let waiting = !writer.is_finished();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        disk.free();
+        let written = writer.join().unwrap();
+        assert!(shown, "the status never said the disk is full while a log write was tried again");
+        assert!(waiting, "a proposal was answered or refused instead of written again: {written:?}");
+        written.expect("every proposal answered once written")
+    });
+    wait_until("the status to say writing again", 30, || node.status().get().disk_full.is_none());
+    assert!(node.state().get_key(&format!("during{}", written - 1)).unwrap().is_some());
+    drop(node);
+}

@@ -100,3 +100,54 @@ fn members_joining_a_compacted_log_catch_up_by_snapshot_and_tail() {
         t.shutdown();
     }
 }
+
+/// A new member whose state machine's filesystem is full when the leader's snapshot
+/// arrives (its log and snapshot store on another, so the transfer completes): the log
+/// records the snapshot, the install meets the full disk and the member holds, the same
+/// node running; once space is freed it installs the snapshot, follows the tail, and
+/// ends with the leader's state.
+#[test]
+fn a_member_whose_snapshot_install_met_a_full_disk_installs_it_once_freed() {
+    let dir = tempfile::tempdir().unwrap();
+    let a1 = free_addr("127.0.0.1");
+    let (n1, t1) = start(dir.path(), 1, a1, HashMap::new(), vec![1], false);
+    let mut i = 0;
+    while n1.log.snapshot_meta().unwrap().index == 0 {
+        assert!(i < 20_000, "no compaction after {i} writes");
+        n1.propose(&[key(&format!("m{i}"), KeyState::Accepted)]).unwrap();
+        i += 1;
+    }
+    // The member's data directory: a small filesystem for its state machine, its log
+    // and snapshot store elsewhere.
+    let data = dir.path().join("n2/data");
+    let Some(disk) = crate::testutil::Tmpfs::mount(&data, 32, "a_member_whose_snapshot_install_met_a_full_disk_installs_it_once_freed") else { return };
+    for sub in ["log", "snapshots"] {
+        let elsewhere = dir.path().join(format!("n2-{sub}"));
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, data.join(sub)).unwrap();
+    }
+    let a2 = free_addr("127.0.0.2");
+    let (n2, t2) = start(dir.path(), 2, a2, [(1, a1)].into(), vec![], true);
+    disk.fill();
+    n1.add_learner(2, a2).unwrap();
+    wait_until("the member to hold for want of space", 60, || n2.status().disk_full().is_some());
+    assert!(n2.log.snapshot_meta().unwrap().index > 0, "the log records the snapshot");
+    assert_eq!(n2.state().applied_index().unwrap(), 0, "the old state is served");
+    let last = n1.propose(&[key("while-full", KeyState::Rejected)]).unwrap();
+
+    disk.free();
+    wait_until("the member to install the snapshot and follow the tail", 60, || n2.state().applied_index().unwrap_or(0) >= last);
+    assert_eq!(n2.status().disk_full(), None);
+    assert_eq!(n2.state().get_key("m0").unwrap().unwrap().state, BankState::Accepted);
+    let v = MmapKeys::open(&dir.path().join("n2/pki"), geo()).unwrap();
+    wait_until("the member's view", 30, || v.get_key("while-full").ok().flatten().is_some());
+    let last = n2.propose(&[key("after", KeyState::Accepted)]).unwrap();
+    wait_until("both to apply the last entry", 30, || n1.state().applied_index().unwrap() >= last && n2.state().applied_index().unwrap() >= last);
+    wait_until("equal applied indexes", 30, || n1.state().applied_index().unwrap() == n2.state().applied_index().unwrap());
+    assert_eq!(state(n2.state().digest().unwrap()), state(n1.state().digest().unwrap()));
+    for (n, t) in [(n1, t1), (n2, t2)] {
+        n.stop();
+        t.shutdown();
+    }
+    drop(disk);
+}

@@ -110,15 +110,28 @@ pub fn install(snap: &Snapshot, log: &RaftLog, state: &Path) -> Result<()> {
 }
 
 /// [`install`] into a state machine that stays open and shared: the log records the
-/// snapshot, `state.installing` is prepared while `sm` still serves the old state, then
-/// `sm` closes its database once no operation uses it, the directories are switched
-/// (the same steps as [`swap_in`], so a crash anywhere is repaired at start by
-/// [`recover_at_start`]) and `sm` opens the installed one (`StateMachine::reopen_after`).
-/// No byte of the state is written again: the installed SSTs are the snapshot's, hard
-/// linked. The caller rebuilds the views (`views_index` is 0 in the installed state).
+/// snapshot, then [`install_state`] puts its state in place. The caller rebuilds the
+/// views (`views_index` is 0 in the installed state).
 pub fn install_running(snap: &Snapshot, log: &RaftLog, sm: &StateMachine) -> Result<()> {
     log.install_snapshot(&snap.metadata(), &snap.manifest().members()?)?;
+    install_state(snap, sm)
+}
+
+/// The state step of [`install_running`], once the log records `snap`:
+/// `state.installing` is prepared while `sm` still serves the old state, then `sm`
+/// closes its database once no operation uses it (not flushed: it is being replaced),
+/// the directories are switched (the same steps as [`swap_in`], so a crash anywhere is
+/// repaired at start by [`recover_at_start`]) and `sm` opens the installed one
+/// (`StateMachine::reopen_after`). No byte of the state is written again: the installed
+/// SSTs are the snapshot's, hard linked.
+///
+/// It may be run again after it failed (a full disk, say): what an earlier run left
+/// (`state.replaced`, `state.installing`) is removed first, which is safe because the
+/// log already records the snapshot, and a state machine whose open failed is opened
+/// again. A failure in the preparation leaves `sm` serving the old state.
+pub fn install_state(snap: &Snapshot, sm: &StateMachine) -> Result<()> {
     let state = sm.path().to_path_buf();
+    remove_replaced(&state)?;
     prepare(snap, &state)?;
     sm.reopen_after(|| switch(&state))?;
     remove_replaced(&state)

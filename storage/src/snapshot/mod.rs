@@ -42,7 +42,7 @@ mod tests_hashes;
 mod tests_running;
 
 pub use chunk::{Chunk, ChunkRef, CHUNK_HEADER_LEN, CHUNK_MAX};
-pub use install::{install, install_running, recover_at_start, swap_in, Recovered};
+pub use install::{install, install_running, install_state, recover_at_start, swap_in, Recovered};
 pub use manifest::{ConfStateJson, FileEntry, Manifest, FORMAT, MAX_FILES, MAX_MANIFEST_BYTES};
 pub use receiver::{ReceiveLimits, Receiver, Received};
 pub use source::SnapshotSource;

@@ -165,3 +165,31 @@ fn a_crash_at_each_step_of_a_running_install_leaves_the_old_or_the_new_state() {
     same_state(&sm, &s.want);
     no_leftovers(&s.state);
 }
+
+/// The process goes on after an install failed at each step of the directory switch
+/// (the state machine closed, as after an open that met a full disk): running the state
+/// step again opens exactly the snapshot's state, with nothing left beside it.
+#[test]
+fn an_install_that_failed_part_way_is_run_again_in_place() {
+    for steps in 0..=2 {
+        let s = setup(src_records());
+        s.log.install_snapshot(&s.snap.metadata(), &s.snap.manifest().members().unwrap()).unwrap();
+        prepare(&s.snap, &s.state).unwrap();
+        let state = s.state.clone();
+        s.sm
+            .reopen_after(|| {
+                match steps {
+                    0 => {}
+                    1 => std::fs::rename(&state, state.with_extension("replaced")).unwrap(),
+                    _ => switch(&state).unwrap(),
+                }
+                Err(crash())
+            })
+            .unwrap_err();
+        assert!(s.sm.get_key("new").is_err(), "closed after the failure at step {steps}");
+        install_state(&s.snap, &s.sm).unwrap();
+        same_state(&s.sm, &s.want);
+        assert_eq!(s.sm.pending_keys(), 1);
+        no_leftovers(&s.state);
+    }
+}

@@ -21,8 +21,10 @@
 //! waiting for it. The swap itself refuses to run on a thread that holds a guard.
 //!
 //! If step 4 fails, the handle is closed: every later operation is an error naming the
-//! cause, the node stops, and the start-up recovery (`snapshot::recover_at_start`)
-//! finishes or undoes the directory swap.
+//! cause until a later swap opens a database again (steps 2 and 3 are then void). The
+//! caller tries again (a member whose install met a full disk, once space is back) or
+//! stops, and the start-up recovery (`snapshot::recover_at_start`) finishes or undoes
+//! the directory swap.
 
 use std::cell::RefCell;
 use std::marker::PhantomData;
@@ -166,19 +168,19 @@ impl Handle {
         let old = {
             let mut s = self.slot.lock().unwrap_or_else(|p| p.into_inner());
             match std::mem::replace(&mut *s, Slot::Swapping) {
-                Slot::Open(db) => db,
+                Slot::Open(db) => Some(db),
                 Slot::Swapping => return Err(Error::Invalid("a swap of the state machine's database is already under way".into()).into()),
-                Slot::Closed(why) => {
-                    *s = Slot::Closed(why.clone());
-                    return Err(Error::Invalid(format!("the state machine is closed: {why}")).into());
-                }
+                // A failed open before: nothing to close.
+                Slot::Closed(_) => None,
             }
         };
         // Operations that took the old database before finish on it.
-        while Arc::strong_count(&old) > 1 {
-            std::thread::sleep(Duration::from_millis(1));
+        if let Some(old) = old {
+            while Arc::strong_count(&old) > 1 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            drop(old);
         }
-        drop(old);
         let db = match reopen() {
             Ok(db) => Arc::new(db),
             Err(e) => {

@@ -33,14 +33,15 @@ use crate::error::Result;
 const REOPEN_TRIES: u32 = 100;
 
 impl StateMachine {
-    /// Flushes and closes this state machine's database once no operation uses it,
-    /// runs `switch` (which puts another state machine directory at
+    /// Closes this state machine's database once no operation uses it, without a flush
+    /// (its state is being replaced; as the WAL is off, writes since the last flush are
+    /// dropped), runs `switch` (which puts another state machine directory at
     /// [`StateMachine::path`]), opens that one and makes it current; the pending-key
-    /// count is taken again and the key prints and proposal highs are dropped. If `switch` or the open fails, the state machine is closed
-    /// (every later operation is an error) and the error returned: the node stops, and
-    /// start-up recovery repairs the directories.
+    /// count is taken again and the key prints and proposal highs are dropped. A state
+    /// machine closed by a failed open is opened the same way (nothing to close). If
+    /// `switch` or the open fails, the state machine is closed (every later operation is
+    /// an error until a later call opens it) and the error returned.
     pub fn reopen_after(&self, switch: impl FnOnce() -> Result<()>) -> Result<()> {
-        self.flush()?;
         self.db.swap(|| {
             switch()?;
             Ok(DB::open_cf_descriptors(&options::read_write(), &self.path, options::descriptors(ALL_CFS)?)?)

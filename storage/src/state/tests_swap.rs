@@ -80,6 +80,8 @@ fn a_swap_from_inside_an_operation_is_refused() {
     drop(db);
     // Without a guard held, the same swap (here: the same directory again) works.
     sm.apply(&[(1, key("k"))]).unwrap();
+    // Not flushed by the swap: the WAL is off.
+    sm.flush().unwrap();
     sm.reopen_after(|| Ok(())).unwrap();
     assert!(sm.get_key("k").unwrap().is_some());
 }

@@ -185,7 +185,10 @@ impl Driver {
         // A forward the leader dropped is handed over again after three election
         // timeouts (the state machine applies a proposal at most once).
         let resubmit_after = cfg.tick * (3 * cfg.election_tick.max(1)) as u32;
-        let space = space::Space::new(core.log.dir().to_path_buf(), cfg.min_free_bytes);
+        // The state machine's directory is replaced by a snapshot's install: its parent
+        // is watched.
+        let state_parent = core.sm.path().parent().map(|p| p.to_path_buf()).filter(|p| !p.as_os_str().is_empty());
+        let space = space::Space::new(std::iter::once(core.log.dir().to_path_buf()).chain(state_parent).collect(), cfg.min_free_bytes);
         Driver {
             space,
             proposals: Proposals::new(cfg.id, incarnation, cfg.propose_timeout, resubmit_after),

@@ -15,10 +15,11 @@
 //! raft message. raft-rs decides whether it needs it; if so its `Ready` carries the
 //! snapshot and [`Driver::install_snapshot`] installs it: the log records the snapshot
 //! (dropping its entries), the snapshot's checkpoint becomes the state machine's
-//! directory and its database (`snapshot::install_running`: the `StateMachine` others
+//! directory and its database (`snapshot::install_state`: the `StateMachine` others
 //! hold stays, its database is swapped under it, no byte copied), the views are
 //! rebuilt from it, and the address book is read again from the log. The log's tail
-//! follows from the leader as usual.
+//! follows from the leader as usual. An install that meets a full disk holds the node
+//! and runs again once space is freed (`state_full.rs`).
 //!
 //! [`Outbox::send_snapshot`]: crate::transport::Outbox::send_snapshot
 
@@ -88,13 +89,43 @@ impl Driver {
     }
 
     /// Installs the snapshot raft's `Ready` carries (received before its message was
-    /// delivered; see the module docs).
+    /// delivered; see the module docs). The log records it first (written again while
+    /// its filesystem is full, as every log write); then its state is put in place
+    /// ([`Driver::install_state`]).
     pub(super) fn install_snapshot(&mut self, rs: &RaftSnapshot) -> Result<()> {
         let index = rs.get_metadata().index;
         let started = Instant::now();
-        let store = self.snapshots.store.clone().ok_or_else(|| NodeError::Stopped("received a snapshot but this node has no snapshot store".into()))?;
-        let snap = store.get(index)?.ok_or_else(|| NodeError::Stopped(format!("raft installs snapshot {index}, which the snapshot store does not hold")))?;
-        halite_storage::snapshot::install_running(&snap, &self.core.log, &self.core.sm)?;
+        let snap = self.stored_snapshot(index)?;
+        let (meta, members) = (snap.metadata(), snap.manifest().members()?);
+        self.write_log(|log| log.install_snapshot(&meta, &members))?;
+        self.install_state(index, started)
+    }
+
+    fn stored_snapshot(&self, index: u64) -> Result<halite_storage::snapshot::Snapshot> {
+        let store = self.snapshots.store.as_ref().ok_or_else(|| NodeError::Stopped("received a snapshot but this node has no snapshot store".into()))?;
+        store.get(index)?.ok_or_else(|| NodeError::Stopped(format!("raft installs snapshot {index}, which the snapshot store does not hold")))
+    }
+
+    /// Puts the state of snapshot `index`, which the log records, in place of the state
+    /// machine's, then rebuilds what derives from it. A filesystem too full for it holds
+    /// the node like a state-machine write that met a full disk (`state_full.rs`), the
+    /// old state still served; once space is back this runs again
+    /// ([`Driver::reopen_state`]). A restart in between installs it at start.
+    pub(super) fn install_state(&mut self, index: u64, started: Instant) -> Result<()> {
+        let snap = self.stored_snapshot(index)?;
+        match halite_storage::snapshot::install_state(&snap, &self.core.sm) {
+            Ok(()) => self.space.install = None,
+            Err(e) if e.is_no_space() => {
+                if self.space.install.is_none() {
+                    tracing::error!(id = self.cfg.id, index, "snapshot {index} cannot be installed, the state machine's filesystem is full ({e}): writes are refused and the old state served until space is freed, then it is installed");
+                }
+                self.space.install = Some(index);
+                self.hold_for_state();
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        }
+        self.derived.effected = self.derived.effected.max(index);
         let items = self.core.sm.estimated_items()?;
         // Salt's line for a joiner's state transfer, in Halite's terms (session: the
         // snapshot, channel: the state machine).
@@ -117,7 +148,11 @@ impl Driver {
             }
         }
         if !self.health.faults.any() {
-            self.core.sm.set_views_index(index)?;
+            match self.core.sm.set_views_index(index) {
+                // Recorded again once the state machine is opened again.
+                Err(e) if e.is_no_space() => self.state_failed(&e),
+                r => r?,
+            }
         }
         // The members and their addresses, as the snapshot knows them.
         let book = membership::address_book(&self.core.log)?;
@@ -135,7 +170,7 @@ impl Driver {
         if let (Some(Tap(tap)), Some(a)) = (&self.cfg.tap, self.core.sm.latest_aes()?) {
             tap(index, &halite_storage::Record::AesKeyRotation(a));
         }
-        let pruned = store.prune(index)?;
+        let pruned = self.snapshots.store.as_ref().map(|store| store.prune(index)).transpose()?.unwrap_or(0);
         tracing::info!(index, term = snap.manifest().term, items, bytes = snap.manifest().total_bytes(), pruned, ms = started.elapsed().as_millis() as u64, "snapshot installed; the log's tail follows");
         Ok(())
     }

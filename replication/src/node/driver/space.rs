@@ -1,5 +1,6 @@
 //! A full disk: the node keeps `NodeConfig::min_free_bytes` free on its log's
-//! filesystem and writes nothing while the free space is under it.
+//! filesystem and the state machine's (the least free of the two counts) and writes
+//! nothing while the free space is under it.
 //!
 //! The log (raft-engine) reports a full disk as an error and can be written again once
 //! space is freed; RocksDB reports one as an error too (its own log, whose file writer
@@ -53,8 +54,9 @@ const RETRY_MAX: Duration = Duration::from_secs(1);
 
 /// The reserve, and whether the node is holding.
 pub(in crate::node) struct Space {
-    /// The directory whose filesystem is watched (the log's).
-    dir: PathBuf,
+    /// The directories whose filesystems are watched (the log's, and the one the state
+    /// machine and its snapshot installs are in); the least free space counts.
+    dirs: Vec<PathBuf>,
     /// Bytes kept free; 0: never hold.
     pub(in crate::node) reserve: u64,
     /// Free bytes when last sampled, while holding.
@@ -62,14 +64,26 @@ pub(in crate::node) struct Space {
     /// A state-machine write failed for want of space: it is opened again once space is
     /// freed (`state_full.rs`).
     pub(in crate::node) state_failed: bool,
+    /// A snapshot whose install met a full disk: it is installed once space is freed
+    /// (`snapshots.rs`; `state_failed` is set too).
+    pub(in crate::node) install: Option<u64>,
     sampled_at: Option<Instant>,
     /// When a failed sample was last logged (at most once a minute).
     warned_at: Option<Instant>,
 }
 
 impl Space {
-    pub(in crate::node) fn new(dir: PathBuf, reserve: u64) -> Self {
-        Space { dir, reserve, held: None, state_failed: false, sampled_at: None, warned_at: None }
+    pub(in crate::node) fn new(dirs: Vec<PathBuf>, reserve: u64) -> Self {
+        Space { dirs, reserve, held: None, state_failed: false, install: None, sampled_at: None, warned_at: None }
+    }
+
+    /// The least free space among the watched filesystems.
+    pub(in crate::node) fn available(&self) -> std::io::Result<u64> {
+        let mut least = u64::MAX;
+        for d in &self.dirs {
+            least = least.min(halite_storage::space::available(d)?);
+        }
+        Ok(least)
     }
 
     /// Free bytes while holding (`None`: writing).
@@ -84,11 +98,11 @@ impl Space {
             return (self.held.is_some(), false);
         }
         self.sampled_at = Some(Instant::now());
-        let free = match halite_storage::space::available(&self.dir) {
+        let free = match self.available() {
             Ok(f) => f,
             Err(e) => {
                 if self.warned_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
-                    tracing::warn!(id, dir = %self.dir.display(), "cannot read the free space of the data directory: {e}");
+                    tracing::warn!(id, dirs = ?self.dirs, "cannot read the free space of the data directory: {e}");
                     self.warned_at = Some(Instant::now());
                 }
                 return (self.held.is_some(), false);
@@ -96,7 +110,7 @@ impl Space {
         };
         match self.held {
             None if free < self.reserve => {
-                tracing::error!(id, free, reserve = self.reserve, dir = %self.dir.display(), "the data directory's filesystem is under its reserve (halite_min_free_bytes): writes are refused and raft is paused until space is freed");
+                tracing::error!(id, free, reserve = self.reserve, dirs = ?self.dirs, "the data directory's filesystem is under its reserve (halite_min_free_bytes): writes are refused and raft is paused until space is freed");
                 self.hold(free, status);
                 (true, false)
             }
@@ -140,29 +154,34 @@ impl Driver {
         NodeError::DiskFull { free: self.space.held().unwrap_or(0), reserve: self.space.reserve }
     }
 
-    /// Writes entries and state to the log, again and again while it fails for want of
-    /// space (the proposal path already refuses meanwhile), until it is written or the
-    /// node is asked to stop. Any other error is returned.
+    /// Writes entries and state to the log ([`Driver::write_log`]).
     pub(super) fn persist(&mut self, entries: &[Entry], hs: Option<&HardState>, cs: Option<&ConfState>, sync: bool) -> Result<()> {
+        self.write_log(|log| log.append(entries, hs, cs, sync))
+    }
+
+    /// Runs a write to the log, again and again while it fails for want of space (the
+    /// proposal path already refuses meanwhile, `halite_disk_full` says so), until it is
+    /// written or the node is asked to stop. Any other error is returned.
+    pub(super) fn write_log<T>(&mut self, mut write: impl FnMut(&halite_storage::log::RaftLog) -> halite_storage::Result<T>) -> Result<T> {
         let mut pause = Duration::from_millis(50);
         let mut failed_at: Option<Instant> = None;
         loop {
-            match self.core.log.append(entries, hs, cs, sync) {
-                Ok(()) => {
+            match write(&self.core.log) {
+                Ok(t) => {
                     if failed_at.is_some() {
                         tracing::warn!(id = self.cfg.id, "the log is written again");
                         if self.space.held().is_none() {
                             self.health.status.set_disk_full(None);
                         }
                     }
-                    return Ok(());
+                    return Ok(t);
                 }
                 Err(e) if e.is_no_space() && !self.health.status.stop_asked() => {
                     if failed_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
                         tracing::error!(id = self.cfg.id, "the log cannot be written, its filesystem is full ({e}): writing it again until space is freed");
                         failed_at = Some(Instant::now());
                     }
-                    self.health.status.set_disk_full(Some(halite_storage::space::available(&self.space.dir).unwrap_or(0)));
+                    self.health.status.set_disk_full(Some(self.space.available().unwrap_or(0)));
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(RETRY_MAX);
                 }

@@ -18,6 +18,10 @@
 //!    applied as usual. The state machine skips nothing and applies nothing twice: each
 //!    entry after its applied index is applied once, in log order, as on every member.
 //!
+//! A snapshot whose install met a full disk (`snapshots.rs`: the log records it, the
+//! state machine still holds the old state) holds the node the same way; once space is
+//! back its install runs again first, then step 3 applies what followed it.
+//!
 //! A failure for want of space during the reopen goes back to holding; any other error
 //! stops the node.
 
@@ -48,8 +52,13 @@ impl Driver {
                 "the state machine cannot be written, its filesystem is full ({e}): writes are refused until space is freed, then it is opened again and the log applied to it from its own applied index"
             );
         }
+        self.hold_for_state();
+    }
+
+    /// Holds until space is freed for the state machine (`space.rs`).
+    pub(super) fn hold_for_state(&mut self) {
         self.space.state_failed = true;
-        let free = halite_storage::space::available(self.core.log.dir()).unwrap_or(0);
+        let free = self.space.available().unwrap_or(0);
         self.space.hold(free, &self.health.status);
     }
 
@@ -57,6 +66,13 @@ impl Driver {
     /// from its own applied index up to raft's (see the module docs). Returns whether it
     /// must hold again (the disk was full again).
     pub(super) fn reopen_state(&mut self) -> Result<bool> {
+        if let Some(index) = self.space.install {
+            // A snapshot's install met the full disk: it runs first.
+            self.install_state(index, std::time::Instant::now())?;
+            if self.space.install.is_some() {
+                return Ok(true);
+            }
+        }
         let to = self.core.raw.raft.raft_log.applied;
         let sm = self.core.sm.clone();
         let mut answers = Vec::new();
