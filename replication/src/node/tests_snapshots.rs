@@ -46,19 +46,25 @@ fn state(d: StateDigest) -> (u64, [u8; 32]) {
     (d.items, d.sha256)
 }
 
-#[test]
-fn members_joining_a_compacted_log_catch_up_by_snapshot_and_tail() {
-    let dir = tempfile::tempdir().unwrap();
+/// A founder on 127.0.0.1 that wrote keys `m0`, `m1`, ... (every third accepted)
+/// until its log was compacted (bounded: a node that never compacts fails here rather
+/// than hang).
+fn compacted_founder(root: &Path) -> (Node, Arc<crate::TcpTransport>, SocketAddr) {
     let a1 = free_addr("127.0.0.1");
-    let (n1, t1) = start(dir.path(), 1, a1, HashMap::new(), vec![1], false);
-    // The founder writes until its log was compacted (bounded: a node that never
-    // compacts fails here rather than hang).
+    let (n1, t1) = start(root, 1, a1, HashMap::new(), vec![1], false);
     let mut i = 0;
     while n1.log.snapshot_meta().unwrap().index == 0 {
         assert!(i < 20_000, "no compaction after {i} writes");
         n1.propose(&[key(&format!("m{i}"), if i % 3 == 0 { KeyState::Accepted } else { KeyState::Pending })]).unwrap();
         i += 1;
     }
+    (n1, t1, a1)
+}
+
+#[test]
+fn members_joining_a_compacted_log_catch_up_by_snapshot_and_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let (n1, t1, a1) = compacted_founder(dir.path());
     assert!(n1.log.first_entry_index().unwrap_or(u64::MAX) > 1, "the log no longer starts at 1");
     // A new member: its log is empty, the entries it needs are gone; it gets the
     // snapshot, then the tail.
@@ -109,14 +115,7 @@ fn members_joining_a_compacted_log_catch_up_by_snapshot_and_tail() {
 #[test]
 fn a_member_whose_snapshot_install_met_a_full_disk_installs_it_once_freed() {
     let dir = tempfile::tempdir().unwrap();
-    let a1 = free_addr("127.0.0.1");
-    let (n1, t1) = start(dir.path(), 1, a1, HashMap::new(), vec![1], false);
-    let mut i = 0;
-    while n1.log.snapshot_meta().unwrap().index == 0 {
-        assert!(i < 20_000, "no compaction after {i} writes");
-        n1.propose(&[key(&format!("m{i}"), KeyState::Accepted)]).unwrap();
-        i += 1;
-    }
+    let (n1, t1, a1) = compacted_founder(dir.path());
     // The member's data directory: a small filesystem for its state machine, its log
     // and snapshot store elsewhere.
     let data = dir.path().join("n2/data");

@@ -108,9 +108,9 @@ fn crash() -> Error {
     Error::Invalid("simulated crash".into())
 }
 
-/// Runs an install that stops (as a crash would) after `steps` of the directory switch,
-/// then what a restart does: recovery, then open.
-fn crash_after(steps: usize) -> (Setup, Recovered, StateMachine) {
+/// Runs an install that fails (as a crash would) after `steps` of the directory switch;
+/// the state machine is left closed.
+fn fail_after(steps: usize) -> Setup {
     let s = setup(src_records());
     s.log.install_snapshot(&s.snap.metadata(), &s.snap.manifest().members().unwrap()).unwrap();
     prepare(&s.snap, &s.state).unwrap();
@@ -127,6 +127,13 @@ fn crash_after(steps: usize) -> (Setup, Recovered, StateMachine) {
         })
         .unwrap_err();
     assert!(e.to_string().contains("simulated crash"), "{e}");
+    s
+}
+
+/// Runs an install that stops (as a crash would) after `steps` of the directory switch,
+/// then what a restart does: recovery, then open.
+fn crash_after(steps: usize) -> (Setup, Recovered, StateMachine) {
+    let s = fail_after(steps);
     // The state machine is closed: every operation says so, none reads a half state.
     let closed = s.sm.get_key("new").unwrap_err().to_string();
     assert!(closed.contains("closed"), "{closed}");
@@ -172,20 +179,7 @@ fn a_crash_at_each_step_of_a_running_install_leaves_the_old_or_the_new_state() {
 #[test]
 fn an_install_that_failed_part_way_is_run_again_in_place() {
     for steps in 0..=2 {
-        let s = setup(src_records());
-        s.log.install_snapshot(&s.snap.metadata(), &s.snap.manifest().members().unwrap()).unwrap();
-        prepare(&s.snap, &s.state).unwrap();
-        let state = s.state.clone();
-        s.sm
-            .reopen_after(|| {
-                match steps {
-                    0 => {}
-                    1 => std::fs::rename(&state, state.with_extension("replaced")).unwrap(),
-                    _ => switch(&state).unwrap(),
-                }
-                Err(crash())
-            })
-            .unwrap_err();
+        let s = fail_after(steps);
         assert!(s.sm.get_key("new").is_err(), "closed after the failure at step {steps}");
         install_state(&s.snap, &s.sm).unwrap();
         same_state(&s.sm, &s.want);

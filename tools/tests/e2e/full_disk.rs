@@ -40,23 +40,40 @@ fn skipped(test: &str) -> bool {
     }
 }
 
+/// A lone master (auto-accept, `reserve` bytes kept free) whose data directory is on a
+/// 64 MiB disk of its own, two keys pending (p1, p2) and a real salt-minion m1 answering;
+/// and its health port. Fields drop in order: the minion, the master, then the disk it
+/// writes on.
+struct LoneOnSmallDisk {
+    _m1: Proc,
+    m: Running,
+    disk: SmallDisk,
+    _place: tempfile::TempDir,
+    health: u16,
+}
+
+fn lone_on_small_disk(reserve: u64) -> LoneOnSmallDisk {
+    let place = tempfile::tempdir().expect("tempdir");
+    let ip = one_ip();
+    let health = port_free_on(&[&ip]);
+    let env = Env::master(&ip, "localfs_key", &format!("auto_accept: True\nhalite_min_free_bytes: {reserve}\nhalite_health_port: {health}\n"));
+    let disk = SmallDisk::mount(&place.path().join("disk.img"), &env.root.join("disk"), 64);
+    data_dir_at(&env, &disk.at.join("data"));
+    seed_pending(&env, &["p1", "p2"]);
+    let m = Running::start(env);
+    let m1 = start_minion(&m.env.root, "m1", &format!("master: {}\nmaster_port: {}\n", m.env.ip, m.env.ret));
+    wait_ping(&m.env, "m1", 90);
+    LoneOnSmallDisk { _m1: m1, m, disk, _place: place, health }
+}
+
 #[test]
 fn a_lone_master_on_a_full_disk_refuses_writes_serves_reads_and_recovers() {
     if skipped("a_lone_master_on_a_full_disk_refuses_writes_serves_reads_and_recovers") {
         return;
     }
-    let place = tempfile::tempdir().expect("tempdir");
-    let ip = one_ip();
-    let health = port_free_on(&[&ip]);
-    let env = Env::master(&ip, "localfs_key", &format!("auto_accept: True\nhalite_min_free_bytes: 8388608\nhalite_health_port: {health}\n"));
-    // Declared before the master: dropped after it.
-    let disk = SmallDisk::mount(&place.path().join("disk.img"), &env.root.join("disk"), 64);
-    data_dir_at(&env, &disk.at.join("data"));
-    seed_pending(&env, &["p1", "p2"]);
-    let mut m = Running::start(env);
+    let mut s = lone_on_small_disk(8 << 20);
+    let (disk, health, m) = (&s.disk, s.health, &mut s.m);
     let env = &m.env;
-    let _m1 = start_minion(&env.root, "m1", &format!("master: {}\nmaster_port: {}\n", env.ip, env.ret));
-    wait_ping(env, "m1", 90);
     assert_eq!(env.salt_json(&["m1", "test.echo", "before"], 60), json!({"m1": "before"}));
     let (before, _) = env.newest_job("test.echo").expect("the job before");
 
@@ -148,19 +165,10 @@ fn a_lone_master_whose_rocksdb_met_a_full_disk_opens_it_again_once_freed() {
     if skipped("a_lone_master_whose_rocksdb_met_a_full_disk_opens_it_again_once_freed") {
         return;
     }
-    let place = tempfile::tempdir().expect("tempdir");
-    let ip = one_ip();
-    let health = port_free_on(&[&ip]);
-    let env = Env::master(&ip, "localfs_key", &format!("auto_accept: True\nhalite_min_free_bytes: 0\nhalite_health_port: {health}\n"));
-    // Declared before the master: dropped after it.
-    let disk = SmallDisk::mount(&place.path().join("disk.img"), &env.root.join("disk"), 64);
-    data_dir_at(&env, &disk.at.join("data"));
-    seed_pending(&env, &["p1", "p2"]);
-    let mut m = Running::start(env);
+    let mut s = lone_on_small_disk(0);
+    let (disk, health, m) = (&s.disk, s.health, &mut s.m);
     let env = &m.env;
     let pid = || std::fs::read_to_string(env.root.join("master.pid")).unwrap_or_default().trim().to_string();
-    let _m1 = start_minion(&env.root, "m1", &format!("master: {}\nmaster_port: {}\n", env.ip, env.ret));
-    wait_ping(env, "m1", 90);
     let started = pid();
     assert_eq!(started, m.proc.pid().to_string(), "the master's pidfile");
     assert_eq!(env.salt_json(&["m1", "test.echo", "before"], 60), json!({"m1": "before"}));
