@@ -103,8 +103,9 @@ pub struct Status {
     /// Views that failed and wait to be recovered (`faults.rs`).
     pub dirty_views: Vec<&'static str>,
     /// The data directory's free bytes while they are under the reserve
-    /// (`NodeConfig::min_free_bytes`), or while a state machine that met a full disk
-    /// waits for space: writes are refused (`driver/space.rs`, `driver/state_full.rs`).
+    /// (`NodeConfig::min_free_bytes`), while a state machine that met a full disk
+    /// waits for space, or while a log write that met one is tried again: writes are
+    /// refused (`driver/space.rs`, `driver/state_full.rs`).
     pub disk_full: Option<u64>,
 }
 

@@ -13,7 +13,7 @@
 //! | `halite_proposals_total` | counter | proposals handed to the node |
 //! | `halite_view_errors_total` | counter | view writes that failed (`replication/src/node/driver/faults.rs`) |
 //! | `halite_view_dirty{view}` | gauge | 1 while that view (`keys`, `roots`) waits to be rebuilt |
-//! | `halite_disk_full` | gauge | 1 while `halite_data_dir`'s filesystem is under `halite_min_free_bytes`, or the state machine met a full disk and waits for space (writes refused) |
+//! | `halite_disk_full` | gauge | 1 while `halite_data_dir`'s filesystem is under `halite_min_free_bytes`, or the state machine met a full disk and waits for space, or a log write that met one is tried again (writes refused) |
 //! | `halite_returns_total` | counter | job returns committed (`_return`) |
 //! | `halite_auths_total{result}` | counter | sign-ins answered: `accepted`, `other` (pending, rejected, denied, full), `not_ready` |
 //! | `halite_minions_connected` | gauge | established TCP connections on `interface:publish_port` (Salt counts the same way) |
@@ -105,7 +105,7 @@ static NODE: LazyLock<NodeMetrics> = LazyLock::new(|| {
     m.register("proposals", "Proposals handed to this member's node", n.proposals.clone());
     m.register("view_errors", "View writes that failed (the view is then rebuilt)", n.view_errors.clone());
     m.register("view_dirty", "1 while a view waits to be rebuilt", n.dirty.clone());
-    m.register("disk_full", "1 while the data directory's filesystem is under halite_min_free_bytes, or the state machine met a full disk and waits for space (writes refused)", n.disk_full.clone());
+    m.register("disk_full", "1 while the data directory's filesystem is under halite_min_free_bytes, or the state machine met a full disk and waits for space, or a log write that met one is tried again (writes refused)", n.disk_full.clone());
     m.register("returns", "Job returns committed through this member", n.returns.clone());
     m.register("auths", "Sign-ins answered by this member, by result", n.auths.clone());
     m.register("minions_connected", "Established TCP connections on the publish port", n.connected.clone());
