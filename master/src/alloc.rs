@@ -18,7 +18,7 @@
 //! has stayed free for its purge delay, [`PURGE_DELAY_MS`] (mimalloc's default second),
 //! so a page freed and taken again within a burst is reused, not faulted in anew. With
 //! the pages given back at once instead, a blast of returns spent 7 % of the master's CPU
-//! in page faults and `madvise` (`perf record`) and 9–16 % more CPU a return
+//! in page faults and `madvise` (`perf record`) and 9–12 % more CPU a return
 //! (docs/benchmarks.md, "Freed pages kept a second"); reading a log's tail at start faulted every entry's
 //! buffers in again (page faults and purges were half of a start's CPU). mimalloc purges
 //! what expired only when a thread next allocates pages, so an idle master would keep a
