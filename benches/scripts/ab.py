@@ -53,9 +53,10 @@ def summary(rows, kind, b):
     cpu = [x["cpu_median_s"] for x in rs]
     sw = [x.get("swarm_cpu_median_s") or 0 for x in rs]
     rss = [x["rss_mib"] for x in rs]
+    settled = [x["rss_settled_mib"] for x in rs if "rss_settled_mib" in x]
     return (f"ping  {b}: {statistics.median(ping):.3f} s ({min(ping)}-{max(ping)}), "
             f"master {statistics.median(cpu):.3f} CPU-s a ping ({min(cpu)}-{max(cpu)}), ÷ swarm {ratio(cpu, sw)}, "
-            f"RSS {min(rss)}-{max(rss)} MiB")
+            f"RSS {min(rss)}-{max(rss)} MiB" + (f", {min(settled)}-{max(settled)} MiB settled" if settled else ""))
 
 
 def ratio(master, swarm):

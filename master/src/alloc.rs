@@ -9,37 +9,36 @@
 //!
 //! **Memory.** With its defaults mimalloc kept 25–50 MiB more resident at 8,000 minions
 //! than glibc (130–153 MiB against 102–106 after the pings): it commits its arenas
-//! eagerly and gives freed pages back to the kernel after a second. Eager commit is off
-//! (`MI_DEFAULT_ARENA_EAGER_COMMIT=0`, a define of mimalloc's C source that
-//! `.cargo/config.toml` passes to its build: the option is read when the process loads,
-//! before `main`, so setting it here comes too late: 120–130 MiB), and
-//! [`configure`] makes freed pages go back at once. Measured the same hour
-//! (`benches/scripts/ping_cpu.py`), the same code apart from the allocator:
+//! eagerly and keeps freed pages for a second. Eager commit is off (`MI_DEFAULT_ARENA_EAGER_COMMIT=0`, a define of
+//! mimalloc's C source that `.cargo/config.toml` passes to its build: the option is read
+//! when the process loads, before `main`, so setting it here comes too late: 120–130
+//! MiB).
+//!
+//! **Freed pages.** mimalloc gives a freed page back to the kernel (`madvise`) once it
+//! has stayed free for its purge delay, [`PURGE_DELAY_MS`] (mimalloc's default second),
+//! so a page freed and taken again within a burst is reused, not faulted in anew. With
+//! the pages given back at once instead, a blast of returns spent 7 % of the master's CPU
+//! in page faults and `madvise` (`perf record`) and 9–12 % more CPU a return
+//! (docs/benchmarks.md, "Freed pages kept a second"); reading a log's tail at start faulted every entry's
+//! buffers in again (page faults and purges were half of a start's CPU). mimalloc purges
+//! what expired only when a thread next allocates pages, so an idle master would keep a
+//! burst's pages: [`collect`], called every second (`daemon::trim`), gives back every
+//! free page at once, and a burst's memory is back with the kernel a second or two after
+//! it ends. What C and C++ libraries allocate (RocksDB's memtables and caches, OpenSSL)
+//! comes from glibc's heap, which `daemon::trim` keeps small.
+//!
+//! Measured the same hour (`benches/scripts/ping_cpu.py`, RSS read right after the
+//! pings), the same code apart from the allocator:
 //!
 //! | heap | master CPU per 8,000-minion `test.ping` | RSS after, 8,000 | RSS after, 500 |
 //! |---|---|---|---|
 //! | glibc | 0.90–0.95 s | 98–106 MiB | 37.3 MiB |
 //! | mimalloc, purge after 100 ms | 0.67–0.69 s | 101–104 MiB | |
 //! | mimalloc, purge after 10 ms | 0.70–0.73 s | 101–105 MiB | 44.8 MiB |
-//! | **mimalloc, purge at once** | **0.72 s** | **97.7 MiB** | **41.6 MiB** |
+//! | mimalloc, purge at once | 0.72 s | 97.7 MiB | 41.6 MiB |
 //!
 //! So about a quarter less CPU, for a few MiB more at small fleets (each thread that
-//! allocated keeps partly used pages of its own). What C and C++ libraries allocate
-//! (RocksDB's memtables and caches, OpenSSL) still comes from glibc's heap, which
-//! `daemon::trim` keeps small.
-//!
-//! On the AMD machine (three alternated pairs at 8,000 minions, judged by the master's
-//! CPU over the swarm's in the same runs) a purge delay of 100 ms saves nothing and
-//! keeps 10 MiB more (docs/benchmarks.md, "Allocator and OpenSSL settings"), so the
-//! purge is at once.
-//!
-//! **Start-up.** Purging at once costs a start: reading a log's tail allocates and frees
-//! an entry's buffers (up to megabytes each) again and again, and each allocation
-//! faults its pages in anew (with 74 MiB of tail, page faults and purges were half of a
-//! start's CPU, 413 ms to ready against 128 ms empty). So until the master serves,
-//! freed pages stay [`STARTUP_PURGE_DELAY_MS`] (mimalloc's own default) and are reused;
-//! [`serving`] sets the purge back to at once (docs/benchmarks.md "Start-up after large
-//! returns").
+//! allocated keeps partly used pages of its own).
 //!
 //! The option numbers are mimalloc v3's (`mi_option_t` in its `mimalloc.h`; the sys crate
 //! names only some, with v2's numbers): the test below checks them against their
@@ -53,10 +52,9 @@ const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
 /// (default 1,000).
 const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
-/// How long freed memory stays resident before mimalloc gives it back, once serving.
-pub const PURGE_DELAY_MS: i64 = 0;
-/// The same until the master serves (see the module docs).
-pub const STARTUP_PURGE_DELAY_MS: i64 = 1000;
+/// How long a freed page stays resident before mimalloc gives it back (see the module
+/// docs; [`collect`] gives back every free page at once).
+pub const PURGE_DELAY_MS: i64 = 1000;
 
 /// Sets mimalloc's options (see the module docs), each unless the environment sets it
 /// (`MIMALLOC_ARENA_EAGER_COMMIT`, `MIMALLOC_PURGE_DELAY`: mimalloc reads them when the
@@ -68,7 +66,7 @@ pub const STARTUP_PURGE_DELAY_MS: i64 = 1000;
 pub fn configure() {
     // `arena_eager_commit` again, in case a build without the define runs (too late for
     // the first arena, in time for the next).
-    let options: [(libmimalloc_sys::mi_option_t, &std::ffi::CStr, i64); 2] = [(ARENA_EAGER_COMMIT, c"MIMALLOC_ARENA_EAGER_COMMIT", 0), (PURGE_DELAY, c"MIMALLOC_PURGE_DELAY", STARTUP_PURGE_DELAY_MS)];
+    let options: [(libmimalloc_sys::mi_option_t, &std::ffi::CStr, i64); 2] = [(ARENA_EAGER_COMMIT, c"MIMALLOC_ARENA_EAGER_COMMIT", 0), (PURGE_DELAY, c"MIMALLOC_PURGE_DELAY", PURGE_DELAY_MS)];
     for (option, env, value) in options {
         // SAFETY: getenv reads the environment (no other thread runs yet to change it);
         // mi_option_set is a plain integer setter of the linked mimalloc.
@@ -80,20 +78,12 @@ pub fn configure() {
     }
 }
 
-/// The master serves: freed pages go back to the kernel at once from now on (see the
-/// module docs), unless the environment chose (`MIMALLOC_PURGE_DELAY`).
-///
-/// Other threads run by now: the option is one aligned machine word that mimalloc's
-/// option getter reads plainly after its first initialisation (done in [`configure`]),
-/// so a thread reads the old delay or the new one, never a mix.
-pub fn serving() {
-    // SAFETY: getenv reads the environment (nothing in the master sets it); mi_option_set
-    // stores an integer of the linked mimalloc (see above).
-    unsafe {
-        if libc::getenv(c"MIMALLOC_PURGE_DELAY".as_ptr()).is_null() {
-            libmimalloc_sys::mi_option_set(PURGE_DELAY, PURGE_DELAY_MS as _);
-        }
-    }
+/// Gives every free page of mimalloc's arenas back to the kernel now, whatever its purge
+/// delay, and the calling thread's free pages with them (see the module docs). Safe to
+/// call from any thread at any time; a few microseconds when little is free.
+pub fn collect() {
+    // SAFETY: mi_collect takes no pointer; mimalloc allows it from any thread.
+    unsafe { libmimalloc_sys::mi_collect(true) }
 }
 
 #[cfg(test)]
@@ -114,9 +104,38 @@ mod tests {
         assert_eq!((eager, delay), (0, 1000), "arena_eager_commit from the build's define, purge_delay mimalloc's default");
         configure();
         let (eager, delay) = unsafe { (libmimalloc_sys::mi_option_get(ARENA_EAGER_COMMIT), libmimalloc_sys::mi_option_get(PURGE_DELAY)) };
-        assert_eq!((eager, delay as i64), (0, STARTUP_PURGE_DELAY_MS));
-        serving();
-        let delay = unsafe { libmimalloc_sys::mi_option_get(PURGE_DELAY) };
-        assert_eq!(delay as i64, PURGE_DELAY_MS);
+        assert_eq!((eager, delay as i64), (0, PURGE_DELAY_MS));
+    }
+
+    /// Pages of `len` bytes at `ptr` that are resident (`mincore`).
+    fn resident_pages(ptr: *mut u8, len: usize) -> usize {
+        let page = 4096;
+        let mut vec = vec![0u8; len.div_ceil(page)];
+        // SAFETY: `ptr` is page-aligned and the range lies in a mapping mimalloc keeps
+        // (its arena stays mapped after a free); mincore only reports on it.
+        let rc = unsafe { libc::mincore(ptr.cast(), len, vec.as_mut_ptr()) };
+        assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
+        vec.iter().filter(|v| *v & 1 == 1).count()
+    }
+
+    /// A block freed stays resident for the purge delay (reused if asked for again), and
+    /// `collect` gives it back to the kernel at once. (Allocated from mimalloc directly:
+    /// this test binary's allocator is the system's.)
+    #[test]
+    fn a_freed_block_stays_for_the_delay_and_collect_gives_it_back() {
+        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some_and(|v| v == "0") {
+            return; // the environment gives pages back at once
+        }
+        let len = 8 << 20;
+        // SAFETY: a fresh block of `len` bytes, written in full, freed once, then only
+        // its (still mapped) address range is looked at.
+        let ptr = unsafe { libmimalloc_sys::mi_malloc_aligned(len, 4096) } as *mut u8;
+        assert!(!ptr.is_null());
+        unsafe { std::ptr::write_bytes(ptr, 1, len) };
+        assert_eq!(resident_pages(ptr, len), len / 4096);
+        unsafe { libmimalloc_sys::mi_free(ptr.cast()) };
+        assert!(resident_pages(ptr, len) > len / 4096 / 2, "a freed block stays resident for the purge delay");
+        collect();
+        assert_eq!(resident_pages(ptr, len), 0, "collect gives every free page back");
     }
 }

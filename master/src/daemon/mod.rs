@@ -207,7 +207,6 @@ async fn serve(master: Arc<Master>, applied_rx: mpsc::UnboundedReceiver<publish:
     let m = master.clone();
     tokio::spawn(probes::run(probes, move || m.node.status().ready()));
     tracing::info!(ret = %ret_ep, publish = %pub_ep, admin = %sock_path.display(), ms = started.elapsed().as_millis() as u64, "salt-master serving");
-    crate::alloc::serving();
 
     let (pub_tx, pub_rx) = mpsc::unbounded_channel::<Vec<u8>>();
     tokio::spawn(publish::send(publisher_sock, pub_rx));

@@ -1,6 +1,8 @@
 //! Giving the memory a burst freed back to the system.
 //!
-//! The Rust heap is mimalloc's (`crate::alloc`, which purges its free pages by itself);
+//! The Rust heap is mimalloc's (`crate::alloc`): it gives a page back once it has been
+//! free for its purge delay, but only when a thread next allocates pages, so every
+//! [`EVERY`] the master also hands back every free page of it ([`crate::alloc::collect`]).
 //! glibc's heap holds what the C and C++ libraries allocate: RocksDB's memtables and
 //! caches, OpenSSL. What follows was measured with everything on glibc's heap, and
 //! applies to what it holds.
@@ -30,7 +32,7 @@ use std::time::Duration;
 /// How often the heap's free pages are given back.
 pub const EVERY: Duration = Duration::from_secs(1);
 
-/// Gives free pages back every [`EVERY`], for ever.
+/// Gives free pages back every [`EVERY`], for ever: glibc's ([`trim`]) and mimalloc's.
 pub async fn run() {
     let mut tick = tokio::time::interval(EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -38,6 +40,7 @@ pub async fn run() {
         tick.tick().await;
         let started = std::time::Instant::now();
         trim();
+        crate::alloc::collect();
         let took = started.elapsed();
         if took > Duration::from_millis(20) {
             tracing::warn!(ms = took.as_millis() as u64, "giving free heap pages back took long");
