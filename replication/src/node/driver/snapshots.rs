@@ -98,21 +98,21 @@ impl Driver {
         let snap = self.stored_snapshot(index)?;
         let (meta, members) = (snap.metadata(), snap.manifest().members()?);
         self.write_log(|log| log.install_snapshot(&meta, &members))?;
-        self.install_state(index, started)
+        self.install_state(snap, started)
     }
 
-    fn stored_snapshot(&self, index: u64) -> Result<halite_storage::snapshot::Snapshot> {
+    pub(super) fn stored_snapshot(&self, index: u64) -> Result<halite_storage::snapshot::Snapshot> {
         let store = self.snapshots.store.as_ref().ok_or_else(|| NodeError::Stopped("received a snapshot but this node has no snapshot store".into()))?;
         store.get(index)?.ok_or_else(|| NodeError::Stopped(format!("raft installs snapshot {index}, which the snapshot store does not hold")))
     }
 
-    /// Puts the state of snapshot `index`, which the log records, in place of the state
+    /// Puts the state of snapshot `snap`, which the log records, in place of the state
     /// machine's, then rebuilds what derives from it. A filesystem too full for it holds
     /// the node like a state-machine write that met a full disk (`state_full.rs`), the
     /// old state still served; once space is back this runs again
     /// ([`Driver::reopen_state`]). A restart in between installs it at start.
-    pub(super) fn install_state(&mut self, index: u64, started: Instant) -> Result<()> {
-        let snap = self.stored_snapshot(index)?;
+    pub(super) fn install_state(&mut self, snap: halite_storage::snapshot::Snapshot, started: Instant) -> Result<()> {
+        let index = snap.index();
         match halite_storage::snapshot::install_state(&snap, &self.core.sm) {
             Ok(()) => self.space.install = None,
             Err(e) if e.is_no_space() => {

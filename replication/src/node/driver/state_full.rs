@@ -68,7 +68,8 @@ impl Driver {
     pub(super) fn reopen_state(&mut self) -> Result<bool> {
         if let Some(index) = self.space.install {
             // A snapshot's install met the full disk: it runs first.
-            self.install_state(index, std::time::Instant::now())?;
+            let snap = self.stored_snapshot(index)?;
+            self.install_state(snap, std::time::Instant::now())?;
             if self.space.install.is_some() {
                 return Ok(true);
             }
