@@ -4,8 +4,8 @@
 //!   `cluster_pki_dir`, `cachedir` and roots, with either key driver; real salt-minion
 //!   3008.5 processes sign in through different members, are accepted with `salt-key`
 //!   and answer jobs, while Salt 3008.5's own `salt-key -L` keeps reading the shared
-//!   tree (every read a valid listing). With `mmap_key` this used to stall: the first
-//!   writer kept the MmapCache lock for its whole life.
+//!   tree (every read a valid listing). With `mmap_key` no writer keeps the MmapCache
+//!   lock past its write.
 //! - **Isolated** (`True`): each member writes its own views, with no marks and
 //!   un-namespaced probe files.
 //! - **Salt's shared → isolated procedure** (Salt's master-cluster page) behind HAProxy with real minions:

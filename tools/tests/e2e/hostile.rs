@@ -410,8 +410,8 @@ fn a_subscriber_that_never_reads_gets_only_what_pub_hwm_and_the_kernel_hold() {
 /// A client on the request port that pipelines requests (a DEALER, not a REQ) and never
 /// reads the replies holds at most 1,000 replies and 4 MiB of them in the master (ZeroMQ's
 /// default high-water mark, and a bound by bytes): the rest are dropped and counted (`halite_refused_total{port="request",reason="reply_queue_full"}`), as
-/// ZeroMQ's high-water mark drops them for Salt. Before, every reply was queued for it:
-/// eight such clients grew a master by 43 MiB every half second without end.
+/// ZeroMQ's high-water mark drops them for Salt. Were every reply queued, eight such
+/// clients would grow a master by 43 MiB every half second without end.
 ///
 /// 8,000 clear `ping`s of 8 KiB (a ping's reply echoes its load, so each reply is as
 /// large) are sent on a connection ([`raw_peer`]) that does not read. Read at last, it

@@ -57,7 +57,7 @@ fn signed_in_again(lines: &mut Lines) -> usize {
 
 /// A swarm started before its master: the first sign-in goes unanswered, and each
 /// minion tries again `acceptance_wait` later, as salt-minion does, until the master
-/// listens (before, each was reported failed and left out).
+/// listens (none reported failed and left out).
 #[test]
 fn swarm_minions_started_before_their_master_sign_in_once_it_listens() {
     const N: usize = 20;
