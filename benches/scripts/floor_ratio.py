@@ -14,13 +14,20 @@ median and range:
 - `test.ping`: the master's median ping (CLI start to every return printed) over the
   floor's median ping (ask to last reply) (goal: 2x).
 
+Each round also runs `halite-bench work`: the work a return needs beyond framing
+(open, encode, log, apply, seal; inline on one thread, `--work-group` returns to a log
+entry and one sync an entry, as the master syncs under a blast). The summary then
+splits the master's CPU a return into the floor's, that work, and the rest (tasks,
+queues, raft's bookkeeping, routing): the floor plus the work over the floor is the
+ratio a master doing that work with nothing else would reach.
+
     ~/.cache/halite/venv-salt-3008.5/bin/python benches/scripts/floor_ratio.py BINDIR \
-        [--rounds 3] [--minions 8000] [--per-minion 5] [--pings 5] [--port P] [--out FILE.jsonl]
+        [--rounds 3] [--minions 8000] [--per-minion 5] [--pings 5] [--work-group G] [--port P] [--out FILE.jsonl]
     floor_ratio.py BINDIR --out FILE.jsonl --summarize     # the summary of runs in FILE
 
 BINDIR holds `salt-master`, `salt`, `salt-run`, `halite-swarm` and `halite-bench` (a
 release build's `target/release`). Each run's JSON line is appended to `--out` as
-`{"round", "kind", "r"}` (kind `floor`, `blast` or `ping`); the summary goes to stdout.
+`{"round", "kind", "r"}` (kind `floor`, `work`, `blast` or `ping`); the summary goes to stdout.
 """
 import argparse
 import json
@@ -46,7 +53,7 @@ def spread(xs):
 
 def summary(rows):
     rounds = sorted({r["round"] for r in rows})
-    cpu, ping, lines = [], [], []
+    cpu, ping, lines, best, rest = [], [], [], [], []
     for n in rounds:
         got = {r["kind"]: r["r"] for r in rows if r["round"] == n}
         floor = got.get("floor") or {}
@@ -55,12 +62,20 @@ def summary(rows):
             m, f = got["blast"]["master_cpu_us_per_return"], blast["server_cpu_us_per_request"]
             cpu.append(m / f)
             lines.append(f"round {n}: CPU a return {m} us, floor {f} us a request: {m / f:.2f}x")
+            w = got.get("work", {}).get("total_us")
+            if w:
+                best.append((f + w) / f)
+                rest.append(m - f - w)
+                steps = ", ".join(f"{k[:-3]} {v}" for k, v in got["work"].items() if k.endswith("_us") and k != "total_us")
+                lines.append(f"round {n}: the work a return needs {w} us ({steps}); floor + work {(f + w) / f:.2f}x the floor; the rest {m - f - w:.1f} us")
         if fping and got.get("ping", {}).get("ping_median_s"):
             m, f = got["ping"]["ping_median_s"], fping["median_s"]
             ping.append(m / f)
             lines.append(f"round {n}: test.ping {m:.3f} s, floor {f:.3f} s: {m / f:.2f}x")
     if cpu:
         lines.append(f"CPU a return over the floor's CPU a request: {spread(cpu)}x over {len(cpu)} rounds")
+    if best:
+        lines.append(f"floor + work over the floor: {spread(best)}x; the rest of the master's CPU a return: {spread(rest)} us")
     if ping:
         lines.append(f"test.ping over the floor's ping: {spread(ping)}x over {len(ping)} rounds")
     return "\n".join(lines)
@@ -73,6 +88,7 @@ def main():
     ap.add_argument("--minions", type=int, default=8000)
     ap.add_argument("--per-minion", type=int, default=5)
     ap.add_argument("--pings", type=int, default=5)
+    ap.add_argument("--work-group", type=int, default=55, help="returns to a log entry for `halite-bench work` (a blast at 8,000: about 55 a sync)")
     ap.add_argument("--port", type=int, default=25506, help="the master's publish port (the request port is the next)")
     ap.add_argument("--out", default="")
     ap.add_argument("--summarize", action="store_true", help="only summarize the runs already in --out")
@@ -84,9 +100,10 @@ def main():
     floor = [os.path.join(b, "halite-bench"), "floor", "--conns", str(a.minions), "--rounds", "5", "--blast", str(a.per_minion)]
     blast = [PY, os.path.join(HERE, "returns.py"), "--sizes", str(a.minions), "--per-minion", str(a.per_minion), "--bin", b, "--port", str(a.port)]
     ping = [PY, os.path.join(HERE, "ping_cpu.py"), str(a.minions), b, str(a.pings)]
+    work = [os.path.join(b, "halite-bench"), "work", "--returns", "200000", "--minions", str(a.minions), "--group", str(a.work_group), "--entries-per-sync", "1"]
     rows = []
     for n in range(a.rounds):
-        steps = [("floor", floor), ("blast", blast), ("ping", ping)]
+        steps = [("floor", floor), ("work", work), ("blast", blast), ("ping", ping)]
         for kind, cmd in steps if n % 2 == 0 else steps[1:] + steps[:1]:
             out = run(cmd, a.port)
             if not out:

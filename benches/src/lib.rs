@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod floor;
 pub mod gitfs_serve;
 pub mod restart;
+pub mod work;
 
 use halite_storage::keys::BankState;
 use halite_storage::mmap_cache::{Geometry, MmapWriter};

@@ -29,6 +29,10 @@
 //!                                              the machine's floor under the master's
 //!                                              traffic: N minions' connections served by a
 //!                                              process that only frames bytes (src/floor.rs)
+//! halite-bench work [--returns N] [--minions M] [--group G] [--entries-per-sync E]
+//!                                              the work a job return needs beyond framing,
+//!                                              inline on one thread: CPU a return by step
+//!                                              (src/work.rs)
 //! ```
 //! Build with `cargo build --release -p halite-benches -p halite-tools` first: `migrate`
 //! runs the release `salt-run` and `salt-key` next to this binary.
@@ -100,6 +104,21 @@ enum Cmd {
         threads: usize,
         #[command(flatten)]
         sizes: FloorSizes,
+    },
+    /// The work a job return needs beyond framing bytes, inline on one thread
+    /// (src/work.rs).
+    Work {
+        #[arg(long, default_value_t = 200_000)]
+        returns: usize,
+        /// Minions the returns come from (each its own session key).
+        #[arg(long, default_value_t = 8000)]
+        minions: usize,
+        /// Proposals to a log entry (a loaded master: about 100).
+        #[arg(long, default_value_t = 100)]
+        group: usize,
+        /// Entries appended between two syncs of the log.
+        #[arg(long, default_value_t = 4)]
+        entries_per_sync: usize,
     },
     Commit {
         #[arg(long, default_value_t = 200_000)]
@@ -241,6 +260,7 @@ fn main() {
                 std::process::exit(1);
             }
         }
+        Cmd::Work { returns, minions, group, entries_per_sync } => halite_benches::work::run(&halite_benches::work::Opts { returns, minions, group, entries_per_sync }),
         Cmd::FloorServe { threads, sizes } => {
             if let Err(e) = halite_benches::floor::serve(threads, sizes.into()) {
                 eprintln!("floor-serve: {e}");

@@ -280,6 +280,21 @@ pub fn run(job: &Job) -> (Value, i64, bool) {
 }
 
 /// The `_return` load for a job.
+/// The start event salt-minion 3008.5 fires once it has signed in and connected
+/// (`Minion._fire_master_minion_start`, `enable_legacy_startup_events` off): a
+/// `_minion_event` tagged `salt/minion/<id>/start`. It is the minion's first request
+/// with its `tok`, which the master checks once a session (an RSA public-key
+/// operation), so a job's returns do not carry that check.
+pub fn start_event_load(id: &str) -> Vec<(Value, Value)> {
+    let started = chrono::Local::now().format("%a %b %e %H:%M:%S %Y");
+    vec![
+        (Value::from("cmd"), Value::from("_minion_event")),
+        (Value::from("pretag"), Value::Nil),
+        (Value::from("data"), Value::from(format!("Minion {id} started at {started}"))),
+        (Value::from("tag"), Value::from(format!("salt/minion/{id}/start"))),
+    ]
+}
+
 pub fn return_load(job: &Job) -> Vec<(Value, Value)> {
     let (ret, retcode, success) = run(job);
     let mut l = vec![

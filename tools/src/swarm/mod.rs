@@ -10,8 +10,10 @@
 //!    reply is in, and (with `--master-pid`) the CPU time the master's process tree spent
 //!    meanwhile. Replies are checked (signatures, nonce, the publish key's X9.31 `sig`)
 //!    after that, so the swarm's RSA work does not skew the master's numbers;
-//! 3. `ready`: each minion subscribed to the publish port with a return socket open,
-//!    plus the master tree's memory (RSS and PSS) with them all connected;
+//! 3. `ready`: each minion subscribed to the publish port with a return socket open
+//!    and its start event (`salt/minion/<id>/start`) answered, as salt-minion fires it
+//!    once connected, plus the master tree's memory (RSS and PSS) with them all
+//!    connected;
 //! 4. `job`, once per publish: seconds from the first minion receiving it to the last
 //!    return acknowledged by the master, and how many minions returned.
 //!
@@ -316,6 +318,11 @@ async fn live(swarm: Arc<Swarm>, seat: Seat, mut creds: Creds, ready: mpsc::Unbo
     .await;
     let mut first = zeromq::ReqSocket::new();
     let connected = first.connect(&endpoint).await;
+    if connected.is_ok() {
+        if let Err(e) = start_event(&me, &creds, &mut first).await {
+            tracing::warn!(id = %me.id, "start event not delivered: {e}");
+        }
+    }
     let req = Arc::new(tokio::sync::Mutex::new(first));
     let _ = ready.send(subscribed.and(connected));
     tokio::spawn(renew_request_socket(sub_events, req.clone(), endpoint.clone()));
@@ -361,6 +368,23 @@ async fn live(swarm: Arc<Swarm>, seat: Seat, mut creds: Creds, ready: mpsc::Unbo
             }
         };
         swarm.returned(&job.jid, ok);
+    }
+}
+
+/// Fires the minion's start event (`minion::start_event_load`) and waits for the
+/// master's answer, within salt-minion's 60 s for it.
+async fn start_event(me: &Identity, creds: &Creds, req: &mut zeromq::ReqSocket) -> std::result::Result<(), MinionError> {
+    let timeout = Duration::from_secs(60);
+    let (body, nonce) = minion::aes_request(me, &creds.session, minion::start_event_load(&me.id))?;
+    req.send(ZmqMessage::from(body)).await.map_err(|e| MinionError::Transport(e.to_string()))?;
+    let reply = match tokio::time::timeout(timeout, req.recv()).await {
+        Ok(Ok(m)) => m.into_vec().pop().map(|b| b.to_vec()).unwrap_or_default(),
+        Ok(Err(e)) => return Err(MinionError::Transport(e.to_string())),
+        Err(_) => return Err(MinionError::Timeout("_minion_event", timeout)),
+    };
+    match minion::aes_reply(&creds.session, &nonce, &reply)? {
+        AesReply::Value(_) => Ok(()),
+        AesReply::BadLoad => Err(MinionError::BadReply("bad load".into())),
     }
 }
 
