@@ -11,9 +11,9 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, Criterion};
 use rmpv::Value;
 
-use halite_master::wire::crypto::{Crypticle, PICKLE};
+use halite_master::wire::crypto::Crypticle;
 use halite_master::wire::envelope;
-use halite_master::wire::payload::{bin, encode, map};
+use halite_master::wire::payload::map;
 
 const NONCE: &str = "0123456789abcdef0123456789abcdef";
 const ID: &str = "minion-0001.example.com";
@@ -42,39 +42,10 @@ fn state_return(n: usize) -> Value {
     )
 }
 
-/// The body of a job return as a salt-minion 3008.5 sends it.
-fn return_body(session: &Crypticle, fun: &str, ret: Value) -> Vec<u8> {
-    let inner = map([
-        ("cmd", Value::from("_return")),
-        ("id", Value::from(ID)),
-        ("success", Value::Boolean(true)),
-        ("return", ret),
-        ("retcode", Value::from(0)),
-        ("jid", Value::from("20261128044512345678")),
-        ("fun", Value::from(fun)),
-        ("fun_args", Value::Array(vec![])),
-        ("user", Value::from("root")),
-        ("nonce", Value::from(NONCE)),
-        ("tok", bin(vec![0x5a; 256])),
-        ("ts", Value::from(1_795_000_000)),
-    ]);
-    let mut plain = PICKLE.to_vec();
-    plain.extend_from_slice(&encode(&inner));
-    let load = session.encrypt(&plain).expect("encrypt");
-    encode(&map([
-        ("enc", Value::from("aes")),
-        ("load", bin(load)),
-        ("id", Value::from(ID)),
-        ("version", Value::from(3)),
-        ("enc_algo", Value::from("OAEP-SHA224")),
-        ("sig_algo", Value::from("PKCS1v15-SHA224")),
-    ]))
-}
-
 fn request_path(c: &mut Criterion) {
     let session = Crypticle::generate();
     for (group, fun, ret) in [("job return (test.ping)", "test.ping", Value::Boolean(true)), ("job return (state.apply, 40 states)", "state.apply", state_return(40))] {
-        let body = return_body(&session, fun, ret);
+        let body = halite_benches::return_body(&session, ID, "20261128044512345678", NONCE, fun, ret);
         let env = envelope::decode(&body, 1 << 20).expect("decode");
         let mut g = c.benchmark_group(group);
         g.bench_function("envelope decode", |b| b.iter(|| envelope::decode(&body, 1 << 20).expect("decode")));

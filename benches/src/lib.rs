@@ -9,6 +9,10 @@ pub mod gitfs_serve;
 pub mod restart;
 pub mod work;
 
+use rmpv::Value;
+
+use halite_master::wire::crypto::{Crypticle, PICKLE};
+use halite_master::wire::payload::{bin, encode, map};
 use halite_storage::keys::BankState;
 use halite_storage::mmap_cache::{Geometry, MmapWriter};
 
@@ -42,4 +46,34 @@ pub fn noise(len: usize, seed: u64) -> Vec<u8> {
     }
     out.truncate(len);
     out
+}
+
+/// The body of a job return as a salt-minion 3008.5 sends it: an AES load under the
+/// minion's `session` key, with a 256-byte `tok`.
+pub fn return_body(session: &Crypticle, id: &str, jid: &str, nonce: &str, fun: &str, ret: Value) -> Vec<u8> {
+    let inner = map([
+        ("cmd", Value::from("_return")),
+        ("id", Value::from(id)),
+        ("success", Value::Boolean(true)),
+        ("return", ret),
+        ("retcode", Value::from(0)),
+        ("jid", Value::from(jid)),
+        ("fun", Value::from(fun)),
+        ("fun_args", Value::Array(vec![])),
+        ("user", Value::from("root")),
+        ("nonce", Value::from(nonce)),
+        ("tok", bin(vec![0x5a; 256])),
+        ("ts", Value::from(1_795_000_000)),
+    ]);
+    let mut plain = PICKLE.to_vec();
+    plain.extend_from_slice(&encode(&inner));
+    let load = session.encrypt(&plain).expect("encrypt");
+    encode(&map([
+        ("enc", Value::from("aes")),
+        ("load", bin(load)),
+        ("id", Value::from(id)),
+        ("version", Value::from(3)),
+        ("enc_algo", Value::from("OAEP-SHA224")),
+        ("sig_algo", Value::from("PKCS1v15-SHA224")),
+    ]))
 }

@@ -27,9 +27,8 @@
 use raft::eraftpb::{Entry, EntryType};
 use rmpv::Value;
 
-use halite_master::wire::crypto::{Crypticle, PICKLE};
+use halite_master::wire::crypto::Crypticle;
 use halite_master::wire::envelope;
-use halite_master::wire::payload::{bin, encode, map};
 use halite_storage::context::{self, EntryContext, ProposalId};
 use halite_storage::entry::{self, LogEntry};
 use halite_storage::format::{JobReturn, Record};
@@ -58,42 +57,13 @@ fn minion(i: usize) -> String {
     format!("swarm-{i:05}")
 }
 
-/// The body of a `test.ping` return as salt-minion 3008.5 sends it.
-fn return_body(session: &Crypticle, id: &str, jid: &str, nonce: &str) -> Vec<u8> {
-    let inner = map([
-        ("cmd", Value::from("_return")),
-        ("id", Value::from(id)),
-        ("success", Value::Boolean(true)),
-        ("return", Value::Boolean(true)),
-        ("retcode", Value::from(0)),
-        ("jid", Value::from(jid)),
-        ("fun", Value::from("test.ping")),
-        ("fun_args", Value::Array(vec![])),
-        ("user", Value::from("root")),
-        ("nonce", Value::from(nonce)),
-        ("tok", bin(vec![0x5a; 256])),
-        ("ts", Value::from(1_795_000_000)),
-    ]);
-    let mut plain = PICKLE.to_vec();
-    plain.extend_from_slice(&encode(&inner));
-    let load = session.encrypt(&plain).expect("encrypt");
-    encode(&map([
-        ("enc", Value::from("aes")),
-        ("load", bin(load)),
-        ("id", Value::from(id)),
-        ("version", Value::from(3)),
-        ("enc_algo", Value::from("OAEP-SHA224")),
-        ("sig_algo", Value::from("PKCS1v15-SHA224")),
-    ]))
-}
-
 /// Runs the steps and prints their CPU a return.
 pub fn run(o: &Opts) {
     let n = o.returns;
     let group = o.group.max(2);
     let sessions: Vec<Crypticle> = (0..o.minions).map(|_| Crypticle::generate()).collect();
     let jid = |i: usize| format!("2026112900000000{:04}", i / o.minions);
-    let bodies: Vec<Vec<u8>> = (0..n).map(|i| return_body(&sessions[i % o.minions], &minion(i % o.minions), &jid(i), &format!("{i:032x}"))).collect();
+    let bodies: Vec<Vec<u8>> = (0..n).map(|i| crate::return_body(&sessions[i % o.minions], &minion(i % o.minions), &jid(i), &format!("{i:032x}"), "test.ping", Value::Boolean(true))).collect();
     let request_bytes = bodies.iter().map(Vec::len).sum::<usize>() / n.max(1);
     let dir = tempfile::tempdir().expect("tmp");
     let log = RaftLog::open(&dir.path().join("log")).expect("log");

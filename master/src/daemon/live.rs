@@ -279,9 +279,6 @@ impl View for Master {
     fn now_ns(&self) -> u64 {
         now_ns()
     }
-    fn events_watched(&self) -> bool {
-        self.bus.watched()
-    }
     fn pushed(&self, id: &str, path: &str) -> Result<halite_storage::file_recv::PushedRead> {
         Ok(self.sm().pushed_read(id, path)?)
     }

@@ -10,7 +10,7 @@
 //! ([`crate::jobs::publishable`]), so a scheduled job runs once, its return data stays
 //! on the master, and no minion can pick the target of a publish. The reply comes once
 //! the records are committed; the `salt/job/<jid>/ret/<id>` event fires then (its data
-//! the load, rendered as JSON only when read), if anything watches the events.
+//! the load, rendered as JSON only when read).
 
 use std::sync::Arc;
 
@@ -64,9 +64,8 @@ impl Return {
         } else {
             (jid, self.load)
         };
-        // Made only if something would read it, and its data rendered only when read
-        // (`crate::events`).
-        let events = if view.events_watched() { vec![return_event(&jid, ctx.id, Arc::from(load.as_slice()))] } else { Vec::new() };
+        // The event's data is rendered only if something reads it (`crate::events`).
+        let events = vec![return_event(&jid, ctx.id, Arc::from(load.as_slice()))];
         records.push(Record::JobReturn(JobReturn { jid, id: ctx.id.to_string(), load, time_ns: now, first_only: false }));
         for rec in &records {
             rec.validate().map_err(|e| crate::error::Error::refused(format!("return refused: {e}")))?;

@@ -397,19 +397,6 @@ fn a_return_is_recorded_answered_under_the_session_key_and_its_nonce_remembered(
     assert!(o.records.is_empty() && o.events.is_empty() && o.effects.is_empty() && o.claims.is_empty());
 }
 
-/// With nothing watching the events (no watcher of the bus, no other member), a return
-/// is stored and answered all the same, and makes no event.
-#[test]
-fn a_return_with_nothing_watching_the_events_is_stored_without_an_event() {
-    let mut v = MemoryView::new();
-    v.events_watched = false;
-    let (m, s) = signed_in(&mut v, "m1");
-    let o = handle(&v, &m.aes(&s, "_return", vec![(Value::from("jid"), Value::from("20261123000000000001")), (Value::from("return"), Value::from(true))]));
-    assert_eq!(aes_reply(&s, &o), Value::Nil);
-    assert!(matches!(&o.records[..], [Record::JobReturn(r)] if r.id == "m1"), "{:?}", o.records);
-    assert!(o.events.is_empty(), "no event made: {:?}", o.events.iter().map(|e| &e.tag).collect::<Vec<_>>());
-}
-
 #[test]
 fn a_scheduled_return_gets_a_jid_and_nocache_is_not_stored() {
     let mut v = MemoryView::new();

@@ -93,8 +93,6 @@ pub struct MemoryView {
     counter: std::sync::atomic::AtomicU64,
     /// Successful `tok` checks remembered, as the daemon's view does.
     pub toks: crate::view::tok_memo::TokMemo,
-    /// Whether anything watches the events (a daemon's bus with watchers).
-    pub events_watched: bool,
 }
 
 impl MemoryView {
@@ -135,7 +133,6 @@ impl MemoryView {
             pushed: HashMap::new(),
             counter: Default::default(),
             toks: Default::default(),
-            events_watched: true,
         }
     }
 
@@ -197,9 +194,6 @@ impl View for MemoryView {
     }
     fn now_ns(&self) -> u64 {
         self.now_ns
-    }
-    fn events_watched(&self) -> bool {
-        self.events_watched
     }
     fn pushed(&self, id: &str, path: &str) -> Result<halite_storage::file_recv::PushedRead> {
         Ok(self.pushed.get(&(id.to_string(), path.to_string())).copied().unwrap_or_default())

@@ -119,13 +119,6 @@ pub trait View: Send + Sync {
     }
     /// Nanoseconds since the epoch.
     fn now_ns(&self) -> u64;
-    /// Whether an event fired now would reach anyone (a watcher of the bus, the other
-    /// members): a job's return event is made only then. Something that starts watching
-    /// while a return is in flight may miss that return's event, as one that started a
-    /// moment later would.
-    fn events_watched(&self) -> bool {
-        true
-    }
     /// What the applied state holds of a file `id` pushed (`file_recv`), and whether
     /// another of its pushed files is in the way of `path`.
     fn pushed(&self, id: &str, path: &str) -> Result<halite_storage::file_recv::PushedRead>;

@@ -35,7 +35,7 @@ use openssl::pkey::{PKey, Private, Public};
 use openssl::rsa::{Padding, Rsa};
 use openssl::sign::{Signer, Verifier};
 use aes::cipher::block_padding::Pkcs7;
-use aes::cipher::{BlockDecryptMut, BlockEncryptMut, InnerIvInit, KeyInit};
+use aes::cipher::{BlockDecryptMut, BlockEncryptMut, KeyIvInit};
 use rsa::pkcs1::der::Decode as _;
 use rsa::pkcs8::spki::SubjectPublicKeyInfoRef;
 use rsa::traits::PublicKeyParts as _;
@@ -319,12 +319,10 @@ impl PublicKey {
 #[derive(Clone)]
 pub struct Crypticle(std::sync::Arc<CrypticleKey>);
 
-/// A Crypticle's key: its text and the two keys it holds, each prepared once (the
-/// AES-192 round keys for both directions, the HMAC key's padded blocks), so a message
-/// costs no key expansion.
+/// A Crypticle's key: its text and the two keys it holds.
 struct CrypticleKey {
     key_string: Box<str>,
-    aes: aes::Aes192,
+    aes: [u8; 24],
     mac_key: Hmac<Sha256>,
 }
 
@@ -354,7 +352,8 @@ impl Crypticle {
         if raw.len() != 56 {
             return Err(CryptoError::Invalid(format!("AES key string decodes to {} bytes, expected 56", raw.len())));
         }
-        let aes = aes::Aes192::new_from_slice(&raw[..24]).map_err(|e| CryptoError::Invalid(format!("AES key: {e}")))?;
+        let mut aes = [0u8; 24];
+        aes.copy_from_slice(&raw[..24]);
         let mac_key = <Hmac<Sha256> as Mac>::new_from_slice(&raw[24..]).map_err(|e| CryptoError::Invalid(format!("HMAC key: {e}")))?;
         Ok(Crypticle(std::sync::Arc::new(CrypticleKey { key_string: s.trim().into(), aes, mac_key })))
     }
@@ -396,7 +395,7 @@ impl Crypticle {
         out.extend_from_slice(&iv);
         out.extend_from_slice(plaintext);
         out.resize(start + 16 + padded, 0);
-        let enc = cbc::Encryptor::<aes::Aes192>::inner_iv_init(self.0.aes.clone(), (&iv).into());
+        let enc = cbc::Encryptor::<aes::Aes192>::new((&self.0.aes).into(), (&iv).into());
         enc.encrypt_padded_mut::<Pkcs7>(&mut out[start + 16..], plaintext.len())
             .map_err(|_| CryptoError::Invalid("AES padding".into()))?;
         let mac = self.mac(&out[start..]).finalize().into_bytes();
@@ -412,7 +411,7 @@ impl Crypticle {
         // Constant-time comparison (`hmac`'s `verify_slice`).
         self.mac(body).verify_slice(mac).map_err(|_| CryptoError::Authentication)?;
         let (iv, ct) = body.split_at(16);
-        let dec = cbc::Decryptor::<aes::Aes192>::inner_iv_slice_init(self.0.aes.clone(), iv).map_err(|_| CryptoError::Authentication)?;
+        let dec = cbc::Decryptor::<aes::Aes192>::new_from_slices(&self.0.aes, iv).map_err(|_| CryptoError::Authentication)?;
         dec.decrypt_padded_vec_mut::<Pkcs7>(ct).map_err(|_| CryptoError::Authentication)
     }
 }

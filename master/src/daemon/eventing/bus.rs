@@ -59,12 +59,6 @@ impl EventBus {
         let _ = self.forward.set(f);
     }
 
-    /// Whether an event fired now would reach anyone: a watcher, or the other members.
-    /// A request that fires an event only for them may leave it unmade when not.
-    pub fn watched(&self) -> bool {
-        self.forward.get().is_some() || self.tx.receiver_count() > 0
-    }
-
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
         self.tx.subscribe()
     }
@@ -73,20 +67,6 @@ impl EventBus {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The bus is watched while a watcher holds its receiver, or once it forwards to
-    /// other members.
-    #[test]
-    fn the_bus_is_watched_while_a_watcher_holds_on_or_it_forwards() {
-        let bus = EventBus::default();
-        assert!(!bus.watched());
-        let rx = bus.subscribe();
-        assert!(bus.watched());
-        drop(rx);
-        assert!(!bus.watched());
-        bus.forward_to(Arc::new(|_: &crate::events::Event| {}));
-        assert!(bus.watched());
-    }
 
     /// A watcher gets what is fired while it watches; what was fired before it
     /// subscribed (with nobody watching) it never sees.
