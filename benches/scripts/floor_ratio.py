@@ -19,7 +19,11 @@ Each round also runs `halite-bench work`: the work a return needs beyond framing
 entry and one sync an entry, as the master syncs under a blast). The summary then
 splits the master's CPU a return into the floor's, that work, and the rest (tasks,
 queues, raft's bookkeeping, routing): the floor plus the work over the floor is the
-ratio a master doing that work with nothing else would reach.
+ratio a master doing that work with nothing else would reach. And it runs
+`halite-bench floor --work` (the design): the floor's server with each request a real
+return carrying that work on its connection's task, one log thread committing them,
+at the master's message sizes; the floor in that round is run at the same sizes, and
+the design over it is the leanest master measured.
 
     ~/.cache/halite/venv-salt-3008.5/bin/python benches/scripts/floor_ratio.py BINDIR \
         [--rounds 3] [--minions 8000] [--per-minion 5] [--pings 5] [--work-group G] [--port P] [--out FILE.jsonl]
@@ -27,7 +31,7 @@ ratio a master doing that work with nothing else would reach.
 
 BINDIR holds `salt-master`, `salt`, `salt-run`, `halite-swarm` and `halite-bench` (a
 release build's `target/release`). Each run's JSON line is appended to `--out` as
-`{"round", "kind", "r"}` (kind `floor`, `work`, `blast` or `ping`); the summary goes to stdout.
+`{"round", "kind", "r"}` (kind `floor`, `floor_sized`, `design`, `work`, `blast` or `ping`); the summary goes to stdout.
 """
 import argparse
 import json
@@ -53,7 +57,7 @@ def spread(xs):
 
 def summary(rows):
     rounds = sorted({r["round"] for r in rows})
-    cpu, ping, lines, best, rest = [], [], [], [], []
+    cpu, ping, lines, best, rest, designs = [], [], [], [], [], []
     for n in rounds:
         got = {r["kind"]: r["r"] for r in rows if r["round"] == n}
         floor = got.get("floor") or {}
@@ -62,6 +66,11 @@ def summary(rows):
             m, f = got["blast"]["master_cpu_us_per_return"], blast["server_cpu_us_per_request"]
             cpu.append(m / f)
             lines.append(f"round {n}: CPU a return {m} us, floor {f} us a request: {m / f:.2f}x")
+            design, dfloor = got.get("design", {}).get("blast"), got.get("floor_sized", {}).get("blast")
+            if design and dfloor:
+                d, g = design["server_cpu_us_per_request"], dfloor["server_cpu_us_per_request"]
+                designs.append(d / g)
+                lines.append(f"round {n}: the design {d} us a return, the floor at its sizes {g} us: {d / g:.2f}x")
             w = got.get("work", {}).get("total_us")
             if w:
                 best.append((f + w) / f)
@@ -74,6 +83,8 @@ def summary(rows):
             lines.append(f"round {n}: test.ping {m:.3f} s, floor {f:.3f} s: {m / f:.2f}x")
     if cpu:
         lines.append(f"CPU a return over the floor's CPU a request: {spread(cpu)}x over {len(cpu)} rounds")
+    if designs:
+        lines.append(f"the design (floor --work) over the floor at its sizes: {spread(designs)}x")
     if best:
         lines.append(f"floor + work over the floor: {spread(best)}x; the rest of the master's CPU a return: {spread(rest)} us")
     if ping:
@@ -100,16 +111,19 @@ def main():
     floor = [os.path.join(b, "halite-bench"), "floor", "--conns", str(a.minions), "--rounds", "5", "--blast", str(a.per_minion)]
     blast = [PY, os.path.join(HERE, "returns.py"), "--sizes", str(a.minions), "--per-minion", str(a.per_minion), "--bin", b, "--port", str(a.port)]
     ping = [PY, os.path.join(HERE, "ping_cpu.py"), str(a.minions), b, str(a.pings)]
+    sized = ["--request-bytes", "584", "--reply-bytes", "99"]  # a salt-minion test.ping return and its reply
+    design = floor + ["--work"]
+    floor_sized = floor + sized
     work = [os.path.join(b, "halite-bench"), "work", "--returns", "200000", "--minions", str(a.minions), "--group", str(a.work_group), "--entries-per-sync", "1"]
     rows = []
     for n in range(a.rounds):
-        steps = [("floor", floor), ("work", work), ("blast", blast), ("ping", ping)]
+        steps = [("floor", floor), ("floor_sized", floor_sized), ("design", design), ("work", work), ("blast", blast), ("ping", ping)]
         for kind, cmd in steps if n % 2 == 0 else steps[1:] + steps[:1]:
             out = run(cmd, a.port)
             if not out:
                 print(f"  round {n} {kind}: no result", file=sys.stderr)
                 continue
-            r = {o["floor"]: o for o in out} if kind == "floor" else out[-1]
+            r = {o["floor"]: o for o in out} if kind in ("floor", "floor_sized", "design") else out[-1]
             rows.append({"round": n, "kind": kind, "r": r})
             if a.out:
                 with open(a.out, "a") as f:

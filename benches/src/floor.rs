@@ -72,6 +72,8 @@ pub struct Opts {
     pub blast: u32,
     pub threads: usize,
     pub sizes: Sizes,
+    /// Requests are real returns, each carrying a return's work (`crate::floor_work`).
+    pub work: bool,
 }
 
 async fn read_frame(s: &mut (impl AsyncReadExt + Unpin), buf: &mut Vec<u8>) -> std::io::Result<()> {
@@ -82,6 +84,15 @@ async fn read_frame(s: &mut (impl AsyncReadExt + Unpin), buf: &mut Vec<u8>) -> s
     buf.resize(len, 0);
     s.read_exact(buf).await?;
     Ok(())
+}
+
+/// A frame of `kind` then `payload`, ready to write.
+fn frame_of(kind: u8, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(5 + payload.len());
+    f.extend_from_slice(&(payload.len() as u32 + 1).to_be_bytes());
+    f.push(kind);
+    f.extend_from_slice(payload);
+    f
 }
 
 /// A frame of `len` payload bytes (at least 1) starting with `head`, ready to write.
@@ -95,14 +106,17 @@ fn frame(head: &[u8], len: usize) -> Vec<u8> {
 }
 
 /// The server: binds both ports on 127.0.0.1, prints `ports PUB REQ` and serves until
-/// its stdin closes (its parent, the client, is gone).
-pub fn serve(threads: usize, sizes: Sizes) -> std::io::Result<()> {
+/// its stdin closes (its parent, the client, is gone). With `work`, returns carry a
+/// return's work, committed to a log in a temporary directory.
+pub fn serve(threads: usize, sizes: Sizes, work: bool) -> std::io::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(threads.max(1)).enable_all().build()?;
+    let dir = tempfile::tempdir()?;
+    let log = if work { Some(crate::floor_work::Log::start(dir.path())?) } else { None };
     rt.block_on(async move {
         let pubs = TcpListener::bind("127.0.0.1:0").await?;
         let reqs = TcpListener::bind("127.0.0.1:0").await?;
         println!("ports {} {}", pubs.local_addr()?.port(), reqs.local_addr()?.port());
-        tokio::spawn(serve_on(pubs, reqs, sizes));
+        tokio::spawn(serve_on(pubs, reqs, sizes, log));
         // Serve until the parent closes our stdin.
         let _ = tokio::task::spawn_blocking(|| std::io::copy(&mut std::io::stdin(), &mut std::io::sink())).await;
         Ok(())
@@ -110,7 +124,7 @@ pub fn serve(threads: usize, sizes: Sizes) -> std::io::Result<()> {
 }
 
 /// Accepts and serves both ports (on the current runtime) until the listeners fail.
-async fn serve_on(pubs: TcpListener, reqs: TcpListener, sizes: Sizes) {
+async fn serve_on(pubs: TcpListener, reqs: TcpListener, sizes: Sizes, log: Option<crate::floor_work::Log>) {
     let (tx, _) = broadcast::channel::<Arc<Vec<u8>>>(16);
     let fanout = tx.clone();
     tokio::spawn(async move {
@@ -130,15 +144,29 @@ async fn serve_on(pubs: TcpListener, reqs: TcpListener, sizes: Sizes) {
     let reply = Arc::new(frame(&[RETURN], sizes.reply));
     while let Ok((s, _)) = reqs.accept().await {
         let _ = s.set_nodelay(true);
-        let (tx, reply) = (tx.clone(), reply.clone());
+        let (tx, reply, log) = (tx.clone(), reply.clone(), log.clone());
         tokio::spawn(async move {
             let mut s = s;
             let mut buf = Vec::new();
+            let mut minion = None;
             while read_frame(&mut s, &mut buf).await.is_ok() {
                 if buf[0] == PUBLISH && buf.len() >= 6 {
                     let _ = tx.send(Arc::new(frame(&buf[1..6], sizes.publish)));
                 }
-                if s.write_all(&reply).await.is_err() {
+                if buf[0] == crate::floor_work::HELLO {
+                    match crate::floor_work::Minion::hello(&buf[1..]) {
+                        Ok(m) => minion = Some(m),
+                        Err(_) => break,
+                    }
+                }
+                let written = match (buf[0], &minion, &log) {
+                    (RETURN, Some(m), Some(log)) => match m.answer(&buf[1..], log).await {
+                        Ok(r) => s.write_all(&frame_of(RETURN, &r)).await,
+                        Err(_) => break,
+                    },
+                    _ => s.write_all(&reply).await,
+                };
+                if written.is_err() {
                     break;
                 }
             }
@@ -167,6 +195,7 @@ pub fn run(o: Opts) -> std::io::Result<()> {
     let s = o.sizes;
     let mut child = Command::new(exe)
         .args(["floor-serve", "--threads", &o.threads.to_string()])
+        .args(o.work.then_some("--work"))
         .args(["--publish-bytes", &s.publish.to_string(), "--request-bytes", &s.request.to_string(), "--reply-bytes", &s.reply.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -182,7 +211,7 @@ pub fn run(o: Opts) -> std::io::Result<()> {
     let _ = child.kill();
     let _ = child.wait();
     for shape in out? {
-        println!("{}", shape.json(o.sizes));
+        println!("{}", shape.json(o.sizes, o.work));
     }
     Ok(())
 }
@@ -249,11 +278,11 @@ pub struct Shape {
 }
 
 impl Shape {
-    fn json(&self, sizes: Sizes) -> String {
+    fn json(&self, sizes: Sizes, work: bool) -> String {
         let m = median(&mut self.seconds.clone());
         let per = (self.conns * self.per_minion as usize) as f64;
         format!(
-            "{{\"floor\":\"{}\",\"conns\":{},\"per_minion\":{},\"rounds\":{},\"seconds\":{:?},\"median_s\":{m:.4},\"requests_per_s\":{:.0},\"server_cpu_s\":{:.2},\"client_cpu_s\":{:.2},\"server_cpu_us_per_request\":{:.1},\"sizes\":{{\"publish\":{},\"request\":{},\"reply\":{}}}}}",
+            "{{\"floor\":\"{}\",\"work\":{work},\"conns\":{},\"per_minion\":{},\"rounds\":{},\"seconds\":{:?},\"median_s\":{m:.4},\"requests_per_s\":{:.0},\"server_cpu_s\":{:.2},\"client_cpu_s\":{:.2},\"server_cpu_us_per_request\":{:.1},\"sizes\":{{\"publish\":{},\"request\":{},\"reply\":{}}}}}",
             self.name,
             self.conns,
             self.per_minion,
@@ -276,10 +305,21 @@ async fn client(o: &Opts, pub_port: u16, req_port: u16, server: &str) -> std::io
     let pub_addr: SocketAddr = ([127, 0, 0, 1], pub_port).into();
     let req_addr: SocketAddr = ([127, 0, 0, 1], req_port).into();
     let done = Arc::new(Done { count: AtomicUsize::new(0), target: AtomicUsize::new(usize::MAX), notify: Notify::new() });
-    let request = Arc::new(frame(&[RETURN], o.sizes.request));
-    for _ in 0..o.conns {
-        let (sub, req) = (connect(pub_addr).await?, connect(req_addr).await?);
-        tokio::spawn(minion(sub, req, request.clone(), done.clone()));
+    let plain = Arc::new(frame(&[RETURN], o.sizes.request));
+    for i in 0..o.conns {
+        let (sub, mut req) = (connect(pub_addr).await?, connect(req_addr).await?);
+        let request = if o.work {
+            // A minion of its own: its id and session key sent once, its return as
+            // salt-minion sends it.
+            let (id, session) = (format!("floor-{i:05}"), halite_master::wire::crypto::Crypticle::generate());
+            req.write_all(&frame_of(crate::floor_work::HELLO, &crate::floor_work::Minion::hello_payload(&id, &session))).await?;
+            read_frame(&mut req, &mut Vec::new()).await?;
+            let body = crate::return_body(&session, &id, "20261129000000000001", &format!("{i:032x}"), "test.ping", rmpv::Value::Boolean(true));
+            Arc::new(frame_of(RETURN, &body))
+        } else {
+            plain.clone()
+        };
+        tokio::spawn(minion(sub, req, request, done.clone()));
     }
     let mut control = connect(req_addr).await?;
     // Every subscription accepted by the server before the first publish.
@@ -325,12 +365,30 @@ mod tests {
         let pubs = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let reqs = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let ports = (pubs.local_addr().unwrap().port(), reqs.local_addr().unwrap().port());
-        tokio::spawn(serve_on(pubs, reqs, SIZES));
-        let o = Opts { conns: 40, rounds: 2, blast: 3, threads: 2, sizes: SIZES };
+        tokio::spawn(serve_on(pubs, reqs, SIZES, None));
+        let o = Opts { conns: 40, rounds: 2, blast: 3, threads: 2, sizes: SIZES, work: false };
         let shapes = tokio::time::timeout(Duration::from_secs(60), client(&o, ports.0, ports.1, "self")).await.unwrap().unwrap();
         let got: Vec<(&str, u32, usize)> = shapes.iter().map(|s| (s.name, s.per_minion, s.seconds.len())).collect();
         assert_eq!(got, vec![("ping", 1, 2), ("blast", 3, 2)]);
-        assert!(shapes[1].json(SIZES).contains("\"requests_per_s\":"));
+        assert!(shapes[1].json(SIZES, false).contains("\"requests_per_s\":"));
+    }
+
+    /// With the work, every return is opened, committed to the log and applied before
+    /// its sealed reply goes out: both shapes complete (each minion's every reply
+    /// counted), and the log thread applied exactly that many records.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn with_the_work_every_return_is_applied_and_answered() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = crate::floor_work::Log::start(dir.path()).unwrap();
+        let pubs = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let reqs = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let ports = (pubs.local_addr().unwrap().port(), reqs.local_addr().unwrap().port());
+        tokio::spawn(serve_on(pubs, reqs, SIZES, Some(log.clone())));
+        let o = Opts { conns: 20, rounds: 2, blast: 3, threads: 2, sizes: SIZES, work: true };
+        let shapes = tokio::time::timeout(Duration::from_secs(60), client(&o, ports.0, ports.1, "self")).await.unwrap().unwrap();
+        let got: Vec<(&str, u32, usize)> = shapes.iter().map(|s| (s.name, s.per_minion, s.seconds.len())).collect();
+        assert_eq!(got, vec![("ping", 1, 2), ("blast", 3, 2)]);
+        assert_eq!(log.applied(), 20 * (1 + 3) * 2, "every return of every round applied");
     }
 
     /// A frame declaring more than the bound is refused before anything is allocated.

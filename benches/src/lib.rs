@@ -5,6 +5,7 @@ use std::path::Path;
 
 pub mod cluster;
 pub mod floor;
+pub mod floor_work;
 pub mod gitfs_serve;
 pub mod restart;
 pub mod work;

@@ -25,10 +25,12 @@
 //! halite-bench join [--keys N] [--roots-mib M]
 //!                                              a member joining a compacted cluster: the
 //!                                              snapshot over the transport, then the tail
-//! halite-bench floor [--conns N] [--rounds R] [--blast K]
+//! halite-bench floor [--conns N] [--rounds R] [--blast K] [--work]
 //!                                              the machine's floor under the master's
 //!                                              traffic: N minions' connections served by a
-//!                                              process that only frames bytes (src/floor.rs)
+//!                                              process that only frames bytes (src/floor.rs);
+//!                                              with --work each request a return carrying
+//!                                              its whole work (src/floor_work.rs)
 //! halite-bench work [--returns N] [--minions M] [--group G] [--entries-per-sync E]
 //!                                              the work a job return needs beyond framing,
 //!                                              inline on one thread: CPU a return by step
@@ -96,6 +98,9 @@ enum Cmd {
         threads: usize,
         #[command(flatten)]
         sizes: FloorSizes,
+        /// Each request a real return carrying a return's work (src/floor_work.rs).
+        #[arg(long)]
+        work: bool,
     },
     /// The floor's server, started by `floor` itself.
     #[command(hide = true)]
@@ -104,6 +109,8 @@ enum Cmd {
         threads: usize,
         #[command(flatten)]
         sizes: FloorSizes,
+        #[arg(long)]
+        work: bool,
     },
     /// The work a job return needs beyond framing bytes, inline on one thread
     /// (src/work.rs).
@@ -253,16 +260,16 @@ fn main() {
         Cmd::ClusterCommit { total, threads, groups } => halite_benches::cluster::commit(total, threads, &groups),
         Cmd::Failover { rounds } => halite_benches::cluster::failover(rounds),
         Cmd::Join { keys, roots_mib } => halite_benches::cluster::join(keys, roots_mib),
-        Cmd::Floor { conns, rounds, blast, threads, sizes } => {
-            let opts = halite_benches::floor::Opts { conns, rounds, blast, threads, sizes: sizes.into() };
+        Cmd::Floor { conns, rounds, blast, threads, sizes, work } => {
+            let opts = halite_benches::floor::Opts { conns, rounds, blast, threads, sizes: sizes.into(), work };
             if let Err(e) = halite_benches::floor::run(opts) {
                 eprintln!("floor: {e}");
                 std::process::exit(1);
             }
         }
         Cmd::Work { returns, minions, group, entries_per_sync } => halite_benches::work::run(&halite_benches::work::Opts { returns, minions, group, entries_per_sync }),
-        Cmd::FloorServe { threads, sizes } => {
-            if let Err(e) = halite_benches::floor::serve(threads, sizes.into()) {
+        Cmd::FloorServe { threads, sizes, work } => {
+            if let Err(e) = halite_benches::floor::serve(threads, sizes.into(), work) {
                 eprintln!("floor-serve: {e}");
                 std::process::exit(1);
             }
