@@ -28,6 +28,10 @@
 //!   under the master's own rate of returns. (The time includes one fan-out, which the
 //!   ping shape measures.)
 //!
+//! With `--work` each request is a real return whose whole work the server does on
+//! the connection's task, one log thread committing (`crate::floor_work`): the leanest
+//! master this benchmark can measure, against the floor at the same message sizes.
+//!
 //! One JSON line a shape on stdout, with the server's and the client's CPU-seconds in
 //! the window (`/proc/<pid>/stat`, 10 ms ticks).
 //!
