@@ -62,6 +62,7 @@ pub fn run(o: &Opts) {
     let n = o.returns;
     let group = o.group.max(2);
     let sessions: Vec<Crypticle> = (0..o.minions).map(|_| Crypticle::generate()).collect();
+    let ids: Vec<String> = (0..o.minions).map(minion).collect();
     let jid = |i: usize| format!("2026112900000000{:04}", i / o.minions);
     let bodies: Vec<Vec<u8>> = (0..n).map(|i| crate::return_body(&sessions[i % o.minions], &minion(i % o.minions), &jid(i), &format!("{i:032x}"), "test.ping", Value::Boolean(true))).collect();
     let request_bytes = bodies.iter().map(Vec::len).sum::<usize>() / n.max(1);
@@ -79,7 +80,7 @@ pub fn run(o: &Opts) {
     time("open", &mut || {
         for (i, body) in bodies.iter().enumerate() {
             let env = envelope::decode(body, 1 << 20).expect("decode");
-            let o = envelope::open_aes(env.ciphertext, &minion(i % sessions.len()), &sessions[i % sessions.len()]).expect("open");
+            let o = envelope::open_aes(env.ciphertext, &ids[i % ids.len()], &sessions[i % sessions.len()]).expect("open");
             opened.push(o);
         }
     });
@@ -94,7 +95,7 @@ pub fn run(o: &Opts) {
                 .enumerate()
                 .map(|(j, op)| {
                     let i = k * group + j;
-                    let rec = Record::JobReturn(JobReturn { jid: jid(i), id: minion(i % sessions.len()), load: op.inner.clone(), time_ns: i as u64, first_only: false });
+                    let rec = Record::JobReturn(JobReturn { jid: jid(i), id: ids[i % ids.len()].clone(), load: op.inner.clone(), time_ns: i as u64, first_only: false });
                     Record::encode_batch(&[rec]).expect("encode")
                 })
                 .collect();
