@@ -23,8 +23,7 @@ use tokio::sync::oneshot;
 
 use halite_master::wire::crypto::Crypticle;
 use halite_master::wire::envelope;
-use halite_storage::context::{self, EntryContext, ProposalId};
-use halite_storage::entry::{self, LogEntry};
+use halite_storage::entry::LogEntry;
 use halite_storage::format::{JobReturn, Record};
 use halite_storage::log::RaftLog;
 use halite_storage::state::StateMachine;
@@ -88,16 +87,8 @@ fn commit_loop(log: &RaftLog, sm: &StateMachine, rx: &mpsc::Receiver<Job>, appli
         }
         index += 1;
         let first_seq = seq;
-        let mut e = raft::eraftpb::Entry::default();
-        e.index = index;
-        e.term = 1;
-        e.data = if jobs.len() == 1 {
-            jobs[0].record.clone().into()
-        } else {
-            let items: Vec<(u64, &[u8])> = jobs.iter().enumerate().map(|(i, j)| (first_seq + i as u64, j.record.as_slice())).collect();
-            entry::encode_group(&items).expect("a group within the bounds").into()
-        };
-        e.context = context::encode(&EntryContext::proposal(ProposalId { proposer: 1, incarnation: 1, seq: first_seq }, first_seq, None)).into();
+        let records: Vec<Vec<u8>> = jobs.iter_mut().map(|j| std::mem::take(&mut j.record)).collect();
+        let e = crate::work::log_entry(index, first_seq, &records);
         seq += jobs.len() as u64;
         log.append(std::slice::from_ref(&e), None, None, true).expect("append");
         let read: Vec<LogEntry> = LogEntry::from_raft(&e).expect("read back");

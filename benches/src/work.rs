@@ -57,6 +57,25 @@ fn minion(i: usize) -> String {
     format!("swarm-{i:05}")
 }
 
+/// Log entry `index` holding `proposals` (each encoded as [`Record::encode_batch`] makes
+/// it) of proposer 1, numbered from `first_seq`, as the node's group commit makes one:
+/// a group of them (`entry::encode_group`), or the one alone, with its proposal context.
+pub fn log_entry(index: u64, first_seq: u64, proposals: &[Vec<u8>]) -> Entry {
+    let mut e = Entry::default();
+    e.set_entry_type(EntryType::EntryNormal);
+    e.index = index;
+    e.term = 1;
+    e.data = match proposals {
+        [one] => one.clone().into(),
+        many => {
+            let items: Vec<(u64, &[u8])> = many.iter().enumerate().map(|(i, d)| (first_seq + i as u64, d.as_slice())).collect();
+            entry::encode_group(&items).expect("a group within the bounds").into()
+        }
+    };
+    e.context = context::encode(&EntryContext::proposal(ProposalId { proposer: 1, incarnation: 1, seq: first_seq }, first_seq, None)).into();
+    e
+}
+
 /// Runs the steps and prints their CPU a return.
 pub fn run(o: &Opts) {
     let n = o.returns;
@@ -99,14 +118,7 @@ pub fn run(o: &Opts) {
                     Record::encode_batch(&[rec]).expect("encode")
                 })
                 .collect();
-            let items: Vec<(u64, &[u8])> = data.iter().enumerate().map(|(j, d)| (first + j as u64, d.as_slice())).collect();
-            let mut e = Entry::default();
-            e.set_entry_type(EntryType::EntryNormal);
-            e.index = k as u64 + 1;
-            e.term = 1;
-            e.data = if items.len() == 1 { data[0].clone().into() } else { entry::encode_group(&items).expect("group").into() };
-            e.context = context::encode(&EntryContext::proposal(ProposalId { proposer: 1, incarnation: 1, seq: first }, first, None)).into();
-            entries.push(e);
+            entries.push(log_entry(k as u64 + 1, first, &data));
             seq += chunk.len() as u64;
         }
     });
