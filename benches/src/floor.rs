@@ -116,15 +116,19 @@ pub fn serve(threads: usize, sizes: Sizes, work: bool) -> std::io::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(threads.max(1)).enable_all().build()?;
     let dir = tempfile::tempdir()?;
     let log = if work { Some(crate::floor_work::Log::start(dir.path())?) } else { None };
-    rt.block_on(async move {
+    let served = rt.block_on(async {
         let pubs = TcpListener::bind("127.0.0.1:0").await?;
         let reqs = TcpListener::bind("127.0.0.1:0").await?;
         println!("ports {} {}", pubs.local_addr()?.port(), reqs.local_addr()?.port());
-        tokio::spawn(serve_on(pubs, reqs, sizes, log));
+        tokio::spawn(serve_on(pubs, reqs, sizes, log.clone()));
         // Serve until the parent closes our stdin.
         let _ = tokio::task::spawn_blocking(|| std::io::copy(&mut std::io::stdin(), &mut std::io::sink())).await;
         Ok(())
-    })
+    });
+    if let Some(log) = &log {
+        log.stop();
+    }
+    served
 }
 
 /// Accepts and serves both ports (on the current runtime) until the listeners fail.
@@ -393,6 +397,7 @@ mod tests {
         let got: Vec<(&str, u32, usize)> = shapes.iter().map(|s| (s.name, s.per_minion, s.seconds.len())).collect();
         assert_eq!(got, vec![("ping", 1, 2), ("blast", 3, 2)]);
         assert_eq!(log.applied(), 20 * (1 + 3) * 2, "every return of every round applied");
+        log.stop();
     }
 
     /// A frame declaring more than the bound is refused before anything is allocated.

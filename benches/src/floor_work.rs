@@ -41,11 +41,20 @@ struct Job {
     applied: oneshot::Sender<()>,
 }
 
-/// The server's side of the work: the log thread's queue. Dropping it stops the thread.
+/// What the log thread is handed: a record, or the word to close the log and the state
+/// machine and end.
+enum Msg {
+    Job(Job),
+    Stop,
+}
+
+/// The server's side of the work: the log thread's queue. [`Log::stop`] ends the thread
+/// (before the process exits: RocksDB must be closed before its statics are torn down).
 #[derive(Clone)]
 pub struct Log {
-    tx: mpsc::Sender<Job>,
+    tx: mpsc::Sender<Msg>,
     applied: Arc<AtomicU64>,
+    thread: Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
 impl Log {
@@ -53,11 +62,20 @@ impl Log {
     pub fn start(dir: &std::path::Path) -> std::io::Result<Log> {
         let log = RaftLog::open(&dir.join("log")).map_err(std::io::Error::other)?;
         let sm = StateMachine::open(&dir.join("state")).map_err(std::io::Error::other)?;
-        let (tx, rx) = mpsc::channel::<Job>();
+        let (tx, rx) = mpsc::channel::<Msg>();
         let applied = Arc::new(AtomicU64::new(0));
         let count = applied.clone();
-        std::thread::Builder::new().name("log".into()).spawn(move || commit_loop(&log, &sm, &rx, &count))?;
-        Ok(Log { tx, applied })
+        let thread = std::thread::Builder::new().name("log".into()).spawn(move || commit_loop(&log, &sm, &rx, &count))?;
+        Ok(Log { tx, applied, thread: Arc::new(std::sync::Mutex::new(Some(thread))) })
+    }
+
+    /// Ends the log thread once it has applied what it was handed, and waits for it
+    /// (the log and the state machine closed); later commits fail.
+    pub fn stop(&self) {
+        let _ = self.tx.send(Msg::Stop);
+        if let Some(t) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = t.join();
+        }
     }
 
     /// Records applied so far.
@@ -69,19 +87,24 @@ impl Log {
     /// is applied.
     async fn commit(&self, record: Vec<u8>) -> std::io::Result<()> {
         let (applied, rx) = oneshot::channel();
-        self.tx.send(Job { record, applied }).map_err(|_| std::io::Error::other("the log thread stopped"))?;
+        self.tx.send(Msg::Job(Job { record, applied })).map_err(|_| std::io::Error::other("the log thread stopped"))?;
         rx.await.map_err(|_| std::io::Error::other("the log thread stopped"))
     }
 }
 
 /// Group commit: every job waiting becomes one entry, appended, synced, applied.
-fn commit_loop(log: &RaftLog, sm: &StateMachine, rx: &mpsc::Receiver<Job>, applied: &AtomicU64) {
+fn commit_loop(log: &RaftLog, sm: &StateMachine, rx: &mpsc::Receiver<Msg>, applied: &AtomicU64) {
     let (mut index, mut seq) = (0u64, 1u64);
-    while let Ok(first) = rx.recv() {
+    let mut stop = false;
+    while let Ok(Msg::Job(first)) = rx.recv() {
         let mut jobs = vec![first];
         while jobs.len() < MAX_GROUP {
             match rx.try_recv() {
-                Ok(j) => jobs.push(j),
+                Ok(Msg::Job(j)) => jobs.push(j),
+                Ok(Msg::Stop) => {
+                    stop = true;
+                    break;
+                }
                 Err(_) => break,
             }
         }
@@ -98,6 +121,9 @@ fn commit_loop(log: &RaftLog, sm: &StateMachine, rx: &mpsc::Receiver<Job>, appli
         applied.fetch_add(jobs.len() as u64, Ordering::AcqRel);
         for j in jobs {
             let _ = j.applied.send(());
+        }
+        if stop {
+            return;
         }
     }
 }
